@@ -1,0 +1,267 @@
+"""The topology configuration (TOML), validated with pydantic.
+
+Every problem is reported with its key path (``subscriptions[1].priority: ...``), all at once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigurationError, InvalidNameError
+from .names import TableName, check_identifier
+
+DEFAULT_CONFIG = "sparksync.toml"
+PUBLISHER_PRIORITY = 100.0
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_name(v: str, what: str) -> str:
+    try:
+        return check_identifier(v, what)
+    except InvalidNameError as e:
+        raise ValueError(e.message) from None
+
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_env(text: str) -> str:
+    """Replace ``${VAR}`` with the environment variable (so passwords can stay out of the file)."""
+
+    def sub(m: re.Match) -> str:
+        if m.group(1) not in os.environ:
+            raise ValueError(f"environment variable {m.group(1)} is not set")
+        return os.environ[m.group(1)]
+
+    return _ENV.sub(sub, text)
+
+
+def _check_url(v: str) -> str:
+    scheme = v.split(":", 1)[0].lower()
+    if scheme not in ("sqlite", "postgresql", "postgres"):
+        raise ValueError("must start with sqlite:/// or postgresql://")
+    if scheme == "sqlite" and not v.startswith("sqlite:///"):
+        raise ValueError("a SQLite URL looks like sqlite:///path/to/file.db (relative to the config file)")
+    return v
+
+
+class SparkConfig(_Model):
+    master: str = "local[*]"
+    conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings")
+
+
+class PublisherConfig(_Model):
+    name: str
+    database: str
+    snapshot_dir: str = "snapshots"
+
+    _n = field_validator("name")(lambda cls, v: _check_name(v, "publisher name"))
+    _u = field_validator("database")(lambda cls, v: _check_url(v))
+
+
+class ArticleConfig(_Model):
+    table: str
+    column_tracking: bool = False
+    rowguid_column: str | None = None
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, v: str) -> str:
+        try:
+            TableName.parse(v)
+        except InvalidNameError as e:
+            raise ValueError(e.message) from None
+        return v
+
+    @field_validator("rowguid_column")
+    @classmethod
+    def _rg(cls, v: str | None) -> str | None:
+        return None if v is None else _check_name(v, "column name")
+
+    @property
+    def table_name(self) -> TableName:
+        return TableName.parse(self.table)
+
+
+class PublicationConfig(_Model):
+    name: str
+    kind: Literal["merge", "transactional"] = "merge"
+    articles: list[ArticleConfig] = Field(min_length=1)
+    generation_leveling_threshold: int = Field(1000, ge=1)
+    retention: int = Field(14, ge=0, description="days")
+
+    _n = field_validator("name")(lambda cls, v: _check_name(v, "publication name"))
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        if v == "transactional":
+            raise ValueError("transactional publications are not supported by this release yet; use kind = \"merge\"")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_articles(self) -> "PublicationConfig":
+        seen: set[str] = set()
+        for a in self.articles:
+            key = str(a.table_name).lower()
+            if key in seen:
+                raise ValueError(f"table {a.table} is published twice")
+            seen.add(key)
+        return self
+
+
+class SubscriptionConfig(_Model):
+    name: str
+    publication: str
+    database: str
+    subscriber_type: Literal["global", "local"] = "local"
+    priority: float | None = None
+    host_name: str | None = None
+    pre_creation_cmd: Literal["drop", "delete", "none"] = "drop"
+
+    _n = field_validator("name")(lambda cls, v: _check_name(v, "subscription name"))
+    _u = field_validator("database")(lambda cls, v: _check_url(v))
+
+    @model_validator(mode="after")
+    def _priority(self) -> "SubscriptionConfig":
+        if self.subscriber_type == "global":
+            if self.priority is None:
+                raise ValueError("a global subscription needs a priority (0 <= priority < 100)")
+            if not 0 <= self.priority < PUBLISHER_PRIORITY:
+                raise ValueError(f"priority {self.priority} is out of range: 0 <= priority < 100 (the publisher is 100)")
+        elif self.priority not in (None, 0, 0.0):
+            raise ValueError("a local subscription has no priority of its own (its changes take the publisher's "
+                             "priority when they reach it); remove 'priority' or use subscriber_type = \"global\"")
+        return self
+
+    @property
+    def effective_priority(self) -> float:
+        return float(self.priority or 0.0)
+
+    @property
+    def subscriber_type_code(self) -> int:
+        return 1 if self.subscriber_type == "global" else 2
+
+
+class Topology(_Model):
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    publisher: PublisherConfig
+    publications: list[PublicationConfig] = Field(default_factory=list)
+    subscriptions: list[SubscriptionConfig] = Field(default_factory=list)
+    base_dir: Path = Field(default=Path("."), exclude=True)
+
+    @model_validator(mode="after")
+    def _references(self) -> "Topology":
+        problems = []
+        pubs = [p.name for p in self.publications]
+        for dup in {n for n in pubs if pubs.count(n) > 1}:
+            problems.append(f"publication {dup!r} is declared twice")
+        subs = [s.name for s in self.subscriptions]
+        for dup in {n for n in subs if subs.count(n) > 1}:
+            problems.append(f"subscription {dup!r} is declared twice")
+        for i, s in enumerate(self.subscriptions):
+            if s.publication not in pubs:
+                problems.append(f"subscriptions[{i}] ({s.name}).publication: no publication named {s.publication!r}")
+            if s.database == self.publisher.database:
+                problems.append(f"subscriptions[{i}] ({s.name}).database: is the publisher's database")
+        seen: dict[tuple[str, str], str] = {}
+        for i, s in enumerate(self.subscriptions):
+            key = (s.database, s.publication)
+            if key in seen:
+                problems.append(f"subscriptions[{i}] ({s.name}): database already subscribes to {s.publication!r} "
+                                f"as {seen[key]!r}")
+            seen[key] = s.name
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    # -- lookups ----------------------------------------------------------------------------
+    def publication(self, name: str) -> PublicationConfig:
+        for p in self.publications:
+            if p.name == name:
+                return p
+        raise ConfigurationError(f"no publication named {name!r}", obj=name)
+
+    def subscription(self, name: str) -> SubscriptionConfig:
+        for s in self.subscriptions:
+            if s.name == name:
+                return s
+        raise ConfigurationError(f"no subscription named {name!r} (known: {', '.join(x.name for x in self.subscriptions) or 'none'})", obj=name)
+
+    def subscriptions_of(self, publication: str) -> list[SubscriptionConfig]:
+        return [s for s in self.subscriptions if s.publication == publication]
+
+    def resolve_url(self, url: str) -> str:
+        """Expand ``${VAR}``s; make a relative SQLite path relative to the config file's folder."""
+        url = expand_env(url)
+        if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+            rel = url[len("sqlite:///"):]
+            if rel and rel != ":memory:":
+                return "sqlite:///" + str((self.base_dir / rel).resolve())
+        return url
+
+    @property
+    def publisher_url(self) -> str:
+        return self.resolve_url(self.publisher.database)
+
+    @property
+    def snapshot_root(self) -> Path:
+        return (self.base_dir / expand_env(self.publisher.snapshot_dir)).resolve()
+
+    @property
+    def spark_master(self) -> str:
+        return os.environ.get("SPARK_MASTER") or self.spark.master
+
+
+def _loc(loc: tuple, data: Any) -> str:
+    out, cur = "", data
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+            name = cur[part].get("name") if isinstance(cur, list) and part < len(cur) and isinstance(cur[part], dict) else None
+            if name is None and isinstance(cur, list) and part < len(cur) and isinstance(cur[part], dict):
+                name = cur[part].get("table")
+            if name:
+                out += f" ({name})"
+            cur = cur[part] if isinstance(cur, list) and part < len(cur) else None
+        else:
+            out += ("." if out else "") + str(part)
+            cur = cur.get(part) if isinstance(cur, dict) else None
+    return out
+
+
+def parse_topology(data: dict[str, Any], base_dir: Path, source: str = "config") -> Topology:
+    try:
+        return Topology.model_validate({**data, "base_dir": base_dir})
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = _loc(tuple(p for p in err["loc"] if p not in ("function-after[_references(), Topology]",)), data)
+            msg = err["msg"]
+            msg = msg.removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key"
+            elif err["type"] == "missing":
+                msg = "required key is missing"
+            problems.append(f"{loc}: {msg}" if loc else msg)
+        raise ConfigurationError(f"{source}: invalid configuration", problems) from None
+
+
+def load_config(path: str | Path = DEFAULT_CONFIG) -> Topology:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigurationError(f"config file not found: {p} (pass -c/--config)", obj=str(p))
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(f"{p}: not valid TOML: {exc}", obj=str(p)) from None
+    return parse_topology(data, p.resolve().parent, str(p))

@@ -1,0 +1,27 @@
+"""Dialect registry: pick a dialect from a database URL."""
+
+from __future__ import annotations
+
+from ..errors import ConfigurationError
+from .base import Capabilities, Column, Dialect, ForeignKey, Replica, TableInfo, redact_url
+
+
+def dialect_for_url(url: str) -> Dialect:
+    scheme = url.split(":", 1)[0].lower()
+    if scheme == "sqlite":
+        from .sqlite.dialect import SQLiteDialect
+
+        return SQLiteDialect()
+    if scheme in ("postgresql", "postgres"):
+        from .postgres.dialect import PostgresDialect
+
+        return PostgresDialect()
+    raise ConfigurationError(f"unsupported database URL {redact_url(url)!r}: use sqlite:/// or postgresql://")
+
+
+def connect(url: str, label: str | None = None) -> Replica:
+    """Open a replica database by URL."""
+    return dialect_for_url(url).connect(url, label)
+
+
+__all__ = ["Capabilities", "Column", "Dialect", "ForeignKey", "Replica", "TableInfo", "connect", "dialect_for_url"]

@@ -1,0 +1,401 @@
+"""The dialect protocol: what sparksync needs from a database, and what each database can do.
+
+Core code asks :class:`Capabilities`, never a dialect's name. SQL that differs between databases
+lives in the dialect (small hooks) or in its ``templates/`` folder (trigger and function SQL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import SparksyncError
+from ..names import TableName, quote_ident
+from ..types import Kind, SqlType
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    name: str
+    supports_schemas: bool
+    supports_statement_triggers: bool      # set-based triggers with transition tables
+    supports_procedures: bool
+    supports_logical_decoding: bool
+    concurrent_writers: bool               # several write transactions at once: generations must settle
+    transactional_ddl: bool
+    default_schema: str | None
+    paramstyle: str                        # the placeholder the driver expects: "?" or "%s"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: SqlType
+    nullable: bool = True
+    default: str | None = None    # raw SQL text of the default, as the database reports it
+
+
+@dataclass(frozen=True)
+class ForeignKey:
+    columns: tuple[str, ...]
+    ref_table: TableName
+    ref_columns: tuple[str, ...]
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """A reflected table: columns in order, primary key, foreign keys and single-column unique keys."""
+
+    name: TableName
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...]
+    foreign_keys: tuple[ForeignKey, ...] = ()
+    unique_columns: frozenset[str] = field(default_factory=frozenset)
+
+    def column(self, name: str) -> Column | None:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        lowered = name.lower()
+        for c in self.columns:
+            if c.name.lower() == lowered:
+                return c
+        return None
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def signature(self) -> list[list[str]]:
+        """What schema drift is checked against: column names and types, in order."""
+        return [[c.name, str(c.type)] for c in self.columns]
+
+
+def to_table_dict(t: TableInfo) -> dict:
+    return {
+        "schema": t.name.schema,
+        "name": t.name.name,
+        "columns": [
+            {"name": c.name, "type": c.type.to_dict(), "nullable": c.nullable} for c in t.columns
+        ],
+        "primary_key": list(t.primary_key),
+        "foreign_keys": [
+            {"columns": list(fk.columns), "ref_schema": fk.ref_table.schema, "ref_table": fk.ref_table.name,
+             "ref_columns": list(fk.ref_columns), "name": fk.name}
+            for fk in t.foreign_keys
+        ],
+        "unique_columns": sorted(t.unique_columns),
+    }
+
+
+def from_table_dict(d: dict) -> TableInfo:
+    return TableInfo(
+        name=TableName(d.get("schema"), d["name"]),
+        columns=tuple(Column(c["name"], SqlType.from_dict(c["type"]), c.get("nullable", True)) for c in d["columns"]),
+        primary_key=tuple(d["primary_key"]),
+        foreign_keys=tuple(
+            ForeignKey(tuple(f["columns"]), TableName(f.get("ref_schema"), f["ref_table"]), tuple(f["ref_columns"]), f.get("name"))
+            for f in d.get("foreign_keys", [])
+        ),
+        unique_columns=frozenset(d.get("unique_columns", [])),
+    )
+
+
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@]+:)([^@]*)(@)")
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (for messages and logs)."""
+    url = _PASSWORD_IN_URL.sub(r"\1***\3", url)
+    return re.sub(r"(password=)([^&\s]+)", r"\1***", url, flags=re.I)
+
+
+class Replica:
+    """One open connection to a replica database (publisher or subscriber), with its dialect.
+
+    The connection is in autocommit mode; :meth:`transaction` opens an explicit transaction.
+    Driver errors are translated by the dialect into :class:`SparksyncError` subclasses.
+    """
+
+    def __init__(self, dialect: "Dialect", raw: Any, url: str, label: str | None = None):
+        self.dialect = dialect
+        self.raw = raw
+        self.url = url
+        self.label = label or redact_url(url)
+        self._in_tx = False
+
+    # -- statements -------------------------------------------------------------------------
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        try:
+            return self.dialect.execute(self.raw, sql, params)
+        except SparksyncError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - translated, cause kept
+            raise self.dialect.translate_error(exc, f"{self.label}: {_first_line(sql)}") from exc
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        try:
+            self.dialect.executemany(self.raw, sql, rows)
+        except SparksyncError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise self.dialect.translate_error(exc, f"{self.label}: {_first_line(sql)}") from exc
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        try:
+            return self.dialect.query(self.raw, sql, params)
+        except SparksyncError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise self.dialect.translate_error(exc, f"{self.label}: {_first_line(sql)}") from exc
+
+    def query_one(self, sql: str, params: Sequence[Any] = ()) -> tuple | None:
+        rows = self.query(sql, params)
+        return rows[0] if rows else None
+
+    def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        row = self.query_one(sql, params)
+        return None if row is None else row[0]
+
+    # -- transactions -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator["Replica"]:
+        """One write transaction. Nested use joins the outer transaction."""
+        if self._in_tx:
+            yield self
+            return
+        self.execute(self.dialect.begin_write_sql)
+        self._in_tx = True
+        try:
+            yield self
+        except BaseException:
+            self._in_tx = False
+            with contextlib.suppress(Exception):
+                self.dialect.rollback(self.raw)
+            raise
+        else:
+            self._in_tx = False
+            try:
+                self.dialect.commit(self.raw)
+            except Exception as exc:  # noqa: BLE001
+                raise self.dialect.translate_error(exc, f"{self.label}: commit") from exc
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._in_tx
+
+    # -- helpers ----------------------------------------------------------------------------
+    @property
+    def p(self) -> str:
+        """The parameter placeholder of this driver."""
+        return self.dialect.capabilities.paramstyle
+
+    def table_sql(self, name: TableName) -> str:
+        return self.dialect.table_sql(name)
+
+    def meta(self, name: str) -> str:
+        """The quoted, qualified name of a replication metadata table."""
+        return self.dialect.metadata_table_sql(name)
+
+    def reflect(self, name: TableName) -> TableInfo | None:
+        return self.dialect.reflect_table(self, name)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.raw.close()
+
+    def __enter__(self) -> "Replica":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Replica({self.dialect.capabilities.name}, {self.label})"
+
+
+def _first_line(sql: str) -> str:
+    s = " ".join(sql.split())
+    return s if len(s) <= 120 else s[:117] + "..."
+
+
+class Dialect(ABC):
+    """What sparksync needs from one kind of database. One instance per kind; stateless."""
+
+    capabilities: Capabilities
+    begin_write_sql: str = "BEGIN"
+
+    # -- connections and statements ---------------------------------------------------------
+    @abstractmethod
+    def connect(self, url: str, label: str | None = None) -> Replica: ...
+
+    @abstractmethod
+    def execute(self, raw: Any, sql: str, params: Sequence[Any]) -> Any: ...
+
+    @abstractmethod
+    def executemany(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+
+    @abstractmethod
+    def query(self, raw: Any, sql: str, params: Sequence[Any]) -> list[tuple]: ...
+
+    def commit(self, raw: Any) -> None:
+        raw.execute("COMMIT")
+
+    def rollback(self, raw: Any) -> None:
+        raw.execute("ROLLBACK")
+
+    @abstractmethod
+    def translate_error(self, exc: BaseException, context: str) -> SparksyncError: ...
+
+    # -- names ------------------------------------------------------------------------------
+    def quote(self, name: str) -> str:
+        return quote_ident(name)
+
+    def resolve_name(self, name: TableName) -> TableName:
+        """Fill in the default schema (or refuse a schema where the database has none)."""
+        return name
+
+    def table_sql(self, name: TableName) -> str:
+        name = self.resolve_name(name)
+        if name.schema is None:
+            return self.quote(name.name)
+        return f"{self.quote(name.schema)}.{self.quote(name.name)}"
+
+    @abstractmethod
+    def metadata_table_sql(self, name: str) -> str: ...
+
+    # -- catalog ----------------------------------------------------------------------------
+    @abstractmethod
+    def reflect_table(self, replica: Replica, name: TableName) -> TableInfo | None: ...
+
+    @abstractmethod
+    def parse_type(self, type_text: str) -> SqlType: ...
+
+    @abstractmethod
+    def render_type(self, t: SqlType) -> str: ...
+
+    def render_create_table(self, table: TableInfo, rowguid: str | None) -> list[str]:
+        """CREATE TABLE for a subscriber's copy of an article (types mapped, PK, FKs)."""
+        cols = []
+        for c in table.columns:
+            spec = f"{self.quote(c.name)} {self.render_type(c.type)}"
+            if not c.nullable or c.name in table.primary_key:
+                spec += " NOT NULL"
+            if rowguid is not None and c.name == rowguid:
+                spec += f" DEFAULT {self.new_rowguid_sql()}"
+            cols.append(spec)
+        cols.append("PRIMARY KEY (" + ", ".join(self.quote(c) for c in table.primary_key) + ")")
+        for fk in table.foreign_keys:
+            cols.append(
+                "FOREIGN KEY (" + ", ".join(self.quote(c) for c in fk.columns) + ") REFERENCES "
+                + self.table_sql(fk.ref_table) + " (" + ", ".join(self.quote(c) for c in fk.ref_columns) + ")"
+            )
+        stmts = []
+        name = self.resolve_name(table.name)
+        if name.schema is not None and self.capabilities.supports_schemas:
+            stmts.append(f"CREATE SCHEMA IF NOT EXISTS {self.quote(name.schema)}")
+        stmts.append(f"CREATE TABLE {self.table_sql(table.name)} (\n  " + ",\n  ".join(cols) + "\n)")
+        if rowguid is not None:
+            stmts.append(self.render_rowguid_index(table.name, rowguid))
+        return stmts
+
+    def render_rowguid_index(self, table: TableName, rowguid: str) -> str:
+        idx = self.quote(f"MSmerge_idx_{table.slug}_{rowguid}"[:63])
+        return f"CREATE UNIQUE INDEX IF NOT EXISTS {idx} ON {self.table_sql(table)} ({self.quote(rowguid)})"
+
+    # -- values -----------------------------------------------------------------------------
+    def to_db(self, t: SqlType, value: Any) -> Any:
+        """A Python/Arrow value converted for this driver's parameters."""
+        return value
+
+    def db_converters(self, types: Sequence[SqlType]):
+        convs = [self._converter(t) for t in types]
+        return convs
+
+    def _converter(self, t: SqlType):
+        return None
+
+    # -- data movement ----------------------------------------------------------------------
+    def bulk_load(self, replica: Replica, table: TableName, columns: Sequence[str], types: Sequence[SqlType],
+                  rows: Iterable[Sequence[Any]]) -> int:
+        cols = ", ".join(self.quote(c) for c in columns)
+        ph = ", ".join([self.capabilities.paramstyle] * len(columns))
+        sql = f"INSERT INTO {self.table_sql(table)} ({cols}) VALUES ({ph})"
+        convs = self.db_converters(types)
+        n = 0
+
+        def gen():
+            nonlocal n
+            for r in rows:
+                n += 1
+                yield tuple(v if (v is None or c is None) else c(v) for v, c in zip(r, convs))
+
+        replica.executemany(sql, gen())
+        return n
+
+    def render_upsert(self, table: TableName, columns: Sequence[str], key: Sequence[str]) -> str:
+        cols = ", ".join(self.quote(c) for c in columns)
+        ph = ", ".join([self.capabilities.paramstyle] * len(columns))
+        updates = [c for c in columns if c not in key]
+        conflict = ", ".join(self.quote(c) for c in key)
+        if updates:
+            action = "DO UPDATE SET " + ", ".join(f"{self.quote(c)} = excluded.{self.quote(c)}" for c in updates)
+        else:
+            action = "DO NOTHING"
+        return f"INSERT INTO {self.table_sql(table)} ({cols}) VALUES ({ph}) ON CONFLICT ({conflict}) {action}"
+
+    # -- merge change tracking --------------------------------------------------------------
+    @abstractmethod
+    def new_rowguid_sql(self) -> str:
+        """A SQL expression producing a new time-ordered GUID (UUIDv7 layout)."""
+
+    @abstractmethod
+    def install_support_objects(self, replica: Replica) -> None:
+        """Functions, sequences or schemas the metadata and triggers need (idempotent)."""
+
+    @abstractmethod
+    def add_rowguid_column(self, replica: Replica, table: TableName, column: str) -> None:
+        """Add and backfill the rowguid column of a newly published table."""
+
+    @abstractmethod
+    def adopt_rowguid_column(self, replica: Replica, table: TableName, column: str) -> None:
+        """Use an existing GUID column as the rowguid: fill missing values, give it a default."""
+
+    @abstractmethod
+    def render_merge_triggers(self, ctx: dict) -> list[str]:
+        """The statements that (re)create the insert/update/delete tracking triggers of one article."""
+
+    @abstractmethod
+    def drop_merge_triggers(self, replica: Replica, table: TableName, artid: str) -> None: ...
+
+    @abstractmethod
+    def list_merge_triggers(self, replica: Replica, table: TableName) -> list[str]: ...
+
+    @abstractmethod
+    def begin_agent_writes(self, replica: Replica) -> None:
+        """Inside a transaction: make the tracking triggers ignore this transaction's DML."""
+
+    @abstractmethod
+    def end_agent_writes(self, replica: Replica) -> None: ...
+
+    @abstractmethod
+    def current_open_generation(self, replica: Replica) -> int | None: ...
+
+    @abstractmethod
+    def set_open_generation(self, replica: Replica, generation: int) -> None:
+        """Point new changes at ``generation`` (its genhistory row already exists, open)."""
+
+    @abstractmethod
+    def try_claim_generation(self, replica: Replica, generation: int) -> bool:
+        """Inside a transaction: True (and hold it until commit) when no writer of ``generation`` is running."""
+
+    def kinds_supported(self) -> frozenset[Kind]:
+        return frozenset(Kind)

@@ -1,0 +1,259 @@
+"""PostgreSQL: the server dialect (psycopg 3). Metadata lives in the ``sparksync`` schema."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ...errors import ConnectionFailed, ConstraintViolation, DatabaseError, SchemaError, SparksyncError
+from ...names import TableName
+from ...types import Kind, SqlType, decimal_type
+from ..base import Capabilities, Column, Dialect, ForeignKey, Replica, TableInfo, redact_url
+from ..templates import render_statements
+
+METADATA_SCHEMA = "sparksync"
+LOCK_CLASS = 1397771083  # advisory lock class of generation locks ('SPKK')
+
+_TRANSIENT_STATES = {"40001", "40P01", "55P03", "57014", "53300", "08000", "08003", "08006", "57P01"}
+_CONSTRAINTS = {"23505": "unique", "23503": "foreign_key", "23502": "not_null", "23514": "check"}
+
+
+class PostgresDialect(Dialect):
+    capabilities = Capabilities(
+        name="postgresql",
+        supports_schemas=True,
+        supports_statement_triggers=True,
+        supports_procedures=True,
+        supports_logical_decoding=True,
+        concurrent_writers=True,
+        transactional_ddl=True,
+        default_schema="public",
+        paramstyle="%s",
+    )
+
+    # -- connections ------------------------------------------------------------------------
+    def connect(self, url: str, label: str | None = None) -> Replica:
+        import psycopg
+
+        try:
+            raw = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConnectionFailed(
+                f"cannot connect to PostgreSQL at {redact_url(url)}: {redact_url(detail)}", obj=redact_url(url)
+            ) from None
+        return Replica(self, raw, url, label or redact_url(url))
+
+    def execute(self, raw, sql, params):
+        return raw.execute(sql, tuple(params) if params else None)
+
+    def executemany(self, raw, sql, rows):
+        with raw.cursor() as cur:
+            cur.executemany(sql, list(rows))
+
+    def query(self, raw, sql, params):
+        return raw.execute(sql, tuple(params) if params else None).fetchall()
+
+    def commit(self, raw):
+        raw.execute("COMMIT")
+
+    def rollback(self, raw):
+        raw.execute("ROLLBACK")
+
+    def translate_error(self, exc: BaseException, context: str) -> SparksyncError:
+        import psycopg
+
+        state = getattr(exc, "sqlstate", None)
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if state in _CONSTRAINTS:
+            kind = _CONSTRAINTS[state]
+            diag = getattr(exc, "diag", None)
+            if kind == "unique" and diag is not None and (diag.constraint_name or "").endswith("_pkey"):
+                kind = "primary_key"
+            return ConstraintViolation(f"{context}: {msg}", kind=kind, native_code=state)
+        if state in ("42P01", "42703", "3F000"):
+            return SchemaError(f"{context}: {msg}")
+        if isinstance(exc, psycopg.OperationalError) and state is None:
+            return ConnectionFailed(f"{context}: {redact_url(msg)}")
+        return DatabaseError(f"{context}: {msg}", transient=state in _TRANSIENT_STATES, native_code=state)
+
+    # -- names ------------------------------------------------------------------------------
+    def resolve_name(self, name: TableName) -> TableName:
+        return name if name.schema is not None else TableName("public", name.name)
+
+    def metadata_table_sql(self, name: str) -> str:
+        return f"{self.quote(METADATA_SCHEMA)}.{self.quote(name.lower())}"
+
+    # -- catalog ----------------------------------------------------------------------------
+    def _oid(self, replica: Replica, name: TableName) -> int | None:
+        return replica.scalar(
+            "SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')", (name.schema, name.name))
+
+    def similar_tables(self, replica: Replica, name: TableName) -> list[str]:
+        rows = replica.query(
+            "SELECT n.nspname, c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE lower(c.relname) = lower(%s) AND c.relkind IN ('r', 'p')",
+            (name.name,))
+        return [f"{s}.{t}" for s, t in rows]
+
+    def reflect_table(self, replica: Replica, name: TableName) -> TableInfo | None:
+        name = self.resolve_name(name)
+        oid = self._oid(replica, name)
+        if oid is None:
+            return None
+        cols = [
+            Column(n, self.parse_type(t), not notnull, dflt)
+            for n, t, notnull, dflt in replica.query(
+                "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, "
+                "pg_catalog.pg_get_expr(d.adbin, d.adrelid) FROM pg_catalog.pg_attribute a "
+                "LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+                "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", (oid,))
+        ]
+        cons = replica.query(
+            "SELECT con.contype, con.conname, "
+            "  ARRAY(SELECT a.attname FROM unnest(con.conkey) WITH ORDINALITY k(n, i) "
+            "        JOIN pg_catalog.pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.n ORDER BY k.i), "
+            "  rn.nspname, rc.relname, "
+            "  ARRAY(SELECT a.attname FROM unnest(con.confkey) WITH ORDINALITY k(n, i) "
+            "        JOIN pg_catalog.pg_attribute a ON a.attrelid = con.confrelid AND a.attnum = k.n ORDER BY k.i) "
+            "FROM pg_catalog.pg_constraint con "
+            "LEFT JOIN pg_catalog.pg_class rc ON rc.oid = con.confrelid "
+            "LEFT JOIN pg_catalog.pg_namespace rn ON rn.oid = rc.relnamespace "
+            "WHERE con.conrelid = %s AND con.contype IN ('p', 'f', 'u') ORDER BY con.conname", (oid,))
+        pk: tuple[str, ...] = ()
+        fks, unique = [], set()
+        for contype, conname, keys, rschema, rtable, rkeys in cons:
+            if contype == "p":
+                pk = tuple(keys)
+            elif contype == "f":
+                fks.append(ForeignKey(tuple(keys), TableName(rschema, rtable), tuple(rkeys), conname))
+            elif contype == "u" and len(keys) == 1:
+                unique.add(keys[0])
+        for (col,) in replica.query(
+            "SELECT a.attname FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a "
+            "ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "
+            "WHERE i.indrelid = %s AND i.indisunique AND i.indnatts = 1 AND i.indpred IS NULL", (oid,)):
+            unique.add(col)
+        if len(pk) == 1:
+            unique.add(pk[0])
+        return TableInfo(name, tuple(cols), pk, tuple(fks), frozenset(unique))
+
+    _TYPE = re.compile(r"^([a-z_ ]+?)(?:\((\d+)(?:,(\d+))?\))?(\[\])?$")
+
+    def parse_type(self, type_text: str) -> SqlType:
+        m = self._TYPE.match(type_text.strip())
+        if not m or m.group(4):
+            raise SchemaError(f"unsupported PostgreSQL column type {type_text!r}")
+        base, a, b = m.group(1).strip(), m.group(2), m.group(3)
+        a = int(a) if a else None
+        b = int(b) if b else None
+        simple = {
+            "boolean": Kind.BOOLEAN, "smallint": Kind.SMALLINT, "integer": Kind.INTEGER, "bigint": Kind.BIGINT,
+            "real": Kind.REAL, "double precision": Kind.DOUBLE, "text": Kind.TEXT, "bytea": Kind.BYTES,
+            "date": Kind.DATE, "time without time zone": Kind.TIME, "timestamp without time zone": Kind.TIMESTAMP,
+            "timestamp with time zone": Kind.TIMESTAMPTZ, "uuid": Kind.UUID, "json": Kind.JSON, "jsonb": Kind.JSON,
+            "citext": Kind.TEXT,
+        }
+        if base in simple:
+            return SqlType(simple[base])
+        if base in ("character varying", "character", "varchar", "char"):
+            return SqlType(Kind.TEXT, length=a)
+        if base == "numeric":
+            return decimal_type(a, b)
+        if base == "money":
+            return decimal_type(19, 2)
+        raise SchemaError(f"unsupported PostgreSQL column type {type_text!r}")
+
+    def render_type(self, t: SqlType) -> str:
+        k = t.kind
+        if k is Kind.TEXT:
+            return f"varchar({t.length})" if t.length else "text"
+        if k is Kind.DECIMAL:
+            return f"numeric({t.precision},{t.scale})"
+        return {
+            Kind.BOOLEAN: "boolean", Kind.SMALLINT: "smallint", Kind.INTEGER: "integer", Kind.BIGINT: "bigint",
+            Kind.REAL: "real", Kind.DOUBLE: "double precision", Kind.BYTES: "bytea", Kind.DATE: "date",
+            Kind.TIME: "time", Kind.TIMESTAMP: "timestamp", Kind.TIMESTAMPTZ: "timestamptz", Kind.UUID: "uuid",
+            Kind.JSON: "jsonb",
+        }[k]
+
+    # -- values -----------------------------------------------------------------------------
+    def _converter(self, t: SqlType):
+        if t.kind is Kind.JSON:
+            from psycopg.types.json import Jsonb
+
+            import json as _json
+            return lambda v: Jsonb(_json.loads(v)) if isinstance(v, str) else Jsonb(v)
+        return None
+
+    def bulk_load(self, replica: Replica, table: TableName, columns: Sequence[str], types: Sequence[SqlType],
+                  rows: Iterable[Sequence[Any]]) -> int:
+        cols = ", ".join(self.quote(c) for c in columns)
+        n = 0
+        try:
+            with replica.raw.cursor() as cur:
+                with cur.copy(f"COPY {self.table_sql(table)} ({cols}) FROM STDIN") as copy:
+                    for r in rows:
+                        copy.write_row(r)
+                        n += 1
+        except SparksyncError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise self.translate_error(exc, f"{replica.label}: load {table}") from exc
+        return n
+
+    # -- merge change tracking --------------------------------------------------------------
+    def new_rowguid_sql(self) -> str:
+        return f"{self.quote(METADATA_SCHEMA)}.uuid7()"
+
+    def install_support_objects(self, replica: Replica) -> None:
+        for stmt in render_statements("postgres/templates/support.sql",
+                                      {"schema": METADATA_SCHEMA, "lock_class": LOCK_CLASS}):
+            replica.execute(stmt)
+
+    def add_rowguid_column(self, replica: Replica, table: TableName, column: str) -> None:
+        replica.execute(
+            f"ALTER TABLE {self.table_sql(table)} ADD COLUMN {self.quote(column)} uuid NOT NULL "
+            f"DEFAULT {self.new_rowguid_sql()}")
+
+    def adopt_rowguid_column(self, replica: Replica, table: TableName, column: str) -> None:
+        t, c = self.table_sql(table), self.quote(column)
+        replica.execute(f"UPDATE {t} SET {c} = {self.new_rowguid_sql()} WHERE {c} IS NULL")
+        replica.execute(f"ALTER TABLE {t} ALTER COLUMN {c} SET DEFAULT {self.new_rowguid_sql()}")
+        replica.execute(f"ALTER TABLE {t} ALTER COLUMN {c} SET NOT NULL")
+
+    def render_merge_triggers(self, ctx: dict) -> list[str]:
+        return render_statements("postgres/templates/merge_triggers.sql", {**ctx, "schema": METADATA_SCHEMA})
+
+    def drop_merge_triggers(self, replica: Replica, table: TableName, artid: str) -> None:
+        for op in ("ins", "upd", "del"):
+            replica.execute(f"DROP TRIGGER IF EXISTS {self.quote(f'MSmerge_{op}_{artid}')} ON {self.table_sql(table)}")
+            replica.execute(f"DROP FUNCTION IF EXISTS {self.quote(METADATA_SCHEMA)}.{self.quote(f'msmerge_{op}_{artid}')}()")
+
+    def list_merge_triggers(self, replica: Replica, table: TableName) -> list[str]:
+        name = self.resolve_name(table)
+        oid = self._oid(replica, name)
+        if oid is None:
+            return []
+        return [r[0] for r in replica.query(
+            "SELECT tgname FROM pg_catalog.pg_trigger WHERE tgrelid = %s AND NOT tgisinternal "
+            "AND tgname LIKE 'MSmerge\\_%%' ORDER BY tgname", (oid,))]
+
+    def begin_agent_writes(self, replica: Replica) -> None:
+        replica.execute("SELECT set_config('sparksync.applying', 'on', true)")
+
+    def end_agent_writes(self, replica: Replica) -> None:
+        replica.execute("SELECT set_config('sparksync.applying', 'off', true)")
+
+    def current_open_generation(self, replica: Replica) -> int | None:
+        return replica.scalar(f"SELECT last_value FROM {self.quote(METADATA_SCHEMA)}.open_generation")
+
+    def set_open_generation(self, replica: Replica, generation: int) -> None:
+        replica.execute(f"SELECT setval('{METADATA_SCHEMA}.open_generation', %s, true)", (generation,))
+
+    def try_claim_generation(self, replica: Replica, generation: int) -> bool:
+        """Inside a transaction: take the generation's lock exclusively if no writer holds it."""
+        return bool(replica.scalar("SELECT pg_try_advisory_xact_lock(%s, %s)",
+                                   (LOCK_CLASS, generation % 2147483647)))

@@ -1,0 +1,87 @@
+{#- Merge change tracking for one article on PostgreSQL: statement-level triggers with transition
+    tables, so a bulk statement costs one set-based write per metadata table, not one per row.
+    The agent's own writes are skipped through the transaction-local setting sparksync.applying. -#}
+{% set fn = schema | q %}
+{% macro changed_any(o, n) -%}
+({% for c in columns %}{{ o }}.{{ c.name | q }}{{ c.cmp }} IS DISTINCT FROM {{ n }}.{{ c.name | q }}{{ c.cmp }}{{ " OR " if not loop.last }}{% endfor %})
+{%- endmacro %}
+{% macro changed_cols(o, n) -%}
+{% if column_tracking %}
+coalesce((SELECT jsonb_object_agg(v.k, 1) FROM (VALUES {% for c in columns %}({{ c.name | lit }}, {{ o }}.{{ c.name | q }}{{ c.cmp }} IS DISTINCT FROM {{ n }}.{{ c.name | q }}{{ c.cmp }}){{ ", " if not loop.last }}{% endfor %}) AS v(k, ch) WHERE v.ch), '{}'::jsonb)
+{%- else %}
+NULL::jsonb
+{%- endif %}
+{%- endmacro %}
+DROP TRIGGER IF EXISTS {{ ("MSmerge_ins_" ~ artid) | q }} ON {{ table }}
+-- statement
+DROP TRIGGER IF EXISTS {{ ("MSmerge_upd_" ~ artid) | q }} ON {{ table }}
+-- statement
+DROP TRIGGER IF EXISTS {{ ("MSmerge_del_" ~ artid) | q }} ON {{ table }}
+-- statement
+CREATE OR REPLACE FUNCTION {{ fn }}.{{ ("msmerge_ins_" ~ artid) | q }}() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE g bigint;
+BEGIN
+  IF current_setting('sparksync.applying', true) = 'on' THEN RETURN NULL; END IF;
+  g := {{ fn }}.writer_generation();
+  INSERT INTO {{ contents }} AS c (tablenick, rowguid, generation, lineage, colv)
+  SELECT {{ tablenick }}, n.{{ rowguid }}, g, {{ fn }}.lineage_bump(ts.lineage, {{ replnick }}), {{ "'{}'::jsonb" if column_tracking else "NULL" }}
+    FROM new_rows AS n
+    LEFT JOIN {{ tombstone }} AS ts ON ts.tablenick = {{ tablenick }} AND ts.rowguid = n.{{ rowguid }}
+   WHERE n.{{ rowguid }} IS NOT NULL
+  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
+    generation = EXCLUDED.generation,
+    lineage = {{ fn }}.lineage_bump(c.lineage, {{ replnick }}),
+    colv = EXCLUDED.colv;
+  DELETE FROM {{ tombstone }} AS ts USING new_rows AS n
+   WHERE ts.tablenick = {{ tablenick }} AND ts.rowguid = n.{{ rowguid }};
+  RETURN NULL;
+END
+$fn$
+-- statement
+CREATE OR REPLACE FUNCTION {{ fn }}.{{ ("msmerge_upd_" ~ artid) | q }}() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE g bigint;
+BEGIN
+  IF current_setting('sparksync.applying', true) = 'on' THEN RETURN NULL; END IF;
+  g := {{ fn }}.writer_generation();
+  INSERT INTO {{ contents }} AS c (tablenick, rowguid, generation, lineage, colv)
+  SELECT {{ tablenick }}, n.{{ rowguid }}, g, {{ fn }}.lineage_bump(NULL, {{ replnick }}),
+         {% if column_tracking %}{{ fn }}.colv_bump(NULL, {{ changed_cols("o", "n") }}, {{ replnick }}, 1){% else %}NULL{% endif %}
+
+    FROM new_rows AS n JOIN old_rows AS o ON o.{{ rowguid }} = n.{{ rowguid }}
+   WHERE {{ changed_any("o", "n") }}
+  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
+    generation = EXCLUDED.generation,
+    lineage = {{ fn }}.lineage_bump(c.lineage, {{ replnick }}),
+    colv = {% if column_tracking %}{{ fn }}.colv_bump(c.colv, EXCLUDED.colv, {{ replnick }}, {{ fn }}.lineage_next(c.lineage)){% else %}NULL{% endif %};
+  RETURN NULL;
+END
+$fn$
+-- statement
+CREATE OR REPLACE FUNCTION {{ fn }}.{{ ("msmerge_del_" ~ artid) | q }}() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE g bigint;
+BEGIN
+  IF current_setting('sparksync.applying', true) = 'on' THEN RETURN NULL; END IF;
+  g := {{ fn }}.writer_generation();
+  WITH gone AS (
+    DELETE FROM {{ contents }} AS c USING old_rows AS o
+     WHERE c.tablenick = {{ tablenick }} AND c.rowguid = o.{{ rowguid }}
+    RETURNING c.rowguid, c.lineage
+  )
+  INSERT INTO {{ tombstone }} AS t (tablenick, rowguid, type, lineage, generation)
+  SELECT {{ tablenick }}, o.{{ rowguid }}, 1, {{ fn }}.lineage_bump(gone.lineage, {{ replnick }}), g
+    FROM old_rows AS o LEFT JOIN gone ON gone.rowguid = o.{{ rowguid }}
+   WHERE o.{{ rowguid }} IS NOT NULL
+  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
+    type = 1, lineage = EXCLUDED.lineage, generation = EXCLUDED.generation;
+  RETURN NULL;
+END
+$fn$
+-- statement
+CREATE TRIGGER {{ ("MSmerge_ins_" ~ artid) | q }} AFTER INSERT ON {{ table }}
+  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {{ fn }}.{{ ("msmerge_ins_" ~ artid) | q }}()
+-- statement
+CREATE TRIGGER {{ ("MSmerge_upd_" ~ artid) | q }} AFTER UPDATE ON {{ table }}
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {{ fn }}.{{ ("msmerge_upd_" ~ artid) | q }}()
+-- statement
+CREATE TRIGGER {{ ("MSmerge_del_" ~ artid) | q }} AFTER DELETE ON {{ table }}
+  REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION {{ fn }}.{{ ("msmerge_del_" ~ artid) | q }}()

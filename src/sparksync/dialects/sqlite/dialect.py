@@ -1,0 +1,283 @@
+"""SQLite: the embedded default. One file per replica, one writer at a time, WAL journal."""
+
+from __future__ import annotations
+
+import decimal
+import datetime as dt
+import re
+import sqlite3
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ...errors import (ConnectionFailed, ConstraintViolation, DatabaseError, InvalidNameError, SchemaError,
+                       SparksyncError)
+from ...names import TableName
+from ...types import Kind, SqlType, decimal_type
+from ..base import Capabilities, Column, Dialect, ForeignKey, Replica, TableInfo
+from ..templates import render_statements
+
+# SQLite needs adapters for the Python types its driver does not know.
+sqlite3.register_adapter(decimal.Decimal, str)
+sqlite3.register_adapter(uuid.UUID, str)
+sqlite3.register_adapter(dt.datetime, lambda v: v.isoformat(sep=" "))
+sqlite3.register_adapter(dt.date, lambda v: v.isoformat())
+sqlite3.register_adapter(dt.time, lambda v: v.isoformat())
+
+# A UUIDv7-layout GUID: 48 bits of Unix milliseconds, version 7, variant 10xx, random rest.
+_MS = "printf('%012x', CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER))"
+NEW_GUID_SQL = (
+    "lower(substr(" + _MS + ", 1, 8) || '-' || substr(" + _MS + ", 9, 4) || '-7' || "
+    "substr(hex(randomblob(2)), 2, 3) || '-' || substr('89ab', 1 + (abs(random()) % 4), 1) || "
+    "substr(hex(randomblob(2)), 2, 3) || '-' || hex(randomblob(6)))"
+)
+
+
+def sqlite_path(url: str) -> str:
+    """``sqlite:///rel.db`` -> ``rel.db``; ``sqlite:////abs.db`` -> ``/abs.db``; ``sqlite://`` -> memory."""
+    if not url.startswith("sqlite://"):
+        raise ConnectionFailed(f"not a SQLite URL: {url}")
+    rest = url[len("sqlite://"):]
+    if rest in ("", "/", "/:memory:"):
+        return ":memory:"
+    if not rest.startswith("/"):
+        raise ConnectionFailed(f"invalid SQLite URL {url!r}: use sqlite:///relative.db or sqlite:////absolute.db")
+    return rest[1:]
+
+
+class SQLiteDialect(Dialect):
+    capabilities = Capabilities(
+        name="sqlite",
+        supports_schemas=False,
+        supports_statement_triggers=False,
+        supports_procedures=False,
+        supports_logical_decoding=False,
+        concurrent_writers=False,
+        transactional_ddl=True,
+        default_schema=None,
+        paramstyle="?",
+    )
+    begin_write_sql = "BEGIN IMMEDIATE"
+
+    # -- connections ------------------------------------------------------------------------
+    def connect(self, url: str, label: str | None = None) -> Replica:
+        path = sqlite_path(url)
+        if path != ":memory:":
+            parent = Path(path).resolve().parent
+            if not parent.is_dir():
+                raise ConnectionFailed(f"cannot open SQLite database {path}: folder {parent} does not exist", obj=path)
+        try:
+            raw = sqlite3.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
+            raw.execute("PRAGMA foreign_keys = ON")
+            raw.execute("PRAGMA busy_timeout = 30000")
+            if path != ":memory:":
+                raw.execute("PRAGMA journal_mode = WAL")
+                raw.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as exc:
+            raise ConnectionFailed(f"cannot open SQLite database {path}: {exc}", obj=path) from exc
+        return Replica(self, raw, url, label or path)
+
+    def execute(self, raw, sql, params):
+        return raw.execute(sql, tuple(params))
+
+    def executemany(self, raw, sql, rows):
+        raw.executemany(sql, rows)
+
+    def query(self, raw, sql, params):
+        return raw.execute(sql, tuple(params)).fetchall()
+
+    def translate_error(self, exc: BaseException, context: str) -> SparksyncError:
+        msg = str(exc)
+        low = msg.lower()
+        if isinstance(exc, sqlite3.IntegrityError):
+            kind = ("foreign_key" if "foreign key" in low else "not_null" if "not null" in low
+                    else "check" if "check" in low else "primary_key" if "primary key" in low else "unique")
+            code = {"foreign_key": "787", "not_null": "1299", "check": "275"}.get(kind, "2067")
+            return ConstraintViolation(f"{context}: {msg}", kind=kind, native_code=code)
+        if isinstance(exc, sqlite3.OperationalError):
+            if "locked" in low or "busy" in low:
+                return DatabaseError(f"{context}: {msg}", transient=True, native_code="SQLITE_BUSY")
+            if "unable to open" in low or "disk i/o" in low:
+                return ConnectionFailed(f"{context}: {msg}")
+            if "no such table" in low or "no such column" in low:
+                return SchemaError(f"{context}: {msg}")
+        return DatabaseError(f"{context}: {msg}", transient=False)
+
+    # -- names ------------------------------------------------------------------------------
+    def resolve_name(self, name: TableName) -> TableName:
+        if name.schema is None or name.schema.lower() == "main":
+            return TableName(None, name.name)
+        raise InvalidNameError(
+            f"table {name}: SQLite has no schemas; name the table without '{name.schema}.'", obj=str(name)
+        )
+
+    def metadata_table_sql(self, name: str) -> str:
+        return self.quote(name)
+
+    # -- catalog ----------------------------------------------------------------------------
+    def _real_name(self, replica: Replica, name: TableName) -> str | None:
+        row = replica.query_one(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE", (name.name,)
+        )
+        return None if row is None else row[0]
+
+    def reflect_table(self, replica: Replica, name: TableName) -> TableInfo | None:
+        name = self.resolve_name(name)
+        real = self._real_name(replica, name)
+        if real is None:
+            return None
+        cols, pk = [], []
+        for cid, cname, ctype, notnull, dflt, pkpos in replica.query(
+            "SELECT cid, name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?) ORDER BY cid", (real,)
+        ):
+            cols.append(Column(cname, self.parse_type(ctype or ""), not notnull, dflt))
+            if pkpos:
+                pk.append((pkpos, cname))
+        fks: dict[int, list] = {}
+        for fid, seq, ref, frm, to in replica.query(
+            "SELECT id, seq, \"table\", \"from\", \"to\" FROM pragma_foreign_key_list(?) ORDER BY id, seq", (real,)
+        ):
+            fks.setdefault(fid, []).append((ref, frm, to))
+        foreign_keys = []
+        for parts in fks.values():
+            ref = parts[0][0]
+            ref_cols = [p[2] for p in parts]
+            if any(c is None for c in ref_cols):
+                ref_info = self.reflect_table(replica, TableName(None, ref)) if ref != real else None
+                ref_pk = ref_info.primary_key if ref_info else tuple(c for _, c in sorted(pk))
+                ref_cols = list(ref_pk)
+            ref_real = self._real_name(replica, TableName(None, ref)) or ref
+            foreign_keys.append(ForeignKey(tuple(p[1] for p in parts), TableName(None, ref_real), tuple(ref_cols)))
+        unique = set()
+        for idx_name, is_unique in replica.query("SELECT name, \"unique\" FROM pragma_index_list(?)", (real,)):
+            if is_unique:
+                idx_cols = replica.query("SELECT name FROM pragma_index_info(?)", (idx_name,))
+                if len(idx_cols) == 1 and idx_cols[0][0] is not None:
+                    unique.add(idx_cols[0][0])
+        if len(pk) == 1:
+            unique.add(pk[0][1])
+        return TableInfo(TableName(None, real), tuple(cols), tuple(c for _, c in sorted(pk)),
+                         tuple(foreign_keys), frozenset(unique))
+
+    _TYPE = re.compile(r"^\s*([A-Za-z_ ]*?)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*$")
+
+    def parse_type(self, type_text: str) -> SqlType:
+        m = self._TYPE.match(type_text or "")
+        base = (m.group(1) if m else type_text).upper().strip()
+        a = int(m.group(2)) if m and m.group(2) else None
+        b = int(m.group(3)) if m and m.group(3) else None
+        if base in ("UUID", "GUID", "UNIQUEIDENTIFIER"):
+            return SqlType(Kind.UUID)
+        if "BOOL" in base:
+            return SqlType(Kind.BOOLEAN)
+        if base in ("SMALLINT", "INT2", "TINYINT"):
+            return SqlType(Kind.SMALLINT)
+        if base in ("INT4", "MEDIUMINT"):
+            return SqlType(Kind.INTEGER)
+        if "INT" in base:
+            return SqlType(Kind.BIGINT)       # SQLite integers are 64-bit
+        if base in ("TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE", "DATETIMEOFFSET"):
+            return SqlType(Kind.TIMESTAMPTZ)
+        if base in ("DATETIME", "TIMESTAMP", "TIMESTAMP WITHOUT TIME ZONE", "DATETIME2", "SMALLDATETIME"):
+            return SqlType(Kind.TIMESTAMP)
+        if base == "DATE":
+            return SqlType(Kind.DATE)
+        if base in ("TIME", "TIME WITHOUT TIME ZONE"):
+            return SqlType(Kind.TIME)
+        if base in ("JSON", "JSONB"):
+            return SqlType(Kind.JSON)
+        if "CHAR" in base or "CLOB" in base or "TEXT" in base:
+            return SqlType(Kind.TEXT, length=a)
+        if base == "" or "BLOB" in base or base in ("BYTEA", "BINARY", "VARBINARY"):
+            return SqlType(Kind.BYTES)
+        if base == "REAL" or "FLOA" in base or "DOUB" in base:
+            return SqlType(Kind.DOUBLE)
+        if base in ("MONEY",):
+            return decimal_type(19, 4)
+        if "DEC" in base or "NUMERIC" in base:
+            return decimal_type(a, b)
+        raise SchemaError(f"unsupported SQLite column type {type_text!r}")
+
+    def render_type(self, t: SqlType) -> str:
+        k = t.kind
+        if k is Kind.TEXT:
+            return f"VARCHAR({t.length})" if t.length else "TEXT"
+        if k is Kind.DECIMAL:
+            return f"NUMERIC({t.precision},{t.scale})"
+        return {
+            Kind.BOOLEAN: "BOOLEAN", Kind.SMALLINT: "SMALLINT", Kind.INTEGER: "INTEGER", Kind.BIGINT: "BIGINT",
+            Kind.REAL: "FLOAT", Kind.DOUBLE: "DOUBLE PRECISION", Kind.BYTES: "BLOB", Kind.DATE: "DATE",
+            Kind.TIME: "TIME", Kind.TIMESTAMP: "TIMESTAMP", Kind.TIMESTAMPTZ: "TIMESTAMPTZ", Kind.UUID: "UUID",
+            Kind.JSON: "JSON",
+        }[k]
+
+    # -- values -----------------------------------------------------------------------------
+    def _converter(self, t: SqlType):
+        k = t.kind
+        if k is Kind.BOOLEAN:
+            return int
+        if k is Kind.TIMESTAMPTZ:
+            return lambda v: v.astimezone(dt.timezone.utc).isoformat(sep=" ") if isinstance(v, dt.datetime) else v
+        if k is Kind.DECIMAL:
+            return lambda v: str(v) if isinstance(v, decimal.Decimal) else v
+        return None
+
+    # -- merge change tracking --------------------------------------------------------------
+    def new_rowguid_sql(self) -> str:
+        return NEW_GUID_SQL
+
+    def render_create_table(self, table: TableInfo, rowguid: str | None) -> list[str]:
+        # SQLite allows an expression default in CREATE TABLE (not in ALTER TABLE ADD COLUMN).
+        return super().render_create_table(table, rowguid)
+
+    def install_support_objects(self, replica: Replica) -> None:
+        return None
+
+    def add_rowguid_column(self, replica: Replica, table: TableName, column: str) -> None:
+        # ALTER TABLE ADD COLUMN cannot take an expression default in SQLite: the insert trigger
+        # fills the column for rows inserted without one, and existing rows are backfilled here.
+        t = self.table_sql(table)
+        replica.execute(f"ALTER TABLE {t} ADD COLUMN {self.quote(column)} UUID")
+        replica.execute(f"UPDATE {t} SET {self.quote(column)} = {NEW_GUID_SQL} WHERE {self.quote(column)} IS NULL")
+
+    def adopt_rowguid_column(self, replica: Replica, table: TableName, column: str) -> None:
+        t, c = self.table_sql(table), self.quote(column)
+        replica.execute(f"UPDATE {t} SET {c} = lower({c}) WHERE {c} <> lower({c})")
+        replica.execute(f"UPDATE {t} SET {c} = {NEW_GUID_SQL} WHERE {c} IS NULL")
+
+    def render_merge_triggers(self, ctx: dict) -> list[str]:
+        return render_statements("sqlite/templates/merge_triggers.sql", ctx)
+
+    def _trigger_names(self, artid: str) -> list[str]:
+        return [f"MSmerge_{op}_{artid}" for op in ("ins", "upd", "del")]
+
+    def drop_merge_triggers(self, replica: Replica, table: TableName, artid: str) -> None:
+        for name in self._trigger_names(artid):
+            replica.execute(f"DROP TRIGGER IF EXISTS {self.quote(name)}")
+
+    def list_merge_triggers(self, replica: Replica, table: TableName) -> list[str]:
+        real = self._real_name(replica, self.resolve_name(table)) or table.name
+        return [r[0] for r in replica.query(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND name LIKE 'MSmerge_%' "
+            "ORDER BY name", (real,))]
+
+    def begin_agent_writes(self, replica: Replica) -> None:
+        # Only the writer can see its own uncommitted flag; SQLite has one writer at a time.
+        replica.execute(f"UPDATE {self.metadata_table_sql('MSmerge_replica')} SET applying = 1")
+
+    def end_agent_writes(self, replica: Replica) -> None:
+        replica.execute(f"UPDATE {self.metadata_table_sql('MSmerge_replica')} SET applying = 0")
+
+    def current_open_generation(self, replica: Replica) -> int | None:
+        return replica.scalar(
+            f"SELECT max(generation) FROM {self.metadata_table_sql('MSmerge_genhistory')} WHERE genstatus = 0")
+
+    def set_open_generation(self, replica: Replica, generation: int) -> None:
+        return None  # the genhistory row with genstatus 0 is the open generation
+
+    def try_claim_generation(self, replica: Replica, generation: int) -> bool:
+        return True  # the caller holds SQLite's write lock: no other writer exists
+
+    def bulk_load(self, replica, table, columns, types, rows: Iterable[Sequence[Any]]) -> int:
+        return super().bulk_load(replica, table, columns, types, rows)

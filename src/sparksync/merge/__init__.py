@@ -1,0 +1,1 @@
+"""Merge replication: publishing articles, change tracking, generations."""

@@ -1,0 +1,223 @@
+"""Publishing a merge publication at the publisher: validate, then add rowguids, metadata and triggers.
+
+Validation reads everything first and raises one error listing every problem; only when all articles
+are usable does one transaction change the database, so bad input changes nothing.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+from ..config import PUBLISHER_PRIORITY, PublicationConfig, Topology
+from ..dialects.base import Column, Replica, TableInfo, from_table_dict, to_table_dict
+from ..errors import InvalidNameError, SchemaDrift, SchemaError
+from ..metadata import store
+from ..names import TableName, check_identifier
+from ..types import Kind, SqlType
+from . import articles as art
+from .generations import ensure_open_generation
+from .tracking import TrackedArticle, install_tracking
+
+PUBLISHER_NICKNAME = 1
+DEFAULT_ROWGUID = "rowguid"
+
+
+@dataclass
+class ArticlePlan:
+    key: str                      # resolved "schema.table" (or "table" on SQLite)
+    name: TableName
+    info: TableInfo               # as it will be once published (with the rowguid column)
+    rowguid_column: str
+    rowguid_action: str           # "add" | "adopt" | "keep"
+    column_tracking: bool
+    parents: list[str]
+    existing: dict | None = None
+
+
+@dataclass
+class PublicationPlan:
+    config: PublicationConfig
+    articles: list[ArticlePlan] = field(default_factory=list)
+    existing: dict | None = None
+
+
+def _guid_like(replica: Replica, c: Column) -> bool:
+    return c.type.kind is Kind.UUID or (not replica.dialect.capabilities.supports_schemas and c.type.kind is Kind.TEXT)
+
+
+def _choose_rowguid(replica: Replica, info: TableInfo, configured: str | None, where: str) -> tuple[str, str]:
+    if configured:
+        col = info.column(configured)
+        if col is None:
+            raise SchemaError(f"{where}: rowguid_column {configured!r} does not exist")
+        if not _guid_like(replica, col) or col.name not in info.unique_columns:
+            raise SchemaError(f"{where}: rowguid_column {col.name!r} must be a unique GUID column")
+        return col.name, "adopt"
+    existing = info.column(DEFAULT_ROWGUID)
+    if existing is not None:
+        if not _guid_like(replica, existing) or existing.name not in info.unique_columns:
+            raise SchemaError(f"{where}: has a column {existing.name!r} that is not a unique GUID; set rowguid_column "
+                              "or rename it")
+        return existing.name, "adopt"
+    guids = [c for c in info.columns if c.type.kind is Kind.UUID and c.name in info.unique_columns]
+    if len(guids) == 1:
+        return guids[0].name, "adopt"
+    return DEFAULT_ROWGUID, "add"
+
+
+def _not_found(replica: Replica, name: TableName, pub: str) -> SchemaError:
+    hint = ""
+    similar = getattr(replica.dialect, "similar_tables", None)
+    if similar is not None:
+        cands = similar(replica, replica.dialect.resolve_name(name))
+        if cands:
+            hint = f" (did you mean {', '.join(cands)}? names are case-sensitive)"
+    elif name.schema is None:
+        rows = replica.query("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        close = difflib.get_close_matches(name.name, [r[0] for r in rows], n=3)
+        if close:
+            hint = f" (did you mean {', '.join(close)}?)"
+    return SchemaError(f"publication {pub}: table {name} does not exist in {replica.label}{hint}", obj=str(name))
+
+
+def describe_drift(published: TableInfo, current: TableInfo) -> list[str]:
+    before = {c.name: str(c.type) for c in published.columns}
+    after = {c.name: str(c.type) for c in current.columns}
+    out = [f"column {n} was added" for n in after if n not in before]
+    out += [f"column {n} was dropped" for n in before if n not in after]
+    out += [f"column {n} changed type from {before[n]} to {after[n]}" for n in before if n in after and before[n] != after[n]]
+    if tuple(published.primary_key) != tuple(current.primary_key):
+        out.append(f"primary key changed from {list(published.primary_key)} to {list(current.primary_key)}")
+    return out
+
+
+def plan_publication(replica: Replica, pub: PublicationConfig) -> PublicationPlan:
+    """Reflect and validate every article of ``pub``. Changes nothing. Raises one error listing all problems."""
+    d = replica.dialect
+    plan = PublicationPlan(pub)
+    problems: list[str] = []
+    metadata_present = store.metadata_version(replica) is not None
+    if metadata_present:
+        rows = store.select_rows(replica, "sysmergepublications", {"name": pub.name})
+        plan.existing = rows[0] if rows else None
+    existing_articles: dict[str, dict] = {}
+    if metadata_present:
+        for r in store.select_rows(replica, "sysmergearticles"):
+            key = str(TableName(r["source_schema"], r["source_table"]))
+            if plan.existing is not None and r["pubid"] == plan.existing["pubid"]:
+                existing_articles[key] = r
+            else:
+                existing_articles.setdefault(key, r)
+    infos: dict[str, TableInfo] = {}
+    for a in pub.articles:
+        try:
+            name = d.resolve_name(a.table_name)
+            info = replica.reflect(name)
+            if info is None:
+                raise _not_found(replica, a.table_name, pub.name)
+            where = f"publication {pub.name}, article {name}"
+            for c in info.columns:
+                check_identifier(c.name, f"column name in {name}")
+            if not info.primary_key:
+                raise SchemaError(f"{where}: table has no primary key; a merge article needs one", obj=str(name))
+            key = str(name)
+            rg, action = _choose_rowguid(replica, info, a.rowguid_column, where)
+            existing = existing_articles.get(key)
+            if existing is not None:
+                published = from_table_dict(existing["table_schema"])
+                drift = describe_drift(published, info)
+                if drift:
+                    raise SchemaDrift(f"{where}: the table changed since it was published: " + "; ".join(drift)
+                                      + ". Schema changes are not replicated yet; restore the table's shape",
+                                      obj=str(name))
+                rg, action = existing["rowguid_column"], "keep"
+                if bool(existing["column_tracking"]) != a.column_tracking and plan.existing is not None \
+                        and existing["pubid"] == plan.existing["pubid"]:
+                    raise SchemaError(f"{where}: column_tracking cannot change after publishing "
+                                      "(reinitialize the publication)", obj=str(name))
+            if action == "add":
+                info = TableInfo(info.name, info.columns + (Column(rg, SqlType(Kind.UUID), False),),
+                                 info.primary_key, info.foreign_keys, info.unique_columns | {rg})
+            infos[key] = info
+            plan.articles.append(ArticlePlan(key, name, info, rg, action, a.column_tracking, [], existing))
+        except (SchemaError, InvalidNameError) as e:
+            problems.append(e.message)
+    if problems:
+        raise SchemaError(f"publication {pub.name} cannot be published:\n" + "\n".join(f"  - {p}" for p in problems),
+                          obj=pub.name)
+    for p in plan.articles:
+        p.parents = [str(d.resolve_name(fk.ref_table)) for fk in p.info.foreign_keys
+                     if str(d.resolve_name(fk.ref_table)) in infos]
+    return plan
+
+
+def apply_publication(replica: Replica, topology: Topology, plan: PublicationPlan) -> dict:
+    """Create or refresh the publication's metadata, rowguids and triggers. Inside a transaction."""
+    d = replica.dialect
+    pub = plan.config
+    ident = store.set_replica_identity(replica, nickname=PUBLISHER_NICKNAME, name=topology.publisher.name,
+                                       role="publisher")
+    ensure_open_generation(replica, ident.nickname)
+    if plan.existing is None:
+        pubid = store.new_guid()
+        store.insert_row(replica, "sysmergepublications", {
+            "pubid": pubid, "name": pub.name, "kind": pub.kind, "publisher": topology.publisher.name,
+            "generation_leveling_threshold": pub.generation_leveling_threshold, "retention": pub.retention,
+            "snapshot_generation": None, "snapshot_time": None, "snapshot_dir": None, "created_at": store.utcnow()})
+    else:
+        pubid = plan.existing["pubid"]
+        store.update_rows(replica, "sysmergepublications", {
+            "generation_leveling_threshold": pub.generation_leveling_threshold, "retention": pub.retention},
+            {"pubid": pubid})
+    if not store.select_rows(replica, "sysmergesubscriptions", {"pubid": pubid, "role": "publisher"}):
+        store.insert_row(replica, "sysmergesubscriptions", {
+            "subid": store.new_guid(), "pubid": pubid, "name": topology.publisher.name, "replica_id": ident.replica_id,
+            "replnickname": ident.nickname, "role": "publisher", "database_label": replica.label,
+            "subscriber_type": 0, "subscription_type": 0, "priority": PUBLISHER_PRIORITY, "host_name": None,
+            "sentgen": None, "recgen": None, "status": 1, "last_sync_date": None, "created_at": store.utcnow()})
+
+    # Nicknames follow DRI; a table published before keeps its nickname (also across publications).
+    known = {str(TableName(r["source_schema"], r["source_table"])): r["nickname"]
+             for r in store.select_rows(replica, "sysmergearticles")}
+    keys = [a.key for a in plan.articles]
+    parents_of = {a.key: a.parents for a in plan.articles}
+    nicknames = art.assign_nicknames(keys, parents_of, {k: v for k, v in known.items() if k in keys})
+    groups = art.processing_groups(parents_of)
+    related = art.related_articles(parents_of)
+    created = []
+    for a in plan.articles:
+        if a.rowguid_action == "add":
+            d.add_rowguid_column(replica, a.name, a.rowguid_column)
+        elif a.rowguid_action == "adopt":
+            d.adopt_rowguid_column(replica, a.name, a.rowguid_column)
+        replica.execute(d.render_rowguid_index(a.name, a.rowguid_column))
+        same_pub = a.existing is not None and a.existing["pubid"] == pubid
+        artid = a.existing["artid"] if a.existing is not None else store.new_guid()
+        row = {
+            "name": a.key, "source_schema": a.name.schema, "source_table": a.name.name,
+            "nickname": nicknames[a.key], "column_tracking": int(a.column_tracking),
+            "rowguid_column": a.rowguid_column,
+            "rowguid_added": int(a.rowguid_action == "add" or bool(a.existing and a.existing["rowguid_added"])),
+            "processing_group": groups[a.key], "dri_related": int(bool(related[a.key])),
+            "related_nicknames": sorted(nicknames[k] for k in related[a.key]),
+            "table_schema": to_table_dict(a.info), "status": 1,
+        }
+        if same_pub:
+            store.update_rows(replica, "sysmergearticles", row, {"pubid": pubid, "artid": artid})
+        else:
+            store.insert_row(replica, "sysmergearticles", {"pubid": pubid, "artid": artid, **row})
+            created.append(a.key)
+        install_tracking(replica, TrackedArticle(artid, a.name, nicknames[a.key], a.rowguid_column,
+                                                 a.column_tracking, a.info), ident.nickname)
+    return {"pubid": pubid, "created_articles": created, "nicknames": nicknames}
+
+
+def published_articles(replica: Replica, pubid: str) -> list[dict]:
+    """The publication's articles in ascending nickname order."""
+    return store.select_rows(replica, "sysmergearticles", {"pubid": pubid}, order_by=("nickname",))
+
+
+def tracked_article(row: dict) -> TrackedArticle:
+    return TrackedArticle(row["artid"], TableName(row["source_schema"], row["source_table"]), row["nickname"],
+                          row["rowguid_column"], bool(row["column_tracking"]), from_table_dict(row["table_schema"]))

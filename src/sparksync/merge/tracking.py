@@ -1,0 +1,141 @@
+"""Installing change tracking on an article, and writing rows that carry their own lineage.
+
+Triggers record every insert, update and delete made by any client (seed 000). The merge agent
+writes through :func:`agent_writes`, so the rows it applies keep the lineage they arrived with and
+are not recorded again as new local changes (no echo).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..dialects.base import Replica, TableInfo
+from ..errors import SparksyncError
+from ..metadata import store
+from ..names import TableName
+from ..types import Kind
+
+
+@dataclass(frozen=True)
+class TrackedArticle:
+    """What the triggers of one article need to know."""
+
+    artid: str
+    table: TableName
+    nickname: int
+    rowguid_column: str
+    column_tracking: bool
+    info: TableInfo
+
+    @property
+    def trigger_id(self) -> str:
+        return self.artid.replace("-", "").upper()
+
+
+def trigger_context(replica: Replica, article: TrackedArticle, replica_nickname: int) -> dict[str, Any]:
+    d = replica.dialect
+    cmp_text = d.capabilities.supports_statement_triggers  # PostgreSQL: json has no '=' operator
+    columns = [
+        {"name": c.name, "cmp": "::text" if (cmp_text and c.type.kind is Kind.JSON) else ""}
+        for c in article.info.columns if c.name != article.rowguid_column
+    ]
+    return {
+        "table": d.table_sql(article.table),
+        "artid": article.trigger_id,
+        "tablenick": int(article.nickname),
+        "replnick": int(replica_nickname),
+        "rowguid": d.quote(article.rowguid_column),
+        "pk": list(article.info.primary_key),
+        "columns": columns,
+        "column_tracking": article.column_tracking,
+        "contents": d.metadata_table_sql("MSmerge_contents"),
+        "tombstone": d.metadata_table_sql("MSmerge_tombstone"),
+        "genhistory": d.metadata_table_sql("MSmerge_genhistory"),
+        "replica_state": d.metadata_table_sql("MSmerge_replica"),
+        "new_guid": d.new_rowguid_sql(),
+    }
+
+
+def install_tracking(replica: Replica, article: TrackedArticle, replica_nickname: int) -> None:
+    """(Re)create the insert, update and delete triggers of one article. Idempotent."""
+    for stmt in replica.dialect.render_merge_triggers(trigger_context(replica, article, replica_nickname)):
+        replica.execute(stmt)
+
+
+def remove_tracking(replica: Replica, article: TrackedArticle) -> None:
+    replica.dialect.drop_merge_triggers(replica, article.table, article.trigger_id)
+
+
+@contextlib.contextmanager
+def agent_writes(replica: Replica) -> Iterator[Replica]:
+    """Inside a transaction: DML on articles is not tracked by the triggers until the block ends."""
+    if not replica.in_transaction:
+        raise SparksyncError("agent_writes() must run inside replica.transaction()")
+    replica.dialect.begin_agent_writes(replica)
+    try:
+        yield replica
+    finally:
+        if replica.in_transaction:
+            replica.dialect.end_agent_writes(replica)
+
+
+def _upsert_metadata(replica: Replica, table: str, key: Mapping[str, Any], values: Mapping[str, Any]) -> None:
+    existing = store.select_rows(replica, table, dict(key))
+    if existing:
+        store.update_rows(replica, table, dict(values), dict(key))
+    else:
+        store.insert_row(replica, table, {**key, **values})
+
+
+def write_row_with_lineage(replica: Replica, article: TrackedArticle, row: Mapping[str, Any],
+                           lineage: Mapping[Any, int], generation: int,
+                           colv: Mapping[str, Any] | None = None) -> str:
+    """Insert or update one row (found by its rowguid) and record the lineage it arrived with.
+
+    Must run inside :func:`agent_writes`. Returns ``"insert"`` or ``"update"``. A row whose primary key
+    already belongs to another rowguid raises ConstraintViolation (a failed change, not an overwrite).
+    """
+    d = replica.dialect
+    rg = article.rowguid_column
+    guid = str(row[rg])
+    types = {c.name: c.type for c in article.info.columns}
+    cols = [c for c in row if c != rg]
+    conv = {c: d.db_converters([types[c]])[0] for c in row}
+    val = {c: (None if row[c] is None or conv[c] is None else conv[c](row[c])) if c in conv else row[c] for c in row}
+    t = d.table_sql(article.table)
+    p = replica.p
+    cur = None
+    if cols:
+        cur = replica.execute(
+            f"UPDATE {t} SET " + ", ".join(f"{d.quote(c)} = {p}" for c in cols) + f" WHERE {d.quote(rg)} = {p}",
+            [val[c] for c in cols] + [guid])
+    updated = cur is not None and getattr(cur, "rowcount", 0) > 0
+    if not updated:
+        if replica.scalar(f"SELECT count(*) FROM {t} WHERE {d.quote(rg)} = {p}", [guid]):
+            updated = True  # no columns besides rowguid
+        else:
+            allc = [rg, *cols]
+            replica.execute(
+                f"INSERT INTO {t} (" + ", ".join(d.quote(c) for c in allc) + ") VALUES (" + ", ".join([p] * len(allc)) + ")",
+                [guid] + [val[c] for c in cols])
+    lin = {str(k): int(v) for k, v in lineage.items()}
+    _upsert_metadata(replica, "MSmerge_contents", {"tablenick": article.nickname, "rowguid": guid},
+                     {"generation": generation, "lineage": lin, "colv": dict(colv) if colv is not None else None})
+    store.delete_rows(replica, "MSmerge_tombstone", {"tablenick": article.nickname, "rowguid": guid})
+    return "update" if updated else "insert"
+
+
+def delete_row_with_lineage(replica: Replica, article: TrackedArticle, rowguid: str,
+                            lineage: Mapping[Any, int], generation: int, tombstone_type: int = 1) -> bool:
+    """Delete one row by rowguid and record its tombstone with the given lineage. Inside agent_writes."""
+    d = replica.dialect
+    cur = replica.execute(f"DELETE FROM {d.table_sql(article.table)} WHERE {d.quote(article.rowguid_column)} = {replica.p}",
+                          [str(rowguid)])
+    lin = {str(k): int(v) for k, v in lineage.items()}
+    _upsert_metadata(replica, "MSmerge_tombstone", {"tablenick": article.nickname, "rowguid": str(rowguid)},
+                     {"type": tombstone_type, "lineage": lin, "generation": generation})
+    store.delete_rows(replica, "MSmerge_contents", {"tablenick": article.nickname, "rowguid": str(rowguid)})
+    return getattr(cur, "rowcount", 0) > 0

@@ -1,0 +1,210 @@
+"""Installing replication metadata in a replica database, and reading/writing its rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..dialects.base import Replica
+from ..errors import MetadataVersionError, NotInitialized
+from ..types import Kind
+from .schema import SCHEMA_VERSION, TABLES, TABLES_BY_NAME, MetaTable
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def new_guid() -> str:
+    return str(uuid.uuid4())
+
+
+# -- DDL ------------------------------------------------------------------------------------------
+
+def render_metadata_ddl(replica: Replica, table: MetaTable) -> list[str]:
+    d = replica.dialect
+    cols = [f"{d.quote(c.name)} {d.render_type(c.type)}{'' if c.nullable else ' NOT NULL'}" for c in table.columns]
+    cols.append("PRIMARY KEY (" + ", ".join(d.quote(c) for c in table.primary_key) + ")")
+    stmts = [f"CREATE TABLE IF NOT EXISTS {d.metadata_table_sql(table.name)} (\n  " + ",\n  ".join(cols) + "\n)"]
+    for idx in table.indexes:
+        idx_name = d.quote(idx.name.lower() if d.capabilities.supports_schemas else idx.name)
+        stmts.append(
+            f"CREATE {'UNIQUE ' if idx.unique else ''}INDEX IF NOT EXISTS {idx_name} ON "
+            f"{d.metadata_table_sql(table.name)} (" + ", ".join(d.quote(c) for c in idx.columns) + ")"
+        )
+    return stmts
+
+
+def metadata_version(replica: Replica) -> int | None:
+    """The metadata version installed in this database, or None if there is none."""
+    d = replica.dialect
+    exists = _table_exists(replica, "sparksync_metadata_version")
+    if not exists:
+        return None
+    return replica.scalar(f"SELECT version FROM {d.metadata_table_sql('sparksync_metadata_version')} WHERE id = 1")
+
+
+def _table_exists(replica: Replica, name: str) -> bool:
+    d = replica.dialect
+    if d.capabilities.supports_schemas:
+        from ..dialects.postgres.dialect import METADATA_SCHEMA
+
+        return replica.scalar("SELECT to_regclass(%s) IS NOT NULL", (f'"{METADATA_SCHEMA}"."{name.lower()}"',))
+    return replica.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)) > 0
+
+
+# Migrations: version -> function(replica) bringing the metadata from version-1 to version.
+MIGRATIONS: dict[int, Any] = {}
+
+
+def install_metadata(replica: Replica) -> int:
+    """Create (or migrate) the replication metadata. Idempotent; call inside a transaction."""
+    current = metadata_version(replica)
+    if current is not None and current > SCHEMA_VERSION:
+        raise MetadataVersionError(
+            f"{replica.label}: replication metadata version {current} is newer than this sparksync "
+            f"(supports {SCHEMA_VERSION}); upgrade sparksync", obj=replica.label)
+    replica.dialect.install_support_objects(replica)
+    for table in TABLES:
+        for stmt in render_metadata_ddl(replica, table):
+            replica.execute(stmt)
+    if current is None:
+        insert_row(replica, "sparksync_metadata_version", {"id": 1, "version": SCHEMA_VERSION, "updated_at": utcnow()})
+    elif current < SCHEMA_VERSION:
+        for v in range(current + 1, SCHEMA_VERSION + 1):
+            MIGRATIONS[v](replica)
+        update_rows(replica, "sparksync_metadata_version", {"version": SCHEMA_VERSION, "updated_at": utcnow()}, {"id": 1})
+    return SCHEMA_VERSION
+
+
+def require_metadata(replica: Replica) -> None:
+    v = metadata_version(replica)
+    if v is None:
+        raise NotInitialized(f"{replica.label}: no replication metadata here; run 'sparksync setup' first",
+                             obj=replica.label)
+    if v > SCHEMA_VERSION:
+        raise MetadataVersionError(f"{replica.label}: replication metadata version {v} is newer than this sparksync")
+
+
+# -- row helpers -----------------------------------------------------------------------------------
+
+def _to_param(replica: Replica, kind: Kind, value: Any) -> Any:
+    if value is None:
+        return None
+    if kind is Kind.JSON:
+        if replica.dialect.capabilities.name == "postgresql":
+            from psycopg.types.json import Jsonb
+
+            return Jsonb(value)
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    if kind is Kind.UUID:
+        return str(value)
+    return value
+
+
+def _from_db(kind: Kind, value: Any) -> Any:
+    if value is None:
+        return None
+    if kind is Kind.JSON:
+        return json.loads(value) if isinstance(value, (str, bytes)) else value
+    if kind is Kind.UUID:
+        return str(value)
+    if kind is Kind.TIMESTAMPTZ and isinstance(value, str):
+        ts = dt.datetime.fromisoformat(value)
+        return ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc)
+    return value
+
+
+def _kinds(table: str) -> dict[str, Kind]:
+    return {c.name: c.type.kind for c in TABLES_BY_NAME[table].columns}
+
+
+def insert_row(replica: Replica, table: str, values: dict[str, Any]) -> None:
+    d, kinds = replica.dialect, _kinds(table)
+    cols = list(values)
+    sql = (f"INSERT INTO {d.metadata_table_sql(table)} (" + ", ".join(d.quote(c) for c in cols) + ") VALUES ("
+           + ", ".join([replica.p] * len(cols)) + ")")
+    replica.execute(sql, [_to_param(replica, kinds[c], values[c]) for c in cols])
+
+
+def insert_rows(replica: Replica, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    d, kinds = replica.dialect, _kinds(table)
+    sql = (f"INSERT INTO {d.metadata_table_sql(table)} (" + ", ".join(d.quote(c) for c in columns) + ") VALUES ("
+           + ", ".join([replica.p] * len(columns)) + ")")
+    ks = [kinds[c] for c in columns]
+    replica.executemany(sql, ([_to_param(replica, k, v) for k, v in zip(ks, r)] for r in rows))
+
+
+def _where(replica: Replica, table: str, where: dict[str, Any]) -> tuple[str, list]:
+    if not where:
+        return "", []
+    d, kinds = replica.dialect, _kinds(table)
+    parts, params = [], []
+    for c, v in where.items():
+        if v is None:
+            parts.append(f"{d.quote(c)} IS NULL")
+        else:
+            parts.append(f"{d.quote(c)} = {replica.p}")
+            params.append(_to_param(replica, kinds[c], v))
+    return " WHERE " + " AND ".join(parts), params
+
+
+def update_rows(replica: Replica, table: str, values: dict[str, Any], where: dict[str, Any]) -> None:
+    d, kinds = replica.dialect, _kinds(table)
+    sets = ", ".join(f"{d.quote(c)} = {replica.p}" for c in values)
+    w, wp = _where(replica, table, where)
+    replica.execute(f"UPDATE {d.metadata_table_sql(table)} SET {sets}{w}",
+                    [_to_param(replica, kinds[c], v) for c, v in values.items()] + wp)
+
+
+def delete_rows(replica: Replica, table: str, where: dict[str, Any]) -> None:
+    w, wp = _where(replica, table, where)
+    replica.execute(f"DELETE FROM {replica.dialect.metadata_table_sql(table)}{w}", wp)
+
+
+def select_rows(replica: Replica, table: str, where: dict[str, Any] | None = None,
+                order_by: Sequence[str] = ()) -> list[dict[str, Any]]:
+    d, kinds = replica.dialect, _kinds(table)
+    cols = list(kinds)
+    w, wp = _where(replica, table, where or {})
+    order = (" ORDER BY " + ", ".join(d.quote(c) for c in order_by)) if order_by else ""
+    rows = replica.query(f"SELECT {', '.join(d.quote(c) for c in cols)} FROM {d.metadata_table_sql(table)}{w}{order}", wp)
+    return [{c: _from_db(kinds[c], v) for c, v in zip(cols, r)} for r in rows]
+
+
+# -- replica identity --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ReplicaIdentity:
+    replica_id: str
+    nickname: int
+    name: str
+    role: str
+
+
+def replica_identity(replica: Replica) -> ReplicaIdentity | None:
+    rows = select_rows(replica, "MSmerge_replica", {"id": 1})
+    if not rows:
+        return None
+    r = rows[0]
+    return ReplicaIdentity(r["replica_id"], r["replnickname"], r["name"], r["role"])
+
+
+def set_replica_identity(replica: Replica, *, nickname: int, name: str, role: str,
+                         replica_id: str | None = None) -> ReplicaIdentity:
+    """Record who this database is. A database keeps its nickname once it has one."""
+    current = replica_identity(replica)
+    if current is not None:
+        if current.nickname != nickname:
+            raise MetadataVersionError(
+                f"{replica.label}: this database is already replica {current.name!r} (nickname {current.nickname}) "
+                f"and cannot also be {name!r} (nickname {nickname})", obj=replica.label)
+        return current
+    rid = replica_id or new_guid()
+    insert_row(replica, "MSmerge_replica", {"id": 1, "replica_id": rid, "replnickname": nickname, "name": name,
+                                            "role": role, "applying": 0})
+    return ReplicaIdentity(rid, nickname, name, role)
