@@ -290,7 +290,7 @@ class Dialect(ABC):
             if not c.nullable or c.name in table.primary_key:
                 spec += " NOT NULL"
             if rowguid is not None and c.name == rowguid:
-                spec += f" DEFAULT {self.new_rowguid_sql()}"
+                spec += f" DEFAULT ({self.new_rowguid_sql()})"
             cols.append(spec)
         cols.append("PRIMARY KEY (" + ", ".join(self.quote(c) for c in table.primary_key) + ")")
         for fk in table.foreign_keys:
@@ -351,6 +351,20 @@ class Dialect(ABC):
         else:
             action = "DO NOTHING"
         return f"INSERT INTO {self.table_sql(table)} ({cols}) VALUES ({ph}) ON CONFLICT ({conflict}) {action}"
+
+    @abstractmethod
+    def stream(self, replica: Replica, sql: str, params: Sequence[Any], batch_rows: int,
+               snapshot: str | None = None) -> Iterator[list[tuple]]:
+        """Run a query and yield its rows in lists of at most ``batch_rows`` (inside ``snapshot`` if given)."""
+
+    @abstractmethod
+    def consistent_reads(self, replica: Replica, workdir: str):
+        """Context manager yielding ``(url, snapshot_id)``: a source whose reads, from any number of
+        connections, all see the database as of one moment (SQLite: a backup copy; PostgreSQL: an
+        exported snapshot). Also yields a Replica open on that moment as the third item."""
+
+    def uuid_param(self) -> str:
+        return self.capabilities.paramstyle
 
     # -- merge change tracking --------------------------------------------------------------
     @abstractmethod

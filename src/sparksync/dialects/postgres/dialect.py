@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -203,6 +204,47 @@ class PostgresDialect(Dialect):
         except Exception as exc:  # noqa: BLE001
             raise self.translate_error(exc, f"{replica.label}: load {table}") from exc
         return n
+
+    _SNAPSHOT_ID = re.compile(r"^[0-9A-Fa-f-]+$")
+
+    def stream(self, replica, sql, params, batch_rows, snapshot=None):
+        import psycopg
+
+        raw = replica.raw
+        try:
+            raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            if snapshot:
+                if not self._SNAPSHOT_ID.match(snapshot):
+                    raise ValueError(f"invalid snapshot id {snapshot!r}")
+                raw.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+            with raw.cursor(name="sparksync_read") as cur:
+                cur.execute(sql, tuple(params) if params else None)
+                while True:
+                    rows = cur.fetchmany(batch_rows)
+                    if not rows:
+                        break
+                    yield rows
+            raw.execute("COMMIT")
+        except psycopg.Error as exc:
+            with contextlib.suppress(Exception):
+                raw.execute("ROLLBACK")
+            raise self.translate_error(exc, f"{replica.label}: {sql[:80]}") from exc
+
+    @contextlib.contextmanager
+    def consistent_reads(self, replica: Replica, workdir: str):
+        """An exported snapshot, held open by a second connection until the readers are done."""
+        holder = self.connect(replica.url, replica.label)
+        try:
+            holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            sid = holder.scalar("SELECT pg_export_snapshot()")
+            yield replica.url, sid, holder
+        finally:
+            with contextlib.suppress(Exception):
+                holder.execute("COMMIT")
+            holder.close()
+
+    def uuid_param(self) -> str:
+        return "%s::uuid"
 
     # -- merge change tracking --------------------------------------------------------------
     def new_rowguid_sql(self) -> str:

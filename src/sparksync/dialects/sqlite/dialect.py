@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import decimal
+import os
 import datetime as dt
 import re
 import sqlite3
@@ -279,5 +281,33 @@ class SQLiteDialect(Dialect):
     def try_claim_generation(self, replica: Replica, generation: int) -> bool:
         return True  # the caller holds SQLite's write lock: no other writer exists
 
-    def bulk_load(self, replica, table, columns, types, rows: Iterable[Sequence[Any]]) -> int:
-        return super().bulk_load(replica, table, columns, types, rows)
+    def stream(self, replica, sql, params, batch_rows, snapshot=None):
+        try:
+            cur = replica.raw.execute(sql, tuple(params))
+            while True:
+                rows = cur.fetchmany(batch_rows)
+                if not rows:
+                    return
+                yield rows
+        except sqlite3.Error as exc:
+            raise self.translate_error(exc, f"{replica.label}: {sql[:80]}") from exc
+
+    @contextlib.contextmanager
+    def consistent_reads(self, replica: Replica, workdir: str):
+        """A page-level copy of the database (SQLite's backup API): every reader sees one moment."""
+        copy_path = Path(workdir) / f"consistent-{uuid.uuid4().hex}.db"
+        copy_path.parent.mkdir(parents=True, exist_ok=True)
+        dest = sqlite3.connect(str(copy_path))
+        try:
+            replica.raw.backup(dest)
+        finally:
+            dest.close()
+        url = "sqlite:///" + str(copy_path.resolve())
+        frozen = self.connect(url, f"{replica.label} (snapshot copy)")
+        try:
+            yield url, None, frozen
+        finally:
+            frozen.close()
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(str(copy_path) + suffix)

@@ -1,0 +1,30 @@
+"""The ``sparksync`` command."""
+
+from __future__ import annotations
+
+import typer
+
+from .demo_cmd import demo_command
+from .setup_cmd import setup_command
+from .snapshot_cmd import snapshot_command
+from .status_cmd import status_command
+
+app = typer.Typer(
+    name="sparksync",
+    help="Merge replication for SQLite and PostgreSQL, with its data pipeline on Apache Spark.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("setup")(setup_command)
+app.command("snapshot")(snapshot_command)
+app.command("status")(status_command)
+app.command("demo")(demo_command)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

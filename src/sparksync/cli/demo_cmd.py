@@ -1,0 +1,19 @@
+"""sparksync demo"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..demo.scenario import run_demo
+from .common import console, handle_errors, reporter
+
+
+@handle_errors
+def demo_command(
+    directory: Annotated[Path, typer.Option("--dir", help="Folder for the demo's databases and config.")] = Path("sparksync-demo"),
+) -> None:
+    """Build a demo topology on SQLite files (a publisher, three stores) and show it working."""
+    run_demo(directory, console, reporter)

@@ -1,0 +1,16 @@
+"""sparksync setup"""
+
+from __future__ import annotations
+
+from ..provision import setup
+from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load, make_spark, reporter
+
+
+@handle_errors
+def setup_command(config: ConfigOption = DEFAULT_CONFIG_PATH) -> None:
+    """Publish, track, snapshot and initialize subscribers (idempotent: safe to run again)."""
+    topology = load(config)
+    summary = setup(topology, make_spark(topology), reporter)
+    done = [r for r in summary.initialized if r.ok and not r.skipped]
+    console.print(f"[green]setup complete[/]: {len(topology.publications)} publication(s), "
+                  f"{len(summary.snapshots)} snapshot(s) written, {len(done)} subscription(s) initialized")

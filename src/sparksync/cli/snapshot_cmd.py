@@ -1,0 +1,25 @@
+"""sparksync snapshot"""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from ..provision import snapshot
+from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load, make_spark, reporter
+
+
+@handle_errors
+def snapshot_command(
+    config: ConfigOption = DEFAULT_CONFIG_PATH,
+    publication: Annotated[Optional[list[str]], typer.Option("--publication", "-p",
+                                                             help="Only this publication (repeatable).")] = None,
+) -> None:
+    """(Re)write the publication's snapshot: each article as Parquet, plus the rows' lineage."""
+    topology = load(config)
+    for name in publication or []:
+        topology.publication(name)
+    out = snapshot(topology, make_spark(topology)(), publication, reporter)
+    for name, path in out.items():
+        console.print(f"[green]snapshot[/] {name}: {path}")

@@ -1,0 +1,1 @@
+"""Demo data: a small AdventureWorks-like database for demos and tests."""

@@ -1,0 +1,1 @@
+"""Snapshots: writing a publication's data and metadata as Parquet, and initializing subscribers."""

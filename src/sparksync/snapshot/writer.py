@@ -1,0 +1,136 @@
+"""Writing a publication's snapshot: each article's rows and the rows' lineage, as Parquet, via Spark.
+
+1. Close the publisher's open generation and take the enumeration bound: the snapshot generation.
+2. Open a consistent view of the publisher (SQLite: backup copy; PostgreSQL: exported snapshot).
+3. Read every article (split by rowguid ranges when large) through the replica Data Source and write
+   one Parquet folder per article, plus ``metadata/contents`` (lineage) from the same view.
+4. Write the manifest, then switch ``CURRENT`` to the new folder and drop older snapshots.
+
+Changes made after step 1 are in generations above the snapshot generation, so the first merge
+sends them again; applying them is idempotent (lineage), so nothing is missed or applied twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import uuid
+from pathlib import Path
+
+from ..config import Topology
+from ..dialects import connect
+from ..dialects.base import Replica, from_table_dict
+from ..errors import NotInitialized
+from ..merge.generations import enumeration_bound, make_generation
+from ..merge.publish import plan_publication, published_articles
+from ..metadata import store
+from ..metadata.schema import GUID, INT, JSON
+from ..progress import Reporter, Timer, silent
+from ..spark.datasource import ReadPartition, ReadPlan
+from .manifest import ArticleSnapshot, SnapshotManifest, publication_dir, write_current
+
+SPLIT_ROWS = 250_000
+
+
+def _partitions(frozen: Replica, url: str, sid: str | None, table_sql: str, select: str, order_col: str,
+                columns: list, label: str, where: str = "", params: tuple = ()) -> tuple[list[ReadPartition], int]:
+    d = frozen.dialect
+    total = int(frozen.scalar(f"SELECT count(*) FROM {table_sql}{where}", params) or 0)
+    base = f"{select} FROM {table_sql}"
+    if total <= SPLIT_ROWS:
+        return [ReadPartition(url, base + where, list(params), columns, sid, label)], total
+    n = -(-total // SPLIT_ROWS)
+    bounds = [frozen.scalar(f"SELECT {order_col} FROM {table_sql}{where} ORDER BY {order_col} LIMIT 1 OFFSET {k * SPLIT_ROWS}",
+                            params) for k in range(1, n)]
+    bounds = [str(b) for b in bounds]
+    conj = " AND " if where else " WHERE "
+    parts = []
+    u = d.uuid_param()
+    for i in range(n):
+        conds, ps = [], list(params)
+        if i > 0:
+            conds.append(f"{order_col} >= {u}")
+            ps.append(bounds[i - 1])
+        if i < n - 1:
+            conds.append(f"{order_col} < {u}")
+            ps.append(bounds[i])
+        parts.append(ReadPartition(url, base + where + conj + " AND ".join(conds), ps, columns, sid, f"{label} part {i + 1}/{n}"))
+    return parts, total
+
+
+def _write(spark, plan: ReadPlan, path: Path) -> None:
+    df = spark.read.format("sparksync").schema(plan.spark_schema()).option("plan", plan.to_json()).load()
+    df.write.mode("overwrite").parquet(str(path))
+
+
+def write_snapshot(spark, topology: Topology, publication: str, report: Reporter = silent) -> tuple[Path, SnapshotManifest]:
+    """Write a new snapshot of ``publication`` and make it the current one."""
+    pubcfg = topology.publication(publication)
+    timer = Timer()
+    root = topology.snapshot_root
+    with connect(topology.publisher_url, topology.publisher.name) as pub:
+        store.require_metadata(pub)
+        rows = store.select_rows(pub, "sysmergepublications", {"name": publication})
+        if not rows:
+            raise NotInitialized(f"publication {publication} is not published yet; run 'sparksync setup'", obj=publication)
+        prow = rows[0]
+        plan_publication(pub, pubcfg)  # refuses a publication whose tables drifted
+        ident = store.replica_identity(pub)
+        articles = published_articles(pub, prow["pubid"])
+        report(f"snapshot {publication}: closing generations at {topology.publisher.name}")
+        make_generation(pub, ident.nickname, prow["generation_leveling_threshold"])
+        snap_gen = enumeration_bound(pub)
+        snapshot_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+        pdir = publication_dir(root, publication)
+        sdir = pdir / snapshot_id
+        sdir.mkdir(parents=True, exist_ok=False)
+        manifest = SnapshotManifest(
+            publication=publication, pubid=prow["pubid"], snapshot_id=snapshot_id,
+            created_at=dt.datetime.now(dt.timezone.utc).isoformat(), publisher=topology.publisher.name,
+            publisher_nickname=ident.nickname, publisher_replica_id=ident.replica_id, snapshot_generation=snap_gen,
+            generation_leveling_threshold=prow["generation_leveling_threshold"], retention=prow["retention"])
+        try:
+            with pub.dialect.consistent_reads(pub, str(pdir / ".work")) as (url, sid, frozen):
+                d = pub.dialect
+                for a in articles:
+                    info = from_table_dict(a["table_schema"])
+                    cols = [[c.name, c.type.to_dict()] for c in info.columns]
+                    select = "SELECT " + ", ".join(d.quote(c.name) for c in info.columns)
+                    label = f"{publication}/{a['name']}"
+                    parts, total = _partitions(frozen, url, sid, d.table_sql(info.name), select,
+                                               d.quote(a["rowguid_column"]), cols, label)
+                    rel = f"articles/{a['nickname']}_{info.name.slug}"
+                    report(f"snapshot {publication}: {a['name']} ({total} rows, {len(parts)} partition(s))")
+                    _write(spark, ReadPlan(parts), sdir / rel)
+                    manifest.articles.append(ArticleSnapshot(
+                        name=a["name"], schema=a["source_schema"], table=a["source_table"], artid=a["artid"],
+                        nickname=a["nickname"], rowguid_column=a["rowguid_column"],
+                        column_tracking=bool(a["column_tracking"]), processing_group=a["processing_group"],
+                        dri_related=bool(a["dri_related"]), related_nicknames=list(a["related_nicknames"] or []),
+                        table_schema=a["table_schema"], path=rel, rows=total))
+                nicks = [a["nickname"] for a in articles]
+                cols = [["tablenick", INT.to_dict()], ["rowguid", GUID.to_dict()], ["lineage", JSON.to_dict()],
+                        ["colv", JSON.to_dict()]]
+                where = " WHERE tablenick IN (" + ", ".join(str(int(n)) for n in nicks) + ")"
+                parts, total = _partitions(frozen, url, sid, d.metadata_table_sql("MSmerge_contents"),
+                                           "SELECT tablenick, rowguid, lineage, colv", "rowguid", cols,
+                                           f"{publication}/MSmerge_contents", where)
+                report(f"snapshot {publication}: lineage of {total} changed rows")
+                _write(spark, ReadPlan(parts), sdir / manifest.contents_path)
+                manifest.contents_rows = total
+            (sdir / "manifest.json").write_text(manifest.to_json(), encoding="utf-8")
+            write_current(root, publication, snapshot_id)
+        except BaseException:
+            shutil.rmtree(sdir, ignore_errors=True)
+            raise
+        finally:
+            shutil.rmtree(pdir / ".work", ignore_errors=True)
+        with pub.transaction():
+            store.update_rows(pub, "sysmergepublications", {
+                "snapshot_generation": snap_gen, "snapshot_time": store.utcnow(), "snapshot_dir": str(sdir)},
+                {"pubid": prow["pubid"]})
+        for old in pdir.iterdir():
+            if old.is_dir() and old.name not in (snapshot_id, ".work") and (old / "manifest.json").exists():
+                shutil.rmtree(old, ignore_errors=True)
+    report(f"snapshot {publication}: written to {sdir} in {timer.seconds:.1f}s (generation {snap_gen})")
+    return sdir, manifest

@@ -1,0 +1,1 @@
+"""Spark plumbing: the session factory and the replica Python Data Source."""

@@ -1,0 +1,105 @@
+"""``status``: publications, articles and nicknames, subscriptions and their watermarks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import Topology
+from .dialects import connect
+from .dialects.base import Replica, redact_url
+from .errors import SparksyncError
+from .merge.generations import enumeration_bound
+from .metadata import store
+
+
+def _count_after(replica: Replica, nicknames: list[int], after: int | None, exclude_received_from: int | None = None) -> int:
+    if not nicknames:
+        return 0
+    p = replica.p
+    nick_list = ", ".join(str(int(n)) for n in nicknames)
+    gh = replica.meta("MSmerge_genhistory")
+    excl = ""
+    params: list[Any] = [int(after or 0)]
+    if exclude_received_from is not None:
+        excl = f" AND generation NOT IN (SELECT generation FROM {gh} WHERE genstatus = 2 AND source_nickname = {p})"
+        params.append(exclude_received_from)
+    total = 0
+    for t in ("MSmerge_contents", "MSmerge_tombstone"):
+        total += int(replica.scalar(
+            f"SELECT count(*) FROM {replica.meta(t)} WHERE tablenick IN ({nick_list}) AND generation > {p}{excl}",
+            params) or 0)
+    return total
+
+
+def gather_status(topology: Topology) -> dict[str, Any]:
+    out: dict[str, Any] = {"publisher": {"name": topology.publisher.name,
+                                         "database": redact_url(topology.publisher_url)},
+                           "publications": [], "subscriptions": []}
+    with connect(topology.publisher_url, topology.publisher.name) as pub:
+        version = store.metadata_version(pub)
+        out["publisher"]["metadata_version"] = version
+        if version is None:
+            out["publisher"]["state"] = "not set up"
+            for s in topology.subscriptions:
+                out["subscriptions"].append({"name": s.name, "publication": s.publication, "status": "not set up"})
+            return out
+        ident = store.replica_identity(pub)
+        out["publisher"].update({
+            "state": "published", "replica_nickname": ident.nickname if ident else None,
+            "open_generation": pub.dialect.current_open_generation(pub), "enumeration_bound": enumeration_bound(pub)})
+        pub_rows = {r["name"]: r for r in store.select_rows(pub, "sysmergepublications")}
+        for pcfg in topology.publications:
+            prow = pub_rows.get(pcfg.name)
+            if prow is None:
+                out["publications"].append({"name": pcfg.name, "state": "not published"})
+                continue
+            arts = store.select_rows(pub, "sysmergearticles", {"pubid": prow["pubid"]}, order_by=("nickname",))
+            articles = []
+            for a in arts:
+                from .names import TableName
+
+                t = TableName(a["source_schema"], a["source_table"])
+                articles.append({
+                    "name": a["name"], "nickname": a["nickname"], "processing_group": a["processing_group"],
+                    "column_tracking": bool(a["column_tracking"]), "rowguid_column": a["rowguid_column"],
+                    "related_nicknames": a["related_nicknames"],
+                    "triggers": len(pub.dialect.list_merge_triggers(pub, t)),
+                    "rows": pub.scalar(f"SELECT count(*) FROM {pub.table_sql(t)}"),
+                })
+            out["publications"].append({
+                "name": pcfg.name, "pubid": prow["pubid"], "kind": prow["kind"], "state": "published",
+                "snapshot_generation": prow["snapshot_generation"],
+                "snapshot_time": prow["snapshot_time"].isoformat() if prow["snapshot_time"] else None,
+                "generation_leveling_threshold": prow["generation_leveling_threshold"], "articles": articles})
+            nicks = [a["nickname"] for a in arts]
+            sub_rows = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": prow["pubid"]})}
+            for s in topology.subscriptions_of(pcfg.name):
+                r = sub_rows.get(s.name)
+                entry: dict[str, Any] = {
+                    "name": s.name, "publication": pcfg.name,
+                    "database": redact_url(topology.resolve_url(s.database)),
+                    "subscriber_type": s.subscriber_type, "priority": s.effective_priority, "host_name": s.host_name}
+                if r is None or r["status"] != 1:
+                    entry["status"] = "not initialized"
+                    out["subscriptions"].append(entry)
+                    continue
+                entry.update({"status": "active", "nickname": r["replnickname"],
+                              "publisher_sentgen": r["sentgen"], "publisher_recgen": r["recgen"],
+                              "pending_download": _count_after(pub, nicks, r["sentgen"],
+                                                               exclude_received_from=r["replnickname"])})
+                try:
+                    with connect(topology.resolve_url(s.database), s.name) as sub:
+                        store.require_metadata(sub)
+                        prow_sub = store.select_rows(sub, "sysmergesubscriptions",
+                                                     {"pubid": prow["pubid"], "role": "publisher"})
+                        if prow_sub:
+                            entry["subscriber_recgen"] = prow_sub[0]["recgen"]
+                            entry["subscriber_sentgen"] = prow_sub[0]["sentgen"]
+                        entry["open_generation"] = sub.dialect.current_open_generation(sub)
+                        entry["pending_upload"] = _count_after(sub, nicks, entry.get("subscriber_sentgen"),
+                                                               exclude_received_from=ident.nickname)
+                except SparksyncError as e:
+                    entry["status"] = "unreachable"
+                    entry["error"] = e.message
+                out["subscriptions"].append(entry)
+    return out
