@@ -115,6 +115,10 @@ def make_generation(replica: Replica, nickname: int, threshold: int = 1000) -> M
     """Close the open generation if it holds changes (sp_MSmakegeneration), then settle older ones."""
     d = replica.dialect
     result = MakeGenerationResult()
+    # Settle older generations first: leveling one of them numbers its chunks above the open
+    # generation, and closing (or moving) the open generation next lets the bound pass them.
+    settled, _ = settle_generations(replica, nickname, threshold)
+    result.closed.extend(settled)
     with replica.transaction():
         g = ensure_open_generation(replica, nickname)
         if d.try_claim_generation(replica, g):
@@ -126,6 +130,13 @@ def make_generation(replica: Replica, nickname: int, threshold: int = 1000) -> M
                 new_open = max(_max_generation(replica), g) + 1
                 _insert_open(replica, new_open, nickname)
                 d.set_open_generation(replica, new_open)
+            elif _max_generation(replica) > g:
+                # Empty, but closed generations sit above it (leveled late, or received): move the open
+                # generation above them so the enumeration bound can pass them.
+                store.delete_rows(replica, "MSmerge_genhistory", {"generation": g})
+                new_open = _max_generation(replica) + 1
+                _insert_open(replica, new_open, nickname)
+                d.set_open_generation(replica, new_open)
         else:
             # Writers are still in flight: close it for new changes now, settle it once they end.
             store.update_rows(replica, "MSmerge_genhistory",
@@ -134,9 +145,8 @@ def make_generation(replica: Replica, nickname: int, threshold: int = 1000) -> M
             new_open = max(_max_generation(replica), g) + 1
             _insert_open(replica, new_open, nickname)
             d.set_open_generation(replica, new_open)
-    settled, still = settle_generations(replica, nickname, threshold)
-    result.closed.extend(settled)
-    result.unsettled = still
+    result.unsettled = [int(g) for (g,) in replica.query(
+        f"SELECT generation FROM {_gh(replica)} WHERE genstatus > 0 AND settled = 0 ORDER BY generation")]
     result.open_generation = int(d.current_open_generation(replica))
     return result
 

@@ -75,11 +75,8 @@ def agent_writes(replica: Replica) -> Iterator[Replica]:
     if not replica.in_transaction:
         raise SparksyncError("agent_writes() must run inside replica.transaction()")
     replica.dialect.begin_agent_writes(replica)
-    try:
-        yield replica
-    finally:
-        if replica.in_transaction:
-            replica.dialect.end_agent_writes(replica)
+    yield replica  # on an error the transaction rolls back, and the flag with it
+    replica.dialect.end_agent_writes(replica)
 
 
 def _upsert_metadata(replica: Replica, table: str, key: Mapping[str, Any], values: Mapping[str, Any]) -> None:
@@ -104,7 +101,7 @@ def write_row_with_lineage(replica: Replica, article: TrackedArticle, row: Mappi
     types = {c.name: c.type for c in article.info.columns}
     cols = [c for c in row if c != rg]
     conv = {c: d.db_converters([types[c]])[0] for c in row}
-    val = {c: (None if row[c] is None or conv[c] is None else conv[c](row[c])) if c in conv else row[c] for c in row}
+    val = {c: row[c] if row[c] is None or conv[c] is None else conv[c](row[c]) for c in row}
     t = d.table_sql(article.table)
     p = replica.p
     cur = None

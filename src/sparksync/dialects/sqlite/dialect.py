@@ -93,10 +93,14 @@ class SQLiteDialect(Dialect):
         msg = str(exc)
         low = msg.lower()
         if isinstance(exc, sqlite3.IntegrityError):
-            kind = ("foreign_key" if "foreign key" in low else "not_null" if "not null" in low
-                    else "check" if "check" in low else "primary_key" if "primary key" in low else "unique")
-            code = {"foreign_key": "787", "not_null": "1299", "check": "275"}.get(kind, "2067")
-            return ConstraintViolation(f"{context}: {msg}", kind=kind, native_code=code)
+            name = getattr(exc, "sqlite_errorname", "") or ""
+            kind = {"SQLITE_CONSTRAINT_PRIMARYKEY": "primary_key", "SQLITE_CONSTRAINT_UNIQUE": "unique",
+                    "SQLITE_CONSTRAINT_FOREIGNKEY": "foreign_key", "SQLITE_CONSTRAINT_NOTNULL": "not_null",
+                    "SQLITE_CONSTRAINT_CHECK": "check"}.get(name)
+            if kind is None:
+                kind = ("foreign_key" if "foreign key" in low else "not_null" if "not null" in low
+                        else "check" if "check" in low else "unique")
+            return ConstraintViolation(f"{context}: {msg}", kind=kind, native_code=name or None)
         if isinstance(exc, sqlite3.OperationalError):
             if "locked" in low or "busy" in low:
                 return DatabaseError(f"{context}: {msg}", transient=True, native_code="SQLITE_BUSY")

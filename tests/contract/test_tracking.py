@@ -1,0 +1,220 @@
+"""Change tracking (seed 000) against real SQLite files and a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from sparksync.dialects import connect
+from sparksync.merge.generations import make_generation
+from sparksync.merge.publish import published_articles, tracked_article
+from sparksync.merge.tracking import agent_writes, delete_row_with_lineage, write_row_with_lineage
+from sparksync.metadata import store
+from sparksync.metadata.schema import SCHEMA_VERSION
+
+from .helpers import contents, make_tables, publish, rowguid_of, tombstones
+
+ARTICLES = [{"table": "Child"}, {"table": "Parent", "column_tracking": True}]
+
+
+@pytest.fixture
+def published(kind, dbs):
+    url = dbs.url(kind, "pub")
+    make_tables(url, kind)
+    with connect(url) as r:
+        r.execute('INSERT INTO "Parent" ("id", "name", "price") VALUES (1, \'one\', 1.5), (2, \'two\', 2.5)')
+    res = publish(url, ARTICLES)
+    return url, res
+
+
+def test_publish_adds_rowguid_metadata_and_triggers(published, kind):
+    url, res = published
+    with connect(url) as r:
+        assert store.metadata_version(r) == SCHEMA_VERSION
+        parent = r.reflect(r.dialect.resolve_name(__import__("sparksync.names", fromlist=["TableName"]).TableName.parse("Parent")))
+        assert parent.column("rowguid") is not None
+        guids = [g for (g,) in r.query('SELECT "rowguid" FROM "Parent"')]
+        assert len(guids) == 2 and all(g is not None for g in guids) and len(set(map(str, guids))) == 2
+        # time-ordered GUIDs in the UUIDv7 layout
+        assert all(str(g)[14] == "7" for g in guids)
+        # nicknames follow DRI: the referenced table gets the lower nickname
+        nicks = res["nicknames"]
+        keys = {k.split(".")[-1]: v for k, v in nicks.items()}
+        assert keys["Parent"] < keys["Child"]
+        for table in ("Parent", "Child"):
+            trig = r.dialect.list_merge_triggers(r, r.dialect.resolve_name(__import__("sparksync.names", fromlist=["TableName"]).TableName.parse(table)))
+            assert len(trig) == 3
+        # existing rows are not changes: nothing tracked yet
+        assert contents(r) == [] and tombstones(r) == []
+        arts = published_articles(r, res["pubid"])
+        assert [a["processing_group"] for a in arts] == [1, 1]
+        assert all(a["dri_related"] == 1 for a in arts)
+
+
+def test_publish_is_idempotent(published):
+    url, res = published
+    again = publish(url, ARTICLES)
+    assert again["pubid"] == res["pubid"]
+    assert again["created_articles"] == []
+    assert again["nicknames"] == res["nicknames"]
+    with connect(url) as r:
+        assert len(store.select_rows(r, "sysmergearticles")) == 2
+        assert len([g for (g,) in r.query('SELECT "rowguid" FROM "Parent"')]) == 2
+
+
+def test_insert_update_delete_are_tracked(published):
+    url, res = published
+    pnick = min(res["nicknames"].values())
+    with connect(url) as r:
+        r.execute('INSERT INTO "Parent" ("id", "name") VALUES (3, \'three\')')
+        g3 = rowguid_of(r, "Parent", 3)
+        (c,) = contents(r, pnick)
+        assert c["rowguid"] == g3 and c["lineage"] == {"1": 1} and c["colv"] == {}
+        for i in range(3):
+            r.execute(f'UPDATE "Parent" SET "name" = \'v{i}\' WHERE "id" = 3')
+        (c,) = contents(r, pnick)  # a later update updates the same contents row
+        assert c["lineage"] == {"1": 4}
+        assert c["colv"] == {"name": [1, 4]}
+        r.execute('UPDATE "Parent" SET "price" = 9 WHERE "id" = 3')
+        (c,) = contents(r, pnick)
+        assert c["colv"] == {"name": [1, 4], "price": [1, 5]}
+        # an update that changes nothing is not a change
+        r.execute('UPDATE "Parent" SET "name" = "name" WHERE "id" = 3')
+        assert contents(r, pnick)[0]["lineage"] == {"1": 5}
+        r.execute('DELETE FROM "Parent" WHERE "id" = 3')
+        assert contents(r, pnick) == []
+        (t,) = tombstones(r, pnick)
+        assert t["rowguid"] == g3 and t["type"] == 1 and t["lineage"] == {"1": 6}
+        open_g = r.dialect.current_open_generation(r)
+        assert t["generation"] == open_g
+
+
+def test_row_tracking_has_no_column_versions(published):
+    url, res = published
+    cnick = max(res["nicknames"].values())
+    with connect(url) as r:
+        r.execute('INSERT INTO "Child" ("id", "parent_id", "qty") VALUES (1, 1, 5)')
+        r.execute('UPDATE "Child" SET "qty" = 6 WHERE "id" = 1')
+        (c,) = contents(r, cnick)
+        assert c["colv"] is None and c["lineage"] == {"1": 2}
+
+
+def test_bulk_statement_is_tracked_row_by_row(published):
+    url, res = published
+    cnick = max(res["nicknames"].values())
+    with connect(url) as r:
+        r.executemany(f'INSERT INTO "Child" ("id", "parent_id", "qty") VALUES ({r.p}, 1, {r.p})',
+                      [(i, i) for i in range(100, 400)])
+        r.execute('UPDATE "Child" SET "qty" = "qty" + 1 WHERE "id" >= 200')
+        rows = contents(r, cnick)
+        assert len(rows) == 300
+        assert sum(1 for x in rows if x["lineage"] == {"1": 2}) == 200
+
+
+def test_agent_writes_carry_their_lineage_and_do_not_echo(published):
+    url, res = published
+    with connect(url) as r:
+        art = [tracked_article(a) for a in published_articles(r, res["pubid"]) if a["source_table"] == "Parent"][0]
+        guid = str(uuid.uuid4())
+        with r.transaction():
+            with agent_writes(r):
+                op = write_row_with_lineage(r, art, {"rowguid": guid, "id": 50, "name": "from S", "price": 3,
+                                                     "doc": '{"a": 1}'}, {"7": 3, "1": 1}, generation=1,
+                                            colv={"name": [7, 3]})
+        assert op == "insert"
+        (c,) = contents(r, art.nickname)
+        assert c["rowguid"] == guid and c["lineage"] == {"7": 3, "1": 1} and c["colv"] == {"name": [7, 3]}
+        assert r.scalar('SELECT "name" FROM "Parent" WHERE "id" = 50') == "from S"
+        with r.transaction():
+            with agent_writes(r):
+                assert write_row_with_lineage(r, art, {"rowguid": guid, "id": 50, "name": "again", "price": 3,
+                                                       "doc": None}, {"7": 4, "1": 1}, generation=1) == "update"
+        assert contents(r, art.nickname)[0]["lineage"] == {"7": 4, "1": 1}
+        # the triggers track ordinary DML again after the agent's transaction
+        r.execute('UPDATE "Parent" SET "name" = \'local\' WHERE "id" = 50')
+        assert contents(r, art.nickname)[0]["lineage"] == {"7": 4, "1": 5}
+        with r.transaction():
+            with agent_writes(r):
+                assert delete_row_with_lineage(r, art, guid, {"7": 5, "1": 5}, generation=1)
+        assert contents(r, art.nickname) == []
+        (t,) = tombstones(r, art.nickname)
+        assert t["lineage"] == {"7": 5, "1": 5}
+
+
+def test_agent_write_with_taken_primary_key_is_a_failed_change(published):
+    from sparksync.errors import ConstraintViolation
+
+    url, res = published
+    with connect(url) as r:
+        art = [tracked_article(a) for a in published_articles(r, res["pubid"]) if a["source_table"] == "Parent"][0]
+        with pytest.raises(ConstraintViolation) as e:
+            with r.transaction():
+                with agent_writes(r):
+                    write_row_with_lineage(r, art, {"rowguid": str(uuid.uuid4()), "id": 1, "name": "dup"},
+                                           {"9": 1}, generation=1)
+        assert e.value.kind == "primary_key"
+        assert r.scalar('SELECT "name" FROM "Parent" WHERE "id" = 1') == "one"
+
+
+def test_dml_from_the_command_line_clients_is_tracked(published, kind):
+    url, res = published
+    pnick = min(res["nicknames"].values())
+    sql = ('INSERT INTO "Parent" ("id", "name") VALUES (70, \'shell\');\n'
+           'UPDATE "Parent" SET "name" = \'shell2\' WHERE "id" = 1;\n'
+           'DELETE FROM "Parent" WHERE "id" = 2;\n')
+    if kind == "sqlite":
+        exe = shutil.which("sqlite3")
+        assert exe, "the sqlite3 shell is required (scripts/ensure-services installs it)"
+        subprocess.run([exe, url.removeprefix("sqlite:///")], input=sql, text=True, check=True)
+    else:
+        exe = shutil.which("psql")
+        assert exe, "psql is required"
+        subprocess.run([exe, url, "-v", "ON_ERROR_STOP=1", "-q"], input=sql, text=True, check=True)
+    with connect(url) as r:
+        assert len(contents(r, pnick)) == 2
+        assert len(tombstones(r, pnick)) == 1
+
+
+def test_make_generation_closes_and_levels(kind, dbs):
+    url = dbs.url(kind, "lvl")
+    make_tables(url, kind)
+    publish(url, [{"table": "Parent"}], generation_leveling_threshold=10)
+    with connect(url) as r:
+        g0 = r.dialect.current_open_generation(r)
+        r.executemany(f'INSERT INTO "Parent" ("id", "name") VALUES ({r.p}, {r.p})', [(i, f"n{i}") for i in range(35)])
+        r.execute('DELETE FROM "Parent" WHERE "id" < 5')
+        res = make_generation(r, 1, threshold=10)
+        # 30 contents + 5 tombstones -> 3 + 1 generations of at most 10 changes
+        assert len(res.closed) == 4 and res.closed[0] == g0
+        gens = {g["generation"]: g for g in store.select_rows(r, "MSmerge_genhistory")}
+        assert all(gens[g]["genstatus"] == 1 and gens[g]["changecount"] <= 10 for g in res.closed)
+        assert sum(gens[g]["changecount"] for g in res.closed) == 35
+        assert res.open_generation > max(res.closed)
+        assert gens[res.open_generation]["genstatus"] == 0
+        # every change now sits in one of the closed generations
+        used = {c["generation"] for c in contents(r)} | {t["generation"] for t in tombstones(r)}
+        assert used <= set(res.closed)
+        # nothing new: nothing to close
+        again = make_generation(r, 1, threshold=10)
+        assert again.closed == [] and again.open_generation == res.open_generation
+        r.execute('UPDATE "Parent" SET "name" = \'x\' WHERE "id" = 10')
+        assert contents(r)[0]["generation"] in (res.open_generation,) or \
+            any(c["generation"] == res.open_generation for c in contents(r))
+
+
+def test_metadata_install_is_idempotent_and_versioned(kind, dbs):
+    from sparksync.errors import MetadataVersionError
+
+    url = dbs.url(kind, "meta")
+    with connect(url) as r:
+        with r.transaction():
+            assert store.install_metadata(r) == SCHEMA_VERSION
+        with r.transaction():
+            assert store.install_metadata(r) == SCHEMA_VERSION
+        store.update_rows(r, "sparksync_metadata_version", {"version": SCHEMA_VERSION + 1}, {"id": 1})
+        with pytest.raises(MetadataVersionError, match="newer"):
+            with r.transaction():
+                store.install_metadata(r)
