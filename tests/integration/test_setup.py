@@ -1,0 +1,180 @@
+"""setup end to end on real databases: publish, snapshot (Spark), initialize subscribers (Spark tasks)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparksync.config import parse_topology
+from sparksync.demo.adventureworks import article_names, create_demo_database
+from sparksync.dialects import connect
+from sparksync.dialects.base import from_table_dict
+from sparksync.merge.generations import enumeration_bound
+from sparksync.metadata import store
+from sparksync.names import TableName
+from sparksync.provision import SetupFailed, setup
+from sparksync.snapshot.manifest import current_snapshot
+from sparksync.types import arrow_converter
+
+pytestmark = pytest.mark.spark
+
+TOPOLOGIES = [
+    ("sqlite", ["sqlite", "postgresql"]),
+    ("postgresql", ["sqlite", "postgresql"]),
+]
+
+
+def build(dbs, tmp_path: Path, pub_kind: str, sub_kinds: list[str], **demo):
+    pub_url = dbs.url(pub_kind, "hq")
+    with connect(pub_url) as r:
+        create_demo_database(r, customers=20, products=8, orders=30, vendors=4, employees=5, **demo)
+        supports = r.dialect.capabilities.supports_schemas
+    data = {
+        "publisher": {"name": "HQ", "database": pub_url, "snapshot_dir": str(tmp_path / "snap")},
+        "publications": [{"name": "Sales", "articles": [
+            {"table": n, **({"column_tracking": True} if n == "Product" else {})} for n in article_names(supports)]}],
+        "subscriptions": [
+            {"name": f"S{i}", "publication": "Sales", "database": dbs.url(k, f"s{i}"),
+             **({"subscriber_type": "global", "priority": 50.0 + i} if i % 2 else {})}
+            for i, k in enumerate(sub_kinds, 1)],
+    }
+    return data, parse_topology(data, tmp_path)
+
+
+def normalized_rows(r, table: TableName, info) -> dict[str, tuple]:
+    cols = [c.name for c in info.columns]
+    convs = [arrow_converter(c.type) for c in info.columns]
+    rg = cols.index("rowguid")
+    q = ", ".join(r.dialect.quote(c) for c in cols)
+    out = {}
+    for row in r.query(f"SELECT {q} FROM {r.table_sql(table)}"):
+        vals = tuple(conv(v) for conv, v in zip(convs, row))
+        out[str(vals[rg])] = vals
+    return out
+
+
+def assert_same_data(pub_url: str, sub_url: str, manifest) -> None:
+    with connect(pub_url) as p, connect(sub_url) as s:
+        for a in manifest.articles:
+            info = from_table_dict(a.table_schema)
+            src = normalized_rows(p, TableName(a.schema, a.table), info)
+            dst_name = TableName(a.schema, a.table) if s.dialect.capabilities.supports_schemas else TableName(None, a.table)
+            dst = normalized_rows(s, dst_name, info)
+            assert src == dst, f"{a.name} differs at {sub_url}"
+            assert len(src) == a.rows
+
+
+@pytest.mark.parametrize("pub_kind,sub_kinds", TOPOLOGIES, ids=lambda v: v if isinstance(v, str) else "+".join(v))
+def test_setup_initializes_mixed_subscribers(spark, dbs, tmp_path, pub_kind, sub_kinds):
+    data, topo = build(dbs, tmp_path, pub_kind, sub_kinds)
+    # a change before publishing is just data; a change after publishing carries lineage into the snapshot
+    summary = setup(topo, lambda: spark)
+    assert [r.ok for r in summary.initialized] == [True, True]
+    snap_dir, manifest = current_snapshot(topo.snapshot_root, "Sales")
+    assert len(manifest.articles) == 6
+    nicks = [a.nickname for a in manifest.articles]
+    by_name = {a.table: a.nickname for a in manifest.articles}
+    assert by_name["Customer"] < by_name["SalesOrderHeader"] < by_name["SalesOrderDetail"]
+    assert by_name["Product"] < by_name["SalesOrderDetail"]
+    assert len(set(nicks)) == 6
+    with connect(topo.publisher_url) as p:
+        pub_subs = {r["name"]: r for r in store.select_rows(p, "sysmergesubscriptions")}
+        assert pub_subs["HQ"]["replnickname"] == 1
+    for i, s in enumerate(topo.subscriptions, 1):
+        url = topo.resolve_url(s.database)
+        assert_same_data(topo.publisher_url, url, manifest)
+        with connect(url) as sub:
+            ident = store.replica_identity(sub)
+            assert ident.nickname == pub_subs[s.name]["replnickname"] and ident.nickname >= 2
+            prow = store.select_rows(sub, "sysmergesubscriptions", {"role": "publisher"})[0]
+            assert prow["recgen"] == manifest.snapshot_generation == pub_subs[s.name]["sentgen"]
+            assert prow["sentgen"] == pub_subs[s.name]["recgen"]
+            assert pub_subs[s.name]["status"] == 1
+            baseline = store.select_rows(sub, "MSmerge_genhistory", {"generation": prow["sentgen"]})[0]
+            assert baseline["genstatus"] == 2 and sorted(baseline["nicknames"]) == sorted([1, ident.nickname])
+            # foreign keys were created between the subscriber's copies
+            detail = sub.reflect(TableName(None, "SalesOrderDetail"))
+            assert {fk.ref_table.name for fk in detail.foreign_keys} == {"SalesOrderHeader", "Product"}
+            # tracking is installed: a local change is recorded with this replica's nickname
+            sub.execute('UPDATE "Customer" SET "Territory" = \'Mars\' WHERE "CustomerID" = 1')
+            nick_c = by_name["Customer"]
+            rows = [c for c in store.select_rows(sub, "MSmerge_contents", {"tablenick": nick_c})
+                    if c["generation"] != baseline["generation"]]
+            assert len(rows) == 1 and rows[0]["lineage"].get(str(ident.nickname)) == 1
+            assert rows[0]["generation"] > baseline["generation"]
+
+
+def test_setup_is_idempotent_and_adds_a_new_subscription(spark, dbs, tmp_path):
+    data, topo = build(dbs, tmp_path, "sqlite", ["sqlite"])
+    setup(topo, lambda: spark)
+    snap_dir, manifest = current_snapshot(topo.snapshot_root, "Sales")
+
+    def no_spark():
+        raise AssertionError("an idempotent setup must not need Spark")
+
+    again = setup(topo, no_spark)
+    assert again.snapshots == {} and again.initialized == []
+    data["subscriptions"].append({"name": "Late", "publication": "Sales", "database": dbs.url("postgresql", "late")})
+    topo2 = parse_topology(data, tmp_path)
+    third = setup(topo2, lambda: spark)
+    assert third.snapshots == {}  # the current snapshot is reused
+    assert [r.subscription for r in third.initialized] == ["Late"]
+    assert_same_data(topo2.publisher_url, topo2.resolve_url(data["subscriptions"][-1]["database"]), manifest)
+
+
+def test_changes_around_the_snapshot_are_neither_missed_nor_torn(spark, dbs, tmp_path, monkeypatch, kind):
+    """Writes during the snapshot are not in it (consistent view) and sit above the snapshot generation."""
+    import sparksync.snapshot.writer as writer
+
+    data, topo = build(dbs, tmp_path, kind, ["sqlite"])
+    real_write = writer._write
+    calls = []
+
+    def write_then_change(spark_, plan, path):
+        real_write(spark_, plan, path)
+        if not calls:  # after the first article: a new order with its lines arrives at the publisher
+            with connect(topo.publisher_url) as p:
+                p.execute('INSERT INTO "SalesOrderHeader" ("SalesOrderID", "CustomerID", "OrderDate", "Status", '
+                          '"SubTotal", "ModifiedDate") VALUES (5000, 1, \'2026-01-01 00:00:00\', 1, 10, \'2026-01-01 00:00:00\')')
+                p.execute('INSERT INTO "SalesOrderDetail" ("SalesOrderDetailID", "SalesOrderID", "ProductID", '
+                          '"OrderQty", "UnitPrice", "ModifiedDate") VALUES (50000, 5000, 1, 1, 10, \'2026-01-01 00:00:00\')')
+        calls.append(path)
+
+    monkeypatch.setattr(writer, "_write", write_then_change)
+    setup(topo, lambda: spark)
+    snap_dir, manifest = current_snapshot(topo.snapshot_root, "Sales")
+    sub_url = topo.resolve_url(topo.subscriptions[0].database)
+    with connect(sub_url) as s:
+        assert s.scalar('SELECT count(*) FROM "SalesOrderHeader" WHERE "SalesOrderID" = 5000') == 0
+        assert s.scalar('SELECT count(*) FROM "SalesOrderDetail" WHERE "SalesOrderID" = 5000') == 0
+    with connect(topo.publisher_url) as p:
+        from sparksync.merge.generations import make_generation
+
+        make_generation(p, 1)
+        gens = [c["generation"] for c in store.select_rows(p, "MSmerge_contents")]
+        assert len(gens) == 2 and all(g > manifest.snapshot_generation for g in gens)
+        assert enumeration_bound(p) >= max(gens)
+
+
+def test_a_failing_subscriber_is_reported_and_left_untouched(spark, dbs, tmp_path):
+    data, topo = build(dbs, tmp_path, "sqlite", ["sqlite", "sqlite"])
+    bad_url = topo.resolve_url(topo.subscriptions[1].database)
+    with connect(bad_url) as b:  # a table in the way, of another shape, and pre_creation_cmd = none
+        b.execute('CREATE TABLE "Customer" ("CustomerID" INTEGER PRIMARY KEY, "Other" TEXT)')
+    data["subscriptions"][1]["pre_creation_cmd"] = "none"
+    topo = parse_topology(data, tmp_path)
+    with pytest.raises(SetupFailed) as e:
+        setup(topo, lambda: spark)
+    assert "S2" in e.value.message and "Customer" in e.value.message
+    with connect(bad_url) as b:
+        assert store.metadata_version(b) is None
+        assert [n for (n,) in b.query("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["Customer"]
+    with connect(topo.publisher_url) as p:
+        rows = {r["name"]: r["status"] for r in store.select_rows(p, "sysmergesubscriptions")}
+        assert rows["S1"] == 1 and rows["S2"] == 0
+    # fix the subscriber and run setup again: only S2 is initialized now
+    data["subscriptions"][1]["pre_creation_cmd"] = "drop"
+    again = setup(parse_topology(data, tmp_path), lambda: spark)
+    assert [(r.subscription, r.ok) for r in again.initialized] == [("S2", True)]
