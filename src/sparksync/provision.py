@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 
 from .config import Topology
 from .dialects import connect
-from .errors import ConfigurationError, SparksyncError
+from .errors import ConfigurationError, SchemaDrift, SparksyncError
 from .merge.publish import apply_publication, plan_publication
 from .metadata import store
 from .progress import Reporter, silent
-from .snapshot.initialize import (InitResult, finish_registrations, initialize_subscriptions,
-                                  register_subscriptions)
+from .snapshot.initialize import (InitResult, check_subscriber_tables, finish_registrations,
+                                  initialize_subscriptions, register_subscriptions)
 from .snapshot.manifest import current_snapshot
 from .snapshot.writer import write_snapshot
 
@@ -48,12 +48,40 @@ def _check_subscribers_reachable(topology: Topology) -> None:
         raise ConfigurationError("cannot reach every subscriber database; nothing was changed", problems)
 
 
+def _check_initialized_subscribers(pub, topology: Topology) -> None:
+    """Initialized subscribers must still have the articles' tables as published (schema drift)."""
+    if store.metadata_version(pub) is None:
+        return
+    problems = []
+    for p in topology.publications:
+        rows = store.select_rows(pub, "sysmergepublications", {"name": p.name})
+        if not rows:
+            continue
+        try:
+            _, manifest = current_snapshot(topology.snapshot_root, p.name)
+        except SparksyncError:
+            continue
+        active = {r["name"] for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": rows[0]["pubid"]})
+                  if r["status"] == 1 and r["role"] == "subscriber"}
+        for s in topology.subscriptions_of(p.name):
+            if s.name not in active:
+                continue
+            with connect(topology.resolve_url(s.database), s.name) as sub:
+                try:
+                    check_subscriber_tables(sub, manifest)
+                except SparksyncError as e:
+                    problems.append(f"subscription {s.name}: {e.message}")
+    if problems:
+        raise SchemaDrift("subscriber schema drift; nothing was changed:\n" + "\n".join(f"  - {x}" for x in problems))
+
+
 def setup(topology: Topology, spark_factory, report: Reporter = silent) -> SetupSummary:
     """Bring the topology to its configured state. ``spark_factory()`` is called only if Spark is needed."""
     summary = SetupSummary()
     with connect(topology.publisher_url, topology.publisher.name) as pub:
         plans = [plan_publication(pub, p) for p in topology.publications]   # raises before any change
         _check_subscribers_reachable(topology)
+        _check_initialized_subscribers(pub, topology)
         with pub.transaction():
             store.install_metadata(pub)
             results = [apply_publication(pub, topology, plan) for plan in plans]

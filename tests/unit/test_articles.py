@@ -219,7 +219,7 @@ def dags(draw, max_tables=8):
     return list(config_order), parents_of
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(dags())
 def test_property_fk_parents_get_strictly_lower_unique_nicknames(dag):
     articles, parents_of = dag
@@ -232,7 +232,7 @@ def test_property_fk_parents_get_strictly_lower_unique_nicknames(dag):
             assert nicks[p] < nicks[child]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(dags())
 def test_property_dri_order_is_a_topological_order(dag):
     articles, parents_of = dag
@@ -244,7 +244,7 @@ def test_property_dri_order_is_a_topological_order(dag):
             assert pos[p] < pos[child]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(dags(), st.data())
 def test_property_incremental_publishing_keeps_nicknames_unique(dag, data):
     articles, parents_of = dag
@@ -256,7 +256,7 @@ def test_property_incremental_publishing_keeps_nicknames_unique(dag, data):
     assert len(set(nicks.values())) == len(articles)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100, deadline=None, database=None)
 @given(dags(), st.data())
 def test_property_processing_groups_are_closed_under_dri(dag, data):
     articles, parents_of = dag

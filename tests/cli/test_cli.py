@@ -1,0 +1,167 @@
+"""The CLI: help everywhere, one clear message and a non-zero exit for bad input, nothing changed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sparksync.cli.app import app
+from sparksync.demo.adventureworks import create_demo_database
+from sparksync.dialects import connect
+from sparksync.metadata import store
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    result = runner.invoke(app, list(args))
+    out = result.output + (result.stderr if result.stderr_bytes is not None else "")
+    assert "Traceback" not in out
+    return result.exit_code, " ".join(out.split())
+
+
+def write_config(path: Path, pub_url: str, articles: list[str], subs: list[tuple[str, str]] = (), extra: str = "") -> Path:
+    arts = "\n".join(f'  [[publications.articles]]\n  table = "{a}"' for a in articles)
+    ss = "\n".join(f'[[subscriptions]]\nname = "{n}"\npublication = "Sales"\ndatabase = "{u}"' for n, u in subs)
+    cfg = path / "sparksync.toml"
+    cfg.write_text(f'[publisher]\nname = "HQ"\ndatabase = "{pub_url}"\nsnapshot_dir = "{path / "snap"}"\n'
+                   f'[[publications]]\nname = "Sales"\n{arts}\n{ss}\n{extra}', encoding="utf-8")
+    return cfg
+
+
+@pytest.mark.parametrize("command", ["setup", "snapshot", "status", "demo"])
+def test_every_command_has_help(command):
+    code, out = run(command, "--help")
+    assert code == 0 and "Usage" in out and ("--config" in out or command == "demo")
+
+
+def test_top_level_help_lists_commands():
+    code, out = run("--help")
+    assert code == 0
+    for c in ("setup", "snapshot", "status", "demo"):
+        assert c in out
+
+
+def test_invalid_config_reports_every_problem_with_its_key_path(tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('[publisher]\nname = "HQ"\ndatabase = "mysql://x"\n'
+                   '[[publications]]\nname = "Sales"\nkind = "merge"\n'
+                   '  [[publications.articles]]\n  table = "a.b.c"\n'
+                   '[[subscriptions]]\nname = "S1"\npublication = "Sales"\ndatabase = "sqlite:///s.db"\n'
+                   'subscriber_type = "global"\npriority = 100\ncolour = "red"\n', encoding="utf-8")
+    code, out = run("status", "-c", str(cfg))
+    assert code == 2
+    assert "publisher.database" in out
+    assert "publications[0] (Sales).articles[0] (a.b.c).table" in out
+    assert "subscriptions[0] (S1).colour: unknown key" in out
+
+
+def test_missing_and_malformed_config_files(tmp_path):
+    code, out = run("status", "-c", str(tmp_path / "nope.toml"))
+    assert code == 2 and "config file not found" in out
+    bad = tmp_path / "broken.toml"
+    bad.write_text("[publisher\nname=", encoding="utf-8")
+    code, out = run("status", "-c", str(bad))
+    assert code == 2 and "not valid TOML" in out
+
+
+def _demo_publisher(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'hq.db'}"
+    with connect(url) as r:
+        create_demo_database(r, customers=5, products=3, orders=4, vendors=2, employees=2)
+        r.execute('CREATE TABLE "NoKey" ("a" INTEGER, "b" TEXT)')
+    return url
+
+
+def _untouched(url: str) -> None:
+    with connect(url) as r:
+        assert store.metadata_version(r) is None
+        cols = [c for (c,) in r.query("SELECT name FROM pragma_table_info('Customer')")]
+        assert "rowguid" not in cols
+        assert r.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'") == 0
+
+
+@pytest.mark.parametrize("articles,expected", [
+    (["Customer", "Custmer"], "table Custmer does not exist"),
+    (["Customer", "NoKey"], "NoKey: table has no primary key"),
+])
+def test_bad_articles_change_nothing(tmp_path, articles, expected):
+    url = _demo_publisher(tmp_path)
+    code, out = run("setup", "-c", str(write_config(tmp_path, url, articles)))
+    assert code == 1 and expected in out
+    _untouched(url)
+
+
+def test_names_with_quotes_are_refused(tmp_path):
+    url = _demo_publisher(tmp_path)
+    code, out = run("setup", "-c", str(write_config(tmp_path, url, ['Cust\\"omer'])))
+    assert code == 2 and "is not allowed in replicated names" in out
+    _untouched(url)
+
+
+def test_unreachable_databases_change_nothing_and_hide_passwords(tmp_path, pg_admin_url):
+    url = _demo_publisher(tmp_path)
+    secret = "postgresql://postgres:hunter2@127.0.0.1:1/nowhere"
+    code, out = run("setup", "-c", str(write_config(tmp_path, url, ["Customer"], [("S1", secret)])))
+    assert code == 2 and "S1" in out and "cannot connect" in out
+    assert "hunter2" not in out and "***" in out
+    _untouched(url)
+    code, out = run("status", "-c", str(write_config(tmp_path, secret, ["Customer"])))
+    assert code == 1 and "hunter2" not in out
+    code, out = run("status", "-c", str(write_config(tmp_path, "sqlite:////no/such/folder/hq.db", ["Customer"])))
+    assert code == 1 and "/no/such/folder" in out
+
+
+@pytest.mark.spark
+def test_setup_status_and_drift(spark, tmp_path, dbs):
+    url = _demo_publisher(tmp_path)
+    sub_sqlite = dbs.url("sqlite", "s1")
+    sub_pg = dbs.url("postgresql", "s2")
+    cfg = write_config(tmp_path, url, ["Customer", "Product", "SalesOrderHeader", "SalesOrderDetail"],
+                       [("S1", sub_sqlite), ("S2", sub_pg)])
+    code, out = run("status", "-c", str(cfg))
+    assert code == 0 and "not set up" in out
+    code, out = run("setup", "-c", str(cfg))
+    assert code == 0 and "setup complete" in out and "2 subscription(s) initialized" in out
+    code, out = run("setup", "-c", str(cfg))
+    assert code == 0 and "0 subscription(s) initialized" in out
+    result = runner.invoke(app, ["status", "-c", str(cfg), "--json"])
+    assert result.exit_code == 0
+    st = json.loads(result.stdout)
+    assert [a["name"] for a in st["publications"][0]["articles"]] == ["Customer", "Product", "SalesOrderHeader",
+                                                                     "SalesOrderDetail"]
+    subs = {s["name"]: s for s in st["subscriptions"]}
+    assert subs["S1"]["status"] == subs["S2"]["status"] == "active"
+    assert subs["S1"]["publisher_sentgen"] == subs["S1"]["subscriber_recgen"]
+    assert subs["S2"]["pending_upload"] == 0
+    with connect(sub_pg) as s:
+        s.execute('UPDATE "public"."Customer" SET "Territory" = \'Moon\'')
+    st = json.loads(runner.invoke(app, ["status", "-c", str(cfg), "--json"]).stdout)
+    assert {s["name"]: s for s in st["subscriptions"]}["S2"]["pending_upload"] == 5
+    code, out = run("snapshot", "-c", str(cfg))
+    assert code == 0 and "snapshot Sales" in out
+
+    # Drift at the publisher: a column added to a published table is refused by setup and snapshot.
+    with connect(url) as r:
+        r.execute('ALTER TABLE "Product" ADD COLUMN "Color" TEXT')
+    for command in ("setup", "snapshot"):
+        code, out = run(command, "-c", str(cfg))
+        assert code == 1 and "article Product" in out and "column Color was added" in out
+    with connect(url) as r:
+        r.execute('ALTER TABLE "Product" DROP COLUMN "Color"')
+    # Drift at a subscriber: setup names the subscriber and the table, and changes nothing.
+    with connect(sub_sqlite) as s:
+        s.execute('ALTER TABLE "Customer" ADD COLUMN "Extra" TEXT')
+    code, out = run("setup", "-c", str(cfg))
+    assert code == 1 and "S1" in out and "Customer" in out and "Extra" in out
+
+
+@pytest.mark.spark
+def test_demo_runs(spark, tmp_path):
+    code, out = run("demo", "--dir", str(tmp_path / "demo"))
+    assert code == 0
+    assert "Store1" in out and "Store2" in out and "Store3" in out and out.count("active") == 3
+    assert (tmp_path / "demo" / "sparksync.toml").is_file()

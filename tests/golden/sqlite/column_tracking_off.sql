@@ -1,0 +1,47 @@
+DROP TRIGGER IF EXISTS "MSmerge_ins_0F9B2C1E12344ABC8DEF000000000001"
+-- statement
+DROP TRIGGER IF EXISTS "MSmerge_upd_0F9B2C1E12344ABC8DEF000000000001"
+-- statement
+DROP TRIGGER IF EXISTS "MSmerge_del_0F9B2C1E12344ABC8DEF000000000001"
+-- statement
+CREATE TRIGGER "MSmerge_ins_0F9B2C1E12344ABC8DEF000000000001" AFTER INSERT ON "Customer"
+WHEN (SELECT applying FROM "MSmerge_replica") = 0
+BEGIN
+  UPDATE "Customer" SET "row_guid" = lower(substr(printf('%012x', CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)), 1, 8) || '-' || substr(printf('%012x', CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)), 9, 4) || '-7' || substr(hex(randomblob(2)), 2, 3) || '-' || substr('89ab', 1 + (abs(random()) % 4), 1) || substr(hex(randomblob(2)), 2, 3) || '-' || hex(randomblob(6)))
+   WHERE "row_guid" IS NULL AND "CustomerID" IS NEW."CustomerID";
+  INSERT INTO "MSmerge_contents" (tablenick, rowguid, generation, lineage, colv)
+  VALUES (30,
+          coalesce(NEW."row_guid", (SELECT "row_guid" FROM "Customer" WHERE "CustomerID" IS NEW."CustomerID")),
+          (SELECT generation FROM "MSmerge_genhistory" WHERE genstatus = 0),
+          json_set(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 30 AND t.rowguid = NEW."row_guid"), '{}'), '$."7"', coalesce((SELECT max(value) FROM json_each(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 30 AND t.rowguid = NEW."row_guid"), '{}'))), 0) + 1),
+          NULL)
+  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
+    generation = excluded.generation,
+    lineage = json_set(lineage, '$."7"', coalesce((SELECT max(value) FROM json_each(lineage)), 0) + 1),
+    colv = NULL;
+  DELETE FROM "MSmerge_tombstone" WHERE tablenick = 30 AND rowguid = NEW."row_guid";
+END
+-- statement
+CREATE TRIGGER "MSmerge_upd_0F9B2C1E12344ABC8DEF000000000001" AFTER UPDATE ON "Customer"
+WHEN (SELECT applying FROM "MSmerge_replica") = 0 AND OLD."row_guid" IS NOT NULL
+  AND (OLD."CustomerID" IS NOT NEW."CustomerID" OR OLD."Full Name" IS NOT NEW."Full Name" OR OLD."Notes" IS NOT NEW."Notes")
+BEGIN
+  INSERT INTO "MSmerge_contents" (tablenick, rowguid, generation, lineage, colv)
+  VALUES (30, NEW."row_guid", (SELECT generation FROM "MSmerge_genhistory" WHERE genstatus = 0), json_set('{}', '$."7"', coalesce((SELECT max(value) FROM json_each('{}')), 0) + 1), NULL)
+  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
+    generation = excluded.generation,
+    lineage = json_set(lineage, '$."7"', coalesce((SELECT max(value) FROM json_each(lineage)), 0) + 1),
+    colv = NULL;
+END
+-- statement
+CREATE TRIGGER "MSmerge_del_0F9B2C1E12344ABC8DEF000000000001" AFTER DELETE ON "Customer"
+WHEN (SELECT applying FROM "MSmerge_replica") = 0 AND OLD."row_guid" IS NOT NULL
+BEGIN
+  INSERT INTO "MSmerge_tombstone" (tablenick, rowguid, type, lineage, generation)
+  VALUES (30, OLD."row_guid", 1,
+          json_set(coalesce((SELECT c.lineage FROM "MSmerge_contents" c WHERE c.tablenick = 30 AND c.rowguid = OLD."row_guid"), '{}'), '$."7"', coalesce((SELECT max(value) FROM json_each(coalesce((SELECT c.lineage FROM "MSmerge_contents" c WHERE c.tablenick = 30 AND c.rowguid = OLD."row_guid"), '{}'))), 0) + 1),
+          (SELECT generation FROM "MSmerge_genhistory" WHERE genstatus = 0))
+  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
+    type = 1, lineage = excluded.lineage, generation = excluded.generation;
+  DELETE FROM "MSmerge_contents" WHERE tablenick = 30 AND rowguid = OLD."row_guid";
+END
