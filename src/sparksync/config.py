@@ -159,31 +159,6 @@ class Topology(_Model):
     subscriptions: list[SubscriptionConfig] = Field(default_factory=list)
     base_dir: Path = Field(default=Path("."), exclude=True)
 
-    @model_validator(mode="after")
-    def _references(self) -> "Topology":
-        problems = []
-        pubs = [p.name for p in self.publications]
-        for dup in {n for n in pubs if pubs.count(n) > 1}:
-            problems.append(f"publication {dup!r} is declared twice")
-        subs = [s.name for s in self.subscriptions]
-        for dup in {n for n in subs if subs.count(n) > 1}:
-            problems.append(f"subscription {dup!r} is declared twice")
-        for i, s in enumerate(self.subscriptions):
-            if s.publication not in pubs:
-                problems.append(f"subscriptions[{i}] ({s.name}).publication: no publication named {s.publication!r}")
-            if s.database == self.publisher.database:
-                problems.append(f"subscriptions[{i}] ({s.name}).database: is the publisher's database")
-        seen: dict[tuple[str, str], str] = {}
-        for i, s in enumerate(self.subscriptions):
-            key = (s.database, s.publication)
-            if key in seen:
-                problems.append(f"subscriptions[{i}] ({s.name}): database already subscribes to {s.publication!r} "
-                                f"as {seen[key]!r}")
-            seen[key] = s.name
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
-
     # -- lookups ----------------------------------------------------------------------------
     def publication(self, name: str) -> PublicationConfig:
         for p in self.publications:
@@ -202,7 +177,7 @@ class Topology(_Model):
 
     def resolve_url(self, url: str) -> str:
         """Expand ``${VAR}``s; make a relative SQLite path relative to the config file's folder."""
-        url = expand_env(url)
+        url = _expand(url, "database URL")
         if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
             rel = url[len("sqlite:///"):]
             if rel and rel != ":memory:":
@@ -215,11 +190,85 @@ class Topology(_Model):
 
     @property
     def snapshot_root(self) -> Path:
-        return (self.base_dir / expand_env(self.publisher.snapshot_dir)).resolve()
+        return (self.base_dir / _expand(self.publisher.snapshot_dir, "publisher.snapshot_dir")).resolve()
 
     @property
     def spark_master(self) -> str:
         return os.environ.get("SPARK_MASTER") or self.spark.master
+
+
+def _expand(text: str, what: str) -> str:
+    try:
+        return expand_env(text)
+    except ValueError as e:
+        raise ConfigurationError(f"{what}: {e}") from None
+
+
+def _named(items: Any, i: int, what: str) -> str:
+    item = items[i] if isinstance(items, list) and i < len(items) else None
+    name = item.get("name") if isinstance(item, dict) else None
+    return f"{what}[{i}]" + (f" ({name})" if name else "")
+
+
+def _reference_problems(data: dict[str, Any], base_dir: Path) -> list[str]:
+    """Problems between keys (names, references, environment variables), from the raw data."""
+    problems: list[str] = []
+    pubs = data.get("publications") if isinstance(data.get("publications"), list) else []
+    subs = data.get("subscriptions") if isinstance(data.get("subscriptions"), list) else []
+    publisher = data.get("publisher") if isinstance(data.get("publisher"), dict) else {}
+
+    def env_ok(value: Any, where: str) -> None:
+        if isinstance(value, str):
+            try:
+                expand_env(value)
+            except ValueError as e:
+                problems.append(f"{where}: {e}")
+
+    env_ok(publisher.get("database"), "publisher.database")
+    env_ok(publisher.get("snapshot_dir"), "publisher.snapshot_dir")
+    pub_names: set[str] = set()
+    for i, p in enumerate(pubs):
+        name = p.get("name") if isinstance(p, dict) else None
+        if isinstance(name, str):
+            if name in pub_names:
+                problems.append(f"{_named(pubs, i, 'publications')}.name: publication {name!r} is declared twice")
+            pub_names.add(name)
+    sub_names: set[str] = set()
+    pairs: dict[tuple[str, str], str] = {}
+
+    def resolved(url: Any) -> Any:
+        if not isinstance(url, str):
+            return url
+        try:
+            url = expand_env(url)
+        except ValueError:
+            return url
+        if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+            return "sqlite:///" + str((base_dir / url[len("sqlite:///"):]).resolve())
+        return url
+
+    publisher_db = resolved(publisher.get("database"))
+    for i, s_ in enumerate(subs):
+        if not isinstance(s_, dict):
+            continue
+        where = _named(subs, i, "subscriptions")
+        name = s_.get("name")
+        if isinstance(name, str):
+            if name in sub_names:
+                problems.append(f"{where}.name: subscription {name!r} is declared twice")
+            sub_names.add(name)
+        pub = s_.get("publication")
+        if isinstance(pub, str) and pub not in pub_names:
+            problems.append(f"{where}.publication: no publication named {pub!r}")
+        env_ok(s_.get("database"), f"{where}.database")
+        db = resolved(s_.get("database"))
+        if db is not None and db == publisher_db:
+            problems.append(f"{where}.database: is the publisher's database")
+        if isinstance(db, str) and isinstance(pub, str):
+            if (db, pub) in pairs:
+                problems.append(f"{where}.database: already subscribes to {pub!r} as {pairs[(db, pub)]!r}")
+            pairs[(db, pub)] = str(name)
+    return problems
 
 
 def _loc(loc: tuple, data: Any) -> str:
@@ -240,20 +289,23 @@ def _loc(loc: tuple, data: Any) -> str:
 
 
 def parse_topology(data: dict[str, Any], base_dir: Path, source: str = "config") -> Topology:
+    problems: list[str] = []
+    topology = None
     try:
-        return Topology.model_validate({**data, "base_dir": base_dir})
+        topology = Topology.model_validate({**data, "base_dir": base_dir})
     except ValidationError as exc:
-        problems = []
         for err in exc.errors():
-            loc = _loc(tuple(p for p in err["loc"] if p not in ("function-after[_references(), Topology]",)), data)
-            msg = err["msg"]
-            msg = msg.removeprefix("Value error, ")
+            loc = _loc(tuple(err["loc"]), data)
+            msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = "unknown key"
             elif err["type"] == "missing":
                 msg = "required key is missing"
             problems.append(f"{loc}: {msg}" if loc else msg)
-        raise ConfigurationError(f"{source}: invalid configuration", problems) from None
+    problems += _reference_problems(data, base_dir)
+    if problems or topology is None:
+        raise ConfigurationError(f"{source}: invalid configuration", problems)
+    return topology
 
 
 def load_config(path: str | Path = DEFAULT_CONFIG) -> Topology:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .errors import InvalidNameError
 
 MAX_IDENTIFIER_LENGTH = 63  # PostgreSQL's NAMEDATALEN - 1; SQLite has no limit, we keep one rule.
-_FORBIDDEN = re.compile(r"[\"'`\\;\x00-\x1f\x7f\[\]]")
+_FORBIDDEN = re.compile(r"[\"'`\\;\x00-\x1f\x7f-\x9f\[\]]")
 
 
 def check_identifier(name: str, what: str = "name") -> str:
@@ -38,7 +38,7 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class TableName:
     """A table name with an optional schema (``None`` = the database's default schema)."""
 
@@ -58,6 +58,9 @@ class TableName:
 
     def __str__(self) -> str:
         return self.name if self.schema is None else f"{self.schema}.{self.name}"
+
+    def __lt__(self, other: "TableName") -> bool:
+        return (self.schema or "", self.name) < (other.schema or "", other.name)
 
     @property
     def slug(self) -> str:

@@ -160,6 +160,9 @@ def _to_float(v):
     raise ValueError_(f"{v!r} is not a number")
 
 
+_DECIMAL_CONTEXT = decimal.Context(prec=80)
+
+
 def _decimal(t: SqlType):
     q = decimal.Decimal(1).scaleb(-t.scale)
 
@@ -177,7 +180,12 @@ def _decimal(t: SqlType):
                 raise ValueError_(f"{v!r} is not a decimal") from None
         else:
             raise ValueError_(f"{v!r} is not a decimal")
-        return d.quantize(q, rounding=decimal.ROUND_HALF_EVEN)
+        if not d.is_finite():
+            raise ValueError_(f"{v!r} is not a finite decimal")
+        d = d.quantize(q, rounding=decimal.ROUND_HALF_EVEN, context=_DECIMAL_CONTEXT)
+        if len(d.as_tuple().digits) > t.precision:
+            raise ValueError_(f"{v!r} does not fit decimal({t.precision},{t.scale})")
+        return d
 
     return conv
 
@@ -304,7 +312,9 @@ def rows_to_record_batch(rows, columns: list[tuple[str, SqlType]], schema: pa.Sc
     for i, ((name, t), conv) in enumerate(zip(columns, convs)):
         try:
             values = [conv(r[i]) for r in rows]
+            arrays.append(pa.array(values, type=schema.field(i).type))
         except ValueError_ as e:
             raise ValueError_(f"{where}, column {name} ({t}): {e}") from None
-        arrays.append(pa.array(values, type=schema.field(i).type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+            raise ValueError_(f"{where}, column {name} ({t}): a value does not fit: {e}") from None
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

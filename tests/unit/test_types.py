@@ -116,16 +116,11 @@ def test_decimal_rejects(value):
         conv(Kind.DECIMAL, precision=10, scale=2)(value)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: _decimal quantizes in the default decimal context (28 digits), so a "
-                                       "value that fits DECIMAL(38,10) (the default for unconstrained numeric) "
-                                       "but needs more than 28 digits raises decimal.InvalidOperation")
 def test_decimal_38_digits():
     c = conv(Kind.DECIMAL, precision=38, scale=10)
     assert c("12345678901234567890.5") == D("12345678901234567890.5000000000")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: 'NaN'/'Infinity' strings are not rejected as ValueError_: 'NaN' passes "
-                                       "(Decimal('NaN')) and 'Infinity' raises decimal.InvalidOperation")
 @pytest.mark.parametrize("value", ["NaN", "Infinity"])
 def test_decimal_rejects_special_values(value):
     with pytest.raises(ValueError_):
@@ -318,9 +313,6 @@ def test_rows_to_record_batch_error_names_the_right_column():
         rows_to_record_batch(rows, cols, _schema(cols), "w")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a value that converts but does not fit the Arrow type (SMALLINT 70000, "
-                                       "a 14-digit value in DECIMAL(10,2)) raises pyarrow.ArrowInvalid from pa.array, "
-                                       "not ValueError_ naming where and the column as documented")
 @pytest.mark.parametrize("t, value", [
     (SqlType(Kind.SMALLINT), 70000),
     (SqlType(Kind.DECIMAL, precision=10, scale=2), "123456789012.34"),

@@ -115,7 +115,7 @@ _PASSWORD_IN_URL = re.compile(r"(://[^:/@]+:)([^@]*)(@)")
 def redact_url(url: str) -> str:
     """The URL with any password replaced by ``***`` (for messages and logs)."""
     url = _PASSWORD_IN_URL.sub(r"\1***\3", url)
-    return re.sub(r"(password=)([^&\s]+)", r"\1***", url, flags=re.I)
+    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&\s]+)", r"\1***", url, flags=re.I)
 
 
 class Replica:

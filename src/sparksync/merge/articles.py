@@ -34,29 +34,47 @@ def dri_order(articles: Sequence[str], parents_of: Mapping[str, Iterable[str]]) 
     return ordered
 
 
+def _reach(start: str, step: Mapping[str, set[str]]) -> set[str]:
+    seen: set[str] = set()
+    stack = list(step.get(start, ()))
+    while stack:
+        x = stack.pop()
+        if x not in seen:
+            seen.add(x)
+            stack.extend(step.get(x, ()))
+    seen.discard(start)
+    return seen
+
+
 def assign_nicknames(articles: Sequence[str], parents_of: Mapping[str, Iterable[str]],
                      existing: Mapping[str, int] | None = None) -> dict[str, int]:
     """Nicknames for ``articles``, keeping ``existing`` ones (a nickname never changes once given).
 
-    New articles get a nickname that is greater than all of their parents' and, where the gaps allow,
-    smaller than all of their children's.
+    A new article gets a nickname above every (transitive) parent's and, where the gaps allow, below
+    every (transitive) child's that already has one; otherwise the next multiple of NICKNAME_STEP.
     """
+    names = set(articles)
     existing = dict(existing or {})
-    result = {a: n for a, n in existing.items() if a in set(articles)}
+    result = {a: n for a, n in existing.items() if a in names}
     used = set(existing.values())
+    parents = {a: {p for p in parents_of.get(a, ()) if p in names and p != a} for a in articles}
+    children: dict[str, set[str]] = {a: set() for a in articles}
+    for c, ps in parents.items():
+        for p in ps:
+            children[p].add(c)
     for a in dri_order(articles, parents_of):
         if a in result:
             continue
-        lo = max((result[p] for p in parents_of.get(a, ()) if p in result and p != a), default=0)
-        children = [c for c, ps in parents_of.items() if a in ps and c in result and c != a]
-        hi = min((result[c] for c in children), default=None)
-        if hi is None:
-            candidate = (max([lo, *used], default=0) // NICKNAME_STEP + 1) * NICKNAME_STEP
+        ancestors, descendants = _reach(a, parents), _reach(a, children)
+        lo = max((result[x] for x in ancestors if x in result), default=0)
+        hi = min((result[x] for x in descendants if x in result), default=None)
+        free = [n for n in range(lo + 1, hi) if n not in used] if hi is not None and hi > lo + 1 else []
+        if free:
+            waiting = sum(1 for x in descendants if x not in result and x not in ancestors)
+            target = lo + max(1, (hi - lo) // (waiting + 2))
+            candidate = min(free, key=lambda n: (abs(n - target), n))
         else:
-            free = [n for n in range(lo + 1, hi) if n not in used]
-            mid = (lo + hi) / 2
-            candidate = (min(free, key=lambda n: (abs(n - mid), n)) if free
-                         else (max(used | {lo}) // NICKNAME_STEP + 1) * NICKNAME_STEP)
+            candidate = (max(used | {lo}, default=0) // NICKNAME_STEP + 1) * NICKNAME_STEP
         result[a] = candidate
         used.add(candidate)
     return result

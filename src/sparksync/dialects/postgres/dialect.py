@@ -142,26 +142,37 @@ class PostgresDialect(Dialect):
         return TableInfo(name, tuple(cols), pk, tuple(fks), frozenset(unique))
 
     _TYPE = re.compile(r"^([a-z_ ]+?)(?:\((\d+)(?:,(\d+))?\))?(\[\])?$")
+    _PRECISION = re.compile(r"\(\d+\)")
 
     def parse_type(self, type_text: str) -> SqlType:
-        m = self._TYPE.match(type_text.strip())
+        text = " ".join(type_text.strip().lower().split())
+        if text.startswith(("timestamp", "time")) and not text.endswith("[]"):
+            # format_type() puts a fractional-seconds precision in the middle: timestamp(3) with time zone
+            bare = self._PRECISION.sub("", text).replace("  ", " ").strip()
+            if bare in ("timestamptz", "timestamp with time zone"):
+                return SqlType(Kind.TIMESTAMPTZ)
+            if bare in ("timestamp", "timestamp without time zone"):
+                return SqlType(Kind.TIMESTAMP)
+            if bare in ("time", "time without time zone"):
+                return SqlType(Kind.TIME)
+        m = self._TYPE.match(text)
         if not m or m.group(4):
             raise SchemaError(f"unsupported PostgreSQL column type {type_text!r}")
         base, a, b = m.group(1).strip(), m.group(2), m.group(3)
         a = int(a) if a else None
         b = int(b) if b else None
         simple = {
-            "boolean": Kind.BOOLEAN, "smallint": Kind.SMALLINT, "integer": Kind.INTEGER, "bigint": Kind.BIGINT,
-            "real": Kind.REAL, "double precision": Kind.DOUBLE, "text": Kind.TEXT, "bytea": Kind.BYTES,
-            "date": Kind.DATE, "time without time zone": Kind.TIME, "timestamp without time zone": Kind.TIMESTAMP,
-            "timestamp with time zone": Kind.TIMESTAMPTZ, "uuid": Kind.UUID, "json": Kind.JSON, "jsonb": Kind.JSON,
-            "citext": Kind.TEXT,
+            "boolean": Kind.BOOLEAN, "bool": Kind.BOOLEAN, "smallint": Kind.SMALLINT, "int2": Kind.SMALLINT,
+            "integer": Kind.INTEGER, "int": Kind.INTEGER, "int4": Kind.INTEGER, "bigint": Kind.BIGINT,
+            "int8": Kind.BIGINT, "real": Kind.REAL, "float4": Kind.REAL, "double precision": Kind.DOUBLE,
+            "float8": Kind.DOUBLE, "text": Kind.TEXT, "bytea": Kind.BYTES, "date": Kind.DATE, "uuid": Kind.UUID,
+            "json": Kind.JSON, "jsonb": Kind.JSON, "citext": Kind.TEXT,
         }
         if base in simple:
             return SqlType(simple[base])
-        if base in ("character varying", "character", "varchar", "char"):
+        if base in ("character varying", "character", "varchar", "char", "bpchar"):
             return SqlType(Kind.TEXT, length=a)
-        if base == "numeric":
+        if base in ("numeric", "decimal"):
             return decimal_type(a, b)
         if base == "money":
             return decimal_type(19, 2)
