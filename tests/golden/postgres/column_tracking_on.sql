@@ -9,6 +9,18 @@ DECLARE g bigint;
 BEGIN
   IF current_setting('sparksync.applying', true) = 'on' THEN RETURN NULL; END IF;
   g := "sparksync".writer_generation();
+IF (SELECT count(*) FROM new_rows) > 64 THEN
+    EXECUTE $s0F9B2C1E12344ABC8DEF000000000001$  INSERT INTO "sparksync"."msmerge_contents" AS c (tablenick, rowguid, generation, lineage, colv)
+  SELECT 30, n."row_guid", $1, "sparksync".lineage_bump(ts.lineage, 7), '{}'::jsonb
+    FROM new_rows AS n
+    LEFT JOIN "sparksync"."msmerge_tombstone" AS ts ON ts.tablenick = 30 AND ts.rowguid = n."row_guid"
+   WHERE n."row_guid" IS NOT NULL
+  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
+    generation = EXCLUDED.generation,
+    lineage = "sparksync".lineage_bump(c.lineage, 7),
+    colv = EXCLUDED.colv
+$s0F9B2C1E12344ABC8DEF000000000001$ USING g;
+  ELSE
   INSERT INTO "sparksync"."msmerge_contents" AS c (tablenick, rowguid, generation, lineage, colv)
   SELECT 30, n."row_guid", g, "sparksync".lineage_bump(ts.lineage, 7), '{}'::jsonb
     FROM new_rows AS n
@@ -17,9 +29,18 @@ BEGIN
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     generation = EXCLUDED.generation,
     lineage = "sparksync".lineage_bump(c.lineage, 7),
-    colv = EXCLUDED.colv;
+    colv = EXCLUDED.colv
+;
+  END IF;
+IF (SELECT count(*) FROM new_rows) > 64 THEN
+    EXECUTE $s0F9B2C1E12344ABC8DEF000000000001$  DELETE FROM "sparksync"."msmerge_tombstone" AS ts USING new_rows AS n
+   WHERE ts.tablenick = 30 AND ts.rowguid = n."row_guid"
+$s0F9B2C1E12344ABC8DEF000000000001$ USING g;
+  ELSE
   DELETE FROM "sparksync"."msmerge_tombstone" AS ts USING new_rows AS n
-   WHERE ts.tablenick = 30 AND ts.rowguid = n."row_guid";
+   WHERE ts.tablenick = 30 AND ts.rowguid = n."row_guid"
+;
+  END IF;
   RETURN NULL;
 END
 $fn$
@@ -29,6 +50,17 @@ DECLARE g bigint;
 BEGIN
   IF current_setting('sparksync.applying', true) = 'on' THEN RETURN NULL; END IF;
   g := "sparksync".writer_generation();
+IF (SELECT count(*) FROM new_rows) > 64 THEN
+    EXECUTE $s0F9B2C1E12344ABC8DEF000000000001$  INSERT INTO "sparksync"."msmerge_contents" AS c (tablenick, rowguid, generation, lineage, colv)
+  SELECT 30, n."row_guid", $1, "sparksync".lineage_bump(NULL, 7),
+"sparksync".colv_bump(NULL, coalesce((SELECT jsonb_object_agg(v.k, 1) FROM (VALUES ('CustomerID', o."CustomerID" IS DISTINCT FROM n."CustomerID"), ('Full Name', o."Full Name" IS DISTINCT FROM n."Full Name"), ('Notes', o."Notes"::text IS DISTINCT FROM n."Notes"::text)) AS v(k, ch) WHERE v.ch), '{}'::jsonb), 7, 1)
+    FROM new_rows AS n JOIN old_rows AS o ON o."row_guid" = n."row_guid"
+   WHERE (o."CustomerID" IS DISTINCT FROM n."CustomerID" OR o."Full Name" IS DISTINCT FROM n."Full Name" OR o."Notes"::text IS DISTINCT FROM n."Notes"::text)
+  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
+    generation = EXCLUDED.generation,
+    lineage = "sparksync".lineage_bump(c.lineage, 7),
+    colv = "sparksync".colv_bump(c.colv, EXCLUDED.colv, 7, "sparksync".lineage_next(c.lineage))$s0F9B2C1E12344ABC8DEF000000000001$ USING g;
+  ELSE
   INSERT INTO "sparksync"."msmerge_contents" AS c (tablenick, rowguid, generation, lineage, colv)
   SELECT 30, n."row_guid", g, "sparksync".lineage_bump(NULL, 7),
 "sparksync".colv_bump(NULL, coalesce((SELECT jsonb_object_agg(v.k, 1) FROM (VALUES ('CustomerID', o."CustomerID" IS DISTINCT FROM n."CustomerID"), ('Full Name', o."Full Name" IS DISTINCT FROM n."Full Name"), ('Notes', o."Notes"::text IS DISTINCT FROM n."Notes"::text)) AS v(k, ch) WHERE v.ch), '{}'::jsonb), 7, 1)
@@ -38,6 +70,7 @@ BEGIN
     generation = EXCLUDED.generation,
     lineage = "sparksync".lineage_bump(c.lineage, 7),
     colv = "sparksync".colv_bump(c.colv, EXCLUDED.colv, 7, "sparksync".lineage_next(c.lineage));
+  END IF;
   RETURN NULL;
 END
 $fn$
@@ -47,6 +80,20 @@ DECLARE g bigint;
 BEGIN
   IF current_setting('sparksync.applying', true) = 'on' THEN RETURN NULL; END IF;
   g := "sparksync".writer_generation();
+IF (SELECT count(*) FROM old_rows) > 64 THEN
+    EXECUTE $s0F9B2C1E12344ABC8DEF000000000001$  WITH gone AS (
+    DELETE FROM "sparksync"."msmerge_contents" AS c USING old_rows AS o
+     WHERE c.tablenick = 30 AND c.rowguid = o."row_guid"
+    RETURNING c.rowguid, c.lineage
+  )
+  INSERT INTO "sparksync"."msmerge_tombstone" AS t (tablenick, rowguid, type, lineage, generation)
+  SELECT 30, o."row_guid", 1, "sparksync".lineage_bump(gone.lineage, 7), $1
+    FROM old_rows AS o LEFT JOIN gone ON gone.rowguid = o."row_guid"
+   WHERE o."row_guid" IS NOT NULL
+  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
+    type = 1, lineage = EXCLUDED.lineage, generation = EXCLUDED.generation
+$s0F9B2C1E12344ABC8DEF000000000001$ USING g;
+  ELSE
   WITH gone AS (
     DELETE FROM "sparksync"."msmerge_contents" AS c USING old_rows AS o
      WHERE c.tablenick = 30 AND c.rowguid = o."row_guid"
@@ -57,7 +104,9 @@ BEGIN
     FROM old_rows AS o LEFT JOIN gone ON gone.rowguid = o."row_guid"
    WHERE o."row_guid" IS NOT NULL
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
-    type = 1, lineage = EXCLUDED.lineage, generation = EXCLUDED.generation;
+    type = 1, lineage = EXCLUDED.lineage, generation = EXCLUDED.generation
+;
+  END IF;
   RETURN NULL;
 END
 $fn$

@@ -1,6 +1,17 @@
 {#- Merge change tracking for one article on PostgreSQL: statement-level triggers with transition
     tables, so a bulk statement costs one set-based write per metadata table, not one per row.
-    The agent's own writes are skipped through the transaction-local setting sparksync.applying. -#}
+    The agent's own writes are skipped through the transaction-local setting sparksync.applying.
+    Small statements run the function's cached plans (cheap for one-row transactions); large ones go
+    through EXECUTE and are planned for the rows at hand, so neither kind inherits the other's plan. -#}
+{% set tag = "$s" ~ artid ~ "$" %}
+{% set big = 64 %}
+{% macro run(stmt, rows) -%}
+  IF (SELECT count(*) FROM {{ rows }}) > {{ big }} THEN
+    EXECUTE {{ tag }}{{ stmt | replace("__GEN__", "$1") }}{{ tag }} USING g;
+  ELSE
+{{ stmt | replace("__GEN__", "g") }};
+  END IF;
+{%- endmacro %}
 {% set fn = schema | q %}
 {% macro changed_any(o, n) -%}
 ({% for c in columns %}{{ o }}.{{ c.name | q }}{{ c.cmp }} IS DISTINCT FROM {{ n }}.{{ c.name | q }}{{ c.cmp }}{{ " OR " if not loop.last }}{% endfor %})
@@ -23,17 +34,23 @@ DECLARE g bigint;
 BEGIN
   IF current_setting('sparksync.applying', true) = 'on' THEN RETURN NULL; END IF;
   g := {{ fn }}.writer_generation();
+{% set stmt1 %}
   INSERT INTO {{ contents }} AS c (tablenick, rowguid, generation, lineage, colv)
-  SELECT {{ tablenick }}, n.{{ rowguid }}, g, {{ fn }}.lineage_bump(ts.lineage, {{ replnick }}), {{ "'{}'::jsonb" if column_tracking else "NULL" }}
+  SELECT {{ tablenick }}, n.{{ rowguid }}, __GEN__, {{ fn }}.lineage_bump(ts.lineage, {{ replnick }}), {{ "'{}'::jsonb" if column_tracking else "NULL" }}
     FROM new_rows AS n
     LEFT JOIN {{ tombstone }} AS ts ON ts.tablenick = {{ tablenick }} AND ts.rowguid = n.{{ rowguid }}
    WHERE n.{{ rowguid }} IS NOT NULL
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     generation = EXCLUDED.generation,
     lineage = {{ fn }}.lineage_bump(c.lineage, {{ replnick }}),
-    colv = EXCLUDED.colv;
+    colv = EXCLUDED.colv
+{% endset %}
+{{ run(stmt1, "new_rows") }}
+{% set stmt2 %}
   DELETE FROM {{ tombstone }} AS ts USING new_rows AS n
-   WHERE ts.tablenick = {{ tablenick }} AND ts.rowguid = n.{{ rowguid }};
+   WHERE ts.tablenick = {{ tablenick }} AND ts.rowguid = n.{{ rowguid }}
+{% endset %}
+{{ run(stmt2, "new_rows") }}
   RETURN NULL;
 END
 $fn$
@@ -43,8 +60,9 @@ DECLARE g bigint;
 BEGIN
   IF current_setting('sparksync.applying', true) = 'on' THEN RETURN NULL; END IF;
   g := {{ fn }}.writer_generation();
+{% set stmt3 %}
   INSERT INTO {{ contents }} AS c (tablenick, rowguid, generation, lineage, colv)
-  SELECT {{ tablenick }}, n.{{ rowguid }}, g, {{ fn }}.lineage_bump(NULL, {{ replnick }}),
+  SELECT {{ tablenick }}, n.{{ rowguid }}, __GEN__, {{ fn }}.lineage_bump(NULL, {{ replnick }}),
          {% if column_tracking %}{{ fn }}.colv_bump(NULL, {{ changed_cols("o", "n") }}, {{ replnick }}, 1){% else %}NULL{% endif %}
 
     FROM new_rows AS n JOIN old_rows AS o ON o.{{ rowguid }} = n.{{ rowguid }}
@@ -52,7 +70,9 @@ BEGIN
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     generation = EXCLUDED.generation,
     lineage = {{ fn }}.lineage_bump(c.lineage, {{ replnick }}),
-    colv = {% if column_tracking %}{{ fn }}.colv_bump(c.colv, EXCLUDED.colv, {{ replnick }}, {{ fn }}.lineage_next(c.lineage)){% else %}NULL{% endif %};
+    colv = {% if column_tracking %}{{ fn }}.colv_bump(c.colv, EXCLUDED.colv, {{ replnick }}, {{ fn }}.lineage_next(c.lineage)){% else %}NULL{% endif %}
+{% endset %}
+{{ run(stmt3, "new_rows") }}
   RETURN NULL;
 END
 $fn$
@@ -62,17 +82,20 @@ DECLARE g bigint;
 BEGIN
   IF current_setting('sparksync.applying', true) = 'on' THEN RETURN NULL; END IF;
   g := {{ fn }}.writer_generation();
+{% set stmt4 %}
   WITH gone AS (
     DELETE FROM {{ contents }} AS c USING old_rows AS o
      WHERE c.tablenick = {{ tablenick }} AND c.rowguid = o.{{ rowguid }}
     RETURNING c.rowguid, c.lineage
   )
   INSERT INTO {{ tombstone }} AS t (tablenick, rowguid, type, lineage, generation)
-  SELECT {{ tablenick }}, o.{{ rowguid }}, 1, {{ fn }}.lineage_bump(gone.lineage, {{ replnick }}), g
+  SELECT {{ tablenick }}, o.{{ rowguid }}, 1, {{ fn }}.lineage_bump(gone.lineage, {{ replnick }}), __GEN__
     FROM old_rows AS o LEFT JOIN gone ON gone.rowguid = o.{{ rowguid }}
    WHERE o.{{ rowguid }} IS NOT NULL
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
-    type = 1, lineage = EXCLUDED.lineage, generation = EXCLUDED.generation;
+    type = 1, lineage = EXCLUDED.lineage, generation = EXCLUDED.generation
+{% endset %}
+{{ run(stmt4, "old_rows") }}
   RETURN NULL;
 END
 $fn$

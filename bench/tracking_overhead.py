@@ -1,0 +1,95 @@
+"""What change tracking costs: the same DML on a plain table and on a published (tracked) table.
+
+Measured side by side in one run on SQLite and PostgreSQL; prints rows/s and the ratio
+tracked / plain (1.0 = free). Usage: .venv/bin/python bench/tracking_overhead.py [--rows N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import uuid
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from sparksync.config import parse_topology
+from sparksync.dialects import connect
+from sparksync.merge.publish import apply_publication, plan_publication
+from sparksync.metadata import store
+
+DDL = {
+    "sqlite": 'CREATE TABLE "{t}" ("id" INTEGER PRIMARY KEY, "name" TEXT, "qty" INTEGER, "price" NUMERIC(10,2))',
+    "postgresql": 'CREATE TABLE "{t}" ("id" integer PRIMARY KEY, "name" text, "qty" integer, "price" numeric(10,2))',
+}
+
+
+def workload(r, table: str, n: int) -> dict[str, float]:
+    p = r.p
+    out = {}
+    t0 = time.perf_counter()
+    with r.transaction():
+        r.executemany(f'INSERT INTO "{table}" ("id", "name", "qty", "price") VALUES ({p}, {p}, {p}, {p})',
+                      [(i, f"n{i}", i % 7, i / 100) for i in range(n)])
+    out["insert, row statements"] = n / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    with r.transaction():  # one multi-row statement: PostgreSQL's statement triggers see all rows at once
+        r.execute(f'INSERT INTO "{table}" ("id", "name", "qty", "price") '
+                  f'SELECT "id" + {n}, "name", "qty", "price" FROM "{table}"')
+    out["insert, one statement"] = n / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    with r.transaction():
+        r.execute(f'UPDATE "{table}" SET "qty" = "qty" + 1')
+    out["bulk update"] = n / (time.perf_counter() - t0)
+    k = max(n // 50, 100)
+    t0 = time.perf_counter()
+    for i in range(k):
+        with r.transaction():
+            r.execute(f'UPDATE "{table}" SET "name" = {p} WHERE "id" = {p}', (f"x{i}", i))
+    out["1-row transactions"] = k / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    with r.transaction():
+        r.execute(f'DELETE FROM "{table}"')
+    out["bulk delete"] = n / (time.perf_counter() - t0)
+    return out
+
+
+def run(kind: str, url: str, n: int) -> None:
+    with connect(url) as r:
+        for t in ("plain", "tracked"):
+            r.execute(DDL[kind].format(t=t))
+        topo = parse_topology({"publisher": {"name": "B", "database": url},
+                               "publications": [{"name": "P", "articles": [{"table": "tracked"}]}]}, Path("."))
+        plan = plan_publication(r, topo.publications[0])
+        with r.transaction():
+            store.install_metadata(r)
+            apply_publication(r, topo, plan)
+        plain = workload(r, "plain", n)
+        tracked = workload(r, "tracked", n)
+    print(f"\n{kind}: {n} rows")
+    print(f"  {'operation':<20}{'plain rows/s':>14}{'tracked rows/s':>16}{'ratio':>8}")
+    for op in plain:
+        print(f"  {op:<20}{plain[op]:>14,.0f}{tracked[op]:>16,.0f}{tracked[op] / plain[op]:>8.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=50_000)
+    ap.add_argument("--pg", default=os.environ.get("SPARKSYNC_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    args = ap.parse_args()
+    with TemporaryDirectory() as d:
+        run("sqlite", f"sqlite:///{Path(d) / 'bench.db'}", args.rows)
+    import psycopg
+
+    name = f"sparksync_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(args.pg, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    try:
+        run("postgresql", args.pg.rsplit("/", 1)[0] + "/" + name, args.rows)
+    finally:
+        with psycopg.connect(args.pg, autocommit=True) as c:
+            c.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()
