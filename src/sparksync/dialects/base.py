@@ -279,8 +279,16 @@ class Dialect(ABC):
     @abstractmethod
     def parse_type(self, type_text: str) -> SqlType: ...
 
-    @abstractmethod
-    def render_type(self, t: SqlType) -> str: ...
+    type_names: dict[Kind, str]      # the DDL name of each kind
+    varchar_format: str              # text with a length, e.g. "varchar({length})"
+    decimal_format: str              # e.g. "numeric({precision},{scale})"
+
+    def render_type(self, t: SqlType) -> str:
+        if t.kind is Kind.TEXT and t.length:
+            return self.varchar_format.format(length=t.length)
+        if t.kind is Kind.DECIMAL:
+            return self.decimal_format.format(precision=t.precision, scale=t.scale)
+        return self.type_names[t.kind]
 
     def render_create_table(self, table: TableInfo, rowguid: str | None) -> list[str]:
         """CREATE TABLE for a subscriber's copy of an article (types mapped, PK, FKs)."""

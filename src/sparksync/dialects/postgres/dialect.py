@@ -178,18 +178,14 @@ class PostgresDialect(Dialect):
             return decimal_type(19, 2)
         raise SchemaError(f"unsupported PostgreSQL column type {type_text!r}")
 
-    def render_type(self, t: SqlType) -> str:
-        k = t.kind
-        if k is Kind.TEXT:
-            return f"varchar({t.length})" if t.length else "text"
-        if k is Kind.DECIMAL:
-            return f"numeric({t.precision},{t.scale})"
-        return {
-            Kind.BOOLEAN: "boolean", Kind.SMALLINT: "smallint", Kind.INTEGER: "integer", Kind.BIGINT: "bigint",
-            Kind.REAL: "real", Kind.DOUBLE: "double precision", Kind.BYTES: "bytea", Kind.DATE: "date",
-            Kind.TIME: "time", Kind.TIMESTAMP: "timestamp", Kind.TIMESTAMPTZ: "timestamptz", Kind.UUID: "uuid",
-            Kind.JSON: "jsonb",
-        }[k]
+    type_names = {
+        Kind.BOOLEAN: "boolean", Kind.SMALLINT: "smallint", Kind.INTEGER: "integer", Kind.BIGINT: "bigint",
+        Kind.REAL: "real", Kind.DOUBLE: "double precision", Kind.TEXT: "text", Kind.BYTES: "bytea",
+        Kind.DATE: "date", Kind.TIME: "time", Kind.TIMESTAMP: "timestamp", Kind.TIMESTAMPTZ: "timestamptz",
+        Kind.UUID: "uuid", Kind.JSON: "jsonb",
+    }
+    varchar_format = "varchar({length})"
+    decimal_format = "numeric({precision},{scale})"
 
     # -- values -----------------------------------------------------------------------------
     def _converter(self, t: SqlType):

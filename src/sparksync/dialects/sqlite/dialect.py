@@ -205,18 +205,14 @@ class SQLiteDialect(Dialect):
             return decimal_type(a, b)
         raise SchemaError(f"unsupported SQLite column type {type_text!r}")
 
-    def render_type(self, t: SqlType) -> str:
-        k = t.kind
-        if k is Kind.TEXT:
-            return f"VARCHAR({t.length})" if t.length else "TEXT"
-        if k is Kind.DECIMAL:
-            return f"NUMERIC({t.precision},{t.scale})"
-        return {
-            Kind.BOOLEAN: "BOOLEAN", Kind.SMALLINT: "SMALLINT", Kind.INTEGER: "INTEGER", Kind.BIGINT: "BIGINT",
-            Kind.REAL: "FLOAT", Kind.DOUBLE: "DOUBLE PRECISION", Kind.BYTES: "BLOB", Kind.DATE: "DATE",
-            Kind.TIME: "TIME", Kind.TIMESTAMP: "TIMESTAMP", Kind.TIMESTAMPTZ: "TIMESTAMPTZ", Kind.UUID: "UUID",
-            Kind.JSON: "JSON",
-        }[k]
+    type_names = {
+        Kind.BOOLEAN: "BOOLEAN", Kind.SMALLINT: "SMALLINT", Kind.INTEGER: "INTEGER", Kind.BIGINT: "BIGINT",
+        Kind.REAL: "FLOAT", Kind.DOUBLE: "DOUBLE PRECISION", Kind.TEXT: "TEXT", Kind.BYTES: "BLOB",
+        Kind.DATE: "DATE", Kind.TIME: "TIME", Kind.TIMESTAMP: "TIMESTAMP", Kind.TIMESTAMPTZ: "TIMESTAMPTZ",
+        Kind.UUID: "UUID", Kind.JSON: "JSON",
+    }
+    varchar_format = "VARCHAR({length})"
+    decimal_format = "NUMERIC({precision},{scale})"
 
     # -- values -----------------------------------------------------------------------------
     def _converter(self, t: SqlType):
