@@ -72,6 +72,21 @@ class ArticleConfig(_Model):
     table: str
     column_tracking: bool = False
     rowguid_column: str | None = None
+    resolver: str = "default"
+    resolver_column: str | None = None
+    compensate_for_errors: bool = False
+
+    @model_validator(mode="after")
+    def _resolver(self) -> "ArticleConfig":
+        from .merge.resolvers import BUILTIN, check_resolver
+
+        if self.resolver not in BUILTIN and not re.fullmatch(r"[A-Za-z_][\w.]*[.:][A-Za-z_]\w*", self.resolver):
+            raise ValueError(f"resolver {self.resolver!r}: use one of {', '.join(BUILTIN)} or a dotted path "
+                             "'package.module:function' to a Python callable")
+        problems = check_resolver(self.resolver, self.resolver_column, self.column_tracking, [])
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @field_validator("table")
     @classmethod
@@ -98,6 +113,7 @@ class PublicationConfig(_Model):
     articles: list[ArticleConfig] = Field(min_length=1)
     generation_leveling_threshold: int = Field(1000, ge=1)
     retention: int = Field(14, ge=0, description="days")
+    conflict_logging: Literal["publisher", "subscriber", "both"] = "publisher"
 
     _n = field_validator("name")(lambda cls, v: _check_name(v, "publication name"))
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from .conflicts_cmd import conflicts_command
 from .demo_cmd import demo_command
+from .merge_cmd import merge_command
 from .setup_cmd import setup_command
 from .snapshot_cmd import snapshot_command
 from .status_cmd import status_command
@@ -19,6 +21,8 @@ app = typer.Typer(
 app.command("setup")(setup_command)
 app.command("snapshot")(snapshot_command)
 app.command("status")(status_command)
+app.command("merge")(merge_command)
+app.command("conflicts")(conflicts_command)
 app.command("demo")(demo_command)
 
 

@@ -419,5 +419,12 @@ class Dialect(ABC):
     def try_claim_generation(self, replica: Replica, generation: int) -> bool:
         """Inside a transaction: True (and hold it until commit) when no writer of ``generation`` is running."""
 
+    @abstractmethod
+    def try_agent_lock(self, replica: Replica, key: str) -> bool:
+        """Take a lock that only one agent at a time can hold for ``key`` (until released or closed)."""
+
+    @abstractmethod
+    def release_agent_lock(self, replica: Replica, key: str) -> None: ...
+
     def kinds_supported(self) -> frozenset[Kind]:
         return frozenset(Kind)

@@ -144,4 +144,47 @@ TABLES: tuple[MetaTable, ...] = (
     ),
 )
 
+TABLES = TABLES + (
+    MetaTable(
+        "MSmerge_conflicts_info",
+        "One row per conflict: its type (1-10, as SQL Server), reason, the replica whose version lost, the "
+        "winner, and the conflicting columns. The losing row is in the article's conflict table.",
+        (C("conflict_id", GUID, False), C("pubid", GUID, False), C("tablenick", INT, False), C("rowguid", GUID, False),
+         C("conflict_type", SMALL, False), C("reason_code", TEXT, False), C("reason_text", TEXT, False),
+         C("origin_datasource", TEXT, False, "the replica whose version lost or whose change failed"),
+         C("winner", TEXT, False), C("columns", JSON), C("subscription", TEXT, False),
+         C("direction", TEXT, False, "upload | download"), C("session_id", GUID), C("create_time", TS, False)),
+        ("conflict_id",),
+        (MetaIndex("MSmerge_conflicts_info_nick", ("pubid", "tablenick")),),
+    ),
+    MetaTable(
+        "MSmerge_sessions",
+        "One row per subscription per merge session: what moved each way, conflicts, retries, duration.",
+        (C("session_id", GUID, False), C("subscription", TEXT, False), C("pubid", GUID, False),
+         C("start_time", TS, False), C("end_time", TS), C("duration", REAL), C("status", TEXT, False),
+         C("upload_inserts", INT, False), C("upload_updates", INT, False), C("upload_deletes", INT, False),
+         C("upload_conflicts", INT, False), C("download_inserts", INT, False), C("download_updates", INT, False),
+         C("download_deletes", INT, False), C("download_conflicts", INT, False), C("retries", INT, False),
+         C("failed", INT, False), C("message", TEXT)),
+        ("session_id", "subscription"),
+    ),
+    MetaTable(
+        "MSmerge_articlehistory",
+        "Per session, subscription, article and direction: inserts, updates, deletes, conflicts, retries.",
+        (C("session_id", GUID, False), C("subscription", TEXT, False), C("tablenick", INT, False),
+         C("article", TEXT, False), C("direction", TEXT, False), C("inserts", INT, False), C("updates", INT, False),
+         C("deletes", INT, False), C("conflicts", INT, False), C("retries", INT, False), C("failed", INT, False)),
+        ("session_id", "subscription", "tablenick", "direction"),
+    ),
+    MetaTable(
+        "MSmerge_failed_changes",
+        "Changes that could not be applied here (a failed-change conflict). With compensate_for_errors = "
+        "false they are tried again at every merge until they succeed.",
+        (C("tablenick", INT, False), C("rowguid", GUID, False), C("source_nickname", INT, False),
+         C("conflict_type", SMALL, False), C("reason", TEXT, False), C("attempts", INT, False),
+         C("first_time", TS, False), C("last_time", TS, False)),
+        ("tablenick", "rowguid", "source_nickname"),
+    ),
+)
+
 TABLES_BY_NAME = {t.name: t for t in TABLES}

@@ -27,6 +27,8 @@ class ReadPartition(InputPartition):
     columns: list = field(default_factory=list)      # [[name, SqlType dict], ...]
     snapshot: str | None = None                      # PostgreSQL exported snapshot id
     label: str = ""
+    mode: str = "rows"                               # "rows" | "changes" (see merge/changes.py)
+    constants: dict = field(default_factory=dict)    # changes: source, source_nick, tablenick, op
 
 
 @dataclass
@@ -43,6 +45,10 @@ class ReadPlan:
     def spark_schema(self) -> str:
         from ..types import SqlType
 
+        if self.partitions[0].mode == "changes":
+            from ..merge.changes import CHANGE_SCHEMA
+
+            return CHANGE_SCHEMA
         cols = self.partitions[0].columns
         return ", ".join(f"`{n}` {SqlType.from_dict(t).to_spark()}" for n, t in cols)
 
@@ -80,8 +86,36 @@ class ReplicaReader(DataSourceReader):
             for rows in replica.dialect.stream(replica, partition.sql, partition.params, FETCH_ROWS,
                                                snapshot=partition.snapshot):
                 try:
-                    yield rows_to_record_batch(rows, columns, arrow_schema, partition.label)
+                    if partition.mode == "changes":
+                        yield _change_batch(rows, columns, partition.constants, arrow_schema, partition.label)
+                    else:
+                        yield rows_to_record_batch(rows, columns, arrow_schema, partition.label)
                 except ValueError_ as e:
                     raise ValueError(str(e)) from None
         finally:
             replica.close()
+
+
+def _change_batch(rows, columns, constants: dict, arrow_schema, where: str):
+    """Query rows (generation, rowguid, lineage, colv, <article columns>...) -> change rows."""
+    import pyarrow as pa
+
+    from ..merge.changes import encode_row, json_text
+    from ..types import ValueError_
+
+    out = {k: [] for k in arrow_schema.names}
+    for r in rows:
+        out["source"].append(constants["source"])
+        out["source_nick"].append(constants["source_nick"])
+        out["tablenick"].append(constants["tablenick"])
+        out["rowguid"].append(str(r[1]))
+        out["generation"].append(int(r[0]))
+        out["op"].append(constants["op"])
+        out["lineage"].append(json_text(r[2]))
+        out["colv"].append(json_text(r[3]))
+        try:
+            out["row"].append(encode_row(r[4:], columns) if constants["op"] == "upsert" else None)
+        except ValueError_ as e:
+            raise ValueError_(f"{where}, row {r[1]}: {e}") from None
+    return pa.RecordBatch.from_arrays([pa.array(out[n], type=arrow_schema.field(n).type) for n in arrow_schema.names],
+                                      schema=arrow_schema)

@@ -212,6 +212,12 @@ class PostgresDialect(Dialect):
             raise self.translate_error(exc, f"{replica.label}: load {table}") from exc
         return n
 
+    def try_agent_lock(self, replica: Replica, key: str) -> bool:
+        return bool(replica.scalar("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS + 1, key)))
+
+    def release_agent_lock(self, replica: Replica, key: str) -> None:
+        replica.scalar("SELECT pg_advisory_unlock(%s, hashtext(%s))", (LOCK_CLASS + 1, key))
+
     _SNAPSHOT_ID = re.compile(r"^[0-9A-Fa-f-]+$")
 
     def stream(self, replica, sql, params, batch_rows, snapshot=None):

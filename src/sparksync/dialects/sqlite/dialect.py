@@ -281,6 +281,35 @@ class SQLiteDialect(Dialect):
     def try_claim_generation(self, replica: Replica, generation: int) -> bool:
         return True  # the caller holds SQLite's write lock: no other writer exists
 
+    def try_agent_lock(self, replica: Replica, key: str) -> bool:
+        """An exclusive lock on a file next to the database (released when the process ends)."""
+        import fcntl
+        import hashlib
+
+        path = sqlite_path(replica.url)
+        if path == ":memory:":
+            return True
+        lock_path = f"{path}.{hashlib.sha1(key.encode()).hexdigest()[:12]}.lock"
+        fh = open(lock_path, "a+")  # noqa: SIM115 - held until release
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.close()
+            return False
+        locks = replica.__dict__.setdefault("_agent_locks", {})
+        locks[key] = (fh, lock_path)
+        return True
+
+    def release_agent_lock(self, replica: Replica, key: str) -> None:
+        import fcntl
+
+        fh, lock_path = replica.__dict__.get("_agent_locks", {}).pop(key, (None, None))
+        if fh is not None:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            fh.close()
+            with contextlib.suppress(OSError):
+                os.remove(lock_path)
+
     def stream(self, replica, sql, params, batch_rows, snapshot=None):
         try:
             cur = replica.raw.execute(sql, tuple(params))

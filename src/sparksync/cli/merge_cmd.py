@@ -1,0 +1,70 @@
+"""sparksync merge"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from ..merge.agent import DEFAULT_GENERATIONS_PER_BATCH, MergeAgent, MergeOptions, MergeSummary
+from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load, make_spark, reporter
+
+
+def _print(summary: MergeSummary) -> None:
+    t = Table("subscription", "↑ ins", "↑ upd", "↑ del", "↑ conflicts", "↓ ins", "↓ upd", "↓ del", "↓ conflicts",
+              "retries", "failed", "seconds", box=None)
+    for s in summary.subscriptions:
+        up, down = s.total("upload"), s.total("download")
+        t.add_row(s.subscription, str(up.inserts), str(up.updates), str(up.deletes), str(up.conflicts),
+                  str(down.inserts), str(down.updates), str(down.deletes), str(down.conflicts),
+                  str(up.retries + down.retries), str(up.failed + down.failed), f"{s.seconds:.1f}")
+    console.print(t)
+    for c in summary.conflicts:
+        console.print(f"  conflict ({c['direction']}, {c['subscription']}): type {c['conflict_type']} on article "
+                      f"{c['tablenick']} row {c['rowguid']}: {c['reason_text']}", highlight=False)
+    for s in summary.subscriptions:
+        for e in s.errors:
+            console.print(f"[bold red]{s.subscription}:[/] {e}", highlight=False)
+
+
+@handle_errors
+def merge_command(
+    config: ConfigOption = DEFAULT_CONFIG_PATH,
+    subscription: Annotated[Optional[list[str]], typer.Option("--subscription", "-s",
+                                                              help="Only this subscription (repeatable).")] = None,
+    exchange_type: Annotated[str, typer.Option("--exchange-type", help="both | upload | download")] = "both",
+    upload_generations_per_batch: Annotated[int, typer.Option(min=1)] = DEFAULT_GENERATIONS_PER_BATCH,
+    download_generations_per_batch: Annotated[int, typer.Option(min=1)] = DEFAULT_GENERATIONS_PER_BATCH,
+    continuous: Annotated[bool, typer.Option("--continuous", help="Keep one Spark session warm and sync repeatedly.")] = False,
+    polling_interval: Annotated[float, typer.Option("--polling-interval", min=0.0,
+                                                    help="Seconds between rounds with --continuous.")] = 60.0,
+    rounds: Annotated[int, typer.Option("--rounds", min=0, help="With --continuous: stop after N rounds (0 = never).")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable session summary.")] = False,
+) -> None:
+    """Synchronize subscriptions: upload their changes, then download the publisher's, resolving conflicts."""
+    if exchange_type not in ("both", "upload", "download"):
+        raise typer.BadParameter("use both, upload or download", param_hint="--exchange-type")
+    topology = load(config)
+    for s in subscription or []:
+        topology.subscription(s)
+    agent = MergeAgent(topology, make_spark(topology)(), reporter if not as_json else (lambda m: None))
+    options = MergeOptions(exchange_type, upload_generations_per_batch, download_generations_per_batch,
+                           list(subscription) if subscription else None)
+    n = 0
+    failed = False
+    while True:
+        summary = agent.run(options)
+        n += 1
+        failed = failed or not summary.ok
+        if as_json:
+            console.print_json(json.dumps(summary.to_dict(), default=str))
+        else:
+            _print(summary)
+        if not continuous or (rounds and n >= rounds):
+            break
+        time.sleep(polling_interval)
+    if failed:
+        raise typer.Exit(1)

@@ -1,0 +1,64 @@
+"""Reading logged conflicts back (``sparksync conflicts``), from the publisher and the subscribers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import Topology
+from .dialects import connect
+from .dialects.base import Replica
+from .errors import SparksyncError
+from .merge.apply import conflict_table_name
+from .merge.conflicts import ConflictType
+from .merge.publish import published_articles, tracked_article
+from .metadata import store
+from .types import arrow_converter
+
+
+def _from(replica: Replica, where: str, topology: Topology, publication: str | None, article: str | None) -> list[dict]:
+    if store.metadata_version(replica) is None:
+        return []
+    pubs = {r["pubid"]: r["name"] for r in store.select_rows(replica, "sysmergepublications")}
+    out = []
+    for pubid, pname in pubs.items():
+        if publication and pname != publication:
+            continue
+        arts = {a["nickname"]: (a, tracked_article(a)) for a in published_articles(replica, pubid)}
+        for c in store.select_rows(replica, "MSmerge_conflicts_info", {"pubid": pubid}, order_by=("create_time",)):
+            a_row, art = arts.get(c["tablenick"], (None, None))
+            name = a_row["name"] if a_row else str(c["tablenick"])
+            if article and article not in (name, name.split(".")[-1]):
+                continue
+            losing = None
+            if art is not None:
+                d = replica.dialect
+                table = d.metadata_table_sql(conflict_table_name(pname, art))
+                try:
+                    cols = list(art.info.columns)
+                    row = replica.query_one(
+                        f"SELECT {', '.join(d.quote(x.name) for x in cols)} FROM {table} WHERE {d.quote('conflict_id')} "
+                        f"= {d.uuid_param()}", [c["conflict_id"]])
+                    if row is not None:
+                        losing = {x.name: arrow_converter(x.type)(v) for x, v in zip(cols, row)}
+                except SparksyncError:
+                    losing = None
+            out.append({**c, "logged_at": where, "publication": pname, "article": name,
+                        "conflict_type_name": ConflictType(c["conflict_type"]).label, "losing_row": losing})
+    return out
+
+
+def list_conflicts(topology: Topology, publication: str | None = None, article: str | None = None) -> list[dict[str, Any]]:
+    if publication:
+        topology.publication(publication)
+    rows = []
+    with connect(topology.publisher_url, topology.publisher.name) as pub:
+        rows += _from(pub, topology.publisher.name, topology, publication, article)
+    for s in topology.subscriptions:
+        if publication and s.publication != publication:
+            continue
+        try:
+            with connect(topology.resolve_url(s.database), s.name) as sub:
+                rows += _from(sub, s.name, topology, publication, article)
+        except SparksyncError:
+            continue
+    return sorted(rows, key=lambda r: str(r["create_time"]))

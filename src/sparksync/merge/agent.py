@@ -1,0 +1,445 @@
+"""The merge agent: one sync session over the subscriptions of a merge publication.
+
+1. Close the open generations at both ends (sp_MSmakegeneration).
+2. Upload: for each subscription, in configuration order, negotiate the common generation (the
+   subscriber's sentgen vs the publisher's recgen; the lower if they differ), enumerate the
+   subscriber's closed generations after it that the publisher does not already have, and apply them
+   at the publisher in generation batches. All uploads go through one Spark task, sorted by
+   subscription then batch: they are resolved as if the subscriptions had synced one after another.
+3. Close the publisher's generation again, so what was just uploaded can go down in the same run.
+4. Download: the publisher's changes are read once and fanned out to every subscription (a Spark
+   join with each subscription's batches, which leave out generations it already has), then applied
+   in parallel, one destination per group.
+5. Move the senders' watermarks, log conflicts where ``conflict_logging`` says, record history.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import PublicationConfig, SubscriptionConfig, Topology
+from ..dialects import connect
+from ..dialects.base import Replica
+from ..errors import NotInitialized, SparksyncError
+from ..metadata import store
+from ..names import TableName
+from ..progress import Reporter, silent
+from ..spark.datasource import ReadPartition, ReadPlan
+from .apply import (ApplyContext, BatchInfo, DestinationInfo, apply_stream_empty, log_conflict, make_mapper,
+                    RESULT_SCHEMA)
+from .changes import CHANGE_SCHEMA
+from .conflicts import ConflictRecord, ConflictType
+from .decide import ArticleRules
+from .generations import enumeration_bound, generation_rows, make_generation
+from .publish import published_articles, tracked_article
+from .resolvers import PUBLISHER_PRIORITY, Replicas
+
+DEFAULT_GENERATIONS_PER_BATCH = 100
+
+
+@dataclass
+class MergeOptions:
+    exchange: str = "both"                       # both | upload | download
+    upload_generations_per_batch: int = DEFAULT_GENERATIONS_PER_BATCH
+    download_generations_per_batch: int = DEFAULT_GENERATIONS_PER_BATCH
+    subscriptions: list[str] | None = None
+
+
+@dataclass
+class DirectionStats:
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    conflicts: int = 0
+    retries: int = 0
+    failed: int = 0
+    batches: int = 0
+
+    def add(self, s: dict) -> None:
+        for k in ("inserts", "updates", "deletes", "conflicts", "retries", "failed"):
+            setattr(self, k, getattr(self, k) + int(s.get(k, 0)))
+
+
+@dataclass
+class SubscriptionSession:
+    subscription: str
+    publication: str
+    upload: dict[str, DirectionStats] = field(default_factory=dict)     # article -> stats
+    download: dict[str, DirectionStats] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def total(self, direction: str) -> DirectionStats:
+        t = DirectionStats()
+        for s in getattr(self, direction).values():
+            t.add(vars(s))
+            t.batches += s.batches
+        return t
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+@dataclass
+class MergeSummary:
+    session_id: str
+    subscriptions: list[SubscriptionSession] = field(default_factory=list)
+    conflicts: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(s.ok for s in self.subscriptions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id, "ok": self.ok, "seconds": round(self.seconds, 3),
+            "subscriptions": [{
+                "subscription": s.subscription, "publication": s.publication, "ok": s.ok, "errors": s.errors,
+                "seconds": round(s.seconds, 3),
+                "upload": {a: vars(v) for a, v in s.upload.items()},
+                "download": {a: vars(v) for a, v in s.download.items()},
+            } for s in self.subscriptions],
+            "conflicts": self.conflicts,
+        }
+
+
+def make_batches(generations: list[dict], start: int, bound: int, per_batch: int, source: str,
+                 source_nick: int) -> tuple[list[BatchInfo], dict[int, int]]:
+    """Generation batches of at most ``per_batch`` generations covering (start, bound].
+
+    Returns the batches and generation -> batch number. The last batch's upper bound is ``bound``,
+    so the watermark passes generations the partner already had.
+    """
+    if bound <= start:
+        return [], {}
+    chunks = [generations[i:i + per_batch] for i in range(0, len(generations), per_batch)] or [[]]
+    batches, where, lo = [], {}, start
+    for k, chunk in enumerate(chunks):
+        hi = bound if k == len(chunks) - 1 else int(chunk[-1]["generation"])
+        nicks = sorted({int(n) for g in chunk for n in (g["nicknames"] or [])})
+        batches.append(BatchInfo(source, source_nick, k, lo, hi, nicks))
+        for g in chunk:
+            where[int(g["generation"])] = k
+        lo = hi
+    return batches, where
+
+
+def _min_watermark(a: int | None, b: int | None) -> int:
+    vals = [v for v in (a, b) if v is not None]
+    return min(vals) if vals else 0
+
+
+def _change_reads(replica_url: str, label: str, replica: Replica, pubid: str, source: str, source_nick: int,
+                  lo: int, hi: int) -> list[ReadPartition]:
+    """Partitions reading one replica's changes in generations (lo, hi]: per article, upserts and deletes."""
+    d = replica.dialect
+    parts = []
+    for a in published_articles(replica, pubid):
+        art = tracked_article(a)
+        cols = [[c.name, c.type.to_dict()] for c in art.info.columns]
+        rg = d.quote(art.rowguid_column)
+        select = ", ".join(f"t.{d.quote(c.name)}" for c in art.info.columns)
+        contents, tomb = replica.meta("MSmerge_contents"), replica.meta("MSmerge_tombstone")
+        base = {"source": source, "source_nick": source_nick, "tablenick": art.nickname}
+        p = d.capabilities.paramstyle
+        parts.append(ReadPartition(
+            replica_url,
+            f"SELECT c.generation, c.rowguid, c.lineage, c.colv, {select} FROM {contents} c "
+            f"JOIN {d.table_sql(art.table)} t ON t.{rg} = c.rowguid "
+            f"WHERE c.tablenick = {int(art.nickname)} AND c.generation > {p} AND c.generation <= {p}",
+            [lo, hi], cols, None, f"{label}/{a['name']} changes", "changes", {**base, "op": "upsert"}))
+        parts.append(ReadPartition(
+            replica_url,
+            f"SELECT generation, rowguid, lineage, NULL FROM {tomb} "
+            f"WHERE tablenick = {int(art.nickname)} AND generation > {p} AND generation <= {p}",
+            [lo, hi], [], None, f"{label}/{a['name']} deletes", "changes", {**base, "op": "delete"}))
+    return parts
+
+
+def _rules(pubcfg: PublicationConfig, replica: Replica, pubid: str) -> dict[int, ArticleRules]:
+    d = replica.dialect
+    by_key = {str(d.resolve_name(a.table_name)): a for a in pubcfg.articles}
+    out = {}
+    for a in published_articles(replica, pubid):
+        key = str(TableName(a["source_schema"], a["source_table"]))
+        cfg = by_key.get(key)
+        out[a["nickname"]] = ArticleRules(a["nickname"], bool(a["column_tracking"]),
+                                          cfg.resolver if cfg else "default", cfg.resolver_column if cfg else None)
+    return out
+
+
+def _replicas(pub: Replica, pubid: str, topology: Topology) -> Replicas:
+    rows = store.select_rows(pub, "sysmergesubscriptions")
+    prio, local, names = {}, set(), {}
+    for r in rows:
+        names[r["replnickname"]] = r["name"]
+        if r["role"] == "publisher":
+            prio[r["replnickname"]] = PUBLISHER_PRIORITY
+        elif r["subscriber_type"] == 2:
+            local.add(r["replnickname"])
+        else:
+            prio[r["replnickname"]] = float(r["priority"])
+    return Replicas(publisher=1, priority=prio, local=frozenset(local), names=names)
+
+
+class MergeAgent:
+    """Runs merge sessions; keeps one Spark session warm across them (``--continuous``)."""
+
+    def __init__(self, topology: Topology, spark, report: Reporter = silent):
+        self.topology = topology
+        self.spark = spark
+        self.report = report
+
+    # -- public -------------------------------------------------------------------------------
+    def run(self, options: MergeOptions | None = None) -> MergeSummary:
+        options = options or MergeOptions()
+        t0 = time.perf_counter()
+        summary = MergeSummary(store.new_guid())
+        wanted = set(options.subscriptions or [])
+        for name in wanted:
+            self.topology.subscription(name)
+        for pubcfg in self.topology.publications:
+            subs = [s for s in self.topology.subscriptions_of(pubcfg.name) if not wanted or s.name in wanted]
+            if subs:
+                self._publication(pubcfg, subs, options, summary)
+        summary.seconds = time.perf_counter() - t0
+        return summary
+
+    # -- one publication ------------------------------------------------------------------------
+    def _publication(self, pubcfg: PublicationConfig, subs: list[SubscriptionConfig], options: MergeOptions,
+                     summary: MergeSummary) -> None:
+        topo = self.topology
+        with connect(topo.publisher_url, topo.publisher.name) as pub:
+            store.require_metadata(pub)
+            prows = store.select_rows(pub, "sysmergepublications", {"name": pubcfg.name})
+            if not prows:
+                raise NotInitialized(f"publication {pubcfg.name} is not published; run 'sparksync setup'")
+            prow = prows[0]
+            pubid, threshold = prow["pubid"], prow["generation_leveling_threshold"]
+            if not pub.dialect.try_agent_lock(pub, f"merge:{pubid}"):
+                raise SparksyncError(f"publication {pubcfg.name}: another merge agent is running", obj=pubcfg.name)
+            try:
+                self._session(pub, pubcfg, pubid, threshold, subs, options, summary)
+            finally:
+                pub.dialect.release_agent_lock(pub, f"merge:{pubid}")
+
+    def _session(self, pub: Replica, pubcfg: PublicationConfig, pubid: str, threshold: int,
+                 subs: list[SubscriptionConfig], options: MergeOptions, summary: MergeSummary) -> None:
+        topo = self.topology
+        pub_rows = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid})}
+        sessions: dict[str, SubscriptionSession] = {}
+        active = []
+        for s in subs:
+            sess = sessions[s.name] = SubscriptionSession(s.name, pubcfg.name)
+            summary.subscriptions.append(sess)
+            r = pub_rows.get(s.name)
+            if r is None or r["status"] != 1:
+                sess.errors.append(f"subscription {s.name} is not initialized; run 'sparksync setup'")
+                continue
+            active.append((s, r))
+        if not active:
+            return
+        rules = _rules(pubcfg, pub, pubid)
+        replicas = _replicas(pub, pubid, topo)
+        started = {s.name: time.perf_counter() for s, _ in active}
+        self.report(f"merge {pubcfg.name}: closing generations at {topo.publisher.name} and {len(active)} subscriber(s)")
+        make_generation(pub, 1, threshold)
+        subs_open: dict[str, Replica] = {}
+        try:
+            for s, r in list(active):
+                try:
+                    rep = subs_open[s.name] = connect(topo.resolve_url(s.database), s.name)
+                    make_generation(rep, r["replnickname"], threshold)
+                except SparksyncError as e:
+                    sessions[s.name].errors.append(e.message)
+                    active.remove((s, r))
+            if options.exchange in ("both", "upload") and active:
+                self._upload(pub, pubcfg, pubid, rules, replicas, active, subs_open, options, sessions, summary)
+            make_generation(pub, 1, threshold)
+            if options.exchange in ("both", "download") and active:
+                self._download(pub, pubcfg, pubid, rules, replicas, active, subs_open, options, sessions, summary)
+        finally:
+            for rep in subs_open.values():
+                rep.close()
+        for s, _ in active:
+            sessions[s.name].seconds = time.perf_counter() - started[s.name]
+        self._history(pub, pubid, summary.session_id, [sessions[s.name] for s, _ in active] +
+                      [x for x in sessions.values() if x.errors and x.subscription not in {s.name for s, _ in active}],
+                      rules, pub_rows)
+
+    # -- upload ----------------------------------------------------------------------------------
+    def _upload(self, pub, pubcfg, pubid, rules, replicas, active, subs_open, options, sessions, summary) -> None:
+        topo = self.topology
+        parts, assign, batches_by_source = [], [], {}
+        for order, (s, r) in enumerate(active):
+            sub = subs_open[s.name]
+            mine = store.select_rows(sub, "sysmergesubscriptions", {"pubid": pubid, "role": "publisher"})
+            start = _min_watermark(mine[0]["sentgen"] if mine else None, r["recgen"])
+            bound = enumeration_bound(sub)
+            gens = [g for g in generation_rows(sub, start, bound) if 1 not in (g["nicknames"] or [])]
+            batches, where = make_batches(gens, start, bound, options.upload_generations_per_batch, s.name,
+                                          r["replnickname"])
+            batches_by_source[s.name] = batches
+            if gens:
+                parts += _change_reads(topo.resolve_url(s.database), s.name, sub, pubid, s.name, r["replnickname"],
+                                       start, bound)
+                assign += [(s.name, g, topo.publisher.name, order, k) for g, k in where.items()]
+            self.report(f"upload {s.name}: generations ({start}, {bound}], {len(gens)} to send in "
+                        f"{len(batches)} batch(es)")
+        dest = DestinationInfo(topo.publisher.name, topo.publisher_url, 1, True, {"pubid": pubid}, batches_by_source,
+                               pubcfg.conflict_logging in ("publisher", "both"))
+        ctx = ApplyContext(pubid, True, summary.session_id, pubcfg.name, rules, replicas, {dest.name: dest})
+        results = self._run(parts, assign, ctx, partitions=1)
+        for s, r in active:
+            self._settle_direction(ctx, dest.name, s.name, batches_by_source[s.name], results, sessions[s.name],
+                                   "upload", rules, pub, summary)
+            done = self._done_hi(results, dest.name, s.name, batches_by_source[s.name])
+            if done is not None:
+                store.update_rows(subs_open[s.name], "sysmergesubscriptions", {"sentgen": done, "last_sync_date": store.utcnow()},
+                                  {"pubid": pubid, "role": "publisher"})
+        self._remote_conflicts(ctx, results, subs_open, pub, pubcfg, summary)
+
+    # -- download --------------------------------------------------------------------------------
+    def _download(self, pub, pubcfg, pubid, rules, replicas, active, subs_open, options, sessions, summary) -> None:
+        topo = self.topology
+        bound = enumeration_bound(pub)
+        pub_rows = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid})}
+        dests, assign = {}, []
+        lowest = None
+        for order, (s, _) in enumerate(active):
+            sub = subs_open[s.name]
+            r = pub_rows[s.name]
+            mine = store.select_rows(sub, "sysmergesubscriptions", {"pubid": pubid, "role": "publisher"})
+            start = _min_watermark(r["sentgen"], mine[0]["recgen"] if mine else None)
+            gens = [g for g in generation_rows(pub, start, bound) if r["replnickname"] not in (g["nicknames"] or [])]
+            batches, where = make_batches(gens, start, bound, options.download_generations_per_batch,
+                                          topo.publisher.name, 1)
+            dests[s.name] = DestinationInfo(s.name, topo.resolve_url(s.database), r["replnickname"], False,
+                                            {"pubid": pubid}, {topo.publisher.name: batches},
+                                            pubcfg.conflict_logging in ("subscriber", "both"))
+            if gens:
+                lowest = start if lowest is None else min(lowest, start)
+                assign += [(topo.publisher.name, g, s.name, order, k) for g, k in where.items()]
+            self.report(f"download {s.name}: generations ({start}, {bound}], {len(gens)} to send in "
+                        f"{len(batches)} batch(es)")
+        parts = []
+        if assign:
+            parts = _change_reads(topo.publisher_url, topo.publisher.name, pub, pubid, topo.publisher.name, 1,
+                                  lowest, bound)
+        ctx = ApplyContext(pubid, False, summary.session_id, pubcfg.name, rules, replicas, dests)
+        results = self._run(parts, assign, ctx, partitions=max(1, len({a[2] for a in assign})))
+        for s, _ in active:
+            batches = dests[s.name].batches[topo.publisher.name]
+            self._settle_direction(ctx, s.name, topo.publisher.name, batches, results, sessions[s.name], "download",
+                                   rules, pub, summary)
+            done = self._done_hi(results, s.name, topo.publisher.name, batches)
+            if done is not None:
+                store.update_rows(pub, "sysmergesubscriptions", {"sentgen": done, "last_sync_date": store.utcnow()},
+                                  {"pubid": pubid, "name": s.name, "role": "subscriber"})
+        self._remote_conflicts(ctx, results, subs_open, pub, pubcfg, summary)
+
+    # -- Spark ------------------------------------------------------------------------------------
+    def _run(self, parts: list[ReadPartition], assign: list[tuple], ctx: ApplyContext, partitions: int) -> list[dict]:
+        if not parts or not assign:
+            return []
+        spark = self.spark
+        changes = spark.read.format("sparksync").schema(CHANGE_SCHEMA).option("plan", ReadPlan(parts).to_json()).load()
+        assignment = spark.createDataFrame(
+            assign, "source STRING, generation BIGINT, destination STRING, dest_order INT, batch_seq INT")
+        rows = (changes.join(assignment, ["source", "generation"])
+                .repartition(partitions, "destination")
+                .sortWithinPartitions("destination", "dest_order", "batch_seq", "tablenick", "rowguid")
+                .mapInArrow(make_mapper(ctx), RESULT_SCHEMA))
+        return [r.asDict() for r in rows.collect()]
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+    def _settle_direction(self, ctx: ApplyContext, dest: str, source: str, batches: list[BatchInfo],
+                          results: list[dict], sess: SubscriptionSession, direction: str, rules, pub, summary) -> None:
+        import json as _json
+
+        mine = sorted((r for r in results if r["destination"] == dest and r["source"] == source),
+                      key=lambda r: r["batch_seq"])
+        errors = [r for r in mine if r["status"] == "error"]
+        if not errors:
+            seen = {r["batch_seq"] for r in mine}
+            rest = [b for b in batches if b.seq not in seen]
+            if rest:
+                mine += list(apply_stream_empty(ctx, dest, source, rest))
+                errors = [r for r in mine if r["status"] == "error"]
+        results.extend(r for r in mine if r not in results)
+        names = {a_nick: a_nick for a_nick in rules}
+        for r in mine:
+            if r["status"] == "error":
+                sess.errors.append(f"{direction} batch {r['batch_seq']} at {dest}: {r['message'].splitlines()[0]}")
+                continue
+            stats = getattr(sess, direction)
+            for nick, st in _json.loads(r["stats"] or "{}").items():
+                stats.setdefault(self._article_name(pub, ctx.pubid, int(nick)), DirectionStats()).add(st)
+        for st in getattr(sess, direction).values():
+            st.batches = len([r for r in mine if r["status"] == "applied"])
+
+    def _article_name(self, pub: Replica, pubid: str, nick: int) -> str:
+        cache = getattr(self, "_names", None)
+        if cache is None or cache[0] != pubid:
+            cache = (pubid, {a["nickname"]: a["name"] for a in published_articles(pub, pubid)})
+            self._names = cache
+        return cache[1].get(nick, str(nick))
+
+    @staticmethod
+    def _done_hi(results: list[dict], dest: str, source: str, batches: list[BatchInfo]) -> int | None:
+        status = {r["batch_seq"]: r["status"] for r in results if r["destination"] == dest and r["source"] == source}
+        hi = None
+        for b in batches:
+            if status.get(b.seq) in ("applied", "skipped"):
+                hi = b.hi
+            else:
+                break
+        return hi
+
+    def _remote_conflicts(self, ctx: ApplyContext, results: list[dict], subs_open: dict[str, Replica],
+                          pub: Replica, pubcfg: PublicationConfig, summary: MergeSummary) -> None:
+        import json as _json
+
+        for r in results:
+            for c in _json.loads(r.get("conflicts") or "[]"):
+                rec = ConflictRecord(ConflictType(c["conflict_type"]), c["tablenick"], c["rowguid"], c["reason_code"],
+                                     c["reason_text"], c["origin"], c["winner"], c["losing_row"], c["columns"])
+                subscription = r["source"] if ctx.upload else r["destination"]
+                target = subs_open.get(subscription) if ctx.upload else pub
+                if target is None:
+                    continue
+                arts = {a["nickname"]: tracked_article(a) for a in published_articles(target, ctx.pubid)}
+                with target.transaction():
+                    log_conflict(target, ctx.pubid, pubcfg.name, arts[rec.tablenick], rec, subscription, ctx.upload,
+                                 ctx.session_id)
+        for r in results:
+            for c in _json.loads(r.get("conflicts") or "[]"):
+                summary.conflicts.append({**c, "subscription": r["source"] if ctx.upload else r["destination"],
+                                          "direction": "upload" if ctx.upload else "download"})
+
+    def _history(self, pub: Replica, pubid: str, session_id: str, sessions: list[SubscriptionSession],
+                 rules, pub_rows) -> None:
+        nick_of = {a["name"]: a["nickname"] for a in published_articles(pub, pubid)}
+        now = store.utcnow()
+        with pub.transaction():
+            for s in sessions:
+                up, down = s.total("upload"), s.total("download")
+                store.insert_row(pub, "MSmerge_sessions", {
+                    "session_id": session_id, "subscription": s.subscription, "pubid": pubid, "start_time": now,
+                    "end_time": now, "duration": s.seconds, "status": "succeeded" if s.ok else "failed",
+                    "upload_inserts": up.inserts, "upload_updates": up.updates, "upload_deletes": up.deletes,
+                    "upload_conflicts": up.conflicts, "download_inserts": down.inserts,
+                    "download_updates": down.updates, "download_deletes": down.deletes,
+                    "download_conflicts": down.conflicts, "retries": up.retries + down.retries,
+                    "failed": up.failed + down.failed, "message": "; ".join(s.errors) or None})
+                for direction in ("upload", "download"):
+                    for article, st in getattr(s, direction).items():
+                        store.insert_row(pub, "MSmerge_articlehistory", {
+                            "session_id": session_id, "subscription": s.subscription,
+                            "tablenick": nick_of.get(article, 0), "article": article, "direction": direction,
+                            "inserts": st.inserts, "updates": st.updates, "deletes": st.deletes,
+                            "conflicts": st.conflicts, "retries": st.retries, "failed": st.failed})

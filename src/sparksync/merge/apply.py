@@ -1,0 +1,442 @@
+"""Applying changes at one destination: one transaction per generation batch, watermark included.
+
+Runs inside Spark tasks (``mapInArrow``) on rows sorted by destination and batch. For each batch:
+
+1. skip it if the destination's watermark already covers it (a re-run task applies nothing twice);
+2. decide every change against the destination's metadata (``decide.decide``);
+3. apply in article processing order (seeds 003/004): deletes in descending nickname order, group 1
+   before group 2, then inserts and updates in ascending nickname order, group 1 before group 2;
+   a change that fails on a constraint is retried after the other articles, then logged as failed;
+4. record a received generation (known to the source), and a generation for resolved conflicts
+   (not known to the source, so the result goes back to it), the conflicts, and the watermark.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..dialects import connect
+from ..dialects.base import Replica
+from ..errors import ConstraintViolation, SparksyncError
+from ..metadata import store
+from ..names import TableName
+from ..types import Kind
+from . import lineage as lin
+from .changes import decode_row
+from .conflicts import ConflictRecord, ConflictType, failed_type
+from .decide import ArticleRules, Decision, Incoming, Local, decide
+from .publish import published_articles, tracked_article
+from .resolvers import Replicas
+from .tracking import TrackedArticle, agent_writes, delete_row_with_lineage, write_row_with_lineage
+
+RESULT_SCHEMA = ("destination STRING, source STRING, batch_seq INT, status STRING, stats STRING, "
+                 "conflicts STRING, message STRING")
+
+
+@dataclass
+class BatchInfo:
+    source: str
+    source_nick: int
+    seq: int
+    lo: int
+    hi: int
+    nicknames: list[int]
+
+
+@dataclass
+class DestinationInfo:
+    name: str
+    url: str
+    nickname: int
+    is_publisher: bool
+    watermark: dict                      # identifies the destination's sysmergesubscriptions row of the source(s)
+    batches: dict[str, list[BatchInfo]]  # source -> batches in order
+    log_conflicts_here: bool
+
+
+@dataclass
+class ApplyContext:
+    pubid: str
+    upload: bool
+    session_id: str
+    publication: str
+    rules: dict[int, ArticleRules]
+    replicas: Replicas
+    destinations: dict[str, DestinationInfo]
+
+
+@dataclass
+class ArticleStats:
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    conflicts: int = 0
+    retries: int = 0
+    failed: int = 0
+    skipped: int = 0
+
+
+@dataclass
+class BatchOutcome:
+    status: str                            # "applied" | "skipped" | "error"
+    stats: dict[int, ArticleStats] = field(default_factory=dict)
+    remote_conflicts: list[ConflictRecord] = field(default_factory=list)
+    message: str = ""
+
+
+# -- metadata helpers ---------------------------------------------------------------------------
+
+def _watermark_where(dest: DestinationInfo, source: str) -> dict:
+    if dest.is_publisher:
+        return {"pubid": dest.watermark["pubid"], "name": source, "role": "subscriber"}
+    return {"pubid": dest.watermark["pubid"], "role": "publisher"}
+
+
+def read_watermark(replica: Replica, dest: DestinationInfo, source: str) -> int | None:
+    rows = store.select_rows(replica, "sysmergesubscriptions", _watermark_where(dest, source))
+    return rows[0]["recgen"] if rows else None
+
+
+def write_watermark(replica: Replica, dest: DestinationInfo, source: str, hi: int) -> None:
+    store.update_rows(replica, "sysmergesubscriptions", {"recgen": hi, "last_sync_date": store.utcnow()},
+                      _watermark_where(dest, source))
+
+
+def _new_generation(replica: Replica, genstatus: int, nicknames: list[int], pubid: str,
+                    source_nick: int | None = None, source_gen: int | None = None) -> int:
+    g = max(int(replica.scalar(f"SELECT coalesce(max(generation), 0) FROM {replica.meta('MSmerge_genhistory')}") or 0),
+            int(replica.dialect.current_open_generation(replica) or 0)) + 1
+    store.insert_row(replica, "MSmerge_genhistory", {
+        "generation": g, "guidsrc": store.new_guid(), "pubid": pubid, "genstatus": genstatus, "settled": 1,
+        "nicknames": sorted(set(nicknames)), "changecount": 0, "coldate": store.utcnow(),
+        "source_nickname": source_nick, "source_generation": source_gen})
+    return g
+
+
+def _prefetch(replica: Replica, article: TrackedArticle, rowguids: list[str]) -> tuple[dict, dict, set]:
+    """Contents (lineage, colv), tombstones (lineage) and present rows for these rowguids."""
+    d = replica.dialect
+    contents, tombs, present = {}, {}, set()
+    u = d.uuid_param()
+    for i in range(0, len(rowguids), 500):
+        chunk = rowguids[i:i + 500]
+        inlist = ", ".join([u] * len(chunk))
+        for g, l_, c in replica.query(
+                f"SELECT rowguid, lineage, colv FROM {replica.meta('MSmerge_contents')} "
+                f"WHERE tablenick = {int(article.nickname)} AND rowguid IN ({inlist})", chunk):
+            contents[str(g)] = (lin.parse(l_), json.loads(c) if isinstance(c, str) else c)
+        for g, l_ in replica.query(
+                f"SELECT rowguid, lineage FROM {replica.meta('MSmerge_tombstone')} "
+                f"WHERE tablenick = {int(article.nickname)} AND rowguid IN ({inlist})", chunk):
+            tombs[str(g)] = lin.parse(l_)
+        for (g,) in replica.query(
+                f"SELECT {d.quote(article.rowguid_column)} FROM {d.table_sql(article.table)} "
+                f"WHERE {d.quote(article.rowguid_column)} IN ({inlist})", chunk):
+            present.add(str(g))
+    return contents, tombs, present
+
+
+def _load_row(replica: Replica, article: TrackedArticle, rowguid: str) -> dict[str, Any] | None:
+    from ..types import arrow_converter
+
+    d = replica.dialect
+    cols = list(article.info.columns)
+    row = replica.query_one(
+        f"SELECT {', '.join(d.quote(c.name) for c in cols)} FROM {d.table_sql(article.table)} "
+        f"WHERE {d.quote(article.rowguid_column)} = {d.uuid_param()}", [rowguid])
+    if row is None:
+        return None
+    return {c.name: arrow_converter(c.type)(v) for c, v in zip(cols, row)}
+
+
+def conflict_table_name(publication: str, article: TrackedArticle) -> str:
+    name = f"MSmerge_conflict_{publication}_{article.table.name}"
+    return name if len(name) <= 60 else name[:52] + "_" + article.trigger_id[:7]
+
+
+def log_conflict(replica: Replica, pubid: str, publication: str, article: TrackedArticle, rec: ConflictRecord,
+                 subscription: str, upload: bool, session_id: str) -> None:
+    """MSmerge_conflicts_info row, and the losing row in the article's conflict table."""
+    d = replica.dialect
+    cid = store.new_guid()
+    store.insert_row(replica, "MSmerge_conflicts_info", {
+        "conflict_id": cid, "pubid": pubid, "tablenick": rec.tablenick, "rowguid": rec.rowguid,
+        "conflict_type": int(rec.conflict_type), "reason_code": str(rec.reason_code), "reason_text": rec.reason_text,
+        "origin_datasource": rec.origin, "winner": rec.winner, "columns": rec.columns or None,
+        "subscription": subscription, "direction": "upload" if upload else "download", "session_id": session_id,
+        "create_time": store.utcnow()})
+    if rec.losing_row is None:
+        return  # a losing delete is only in MSmerge_conflicts_info (as SQL Server does)
+    table = d.metadata_table_sql(conflict_table_name(publication, article))
+    cols = [c for c in article.info.columns]
+    ddl = ", ".join(f"{d.quote(c.name)} {d.render_type(c.type)}" for c in cols)
+    replica.execute(f"CREATE TABLE IF NOT EXISTS {table} ({d.quote('conflict_id')} {d.render_type(store_guid())} "
+                    f"NOT NULL PRIMARY KEY, {d.quote('origin_datasource')} {d.render_type(store_text())}, {ddl})")
+    names = ["conflict_id", "origin_datasource"] + [c.name for c in cols]
+    convs = d.db_converters([c.type for c in cols])
+    vals = [cid, rec.origin] + [None if rec.losing_row.get(c.name) is None or conv is None else conv(rec.losing_row[c.name])
+                                if conv is not None else rec.losing_row.get(c.name) for c, conv in zip(cols, convs)]
+    vals = vals[:2] + [rec.losing_row.get(c.name) if conv is None else v for c, conv, v in zip(cols, convs, vals[2:])]
+    replica.execute(f"INSERT INTO {table} ({', '.join(d.quote(n) for n in names)}) VALUES "
+                    f"({', '.join([replica.p] * len(names))})", vals)
+
+
+def store_guid():
+    from ..types import SqlType
+
+    return SqlType(Kind.UUID)
+
+
+def store_text():
+    from ..types import SqlType
+
+    return SqlType(Kind.TEXT)
+
+
+# -- one batch ----------------------------------------------------------------------------------
+
+def _order_key(article: TrackedArticle, group: int, op: str) -> tuple:
+    """Seeds 003/004: all deletes first (group 1, then group 2; descending nickname), then inserts and
+    updates (group 1, then group 2; ascending nickname)."""
+    if op == "delete":
+        return (0, group, -article.nickname)
+    return (1, group, article.nickname)
+
+
+def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
+                rows: list[dict], articles: dict[int, tuple[TrackedArticle, int]]) -> BatchOutcome:
+    outcome = BatchOutcome("applied")
+    with replica.transaction():
+        wm = read_watermark(replica, dest, batch.source)
+        if wm is not None and wm >= batch.hi:
+            return BatchOutcome("skipped", message=f"already applied (watermark {wm})")
+        with agent_writes(replica):
+            received = None
+            resolved_gen = None
+            counts = {"received": 0, "resolved": 0}
+            by_article: dict[int, list[dict]] = {}
+            for r in rows:
+                by_article.setdefault(r["tablenick"], []).append(r)
+            work = []
+            for nick, changes in by_article.items():
+                if nick not in articles:
+                    raise SparksyncError(f"{dest.name}: no article with nickname {nick} here")
+                art, group = articles[nick]
+                contents, tombs, present = _prefetch(replica, art, [c["rowguid"] for c in changes])
+                rules = ctx.rules[nick]
+                cols = [(c.name, c.type) for c in art.info.columns]
+                for c in changes:
+                    g = c["rowguid"]
+                    meta = contents.get(g)
+                    local = Local(exists=g in present, lineage=meta[0] if meta else None,
+                                  colv=meta[1] if meta else None, tombstone=tombs.get(g),
+                                  load_values=(lambda a=art, g=g: _load_row(replica, a, g)))
+                    inc = Incoming(c["op"], g, decode_row(c["row"], cols), lin.parse(c["lineage"]),
+                                   json.loads(c["colv"]) if c["colv"] else None, batch.source_nick)
+                    decision = decide(inc, local, rules, ctx.replicas, dest.nickname, ctx.upload)
+                    op = "delete" if decision.action in ("delete", "tombstone") else "upsert"
+                    work.append((_order_key(art, group, op), art, inc, decision, g in present))
+            work.sort(key=lambda w: w[0])
+            retry = []
+            for item in work:
+                _, art, inc, decision, existed = item
+                st = outcome.stats.setdefault(art.nickname, ArticleStats())
+                if decision.action == "skip":
+                    st.skipped += 1
+                    continue
+                if decision.send_back and resolved_gen is None:
+                    resolved_gen = _new_generation(replica, 1, [dest.nickname], ctx.pubid)
+                if not decision.send_back and received is None:
+                    received = _new_generation(replica, 2, batch.nicknames + [dest.nickname, batch.source_nick],
+                                               ctx.pubid, batch.source_nick, batch.hi)
+                gen = resolved_gen if decision.send_back else received
+                err = _try_apply(replica, art, inc, decision, gen)
+                if err is not None:
+                    retry.append((item, gen))
+                    continue
+                _count(st, decision, existed)
+                counts["resolved" if decision.send_back else "received"] += 1
+                if decision.conflict is not None:
+                    st.conflicts += 1
+                    _record_conflict(replica, ctx, dest, batch, art, decision.conflict, outcome)
+            for (item, gen) in retry:   # after the other articles: an ordering problem resolves itself
+                _, art, inc, decision, existed = item
+                st = outcome.stats[art.nickname]
+                st.retries += 1
+                err = _try_apply(replica, art, inc, decision, gen)
+                if err is None:
+                    _count(st, decision, existed)
+                    counts["resolved" if decision.send_back else "received"] += 1
+                    if decision.conflict is not None:
+                        st.conflicts += 1
+                        _record_conflict(replica, ctx, dest, batch, art, decision.conflict, outcome)
+                    continue
+                st.failed += 1
+                st.conflicts += 1
+                op = "delete" if decision.action in ("delete", "tombstone") else ("update" if existed else "insert")
+                ctype = failed_type(ctx.upload, op)
+                rec = ConflictRecord(ctype, art.nickname, inc.rowguid, err.native_code or err.kind,
+                                     f"{op} failed: {err.message}", origin=ctx.replicas.name(batch.source_nick),
+                                     winner="", losing_row=inc.values)
+                _record_conflict(replica, ctx, dest, batch, art, rec, outcome)
+                _record_failed(replica, art.nickname, inc.rowguid, batch.source_nick, ctype, err.message)
+            for g, key in ((received, "received"), (resolved_gen, "resolved")):
+                if g is not None:
+                    store.update_rows(replica, "MSmerge_genhistory", {"changecount": counts[key]}, {"generation": g})
+            write_watermark(replica, dest, batch.source, batch.hi)
+    return outcome
+
+
+def _count(st: ArticleStats, decision: Decision, existed: bool) -> None:
+    if decision.action == "upsert":
+        if existed:
+            st.updates += 1
+        else:
+            st.inserts += 1
+    elif decision.action == "delete":
+        st.deletes += 1
+
+
+def _try_apply(replica: Replica, art: TrackedArticle, inc: Incoming, decision: Decision, gen: int):
+    replica.execute("SAVEPOINT sparksync_change")
+    try:
+        if decision.action == "upsert":
+            values = dict(decision.values or {})
+            values[art.rowguid_column] = inc.rowguid
+            write_row_with_lineage(replica, art, values, decision.lineage, gen, decision.colv)
+        else:
+            delete_row_with_lineage(replica, art, inc.rowguid, decision.lineage, gen)
+        store.delete_rows(replica, "MSmerge_failed_changes", {"tablenick": art.nickname, "rowguid": inc.rowguid})
+    except ConstraintViolation as e:
+        replica.execute("ROLLBACK TO SAVEPOINT sparksync_change")
+        replica.execute("RELEASE SAVEPOINT sparksync_change")
+        return e
+    replica.execute("RELEASE SAVEPOINT sparksync_change")
+    return None
+
+
+def _record_failed(replica: Replica, nick: int, rowguid: str, source_nick: int, ctype: ConflictType, reason: str) -> None:
+    key = {"tablenick": nick, "rowguid": rowguid, "source_nickname": source_nick}
+    rows = store.select_rows(replica, "MSmerge_failed_changes", key)
+    now = store.utcnow()
+    if rows:
+        store.update_rows(replica, "MSmerge_failed_changes",
+                          {"attempts": rows[0]["attempts"] + 1, "last_time": now, "reason": reason}, key)
+    else:
+        store.insert_row(replica, "MSmerge_failed_changes", {**key, "conflict_type": int(ctype), "reason": reason,
+                                                             "attempts": 1, "first_time": now, "last_time": now})
+
+
+def _record_conflict(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
+                     art: TrackedArticle, rec: ConflictRecord, outcome: BatchOutcome) -> None:
+    subscription = batch.source if ctx.upload else dest.name
+    if dest.log_conflicts_here:
+        log_conflict(replica, ctx.pubid, ctx.publication, art, rec, subscription, ctx.upload, ctx.session_id)
+    else:
+        outcome.remote_conflicts.append(rec)
+
+
+# -- the Spark task -------------------------------------------------------------------------------
+
+def _articles(replica: Replica, pubid: str) -> dict[int, tuple[TrackedArticle, int]]:
+    return {a["nickname"]: (tracked_article(a), a["processing_group"]) for a in published_articles(replica, pubid)}
+
+
+def _result(dest: str, source: str, seq: int, outcome: BatchOutcome) -> dict:
+    stats = {str(k): vars(v) for k, v in outcome.stats.items()}
+    conflicts = [{**vars(c), "conflict_type": int(c.conflict_type)} for c in outcome.remote_conflicts]
+    return {"destination": dest, "source": source, "batch_seq": seq, "status": outcome.status,
+            "stats": json.dumps(stats), "conflicts": json.dumps(conflicts, default=str), "message": outcome.message}
+
+
+def apply_stream(ctx: ApplyContext, rows: Iterator[dict]) -> Iterator[dict]:
+    """Apply change rows sorted by (destination, batch). Yields one result per batch handled."""
+    current: tuple | None = None
+    pending: list[dict] = []
+    replicas: dict[str, Replica] = {}
+    failed: set[str] = set()
+    done: dict[tuple[str, str], int] = {}
+
+    def flush(key: tuple, changes: list[dict]) -> Iterator[dict]:
+        dest_name, source, seq = key
+        if dest_name in failed:
+            return
+        dest = ctx.destinations[dest_name]
+        try:
+            replica = replicas.get(dest_name)
+            if replica is None:
+                replica = replicas[dest_name] = connect(dest.url, dest.name)
+            articles = _articles(replica, ctx.pubid)
+            for b in dest.batches[source]:
+                if b.seq >= seq or done.get((dest_name, source), -1) >= b.seq:
+                    continue
+                out = apply_batch(replica, ctx, dest, b, [], articles)   # empty batches before this one
+                done[(dest_name, source)] = b.seq
+                yield _result(dest_name, source, b.seq, out)
+            batch = next(b for b in dest.batches[source] if b.seq == seq)
+            out = apply_batch(replica, ctx, dest, batch, changes, articles)
+            done[(dest_name, source)] = seq
+            yield _result(dest_name, source, seq, out)
+        except SparksyncError as e:
+            failed.add(dest_name)
+            yield _result(dest_name, source, seq, BatchOutcome("error", message=e.message))
+        except Exception as e:  # noqa: BLE001 - one destination's failure must not stop the others
+            failed.add(dest_name)
+            tb = traceback.format_exc(limit=3)
+            yield _result(dest_name, source, seq, BatchOutcome("error", message=f"{type(e).__name__}: {e}\n{tb}"))
+
+    try:
+        for r in rows:
+            key = (r["destination"], r["source"], r["batch_seq"])
+            if key != current and current is not None:
+                yield from flush(current, pending)
+                pending = []
+            current = key
+            pending.append(r)
+        if current is not None:
+            yield from flush(current, pending)
+    finally:
+        for rep in replicas.values():
+            rep.close()
+
+
+def make_mapper(ctx: ApplyContext):
+    """The function for ``mapInArrow``: Arrow batches of change rows in, result rows out."""
+
+    def mapper(batches):
+        import pyarrow as pa
+
+        def rows():
+            for b in batches:
+                yield from b.to_pylist()
+
+        names = ["destination", "source", "batch_seq", "status", "stats", "conflicts", "message"]
+        buf = []
+        for res in apply_stream(ctx, rows()):
+            buf.append(res)
+        if buf:
+            yield pa.RecordBatch.from_pylist(buf, schema=pa.schema(
+                [(n, pa.int32() if n == "batch_seq" else pa.string()) for n in names]))
+
+    return mapper
+
+
+def apply_locally(ctx: ApplyContext, dest_name: str, source: str, batches: list[BatchInfo]) -> list[dict]:
+    """Watermark-only batches that no change row reached (empty batches after the last one with data)."""
+    return list(apply_stream_empty(ctx, dest_name, source, batches))
+
+
+def apply_stream_empty(ctx: ApplyContext, dest_name: str, source: str, batches: list[BatchInfo]) -> Iterator[dict]:
+    dest = ctx.destinations[dest_name]
+    with connect(dest.url, dest.name) as replica:
+        articles = _articles(replica, ctx.pubid)
+        for b in batches:
+            try:
+                yield _result(dest_name, source, b.seq, apply_batch(replica, ctx, dest, b, [], articles))
+            except SparksyncError as e:
+                yield _result(dest_name, source, b.seq, BatchOutcome("error", message=e.message))
+                return
