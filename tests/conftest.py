@@ -15,6 +15,9 @@ import pytest
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Failpoints reach the Spark Python workers through the environment they inherit (see failpoints.py).
+FAILPOINTS_FILE = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"sparksync-failpoints-{os.getpid()}")
+os.environ["SPARKSYNC_FAILPOINTS"] = FAILPOINTS_FILE
 
 PG_ADMIN_URL = os.environ.get("SPARKSYNC_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -85,6 +88,22 @@ def kind(request) -> str:
     if request.param == "postgresql":
         request.getfixturevalue("pg_admin_url")
     return request.param
+
+
+@pytest.fixture
+def failpoints():
+    """Arm failpoints for one test: ``failpoints("apply.before_commit S1:0")``."""
+    from sparksync import failpoints as fp
+
+    if os.path.exists(FAILPOINTS_FILE):
+        os.remove(FAILPOINTS_FILE)
+
+    def arm(*points: str) -> None:
+        fp.arm(FAILPOINTS_FILE, *points)
+
+    yield arm
+    if os.path.exists(FAILPOINTS_FILE):
+        os.remove(FAILPOINTS_FILE)
 
 
 @pytest.fixture(scope="session")

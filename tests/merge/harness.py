@@ -44,21 +44,24 @@ FK_DDL = {
 
 
 class Topo:
-    def __init__(self, spark, dbs, tmp_path: Path, pub_kind: str, sub_kind: str, logging: str = "publisher"):
+    def __init__(self, spark, dbs, tmp_path: Path, pub_kind: str, sub_kind: str, logging: str = "publisher",
+                 tables: list[str] | None = None, with_fk: bool = True):
         self.spark = spark
         self.pub_url = dbs.url(pub_kind, "pub")
+        tables = tables or list(TABLES)
         with connect(self.pub_url) as r:
-            for t in TABLES:
+            for t in tables:
                 r.execute(ddl(pub_kind, t))
                 r.executemany(f'INSERT INTO "{t}" ("id", "v", "n", "w", "ts") VALUES ({r.p}, {r.p}, {r.p}, {r.p}, {r.p})',
                               [(i, f"v{i}", 10, f"w{i}", "2024-01-01 00:00:00") for i in range(1, 21)])
-            for stmt in FK_DDL[pub_kind]:
+            for stmt in FK_DDL[pub_kind] if with_fk else []:
                 r.execute(stmt)
         self.sub_urls = {n: dbs.url(sub_kind, n.lower()) for n, _, _ in SUBS}
         self.data = {
             "publisher": {"name": "P", "database": self.pub_url, "snapshot_dir": str(tmp_path / "snap")},
             "publications": [{"name": "Pub", "conflict_logging": logging, "articles":
-                              [{"table": t, **o} for t, o in TABLES.items()] + [{"table": "Child"}, {"table": "Parent"}]}],
+                              [{"table": t, **TABLES[t]} for t in tables]
+                              + ([{"table": "Child"}, {"table": "Parent"}] if with_fk else [])}],
             "subscriptions": [{"name": n, "publication": "Pub", "database": self.sub_urls[n], "subscriber_type": st,
                                **({"priority": p} if p is not None else {})} for n, st, p in SUBS],
         }

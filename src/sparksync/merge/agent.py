@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import failpoints
 from ..config import PublicationConfig, SubscriptionConfig, Topology
 from ..dialects import connect
 from ..dialects.base import Replica
@@ -298,6 +299,7 @@ class MergeAgent:
             self._settle_direction(ctx, dest.name, s.name, batches_by_source[s.name], results, sessions[s.name],
                                    "upload", rules, pub, summary)
             done = self._done_hi(results, dest.name, s.name, batches_by_source[s.name])
+            failpoints.hit("agent.before_sender_watermark", s.name)
             if done is not None:
                 store.update_rows(subs_open[s.name], "sysmergesubscriptions", {"sentgen": done, "last_sync_date": store.utcnow()},
                                   {"pubid": pubid, "role": "publisher"})
@@ -337,6 +339,7 @@ class MergeAgent:
             self._settle_direction(ctx, s.name, topo.publisher.name, batches, results, sessions[s.name], "download",
                                    rules, pub, summary)
             done = self._done_hi(results, s.name, topo.publisher.name, batches)
+            failpoints.hit("agent.before_sender_watermark", s.name)
             if done is not None:
                 store.update_rows(pub, "sysmergesubscriptions", {"sentgen": done, "last_sync_date": store.utcnow()},
                                   {"pubid": pubid, "name": s.name, "role": "subscriber"})

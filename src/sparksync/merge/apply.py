@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import failpoints
 from ..dialects import connect
 from ..dialects.base import Replica
 from ..errors import ConstraintViolation, SparksyncError
@@ -287,7 +288,9 @@ def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batc
             for g, key in ((received, "received"), (resolved_gen, "resolved")):
                 if g is not None:
                     store.update_rows(replica, "MSmerge_genhistory", {"changecount": counts[key]}, {"generation": g})
+            failpoints.hit("apply.before_commit", f"{dest.name}:{batch.seq}")
             write_watermark(replica, dest, batch.source, batch.hi)
+    failpoints.hit("apply.after_commit", f"{dest.name}:{batch.seq}")
     return outcome
 
 
