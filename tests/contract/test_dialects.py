@@ -26,7 +26,7 @@ def test_odd_but_valid_names_are_quoted_everywhere(kind, dbs):
         r.execute('INSERT INTO "Order Lines" ("line no", "unit price", "Ünïcode") VALUES (1, 2.5, \'x\')')
         r.execute('UPDATE "Order Lines" SET "Ünïcode" = \'y\' WHERE "line no" = 1')
         (c,) = contents(r)
-        assert c["colv"] == {"Ünïcode": [1, 2]}
+        assert c["colv"] == {"line no": [1, 1], "unit price": [1, 1], "Ünïcode": [1, 2]}
         r.execute('DELETE FROM "Order Lines"')
         assert len(tombstones(r)) == 1
 

@@ -72,15 +72,16 @@ def test_insert_update_delete_are_tracked(published):
         r.execute('INSERT INTO "Parent" ("id", "name") VALUES (3, \'three\')')
         g3 = rowguid_of(r, "Parent", 3)
         (c,) = contents(r, pnick)
-        assert c["rowguid"] == g3 and c["lineage"] == {"1": 1} and c["colv"] == {}
+        inserted = {col: [1, 1] for col in ("id", "name", "price", "doc")}   # an insert stamps every column
+        assert c["rowguid"] == g3 and c["lineage"] == {"1": 1} and c["colv"] == inserted
         for i in range(3):
             r.execute(f'UPDATE "Parent" SET "name" = \'v{i}\' WHERE "id" = 3')
         (c,) = contents(r, pnick)  # a later update updates the same contents row
         assert c["lineage"] == {"1": 4}
-        assert c["colv"] == {"name": [1, 4]}
+        assert c["colv"] == {**inserted, "name": [1, 4]}
         r.execute('UPDATE "Parent" SET "price" = 9 WHERE "id" = 3')
         (c,) = contents(r, pnick)
-        assert c["colv"] == {"name": [1, 4], "price": [1, 5]}
+        assert c["colv"] == {**inserted, "name": [1, 4], "price": [1, 5]}
         # an update that changes nothing is not a change
         r.execute('UPDATE "Parent" SET "name" = "name" WHERE "id" = 3')
         assert contents(r, pnick)[0]["lineage"] == {"1": 5}

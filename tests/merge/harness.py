@@ -22,6 +22,7 @@ TABLES = {
     "ItemLater": {"resolver": "later_wins", "resolver_column": "ts"},
     "ItemAdd": {"resolver": "additive", "resolver_column": "n", "column_tracking": True},
     "ItemUser": {"resolver": "tests.merge.resolvers_for_tests:concat"},
+    "ItemComp": {"compensate_for_errors": True},
 }
 SUBS = [("S1", "global", 75.0), ("S2", "global", 50.0), ("S3", "local", None), ("S4", "local", None)]
 

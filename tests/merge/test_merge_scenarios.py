@@ -118,6 +118,26 @@ def test_insert_insert_same_primary_key_is_a_failed_change(topo):
     assert types == [ConflictType.UPLOAD_INSERT_FAILED, ConflictType.DOWNLOAD_INSERT_FAILED]
     # S2, S3, S4 got the publisher's row
     assert t.value("S2", "Item", 900) == "P"
+    # compensate_for_errors = false: tried again at every merge (and failing again) ...
+    again = t.merge()
+    s1 = next(s for s in again.subscriptions if s.subscription == "S1")
+    assert s1.total("upload").failed == 1
+    # ... until the obstacle is gone: then S1's row arrives everywhere
+    t.sql("P", 'DELETE FROM "Item" WHERE "id" = 900')
+    third = t.merge()
+    assert third.ok and t.everywhere("Item", 900) == {"S1"}
+    t.assert_converged()
+
+
+def test_compensate_for_errors_undoes_the_failed_insert_at_its_origin(topo):
+    t = topo
+    t.sql("P", 'INSERT INTO "ItemComp" ("id", "v") VALUES (901, \'P\')')
+    t.sql("S1", 'INSERT INTO "ItemComp" ("id", "v") VALUES (901, \'S1\')')
+    summary = t.merge()
+    s1 = next(s for s in summary.subscriptions if s.subscription == "S1")
+    assert s1.total("upload").failed == 1
+    assert t.everywhere("ItemComp", 901) == {"P"}        # S1's insert was undone there by a compensating delete
+    t.assert_converged()
 
 
 def test_parent_and_child_in_one_session_respect_foreign_keys(topo):

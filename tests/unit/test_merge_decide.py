@@ -374,8 +374,14 @@ def test_column_tracking_different_columns_no_conflict(direction):
     assert d.action == "upsert"
     assert d.conflict is None
     assert d.values == {"a": 1, "b": 2, "c": 0}
-    assert d.colv == {"a": [PUB, 2], "b": [S, 2]}
-    assert d.lineage == resolved_lineage({PUB: 2}, {PUB: 1, S: 2}, dest)
+    lineage = resolved_lineage({PUB: 2}, {PUB: 1, S: 2}, dest)
+    assert d.lineage == lineage
+    # the source already has its own column's version; the destination's column travels as the merge's
+    # new version (made here), so the source sees it changed
+    own = "a" if direction == "up" else "b"
+    expected = {"a": [PUB, 2], "b": [S, 2]}
+    expected[own] = [dest, lineage[dest]]
+    assert d.colv == expected
     assert d.send_back is True
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from sparksync.merge import lineage as lin
 from sparksync.merge.lineage import Relation
 
-SETTINGS = settings(max_examples=300, deadline=None, database=None)
+SETTINGS = settings(max_examples=200, deadline=None, database=None)
 
 nicks = st.integers(min_value=1, max_value=12)
 lineages = st.dictionaries(nicks, st.integers(min_value=1, max_value=30), max_size=6)

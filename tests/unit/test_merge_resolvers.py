@@ -227,8 +227,6 @@ def test_arithmetic_resolvers_use_priority_for_update_delete(resolver):
     assert (r.winner, r.values) == ("publisher", None)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: additive/averaging add Decimals in the default 28-digit decimal "
-                                       "context, so decimal(38,10) values lose digits")
 @pytest.mark.parametrize("resolver, expected", [
     ("additive", D("12345678901234567891.1234567890")),
     ("averaging", D("6172839450617283945.5617283945")),
@@ -345,3 +343,11 @@ def test_builtin_names():
     assert set(BUILTIN) == {"default", "subscriber_wins", "later_wins", "earlier_wins", "maximum", "minimum",
                             "additive", "averaging"}
     assert isinstance(resolve("default", None, pub({}), sub({}), "update"), Resolution)
+
+
+@pytest.mark.parametrize("resolver", ["maximum", "minimum"])
+@pytest.mark.parametrize("a, b", [(float("nan"), 1.0), (1.0, float("nan")), (float("nan"), float("nan"))])
+def test_numeric_resolvers_survive_nan(resolver, a, b):
+    p, s = pub({"n": a, "k": "p"}), sub({"n": b, "k": "s"})
+    r = resolve(resolver, "n", p, s, "update")
+    assert r.winner in ("publisher", "subscriber")

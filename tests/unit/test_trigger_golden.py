@@ -254,13 +254,15 @@ def test_sqlite_triggers_track_insert_update_delete_with_column_tracking():
         replica.execute('INSERT INTO "Customer" ("CustomerID", "Full Name", "Notes") VALUES (1, \'Ann\', \'{}\')')
         guid = replica.scalar('SELECT "row_guid" FROM "Customer" WHERE "CustomerID" = 1')
         assert guid and len(guid) == 36 and guid == guid.lower() and guid[14] == "7"
-        assert _contents(replica) == [(30, guid, 5, {"7": 1}, {})]
+        # an insert stamps every column with its version (a re-inserted row is fully explained)
+        stamped = {c: [7, 1] for c in ("CustomerID", "Full Name", "Notes")}
+        assert _contents(replica) == [(30, guid, 5, {"7": 1}, stamped)]
 
         replica.execute('UPDATE "Customer" SET "Full Name" = \'Anna\' WHERE "CustomerID" = 1')
-        assert _contents(replica) == [(30, guid, 5, {"7": 2}, {"Full Name": [7, 2]})]
+        assert _contents(replica) == [(30, guid, 5, {"7": 2}, {**stamped, "Full Name": [7, 2]})]
 
         replica.execute('UPDATE "Customer" SET "Full Name" = "Full Name" WHERE "CustomerID" = 1')  # no change
-        assert _contents(replica) == [(30, guid, 5, {"7": 2}, {"Full Name": [7, 2]})]
+        assert _contents(replica) == [(30, guid, 5, {"7": 2}, {**stamped, "Full Name": [7, 2]})]
 
         replica.execute('DELETE FROM "Customer" WHERE "CustomerID" = 1')
         assert _contents(replica) == []

@@ -30,7 +30,7 @@ from ..progress import Reporter, silent
 from ..spark.datasource import ReadPartition, ReadPlan
 from .apply import (ApplyContext, BatchInfo, DestinationInfo, apply_stream_empty, log_conflict, make_mapper,
                     RESULT_SCHEMA)
-from .changes import CHANGE_SCHEMA
+from .changes import CHANGE_SCHEMA, RETRY_GENERATION
 from .conflicts import ConflictRecord, ConflictType
 from .decide import ArticleRules
 from .generations import enumeration_bound, generation_rows, make_generation
@@ -161,6 +161,41 @@ def _change_reads(replica_url: str, label: str, replica: Replica, pubid: str, so
     return parts
 
 
+def _retry_reads(destination: Replica, dest_name: str, source: Replica, source_url: str, label: str, pubid: str,
+                 source_name: str, source_nick: int, start: int) -> list[ReadPartition]:
+    """Changes that failed at ``destination`` before and sit in generations it has passed: read them
+    again from the source, for that destination only (newer ones come with the normal batches)."""
+    failed = store.select_rows(destination, "MSmerge_failed_changes", {"source_nickname": source_nick})
+    if not failed:
+        return []
+    d = source.dialect
+    p = d.capabilities.paramstyle
+    parts = []
+    by_nick: dict[int, list[str]] = {}
+    for f in failed:
+        by_nick.setdefault(f["tablenick"], []).append(f["rowguid"])
+    arts = {a["nickname"]: tracked_article(a) for a in published_articles(source, pubid)}
+    for nick, guids in by_nick.items():
+        art = arts.get(nick)
+        if art is None:
+            continue
+        inlist = ", ".join([d.uuid_param()] * len(guids))
+        cols = [[c.name, c.type.to_dict()] for c in art.info.columns]
+        rg = d.quote(art.rowguid_column)
+        select = ", ".join(f"t.{d.quote(c.name)}" for c in art.info.columns)
+        base = {"source": source_name, "source_nick": source_nick, "tablenick": nick, "target": dest_name}
+        parts.append(ReadPartition(
+            source_url, f"SELECT c.generation, c.rowguid, c.lineage, c.colv, {select} FROM {source.meta('MSmerge_contents')} c "
+            f"JOIN {d.table_sql(art.table)} t ON t.{rg} = c.rowguid WHERE c.tablenick = {int(nick)} "
+            f"AND c.rowguid IN ({inlist}) AND c.generation <= {p}",
+            [*guids, start], cols, None, f"{label}/{art.table} retries", "changes", {**base, "op": "upsert"}))
+        parts.append(ReadPartition(
+            source_url, f"SELECT generation, rowguid, lineage, NULL FROM {source.meta('MSmerge_tombstone')} "
+            f"WHERE tablenick = {int(nick)} AND rowguid IN ({inlist}) AND generation <= {p}",
+            [*guids, start], [], None, f"{label}/{art.table} retried deletes", "changes", {**base, "op": "delete"}))
+    return parts
+
+
 def _rules(pubcfg: PublicationConfig, replica: Replica, pubid: str) -> dict[int, ArticleRules]:
     d = replica.dialect
     by_key = {str(d.resolve_name(a.table_name)): a for a in pubcfg.articles}
@@ -169,7 +204,8 @@ def _rules(pubcfg: PublicationConfig, replica: Replica, pubid: str) -> dict[int,
         key = str(TableName(a["source_schema"], a["source_table"]))
         cfg = by_key.get(key)
         out[a["nickname"]] = ArticleRules(a["nickname"], bool(a["column_tracking"]),
-                                          cfg.resolver if cfg else "default", cfg.resolver_column if cfg else None)
+                                          cfg.resolver if cfg else "default", cfg.resolver_column if cfg else None,
+                                          cfg.compensate_for_errors if cfg else False)
     return out
 
 
@@ -284,6 +320,14 @@ class MergeAgent:
             gens = [g for g in generation_rows(sub, start, bound) if 1 not in (g["nicknames"] or [])]
             batches, where = make_batches(gens, start, bound, options.upload_generations_per_batch, s.name,
                                           r["replnickname"])
+            retry_parts = _retry_reads(pub, topo.publisher.name, sub, topo.resolve_url(s.database), s.name, pubid,
+                                       s.name, r["replnickname"], start)
+            if retry_parts:
+                if not batches:
+                    batches = [BatchInfo(s.name, r["replnickname"], 0, start, start, [])]
+                batches[0].retry = True
+                parts += retry_parts
+                assign.append((s.name, RETRY_GENERATION, topo.publisher.name, order, 0))
             batches_by_source[s.name] = batches
             if gens:
                 parts += _change_reads(topo.resolve_url(s.database), s.name, sub, pubid, s.name, r["replnickname"],
@@ -311,6 +355,7 @@ class MergeAgent:
         bound = enumeration_bound(pub)
         pub_rows = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid})}
         dests, assign = {}, []
+        retry_all: list[ReadPartition] = []
         lowest = None
         for order, (s, _) in enumerate(active):
             sub = subs_open[s.name]
@@ -320,6 +365,14 @@ class MergeAgent:
             gens = [g for g in generation_rows(pub, start, bound) if r["replnickname"] not in (g["nicknames"] or [])]
             batches, where = make_batches(gens, start, bound, options.download_generations_per_batch,
                                           topo.publisher.name, 1)
+            retry_parts = _retry_reads(sub, s.name, pub, topo.publisher_url, topo.publisher.name, pubid,
+                                       topo.publisher.name, 1, start)
+            if retry_parts:
+                if not batches:
+                    batches = [BatchInfo(topo.publisher.name, 1, 0, start, start, [])]
+                batches[0].retry = True
+                retry_all.extend(retry_parts)
+                assign.append((topo.publisher.name, RETRY_GENERATION, s.name, order, 0))
             dests[s.name] = DestinationInfo(s.name, topo.resolve_url(s.database), r["replnickname"], False,
                                             {"pubid": pubid}, {topo.publisher.name: batches},
                                             pubcfg.conflict_logging in ("subscriber", "both"))
@@ -328,10 +381,10 @@ class MergeAgent:
                 assign += [(topo.publisher.name, g, s.name, order, k) for g, k in where.items()]
             self.report(f"download {s.name}: generations ({start}, {bound}], {len(gens)} to send in "
                         f"{len(batches)} batch(es)")
-        parts = []
-        if assign:
-            parts = _change_reads(topo.publisher_url, topo.publisher.name, pub, pubid, topo.publisher.name, 1,
-                                  lowest, bound)
+        parts = list(retry_all)
+        if lowest is not None:
+            parts += _change_reads(topo.publisher_url, topo.publisher.name, pub, pubid, topo.publisher.name, 1,
+                                   lowest, bound)
         ctx = ApplyContext(pubid, False, summary.session_id, pubcfg.name, rules, replicas, dests)
         results = self._run(parts, assign, ctx, partitions=max(1, len({a[2] for a in assign})))
         for s, _ in active:
@@ -353,7 +406,10 @@ class MergeAgent:
         changes = spark.read.format("sparksync").schema(CHANGE_SCHEMA).option("plan", ReadPlan(parts).to_json()).load()
         assignment = spark.createDataFrame(
             assign, "source STRING, generation BIGINT, destination STRING, dest_order INT, batch_seq INT")
+        from pyspark.sql import functions as F
+
         rows = (changes.join(assignment, ["source", "generation"])
+                .where(F.col("target").isNull() | (F.col("target") == F.col("destination")))
                 .repartition(partitions, "destination")
                 .sortWithinPartitions("destination", "dest_order", "batch_seq", "tablenick", "rowguid")
                 .mapInArrow(make_mapper(ctx), RESULT_SCHEMA))

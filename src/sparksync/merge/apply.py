@@ -46,6 +46,7 @@ class BatchInfo:
     lo: int
     hi: int
     nicknames: list[int]
+    retry: bool = False           # carries changes that failed before: applied even below the watermark
 
 
 @dataclass
@@ -213,7 +214,7 @@ def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batc
     outcome = BatchOutcome("applied")
     with replica.transaction():
         wm = read_watermark(replica, dest, batch.source)
-        if wm is not None and wm >= batch.hi:
+        if wm is not None and wm >= batch.hi and not batch.retry:
             return BatchOutcome("skipped", message=f"already applied (watermark {wm})")
         with agent_writes(replica):
             received = None
@@ -280,11 +281,26 @@ def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batc
                 st.conflicts += 1
                 op = "delete" if decision.action in ("delete", "tombstone") else ("update" if existed else "insert")
                 ctype = failed_type(ctx.upload, op)
+                rules = ctx.rules[art.nickname]
+                compensate = rules.compensate_for_errors and op == "insert"
                 rec = ConflictRecord(ctype, art.nickname, inc.rowguid, err.native_code or err.kind,
-                                     f"{op} failed: {err.message}", origin=ctx.replicas.name(batch.source_nick),
-                                     winner="", losing_row=inc.values)
+                                     f"{op} failed: {err.message}" + (
+                                         "; compensating delete sent to its origin" if compensate else
+                                         "; tried again at the next merge"),
+                                     origin=ctx.replicas.name(batch.source_nick), winner="", losing_row=inc.values)
                 _record_conflict(replica, ctx, dest, batch, art, rec, outcome)
-                _record_failed(replica, art.nickname, inc.rowguid, batch.source_nick, ctype, err.message)
+                if compensate:
+                    # Undo the insert at its origin: a delete (tombstone type 6, system delete) that
+                    # dominates the inserted version and that the origin does not have yet.
+                    if resolved_gen is None:
+                        resolved_gen = _new_generation(replica, 1, [dest.nickname], ctx.pubid)
+                    delete_row_with_lineage(replica, art, inc.rowguid, lin.bump(inc.lineage, dest.nickname),
+                                            resolved_gen, tombstone_type=6)
+                    counts["resolved"] += 1
+                    store.delete_rows(replica, "MSmerge_failed_changes",
+                                      {"tablenick": art.nickname, "rowguid": inc.rowguid})
+                else:
+                    _record_failed(replica, art.nickname, inc.rowguid, batch.source_nick, ctype, err.message)
             for g, key in ((received, "received"), (resolved_gen, "resolved")):
                 if g is not None:
                     store.update_rows(replica, "MSmerge_genhistory", {"changecount": counts[key]}, {"generation": g})

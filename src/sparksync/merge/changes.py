@@ -15,9 +15,11 @@ from typing import Any
 
 from ..types import Kind, SqlType, arrow_converter
 
-CHANGE_COLUMNS = ["source", "source_nick", "tablenick", "rowguid", "generation", "op", "lineage", "colv", "row"]
+CHANGE_COLUMNS = ["source", "source_nick", "tablenick", "rowguid", "generation", "op", "lineage", "colv", "row",
+                  "target"]
 CHANGE_SCHEMA = ("source STRING, source_nick INT, tablenick INT, rowguid STRING, generation BIGINT, op STRING, "
-                 "lineage STRING, colv STRING, row STRING")
+                 "lineage STRING, colv STRING, row STRING, target STRING")
+RETRY_GENERATION = -1   # changes re-read for one destination (failed before) travel under this generation
 
 
 def _jsonable(v: Any, t: SqlType) -> Any:

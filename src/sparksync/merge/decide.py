@@ -59,6 +59,7 @@ class ArticleRules:
     column_tracking: bool
     resolver: str = "default"
     resolver_column: str | None = None
+    compensate_for_errors: bool = False
 
 
 def _sides(upload: bool, local: Side, incoming: Side) -> tuple[Side, Side]:
@@ -109,9 +110,17 @@ def decide(change: Incoming, local: Local, rules: ArticleRules, replicas: Replic
                         dict(change.colv) if change.colv is not None else None)
     if rel in (lin.Relation.EQUAL, lin.Relation.LOCAL_NEWER):
         return Decision("skip")
-    if rules.column_tracking and change.colv is not None and local.colv is not None:
+    if (rules.column_tracking and change.colv is not None and local.colv is not None
+            and _explained(change.lineage, change.colv, local_lin) and _explained(local_lin, local.colv, change.lineage)):
         return _column_level(change, local, rules, replicas, dest, upload)
     return _row_level(change, local, rules, replicas, dest, upload)
+
+
+def _explained(side: lin.Lineage, colv: Mapping[str, Any], other: lin.Lineage) -> bool:
+    """When a side has changes the other has not seen, its column versions must show at least one of
+    them; if not (metadata from an older writer), only row-level resolution is safe."""
+    unseen = any(v > other.get(n, 0) for n, v in side.items())
+    return not unseen or any(e and not lin.knows(other, e) for e in colv.values())
 
 
 def _pub_sub(upload: bool, change: Incoming, dest: int, replicas: Replicas, local_values, local_lin: lin.Lineage,
@@ -185,8 +194,9 @@ def _column_level(change: Incoming, local: Local, rules: ArticleRules, replicas:
     for c in inc_changed:
         colv[c] = inc_colv[c]
     if not conflicting:
+        # The merged row is a new version made here: the columns the source has not seen carry it.
         for c in loc_changed:
-            colv[c] = loc_colv[c]
+            colv[c] = [dest, new_lin[dest]]
         return Decision("upsert", merged, new_lin, colv, send_back=True)
     pub, sub = _pub_sub(upload, change, dest, replicas, local_values, local_lin, incoming_values, change.lineage)
     res = resolve(rules.resolver, rules.resolver_column, pub, sub, "column update")

@@ -80,21 +80,29 @@ def _by_priority(pub: Side, sub: Side) -> Resolution:
     return Resolution("publisher", pub.values, why)
 
 
+_WIDE = decimal.Context(prec=80)
+
+
 def _comparable(v: Any) -> Any:
     if isinstance(v, (int, float, decimal.Decimal)) and not isinstance(v, bool):
         return decimal.Decimal(str(v))
     return v
 
 
+def _is_null(v: Any) -> bool:
+    """NULL, and a float NaN (which has no order), lose to any value."""
+    return v is None or (isinstance(v, (float, decimal.Decimal)) and v != v)
+
+
 def _by_column(pub: Side, sub: Side, column: str, prefer_larger: bool, label: str) -> Resolution:
     if pub.values is None or sub.values is None:
         return _by_priority(pub, sub)
     a, b = pub.values.get(column), sub.values.get(column)
-    if a is None and b is None or a == b:
+    if _is_null(a) and _is_null(b) or a == b:
         return _by_priority(pub, sub)
-    if a is None:
+    if _is_null(a):
         return Resolution("subscriber", sub.values, f"{label}: {column} is NULL at {pub.replica}")
-    if b is None:
+    if _is_null(b):
         return Resolution("publisher", pub.values, f"{label}: {column} is NULL at {sub.replica}")
     sub_better = (_comparable(b) > _comparable(a)) == prefer_larger
     if sub_better:
@@ -110,8 +118,9 @@ def _arith(pub: Side, sub: Side, column: str, average: bool) -> Resolution:
     if a is None or b is None:
         value = a if b is None else b
     else:
-        total = _comparable(a) + _comparable(b)
-        value = total / 2 if average else total
+        with decimal.localcontext(_WIDE):
+            total = _comparable(a) + _comparable(b)
+            value = total / 2 if average else total
         if isinstance(a, int) and isinstance(b, int):
             value = int(value)
         elif isinstance(a, float) or isinstance(b, float):

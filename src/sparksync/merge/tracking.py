@@ -56,6 +56,8 @@ def trigger_context(replica: Replica, article: TrackedArticle, replica_nickname:
         "genhistory": d.metadata_table_sql("MSmerge_genhistory"),
         "replica_state": d.metadata_table_sql("MSmerge_replica"),
         "new_guid": d.new_rowguid_sql(),
+        # every column, as keys of a JSON object (an insert stamps them all with its version)
+        "all_columns_json": __import__("json").dumps({c["name"]: 1 for c in columns}).replace("'", "''"),
     }
 
 

@@ -100,7 +100,7 @@ def _change_batch(rows, columns, constants: dict, arrow_schema, where: str):
     """Query rows (generation, rowguid, lineage, colv, <article columns>...) -> change rows."""
     import pyarrow as pa
 
-    from ..merge.changes import encode_row, json_text
+    from ..merge.changes import RETRY_GENERATION, encode_row, json_text
     from ..types import ValueError_
 
     out = {k: [] for k in arrow_schema.names}
@@ -109,7 +109,8 @@ def _change_batch(rows, columns, constants: dict, arrow_schema, where: str):
         out["source_nick"].append(constants["source_nick"])
         out["tablenick"].append(constants["tablenick"])
         out["rowguid"].append(str(r[1]))
-        out["generation"].append(int(r[0]))
+        out["generation"].append(RETRY_GENERATION if constants.get("target") else int(r[0]))
+        out["target"].append(constants.get("target"))
         out["op"].append(constants["op"])
         out["lineage"].append(json_text(r[2]))
         out["colv"].append(json_text(r[3]))

@@ -11,7 +11,8 @@ BEGIN
   g := "sparksync".writer_generation();
 IF (SELECT count(*) FROM new_rows) > 64 THEN
     EXECUTE $s0F9B2C1E12344ABC8DEF000000000001$  INSERT INTO "sparksync"."msmerge_contents" AS c (tablenick, rowguid, generation, lineage, colv)
-  SELECT 40, n."row_guid", $1, "sparksync".lineage_bump(ts.lineage, 7), '{}'::jsonb
+  SELECT 40, n."row_guid", $1, "sparksync".lineage_bump(ts.lineage, 7),
+"sparksync".colv_bump(NULL, '{"OrderID": 1, "Line No": 1, "Qty": 1}'::jsonb, 7, "sparksync".lineage_next(ts.lineage))
     FROM new_rows AS n
     LEFT JOIN "sparksync"."msmerge_tombstone" AS ts ON ts.tablenick = 40 AND ts.rowguid = n."row_guid"
    WHERE n."row_guid" IS NOT NULL
@@ -22,7 +23,8 @@ IF (SELECT count(*) FROM new_rows) > 64 THEN
 $s0F9B2C1E12344ABC8DEF000000000001$ USING g;
   ELSE
   INSERT INTO "sparksync"."msmerge_contents" AS c (tablenick, rowguid, generation, lineage, colv)
-  SELECT 40, n."row_guid", g, "sparksync".lineage_bump(ts.lineage, 7), '{}'::jsonb
+  SELECT 40, n."row_guid", g, "sparksync".lineage_bump(ts.lineage, 7),
+"sparksync".colv_bump(NULL, '{"OrderID": 1, "Line No": 1, "Qty": 1}'::jsonb, 7, "sparksync".lineage_next(ts.lineage))
     FROM new_rows AS n
     LEFT JOIN "sparksync"."msmerge_tombstone" AS ts ON ts.tablenick = 40 AND ts.rowguid = n."row_guid"
    WHERE n."row_guid" IS NOT NULL

@@ -14,11 +14,11 @@ BEGIN
           coalesce(NEW."row_guid", (SELECT "row_guid" FROM "Customer" WHERE "CustomerID" IS NEW."CustomerID")),
           (SELECT generation FROM "MSmerge_genhistory" WHERE genstatus = 0),
           json_set(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 30 AND t.rowguid = NEW."row_guid"), '{}'), '$."7"', coalesce((SELECT max(value) FROM json_each(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 30 AND t.rowguid = NEW."row_guid"), '{}'))), 0) + 1),
-          '{}')
+          json_object('CustomerID', json_array(7, (coalesce((SELECT max(value) FROM json_each(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 30 AND t.rowguid = NEW."row_guid"), '{}'))), 0) + 1)), 'Full Name', json_array(7, (coalesce((SELECT max(value) FROM json_each(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 30 AND t.rowguid = NEW."row_guid"), '{}'))), 0) + 1)), 'Notes', json_array(7, (coalesce((SELECT max(value) FROM json_each(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 30 AND t.rowguid = NEW."row_guid"), '{}'))), 0) + 1))))
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     generation = excluded.generation,
     lineage = json_set(lineage, '$."7"', coalesce((SELECT max(value) FROM json_each(lineage)), 0) + 1),
-    colv = '{}';
+    colv = json_object('CustomerID', json_array(7, (coalesce((SELECT max(value) FROM json_each(lineage)), 0) + 1)), 'Full Name', json_array(7, (coalesce((SELECT max(value) FROM json_each(lineage)), 0) + 1)), 'Notes', json_array(7, (coalesce((SELECT max(value) FROM json_each(lineage)), 0) + 1)));
   DELETE FROM "MSmerge_tombstone" WHERE tablenick = 30 AND rowguid = NEW."row_guid";
 END
 -- statement

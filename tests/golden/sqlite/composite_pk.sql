@@ -14,11 +14,11 @@ BEGIN
           coalesce(NEW."row_guid", (SELECT "row_guid" FROM "Order Line" WHERE "OrderID" IS NEW."OrderID" AND "Line No" IS NEW."Line No")),
           (SELECT generation FROM "MSmerge_genhistory" WHERE genstatus = 0),
           json_set(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 40 AND t.rowguid = NEW."row_guid"), '{}'), '$."7"', coalesce((SELECT max(value) FROM json_each(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 40 AND t.rowguid = NEW."row_guid"), '{}'))), 0) + 1),
-          '{}')
+          json_object('OrderID', json_array(7, (coalesce((SELECT max(value) FROM json_each(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 40 AND t.rowguid = NEW."row_guid"), '{}'))), 0) + 1)), 'Line No', json_array(7, (coalesce((SELECT max(value) FROM json_each(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 40 AND t.rowguid = NEW."row_guid"), '{}'))), 0) + 1)), 'Qty', json_array(7, (coalesce((SELECT max(value) FROM json_each(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 40 AND t.rowguid = NEW."row_guid"), '{}'))), 0) + 1))))
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     generation = excluded.generation,
     lineage = json_set(lineage, '$."7"', coalesce((SELECT max(value) FROM json_each(lineage)), 0) + 1),
-    colv = '{}';
+    colv = json_object('OrderID', json_array(7, (coalesce((SELECT max(value) FROM json_each(lineage)), 0) + 1)), 'Line No', json_array(7, (coalesce((SELECT max(value) FROM json_each(lineage)), 0) + 1)), 'Qty', json_array(7, (coalesce((SELECT max(value) FROM json_each(lineage)), 0) + 1)));
   DELETE FROM "MSmerge_tombstone" WHERE tablenick = 40 AND rowguid = NEW."row_guid";
 END
 -- statement

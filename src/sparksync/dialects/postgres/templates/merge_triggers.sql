@@ -36,7 +36,9 @@ BEGIN
   g := {{ fn }}.writer_generation();
 {% set stmt1 %}
   INSERT INTO {{ contents }} AS c (tablenick, rowguid, generation, lineage, colv)
-  SELECT {{ tablenick }}, n.{{ rowguid }}, __GEN__, {{ fn }}.lineage_bump(ts.lineage, {{ replnick }}), {{ "'{}'::jsonb" if column_tracking else "NULL" }}
+  SELECT {{ tablenick }}, n.{{ rowguid }}, __GEN__, {{ fn }}.lineage_bump(ts.lineage, {{ replnick }}),
+         {% if column_tracking %}{{ fn }}.colv_bump(NULL, '{{ all_columns_json }}'::jsonb, {{ replnick }}, {{ fn }}.lineage_next(ts.lineage)){% else %}NULL{% endif %}
+
     FROM new_rows AS n
     LEFT JOIN {{ tombstone }} AS ts ON ts.tablenick = {{ tablenick }} AND ts.rowguid = n.{{ rowguid }}
    WHERE n.{{ rowguid }} IS NOT NULL

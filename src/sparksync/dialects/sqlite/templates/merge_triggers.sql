@@ -14,6 +14,13 @@ json_set({{ x }}, '$."{{ replnick }}"', coalesce((SELECT max(value) FROM json_ea
 NULL
 {%- endif %}
 {%- endmacro %}
+{% macro colv_all(version) -%}
+{% if column_tracking %}
+{% for chunk in columns | batch(50) %}{{ "json_patch(" if not loop.first }}{% endfor %}{% for chunk in columns | batch(50) %}{{ ", " if not loop.first }}json_object({% for c in chunk %}{{ c.name | lit }}, json_array({{ replnick }}, {{ version }}){{ ", " if not loop.last }}{% endfor %}){{ ")" if not loop.first }}{% endfor %}
+{% else %}
+NULL
+{%- endif %}
+{%- endmacro %}
 {% set open_gen = "(SELECT generation FROM " ~ genhistory ~ " WHERE genstatus = 0)" %}
 {% set not_applying = "(SELECT applying FROM " ~ replica_state ~ ") = 0" %}
 DROP TRIGGER IF EXISTS {{ ("MSmerge_ins_" ~ artid) | q }}
@@ -32,11 +39,11 @@ BEGIN
           coalesce(NEW.{{ rowguid }}, (SELECT {{ rowguid }} FROM {{ table }} WHERE {% for c in pk %}{{ c | q }} IS NEW.{{ c | q }}{{ " AND " if not loop.last }}{% endfor %})),
           {{ open_gen }},
           {{ bump("coalesce((SELECT t.lineage FROM " ~ tombstone ~ " t WHERE t.tablenick = " ~ tablenick ~ " AND t.rowguid = NEW." ~ rowguid ~ "), '{}')") }},
-          {{ "'{}'" if column_tracking else "NULL" }})
+          {{ colv_all(next_version("coalesce((SELECT t.lineage FROM " ~ tombstone ~ " t WHERE t.tablenick = " ~ tablenick ~ " AND t.rowguid = NEW." ~ rowguid ~ "), '{}')")) }})
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     generation = excluded.generation,
     lineage = {{ bump("lineage") }},
-    colv = {{ "'{}'" if column_tracking else "NULL" }};
+    colv = {{ colv_all(next_version("lineage")) }};
   DELETE FROM {{ tombstone }} WHERE tablenick = {{ tablenick }} AND rowguid = NEW.{{ rowguid }};
 END
 -- statement

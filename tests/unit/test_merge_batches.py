@@ -1,0 +1,92 @@
+"""Unit tests for sparksync.merge.agent.make_batches: generation batches covering (start, bound]."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparksync.merge.agent import make_batches
+from sparksync.merge.apply import BatchInfo
+
+
+def gens(*numbers, nicks=None):
+    return [{"generation": g, "nicknames": (nicks or {}).get(g, [1])} for g in numbers]
+
+
+def test_one_batch_when_everything_fits():
+    batches, where = make_batches(gens(3, 5, 8), 2, 10, 100, "sub", 2)
+    assert batches == [BatchInfo("sub", 2, 0, 2, 10, [1])]
+    assert where == {3: 0, 5: 0, 8: 0}
+
+
+def test_batches_split_at_generation_boundaries_and_the_last_ends_at_bound():
+    batches, where = make_batches(gens(11, 12, 13, 14, 15), 10, 20, 2, "pub", 1)
+    assert [(b.seq, b.lo, b.hi) for b in batches] == [(0, 10, 12), (1, 12, 14), (2, 14, 20)]
+    assert where == {11: 0, 12: 0, 13: 1, 14: 1, 15: 2}
+    assert all((b.source, b.source_nick) == ("pub", 1) for b in batches)
+
+
+def test_exact_multiple_of_per_batch():
+    batches, where = make_batches(gens(1, 2, 3, 4), 0, 4, 2, "s", 3)
+    assert [(b.lo, b.hi) for b in batches] == [(0, 2), (2, 4)]
+    assert where == {1: 0, 2: 0, 3: 1, 4: 1}
+
+
+def test_nicknames_are_the_sorted_union_of_the_batch():
+    g = gens(1, 2, 3, nicks={1: [3, 1], 2: [2, 3], 3: None})
+    batches, _ = make_batches(g, 0, 3, 2, "s", 2)
+    assert batches[0].nicknames == [1, 2, 3]
+    assert batches[1].nicknames == []
+
+
+def test_string_generations_and_nicknames_are_read_as_ints():
+    batches, where = make_batches([{"generation": "5", "nicknames": ["2", 1]}], 4, 9, 10, "s", 2)
+    assert (batches[0].lo, batches[0].hi, batches[0].nicknames) == (4, 9, [1, 2])
+    assert where == {5: 0}
+
+
+def test_no_generations_one_watermark_only_batch():
+    batches, where = make_batches([], 7, 12, 100, "sub", 2)
+    assert batches == [BatchInfo("sub", 2, 0, 7, 12, [])]
+    assert where == {}
+
+
+@pytest.mark.parametrize("start, bound", [(5, 5), (6, 5), (0, 0)])
+def test_nothing_when_bound_is_not_past_start(start, bound):
+    assert make_batches(gens(5), start, bound, 10, "s", 2) == ([], {})
+    assert make_batches([], start, bound, 10, "s", 2) == ([], {})
+
+
+@st.composite
+def inputs(draw):
+    start = draw(st.integers(0, 50))
+    bound = draw(st.integers(start + 1, start + 60))
+    numbers = sorted(draw(st.sets(st.integers(start + 1, bound), max_size=40)))
+    g = [{"generation": n, "nicknames": draw(st.lists(st.integers(1, 6), max_size=3))} for n in numbers]
+    return g, start, bound, draw(st.integers(1, 8))
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(inputs())
+def test_batches_cover_start_to_bound(args):
+    g, start, bound, per_batch = args
+    batches, where = make_batches(g, start, bound, per_batch, "src", 4)
+    assert batches, "a non-empty range always has a batch (it moves the watermark)"
+    assert batches[0].lo == start
+    assert batches[-1].hi == bound
+    for a, b in zip(batches, batches[1:]):
+        assert a.hi == b.lo                                    # contiguous, no gap, no overlap
+    assert all(b.lo < b.hi for b in batches)
+    assert [b.seq for b in batches] == list(range(len(batches)))
+    assert len(batches) == max(1, -(-len(g) // per_batch))
+    assert set(where) == {x["generation"] for x in g}
+    for n, k in where.items():
+        assert batches[k].lo < n <= batches[k].hi              # each generation falls in its batch's range
+    counts = [list(where.values()).count(k) for k in range(len(batches))]
+    assert all(c <= per_batch for c in counts)
+    assert list(where.values()) == sorted(where.values())    # oldest generations first
+    for k, b in enumerate(batches):
+        expected = sorted({n for x in g if where[x["generation"]] == k for n in x["nicknames"]})
+        assert b.nicknames == expected
+        assert (b.source, b.source_nick) == ("src", 4)
