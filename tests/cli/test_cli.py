@@ -164,4 +164,32 @@ def test_demo_runs(spark, tmp_path):
     code, out = run("demo", "--dir", str(tmp_path / "demo"))
     assert code == 0
     assert "Store1" in out and "Store2" in out and "Store3" in out and out.count("active") == 3
+    assert "update wins delete" in out and "update between Store2 (lost) and Store1 (won)" in out
+    assert "identical: HQ and 3 stores hold the same" in out
     assert (tmp_path / "demo" / "sparksync.toml").is_file()
+
+
+@pytest.mark.spark
+def test_merge_and_conflicts_commands(spark, tmp_path):
+    code, out = run("demo", "--dir", str(tmp_path / "demo"))
+    assert code == 0
+    cfg = str(tmp_path / "demo" / "sparksync.toml")
+    with connect(f"sqlite:///{tmp_path / 'demo' / 'store3.db'}") as s:
+        s.execute('UPDATE "Vendor" SET "CreditRating" = 5 WHERE "BusinessEntityID" = 1001')
+    result = runner.invoke(app, ["merge", "-c", cfg, "--json", "--subscription", "Store3"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    (s3,) = summary["subscriptions"]
+    assert s3["subscription"] == "Store3" and s3["upload"]["Vendor"]["updates"] == 1
+    # --continuous keeps the Spark session and syncs again: the change reaches the other stores
+    code, out = run("merge", "-c", cfg, "--continuous", "--polling-interval", "0", "--rounds", "2")
+    assert code == 0 and out.count("Store1") == 2
+    with connect(f"sqlite:///{tmp_path / 'demo' / 'store1.db'}") as s:
+        assert s.scalar('SELECT "CreditRating" FROM "Vendor" WHERE "BusinessEntityID" = 1001') == 5
+    code, out = run("conflicts", "-c", cfg, "--article", "Customer")
+    assert code == 0 and "1 conflict(s)" in out
+    result = runner.invoke(app, ["conflicts", "-c", cfg, "--json"])
+    rows = json.loads(result.stdout)
+    assert {r["conflict_type"] for r in rows} == {1, 4}
+    code, out = run("merge", "-c", cfg, "--subscription", "Nope")
+    assert code == 2 and "no subscription named 'Nope'" in out

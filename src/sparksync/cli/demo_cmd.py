@@ -16,4 +16,6 @@ def demo_command(
     directory: Annotated[Path, typer.Option("--dir", help="Folder for the demo's databases and config.")] = Path("sparksync-demo"),
 ) -> None:
     """Build a demo topology on SQLite files (a publisher, three stores) and show it working."""
-    run_demo(directory, console, reporter)
+    result = run_demo(directory, console, reporter)
+    if not result["identical"] or not result["summary"].ok:
+        raise typer.Exit(1)

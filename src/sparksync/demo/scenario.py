@@ -2,7 +2,9 @@
 
 Builds the databases and a ``sparksync.toml`` in a folder, runs ``setup`` (snapshot + initialization
 on Spark), makes changes at the publisher and at the stores from several clients (the ``sqlite3``
-shell where it is installed), and shows ``status``: the changes are tracked, waiting to be merged.
+shell where it is installed) — including a conflicting update and an update/delete conflict — shows
+``status``, runs ``merge``, shows how each conflict was resolved, and checks that every replica
+holds identical data.
 """
 
 from __future__ import annotations
@@ -88,7 +90,9 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> dict:
         hq.execute('INSERT INTO "Customer" ("CustomerID", "FirstName", "LastName", "EmailAddress", "Territory", '
                    '"ModifiedDate") VALUES (10001, \'Ana\', \'Trujillo\', \'ana0@adventure-works.com\', '
                    '\'Central\', \'2026-11-22 09:00:00\')')
-    console.print("HQ (python sqlite3): raised Mountain list prices 10%, added customer 10001")
+        hq.execute('UPDATE "SalesOrderDetail" SET "OrderQty" = "OrderQty" + 1 WHERE "SalesOrderID" = 1')
+    console.print("HQ (python sqlite3): raised Mountain list prices 10%, added customer 10001, "
+                  "changed the quantities of order 1")
     via = _shell(directory / "store1.db",
                  'UPDATE "Customer" SET "Territory" = \'Northwest\' WHERE "CustomerID" = 1;\n'
                  'INSERT INTO "SalesOrderHeader" ("SalesOrderID", "CustomerID", "OrderDate", "Status", "SubTotal", '
@@ -96,7 +100,8 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> dict:
     console.print(f"Store1 ({via}): moved customer 1 to Northwest, took order 90001")
     via = _shell(directory / "store2.db", 'DELETE FROM "SalesOrderDetail" WHERE "SalesOrderID" = 1;\n'
                                           'UPDATE "Customer" SET "Territory" = \'Canada\' WHERE "CustomerID" = 1;\n')
-    console.print(f"Store2 ({via}): deleted the lines of order 1, moved customer 1 to Canada")
+    console.print(f"Store2 ({via}): deleted the lines of order 1 (HQ changed them: an update/delete conflict), "
+                  "moved customer 1 to Canada (Store1 moved it too: an update conflict)")
     via = _shell(directory / "store3.db", 'UPDATE "Product" SET "Name" = "Name" || \' (clearance)\' '
                                           'WHERE "ProductID" = 3;\n')
     console.print(f"Store3 ({via}): renamed product 3")
@@ -108,5 +113,32 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> dict:
         status_command(cfg, False)
     except SystemExit:
         pass
+
+    console.rule("[bold]5. sparksync merge: upload from every store, then download to every store (Spark)")
+    from ..cli.merge_cmd import _print
+    from ..merge.agent import MergeAgent
+    from ..spark.session import spark_session as _spark
+
+    summary = MergeAgent(topology, _spark(topology.spark_master, conf=topology.spark.conf), report).run()
+    _print(summary)
+
+    console.rule("[bold]6. sparksync conflicts: how each conflict was resolved")
+    from ..conflict_view import list_conflicts
+
+    for c in list_conflicts(topology):
+        console.print(f"  {c['article']}: {c['conflict_type_name']} between {c['origin_datasource']} (lost) and "
+                      f"{c['winner']} (won): {c['reason_text']}", highlight=False)
+
+    console.rule("[bold]7. Every replica holds identical data")
+    from ..validate import compare_replicas
+
+    diffs, rows = compare_replicas(topology, "Sales")
+    if diffs:
+        for d in diffs:
+            console.print(f"[red]  {d.subscription} {d.article}: {d.missing} missing, {d.extra} extra, "
+                          f"{d.changed} changed[/]")
+    else:
+        console.print(f"[green]identical[/]: HQ and {len(STORES)} stores hold the same {rows} rows in "
+                      f"{len(article_names(False))} tables")
     console.print(f"\nThe demo's files are in {directory}. Try: sparksync status -c {cfg}")
-    return {"directory": str(directory), "config": str(cfg)}
+    return {"directory": str(directory), "config": str(cfg), "identical": not diffs, "summary": summary}

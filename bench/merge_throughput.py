@@ -1,0 +1,138 @@
+"""Merge throughput: one publisher, N subscribers, changes at the publisher and at every subscriber.
+
+Measured in one run, side by side with the physical limit here: the raw bulk upsert rate of the
+same rows into a plain SQLite table (executemany of INSERT ... ON CONFLICT DO UPDATE, one transaction).
+
+    .venv/bin/python bench/merge_throughput.py [--subscribers 10] [--publisher-changes 100000]
+        [--subscriber-changes 10000] [--pg]      # --pg: the publisher is a PostgreSQL database
+
+Prints rows/s per phase, the ratio of download apply to the raw rate, the end-to-end time for N
+subscribers against one, and a warm --continuous-style round that moves one row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from sparksync.config import parse_topology
+from sparksync.dialects import connect
+from sparksync.merge.agent import MergeAgent, MergeOptions
+from sparksync.provision import setup
+from sparksync.spark.session import spark_session
+
+DDL = 'CREATE TABLE "Item" ("id" {int} PRIMARY KEY, "name" {text}, "qty" {int}, "price" {num})'
+
+
+def raw_upsert_rate(rows: int, workdir: Path) -> float:
+    db = workdir / "raw.db"
+    c = sqlite3.connect(db, isolation_level=None)
+    c.execute("PRAGMA journal_mode=WAL")
+    c.execute('CREATE TABLE "Item" ("id" INTEGER PRIMARY KEY, "name" TEXT, "qty" INTEGER, "price" NUMERIC(10,2), '
+              '"rowguid" UUID)')
+    data = [(i, f"n{i}", i % 7, i / 100, str(uuid.uuid4())) for i in range(rows)]
+    t0 = time.perf_counter()
+    c.execute("BEGIN")
+    c.executemany('INSERT INTO "Item" VALUES (?, ?, ?, ?, ?) ON CONFLICT ("id") DO UPDATE SET "name" = excluded."name", '
+                  '"qty" = excluded."qty", "price" = excluded."price"', data)
+    c.execute("COMMIT")
+    return rows / (time.perf_counter() - t0)
+
+
+def build(workdir: Path, subs: int, pg_url: str | None, seed_rows: int):
+    if pg_url:
+        admin = pg_url
+        name = f"sparksync_bench_{uuid.uuid4().hex[:8]}"
+        import psycopg
+
+        with psycopg.connect(admin, autocommit=True) as c:
+            c.execute(f'CREATE DATABASE "{name}"')
+        pub_url = admin.rsplit("/", 1)[0] + "/" + name
+        types = {"int": "integer", "text": "text", "num": "numeric(10,2)"}
+    else:
+        pub_url, types, name = f"sqlite:///{workdir / 'pub.db'}", {"int": "INTEGER", "text": "TEXT", "num": "NUMERIC(10,2)"}, None
+    with connect(pub_url) as r:
+        r.execute(DDL.format(**types))
+        r.executemany(f'INSERT INTO "Item" VALUES ({r.p}, {r.p}, {r.p}, {r.p})',
+                      [(i, f"n{i}", 0, 1) for i in range(seed_rows)])
+    topo = parse_topology({
+        "publisher": {"name": "P", "database": pub_url, "snapshot_dir": str(workdir / "snap")},
+        "publications": [{"name": "Bench", "articles": [{"table": "Item"}], "generation_leveling_threshold": 10_000}],
+        "subscriptions": [{"name": f"S{i}", "publication": "Bench", "database": f"sqlite:///{workdir / f's{i}.db'}"}
+                          for i in range(subs)],
+    }, workdir)
+    return topo, name
+
+
+def timed(agent: MergeAgent, **kw) -> float:
+    t0 = time.perf_counter()
+    summary = agent.run(MergeOptions(**kw))
+    assert summary.ok, [s.errors for s in summary.subscriptions]
+    return time.perf_counter() - t0
+
+
+def run(subs: int, pub_changes: int, sub_changes: int, pg_url: str | None, spark) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        workdir = Path(d)
+        seed = max(pub_changes, sub_changes)
+        topo, pg_db = build(workdir, subs, pg_url, seed)
+        try:
+            setup(topo, lambda: spark)
+            agent = MergeAgent(topo, spark)
+            timed(agent)  # warm: first jobs of the session
+            with connect(topo.publisher_url) as r:
+                r.execute(f'UPDATE "Item" SET "qty" = "qty" + 1 WHERE "id" < {pub_changes}')
+            down = timed(agent)
+            for i, s in enumerate(topo.subscriptions):
+                with connect(topo.resolve_url(s.database)) as r:
+                    lo = i * sub_changes % seed
+                    r.execute(f'UPDATE "Item" SET "name" = \'s{i}\' WHERE "id" >= {lo} AND "id" < {lo + sub_changes}')
+            up = timed(agent)
+            with connect(topo.publisher_url) as r:
+                r.execute('UPDATE "Item" SET "qty" = -1 WHERE "id" = 0')
+            one = timed(agent)
+            return {"download_s": down, "download_rows": pub_changes * subs, "upload_s": up,
+                    "upload_rows": sub_changes * subs, "one_row_s": one}
+        finally:
+            if pg_db:
+                import psycopg
+
+                with psycopg.connect(pg_url, autocommit=True) as c:
+                    c.execute(f'DROP DATABASE "{pg_db}" WITH (FORCE)')
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--subscribers", type=int, default=10)
+    ap.add_argument("--publisher-changes", type=int, default=100_000)
+    ap.add_argument("--subscriber-changes", type=int, default=10_000)
+    ap.add_argument("--pg", action="store_true", help="also run with a PostgreSQL publisher")
+    ap.add_argument("--pg-url", default=os.environ.get("SPARKSYNC_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    a = ap.parse_args()
+    spark = spark_session(os.environ.get("SPARK_MASTER", "local[*]"))
+    with tempfile.TemporaryDirectory() as d:
+        raw = raw_upsert_rate(a.publisher_changes, Path(d))
+    print(f"raw bulk upsert into a plain SQLite table: {raw:,.0f} rows/s")
+    configs = [("SQLite publisher", None)] + ([("PostgreSQL publisher", a.pg_url)] if a.pg else [])
+    for label, pg in configs:
+        one = run(1, a.publisher_changes, a.subscriber_changes, pg, spark)
+        many = run(a.subscribers, a.publisher_changes, a.subscriber_changes, pg, spark)
+        print(f"\n{label}")
+        print(f"  {'phase':<44}{'rows':>10}{'seconds':>10}{'rows/s':>12}{'vs raw':>8}")
+        for n, res in ((1, one), (a.subscribers, many)):
+            for phase in ("download", "upload"):
+                rows, secs = res[f"{phase}_rows"], res[f"{phase}_s"]
+                print(f"  {f'{phase}, {n} subscriber(s)':<44}{rows:>10,}{secs:>10.2f}{rows / secs:>12,.0f}"
+                      f"{rows / secs / raw:>8.2f}")
+        ratio = (many["download_s"] + many["upload_s"]) / (one["download_s"] + one["upload_s"])
+        print(f"  end-to-end time, {a.subscribers} subscribers vs 1: {ratio:.2f}x (target <= 6x)")
+        print(f"  warm round moving one row: {many['one_row_s']:.2f} s (target <= 1 s)")
+
+
+if __name__ == "__main__":
+    main()
