@@ -18,7 +18,7 @@ runner = CliRunner()
 
 def run(*args: str):
     result = runner.invoke(app, list(args))
-    out = result.output + (result.stderr if result.stderr_bytes is not None else "")
+    out = result.output   # stdout and stderr, interleaved as a user sees them
     assert "Traceback" not in out
     return result.exit_code, " ".join(out.split())
 
@@ -183,7 +183,7 @@ def test_merge_and_conflicts_commands(spark, tmp_path):
     assert s3["subscription"] == "Store3" and s3["upload"]["Vendor"]["updates"] == 1
     # --continuous keeps the Spark session and syncs again: the change reaches the other stores
     code, out = run("merge", "-c", cfg, "--continuous", "--polling-interval", "0", "--rounds", "2")
-    assert code == 0 and out.count("Store1") == 2
+    assert code == 0 and out.count("merge Sales: closing generations") == 2
     with connect(f"sqlite:///{tmp_path / 'demo' / 'store1.db'}") as s:
         assert s.scalar('SELECT "CreditRating" FROM "Vendor" WHERE "BusinessEntityID" = 1001') == 5
     code, out = run("conflicts", "-c", cfg, "--article", "Customer")

@@ -40,7 +40,7 @@ dml = st.tuples(st.sampled_from(REPLICAS), st.sampled_from(list(TABLES)),
 merge = st.tuples(st.just("merge"), st.sets(st.sampled_from(["S1", "S2", "S3"]), min_size=1),
                   st.sampled_from(["both", "upload", "download"]), st.integers(1, 3),
                   st.sampled_from([None, "apply.before_commit", "apply.after_commit", "agent.before_sender_watermark"]))
-steps = st.lists(st.one_of(dml, dml, merge), min_size=4, max_size=14)
+steps = st.lists(st.one_of(dml, dml, dml, merge), min_size=8, max_size=20)
 
 
 @pytest.fixture(scope="module")
