@@ -338,7 +338,9 @@ class MergeAgent:
         dest = DestinationInfo(topo.publisher.name, topo.publisher_url, 1, True, {"pubid": pubid}, batches_by_source,
                                pubcfg.conflict_logging in ("publisher", "both"))
         ctx = ApplyContext(pubid, True, summary.session_id, pubcfg.name, rules, replicas, {dest.name: dest})
+        t0 = time.perf_counter()
         results = self._run(parts, assign, ctx, partitions=1)
+        self._report_phase("upload", results, time.perf_counter() - t0)
         for s, r in active:
             self._settle_direction(ctx, dest.name, s.name, batches_by_source[s.name], results, sessions[s.name],
                                    "upload", rules, pub, summary)
@@ -386,7 +388,9 @@ class MergeAgent:
             parts += _change_reads(topo.publisher_url, topo.publisher.name, pub, pubid, topo.publisher.name, 1,
                                    lowest, bound)
         ctx = ApplyContext(pubid, False, summary.session_id, pubcfg.name, rules, replicas, dests)
+        t0 = time.perf_counter()
         results = self._run(parts, assign, ctx, partitions=max(1, len({a[2] for a in assign})))
+        self._report_phase("download", results, time.perf_counter() - t0)
         for s, _ in active:
             batches = dests[s.name].batches[topo.publisher.name]
             self._settle_direction(ctx, s.name, topo.publisher.name, batches, results, sessions[s.name], "download",
@@ -414,6 +418,21 @@ class MergeAgent:
                 .sortWithinPartitions("destination", "dest_order", "batch_seq", "tablenick", "rowguid")
                 .mapInArrow(make_mapper(ctx), RESULT_SCHEMA))
         return [r.asDict() for r in rows.collect()]
+
+    def _report_phase(self, phase: str, results: list[dict], seconds: float) -> None:
+        import json as _json
+
+        if not results:
+            return
+        by_article: dict[str, int] = {}
+        for r in results:
+            for _, st in _json.loads(r["stats"] or "{}").items():
+                n = sum(int(st.get(k, 0)) for k in ("inserts", "updates", "deletes", "skipped", "failed"))
+                by_article[r["destination"]] = by_article.get(r["destination"], 0) + n
+        total = sum(by_article.values())
+        batches = sum(1 for r in results if r["status"] == "applied")
+        self.report(f"{phase}: {total} change(s) in {batches} batch(es) to {len(by_article)} destination(s) in "
+                    f"{seconds:.1f}s ({total / seconds if seconds else 0:,.0f} changes/s)")
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def _settle_direction(self, ctx: ApplyContext, dest: str, source: str, batches: list[BatchInfo],

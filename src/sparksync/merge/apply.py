@@ -13,6 +13,7 @@ Runs inside Spark tasks (``mapInArrow``) on rows sorted by destination and batch
 
 from __future__ import annotations
 
+import itertools
 import json
 import traceback
 from collections.abc import Iterator
@@ -180,9 +181,7 @@ def log_conflict(replica: Replica, pubid: str, publication: str, article: Tracke
                     f"NOT NULL PRIMARY KEY, {d.quote('origin_datasource')} {d.render_type(store_text())}, {ddl})")
     names = ["conflict_id", "origin_datasource"] + [c.name for c in cols]
     convs = d.db_converters([c.type for c in cols])
-    vals = [cid, rec.origin] + [None if rec.losing_row.get(c.name) is None or conv is None else conv(rec.losing_row[c.name])
-                                if conv is not None else rec.losing_row.get(c.name) for c, conv in zip(cols, convs)]
-    vals = vals[:2] + [rec.losing_row.get(c.name) if conv is None else v for c, conv, v in zip(cols, convs, vals[2:])]
+    vals = [cid, rec.origin] + [_db_value(rec.losing_row.get(c.name), conv) for c, conv in zip(cols, convs)]
     replica.execute(f"INSERT INTO {table} ({', '.join(d.quote(n) for n in names)}) VALUES "
                     f"({', '.join([replica.p] * len(names))})", vals)
 
@@ -224,6 +223,8 @@ def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batc
             for r in rows:
                 by_article.setdefault(r["tablenick"], []).append(r)
             work = []
+            failed_guids = {(f["tablenick"], str(f["rowguid"])) for f in store.select_rows(
+                replica, "MSmerge_failed_changes", {"source_nickname": batch.source_nick})}
             for nick, changes in by_article.items():
                 if nick not in articles:
                     raise SparksyncError(f"{dest.name}: no article with nickname {nick} here")
@@ -244,27 +245,51 @@ def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batc
                     work.append((_order_key(art, group, op), art, inc, decision, g in present))
             work.sort(key=lambda w: w[0])
             retry = []
-            for item in work:
-                _, art, inc, decision, existed = item
-                st = outcome.stats.setdefault(art.nickname, ArticleStats())
-                if decision.action == "skip":
-                    st.skipped += 1
-                    continue
-                if decision.send_back and resolved_gen is None:
-                    resolved_gen = _new_generation(replica, 1, [dest.nickname], ctx.pubid)
-                if not decision.send_back and received is None:
+
+            def generation_for(decision: Decision) -> int:
+                nonlocal received, resolved_gen
+                if decision.send_back:
+                    if resolved_gen is None:
+                        resolved_gen = _new_generation(replica, 1, [dest.nickname], ctx.pubid)
+                    return resolved_gen
+                if received is None:
                     received = _new_generation(replica, 2, batch.nicknames + [dest.nickname, batch.source_nick],
                                                ctx.pubid, batch.source_nick, batch.hi)
-                gen = resolved_gen if decision.send_back else received
-                err = _try_apply(replica, art, inc, decision, gen)
-                if err is not None:
-                    retry.append((item, gen))
-                    continue
-                _count(st, decision, existed)
-                counts["resolved" if decision.send_back else "received"] += 1
-                if decision.conflict is not None:
-                    st.conflicts += 1
-                    _record_conflict(replica, ctx, dest, batch, art, decision.conflict, outcome)
+                return received
+
+            for _, group_items in itertools.groupby(work, key=lambda w: (w[0], w[1].nickname)):
+                group_items = list(group_items)
+                art = group_items[0][1]
+                st = outcome.stats.setdefault(art.nickname, ArticleStats())
+                plain = [w for w in group_items if w[3].action != "skip" and w[3].conflict is None
+                         and not w[3].send_back]
+                plain_ids = {id(w) for w in plain}
+                st.skipped += sum(1 for w in group_items if w[3].action == "skip")
+                if plain:
+                    gen = generation_for(plain[0][3])
+                    if _bulk_apply(replica, art, [(w[2], w[3], w[4]) for w in plain], gen, failed_guids):
+                        for w in plain:
+                            _count(st, w[3], w[4])
+                        counts["received"] += len(plain)
+                        plain_done = True
+                    else:
+                        plain_done = False
+                else:
+                    plain_done = True
+                for item in group_items:
+                    _, art, inc, decision, existed = item
+                    if decision.action == "skip" or (plain_done and id(item) in plain_ids):
+                        continue
+                    gen = generation_for(decision)
+                    err = _try_apply(replica, art, inc, decision, gen)
+                    if err is not None:
+                        retry.append((item, gen))
+                        continue
+                    _count(st, decision, existed)
+                    counts["resolved" if decision.send_back else "received"] += 1
+                    if decision.conflict is not None:
+                        st.conflicts += 1
+                        _record_conflict(replica, ctx, dest, batch, art, decision.conflict, outcome)
             for (item, gen) in retry:   # after the other articles: an ordering problem resolves itself
                 _, art, inc, decision, existed = item
                 st = outcome.stats[art.nickname]
@@ -308,6 +333,74 @@ def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batc
             write_watermark(replica, dest, batch.source, batch.hi)
     failpoints.hit("apply.after_commit", f"{dest.name}:{batch.seq}")
     return outcome
+
+
+def _db_value(value, conv):
+    return value if value is None or conv is None else conv(value)
+
+
+def _bulk_apply(replica: Replica, art: TrackedArticle, items: list[tuple[Incoming, Decision, bool]], gen: int,
+                failed_guids: set) -> bool:
+    """Apply many plain (conflict-free) changes of one article with a few executemany statements.
+    False (and nothing applied) when a constraint rejects one of them: the caller goes row by row."""
+    d = replica.dialect
+    p = replica.p
+    rg = art.rowguid_column
+    cols = [c for c in art.info.columns if c.name != rg]
+    convs = d.db_converters([c.type for c in cols])
+    t = d.table_sql(art.table)
+    u = d.uuid_param()
+    updates, inserts, deletes, meta_up, tomb_up, clear_tomb = [], [], [], [], [], []
+    for inc, decision, existed in items:
+        lineage = store._to_param(replica, Kind.JSON, lin.to_json(decision.lineage))
+        if decision.action == "upsert":
+            values = decision.values or {}
+            vals = [_db_value(values.get(c.name), conv) for c, conv in zip(cols, convs)]
+            (updates if existed else inserts).append((vals, inc.rowguid))
+            colv = store._to_param(replica, Kind.JSON, decision.colv) if decision.colv is not None else None
+            meta_up.append((art.nickname, inc.rowguid, gen, lineage, colv))
+            clear_tomb.append((art.nickname, inc.rowguid))
+        else:
+            deletes.append((inc.rowguid,))
+            tomb_up.append((art.nickname, inc.rowguid, 1, lineage, gen))
+    replica.execute("SAVEPOINT sparksync_bulk")
+    try:
+        if deletes:
+            replica.executemany(f"DELETE FROM {t} WHERE {d.quote(rg)} = {u}", deletes)
+            replica.executemany(f"DELETE FROM {replica.meta('MSmerge_contents')} WHERE tablenick = {p} AND rowguid = {u}",
+                                [(art.nickname, g) for (g,) in deletes])
+            replica.executemany(
+                f"INSERT INTO {replica.meta('MSmerge_tombstone')} (tablenick, rowguid, type, lineage, generation) "
+                f"VALUES ({p}, {u}, {p}, {p}, {p}) ON CONFLICT (tablenick, rowguid) DO UPDATE SET type = excluded.type, "
+                f"lineage = excluded.lineage, generation = excluded.generation", tomb_up)
+        if updates and cols:
+            replica.executemany(
+                f"UPDATE {t} SET " + ", ".join(f"{d.quote(c.name)} = {p}" for c in cols) + f" WHERE {d.quote(rg)} = {u}",
+                [(*vals, g) for vals, g in updates])
+        if inserts:
+            names = [rg] + [c.name for c in cols]
+            replica.executemany(
+                f"INSERT INTO {t} (" + ", ".join(d.quote(n) for n in names) + ") VALUES (" + u + ", "
+                + ", ".join([p] * len(cols)) + ")" if cols else
+                f"INSERT INTO {t} ({d.quote(rg)}) VALUES ({u})",
+                [(g, *vals) for vals, g in inserts])
+        if meta_up:
+            replica.executemany(
+                f"INSERT INTO {replica.meta('MSmerge_contents')} (tablenick, rowguid, generation, lineage, colv) "
+                f"VALUES ({p}, {u}, {p}, {p}, {p}) ON CONFLICT (tablenick, rowguid) DO UPDATE SET "
+                f"generation = excluded.generation, lineage = excluded.lineage, colv = excluded.colv", meta_up)
+            replica.executemany(f"DELETE FROM {replica.meta('MSmerge_tombstone')} WHERE tablenick = {p} AND rowguid = {u}",
+                                clear_tomb)
+        done = [(art.nickname, inc.rowguid) for inc, _, _ in items if (art.nickname, inc.rowguid) in failed_guids]
+        if done:
+            replica.executemany(f"DELETE FROM {replica.meta('MSmerge_failed_changes')} WHERE tablenick = {p} "
+                                f"AND rowguid = {u}", done)
+    except ConstraintViolation:
+        replica.execute("ROLLBACK TO SAVEPOINT sparksync_bulk")
+        replica.execute("RELEASE SAVEPOINT sparksync_bulk")
+        return False
+    replica.execute("RELEASE SAVEPOINT sparksync_bulk")
+    return True
 
 
 def _count(st: ArticleStats, decision: Decision, existed: bool) -> None:
