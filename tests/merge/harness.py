@@ -23,6 +23,9 @@ TABLES = {
     "ItemAdd": {"resolver": "additive", "resolver_column": "n", "column_tracking": True},
     "ItemUser": {"resolver": "tests.merge.resolvers_for_tests:concat"},
     "ItemComp": {"compensate_for_errors": True},
+    "ItemMin": {"resolver": "minimum", "resolver_column": "n"},
+    "ItemEarlier": {"resolver": "earlier_wins", "resolver_column": "ts"},
+    "ItemAvg": {"resolver": "averaging", "resolver_column": "n", "column_tracking": True},
 }
 SUBS = [("S1", "global", 75.0), ("S2", "global", 50.0), ("S3", "local", None), ("S4", "local", None)]
 

@@ -38,7 +38,7 @@ def test_conflict_matrix(topo):
     # row 1: update-update      row 2: update (P) vs delete (S1)      row 3: delete (P) vs update (S1)
     # row 4: delete-delete      row 5: S1-only update (no conflict)   row 6: S1 (75) vs S2 (50)
     # row 7: S3 vs S4 (local: first to sync wins)                     row 8: insert at S2 spreads everywhere
-    for table in ("Item", "ItemSub", "ItemMax", "ItemLater", "ItemUser"):
+    for table in ("Item", "ItemSub", "ItemMax", "ItemLater", "ItemUser", "ItemMin", "ItemEarlier"):
         t.sql("P", U(table, 1, "\"v\" = 'P', \"n\" = 5, \"ts\" = '2024-06-01 00:00:00'"),
               U(table, 2, "\"v\" = 'P2'"), D(table, 3), D(table, 4))
         t.sql("S1", U(table, 1, "\"v\" = 'S1', \"n\" = 9, \"ts\" = '2024-03-01 00:00:00'"),
@@ -68,6 +68,7 @@ def test_conflict_matrix(topo):
     # maximum n / later ts
     assert t.everywhere("ItemMax", 1, "n") == {9} and t.everywhere("ItemMax", 1) == {"S1"}
     assert t.everywhere("ItemLater", 1) == {"P"}
+    assert t.everywhere("ItemMin", 1, "n") == {5} and t.everywhere("ItemEarlier", 1) == {"S1"}
     # user resolver merges
     assert t.everywhere("ItemUser", 1) == {"P+S1"} and t.everywhere("ItemUser", 1, "n") == {9}
 
@@ -90,8 +91,8 @@ def test_column_tracking_keeps_every_non_conflicting_edit(topo):
     t = topo
     t.sql("P", U("ItemCol", 1, "\"v\" = 'P-v'"), U("ItemCol", 2, "\"v\" = 'P-v', \"w\" = 'P-w'"))
     t.sql("S1", U("ItemCol", 1, "\"n\" = 42"), U("ItemCol", 2, "\"v\" = 'S1-v', \"n\" = 7"))
-    t.sql("P", U("ItemAdd", 1, '"n" = 12'))
-    t.sql("S1", U("ItemAdd", 1, '"n" = 15'))
+    t.sql("P", U("ItemAdd", 1, '"n" = 12'), U("ItemAvg", 1, '"n" = 12'))
+    t.sql("S1", U("ItemAdd", 1, '"n" = 15'), U("ItemAvg", 1, '"n" = 15'))
     summary = t.merge()
     assert summary.ok
     t.assert_converged()
@@ -101,8 +102,9 @@ def test_column_tracking_keeps_every_non_conflicting_edit(topo):
     assert t.everywhere("ItemCol", 2) == {"P-v"}
     assert t.everywhere("ItemCol", 2, "n") == {7} and t.everywhere("ItemCol", 2, "w") == {"P-w"}
     col = [c for c in t.conflicts("P") if c["conflict_type"] == ConflictType.COLUMN_UPDATE]
-    assert sorted(c["columns"][0] for c in col) == ["n", "v"]   # ItemCol row 2 on v; ItemAdd row 1 on n
-    # additive: 12 at P and 15 at S1 -> 27
+    assert sorted(c["columns"][0] for c in col) == ["n", "n", "v"]   # ItemCol on v; ItemAdd, ItemAvg on n
+    assert t.everywhere("ItemAvg", 1, "n") == {13}
+    # additive: 12 at P and 15 at S1 -> 27; averaging: 12 and 15 -> 13 (integer column)
     assert t.everywhere("ItemAdd", 1, "n") == {27}
 
 

@@ -443,8 +443,8 @@ class MergeAgent:
                       key=lambda r: r["batch_seq"])
         errors = [r for r in mine if r["status"] == "error"]
         if not errors:
-            seen = {r["batch_seq"] for r in mine}
-            rest = [b for b in batches if b.seq not in seen]
+            last = max((r["batch_seq"] for r in mine), default=-1)
+            rest = [b for b in batches if b.seq > last]   # trailing batches no change row reached: empty
             if rest:
                 mine += list(apply_stream_empty(ctx, dest, source, rest))
                 errors = [r for r in mine if r["status"] == "error"]

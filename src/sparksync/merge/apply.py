@@ -475,7 +475,10 @@ def apply_stream(ctx: ApplyContext, rows: Iterator[dict]) -> Iterator[dict]:
 
     def flush(key: tuple, changes: list[dict]) -> Iterator[dict]:
         dest_name, source, seq = key
-        if dest_name in failed:
+        if (dest_name, source) in failed:
+            # Never skip silently: the driver must not take this batch for an empty one.
+            yield _result(dest_name, source, seq, BatchOutcome(
+                "error", message=f"not applied: an earlier batch from {source} to {dest_name} failed"))
             return
         dest = ctx.destinations[dest_name]
         try:
@@ -494,10 +497,10 @@ def apply_stream(ctx: ApplyContext, rows: Iterator[dict]) -> Iterator[dict]:
             done[(dest_name, source)] = seq
             yield _result(dest_name, source, seq, out)
         except SparksyncError as e:
-            failed.add(dest_name)
+            failed.add((dest_name, source))
             yield _result(dest_name, source, seq, BatchOutcome("error", message=e.message))
         except Exception as e:  # noqa: BLE001 - one destination's failure must not stop the others
-            failed.add(dest_name)
+            failed.add((dest_name, source))
             tb = traceback.format_exc(limit=3)
             yield _result(dest_name, source, seq, BatchOutcome("error", message=f"{type(e).__name__}: {e}\n{tb}"))
 
