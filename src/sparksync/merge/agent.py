@@ -28,7 +28,7 @@ from ..metadata import store
 from ..names import TableName
 from ..progress import Reporter, silent
 from ..spark.datasource import ReadPartition, ReadPlan
-from .apply import (ApplyContext, BatchInfo, DestinationInfo, apply_stream_empty, log_conflict, make_mapper,
+from .apply import (ApplyContext, ArticleStats, BatchInfo, DestinationInfo, apply_stream_empty, log_conflict, make_mapper,
                     RESULT_SCHEMA)
 from .changes import CHANGE_SCHEMA, RETRY_GENERATION
 from .conflicts import ConflictRecord, ConflictType
@@ -49,13 +49,9 @@ class MergeOptions:
 
 
 @dataclass
-class DirectionStats:
-    inserts: int = 0
-    updates: int = 0
-    deletes: int = 0
-    conflicts: int = 0
-    retries: int = 0
-    failed: int = 0
+class DirectionStats(ArticleStats):
+    """What one direction of a session moved for one article (batches: generation batches applied)."""
+
     batches: int = 0
 
     def add(self, s: dict) -> None:

@@ -93,27 +93,25 @@ def decide(change: Incoming, local: Local, rules: ArticleRules, replicas: Replic
         return _update_delete(change, local, rules, replicas, dest, upload, deleted_side="incoming")
 
     # upsert
-    if local_deleted:
-        rel = lin.compare(change.lineage, local_lin)
-        if rel is lin.Relation.INCOMING_NEWER:
-            return Decision("upsert", dict(change.values or {}), dict(change.lineage),
-                            dict(change.colv) if change.colv is not None else None)
-        if rel in (lin.Relation.EQUAL, lin.Relation.LOCAL_NEWER):
-            return Decision("skip")
-        return _update_delete(change, local, rules, replicas, dest, upload, deleted_side="local")
-    if not local.exists:
-        return Decision("upsert", dict(change.values or {}), dict(change.lineage),
-                        dict(change.colv) if change.colv is not None else None)
+    if not local_deleted and not local.exists:
+        return _take(change)
     rel = lin.compare(change.lineage, local_lin)
     if rel is lin.Relation.INCOMING_NEWER:
-        return Decision("upsert", dict(change.values or {}), dict(change.lineage),
-                        dict(change.colv) if change.colv is not None else None)
+        return _take(change)
     if rel in (lin.Relation.EQUAL, lin.Relation.LOCAL_NEWER):
         return Decision("skip")
+    if local_deleted:
+        return _update_delete(change, local, rules, replicas, dest, upload, deleted_side="local")
     if (rules.column_tracking and change.colv is not None and local.colv is not None
             and _explained(change.lineage, change.colv, local_lin) and _explained(local_lin, local.colv, change.lineage)):
         return _column_level(change, local, rules, replicas, dest, upload)
     return _row_level(change, local, rules, replicas, dest, upload)
+
+
+def _take(change: Incoming) -> Decision:
+    """Apply the incoming version as it is."""
+    return Decision("upsert", dict(change.values or {}), dict(change.lineage),
+                    dict(change.colv) if change.colv is not None else None)
 
 
 def _explained(side: lin.Lineage, colv: Mapping[str, Any], other: lin.Lineage) -> bool:
