@@ -80,7 +80,6 @@ def test_enumeration_waits_while_writer_holds_generation(pg_pub):
 def test_concurrent_writers_every_change_enumerated_exactly_once(pg_pub):
     """Writers commit continuously while an agent closes generations (with leveling) and enumerates."""
     url = pg_pub
-    stop = threading.Event()
     errors: list[BaseException] = []
     next_id = iter(range(1000, 10_000_000))
     id_lock = threading.Lock()

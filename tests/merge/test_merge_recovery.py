@@ -22,7 +22,7 @@ def topo(request, spark, dbs, tmp_path):
 def three_generations(t: Topo) -> None:
     """Three publisher generations, each updating rows 1..3 of Item and inserting one row."""
     for g in range(3):
-        t.sql("P", f'UPDATE "Item" SET "n" = "n" + 1 WHERE "id" <= 3',
+        t.sql("P", 'UPDATE "Item" SET "n" = "n" + 1 WHERE "id" <= 3',
               f'INSERT INTO "Item" ("id", "v", "n") VALUES ({500 + g}, \'g{g}\', 0)')
         with connect(t.pub_url) as r:
             make_generation(r, 1)

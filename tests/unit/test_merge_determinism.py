@@ -16,7 +16,6 @@ import sys
 import types
 from dataclasses import dataclass
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -445,7 +445,6 @@ class MergeAgent:
                 mine += list(apply_stream_empty(ctx, dest, source, rest))
                 errors = [r for r in mine if r["status"] == "error"]
         results.extend(r for r in mine if r not in results)
-        names = {a_nick: a_nick for a_nick in rules}
         for r in mine:
             if r["status"] == "error":
                 sess.errors.append(f"{direction} batch {r['batch_seq']} at {dest}: {r['message'].splitlines()[0]}")

@@ -25,8 +25,7 @@ from ..dialects import connect
 from ..dialects.base import Replica
 from ..errors import ConstraintViolation, SparksyncError
 from ..metadata import store
-from ..names import TableName
-from ..types import Kind
+from ..types import Kind, SqlType
 from . import lineage as lin
 from .changes import decode_row
 from .conflicts import ConflictRecord, ConflictType, failed_type
@@ -177,25 +176,13 @@ def log_conflict(replica: Replica, pubid: str, publication: str, article: Tracke
     table = d.metadata_table_sql(conflict_table_name(publication, article))
     cols = [c for c in article.info.columns]
     ddl = ", ".join(f"{d.quote(c.name)} {d.render_type(c.type)}" for c in cols)
-    replica.execute(f"CREATE TABLE IF NOT EXISTS {table} ({d.quote('conflict_id')} {d.render_type(store_guid())} "
-                    f"NOT NULL PRIMARY KEY, {d.quote('origin_datasource')} {d.render_type(store_text())}, {ddl})")
+    replica.execute(f"CREATE TABLE IF NOT EXISTS {table} ({d.quote('conflict_id')} {d.render_type(SqlType(Kind.UUID))} "
+                    f"NOT NULL PRIMARY KEY, {d.quote('origin_datasource')} {d.render_type(SqlType(Kind.TEXT))}, {ddl})")
     names = ["conflict_id", "origin_datasource"] + [c.name for c in cols]
     convs = d.db_converters([c.type for c in cols])
     vals = [cid, rec.origin] + [_db_value(rec.losing_row.get(c.name), conv) for c, conv in zip(cols, convs)]
     replica.execute(f"INSERT INTO {table} ({', '.join(d.quote(n) for n in names)}) VALUES "
                     f"({', '.join([replica.p] * len(names))})", vals)
-
-
-def store_guid():
-    from ..types import SqlType
-
-    return SqlType(Kind.UUID)
-
-
-def store_text():
-    from ..types import SqlType
-
-    return SqlType(Kind.TEXT)
 
 
 # -- one batch ----------------------------------------------------------------------------------
@@ -540,12 +527,8 @@ def make_mapper(ctx: ApplyContext):
     return mapper
 
 
-def apply_locally(ctx: ApplyContext, dest_name: str, source: str, batches: list[BatchInfo]) -> list[dict]:
-    """Watermark-only batches that no change row reached (empty batches after the last one with data)."""
-    return list(apply_stream_empty(ctx, dest_name, source, batches))
-
-
 def apply_stream_empty(ctx: ApplyContext, dest_name: str, source: str, batches: list[BatchInfo]) -> Iterator[dict]:
+    """Watermark-only batches that no change row reached (after the last one with data), on the driver."""
     dest = ctx.destinations[dest_name]
     with connect(dest.url, dest.name) as replica:
         articles = _articles(replica, ctx.pubid)

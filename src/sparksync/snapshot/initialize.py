@@ -261,7 +261,6 @@ def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path, manifest: Sn
             "snapshot_generation": manifest.snapshot_generation, "snapshot_time": store.utcnow(),
             "snapshot_dir": str(snap_dir), "created_at": store.utcnow()})
         for a in arts:
-            info = infos[a.name]
             store.insert_row(sub, "sysmergearticles", {
                 "pubid": manifest.pubid, "artid": a.artid, "name": a.name, "source_schema": names[a.name].schema,
                 "source_table": names[a.name].name, "nickname": a.nickname, "column_tracking": int(a.column_tracking),

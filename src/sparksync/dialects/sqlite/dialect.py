@@ -9,9 +9,7 @@ import datetime as dt
 import re
 import sqlite3
 import uuid
-from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from ...errors import (ConnectionFailed, ConstraintViolation, DatabaseError, InvalidNameError, SchemaError,
                        SparksyncError)
