@@ -408,7 +408,9 @@ class MergeAgent:
             assign, "source STRING, generation BIGINT, destination STRING, dest_order INT, batch_seq INT")
         from pyspark.sql import functions as F
 
-        rows = (changes.join(assignment, ["source", "generation"])
+        # One task per destination at most, and no more tasks than cores: a task costs a Python worker.
+        partitions = max(1, min(partitions, spark.sparkContext.defaultParallelism))
+        rows = (changes.join(F.broadcast(assignment), ["source", "generation"])
                 .where(F.col("target").isNull() | (F.col("target") == F.col("destination")))
                 .repartition(partitions, "destination")
                 .sortWithinPartitions("destination", "dest_order", "batch_seq", "tablenick", "rowguid")
