@@ -374,6 +374,32 @@ class Dialect(ABC):
     def uuid_param(self) -> str:
         return self.capabilities.paramstyle
 
+    # -- set-based apply (merge/staging.py) -------------------------------------------------
+    @abstractmethod
+    def staging_table_ddl(self, table: str) -> str:
+        """Create (if missing) the connection's temporary staging table: tablenick, rowguid, op,
+        lineage, colv, payload (the change's row as JSON), present, clin, ccolv, tlin, verdict."""
+
+    def load_staging(self, replica: Replica, table: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Insert (tablenick, rowguid, op, lineage, colv, payload) rows into the staging table."""
+        p = self.capabilities.paramstyle
+        replica.executemany(f"INSERT INTO {table} (tablenick, rowguid, op, lineage, colv, payload) "
+                            f"VALUES ({', '.join([p] * 6)})", rows)
+
+    @abstractmethod
+    def empty_lineage_sql(self) -> str:
+        """An empty lineage, as the metadata tables store one."""
+
+    @abstractmethod
+    def lineage_dominates_sql(self, a: str, b: str) -> str:
+        """A boolean SQL expression: lineage ``a`` has seen every change lineage ``b`` has
+        (``lineage.dominates``: a >= b entry by entry, a missing entry counting as 0)."""
+
+    @abstractmethod
+    def staged_values(self, table: TableName, columns: Sequence[tuple[str, SqlType]], alias: str) -> tuple[str, list[str]]:
+        """Read column values from the staging table's JSON payload (``alias``.payload) exactly as the
+        row-at-a-time apply would bind the decoded values. Returns (extra FROM text, one expression per column)."""
+
     # -- merge change tracking --------------------------------------------------------------
     @abstractmethod
     def new_rowguid_sql(self) -> str:

@@ -13,10 +13,9 @@ Runs inside Spark tasks (``mapInArrow``) on rows sorted by destination and batch
 
 from __future__ import annotations
 
-import itertools
 import json
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,11 +26,12 @@ from ..errors import ConstraintViolation, SparksyncError
 from ..metadata import store
 from ..types import Kind, SqlType
 from . import lineage as lin
-from .changes import decode_row
+from .changes import Change, RowCodec
 from .conflicts import ConflictRecord, ConflictType, failed_type
 from .decide import ArticleRules, Decision, Incoming, Local, decide
 from .publish import published_articles, tracked_article
 from .resolvers import Replicas
+from .staging import LocalMeta, StagedArticle, Staging
 from .tracking import TrackedArticle, agent_writes, delete_row_with_lineage, write_row_with_lineage
 
 RESULT_SCHEMA = ("destination STRING, source STRING, batch_seq INT, status STRING, stats STRING, "
@@ -195,90 +195,97 @@ def _order_key(article: TrackedArticle, group: int, op: str) -> tuple:
     return (1, group, article.nickname)
 
 
+@dataclass
+class _Work:
+    """One step of a batch, sortable into article processing order."""
+
+    key: tuple
+    art: TrackedArticle
+    op: str                                     # "upsert" | "delete"
+    staged: StagedArticle | None = None         # set-based: every "apply" row of (article, op) ...
+    staging: Staging | None = None              # ... in this staging table
+    inc: Incoming | None = None                 # one row through decide
+    decision: Decision | None = None
+    existed: bool = False
+
+
+def _incoming(c: Change, codec: RowCodec, source_nick: int) -> Incoming:
+    return Incoming(c.op, c.rowguid, codec.decode(c.row), lin.parse(c.lineage),
+                    json.loads(c.colv) if c.colv else None, source_nick)
+
+
+def _json_value(v):
+    return json.loads(v) if isinstance(v, (str, bytes)) else v
+
+
 def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
-                rows: list[dict], articles: dict[int, tuple[TrackedArticle, int]]) -> BatchOutcome:
+                rows: list[Change], articles: dict[int, tuple[TrackedArticle, int]]) -> BatchOutcome:
     outcome = BatchOutcome("applied")
     with replica.transaction():
         wm = read_watermark(replica, dest, batch.source)
         if wm is not None and wm >= batch.hi and not batch.retry:
             return BatchOutcome("skipped", message=f"already applied (watermark {wm})")
         with agent_writes(replica):
-            received = None
-            resolved_gen = None
+            gens = {"received": None, "resolved": None}
             counts = {"received": 0, "resolved": 0}
-            by_article: dict[int, list[dict]] = {}
-            for r in rows:
-                by_article.setdefault(r["tablenick"], []).append(r)
-            work = []
-            failed_guids = {(f["tablenick"], str(f["rowguid"])) for f in store.select_rows(
+
+            def generation_for(send_back: bool) -> int:
+                key = "resolved" if send_back else "received"
+                if gens[key] is None:
+                    gens[key] = (_new_generation(replica, 1, [dest.nickname], ctx.pubid) if send_back else
+                                 _new_generation(replica, 2, batch.nicknames + [dest.nickname, batch.source_nick],
+                                                 ctx.pubid, batch.source_nick, batch.hi))
+                return gens[key]
+
+            work, by_guid, codecs = _plan(replica, ctx, dest, batch, rows, articles, outcome)
+            failed_nicks = {f["tablenick"] for f in store.select_rows(
                 replica, "MSmerge_failed_changes", {"source_nickname": batch.source_nick})}
-            for nick, changes in by_article.items():
-                if nick not in articles:
-                    raise SparksyncError(f"{dest.name}: no article with nickname {nick} here")
-                art, group = articles[nick]
-                contents, tombs, present = _prefetch(replica, art, [c["rowguid"] for c in changes])
-                rules = ctx.rules[nick]
-                cols = [(c.name, c.type) for c in art.info.columns]
-                for c in changes:
-                    g = c["rowguid"]
-                    meta = contents.get(g)
-                    local = Local(exists=g in present, lineage=meta[0] if meta else None,
-                                  colv=meta[1] if meta else None, tombstone=tombs.get(g),
-                                  load_values=(lambda a=art, g=g: _load_row(replica, a, g)))
-                    inc = Incoming(c["op"], g, decode_row(c["row"], cols), lin.parse(c["lineage"]),
-                                   json.loads(c["colv"]) if c["colv"] else None, batch.source_nick)
-                    decision = decide(inc, local, rules, ctx.replicas, dest.nickname, ctx.upload)
-                    op = "delete" if decision.action in ("delete", "tombstone") else "upsert"
-                    work.append((_order_key(art, group, op), art, inc, decision, g in present))
-            work.sort(key=lambda w: w[0])
+            work.sort(key=lambda w: w.key)
             retry = []
 
-            def generation_for(decision: Decision) -> int:
-                nonlocal received, resolved_gen
-                if decision.send_back:
-                    if resolved_gen is None:
-                        resolved_gen = _new_generation(replica, 1, [dest.nickname], ctx.pubid)
-                    return resolved_gen
-                if received is None:
-                    received = _new_generation(replica, 2, batch.nicknames + [dest.nickname, batch.source_nick],
-                                               ctx.pubid, batch.source_nick, batch.hi)
-                return received
+            def one_row(w: _Work, st: ArticleStats) -> None:
+                gen = generation_for(w.decision.send_back)
+                err = _try_apply(replica, w.art, w.inc, w.decision, gen)
+                if err is not None:
+                    retry.append((w, gen))
+                    return
+                _count(st, w.decision, w.existed)
+                counts["resolved" if w.decision.send_back else "received"] += 1
+                if w.decision.conflict is not None:
+                    st.conflicts += 1
+                    _record_conflict(replica, ctx, dest, batch, w.art, w.decision.conflict, outcome)
 
-            for _, group_items in itertools.groupby(work, key=lambda w: (w[0], w[1].nickname)):
-                group_items = list(group_items)
-                art = group_items[0][1]
-                st = outcome.stats.setdefault(art.nickname, ArticleStats())
-                plain = [w for w in group_items if w[3].action != "skip" and w[3].conflict is None
-                         and not w[3].send_back]
-                plain_ids = {id(w) for w in plain}
-                st.skipped += sum(1 for w in group_items if w[3].action == "skip")
-                if plain:
-                    gen = generation_for(plain[0][3])
-                    if _bulk_apply(replica, art, [(w[2], w[3], w[4]) for w in plain], gen, failed_guids):
-                        for w in plain:
-                            _count(st, w[3], w[4])
-                        counts["received"] += len(plain)
-                        plain_done = True
-                    else:
-                        plain_done = False
+            for w in work:
+                st = outcome.stats.setdefault(w.art.nickname, ArticleStats())
+                if w.staged is None:
+                    one_row(w, st)
+                    continue
+                staging = w.staging
+                n = w.staged.deletes if w.op == "delete" else w.staged.inserts + w.staged.updates
+                clear = w.art.nickname in failed_nicks
+                replica.execute("SAVEPOINT sparksync_bulk")
+                try:
+                    staging.apply(w.art, w.op, generation_for(False), clear)
+                except ConstraintViolation:
+                    # One of them breaks a constraint: take them one at a time to find it.
+                    replica.execute("ROLLBACK TO SAVEPOINT sparksync_bulk")
+                    replica.execute("RELEASE SAVEPOINT sparksync_bulk")
+                    for g, present in staging.rows(w.art, w.op):
+                        inc = _incoming(by_guid[(w.art.nickname, g)], codecs[w.art.nickname], batch.source_nick)
+                        decision = (Decision("upsert", dict(inc.values or {}), dict(inc.lineage),
+                                             dict(inc.colv) if inc.colv is not None else None)
+                                    if w.op == "upsert" else Decision("delete", lineage=dict(inc.lineage)))
+                        one_row(_Work(w.key, w.art, w.op, inc=inc, decision=decision, existed=present), st)
+                    continue
+                replica.execute("RELEASE SAVEPOINT sparksync_bulk")
+                if w.op == "delete":
+                    st.deletes += n
                 else:
-                    plain_done = True
-                for item in group_items:
-                    _, art, inc, decision, existed = item
-                    if decision.action == "skip" or (plain_done and id(item) in plain_ids):
-                        continue
-                    gen = generation_for(decision)
-                    err = _try_apply(replica, art, inc, decision, gen)
-                    if err is not None:
-                        retry.append((item, gen))
-                        continue
-                    _count(st, decision, existed)
-                    counts["resolved" if decision.send_back else "received"] += 1
-                    if decision.conflict is not None:
-                        st.conflicts += 1
-                        _record_conflict(replica, ctx, dest, batch, art, decision.conflict, outcome)
-            for (item, gen) in retry:   # after the other articles: an ordering problem resolves itself
-                _, art, inc, decision, existed = item
+                    st.inserts += w.staged.inserts
+                    st.updates += w.staged.updates
+                counts["received"] += n
+            for (w, gen) in retry:   # after the other articles: an ordering problem resolves itself
+                art, inc, decision, existed = w.art, w.inc, w.decision, w.existed
                 st = outcome.stats[art.nickname]
                 st.retries += 1
                 err = _try_apply(replica, art, inc, decision, gen)
@@ -304,16 +311,14 @@ def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batc
                 if compensate:
                     # Undo the insert at its origin: a delete (tombstone type 6, system delete) that
                     # dominates the inserted version and that the origin does not have yet.
-                    if resolved_gen is None:
-                        resolved_gen = _new_generation(replica, 1, [dest.nickname], ctx.pubid)
                     delete_row_with_lineage(replica, art, inc.rowguid, lin.bump(inc.lineage, dest.nickname),
-                                            resolved_gen, tombstone_type=6)
+                                            generation_for(True), tombstone_type=6)
                     counts["resolved"] += 1
                     store.delete_rows(replica, "MSmerge_failed_changes",
                                       {"tablenick": art.nickname, "rowguid": inc.rowguid})
                 else:
                     _record_failed(replica, art.nickname, inc.rowguid, batch.source_nick, ctype, err.message)
-            for g, key in ((received, "received"), (resolved_gen, "resolved")):
+            for key, g in gens.items():
                 if g is not None:
                     store.update_rows(replica, "MSmerge_genhistory", {"changecount": counts[key]}, {"generation": g})
             failpoints.hit("apply.before_commit", f"{dest.name}:{batch.seq}")
@@ -322,72 +327,56 @@ def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batc
     return outcome
 
 
+def _plan(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo, rows: list[Change],
+          articles: dict[int, tuple[TrackedArticle, int]], outcome: BatchOutcome):
+    """Stage and classify the batch's changes; decide the ones that need Python. Returns the work
+    (unsorted), the change rows by (tablenick, rowguid) and each article's row codec."""
+    by_article: dict[int, list[Change]] = {}
+    for r in rows:
+        by_article.setdefault(r.tablenick, []).append(r)
+    work: list[_Work] = []
+    by_guid: dict[tuple[int, str], Change] = {}
+    codecs: dict[int, RowCodec] = {}
+    staging = Staging(replica) if rows else None
+    for nick, changes in by_article.items():
+        if nick not in articles:
+            raise SparksyncError(f"{dest.name}: no article with nickname {nick} here")
+        art, group = articles[nick]
+        rules = ctx.rules[nick]
+        codec = codecs[nick] = RowCodec([(c.name, c.type) for c in art.info.columns])
+        unique, again = [], []
+        for c in changes:
+            key = (nick, c.rowguid)
+            (again if key in by_guid else unique).append(c)
+            by_guid.setdefault(key, c)
+        staging.stage(nick, [(c.rowguid, c.op, c.lineage, c.colv, c.row) for c in unique])
+        staged = staging.classify(art)
+        outcome.stats.setdefault(nick, ArticleStats()).skipped += staged.skipped
+        for op, n in (("delete", staged.deletes), ("upsert", staged.inserts + staged.updates)):
+            if n:
+                work.append(_Work(_order_key(art, group, op), art, op, staged=staged, staging=staging))
+        slow = [(c, staged.slow[c.rowguid]) for c in unique if c.rowguid in staged.slow]
+        if again:   # the same row twice in one batch: the later one sees what the first leaves
+            contents, tombs, present = _prefetch(replica, art, [c.rowguid for c in again])
+            slow += [(c, LocalMeta(c.rowguid in present, *(contents.get(c.rowguid) or (None, None)),
+                                   tombs.get(c.rowguid))) for c in again]
+        for c, meta in slow:
+            g = c.rowguid
+            local = Local(exists=meta.present, lineage=lin.parse(meta.lineage) if meta.lineage is not None else None,
+                          colv=_json_value(meta.colv), tombstone=lin.parse(meta.tombstone) if meta.tombstone is not None
+                          else None, load_values=(lambda a=art, g=g: _load_row(replica, a, g)))
+            inc = _incoming(c, codec, batch.source_nick)
+            decision = decide(inc, local, rules, ctx.replicas, dest.nickname, ctx.upload)
+            if decision.action == "skip":
+                outcome.stats[nick].skipped += 1
+                continue
+            op = "delete" if decision.action in ("delete", "tombstone") else "upsert"
+            work.append(_Work(_order_key(art, group, op), art, op, inc=inc, decision=decision, existed=meta.present))
+    return work, by_guid, codecs
+
+
 def _db_value(value, conv):
     return value if value is None or conv is None else conv(value)
-
-
-def _bulk_apply(replica: Replica, art: TrackedArticle, items: list[tuple[Incoming, Decision, bool]], gen: int,
-                failed_guids: set) -> bool:
-    """Apply many plain (conflict-free) changes of one article with a few executemany statements.
-    False (and nothing applied) when a constraint rejects one of them: the caller goes row by row."""
-    d = replica.dialect
-    p = replica.p
-    rg = art.rowguid_column
-    cols = [c for c in art.info.columns if c.name != rg]
-    convs = d.db_converters([c.type for c in cols])
-    t = d.table_sql(art.table)
-    u = d.uuid_param()
-    updates, inserts, deletes, meta_up, tomb_up, clear_tomb = [], [], [], [], [], []
-    for inc, decision, existed in items:
-        lineage = store._to_param(replica, Kind.JSON, lin.to_json(decision.lineage))
-        if decision.action == "upsert":
-            values = decision.values or {}
-            vals = [_db_value(values.get(c.name), conv) for c, conv in zip(cols, convs)]
-            (updates if existed else inserts).append((vals, inc.rowguid))
-            colv = store._to_param(replica, Kind.JSON, decision.colv) if decision.colv is not None else None
-            meta_up.append((art.nickname, inc.rowguid, gen, lineage, colv))
-            clear_tomb.append((art.nickname, inc.rowguid))
-        else:
-            deletes.append((inc.rowguid,))
-            tomb_up.append((art.nickname, inc.rowguid, 1, lineage, gen))
-    replica.execute("SAVEPOINT sparksync_bulk")
-    try:
-        if deletes:
-            replica.executemany(f"DELETE FROM {t} WHERE {d.quote(rg)} = {u}", deletes)
-            replica.executemany(f"DELETE FROM {replica.meta('MSmerge_contents')} WHERE tablenick = {p} AND rowguid = {u}",
-                                [(art.nickname, g) for (g,) in deletes])
-            replica.executemany(
-                f"INSERT INTO {replica.meta('MSmerge_tombstone')} (tablenick, rowguid, type, lineage, generation) "
-                f"VALUES ({p}, {u}, {p}, {p}, {p}) ON CONFLICT (tablenick, rowguid) DO UPDATE SET type = excluded.type, "
-                f"lineage = excluded.lineage, generation = excluded.generation", tomb_up)
-        if updates and cols:
-            replica.executemany(
-                f"UPDATE {t} SET " + ", ".join(f"{d.quote(c.name)} = {p}" for c in cols) + f" WHERE {d.quote(rg)} = {u}",
-                [(*vals, g) for vals, g in updates])
-        if inserts:
-            names = [rg] + [c.name for c in cols]
-            replica.executemany(
-                f"INSERT INTO {t} (" + ", ".join(d.quote(n) for n in names) + ") VALUES (" + u + ", "
-                + ", ".join([p] * len(cols)) + ")" if cols else
-                f"INSERT INTO {t} ({d.quote(rg)}) VALUES ({u})",
-                [(g, *vals) for vals, g in inserts])
-        if meta_up:
-            replica.executemany(
-                f"INSERT INTO {replica.meta('MSmerge_contents')} (tablenick, rowguid, generation, lineage, colv) "
-                f"VALUES ({p}, {u}, {p}, {p}, {p}) ON CONFLICT (tablenick, rowguid) DO UPDATE SET "
-                f"generation = excluded.generation, lineage = excluded.lineage, colv = excluded.colv", meta_up)
-            replica.executemany(f"DELETE FROM {replica.meta('MSmerge_tombstone')} WHERE tablenick = {p} AND rowguid = {u}",
-                                clear_tomb)
-        done = [(art.nickname, inc.rowguid) for inc, _, _ in items if (art.nickname, inc.rowguid) in failed_guids]
-        if done:
-            replica.executemany(f"DELETE FROM {replica.meta('MSmerge_failed_changes')} WHERE tablenick = {p} "
-                                f"AND rowguid = {u}", done)
-    except ConstraintViolation:
-        replica.execute("ROLLBACK TO SAVEPOINT sparksync_bulk")
-        replica.execute("RELEASE SAVEPOINT sparksync_bulk")
-        return False
-    replica.execute("RELEASE SAVEPOINT sparksync_bulk")
-    return True
 
 
 def _count(st: ArticleStats, decision: Decision, existed: bool) -> None:
@@ -452,10 +441,10 @@ def _result(dest: str, source: str, seq: int, outcome: BatchOutcome) -> dict:
             "stats": json.dumps(stats), "conflicts": json.dumps(conflicts, default=str), "message": outcome.message}
 
 
-def apply_stream(ctx: ApplyContext, rows: Iterator[dict]) -> Iterator[dict]:
-    """Apply change rows sorted by (destination, batch). Yields one result per batch handled."""
+def apply_stream(ctx: ApplyContext, batches: Iterable) -> Iterator[dict]:
+    """Apply Arrow batches of change rows sorted by (destination, batch). Yields one result per batch handled."""
     current: tuple | None = None
-    pending: list[dict] = []
+    pending: list[Change] = []
     replicas: dict[str, Replica] = {}
     failed: set[str] = set()
     done: dict[tuple[str, str], int] = {}
@@ -492,13 +481,15 @@ def apply_stream(ctx: ApplyContext, rows: Iterator[dict]) -> Iterator[dict]:
             yield _result(dest_name, source, seq, BatchOutcome("error", message=f"{type(e).__name__}: {e}\n{tb}"))
 
     try:
-        for r in rows:
-            key = (r["destination"], r["source"], r["batch_seq"])
-            if key != current and current is not None:
-                yield from flush(current, pending)
-                pending = []
-            current = key
-            pending.append(r)
+        for b in batches:
+            cols = {n: b.column(n).to_pylist() for n in ("destination", "source", "batch_seq", *Change._fields)}
+            for key, change in zip(zip(cols["destination"], cols["source"], cols["batch_seq"]),
+                                   map(Change, *(cols[n] for n in Change._fields))):
+                if key != current and current is not None:
+                    yield from flush(current, pending)
+                    pending = []
+                current = key
+                pending.append(change)
         if current is not None:
             yield from flush(current, pending)
     finally:
@@ -512,13 +503,9 @@ def make_mapper(ctx: ApplyContext):
     def mapper(batches):
         import pyarrow as pa
 
-        def rows():
-            for b in batches:
-                yield from b.to_pylist()
-
         names = ["destination", "source", "batch_seq", "status", "stats", "conflicts", "message"]
         buf = []
-        for res in apply_stream(ctx, rows()):
+        for res in apply_stream(ctx, batches):
             buf.append(res)
         if buf:
             yield pa.RecordBatch.from_pylist(buf, schema=pa.schema(

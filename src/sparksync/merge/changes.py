@@ -10,8 +10,10 @@ import base64
 import datetime as dt
 import decimal
 import json
+import math
+import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..types import Kind, SqlType, arrow_converter
 
@@ -22,6 +24,17 @@ CHANGE_SCHEMA = ("source STRING, source_nick INT, tablenick INT, rowguid STRING,
 RETRY_GENERATION = -1   # changes re-read for one destination (failed before) travel under this generation
 
 
+class Change(NamedTuple):
+    """One change as the apply stage sees it (lineage, colv and row still JSON text)."""
+
+    tablenick: int
+    rowguid: str
+    op: str                  # "upsert" | "delete"
+    lineage: str
+    colv: str | None
+    row: str | None
+
+
 def _jsonable(v: Any, t: SqlType) -> Any:
     if v is None:
         return None
@@ -29,34 +42,69 @@ def _jsonable(v: Any, t: SqlType) -> Any:
         return base64.b64encode(v).decode("ascii")
     if isinstance(v, decimal.Decimal):
         return str(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return repr(v).replace("inf", "Infinity").replace("nan", "NaN")   # strict JSON: a string
     if isinstance(v, (dt.datetime, dt.date, dt.time)):
         return v.isoformat()
     return v
 
 
+_PLAIN = {Kind.SMALLINT: int, Kind.INTEGER: int, Kind.BIGINT: int, Kind.TEXT: str}
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+class RowCodec:
+    """One article's rows to and from the change JSON, with each column's converter built once.
+
+    The JSON is strict (no NaN/Infinity literals), so either database's JSON functions can read it:
+    the set-based apply (``merge/staging.py``) extracts values from it in SQL.
+    """
+
+    def __init__(self, columns: Sequence[tuple[str, SqlType]]):
+        self.columns = list(columns)
+        self._enc = [(name, t, _PLAIN.get(t.kind), arrow_converter(t)) for name, t in self.columns]
+
+    def encode(self, values: Sequence[Any]) -> str:
+        out = {}
+        for (name, t, plain, conv), v in zip(self._enc, values):
+            if v is None:
+                out[name] = None
+            elif plain is not None and type(v) is plain:
+                out[name] = v
+            elif t.kind is Kind.UUID and type(v) is str and _CANONICAL_UUID.fullmatch(v):
+                out[name] = v                 # already as _to_uuid would write it
+            else:
+                out[name] = _jsonable(conv(v), t)
+        return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+
+    def decode(self, text: str | None) -> dict[str, Any] | None:
+        if text is None:
+            return None
+        raw = json.loads(text)
+        out: dict[str, Any] = {}
+        for name, t, plain, conv in self._enc:
+            v = raw.get(name)
+            if v is None:
+                out[name] = None
+            elif plain is not None and type(v) is plain:
+                out[name] = v
+            elif t.kind is Kind.BYTES:
+                out[name] = base64.b64decode(v)
+            elif t.kind in (Kind.REAL, Kind.DOUBLE) and isinstance(v, str):
+                out[name] = float(v)
+            else:
+                out[name] = conv(v)
+        return out
+
+
 def encode_row(values: Sequence[Any], columns: Sequence[tuple[str, SqlType]]) -> str:
     """Driver values -> JSON text, normalized through each column's logical type."""
-    out = {}
-    for (name, t), v in zip(columns, values):
-        out[name] = _jsonable(arrow_converter(t)(v), t)
-    return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+    return RowCodec(columns).encode(values)
 
 
 def decode_row(text: str | None, columns: Sequence[tuple[str, SqlType]]) -> dict[str, Any] | None:
     """JSON text -> {column: Python value of the column's logical type}."""
-    if text is None:
-        return None
-    raw = json.loads(text)
-    out: dict[str, Any] = {}
-    for name, t in columns:
-        v = raw.get(name)
-        if v is None:
-            out[name] = None
-        elif t.kind is Kind.BYTES:
-            out[name] = base64.b64decode(v)
-        else:
-            out[name] = arrow_converter(t)(v)
-    return out
+    return RowCodec(columns).decode(text)
 
 
 def json_text(value: Any) -> str | None:

@@ -81,13 +81,18 @@ class ReplicaReader(DataSourceReader):
 
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         columns = [(n, SqlType.from_dict(t)) for n, t in partition.columns]
+        codec = None
+        if partition.mode == "changes":
+            from ..merge.changes import RowCodec
+
+            codec = RowCodec(columns)
         replica = connect(partition.url, partition.label or None)
         try:
             for rows in replica.dialect.stream(replica, partition.sql, partition.params, FETCH_ROWS,
                                                snapshot=partition.snapshot):
                 try:
                     if partition.mode == "changes":
-                        yield _change_batch(rows, columns, partition.constants, arrow_schema, partition.label)
+                        yield _change_batch(rows, codec, partition.constants, arrow_schema, partition.label)
                     else:
                         yield rows_to_record_batch(rows, columns, arrow_schema, partition.label)
                 except ValueError_ as e:
@@ -96,27 +101,28 @@ class ReplicaReader(DataSourceReader):
             replica.close()
 
 
-def _change_batch(rows, columns, constants: dict, arrow_schema, where: str):
+def _change_batch(rows, codec, constants: dict, arrow_schema, where: str):
     """Query rows (generation, rowguid, lineage, colv, <article columns>...) -> change rows."""
     import pyarrow as pa
 
-    from ..merge.changes import RETRY_GENERATION, encode_row, json_text
+    from ..merge.changes import RETRY_GENERATION, json_text
     from ..types import ValueError_
 
-    out = {k: [] for k in arrow_schema.names}
-    for r in rows:
-        out["source"].append(constants["source"])
-        out["source_nick"].append(constants["source_nick"])
-        out["tablenick"].append(constants["tablenick"])
-        out["rowguid"].append(str(r[1]))
-        out["generation"].append(RETRY_GENERATION if constants.get("target") else int(r[0]))
-        out["target"].append(constants.get("target"))
-        out["op"].append(constants["op"])
-        out["lineage"].append(json_text(r[2]))
-        out["colv"].append(json_text(r[3]))
-        try:
-            out["row"].append(encode_row(r[4:], columns) if constants["op"] == "upsert" else None)
-        except ValueError_ as e:
-            raise ValueError_(f"{where}, row {r[1]}: {e}") from None
-    return pa.RecordBatch.from_arrays([pa.array(out[n], type=arrow_schema.field(n).type) for n in arrow_schema.names],
-                                      schema=arrow_schema)
+    n = len(rows)
+    out = {k: [constants.get(k)] * n for k in ("source", "source_nick", "tablenick", "target", "op")}
+    out["rowguid"] = [str(r[1]) for r in rows]
+    out["generation"] = [RETRY_GENERATION] * n if constants.get("target") else [int(r[0]) for r in rows]
+    out["lineage"] = [json_text(r[2]) for r in rows]
+    out["colv"] = [json_text(r[3]) for r in rows]
+    if constants["op"] == "upsert":
+        encode, encoded = codec.encode, []
+        for r in rows:
+            try:
+                encoded.append(encode(r[4:]))
+            except ValueError_ as e:
+                raise ValueError_(f"{where}, row {r[1]}: {e}") from None
+        out["row"] = encoded
+    else:
+        out["row"] = [None] * n
+    return pa.RecordBatch.from_arrays(
+        [pa.array(out[name], type=arrow_schema.field(name).type) for name in arrow_schema.names], schema=arrow_schema)

@@ -259,6 +259,47 @@ class PostgresDialect(Dialect):
     def uuid_param(self) -> str:
         return "%s::uuid"
 
+    # -- set-based apply (merge/staging.py) -------------------------------------------------
+    def staging_table_ddl(self, table: str) -> str:
+        return (f"CREATE TEMP TABLE IF NOT EXISTS {table} (tablenick integer NOT NULL, rowguid uuid NOT NULL, "
+                "op text NOT NULL, lineage jsonb NOT NULL, colv jsonb, payload jsonb, present boolean, clin jsonb, "
+                "ccolv jsonb, tlin jsonb, verdict text, PRIMARY KEY (tablenick, rowguid)) ON COMMIT DELETE ROWS")
+
+    def load_staging(self, replica: Replica, table: str, rows) -> None:
+        try:
+            with replica.raw.cursor() as cur:
+                with cur.copy(f"COPY {table} (tablenick, rowguid, op, lineage, colv, payload) FROM STDIN") as copy:
+                    for r in rows:
+                        copy.write_row(r)
+            if len(rows) > 1000:
+                replica.execute(f"ANALYZE {table}")
+        except SparksyncError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise self.translate_error(exc, f"{replica.label}: stage changes") from exc
+
+    def empty_lineage_sql(self) -> str:
+        return "'{}'::jsonb"
+
+    def lineage_dominates_sql(self, a: str, b: str) -> str:
+        return (f"NOT EXISTS (SELECT 1 FROM jsonb_each_text({b}) e "
+                f"WHERE coalesce(({a} ->> e.key)::bigint, 0) < e.value::bigint)")
+
+    def staged_values(self, table: TableName, columns, alias: str) -> tuple[str, list[str]]:
+        # jsonb_populate_record reads each value with its column's own input function, as a bound
+        # parameter of unknown type would be; bytea (base64 in the JSON) and json columns are read apart.
+        join = f" CROSS JOIN LATERAL jsonb_populate_record(NULL::{self.table_sql(table)}, {alias}.payload) AS sparksync_r"
+        exprs = []
+        for name, t in columns:
+            key = "'" + name.replace("'", "''") + "'"
+            if t.kind is Kind.BYTES:
+                exprs.append(f"decode({alias}.payload ->> {key}, 'base64')")
+            elif t.kind is Kind.JSON:
+                exprs.append(f"({alias}.payload ->> {key})::jsonb")
+            else:
+                exprs.append(f"sparksync_r.{self.quote(name)}")
+        return join, exprs
+
     # -- merge change tracking --------------------------------------------------------------
     def new_rowguid_sql(self) -> str:
         return f"{self.quote(METADATA_SCHEMA)}.uuid7()"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import decimal
 import os
 import datetime as dt
+import json
 import re
 import sqlite3
 import uuid
@@ -32,6 +34,16 @@ NEW_GUID_SQL = (
     "substr(hex(randomblob(2)), 2, 3) || '-' || substr('89ab', 1 + (abs(random()) % 4), 1) || "
     "substr(hex(randomblob(2)), 2, 3) || '-' || hex(randomblob(6)))"
 )
+
+
+def _json_float(text):
+    """A JSON number (or "NaN"/"Infinity" string) -> float, parsed by Python as the row-at-a-time path does."""
+    value = None if text is None else json.loads(text)
+    return None if value is None else float(value)
+
+
+def _unbase64(text):
+    return None if text is None else base64.b64decode(text)
 
 
 def sqlite_path(url: str) -> str:
@@ -70,6 +82,8 @@ class SQLiteDialect(Dialect):
         try:
             raw = sqlite3.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
             raw.execute("PRAGMA foreign_keys = ON")
+            raw.create_function("sparksync_float", 1, _json_float, deterministic=True)
+            raw.create_function("sparksync_unbase64", 1, _unbase64, deterministic=True)
             raw.execute("PRAGMA busy_timeout = 30000")
             if path != ":memory:":
                 raw.execute("PRAGMA journal_mode = WAL")
@@ -222,6 +236,34 @@ class SQLiteDialect(Dialect):
         if k is Kind.DECIMAL:
             return lambda v: str(v) if isinstance(v, decimal.Decimal) else v
         return None
+
+    # -- set-based apply (merge/staging.py) -------------------------------------------------
+    def staging_table_ddl(self, table: str) -> str:
+        return (f"CREATE TEMP TABLE IF NOT EXISTS {table} (tablenick INTEGER NOT NULL, rowguid TEXT NOT NULL, "
+                "op TEXT NOT NULL, lineage TEXT NOT NULL, colv TEXT, payload TEXT, present INTEGER, clin TEXT, "
+                "ccolv TEXT, tlin TEXT, verdict TEXT, PRIMARY KEY (tablenick, rowguid))")
+
+    def empty_lineage_sql(self) -> str:
+        return "'{}'"
+
+    def lineage_dominates_sql(self, a: str, b: str) -> str:
+        return (f"NOT EXISTS (SELECT 1 FROM json_each({b}) e "
+                f"WHERE coalesce(json_extract({a}, '$.\"' || e.key || '\"'), 0) < e.value)")
+
+    def staged_values(self, table: TableName, columns, alias: str) -> tuple[str, list[str]]:
+        exprs = []
+        for name, t in columns:
+            path = f"'$.\"{name}\"'"
+            value = f"json_extract({alias}.payload, {path})"
+            if t.kind in (Kind.TIMESTAMP, Kind.TIMESTAMPTZ):
+                exprs.append(f"replace({value}, 'T', ' ')")        # isoformat(sep=" "), as the adapter stores it
+            elif t.kind in (Kind.REAL, Kind.DOUBLE):
+                exprs.append(f"sparksync_float({alias}.payload -> {path})")   # Python's float(), bit for bit
+            elif t.kind is Kind.BYTES:
+                exprs.append(f"sparksync_unbase64({value})")
+            else:
+                exprs.append(value)
+        return "", exprs
 
     # -- merge change tracking --------------------------------------------------------------
     def new_rowguid_sql(self) -> str:
