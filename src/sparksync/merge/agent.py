@@ -28,6 +28,7 @@ from ..metadata import store
 from ..names import TableName
 from ..progress import Reporter, silent
 from ..spark.datasource import ReadPartition, ReadPlan
+from ..spark.partitioning import group_labels
 from .apply import (ApplyContext, ArticleStats, BatchInfo, DestinationInfo, apply_stream_empty, log_conflict, make_mapper,
                     RESULT_SCHEMA)
 from .changes import CHANGE_SCHEMA, RETRY_GENERATION
@@ -400,20 +401,32 @@ class MergeAgent:
 
     # -- Spark ------------------------------------------------------------------------------------
     def _run(self, parts: list[ReadPartition], assign: list[tuple], ctx: ApplyContext, partitions: int) -> list[dict]:
+        """Read the changes once, send each to the apply groups that need it, apply.
+
+        ``assign``: (source, generation, destination, order, batch seq). Destinations are dealt to
+        at most ``partitions`` groups, no more than there are cores (a task costs a Python worker);
+        each group is one Spark partition and one task, which applies to its destinations one
+        batch at a time. A change is copied once per group, not once per destination."""
         if not parts or not assign:
             return []
         spark = self.spark
-        changes = spark.read.format("sparksync").schema(CHANGE_SCHEMA).option("plan", ReadPlan(parts).to_json()).load()
-        assignment = spark.createDataFrame(
-            assign, "source STRING, generation BIGINT, destination STRING, dest_order INT, batch_seq INT")
         from pyspark.sql import functions as F
 
-        # One task per destination at most, and no more tasks than cores: a task costs a Python worker.
         partitions = max(1, min(partitions, spark.sparkContext.defaultParallelism))
-        rows = (changes.join(F.broadcast(assignment), ["source", "generation"])
-                .where(F.col("target").isNull() | (F.col("target") == F.col("destination")))
-                .repartition(partitions, "destination")
-                .sortWithinPartitions("destination", "dest_order", "batch_seq", "tablenick", "rowguid")
+        labels = group_labels(partitions)
+        destinations = list(dict.fromkeys(a[2] for a in assign))
+        source_order = {s: i for i, s in enumerate(dict.fromkeys(a[0] for a in assign))}   # upload: config order
+        ctx.groups = {d: labels[i % partitions] for i, d in enumerate(destinations)}
+        ctx.routes = {}
+        for source, generation, dest, _, seq in assign:
+            ctx.routes.setdefault((source, generation), []).append((dest, seq))
+        route_rows = sorted({(source, generation, ctx.groups[dest], source_order[source])
+                             for source, generation, dest, _, _ in assign})
+        routes = spark.createDataFrame(route_rows, "source STRING, generation BIGINT, apply_group INT, source_order INT")
+        changes = spark.read.format("sparksync").schema(CHANGE_SCHEMA).option("plan", ReadPlan(parts).to_json()).load()
+        rows = (changes.join(F.broadcast(routes), ["source", "generation"])
+                .repartition(partitions, "apply_group")
+                .sortWithinPartitions("apply_group", "source_order", "generation", "tablenick", "rowguid")
                 .mapInArrow(make_mapper(ctx), RESULT_SCHEMA))
         return [r.asDict() for r in rows.collect()]
 

@@ -69,6 +69,10 @@ class ApplyContext:
     rules: dict[int, ArticleRules]
     replicas: Replicas
     destinations: dict[str, DestinationInfo]
+    # Set by the agent for the Spark stage: (source, generation) -> [(destination, batch seq)], in
+    # destination order, and each destination's apply group (the label of its Spark partition).
+    routes: dict[tuple[str, int], list[tuple[str, int]]] = field(default_factory=dict)
+    groups: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -442,15 +446,19 @@ def _result(dest: str, source: str, seq: int, outcome: BatchOutcome) -> dict:
 
 
 def apply_stream(ctx: ApplyContext, batches: Iterable) -> Iterator[dict]:
-    """Apply Arrow batches of change rows sorted by (destination, batch). Yields one result per batch handled."""
-    current: tuple | None = None
-    pending: list[Change] = []
+    """Apply the change rows of one apply group: Arrow batches sorted by (source order, generation).
+
+    Each row is read once per group and goes to every destination of the group that needs it
+    (``ctx.routes``). A destination holds one pending batch; it is applied when a row of another
+    batch (or source) arrives for that destination, or at the end. Since rows come by source order,
+    then generation, every destination gets its batches in order, sources one after another.
+    Yields one result per batch handled."""
+    pending: dict[str, tuple[str, int, list[Change]]] = {}   # destination -> (source, batch seq, changes)
     replicas: dict[str, Replica] = {}
-    failed: set[str] = set()
+    failed: set[tuple[str, str]] = set()
     done: dict[tuple[str, str], int] = {}
 
-    def flush(key: tuple, changes: list[dict]) -> Iterator[dict]:
-        dest_name, source, seq = key
+    def flush(dest_name: str, source: str, seq: int, changes: list[Change]) -> Iterator[dict]:
         if (dest_name, source) in failed:
             # Never skip silently: the driver must not take this batch for an empty one.
             yield _result(dest_name, source, seq, BatchOutcome(
@@ -480,18 +488,26 @@ def apply_stream(ctx: ApplyContext, batches: Iterable) -> Iterator[dict]:
             tb = traceback.format_exc(limit=3)
             yield _result(dest_name, source, seq, BatchOutcome("error", message=f"{type(e).__name__}: {e}\n{tb}"))
 
+    routes, groups = ctx.routes, ctx.groups
     try:
         for b in batches:
-            cols = {n: b.column(n).to_pylist() for n in ("destination", "source", "batch_seq", *Change._fields)}
-            for key, change in zip(zip(cols["destination"], cols["source"], cols["batch_seq"]),
-                                   map(Change, *(cols[n] for n in Change._fields))):
-                if key != current and current is not None:
-                    yield from flush(current, pending)
-                    pending = []
-                current = key
-                pending.append(change)
-        if current is not None:
-            yield from flush(current, pending)
+            cols = {n: b.column(n).to_pylist() for n in ("apply_group", "source", "generation", "target",
+                                                          *Change._fields)}
+            for group, source, generation, target, change in zip(
+                    cols["apply_group"], cols["source"], cols["generation"], cols["target"],
+                    map(Change, *(cols[n] for n in Change._fields))):
+                for dest_name, seq in routes.get((source, generation), ()):
+                    if groups[dest_name] != group or (target is not None and target != dest_name):
+                        continue
+                    held = pending.get(dest_name)
+                    if held is not None and (held[0], held[1]) != (source, seq):
+                        yield from flush(dest_name, *held)
+                        held = None
+                    if held is None:
+                        held = pending[dest_name] = (source, seq, [])
+                    held[2].append(change)
+        for dest_name, held in pending.items():
+            yield from flush(dest_name, *held)
     finally:
         for rep in replicas.values():
             rep.close()
