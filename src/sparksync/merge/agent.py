@@ -133,28 +133,36 @@ def _min_watermark(a: int | None, b: int | None) -> int:
 
 def _change_reads(replica_url: str, label: str, replica: Replica, pubid: str, source: str, source_nick: int,
                   lo: int, hi: int) -> list[ReadPartition]:
-    """Partitions reading one replica's changes in generations (lo, hi]: per article, upserts and deletes."""
+    """Partitions reading one replica's changes in generations (lo, hi]: per article, upserts and
+    deletes; a partition with nothing to read is left out (each one costs a Spark task)."""
     d = replica.dialect
+    p = d.capabilities.paramstyle
+    contents, tomb = replica.meta("MSmerge_contents"), replica.meta("MSmerge_tombstone")
+
+    def any_in(table: str, nick: int) -> bool:
+        return bool(replica.scalar(f"SELECT 1 FROM {table} WHERE tablenick = {int(nick)} AND generation > {p} "
+                                   f"AND generation <= {p} LIMIT 1", [lo, hi]))
+
     parts = []
     for a in published_articles(replica, pubid):
         art = tracked_article(a)
         cols = [[c.name, c.type.to_dict()] for c in art.info.columns]
         rg = d.quote(art.rowguid_column)
         select = ", ".join(f"t.{d.quote(c.name)}" for c in art.info.columns)
-        contents, tomb = replica.meta("MSmerge_contents"), replica.meta("MSmerge_tombstone")
         base = {"source": source, "source_nick": source_nick, "tablenick": art.nickname}
-        p = d.capabilities.paramstyle
-        parts.append(ReadPartition(
-            replica_url,
-            f"SELECT c.generation, c.rowguid, c.lineage, c.colv, {select} FROM {contents} c "
-            f"JOIN {d.table_sql(art.table)} t ON t.{rg} = c.rowguid "
-            f"WHERE c.tablenick = {int(art.nickname)} AND c.generation > {p} AND c.generation <= {p}",
-            [lo, hi], cols, None, f"{label}/{a['name']} changes", "changes", {**base, "op": "upsert"}))
-        parts.append(ReadPartition(
-            replica_url,
-            f"SELECT generation, rowguid, lineage, NULL FROM {tomb} "
-            f"WHERE tablenick = {int(art.nickname)} AND generation > {p} AND generation <= {p}",
-            [lo, hi], [], None, f"{label}/{a['name']} deletes", "changes", {**base, "op": "delete"}))
+        if any_in(contents, art.nickname):
+            parts.append(ReadPartition(
+                replica_url,
+                f"SELECT c.generation, c.rowguid, c.lineage, c.colv, {select} FROM {contents} c "
+                f"JOIN {d.table_sql(art.table)} t ON t.{rg} = c.rowguid "
+                f"WHERE c.tablenick = {int(art.nickname)} AND c.generation > {p} AND c.generation <= {p}",
+                [lo, hi], cols, None, f"{label}/{a['name']} changes", "changes", {**base, "op": "upsert"}))
+        if any_in(tomb, art.nickname):
+            parts.append(ReadPartition(
+                replica_url,
+                f"SELECT generation, rowguid, lineage, NULL FROM {tomb} "
+                f"WHERE tablenick = {int(art.nickname)} AND generation > {p} AND generation <= {p}",
+                [lo, hi], [], None, f"{label}/{a['name']} deletes", "changes", {**base, "op": "delete"}))
     return parts
 
 
