@@ -309,9 +309,9 @@ class MergeAgent:
                 rep.close()
         for s, _ in active:
             sessions[s.name].seconds = time.perf_counter() - started[s.name]
+        names = {s.name for s, _ in active}
         self._history(pub, pubid, summary.session_id, [sessions[s.name] for s, _ in active] +
-                      [x for x in sessions.values() if x.errors and x.subscription not in {s.name for s, _ in active}],
-                      rules, pub_rows)
+                      [x for x in sessions.values() if x.errors and x.subscription not in names])
 
     # -- upload ----------------------------------------------------------------------------------
     def _upload(self, pub, pubcfg, pubid, rules, replicas, active, subs_open, options, sessions, summary) -> None:
@@ -348,7 +348,7 @@ class MergeAgent:
         self._report_phase("upload", results, time.perf_counter() - t0)
         for s, r in active:
             self._settle_direction(ctx, dest.name, s.name, batches_by_source[s.name], results, sessions[s.name],
-                                   "upload", rules, pub, summary)
+                                   "upload", pub)
             done = self._done_hi(results, dest.name, s.name, batches_by_source[s.name])
             failpoints.hit("agent.before_sender_watermark", s.name)
             if done is not None:
@@ -399,7 +399,7 @@ class MergeAgent:
         for s, _ in active:
             batches = dests[s.name].batches[topo.publisher.name]
             self._settle_direction(ctx, s.name, topo.publisher.name, batches, results, sessions[s.name], "download",
-                                   rules, pub, summary)
+                                   pub)
             done = self._done_hi(results, s.name, topo.publisher.name, batches)
             failpoints.hit("agent.before_sender_watermark", s.name)
             if done is not None:
@@ -455,7 +455,7 @@ class MergeAgent:
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def _settle_direction(self, ctx: ApplyContext, dest: str, source: str, batches: list[BatchInfo],
-                          results: list[dict], sess: SubscriptionSession, direction: str, rules, pub, summary) -> None:
+                          results: list[dict], sess: SubscriptionSession, direction: str, pub: Replica) -> None:
         import json as _json
 
         mine = sorted((r for r in results if r["destination"] == dest and r["source"] == source),
@@ -517,8 +517,7 @@ class MergeAgent:
                 summary.conflicts.append({**c, "subscription": r["source"] if ctx.upload else r["destination"],
                                           "direction": "upload" if ctx.upload else "download"})
 
-    def _history(self, pub: Replica, pubid: str, session_id: str, sessions: list[SubscriptionSession],
-                 rules, pub_rows) -> None:
+    def _history(self, pub: Replica, pubid: str, session_id: str, sessions: list[SubscriptionSession]) -> None:
         nick_of = {a["name"]: a["nickname"] for a in published_articles(pub, pubid)}
         now = store.utcnow()
         with pub.transaction():
