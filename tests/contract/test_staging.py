@@ -179,3 +179,30 @@ def test_staged_delete_writes_tombstones(kind, dbs):
             f"SELECT rowguid, lineage, generation FROM {r.meta('MSmerge_tombstone')}")}
         assert tombs == {g: ({1: 2}, 7) for g in guids[:2]}
         assert r.scalar(f"SELECT count(*) FROM {r.meta('MSmerge_contents')}") == 1
+
+
+def test_staged_update_moves_a_primary_key_only_where_it_changed(kind, dbs):
+    """A plain update that changes the primary key (merge identifies rows by rowguid) is applied;
+    rows whose key did not change keep it (the key is only set where it moves)."""
+    url = dbs.url(kind, "moves")
+    with connect(url) as r:
+        r.execute('CREATE TABLE "T" ("id" integer PRIMARY KEY, "name" text)')
+    res = publish(url, [{"table": "T"}])
+    with connect(url) as r:
+        art = _articles(r, res["pubid"])["T"]
+        codec = RowCodec([(c.name, c.type) for c in art.info.columns])
+        guids = [str(uuid.uuid4()) for _ in range(3)]
+        with r.transaction(), agent_writes(r):
+            for i, g in enumerate(guids):
+                write_row_with_lineage(r, art, {"rowguid": g, "id": i, "name": "x"}, {1: 1}, 1)
+        new = [(guids[0], 0, "same key"), (guids[1], 10, "moved"), (guids[2], 2, "same key")]
+        with r.transaction(), agent_writes(r):
+            staging = Staging(r)
+            staging.stage(art.nickname, [(g, "upsert", '{"1": 2}', None, codec.encode([i, name, g]))
+                                         for g, i, name in new])
+            assert staging.classify(art).updates == 3
+            moved = {str(g): bool(m) for g, m in r.query('SELECT rowguid, moved FROM "sparksync_staged"')}
+            assert moved == {guids[0]: False, guids[1]: True, guids[2]: False}
+            staging.apply(art, "upsert", 2, clear_failed=False)
+        t = r.table_sql(r.dialect.resolve_name(TableName(None, "T")))
+        assert {(str(g), i, n) for g, i, n in r.query(f'SELECT "rowguid", "id", "name" FROM {t}')} == set(new)

@@ -90,3 +90,37 @@ def test_batches_cover_start_to_bound(args):
         expected = sorted({n for x in g if where[x["generation"]] == k for n in x["nicknames"]})
         assert b.nicknames == expected
         assert (b.source, b.source_nick) == ("src", 4)
+
+
+# -- read partitions: generation ranges of about the same size ------------------------------------
+
+from sparksync.merge.agent import MIN_ROWS_PER_READ, split_generations  # noqa: E402
+
+
+def test_small_reads_stay_in_one_partition():
+    assert split_generations([(3, 10), (4, 10)], 2, 9, parts=4) == [(2, 9)]
+
+
+def test_big_reads_are_cut_into_equal_generation_ranges():
+    counts = [(g, 10_000) for g in range(11, 21)]          # 100k changes in 10 generations
+    ranges = split_generations(counts, 10, 25, parts=2)
+    assert ranges == [(10, 15), (15, 25)]
+    assert split_generations(counts, 10, 25, parts=3) == [(10, 14), (14, 17), (17, 25)]
+
+
+def test_a_generation_is_never_split_and_parts_never_exceed_generations():
+    assert split_generations([(5, 10 * MIN_ROWS_PER_READ)], 0, 5, parts=8) == [(0, 5)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 50_000), min_size=1, max_size=30), st.integers(1, 8))
+def test_ranges_cover_the_range_without_gaps(sizes, parts):
+    counts = [(10 + i, n) for i, n in enumerate(sizes)]
+    lo, hi = 9, 10 + len(sizes) + 3
+    ranges = split_generations(counts, lo, hi, parts)
+    assert ranges[0][0] == lo and ranges[-1][1] == hi
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    assert all(a < b for a, b in ranges)
+    assert 1 <= len(ranges) <= parts
+    covered = [sum(n for g, n in counts if a < g <= b) for a, b in ranges]
+    assert all(covered), covered          # no empty read task

@@ -400,6 +400,13 @@ class Dialect(ABC):
         """Read column values from the staging table's JSON payload (``alias``.payload) exactly as the
         row-at-a-time apply would bind the decoded values. Returns (extra FROM text, one expression per column)."""
 
+    def staged_key_moved_sql(self, columns: Sequence[tuple[str, SqlType]], staged: str, target: str) -> str:
+        """A boolean SQL expression: the staged row (``staged``.payload) may carry other primary key
+        values than the user's row ``target``. It may say true for equal values (that only costs an
+        update of the key), never false for different ones."""
+        _, exprs = self.staged_values(TableName(None, "unused"), columns, staged)
+        return " OR ".join(f"{target}.{self.quote(n)} IS DISTINCT FROM {e}" for (n, _), e in zip(columns, exprs))
+
     # -- merge change tracking --------------------------------------------------------------
     @abstractmethod
     def new_rowguid_sql(self) -> str:

@@ -131,39 +131,63 @@ def _min_watermark(a: int | None, b: int | None) -> int:
     return min(vals) if vals else 0
 
 
+MIN_ROWS_PER_READ = 20_000     # below this, one more read task costs more than it saves
+
+
+def split_generations(counts: list[tuple[int, int]], lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+    """Cut the generation range (lo, hi] into at most ``parts`` ranges holding about as many changes
+    each. ``counts``: (generation, changes) in ascending generation order; a generation is never split."""
+    total = sum(n for _, n in counts)
+    parts = max(1, min(parts, len(counts), -(-total // MIN_ROWS_PER_READ) if total else 1))
+    if parts == 1:
+        return [(lo, hi)]
+    ranges, start, acc = [], lo, 0
+    for g, n in counts[:-1]:        # never cut after the last generation: no empty read
+        acc += n
+        if acc >= total * (len(ranges) + 1) / parts and len(ranges) < parts - 1:
+            ranges.append((start, g))
+            start = g
+    ranges.append((start, hi))
+    return ranges
+
+
 def _change_reads(replica_url: str, label: str, replica: Replica, pubid: str, source: str, source_nick: int,
-                  lo: int, hi: int) -> list[ReadPartition]:
+                  lo: int, hi: int, parts: int = 1) -> list[ReadPartition]:
     """Partitions reading one replica's changes in generations (lo, hi]: per article, upserts and
-    deletes; a partition with nothing to read is left out (each one costs a Spark task)."""
+    deletes, each cut into up to ``parts`` generation ranges of about the same size (so every core
+    reads); a partition with nothing to read is left out (each one costs a Spark task)."""
     d = replica.dialect
     p = d.capabilities.paramstyle
     contents, tomb = replica.meta("MSmerge_contents"), replica.meta("MSmerge_tombstone")
 
-    def any_in(table: str, nick: int) -> bool:
-        return bool(replica.scalar(f"SELECT 1 FROM {table} WHERE tablenick = {int(nick)} AND generation > {p} "
-                                   f"AND generation <= {p} LIMIT 1", [lo, hi]))
+    def counts(table: str, nick: int) -> list[tuple[int, int]]:
+        return [(int(g), int(n)) for g, n in replica.query(
+            f"SELECT generation, count(*) FROM {table} WHERE tablenick = {int(nick)} AND generation > {p} "
+            f"AND generation <= {p} GROUP BY generation ORDER BY generation", [lo, hi])]
 
-    parts = []
+    out = []
     for a in published_articles(replica, pubid):
         art = tracked_article(a)
         cols = [[c.name, c.type.to_dict()] for c in art.info.columns]
         rg = d.quote(art.rowguid_column)
         select = ", ".join(f"t.{d.quote(c.name)}" for c in art.info.columns)
         base = {"source": source, "source_nick": source_nick, "tablenick": art.nickname}
-        if any_in(contents, art.nickname):
-            parts.append(ReadPartition(
+        upserts = counts(contents, art.nickname)
+        for a_lo, a_hi in (split_generations(upserts, lo, hi, parts) if upserts else []):
+            out.append(ReadPartition(
                 replica_url,
                 f"SELECT c.generation, c.rowguid, c.lineage, c.colv, {select} FROM {contents} c "
                 f"JOIN {d.table_sql(art.table)} t ON t.{rg} = c.rowguid "
                 f"WHERE c.tablenick = {int(art.nickname)} AND c.generation > {p} AND c.generation <= {p}",
-                [lo, hi], cols, None, f"{label}/{a['name']} changes", "changes", {**base, "op": "upsert"}))
-        if any_in(tomb, art.nickname):
-            parts.append(ReadPartition(
+                [a_lo, a_hi], cols, None, f"{label}/{a['name']} changes", "changes", {**base, "op": "upsert"}))
+        deletes = counts(tomb, art.nickname)
+        for a_lo, a_hi in (split_generations(deletes, lo, hi, parts) if deletes else []):
+            out.append(ReadPartition(
                 replica_url,
                 f"SELECT generation, rowguid, lineage, NULL FROM {tomb} "
                 f"WHERE tablenick = {int(art.nickname)} AND generation > {p} AND generation <= {p}",
-                [lo, hi], [], None, f"{label}/{a['name']} deletes", "changes", {**base, "op": "delete"}))
-    return parts
+                [a_lo, a_hi], [], None, f"{label}/{a['name']} deletes", "changes", {**base, "op": "delete"}))
+    return out
 
 
 def _retry_reads(destination: Replica, dest_name: str, source: Replica, source_url: str, label: str, pubid: str,
@@ -336,7 +360,7 @@ class MergeAgent:
             batches_by_source[s.name] = batches
             if gens:
                 parts += _change_reads(topo.resolve_url(s.database), s.name, sub, pubid, s.name, r["replnickname"],
-                                       start, bound)
+                                       start, bound, self.spark.sparkContext.defaultParallelism)
                 assign += [(s.name, g, topo.publisher.name, order, k) for g, k in where.items()]
             self.report(f"upload {s.name}: generations ({start}, {bound}], {len(gens)} to send in "
                         f"{len(batches)} batch(es)")
@@ -391,7 +415,7 @@ class MergeAgent:
         parts = list(retry_all)
         if lowest is not None:
             parts += _change_reads(topo.publisher_url, topo.publisher.name, pub, pubid, topo.publisher.name, 1,
-                                   lowest, bound)
+                                   lowest, bound, self.spark.sparkContext.defaultParallelism)
         ctx = ApplyContext(pubid, False, summary.session_id, pubcfg.name, rules, replicas, dests)
         t0 = time.perf_counter()
         results = self._run(parts, assign, ctx, partitions=max(1, len({a[2] for a in assign})))

@@ -26,7 +26,7 @@ from ..errors import ConstraintViolation, SparksyncError
 from ..metadata import store
 from ..types import Kind, SqlType
 from . import lineage as lin
-from .changes import Change, RowCodec
+from .changes import ArticleChanges, Change, RowCodec, by_article
 from .conflicts import ConflictRecord, ConflictType, failed_type
 from .decide import ArticleRules, Decision, Incoming, Local, decide
 from .publish import published_articles, tracked_article
@@ -223,7 +223,7 @@ def _json_value(v):
 
 
 def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
-                rows: list[Change], articles: dict[int, tuple[TrackedArticle, int]]) -> BatchOutcome:
+                changes: dict[int, ArticleChanges], articles: dict[int, tuple[TrackedArticle, int]]) -> BatchOutcome:
     outcome = BatchOutcome("applied")
     with replica.transaction():
         wm = read_watermark(replica, dest, batch.source)
@@ -241,7 +241,7 @@ def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batc
                                                  ctx.pubid, batch.source_nick, batch.hi))
                 return gens[key]
 
-            work, by_guid, codecs = _plan(replica, ctx, dest, batch, rows, articles, outcome)
+            work, codecs = _plan(replica, ctx, dest, batch, changes, articles, outcome)
             failed_nicks = {f["tablenick"] for f in store.select_rows(
                 replica, "MSmerge_failed_changes", {"source_nickname": batch.source_nick})}
             work.sort(key=lambda w: w.key)
@@ -275,7 +275,8 @@ def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batc
                     replica.execute("ROLLBACK TO SAVEPOINT sparksync_bulk")
                     replica.execute("RELEASE SAVEPOINT sparksync_bulk")
                     for g, present in staging.rows(w.art, w.op):
-                        inc = _incoming(by_guid[(w.art.nickname, g)], codecs[w.art.nickname], batch.source_nick)
+                        cc = changes[w.art.nickname]
+                        inc = _incoming(cc.change(cc.first[g]), codecs[w.art.nickname], batch.source_nick)
                         decision = (Decision("upsert", dict(inc.values or {}), dict(inc.lineage),
                                              dict(inc.colv) if inc.colv is not None else None)
                                     if w.op == "upsert" else Decision("delete", lineage=dict(inc.lineage)))
@@ -331,39 +332,33 @@ def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batc
     return outcome
 
 
-def _plan(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo, rows: list[Change],
-          articles: dict[int, tuple[TrackedArticle, int]], outcome: BatchOutcome):
+def _plan(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
+          changes: dict[int, ArticleChanges], articles: dict[int, tuple[TrackedArticle, int]],
+          outcome: BatchOutcome) -> tuple[list[_Work], dict[int, RowCodec]]:
     """Stage and classify the batch's changes; decide the ones that need Python. Returns the work
-    (unsorted), the change rows by (tablenick, rowguid) and each article's row codec."""
-    by_article: dict[int, list[Change]] = {}
-    for r in rows:
-        by_article.setdefault(r.tablenick, []).append(r)
+    (unsorted) and each article's row codec."""
     work: list[_Work] = []
-    by_guid: dict[tuple[int, str], Change] = {}
     codecs: dict[int, RowCodec] = {}
-    staging = Staging(replica) if rows else None
-    for nick, changes in by_article.items():
+    staging = Staging(replica) if changes else None
+    for nick, cc in changes.items():
         if nick not in articles:
             raise SparksyncError(f"{dest.name}: no article with nickname {nick} here")
         art, group = articles[nick]
         rules = ctx.rules[nick]
         codec = codecs[nick] = RowCodec([(c.name, c.type) for c in art.info.columns])
-        unique, again = [], []
-        for c in changes:
-            key = (nick, c.rowguid)
-            (again if key in by_guid else unique).append(c)
-            by_guid.setdefault(key, c)
-        staging.stage(nick, [(c.rowguid, c.op, c.lineage, c.colv, c.row) for c in unique])
+        unique, again = cc.repeats()
+        staging.stage(nick, cc.staged(unique))
         staged = staging.classify(art)
         outcome.stats.setdefault(nick, ArticleStats()).skipped += staged.skipped
         for op, n in (("delete", staged.deletes), ("upsert", staged.inserts + staged.updates)):
             if n:
                 work.append(_Work(_order_key(art, group, op), art, op, staged=staged, staging=staging))
-        slow = [(c, staged.slow[c.rowguid]) for c in unique if c.rowguid in staged.slow]
-        if again:   # the same row twice in one batch: the later one sees what the first leaves
-            contents, tombs, present = _prefetch(replica, art, [c.rowguid for c in again])
+        slow = [(cc.change(cc.first[g]), meta) for g, meta in staged.slow.items()]
+        if again:   # the same row twice in one batch: the later one is decided apart
+            later = [cc.change(i) for i in again]
+            contents, tombs, present = _prefetch(replica, art, [c.rowguid for c in later])
             slow += [(c, LocalMeta(c.rowguid in present, *(contents.get(c.rowguid) or (None, None)),
-                                   tombs.get(c.rowguid))) for c in again]
+                                   tombs.get(c.rowguid))) for c in later]
         for c, meta in slow:
             g = c.rowguid
             local = Local(exists=meta.present, lineage=lin.parse(meta.lineage) if meta.lineage is not None else None,
@@ -376,7 +371,7 @@ def _plan(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: Bat
                 continue
             op = "delete" if decision.action in ("delete", "tombstone") else "upsert"
             work.append(_Work(_order_key(art, group, op), art, op, inc=inc, decision=decision, existed=meta.present))
-    return work, by_guid, codecs
+    return work, codecs
 
 
 def _db_value(value, conv):
@@ -453,12 +448,12 @@ def apply_stream(ctx: ApplyContext, batches: Iterable) -> Iterator[dict]:
     batch (or source) arrives for that destination, or at the end. Since rows come by source order,
     then generation, every destination gets its batches in order, sources one after another.
     Yields one result per batch handled."""
-    pending: dict[str, tuple[str, int, list[Change]]] = {}   # destination -> (source, batch seq, changes)
+    pending: dict[str, tuple[str, int, list]] = {}   # destination -> (source, batch seq, Arrow slices)
     replicas: dict[str, Replica] = {}
     failed: set[tuple[str, str]] = set()
     done: dict[tuple[str, str], int] = {}
 
-    def flush(dest_name: str, source: str, seq: int, changes: list[Change]) -> Iterator[dict]:
+    def flush(dest_name: str, source: str, seq: int, slices: list) -> Iterator[dict]:
         if (dest_name, source) in failed:
             # Never skip silently: the driver must not take this batch for an empty one.
             yield _result(dest_name, source, seq, BatchOutcome(
@@ -473,11 +468,11 @@ def apply_stream(ctx: ApplyContext, batches: Iterable) -> Iterator[dict]:
             for b in dest.batches[source]:
                 if b.seq >= seq or done.get((dest_name, source), -1) >= b.seq:
                     continue
-                out = apply_batch(replica, ctx, dest, b, [], articles)   # empty batches before this one
+                out = apply_batch(replica, ctx, dest, b, {}, articles)   # empty batches before this one
                 done[(dest_name, source)] = b.seq
                 yield _result(dest_name, source, b.seq, out)
             batch = next(b for b in dest.batches[source] if b.seq == seq)
-            out = apply_batch(replica, ctx, dest, batch, changes, articles)
+            out = apply_batch(replica, ctx, dest, batch, _by_article(slices), articles)
             done[(dest_name, source)] = seq
             yield _result(dest_name, source, seq, out)
         except SparksyncError as e:
@@ -491,13 +486,12 @@ def apply_stream(ctx: ApplyContext, batches: Iterable) -> Iterator[dict]:
     routes, groups = ctx.routes, ctx.groups
     try:
         for b in batches:
-            cols = {n: b.column(n).to_pylist() for n in ("apply_group", "source", "generation", "target",
-                                                          *Change._fields)}
-            for group, source, generation, target, change in zip(
-                    cols["apply_group"], cols["source"], cols["generation"], cols["target"],
-                    map(Change, *(cols[n] for n in Change._fields))):
+            for group, source, generation, rows in _runs(b):
                 for dest_name, seq in routes.get((source, generation), ()):
-                    if groups[dest_name] != group or (target is not None and target != dest_name):
+                    if groups[dest_name] != group:
+                        continue
+                    mine = _for_target(rows, dest_name)
+                    if mine is None:
                         continue
                     held = pending.get(dest_name)
                     if held is not None and (held[0], held[1]) != (source, seq):
@@ -505,13 +499,48 @@ def apply_stream(ctx: ApplyContext, batches: Iterable) -> Iterator[dict]:
                         held = None
                     if held is None:
                         held = pending[dest_name] = (source, seq, [])
-                    held[2].append(change)
+                    held[2].append(mine)
         for dest_name, held in pending.items():
             yield from flush(dest_name, *held)
     finally:
         for rep in replicas.values():
             rep.close()
 
+
+def _runs(batch) -> Iterator[tuple[int, str, int, Any]]:
+    """Split an Arrow batch of change rows (sorted by group, source, generation) into runs with one
+    (apply group, source, generation): the unit of routing, so no Python work is done per row."""
+    import numpy as np
+
+    n = batch.num_rows
+    if n == 0:
+        return
+    cols = [batch.column(name).to_numpy(zero_copy_only=False) for name in ("apply_group", "source", "generation")]
+    boundary = np.zeros(n, dtype=bool)
+    boundary[0] = True
+    for c in cols:
+        boundary[1:] |= c[1:] != c[:-1]
+    starts = np.flatnonzero(boundary).tolist() + [n]
+    for s, e in zip(starts, starts[1:]):
+        yield int(cols[0][s]), str(cols[1][s]), int(cols[2][s]), batch.slice(s, e - s)
+
+
+def _for_target(rows, dest_name: str):
+    """The rows of a run meant for ``dest_name``: all of them, except re-read failed changes,
+    which carry the one destination they are for (``target``)."""
+    target = rows.column("target")
+    if target.null_count == len(rows):
+        return rows
+    import pyarrow.compute as pc
+
+    mine = rows.filter(pc.fill_null(pc.equal(target, dest_name), True))
+    return mine if len(mine) else None
+
+
+def _by_article(slices: list) -> dict[int, ArticleChanges]:
+    import pyarrow as pa
+
+    return by_article(pa.Table.from_batches(slices))
 
 def make_mapper(ctx: ApplyContext):
     """The function for ``mapInArrow``: Arrow batches of change rows in, result rows out."""
@@ -537,7 +566,7 @@ def apply_stream_empty(ctx: ApplyContext, dest_name: str, source: str, batches: 
         articles = _articles(replica, ctx.pubid)
         for b in batches:
             try:
-                yield _result(dest_name, source, b.seq, apply_batch(replica, ctx, dest, b, [], articles))
+                yield _result(dest_name, source, b.seq, apply_batch(replica, ctx, dest, b, {}, articles))
             except SparksyncError as e:
                 yield _result(dest_name, source, b.seq, BatchOutcome("error", message=e.message))
                 return

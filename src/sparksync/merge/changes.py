@@ -35,6 +35,55 @@ class Change(NamedTuple):
     row: str | None
 
 
+
+class ArticleChanges:
+    """One article's changes of a generation batch, column by column: no Python object per row on
+    the set-based path; a :class:`Change` is made only for a row that goes through ``decide``."""
+
+    def __init__(self, tablenick: int, rowguid: list[str], op: list[str], lineage: list[str],
+                 colv: list[str | None], row: list[str | None]):
+        self.tablenick = tablenick
+        self.rowguid, self.op, self.lineage, self.colv, self.row = rowguid, op, lineage, colv, row
+        n = len(rowguid)
+        # rowguid -> position of its first change in the batch
+        self.first = dict(zip(reversed(rowguid), range(n - 1, -1, -1)))
+
+    def __len__(self) -> int:
+        return len(self.rowguid)
+
+    def change(self, i: int) -> Change:
+        return Change(self.tablenick, self.rowguid[i], self.op[i], self.lineage[i], self.colv[i], self.row[i])
+
+    def staged(self, positions: list[int] | None = None):
+        """(rowguid, op, lineage, colv, row) of the changes at ``positions`` (all by default)."""
+        if positions is None:
+            return zip(self.rowguid, self.op, self.lineage, self.colv, self.row)
+        return ((self.rowguid[i], self.op[i], self.lineage[i], self.colv[i], self.row[i]) for i in positions)
+
+    def repeats(self) -> tuple[list[int] | None, list[int]]:
+        """Positions of each row's first change (None: every row once) and of later changes of the
+        same row (a retried change and its newer version can meet in one batch)."""
+        if len(self.first) == len(self.rowguid):
+            return None, []
+        firsts = set(self.first.values())
+        return sorted(firsts), [i for i in range(len(self.rowguid)) if i not in firsts]
+
+
+def by_article(table) -> dict[int, ArticleChanges]:
+    """An Arrow table of change rows (``CHANGE_SCHEMA``) -> each article's changes, in row order."""
+    import pyarrow.compute as pc
+
+    out: dict[int, ArticleChanges] = {}
+    if table.num_rows == 0:
+        return out
+    nicks = table.column("tablenick")
+    for nick in pc.unique(nicks).to_pylist():
+        part = table if len(out) == 0 and pc.all(pc.equal(nicks, nick)).as_py() else \
+            table.filter(pc.equal(nicks, nick))
+        out[int(nick)] = ArticleChanges(int(nick), *(part.column(n).to_pylist()
+                                                     for n in ("rowguid", "op", "lineage", "colv", "row")))
+    return out
+
 def _jsonable(v: Any, t: SqlType) -> Any:
     if v is None:
         return None
@@ -49,6 +98,7 @@ def _jsonable(v: Any, t: SqlType) -> Any:
     return v
 
 
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode   # built once, not per row
 _PLAIN = {Kind.SMALLINT: int, Kind.INTEGER: int, Kind.BIGINT: int, Kind.TEXT: str}
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -75,7 +125,7 @@ class RowCodec:
                 out[name] = v                 # already as _to_uuid would write it
             else:
                 out[name] = _jsonable(conv(v), t)
-        return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+        return _ENCODE(out)
 
     def decode(self, text: str | None) -> dict[str, Any] | None:
         if text is None:

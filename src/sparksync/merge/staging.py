@@ -71,9 +71,12 @@ class Staging:
         p = r.p
         nick = int(art.nickname)
         contents, tomb = r.meta("MSmerge_contents"), r.meta("MSmerge_tombstone")
+        key = [(c.name, c.type) for c in art.info.columns if c.name in art.info.primary_key]
+        t = d.table_sql(art.table)
+        here = f"FROM {t} t WHERE t.{d.quote(art.rowguid_column)} = {s}.rowguid"
         r.execute(
-            f"UPDATE {s} SET present = EXISTS (SELECT 1 FROM {d.table_sql(art.table)} t "
-            f"WHERE t.{d.quote(art.rowguid_column)} = {s}.rowguid), "
+            f"UPDATE {s} SET present = EXISTS (SELECT 1 {here}), "
+            f"moved = EXISTS (SELECT 1 {here} AND ({d.staged_key_moved_sql(key, s, 't')})), "
             f"clin = (SELECT c.lineage FROM {contents} c WHERE c.tablenick = {nick} AND c.rowguid = {s}.rowguid), "
             f"ccolv = (SELECT c.colv FROM {contents} c WHERE c.tablenick = {nick} AND c.rowguid = {s}.rowguid), "
             f"tlin = (SELECT x.lineage FROM {tomb} x WHERE x.tablenick = {nick} AND x.rowguid = {s}.rowguid) "
@@ -132,10 +135,17 @@ class Staging:
         else:
             cols = [c for c in art.info.columns if c.name != art.rowguid_column]
             joins, exprs = d.staged_values(art.table, [(c.name, c.type) for c in cols], "s")
-            if cols:
-                r.execute(
-                    f"UPDATE {t} SET " + ", ".join(f"{d.quote(c.name)} = {e}" for c, e in zip(cols, exprs))
-                    + f" FROM {s} s{joins} WHERE {t}.{rg} = s.rowguid AND {mine('s.')} AND s.present")
+            # Primary key columns are set only where they change (``moved``): setting a key to its own
+            # value still rewrites the key's index entry (on SQLite, the whole row of a rowid table).
+            pk = set(art.info.primary_key)
+            update = f" FROM {s} s{joins} WHERE {t}.{rg} = s.rowguid AND {mine('s.')} AND s.present"
+            rest = [(c, e) for c, e in zip(cols, exprs) if c.name not in pk]
+            keys = [(c, e) for c, e in zip(cols, exprs) if c.name in pk]
+            if rest:
+                r.execute(f"UPDATE {t} SET " + ", ".join(f"{d.quote(c.name)} = {e}" for c, e in rest) + update)
+            if keys:
+                r.execute(f"UPDATE {t} SET " + ", ".join(f"{d.quote(c.name)} = {e}" for c, e in keys) + update
+                          + " AND s.moved")
             names = ", ".join([rg] + [d.quote(c.name) for c in cols])
             r.execute(
                 f"INSERT INTO {t} ({names}) SELECT " + ", ".join(["s.rowguid"] + exprs)

@@ -262,7 +262,7 @@ class PostgresDialect(Dialect):
     # -- set-based apply (merge/staging.py) -------------------------------------------------
     def staging_table_ddl(self, table: str) -> str:
         return (f"CREATE TEMP TABLE IF NOT EXISTS {table} (tablenick integer NOT NULL, rowguid uuid NOT NULL, "
-                "op text NOT NULL, lineage jsonb NOT NULL, colv jsonb, payload jsonb, present boolean, clin jsonb, "
+                "op text NOT NULL, lineage jsonb NOT NULL, colv jsonb, payload jsonb, present boolean, moved boolean, clin jsonb, "
                 "ccolv jsonb, tlin jsonb, verdict text, PRIMARY KEY (tablenick, rowguid)) ON COMMIT DELETE ROWS")
 
     def load_staging(self, replica: Replica, table: str, rows) -> None:
@@ -299,6 +299,11 @@ class PostgresDialect(Dialect):
             else:
                 exprs.append(f"sparksync_r.{self.quote(name)}")
         return join, exprs
+
+    def staged_key_moved_sql(self, columns, staged: str, target: str) -> str:
+        # Text against text: equal texts read back as equal values, so a difference is never missed.
+        return " OR ".join(f"{target}.{self.quote(n)}::text IS DISTINCT FROM ({staged}.payload ->> "
+                           f"'{n.replace(chr(39), chr(39) * 2)}')" for n, _ in columns)
 
     # -- merge change tracking --------------------------------------------------------------
     def new_rowguid_sql(self) -> str:

@@ -85,6 +85,8 @@ class SQLiteDialect(Dialect):
             raw.create_function("sparksync_float", 1, _json_float, deterministic=True)
             raw.create_function("sparksync_unbase64", 1, _unbase64, deterministic=True)
             raw.execute("PRAGMA busy_timeout = 30000")
+            raw.execute("PRAGMA temp_store = MEMORY")
+            raw.execute("PRAGMA cache_size = -65536")
             if path != ":memory:":
                 raw.execute("PRAGMA journal_mode = WAL")
                 raw.execute("PRAGMA synchronous = NORMAL")
@@ -240,7 +242,7 @@ class SQLiteDialect(Dialect):
     # -- set-based apply (merge/staging.py) -------------------------------------------------
     def staging_table_ddl(self, table: str) -> str:
         return (f"CREATE TEMP TABLE IF NOT EXISTS {table} (tablenick INTEGER NOT NULL, rowguid TEXT NOT NULL, "
-                "op TEXT NOT NULL, lineage TEXT NOT NULL, colv TEXT, payload TEXT, present INTEGER, clin TEXT, "
+                "op TEXT NOT NULL, lineage TEXT NOT NULL, colv TEXT, payload TEXT, present INTEGER, moved INTEGER, clin TEXT, "
                 "ccolv TEXT, tlin TEXT, verdict TEXT, PRIMARY KEY (tablenick, rowguid))")
 
     def empty_lineage_sql(self) -> str:
