@@ -85,8 +85,7 @@ class SQLiteDialect(Dialect):
             raw.create_function("sparksync_float", 1, _json_float, deterministic=True)
             raw.create_function("sparksync_unbase64", 1, _unbase64, deterministic=True)
             raw.execute("PRAGMA busy_timeout = 30000")
-            raw.execute("PRAGMA temp_store = MEMORY")
-            raw.execute("PRAGMA cache_size = -65536")
+            raw.execute("PRAGMA cache_size = -65536")   # 64 MiB: a batch touches every page of its tables
             if path != ":memory:":
                 raw.execute("PRAGMA journal_mode = WAL")
                 raw.execute("PRAGMA synchronous = NORMAL")
