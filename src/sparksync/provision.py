@@ -75,6 +75,14 @@ def _check_initialized_subscribers(pub, topology: Topology) -> None:
         raise SchemaDrift("subscriber schema drift; nothing was changed:\n" + "\n".join(f"  - {x}" for x in problems))
 
 
+def _upgrade_subscribers(topology: Topology, report: Reporter) -> None:
+    """Bring subscribers initialized by an older sparksync to this metadata version."""
+    for s in topology.subscriptions:
+        with connect(topology.resolve_url(s.database), s.name) as sub:
+            if store.upgrade_metadata(sub):
+                report(f"subscription {s.name}: replication metadata upgraded to version {store.SCHEMA_VERSION}")
+
+
 def setup(topology: Topology, spark_factory, report: Reporter = silent) -> SetupSummary:
     """Bring the topology to its configured state. ``spark_factory()`` is called only if Spark is needed."""
     summary = SetupSummary()
@@ -85,6 +93,7 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
         with pub.transaction():
             store.install_metadata(pub)
             results = [apply_publication(pub, topology, plan) for plan in plans]
+        _upgrade_subscribers(topology, report)
         for plan, res in zip(plans, results):
             summary.published[plan.config.name] = res["created_articles"]
             report(f"publication {plan.config.name}: {len(plan.articles)} article(s) tracked at "

@@ -181,9 +181,12 @@ def test_merge_and_conflicts_commands(spark, tmp_path):
     summary = json.loads(result.stdout)
     (s3,) = summary["subscriptions"]
     assert s3["subscription"] == "Store3" and s3["upload"]["Vendor"]["updates"] == 1
+    assert s3["upload"]["Vendor"]["seconds"] > 0           # per-article duration
     # --continuous keeps the Spark session and syncs again: the change reaches the other stores
     code, out = run("merge", "-c", cfg, "--continuous", "--polling-interval", "0", "--rounds", "2")
     assert code == 0 and out.count("merge Sales: closing generations") == 2
+    # live progress from the Spark tasks, one line per article of each generation batch applied
+    assert "download HQ -> Store1 batch 1/1, Vendor: 1 change(s) (1 upd)" in " ".join(out.split())
     with connect(f"sqlite:///{tmp_path / 'demo' / 'store1.db'}") as s:
         assert s.scalar('SELECT "CreditRating" FROM "Vendor" WHERE "BusinessEntityID" = 1001') == 5
     code, out = run("conflicts", "-c", cfg, "--article", "Customer")

@@ -219,3 +219,25 @@ def test_metadata_install_is_idempotent_and_versioned(kind, dbs):
         with pytest.raises(MetadataVersionError, match="newer"):
             with r.transaction():
                 store.install_metadata(r)
+
+
+def test_older_metadata_is_refused_until_setup_upgrades_it(kind, dbs):
+    """Version 1 had no MSmerge_articlehistory.duration: the agent refuses it with a clear message,
+    upgrade_metadata (run by setup) adds the column and moves the version, once."""
+    from sparksync.errors import MetadataVersionError
+
+    url = dbs.url(kind, "upgrade")
+    with connect(url) as r:
+        with r.transaction():
+            store.install_metadata(r)
+        r.execute(f"ALTER TABLE {r.meta('MSmerge_articlehistory')} DROP COLUMN duration")
+        store.update_rows(r, "sparksync_metadata_version", {"version": 1}, {"id": 1})
+        with pytest.raises(MetadataVersionError, match="older .* run 'sparksync setup'"):
+            store.require_metadata(r)
+        assert store.upgrade_metadata(r) is True
+        assert store.metadata_version(r) == SCHEMA_VERSION
+        store.require_metadata(r)
+        store.insert_row(r, "MSmerge_articlehistory", {
+            "session_id": store.new_guid(), "subscription": "S", "tablenick": 10, "article": "T", "direction": "upload",
+            "inserts": 1, "updates": 0, "deletes": 0, "conflicts": 0, "retries": 0, "failed": 0, "duration": 0.5})
+        assert store.upgrade_metadata(r) is False

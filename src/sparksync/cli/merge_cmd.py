@@ -9,18 +9,23 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from ..merge.agent import DEFAULT_GENERATIONS_PER_BATCH, MergeAgent, MergeOptions, MergeSummary
+from ..merge.agent import DEFAULT_GENERATIONS_PER_BATCH, DirectionStats, MergeAgent, MergeOptions, MergeSummary
 from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load, make_spark, reporter
 
 
 def _print(summary: MergeSummary) -> None:
-    t = Table("subscription", "↑ ins", "↑ upd", "↑ del", "↑ conflicts", "↓ ins", "↓ upd", "↓ del", "↓ conflicts",
-              "retries", "failed", "seconds", box=None)
+    t = Table("subscription", "article", "↑ ins/upd/del", "↑ conflicts", "↓ ins/upd/del", "↓ conflicts", "retries",
+              "failed", "seconds", box=None)
     for s in summary.subscriptions:
+        articles = list(dict.fromkeys([*s.upload, *s.download]))
+        for name in articles:
+            up, down = s.upload.get(name, DirectionStats()), s.download.get(name, DirectionStats())
+            t.add_row(s.subscription, name, _moved(up), str(up.conflicts), _moved(down), str(down.conflicts),
+                      str(up.retries + down.retries), str(up.failed + down.failed), f"{up.seconds + down.seconds:.2f}")
         up, down = s.total("upload"), s.total("download")
-        t.add_row(s.subscription, str(up.inserts), str(up.updates), str(up.deletes), str(up.conflicts),
-                  str(down.inserts), str(down.updates), str(down.deletes), str(down.conflicts),
-                  str(up.retries + down.retries), str(up.failed + down.failed), f"{s.seconds:.1f}")
+        t.add_row(f"[bold]{s.subscription}[/]", "[bold]total[/]", _moved(up), str(up.conflicts), _moved(down),
+                  str(down.conflicts), str(up.retries + down.retries), str(up.failed + down.failed),
+                  f"[bold]{s.seconds:.1f}[/]", end_section=True)
     console.print(t)
     for c in summary.conflicts:
         console.print(f"  conflict ({c['direction']}, {c['subscription']}): type {c['conflict_type']} on article "
@@ -28,6 +33,10 @@ def _print(summary: MergeSummary) -> None:
     for s in summary.subscriptions:
         for e in s.errors:
             console.print(f"[bold red]{s.subscription}:[/] {e}", highlight=False)
+
+
+def _moved(st: DirectionStats) -> str:
+    return f"{st.inserts}/{st.updates}/{st.deletes}"
 
 
 @handle_errors

@@ -32,6 +32,8 @@ class Capabilities:
     transactional_ddl: bool
     default_schema: str | None
     paramstyle: str                        # the placeholder the driver expects: "?" or "%s"
+    joins_in_bulk: bool = False            # joining a staged batch to a table beats a lookup per row
+                                           # (hash joins); SQLite's nested loops prefer correlated lookups
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from ..dialects.base import Replica
 from ..errors import NotInitialized, SparksyncError
 from ..metadata import store
 from ..names import TableName
-from ..progress import Reporter, silent
+from ..progress import ProgressListener, Reporter, driver_host, silent
 from ..spark.datasource import ReadPartition, ReadPlan
 from ..spark.partitioning import group_labels
 from .apply import (ApplyContext, ArticleStats, BatchInfo, DestinationInfo, apply_stream_empty, log_conflict, make_mapper,
@@ -56,8 +56,9 @@ class DirectionStats(ArticleStats):
     batches: int = 0
 
     def add(self, s: dict) -> None:
-        for k in ("inserts", "updates", "deletes", "conflicts", "retries", "failed"):
+        for k in ("inserts", "updates", "deletes", "conflicts", "retries", "failed", "skipped"):
             setattr(self, k, getattr(self, k) + int(s.get(k, 0)))
+        self.seconds += float(s.get("seconds", 0.0))
 
 
 @dataclass
@@ -87,6 +88,7 @@ class MergeSummary:
     subscriptions: list[SubscriptionSession] = field(default_factory=list)
     conflicts: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    started_at: Any = field(default_factory=store.utcnow)
 
     @property
     def ok(self) -> bool:
@@ -225,6 +227,10 @@ def _retry_reads(destination: Replica, dest_name: str, source: Replica, source_u
     return parts
 
 
+def _article_names(replica: Replica, pubid: str) -> dict[int, str]:
+    return {a["nickname"]: a["name"] for a in published_articles(replica, pubid)}
+
+
 def _rules(pubcfg: PublicationConfig, replica: Replica, pubid: str) -> dict[int, ArticleRules]:
     d = replica.dialect
     by_key = {str(d.resolve_name(a.table_name)): a for a in pubcfg.articles}
@@ -319,6 +325,7 @@ class MergeAgent:
             for s, r in list(active):
                 try:
                     rep = subs_open[s.name] = connect(topo.resolve_url(s.database), s.name)
+                    store.require_metadata(rep)
                     make_generation(rep, r["replnickname"], threshold)
                 except SparksyncError as e:
                     sessions[s.name].errors.append(e.message)
@@ -334,7 +341,7 @@ class MergeAgent:
         for s, _ in active:
             sessions[s.name].seconds = time.perf_counter() - started[s.name]
         names = {s.name for s, _ in active}
-        self._history(pub, pubid, summary.session_id, [sessions[s.name] for s, _ in active] +
+        self._history(pub, pubid, summary, [sessions[s.name] for s, _ in active] +
                       [x for x in sessions.values() if x.errors and x.subscription not in names])
 
     # -- upload ----------------------------------------------------------------------------------
@@ -366,13 +373,14 @@ class MergeAgent:
                         f"{len(batches)} batch(es)")
         dest = DestinationInfo(topo.publisher.name, topo.publisher_url, 1, True, {"pubid": pubid}, batches_by_source,
                                pubcfg.conflict_logging in ("publisher", "both"))
-        ctx = ApplyContext(pubid, True, summary.session_id, pubcfg.name, rules, replicas, {dest.name: dest})
+        ctx = ApplyContext(pubid, True, summary.session_id, pubcfg.name, rules, replicas, {dest.name: dest},
+                           article_names=_article_names(pub, pubid))
         t0 = time.perf_counter()
         results = self._run(parts, assign, ctx, partitions=1)
         self._report_phase("upload", results, time.perf_counter() - t0)
         for s, r in active:
             self._settle_direction(ctx, dest.name, s.name, batches_by_source[s.name], results, sessions[s.name],
-                                   "upload", pub)
+                                   "upload")
             done = self._done_hi(results, dest.name, s.name, batches_by_source[s.name])
             failpoints.hit("agent.before_sender_watermark", s.name)
             if done is not None:
@@ -416,14 +424,14 @@ class MergeAgent:
         if lowest is not None:
             parts += _change_reads(topo.publisher_url, topo.publisher.name, pub, pubid, topo.publisher.name, 1,
                                    lowest, bound, self.spark.sparkContext.defaultParallelism)
-        ctx = ApplyContext(pubid, False, summary.session_id, pubcfg.name, rules, replicas, dests)
+        ctx = ApplyContext(pubid, False, summary.session_id, pubcfg.name, rules, replicas, dests,
+                           article_names=_article_names(pub, pubid))
         t0 = time.perf_counter()
         results = self._run(parts, assign, ctx, partitions=max(1, len({a[2] for a in assign})))
         self._report_phase("download", results, time.perf_counter() - t0)
         for s, _ in active:
             batches = dests[s.name].batches[topo.publisher.name]
-            self._settle_direction(ctx, s.name, topo.publisher.name, batches, results, sessions[s.name], "download",
-                                   pub)
+            self._settle_direction(ctx, s.name, topo.publisher.name, batches, results, sessions[s.name], "download")
             done = self._done_hi(results, s.name, topo.publisher.name, batches)
             failpoints.hit("agent.before_sender_watermark", s.name)
             if done is not None:
@@ -456,11 +464,25 @@ class MergeAgent:
                              for source, generation, dest, _, _ in assign})
         routes = spark.createDataFrame(route_rows, "source STRING, generation BIGINT, apply_group INT, source_order INT")
         changes = spark.read.format("sparksync").schema(CHANGE_SCHEMA).option("plan", ReadPlan(parts).to_json()).load()
-        rows = (changes.join(F.broadcast(routes), ["source", "generation"])
-                .repartition(partitions, "apply_group")
-                .sortWithinPartitions("apply_group", "source_order", "generation", "tablenick", "rowguid")
-                .mapInArrow(make_mapper(ctx), RESULT_SCHEMA))
-        return [r.asDict() for r in rows.collect()]
+        with ProgressListener(self._progress_line, driver_host(spark)) as listener:
+            ctx.progress = listener.address           # before the mapper (and ctx with it) is pickled
+            rows = (changes.join(F.broadcast(routes), ["source", "generation"])
+                    .repartition(partitions, "apply_group")
+                    .sortWithinPartitions("apply_group", "source_order", "generation", "tablenick", "rowguid")
+                    .mapInArrow(make_mapper(ctx), RESULT_SCHEMA))
+            return [r.asDict() for r in rows.collect()]
+
+    def _progress_line(self, e: dict) -> None:
+        """One line per article of a generation batch applied in a Spark task, as it commits."""
+        n = sum(int(e.get(k, 0)) for k in ("inserts", "updates", "deletes"))
+        secs = float(e.get("seconds") or 0.0)
+        parts = [f"{e[k]:,} {label}" for k, label in (("inserts", "ins"), ("updates", "upd"), ("deletes", "del"),
+                                                     ("conflicts", "conflict(s)"), ("skipped", "skipped"),
+                                                     ("failed", "failed")) if e.get(k)]
+        where = f"{e['source']} -> {e['destination']}"
+        self.report(f"{e['direction']} {where} batch {e['batch']}/{e['batches']}, {e['article']}: {n:,} change(s)"
+                    + (f" ({', '.join(parts)})" if parts else "") + f" in {secs:.2f}s"
+                    + (f", {n / secs:,.0f} changes/s" if secs >= 0.05 and n else ""))
 
     def _report_phase(self, phase: str, results: list[dict], seconds: float) -> None:
         import json as _json
@@ -479,7 +501,7 @@ class MergeAgent:
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def _settle_direction(self, ctx: ApplyContext, dest: str, source: str, batches: list[BatchInfo],
-                          results: list[dict], sess: SubscriptionSession, direction: str, pub: Replica) -> None:
+                          results: list[dict], sess: SubscriptionSession, direction: str) -> None:
         import json as _json
 
         mine = sorted((r for r in results if r["destination"] == dest and r["source"] == source),
@@ -498,16 +520,9 @@ class MergeAgent:
                 continue
             stats = getattr(sess, direction)
             for nick, st in _json.loads(r["stats"] or "{}").items():
-                stats.setdefault(self._article_name(pub, ctx.pubid, int(nick)), DirectionStats()).add(st)
+                stats.setdefault(ctx.article_names.get(int(nick), nick), DirectionStats()).add(st)
         for st in getattr(sess, direction).values():
             st.batches = len([r for r in mine if r["status"] == "applied"])
-
-    def _article_name(self, pub: Replica, pubid: str, nick: int) -> str:
-        cache = getattr(self, "_names", None)
-        if cache is None or cache[0] != pubid:
-            cache = (pubid, {a["nickname"]: a["name"] for a in published_articles(pub, pubid)})
-            self._names = cache
-        return cache[1].get(nick, str(nick))
 
     @staticmethod
     def _done_hi(results: list[dict], dest: str, source: str, batches: list[BatchInfo]) -> int | None:
@@ -541,14 +556,14 @@ class MergeAgent:
                 summary.conflicts.append({**c, "subscription": r["source"] if ctx.upload else r["destination"],
                                           "direction": "upload" if ctx.upload else "download"})
 
-    def _history(self, pub: Replica, pubid: str, session_id: str, sessions: list[SubscriptionSession]) -> None:
+    def _history(self, pub: Replica, pubid: str, summary: MergeSummary, sessions: list[SubscriptionSession]) -> None:
         nick_of = {a["name"]: a["nickname"] for a in published_articles(pub, pubid)}
-        now = store.utcnow()
+        session_id, now = summary.session_id, store.utcnow()
         with pub.transaction():
             for s in sessions:
                 up, down = s.total("upload"), s.total("download")
                 store.insert_row(pub, "MSmerge_sessions", {
-                    "session_id": session_id, "subscription": s.subscription, "pubid": pubid, "start_time": now,
+                    "session_id": session_id, "subscription": s.subscription, "pubid": pubid, "start_time": summary.started_at,
                     "end_time": now, "duration": s.seconds, "status": "succeeded" if s.ok else "failed",
                     "upload_inserts": up.inserts, "upload_updates": up.updates, "upload_deletes": up.deletes,
                     "upload_conflicts": up.conflicts, "download_inserts": down.inserts,
@@ -561,4 +576,5 @@ class MergeAgent:
                             "session_id": session_id, "subscription": s.subscription,
                             "tablenick": nick_of.get(article, 0), "article": article, "direction": direction,
                             "inserts": st.inserts, "updates": st.updates, "deletes": st.deletes,
-                            "conflicts": st.conflicts, "retries": st.retries, "failed": st.failed})
+                            "conflicts": st.conflicts, "retries": st.retries, "failed": st.failed,
+                            "duration": st.seconds})

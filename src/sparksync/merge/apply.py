@@ -13,7 +13,9 @@ Runs inside Spark tasks (``mapInArrow``) on rows sorted by destination and batch
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 import traceback
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from ..dialects import connect
 from ..dialects.base import Replica
 from ..errors import ConstraintViolation, SparksyncError
 from ..metadata import store
+from ..progress import send_progress
 from ..types import Kind, SqlType
 from . import lineage as lin
 from .changes import ArticleChanges, Change, RowCodec, by_article
@@ -35,7 +38,8 @@ from .staging import LocalMeta, StagedArticle, Staging
 from .tracking import TrackedArticle, agent_writes, delete_row_with_lineage, write_row_with_lineage
 
 RESULT_SCHEMA = ("destination STRING, source STRING, batch_seq INT, status STRING, stats STRING, "
-                 "conflicts STRING, message STRING")
+                 "conflicts STRING, message STRING, seconds DOUBLE")
+RESULT_COLUMNS = [c.split()[0] for c in RESULT_SCHEMA.split(", ")]
 
 
 @dataclass
@@ -73,6 +77,8 @@ class ApplyContext:
     # destination order, and each destination's apply group (the label of its Spark partition).
     routes: dict[tuple[str, int], list[tuple[str, int]]] = field(default_factory=dict)
     groups: dict[str, int] = field(default_factory=dict)
+    progress: tuple[str, int] | None = None     # the driver's progress listener (progress.py)
+    article_names: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,6 +90,7 @@ class ArticleStats:
     retries: int = 0
     failed: int = 0
     skipped: int = 0
+    seconds: float = 0.0                  # time spent on this article's changes at the destination
 
 
 @dataclass
@@ -92,6 +99,17 @@ class BatchOutcome:
     stats: dict[int, ArticleStats] = field(default_factory=dict)
     remote_conflicts: list[ConflictRecord] = field(default_factory=list)
     message: str = ""
+    seconds: float = 0.0
+
+    @contextlib.contextmanager
+    def timing(self, nick: int) -> Iterator[ArticleStats]:
+        """Count the time of a step of one article's work into its stats."""
+        st = self.stats.setdefault(nick, ArticleStats())
+        t0 = time.perf_counter()
+        try:
+            yield st
+        finally:
+            st.seconds += time.perf_counter() - t0
 
 
 # -- metadata helpers ---------------------------------------------------------------------------
@@ -224,112 +242,145 @@ def _json_value(v):
 
 def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
                 changes: dict[int, ArticleChanges], articles: dict[int, tuple[TrackedArticle, int]]) -> BatchOutcome:
+    t0 = time.perf_counter()
     outcome = BatchOutcome("applied")
-    with replica.transaction():
-        wm = read_watermark(replica, dest, batch.source)
-        if wm is not None and wm >= batch.hi and not batch.retry:
-            return BatchOutcome("skipped", message=f"already applied (watermark {wm})")
-        with agent_writes(replica):
-            gens = {"received": None, "resolved": None}
-            counts = {"received": 0, "resolved": 0}
-
-            def generation_for(send_back: bool) -> int:
-                key = "resolved" if send_back else "received"
-                if gens[key] is None:
-                    gens[key] = (_new_generation(replica, 1, [dest.nickname], ctx.pubid) if send_back else
-                                 _new_generation(replica, 2, batch.nicknames + [dest.nickname, batch.source_nick],
-                                                 ctx.pubid, batch.source_nick, batch.hi))
-                return gens[key]
-
-            work, codecs = _plan(replica, ctx, dest, batch, changes, articles, outcome)
-            failed_nicks = {f["tablenick"] for f in store.select_rows(
-                replica, "MSmerge_failed_changes", {"source_nickname": batch.source_nick})}
-            work.sort(key=lambda w: w.key)
-            retry = []
-
-            def one_row(w: _Work, st: ArticleStats) -> None:
-                gen = generation_for(w.decision.send_back)
-                err = _try_apply(replica, w.art, w.inc, w.decision, gen)
-                if err is not None:
-                    retry.append((w, gen))
-                    return
-                _count(st, w.decision, w.existed)
-                counts["resolved" if w.decision.send_back else "received"] += 1
-                if w.decision.conflict is not None:
-                    st.conflicts += 1
-                    _record_conflict(replica, ctx, dest, batch, w.art, w.decision.conflict, outcome)
-
-            for w in work:
-                st = outcome.stats.setdefault(w.art.nickname, ArticleStats())
-                if w.staged is None:
-                    one_row(w, st)
-                    continue
-                staging = w.staging
-                n = w.staged.deletes if w.op == "delete" else w.staged.inserts + w.staged.updates
-                clear = w.art.nickname in failed_nicks
-                replica.execute("SAVEPOINT sparksync_bulk")
-                try:
-                    staging.apply(w.art, w.op, generation_for(False), clear)
-                except ConstraintViolation:
-                    # One of them breaks a constraint: take them one at a time to find it.
-                    replica.execute("ROLLBACK TO SAVEPOINT sparksync_bulk")
-                    replica.execute("RELEASE SAVEPOINT sparksync_bulk")
-                    for g, present in staging.rows(w.art, w.op):
-                        cc = changes[w.art.nickname]
-                        inc = _incoming(cc.change(cc.first[g]), codecs[w.art.nickname], batch.source_nick)
-                        decision = (Decision("upsert", dict(inc.values or {}), dict(inc.lineage),
-                                             dict(inc.colv) if inc.colv is not None else None)
-                                    if w.op == "upsert" else Decision("delete", lineage=dict(inc.lineage)))
-                        one_row(_Work(w.key, w.art, w.op, inc=inc, decision=decision, existed=present), st)
-                    continue
-                replica.execute("RELEASE SAVEPOINT sparksync_bulk")
-                if w.op == "delete":
-                    st.deletes += n
-                else:
-                    st.inserts += w.staged.inserts
-                    st.updates += w.staged.updates
-                counts["received"] += n
-            for (w, gen) in retry:   # after the other articles: an ordering problem resolves itself
-                art, inc, decision, existed = w.art, w.inc, w.decision, w.existed
-                st = outcome.stats[art.nickname]
-                st.retries += 1
-                err = _try_apply(replica, art, inc, decision, gen)
-                if err is None:
-                    _count(st, decision, existed)
-                    counts["resolved" if decision.send_back else "received"] += 1
-                    if decision.conflict is not None:
-                        st.conflicts += 1
-                        _record_conflict(replica, ctx, dest, batch, art, decision.conflict, outcome)
-                    continue
-                st.failed += 1
-                st.conflicts += 1
-                op = "delete" if decision.action in ("delete", "tombstone") else ("update" if existed else "insert")
-                ctype = failed_type(ctx.upload, op)
-                rules = ctx.rules[art.nickname]
-                compensate = rules.compensate_for_errors and op == "insert"
-                rec = ConflictRecord(ctype, art.nickname, inc.rowguid, err.native_code or err.kind,
-                                     f"{op} failed: {err.message}" + (
-                                         "; compensating delete sent to its origin" if compensate else
-                                         "; tried again at the next merge"),
-                                     origin=ctx.replicas.name(batch.source_nick), winner="", losing_row=inc.values)
-                _record_conflict(replica, ctx, dest, batch, art, rec, outcome)
-                if compensate:
-                    # Undo the insert at its origin: a delete (tombstone type 6, system delete) that
-                    # dominates the inserted version and that the origin does not have yet.
-                    delete_row_with_lineage(replica, art, inc.rowguid, lin.bump(inc.lineage, dest.nickname),
-                                            generation_for(True), tombstone_type=6)
-                    counts["resolved"] += 1
-                    store.delete_rows(replica, "MSmerge_failed_changes",
-                                      {"tablenick": art.nickname, "rowguid": inc.rowguid})
-                else:
-                    _record_failed(replica, art.nickname, inc.rowguid, batch.source_nick, ctype, err.message)
-            for key, g in gens.items():
-                if g is not None:
-                    store.update_rows(replica, "MSmerge_genhistory", {"changecount": counts[key]}, {"generation": g})
-            failpoints.hit("apply.before_commit", f"{dest.name}:{batch.seq}")
-            write_watermark(replica, dest, batch.source, batch.hi)
-    failpoints.hit("apply.after_commit", f"{dest.name}:{batch.seq}")
+    _BatchApplier(replica, ctx, dest, batch, changes, articles, outcome).run()
+    outcome.seconds = time.perf_counter() - t0
+    if outcome.status == "applied":
+        _send_progress(ctx, dest, batch, outcome)
     return outcome
+
+
+def _send_progress(ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo, outcome: BatchOutcome) -> None:
+    total = len(dest.batches.get(batch.source, ())) or 1
+    for nick, st in outcome.stats.items():
+        send_progress(ctx.progress, {
+            "direction": "upload" if ctx.upload else "download", "destination": dest.name, "source": batch.source,
+            "batch": batch.seq + 1, "batches": total, "article": ctx.article_names.get(nick, str(nick)), **vars(st)})
+
+
+class _BatchApplier:
+    """Applies one generation batch at its destination, inside one transaction (see the module doc)."""
+
+    def __init__(self, replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
+                 changes: dict[int, ArticleChanges], articles: dict[int, tuple[TrackedArticle, int]],
+                 outcome: BatchOutcome):
+        self.replica, self.ctx, self.dest, self.batch = replica, ctx, dest, batch
+        self.changes, self.articles, self.outcome = changes, articles, outcome
+        self.gens: dict[str, int | None] = {"received": None, "resolved": None}
+        self.counts = {"received": 0, "resolved": 0}
+        self.retry: list[tuple[_Work, int]] = []
+        self.codecs: dict[int, RowCodec] = {}
+
+    def run(self) -> None:
+        replica, dest, batch, outcome = self.replica, self.dest, self.batch, self.outcome
+        with replica.transaction():
+            wm = read_watermark(replica, dest, batch.source)
+            if wm is not None and wm >= batch.hi and not batch.retry:
+                outcome.status, outcome.message = "skipped", f"already applied (watermark {wm})"
+                return
+            with agent_writes(replica):
+                work, self.codecs = _plan(replica, self.ctx, dest, batch, self.changes, self.articles, outcome)
+                failed_nicks = {f["tablenick"] for f in store.select_rows(
+                    replica, "MSmerge_failed_changes", {"source_nickname": batch.source_nick})}
+                for w in sorted(work, key=lambda w: w.key):
+                    with outcome.timing(w.art.nickname) as st:
+                        if w.staged is None:
+                            self.one_row(w, st)
+                        else:
+                            self.set_based(w, st, clear_failed=w.art.nickname in failed_nicks)
+                for w, gen in self.retry:   # after the other articles: an ordering problem resolves itself
+                    with outcome.timing(w.art.nickname) as st:
+                        self.retry_one(w, gen, st)
+                for key, g in self.gens.items():
+                    if g is not None:
+                        store.update_rows(replica, "MSmerge_genhistory", {"changecount": self.counts[key]},
+                                          {"generation": g})
+                failpoints.hit("apply.before_commit", f"{dest.name}:{batch.seq}")
+                write_watermark(replica, dest, batch.source, batch.hi)
+        failpoints.hit("apply.after_commit", f"{dest.name}:{batch.seq}")
+
+    def generation_for(self, send_back: bool) -> int:
+        """The received generation (known to the source) or the resolved one (sent back to it)."""
+        key = "resolved" if send_back else "received"
+        if self.gens[key] is None:
+            d, b, pubid = self.dest, self.batch, self.ctx.pubid
+            self.gens[key] = (_new_generation(self.replica, 1, [d.nickname], pubid) if send_back else
+                              _new_generation(self.replica, 2, b.nicknames + [d.nickname, b.source_nick], pubid,
+                                              b.source_nick, b.hi))
+        return self.gens[key]
+
+    def one_row(self, w: _Work, st: ArticleStats) -> None:
+        gen = self.generation_for(w.decision.send_back)
+        err = _try_apply(self.replica, w.art, w.inc, w.decision, gen)
+        if err is not None:
+            self.retry.append((w, gen))
+            return
+        self.applied(w, st)
+
+    def applied(self, w: _Work, st: ArticleStats) -> None:
+        _count(st, w.decision, w.existed)
+        self.counts["resolved" if w.decision.send_back else "received"] += 1
+        if w.decision.conflict is not None:
+            st.conflicts += 1
+            _record_conflict(self.replica, self.ctx, self.dest, self.batch, w.art, w.decision.conflict, self.outcome)
+
+    def set_based(self, w: _Work, st: ArticleStats, clear_failed: bool) -> None:
+        """Every plain change of one article and operation in a few statements; when a constraint
+        rejects them, one at a time, so the failing change is found and retried."""
+        replica, staging = self.replica, w.staging
+        replica.execute("SAVEPOINT sparksync_bulk")
+        try:
+            staging.apply(w.art, w.op, self.generation_for(False), clear_failed)
+        except ConstraintViolation:
+            replica.execute("ROLLBACK TO SAVEPOINT sparksync_bulk")
+            replica.execute("RELEASE SAVEPOINT sparksync_bulk")
+            cc, codec = self.changes[w.art.nickname], self.codecs[w.art.nickname]
+            for g, present in staging.rows(w.art, w.op):
+                inc = _incoming(cc.change(cc.first[g]), codec, self.batch.source_nick)
+                decision = (Decision("upsert", dict(inc.values or {}), dict(inc.lineage),
+                                     dict(inc.colv) if inc.colv is not None else None)
+                            if w.op == "upsert" else Decision("delete", lineage=dict(inc.lineage)))
+                self.one_row(_Work(w.key, w.art, w.op, inc=inc, decision=decision, existed=present), st)
+            return
+        replica.execute("RELEASE SAVEPOINT sparksync_bulk")
+        if w.op == "delete":
+            st.deletes += w.staged.deletes
+        else:
+            st.inserts += w.staged.inserts
+            st.updates += w.staged.updates
+        self.counts["received"] += w.staged.deletes if w.op == "delete" else w.staged.inserts + w.staged.updates
+
+    def retry_one(self, w: _Work, gen: int, st: ArticleStats) -> None:
+        """A change that failed on a constraint, tried again after the other articles; if it fails
+        again it is a failed-change conflict (kept for the next merge, or compensated)."""
+        replica, ctx, dest, batch = self.replica, self.ctx, self.dest, self.batch
+        art, inc, decision, existed = w.art, w.inc, w.decision, w.existed
+        st.retries += 1
+        err = _try_apply(replica, art, inc, decision, gen)
+        if err is None:
+            self.applied(w, st)
+            return
+        st.failed += 1
+        st.conflicts += 1
+        op = "delete" if decision.action in ("delete", "tombstone") else ("update" if existed else "insert")
+        ctype = failed_type(ctx.upload, op)
+        compensate = ctx.rules[art.nickname].compensate_for_errors and op == "insert"
+        rec = ConflictRecord(ctype, art.nickname, inc.rowguid, err.native_code or err.kind,
+                             f"{op} failed: {err.message}" + (
+                                 "; compensating delete sent to its origin" if compensate else
+                                 "; tried again at the next merge"),
+                             origin=ctx.replicas.name(batch.source_nick), winner="", losing_row=inc.values)
+        _record_conflict(replica, ctx, dest, batch, art, rec, self.outcome)
+        if compensate:
+            # Undo the insert at its origin: a delete (tombstone type 6, system delete) that
+            # dominates the inserted version and that the origin does not have yet.
+            delete_row_with_lineage(replica, art, inc.rowguid, lin.bump(inc.lineage, dest.nickname),
+                                    self.generation_for(True), tombstone_type=6)
+            self.counts["resolved"] += 1
+            store.delete_rows(replica, "MSmerge_failed_changes", {"tablenick": art.nickname, "rowguid": inc.rowguid})
+        else:
+            _record_failed(replica, art.nickname, inc.rowguid, batch.source_nick, ctype, err.message)
 
 
 def _plan(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
@@ -344,34 +395,41 @@ def _plan(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: Bat
         if nick not in articles:
             raise SparksyncError(f"{dest.name}: no article with nickname {nick} here")
         art, group = articles[nick]
-        rules = ctx.rules[nick]
-        codec = codecs[nick] = RowCodec([(c.name, c.type) for c in art.info.columns])
-        unique, again = cc.repeats()
-        staging.stage(nick, cc.staged(unique))
-        staged = staging.classify(art)
-        outcome.stats.setdefault(nick, ArticleStats()).skipped += staged.skipped
-        for op, n in (("delete", staged.deletes), ("upsert", staged.inserts + staged.updates)):
-            if n:
-                work.append(_Work(_order_key(art, group, op), art, op, staged=staged, staging=staging))
-        slow = [(cc.change(cc.first[g]), meta) for g, meta in staged.slow.items()]
-        if again:   # the same row twice in one batch: the later one is decided apart
-            later = [cc.change(i) for i in again]
-            contents, tombs, present = _prefetch(replica, art, [c.rowguid for c in later])
-            slow += [(c, LocalMeta(c.rowguid in present, *(contents.get(c.rowguid) or (None, None)),
-                                   tombs.get(c.rowguid))) for c in later]
-        for c, meta in slow:
-            g = c.rowguid
-            local = Local(exists=meta.present, lineage=lin.parse(meta.lineage) if meta.lineage is not None else None,
-                          colv=_json_value(meta.colv), tombstone=lin.parse(meta.tombstone) if meta.tombstone is not None
-                          else None, load_values=(lambda a=art, g=g: _load_row(replica, a, g)))
-            inc = _incoming(c, codec, batch.source_nick)
-            decision = decide(inc, local, rules, ctx.replicas, dest.nickname, ctx.upload)
-            if decision.action == "skip":
-                outcome.stats[nick].skipped += 1
-                continue
-            op = "delete" if decision.action in ("delete", "tombstone") else "upsert"
-            work.append(_Work(_order_key(art, group, op), art, op, inc=inc, decision=decision, existed=meta.present))
+        codecs[nick] = RowCodec([(c.name, c.type) for c in art.info.columns])
+        with outcome.timing(nick) as st:
+            work += _plan_article(replica, ctx, dest, batch, cc, art, group, codecs[nick], staging, st)
     return work, codecs
+
+
+def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo, cc: ArticleChanges,
+                  art: TrackedArticle, group: int, codec: RowCodec, staging: Staging, st: ArticleStats) -> list[_Work]:
+    work = []
+    unique, again = cc.repeats()
+    staging.stage(art.nickname, cc.staged(unique))
+    staged = staging.classify(art)
+    st.skipped += staged.skipped
+    for op, n in (("delete", staged.deletes), ("upsert", staged.inserts + staged.updates)):
+        if n:
+            work.append(_Work(_order_key(art, group, op), art, op, staged=staged, staging=staging))
+    slow = [(cc.change(cc.first[g]), meta) for g, meta in staged.slow.items()]
+    if again:   # the same row twice in one batch: the later one is decided apart
+        later = [cc.change(i) for i in again]
+        contents, tombs, present = _prefetch(replica, art, [c.rowguid for c in later])
+        slow += [(c, LocalMeta(c.rowguid in present, *(contents.get(c.rowguid) or (None, None)),
+                               tombs.get(c.rowguid))) for c in later]
+    for c, meta in slow:
+        g = c.rowguid
+        local = Local(exists=meta.present, lineage=lin.parse(meta.lineage) if meta.lineage is not None else None,
+                      colv=_json_value(meta.colv), tombstone=lin.parse(meta.tombstone) if meta.tombstone is not None
+                      else None, load_values=(lambda a=art, g=g: _load_row(replica, a, g)))
+        inc = _incoming(c, codec, batch.source_nick)
+        decision = decide(inc, local, ctx.rules[art.nickname], ctx.replicas, dest.nickname, ctx.upload)
+        if decision.action == "skip":
+            st.skipped += 1
+            continue
+        op = "delete" if decision.action in ("delete", "tombstone") else "upsert"
+        work.append(_Work(_order_key(art, group, op), art, op, inc=inc, decision=decision, existed=meta.present))
+    return work
 
 
 def _db_value(value, conv):
@@ -437,7 +495,8 @@ def _result(dest: str, source: str, seq: int, outcome: BatchOutcome) -> dict:
     stats = {str(k): vars(v) for k, v in outcome.stats.items()}
     conflicts = [{**vars(c), "conflict_type": int(c.conflict_type)} for c in outcome.remote_conflicts]
     return {"destination": dest, "source": source, "batch_seq": seq, "status": outcome.status,
-            "stats": json.dumps(stats), "conflicts": json.dumps(conflicts, default=str), "message": outcome.message}
+            "stats": json.dumps(stats), "conflicts": json.dumps(conflicts, default=str), "message": outcome.message,
+            "seconds": outcome.seconds}
 
 
 def apply_stream(ctx: ApplyContext, batches: Iterable) -> Iterator[dict]:
@@ -542,19 +601,18 @@ def _by_article(slices: list) -> dict[int, ArticleChanges]:
 
     return by_article(pa.Table.from_batches(slices))
 
+
 def make_mapper(ctx: ApplyContext):
     """The function for ``mapInArrow``: Arrow batches of change rows in, result rows out."""
 
     def mapper(batches):
         import pyarrow as pa
 
-        names = ["destination", "source", "batch_seq", "status", "stats", "conflicts", "message"]
-        buf = []
-        for res in apply_stream(ctx, batches):
-            buf.append(res)
+        schema = pa.schema([(n, pa.int32() if n == "batch_seq" else pa.float64() if n == "seconds" else pa.string())
+                            for n in RESULT_COLUMNS])
+        buf = list(apply_stream(ctx, batches))
         if buf:
-            yield pa.RecordBatch.from_pylist(buf, schema=pa.schema(
-                [(n, pa.int32() if n == "batch_seq" else pa.string()) for n in names]))
+            yield pa.RecordBatch.from_pylist(buf, schema=schema)
 
     return mapper
 

@@ -72,15 +72,26 @@ class Staging:
         nick = int(art.nickname)
         contents, tomb = r.meta("MSmerge_contents"), r.meta("MSmerge_tombstone")
         key = [(c.name, c.type) for c in art.info.columns if c.name in art.info.primary_key]
-        t = d.table_sql(art.table)
-        here = f"FROM {t} t WHERE t.{d.quote(art.rowguid_column)} = {s}.rowguid"
-        r.execute(
-            f"UPDATE {s} SET present = EXISTS (SELECT 1 {here}), "
-            f"moved = EXISTS (SELECT 1 {here} AND ({d.staged_key_moved_sql(key, s, 't')})), "
-            f"clin = (SELECT c.lineage FROM {contents} c WHERE c.tablenick = {nick} AND c.rowguid = {s}.rowguid), "
-            f"ccolv = (SELECT c.colv FROM {contents} c WHERE c.tablenick = {nick} AND c.rowguid = {s}.rowguid), "
-            f"tlin = (SELECT x.lineage FROM {tomb} x WHERE x.tablenick = {nick} AND x.rowguid = {s}.rowguid) "
-            f"WHERE tablenick = {p}", [nick])
+        t, rg = d.table_sql(art.table), d.quote(art.rowguid_column)
+        if d.capabilities.joins_in_bulk:      # one join of the whole batch
+            r.execute(
+                f"UPDATE {s} SET present = q.present, moved = q.moved, clin = q.clin, ccolv = q.ccolv, tlin = q.tlin "
+                f"FROM (SELECT s.rowguid, t.{rg} IS NOT NULL AS present, "
+                f"t.{rg} IS NOT NULL AND ({d.staged_key_moved_sql(key, 's', 't')}) AS moved, "
+                f"c.lineage AS clin, c.colv AS ccolv, x.lineage AS tlin FROM {s} s "
+                f"LEFT JOIN {t} t ON t.{rg} = s.rowguid "
+                f"LEFT JOIN {contents} c ON c.tablenick = {nick} AND c.rowguid = s.rowguid "
+                f"LEFT JOIN {tomb} x ON x.tablenick = {nick} AND x.rowguid = s.rowguid WHERE s.tablenick = {p}) q "
+                f"WHERE {s}.tablenick = {p} AND {s}.rowguid = q.rowguid", [nick, nick])
+        else:                                 # one indexed lookup per staged row and table
+            here = f"FROM {t} t WHERE t.{rg} = {s}.rowguid"
+            r.execute(
+                f"UPDATE {s} SET present = EXISTS (SELECT 1 {here}), "
+                f"moved = EXISTS (SELECT 1 {here} AND ({d.staged_key_moved_sql(key, s, 't')})), "
+                f"clin = (SELECT c.lineage FROM {contents} c WHERE c.tablenick = {nick} AND c.rowguid = {s}.rowguid), "
+                f"ccolv = (SELECT c.colv FROM {contents} c WHERE c.tablenick = {nick} AND c.rowguid = {s}.rowguid), "
+                f"tlin = (SELECT x.lineage FROM {tomb} x WHERE x.tablenick = {nick} AND x.rowguid = {s}.rowguid) "
+                f"WHERE tablenick = {p}", [nick])
         deleted_here = "(tlin IS NOT NULL AND NOT present)"
         local = f"(CASE WHEN {deleted_here} THEN tlin ELSE coalesce(clin, {d.empty_lineage_sql()}) END)"
         up = d.lineage_dominates_sql("lineage", local)       # incoming has seen all the local version has

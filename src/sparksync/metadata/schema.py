@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..types import Kind, SqlType
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2   # 2: MSmerge_articlehistory.duration
 
 INT = SqlType(Kind.INTEGER)
 BIG = SqlType(Kind.BIGINT)
@@ -170,10 +170,11 @@ TABLES = TABLES + (
     ),
     MetaTable(
         "MSmerge_articlehistory",
-        "Per session, subscription, article and direction: inserts, updates, deletes, conflicts, retries.",
+        "Per session, subscription, article and direction: inserts, updates, deletes, conflicts, retries, duration.",
         (C("session_id", GUID, False), C("subscription", TEXT, False), C("tablenick", INT, False),
          C("article", TEXT, False), C("direction", TEXT, False), C("inserts", INT, False), C("updates", INT, False),
-         C("deletes", INT, False), C("conflicts", INT, False), C("retries", INT, False), C("failed", INT, False)),
+         C("deletes", INT, False), C("conflicts", INT, False), C("retries", INT, False), C("failed", INT, False),
+         C("duration", REAL, True, "seconds spent applying this article's changes at the destination")),
         ("session_id", "subscription", "tablenick", "direction"),
     ),
     MetaTable(

@@ -57,8 +57,22 @@ def _table_exists(replica: Replica, name: str) -> bool:
     return replica.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)) > 0
 
 
-# Migrations: version -> function(replica) bringing the metadata from version-1 to version.
-MIGRATIONS: dict[int, Any] = {}
+def _add_column(table: str, column: str):
+    """A migration adding one declared column to an existing metadata table."""
+
+    def migrate(replica: Replica) -> None:
+        d = replica.dialect
+        c = next(c for c in TABLES_BY_NAME[table].columns if c.name == column)
+        replica.execute(f"ALTER TABLE {d.metadata_table_sql(table)} ADD COLUMN {d.quote(c.name)} {d.render_type(c.type)}")
+
+    return migrate
+
+
+# Migrations: version -> function(replica) bringing the metadata from version-1 to version. Tables
+# new in a version need none: install_metadata creates every missing table before migrating.
+MIGRATIONS: dict[int, Any] = {
+    2: _add_column("MSmerge_articlehistory", "duration"),
+}
 
 
 def install_metadata(replica: Replica) -> int:
@@ -87,7 +101,21 @@ def require_metadata(replica: Replica) -> None:
         raise NotInitialized(f"{replica.label}: no replication metadata here; run 'sparksync setup' first",
                              obj=replica.label)
     if v > SCHEMA_VERSION:
-        raise MetadataVersionError(f"{replica.label}: replication metadata version {v} is newer than this sparksync")
+        raise MetadataVersionError(f"{replica.label}: replication metadata version {v} is newer than this sparksync",
+                                   obj=replica.label)
+    if v < SCHEMA_VERSION:
+        raise MetadataVersionError(f"{replica.label}: replication metadata version {v} is older than this sparksync "
+                                   f"({SCHEMA_VERSION}); run 'sparksync setup' to upgrade it", obj=replica.label)
+
+
+def upgrade_metadata(replica: Replica) -> bool:
+    """Migrate an older metadata version in place (one transaction). True when it did."""
+    v = metadata_version(replica)
+    if v is None or v >= SCHEMA_VERSION:
+        return False
+    with replica.transaction():
+        install_metadata(replica)
+    return True
 
 
 # -- row helpers -----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ class PostgresDialect(Dialect):
         transactional_ddl=True,
         default_schema="public",
         paramstyle="%s",
+        joins_in_bulk=True,
     )
 
     # -- connections ------------------------------------------------------------------------
