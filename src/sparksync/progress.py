@@ -36,6 +36,7 @@ class Timer:
 
 Address = tuple[str, int]
 _MAX_DATAGRAM = 60_000
+_STOP = b"\x00stop"
 
 
 class ProgressListener:
@@ -46,18 +47,16 @@ class ProgressListener:
         self.on_event = on_event
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((host, 0))
-        self.sock.settimeout(0.2)
         self.address: Address = (host, self.sock.getsockname()[1])
-        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sparksync-progress", daemon=True)
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
+        while True:
             try:
                 data, _ = self.sock.recvfrom(_MAX_DATAGRAM)
-            except (TimeoutError, socket.timeout):
-                continue
             except OSError:
+                return
+            if data == _STOP:
                 return
             with contextlib.suppress(Exception):   # a malformed event or a failing callback loses one line
                 self.on_event(json.loads(data))
@@ -67,9 +66,10 @@ class ProgressListener:
         return self
 
     def __exit__(self, *exc) -> None:
-        time.sleep(0.05)                     # let the last datagrams of finished tasks arrive
-        self._stop.set()
-        self._thread.join(timeout=1.0)
+        # Datagrams are queued in order: the stop marker comes after every event already received.
+        with contextlib.suppress(OSError):
+            self.sock.sendto(_STOP, self.address)
+        self._thread.join(timeout=2.0)
         self.sock.close()
 
 
