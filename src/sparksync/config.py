@@ -59,6 +59,24 @@ class SparkConfig(_Model):
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings")
 
 
+class DistributorConfig(_Model):
+    """Where transactional replication queues commands (the distribution database) and for how long."""
+
+    database: str
+    max_distretention: float = Field(72.0, ge=0, description="hours: commands older than this are removed, "
+                                                                    "delivered or not")
+    min_distretention: float = Field(0.0, ge=0, description="hours: delivered commands are kept at least this long")
+    history_retention: float = Field(48.0, ge=0, description="hours of agent history and tracer tokens")
+
+    _u = field_validator("database")(lambda cls, v: _check_url(v))
+
+    @model_validator(mode="after")
+    def _retention(self) -> "DistributorConfig":
+        if self.min_distretention > self.max_distretention:
+            raise ValueError("min_distretention cannot be larger than max_distretention")
+        return self
+
+
 class PublisherConfig(_Model):
     name: str
     database: str
@@ -75,6 +93,36 @@ class ArticleConfig(_Model):
     resolver: str = "default"
     resolver_column: str | None = None
     compensate_for_errors: bool = False
+    # transactional articles (seed 001)
+    ins_cmd: str | None = None
+    upd_cmd: str | None = None
+    del_cmd: str | None = None
+    filter: str | None = Field(None, description="row filter: a WHERE clause without WHERE")
+    columns: list[str] | None = Field(None, description="column filter: the published columns (all by default)")
+
+    @model_validator(mode="after")
+    def _commands(self) -> "ArticleConfig":
+        from .transactional.calls import CommandSyntaxError, parse_command
+
+        try:
+            table = self.table_name
+        except InvalidNameError:
+            return self     # reported by the table validator
+        for op in ("ins", "upd", "del"):
+            try:
+                parse_command(getattr(self, f"{op}_cmd"), op, table)
+            except CommandSyntaxError as e:
+                raise ValueError(str(e)) from None
+        if self.columns is not None:
+            if not self.columns:
+                raise ValueError("columns: list at least the primary key columns (or leave it out for all)")
+            for c in self.columns:
+                _check_name(c, "column name")
+            if len({c.lower() for c in self.columns}) != len(self.columns):
+                raise ValueError("columns: a column is listed twice")
+        if self.filter is not None and not self.filter.strip():
+            raise ValueError("filter: empty (leave it out to publish every row)")
+        return self
 
     @model_validator(mode="after")
     def _resolver(self) -> "ArticleConfig":
@@ -117,12 +165,22 @@ class PublicationConfig(_Model):
 
     _n = field_validator("name")(lambda cls, v: _check_name(v, "publication name"))
 
-    @field_validator("kind")
-    @classmethod
-    def _kind(cls, v: str) -> str:
-        if v == "transactional":
-            raise ValueError("transactional publications are not supported by this release yet; use kind = \"merge\"")
-        return v
+    @model_validator(mode="after")
+    def _kind_keys(self) -> "PublicationConfig":
+        """Keys of the other kind of publication are refused, not silently ignored."""
+        other = TRANSACTIONAL_ARTICLE_KEYS if self.kind == "merge" else MERGE_ARTICLE_KEYS
+        for a in self.articles:
+            wrong = sorted(k for k in a.model_fields_set if k in other)
+            if wrong:
+                raise ValueError(f"article {a.table}: {', '.join(wrong)} "
+                                 f"{'is' if len(wrong) == 1 else 'are'} for "
+                                 f"{'transactional' if self.kind == 'merge' else 'merge'} publications; this one is "
+                                 f"kind = \"{self.kind}\"")
+        if self.kind == "transactional":
+            wrong = sorted(k for k in self.model_fields_set if k in MERGE_PUBLICATION_KEYS)
+            if wrong:
+                raise ValueError(f"{', '.join(wrong)}: only for merge publications; this one is kind = \"transactional\"")
+        return self
 
     @model_validator(mode="after")
     def _unique_articles(self) -> "PublicationConfig":
@@ -143,6 +201,20 @@ class SubscriptionConfig(_Model):
     priority: float | None = None
     host_name: str | None = None
     pre_creation_cmd: Literal["drop", "delete", "none"] = "drop"
+    # transactional subscriptions (the distribution agent)
+    commit_batch_size: int = Field(100, ge=1, le=10_000, description="transactions per commit at the subscriber")
+    commit_batch_threshold: int = Field(1000, ge=1, le=10_000, description="commands per commit")
+    subscription_streams: int = Field(1, ge=1, le=64, description="parallel connections applying commands")
+    skip_errors: list[str] = Field(default_factory=list, description="error numbers to log and skip")
+
+    @field_validator("skip_errors")
+    @classmethod
+    def _skip(cls, v: list[str]) -> list[str]:
+        for code in v:
+            if not re.fullmatch(r"[0-9]{1,6}|[0-9A-Z]{5}|SQLITE_[A-Z_]+", str(code)):
+                raise ValueError(f"skip_errors: {code!r} is not an error number (e.g. \"2601\", \"2627\", "
+                                 "\"20598\"), a PostgreSQL SQLSTATE (\"23505\") or a SQLite error name")
+        return [str(c) for c in v]
 
     _n = field_validator("name")(lambda cls, v: _check_name(v, "subscription name"))
     _u = field_validator("database")(lambda cls, v: _check_url(v))
@@ -168,8 +240,16 @@ class SubscriptionConfig(_Model):
         return 1 if self.subscriber_type == "global" else 2
 
 
+MERGE_ARTICLE_KEYS = {"column_tracking", "rowguid_column", "resolver", "resolver_column", "compensate_for_errors"}
+TRANSACTIONAL_ARTICLE_KEYS = {"ins_cmd", "upd_cmd", "del_cmd", "filter", "columns"}
+MERGE_PUBLICATION_KEYS = {"generation_leveling_threshold", "retention", "conflict_logging"}
+MERGE_SUBSCRIPTION_KEYS = {"subscriber_type", "priority", "host_name"}
+TRANSACTIONAL_SUBSCRIPTION_KEYS = {"commit_batch_size", "commit_batch_threshold", "subscription_streams", "skip_errors"}
+
+
 class Topology(_Model):
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    distributor: DistributorConfig | None = None
     publisher: PublisherConfig
     publications: list[PublicationConfig] = Field(default_factory=list)
     subscriptions: list[SubscriptionConfig] = Field(default_factory=list)
@@ -199,6 +279,15 @@ class Topology(_Model):
             if rel and rel != ":memory:":
                 return "sqlite:///" + str((self.base_dir / rel).resolve())
         return url
+
+    def publications_of_kind(self, kind: str) -> list[PublicationConfig]:
+        return [p for p in self.publications if p.kind == kind]
+
+    @property
+    def distributor_url(self) -> str:
+        if self.distributor is None:
+            raise ConfigurationError("transactional publications need a [distributor] database", obj="distributor")
+        return self.resolve_url(self.distributor.database)
 
     @property
     def publisher_url(self) -> str:
@@ -287,6 +376,50 @@ def _reference_problems(data: dict[str, Any], base_dir: Path) -> list[str]:
     return problems
 
 
+def _transactional_problems(topology: Topology, data: dict[str, Any]) -> list[str]:
+    """Rules between keys of transactional replication (on the validated topology)."""
+    from .transactional.calls import CommandSyntaxError, effective_command
+
+    problems: list[str] = []
+    subs_raw = data.get("subscriptions") if isinstance(data.get("subscriptions"), list) else []
+    transactional = {p.name: p for p in topology.publications if p.kind == "transactional"}
+    if transactional and topology.distributor is None:
+        problems.append(f"distributor: required key is missing (transactional publication "
+                        f"{', '.join(transactional)} needs a distribution database: [distributor] database = ...)")
+    distributor = None
+    if topology.distributor is not None:
+        try:
+            distributor = topology.distributor_url
+        except ConfigurationError:
+            distributor = None
+    for i, s in enumerate(topology.subscriptions):
+        where = _named(subs_raw, i, "subscriptions")
+        pub = transactional.get(s.publication)
+        wrong = sorted(s.model_fields_set & (MERGE_SUBSCRIPTION_KEYS if pub else TRANSACTIONAL_SUBSCRIPTION_KEYS))
+        if wrong and s.publication in {p.name for p in topology.publications}:
+            problems.append(f"{where}: {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} for "
+                            f"{'merge' if pub else 'transactional'} subscriptions; publication {s.publication} is "
+                            f"{'transactional' if pub else 'merge'}")
+        try:
+            url = topology.resolve_url(s.database)
+        except ConfigurationError:
+            continue
+        if distributor is not None and url == distributor:
+            problems.append(f"{where}.database: is the distribution database")
+        if pub is None:
+            continue
+        sqlite = url.startswith("sqlite:")
+        if sqlite and s.subscription_streams > 1:
+            problems.append(f"{where}.subscription_streams: a SQLite subscriber has one writer at a time; use 1")
+        for a in pub.articles:
+            for op in ("ins", "upd", "del"):
+                try:
+                    effective_command(getattr(a, f"{op}_cmd"), op, a.table_name, procedures=not sqlite)
+                except CommandSyntaxError as e:
+                    problems.append(f"{where}: publication {pub.name}, article {a.table}: {e}")
+    return problems
+
+
 def _loc(loc: tuple, data: Any) -> str:
     out, cur = "", data
     for part in loc:
@@ -319,6 +452,8 @@ def parse_topology(data: dict[str, Any], base_dir: Path, source: str = "config")
                 msg = "required key is missing"
             problems.append(f"{loc}: {msg}" if loc else msg)
     problems += _reference_problems(data, base_dir)
+    if topology is not None:
+        problems += _transactional_problems(topology, data)
     if problems or topology is None:
         raise ConfigurationError(f"{source}: invalid configuration", problems)
     return topology

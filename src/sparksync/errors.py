@@ -80,6 +80,15 @@ class ConstraintViolation(Terminal, DatabaseError):
         self.kind = kind  # "primary_key" | "unique" | "foreign_key" | "not_null" | "check"
 
 
+class RowNotFound(Terminal, DatabaseError):
+    """A replicated update or delete found no row at the subscriber (SQL Server's error 20598)."""
+
+    code = "row_not_found"
+
+    def __init__(self, message: str, *, obj: str | None = None):
+        DatabaseError.__init__(self, message, transient=False, native_code="20598", obj=obj)
+
+
 class SchemaError(Terminal, SparksyncError):
     """A published table cannot be used as an article (unknown table, no primary key, unsupported type)."""
 

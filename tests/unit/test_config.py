@@ -273,15 +273,6 @@ def test_field_and_reference_problems_are_reported_together():
 
 # -- kind ----------------------------------------------------------------------------------------
 
-def test_transactional_kind_is_rejected_clearly():
-    data = valid_data()
-    data["publications"][0]["kind"] = "transactional"
-    p = one_problem(data)
-    assert p.startswith("publications[0] (Sales).kind: ")
-    assert "transactional publications are not supported" in p
-    assert 'kind = "merge"' in p
-
-
 def test_unknown_kind_is_rejected():
     data = valid_data()
     data["publications"][0]["kind"] = "snapshot"

@@ -94,7 +94,8 @@ def test_batches_cover_start_to_bound(args):
 
 # -- read partitions: generation ranges of about the same size ------------------------------------
 
-from sparksync.merge.agent import MIN_ROWS_PER_READ, split_generations  # noqa: E402
+from sparksync.spark.partitioning import MIN_ROWS_PER_READ  # noqa: E402
+from sparksync.spark.partitioning import split_ranges as split_generations  # noqa: E402
 
 
 def test_small_reads_stay_in_one_partition():

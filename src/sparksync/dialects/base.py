@@ -143,9 +143,10 @@ class Replica:
         except Exception as exc:  # noqa: BLE001 - translated, cause kept
             raise self.dialect.translate_error(exc, f"{self.label}: {_first_line(sql)}") from exc
 
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> int | None:
+        """Run ``sql`` once per row; returns the rows affected in all (None where the driver cannot say)."""
         try:
-            self.dialect.executemany(self.raw, sql, rows)
+            return self.dialect.executemany(self.raw, sql, rows)
         except SparksyncError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -243,7 +244,7 @@ class Dialect(ABC):
     def execute(self, raw: Any, sql: str, params: Sequence[Any]) -> Any: ...
 
     @abstractmethod
-    def executemany(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+    def executemany(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> int | None: ...
 
     @abstractmethod
     def query(self, raw: Any, sql: str, params: Sequence[Any]) -> list[tuple]: ...
@@ -316,6 +317,19 @@ class Dialect(ABC):
         if rowguid is not None:
             stmts.append(self.render_rowguid_index(table.name, rowguid))
         return stmts
+
+    def typed_param(self, t: SqlType) -> str:
+        """A placeholder for a value of type ``t`` (typed where the server resolves calls by type)."""
+        return self.capabilities.paramstyle
+
+    def render_procedure(self, spec, table: TableName, columns: Sequence[tuple[str, SqlType]],
+                         key: Sequence[str]) -> list[str]:
+        """CREATE PROCEDURE for one operation of a transactional article (``supports_procedures``)."""
+        raise NotImplementedError(f"{self.capabilities.name} has no stored procedures")
+
+    @abstractmethod
+    def serial_primary_key(self, column: str) -> str:
+        """A column definition: an integer primary key the database numbers in insert order."""
 
     def render_rowguid_index(self, table: TableName, rowguid: str) -> str:
         idx = self.quote(f"MSmerge_idx_{table.slug}_{rowguid}"[:63])

@@ -28,7 +28,7 @@ from ..metadata import store
 from ..names import TableName
 from ..progress import ProgressListener, Reporter, driver_host, silent
 from ..spark.datasource import ReadPartition, ReadPlan
-from ..spark.partitioning import group_labels
+from ..spark.partitioning import group_labels, split_ranges
 from .apply import (ApplyContext, ArticleStats, BatchInfo, DestinationInfo, apply_stream_empty, log_conflict, make_mapper,
                     RESULT_SCHEMA)
 from .changes import CHANGE_SCHEMA, RETRY_GENERATION
@@ -133,31 +133,11 @@ def _min_watermark(a: int | None, b: int | None) -> int:
     return min(vals) if vals else 0
 
 
-MIN_ROWS_PER_READ = 20_000     # below this, one more read task costs more than it saves
-
-
-def split_generations(counts: list[tuple[int, int]], lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
-    """Cut the generation range (lo, hi] into at most ``parts`` ranges holding about as many changes
-    each. ``counts``: (generation, changes) in ascending generation order; a generation is never split."""
-    total = sum(n for _, n in counts)
-    parts = max(1, min(parts, len(counts), -(-total // MIN_ROWS_PER_READ) if total else 1))
-    if parts == 1:
-        return [(lo, hi)]
-    ranges, start, acc = [], lo, 0
-    for g, n in counts[:-1]:        # never cut after the last generation: no empty read
-        acc += n
-        if acc >= total * (len(ranges) + 1) / parts and len(ranges) < parts - 1:
-            ranges.append((start, g))
-            start = g
-    ranges.append((start, hi))
-    return ranges
-
-
 def _change_reads(replica_url: str, label: str, replica: Replica, pubid: str, source: str, source_nick: int,
                   lo: int, hi: int, parts: int = 1) -> list[ReadPartition]:
     """Partitions reading one replica's changes in generations (lo, hi]: per article, upserts and
     deletes, each cut into up to ``parts`` generation ranges of about the same size (so every core
-    reads); a partition with nothing to read is left out (each one costs a Spark task)."""
+    reads, ``split_ranges``); a partition with nothing to read is left out (each one costs a Spark task)."""
     d = replica.dialect
     p = d.capabilities.paramstyle
     contents, tomb = replica.meta("MSmerge_contents"), replica.meta("MSmerge_tombstone")
@@ -175,7 +155,7 @@ def _change_reads(replica_url: str, label: str, replica: Replica, pubid: str, so
         select = ", ".join(f"t.{d.quote(c.name)}" for c in art.info.columns)
         base = {"source": source, "source_nick": source_nick, "tablenick": art.nickname}
         upserts = counts(contents, art.nickname)
-        for a_lo, a_hi in (split_generations(upserts, lo, hi, parts) if upserts else []):
+        for a_lo, a_hi in (split_ranges(upserts, lo, hi, parts) if upserts else []):
             out.append(ReadPartition(
                 replica_url,
                 f"SELECT c.generation, c.rowguid, c.lineage, c.colv, {select} FROM {contents} c "
@@ -183,7 +163,7 @@ def _change_reads(replica_url: str, label: str, replica: Replica, pubid: str, so
                 f"WHERE c.tablenick = {int(art.nickname)} AND c.generation > {p} AND c.generation <= {p}",
                 [a_lo, a_hi], cols, None, f"{label}/{a['name']} changes", "changes", {**base, "op": "upsert"}))
         deletes = counts(tomb, art.nickname)
-        for a_lo, a_hi in (split_generations(deletes, lo, hi, parts) if deletes else []):
+        for a_lo, a_hi in (split_ranges(deletes, lo, hi, parts) if deletes else []):
             out.append(ReadPartition(
                 replica_url,
                 f"SELECT generation, rowguid, lineage, NULL FROM {tomb} "

@@ -44,6 +44,17 @@ class MetaTable:
     columns: tuple[MetaColumn, ...]
     primary_key: tuple[str, ...]
     indexes: tuple[MetaIndex, ...] = ()
+    serial: str | None = None        # a primary key column numbered by the database (in insert order)
+
+
+@dataclass(frozen=True)
+class TableSet:
+    """The metadata one role needs in a database, with its own version row (``version_id``)."""
+
+    name: str
+    version_id: int
+    version: int
+    tables: tuple[MetaTable, ...]
 
 
 def C(name, type_, nullable=True, description=""):
@@ -188,4 +199,135 @@ TABLES = TABLES + (
     ),
 )
 
-TABLES_BY_NAME = {t.name: t for t in TABLES}
+MERGE = TableSet("merge replication", 1, SCHEMA_VERSION, TABLES)
+
+# -- transactional replication -----------------------------------------------------------------------
+
+DISTRIBUTION_VERSION = 1
+DISTRIBUTION = TableSet("distribution database", 2, DISTRIBUTION_VERSION, (
+    MetaTable(
+        "MSpublications",
+        "One row per transactional publication whose commands this distribution database queues, with the "
+        "log reader's position: the last transaction it stored (xact_seqno).",
+        (C("publication_id", GUID, False), C("name", TEXT, False), C("publisher", TEXT, False),
+         C("publisher_db", TEXT, False, "the publisher database, never with a password"),
+         C("source", TEXT, False, "postgresql (logical decoding) | sqlite (trigger-fed log)"),
+         C("slot", TEXT, True, "PostgreSQL: the logical replication slot"),
+         C("pg_publication", TEXT, True, "PostgreSQL: the publication the slot decodes"),
+         C("logreader_seqno", BIG, True, "xact_seqno of the last transaction stored here"),
+         C("logreader_time", TS), C("created_at", TS, False)),
+        ("publication_id",),
+        (MetaIndex("MSpublications_name", ("name",), True),),
+    ),
+    MetaTable(
+        "MSarticles",
+        "The articles of each transactional publication: the published columns (table_schema), the row "
+        "filter and the configured commands (ins_cmd, upd_cmd, del_cmd; NULL = the default).",
+        (C("publication_id", GUID, False), C("article_id", INT, False), C("name", TEXT, False),
+         C("source_schema", TEXT), C("source_table", TEXT, False),
+         C("table_schema", JSON, False, "published columns, primary key and foreign keys"),
+         C("filter", TEXT), C("ins_cmd", TEXT), C("upd_cmd", TEXT), C("del_cmd", TEXT),
+         C("status", SMALL, False)),
+        ("publication_id", "article_id"),
+    ),
+    MetaTable(
+        "MSsubscriptions",
+        "One row per transactional subscription: its status (0 initializing, 1 active, 2 inactive: it must be "
+        "reinitialized), the point its snapshot was taken at, and what it has been delivered.",
+        (C("publication_id", GUID, False), C("subscription", TEXT, False), C("subscriber", TEXT, False),
+         C("status", SMALL, False), C("sync_point", JSON, True, "the snapshot's position in the command stream"),
+         C("delivered_seqno", BIG, True, "last xact_seqno committed at the subscriber"),
+         C("last_delivery", TS), C("created_at", TS, False), C("message", TEXT)),
+        ("publication_id", "subscription"),
+    ),
+    MetaTable(
+        "MSrepl_transactions",
+        "One row per replicated transaction, in commit order (xact_seqno: the commit LSN of a PostgreSQL "
+        "publisher, the last log sequence number of a SQLite one).",
+        (C("publication_id", GUID, False), C("xact_seqno", BIG, False),
+         C("xact_id", TEXT, True, "the publisher's transaction id"),
+         C("publisher_commit", TS), C("entry_time", TS, False), C("commands", INT, False)),
+        ("publication_id", "xact_seqno"),
+        (MetaIndex("MSrepl_transactions_time", ("entry_time",)),),
+    ),
+    MetaTable(
+        "MSrepl_commands",
+        "The commands of each transaction, in order: ins, upd, del, trunc, token (tracer) or ddl, with the "
+        "row's values after and before the change (JSON, typed by the article's columns).",
+        (C("publication_id", GUID, False), C("xact_seqno", BIG, False), C("command_id", INT, False),
+         C("article_id", INT, False), C("type", TEXT, False),
+         C("origin", BIG, True, "PostgreSQL: the transaction's xid; SQLite: the change's log sequence number"),
+         C("after", TEXT), C("before", TEXT)),
+        ("publication_id", "xact_seqno", "command_id"),
+    ),
+    MetaTable(
+        "MSrepl_errors",
+        "Commands that failed at a subscriber: skipped ones (skip_errors) and the one that stopped it.",
+        (C("error_id", GUID, False), C("publication_id", GUID, False), C("subscription", TEXT, False),
+         C("xact_seqno", BIG, False), C("command_id", INT, False), C("article_id", INT),
+         C("error_code", TEXT, False, "SQL Server's number where there is one (2601, 2627, 20598, ...)"),
+         C("native_code", TEXT), C("message", TEXT, False), C("skipped", SMALL, False), C("time", TS, False)),
+        ("error_id",),
+    ),
+    MetaTable(
+        "MSdistribution_history",
+        "One row per subscription per distribution agent run.",
+        (C("run_id", GUID, False), C("publication_id", GUID, False), C("subscription", TEXT, False),
+         C("start_time", TS, False), C("end_time", TS, False), C("transactions", INT, False),
+         C("commands", INT, False), C("batches", INT, False), C("fallbacks", INT, False, "batches retried on one "
+         "connection after a stream failed"), C("skipped", INT, False), C("streams", INT, False),
+         C("last_seqno", BIG), C("seconds", REAL, False), C("status", TEXT, False), C("message", TEXT)),
+        ("run_id", "subscription"),
+    ),
+    MetaTable(
+        "MSlogreader_history",
+        "One row per log reader run.",
+        (C("run_id", GUID, False), C("publication_id", GUID, False), C("start_time", TS, False),
+         C("end_time", TS, False), C("transactions", INT, False), C("commands", INT, False),
+         C("first_seqno", BIG), C("last_seqno", BIG), C("seconds", REAL, False), C("message", TEXT)),
+        ("run_id", "publication_id"),
+    ),
+    MetaTable(
+        "MStracer_tokens",
+        "Tracer tokens: posted at the publisher, stored here by the log reader.",
+        (C("tracer_id", GUID, False), C("publication_id", GUID, False), C("posted_time", TS, True),
+         C("publisher_commit", TS), C("distributor_commit", TS), C("xact_seqno", BIG)),
+        ("tracer_id",),
+    ),
+    MetaTable(
+        "MStracer_history",
+        "When each tracer token was committed at each subscriber.",
+        (C("tracer_id", GUID, False), C("subscription", TEXT, False), C("subscriber_commit", TS, False)),
+        ("tracer_id", "subscription"),
+    ),
+))
+
+SUBSCRIBER_VERSION = 1
+TRANSACTIONAL_SUBSCRIBER = TableSet("transactional subscription", 3, SUBSCRIBER_VERSION, (
+    MetaTable(
+        "MSreplication_subscriptions",
+        "At a transactional subscriber: the last transaction delivered (transaction_timestamp = its "
+        "xact_seqno), per subscription stream, written in the same transaction as the commands it covers.",
+        (C("publication", TEXT, False), C("subscription", TEXT, False), C("publisher", TEXT, False),
+         C("stream", INT, False), C("streams", INT, False, "the stream count the row was written with"),
+         C("transaction_timestamp", BIG, False), C("time", TS, False)),
+        ("publication", "subscription", "stream"),
+    ),
+))
+
+PUBLISHER_LOG_VERSION = 1
+PUBLISHER_LOG = TableSet("transactional publication log", 4, PUBLISHER_LOG_VERSION, (
+    MetaTable(
+        "MSrepl_log",
+        "At a SQLite publisher of transactional publications: every change to an article, in commit order, "
+        "written by triggers; the log reader moves it to the distribution database and removes it here.",
+        (C("seq", BIG, False), C("publication", TEXT, False), C("article_id", INT, False),
+         C("op", TEXT, False, "ins | upd | del | token | ddl"), C("after", TEXT), C("before", TEXT),
+         C("time", TEXT, False)),
+        ("seq",),
+        serial="seq",
+    ),
+))
+
+TABLE_SETS = (MERGE, DISTRIBUTION, TRANSACTIONAL_SUBSCRIBER, PUBLISHER_LOG)
+TABLES_BY_NAME = {t.name: t for ts in TABLE_SETS for t in ts.tables}

@@ -12,7 +12,7 @@ from typing import Any
 from ..dialects.base import Replica
 from ..errors import MetadataVersionError, NotInitialized
 from ..types import Kind
-from .schema import SCHEMA_VERSION, TABLES, TABLES_BY_NAME, MetaTable
+from .schema import MERGE, TABLE_SETS, TABLES_BY_NAME, MetaTable, TableSet
 
 
 def utcnow() -> dt.datetime:
@@ -27,8 +27,14 @@ def new_guid() -> str:
 
 def render_metadata_ddl(replica: Replica, table: MetaTable) -> list[str]:
     d = replica.dialect
-    cols = [f"{d.quote(c.name)} {d.render_type(c.type)}{'' if c.nullable else ' NOT NULL'}" for c in table.columns]
-    cols.append("PRIMARY KEY (" + ", ".join(d.quote(c) for c in table.primary_key) + ")")
+    cols = []
+    for c in table.columns:
+        if c.name == table.serial:
+            cols.append(d.serial_primary_key(c.name))
+        else:
+            cols.append(f"{d.quote(c.name)} {d.render_type(c.type)}{'' if c.nullable else ' NOT NULL'}")
+    if table.serial is None:
+        cols.append("PRIMARY KEY (" + ", ".join(d.quote(c) for c in table.primary_key) + ")")
     stmts = [f"CREATE TABLE IF NOT EXISTS {d.metadata_table_sql(table.name)} (\n  " + ",\n  ".join(cols) + "\n)"]
     for idx in table.indexes:
         idx_name = d.quote(idx.name.lower() if d.capabilities.supports_schemas else idx.name)
@@ -39,13 +45,20 @@ def render_metadata_ddl(replica: Replica, table: MetaTable) -> list[str]:
     return stmts
 
 
-def metadata_version(replica: Replica) -> int | None:
-    """The metadata version installed in this database, or None if there is none."""
-    d = replica.dialect
-    exists = _table_exists(replica, "sparksync_metadata_version")
-    if not exists:
+VERSION_TABLE = "sparksync_metadata_version"
+
+
+def table_set_version(replica: Replica, tables: TableSet) -> int | None:
+    """The version of ``tables`` installed in this database, or None if it is not installed."""
+    if not _table_exists(replica, VERSION_TABLE):
         return None
-    return replica.scalar(f"SELECT version FROM {d.metadata_table_sql('sparksync_metadata_version')} WHERE id = 1")
+    return replica.scalar(f"SELECT version FROM {replica.dialect.metadata_table_sql(VERSION_TABLE)} WHERE id = "
+                          f"{int(tables.version_id)}")
+
+
+def metadata_version(replica: Replica) -> int | None:
+    """The merge metadata version installed in this database, or None if there is none."""
+    return table_set_version(replica, MERGE)
 
 
 def _table_exists(replica: Replica, name: str) -> bool:
@@ -68,59 +81,74 @@ def _add_column(table: str, column: str):
     return migrate
 
 
-# Migrations: version -> function(replica) bringing the metadata from version-1 to version. Tables
-# new in a version need none: install_metadata creates every missing table before migrating.
-MIGRATIONS: dict[int, Any] = {
-    2: _add_column("MSmerge_articlehistory", "duration"),
+# Migrations: table set -> version -> function(replica) bringing it from version-1 to version. Tables
+# new in a version need none: installing creates every missing table before migrating.
+MIGRATIONS: dict[str, dict[int, Any]] = {
+    MERGE.name: {
+        2: _add_column("MSmerge_articlehistory", "duration"),
+    },
 }
 
 
-def install_metadata(replica: Replica) -> int:
-    """Create (or migrate) the replication metadata. Idempotent; call inside a transaction."""
-    current = metadata_version(replica)
-    if current is not None and current > SCHEMA_VERSION:
+def install_table_set(replica: Replica, tables: TableSet) -> int:
+    """Create (or migrate) one set of metadata tables. Idempotent; call inside a transaction."""
+    current = table_set_version(replica, tables)
+    if current is not None and current > tables.version:
         raise MetadataVersionError(
-            f"{replica.label}: replication metadata version {current} is newer than this sparksync "
-            f"(supports {SCHEMA_VERSION}); upgrade sparksync", obj=replica.label)
+            f"{replica.label}: {tables.name} metadata version {current} is newer than this sparksync "
+            f"(supports {tables.version}); upgrade sparksync", obj=replica.label)
     replica.dialect.install_support_objects(replica)
-    for table in TABLES:
+    for table in (TABLES_BY_NAME[VERSION_TABLE], *tables.tables):
         for stmt in render_metadata_ddl(replica, table):
             replica.execute(stmt)
     if current is None:
-        insert_row(replica, "sparksync_metadata_version", {"id": 1, "version": SCHEMA_VERSION, "updated_at": utcnow()})
-    elif current < SCHEMA_VERSION:
-        for v in range(current + 1, SCHEMA_VERSION + 1):
-            MIGRATIONS[v](replica)
-        update_rows(replica, "sparksync_metadata_version", {"version": SCHEMA_VERSION, "updated_at": utcnow()}, {"id": 1})
-    return SCHEMA_VERSION
+        insert_row(replica, VERSION_TABLE, {"id": tables.version_id, "version": tables.version, "updated_at": utcnow()})
+    elif current < tables.version:
+        for v in range(current + 1, tables.version + 1):
+            MIGRATIONS[tables.name][v](replica)
+        update_rows(replica, VERSION_TABLE, {"version": tables.version, "updated_at": utcnow()},
+                    {"id": tables.version_id})
+    return tables.version
+
+
+def install_metadata(replica: Replica) -> int:
+    """Create (or migrate) the merge replication metadata. Idempotent; call inside a transaction."""
+    return install_table_set(replica, MERGE)
+
+
+def require_table_set(replica: Replica, tables: TableSet) -> None:
+    v = table_set_version(replica, tables)
+    if v is None:
+        raise NotInitialized(f"{replica.label}: no {tables.name} metadata here; run 'sparksync setup' first",
+                             obj=replica.label)
+    if v > tables.version:
+        raise MetadataVersionError(f"{replica.label}: {tables.name} metadata version {v} is newer than this "
+                                   "sparksync", obj=replica.label)
+    if v < tables.version:
+        raise MetadataVersionError(f"{replica.label}: {tables.name} metadata version {v} is older than this "
+                                   f"sparksync ({tables.version}); run 'sparksync setup' to upgrade it",
+                                   obj=replica.label)
 
 
 def require_metadata(replica: Replica) -> None:
-    v = metadata_version(replica)
-    if v is None:
-        raise NotInitialized(f"{replica.label}: no replication metadata here; run 'sparksync setup' first",
-                             obj=replica.label)
-    if v > SCHEMA_VERSION:
-        raise MetadataVersionError(f"{replica.label}: replication metadata version {v} is newer than this sparksync",
-                                   obj=replica.label)
-    if v < SCHEMA_VERSION:
-        raise MetadataVersionError(f"{replica.label}: replication metadata version {v} is older than this sparksync "
-                                   f"({SCHEMA_VERSION}); run 'sparksync setup' to upgrade it", obj=replica.label)
+    require_table_set(replica, MERGE)
 
 
 def upgrade_metadata(replica: Replica) -> bool:
-    """Migrate an older metadata version in place (one transaction). True when it did."""
-    v = metadata_version(replica)
-    if v is None or v >= SCHEMA_VERSION:
+    """Migrate older metadata (every set installed here) in place, one transaction. True when it did."""
+    old = [ts for ts in TABLE_SETS if (v := table_set_version(replica, ts)) is not None and v < ts.version]
+    if not old:
         return False
     with replica.transaction():
-        install_metadata(replica)
+        for ts in old:
+            install_table_set(replica, ts)
     return True
 
 
 # -- row helpers -----------------------------------------------------------------------------------
 
-def _to_param(replica: Replica, kind: Kind, value: Any) -> Any:
+def to_param(replica: Replica, kind: Kind, value: Any) -> Any:
+    """A metadata value as this driver takes it as a parameter."""
     if value is None:
         return None
     if kind is Kind.JSON:
@@ -156,7 +184,7 @@ def insert_row(replica: Replica, table: str, values: dict[str, Any]) -> None:
     cols = list(values)
     sql = (f"INSERT INTO {d.metadata_table_sql(table)} (" + ", ".join(d.quote(c) for c in cols) + ") VALUES ("
            + ", ".join([replica.p] * len(cols)) + ")")
-    replica.execute(sql, [_to_param(replica, kinds[c], values[c]) for c in cols])
+    replica.execute(sql, [to_param(replica, kinds[c], values[c]) for c in cols])
 
 
 def insert_rows(replica: Replica, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
@@ -164,7 +192,7 @@ def insert_rows(replica: Replica, table: str, columns: Sequence[str], rows: Iter
     sql = (f"INSERT INTO {d.metadata_table_sql(table)} (" + ", ".join(d.quote(c) for c in columns) + ") VALUES ("
            + ", ".join([replica.p] * len(columns)) + ")")
     ks = [kinds[c] for c in columns]
-    replica.executemany(sql, ([_to_param(replica, k, v) for k, v in zip(ks, r)] for r in rows))
+    replica.executemany(sql, ([to_param(replica, k, v) for k, v in zip(ks, r)] for r in rows))
 
 
 def _where(replica: Replica, table: str, where: dict[str, Any]) -> tuple[str, list]:
@@ -177,7 +205,7 @@ def _where(replica: Replica, table: str, where: dict[str, Any]) -> tuple[str, li
             parts.append(f"{d.quote(c)} IS NULL")
         else:
             parts.append(f"{d.quote(c)} = {replica.p}")
-            params.append(_to_param(replica, kinds[c], v))
+            params.append(to_param(replica, kinds[c], v))
     return " WHERE " + " AND ".join(parts), params
 
 
@@ -186,7 +214,7 @@ def update_rows(replica: Replica, table: str, values: dict[str, Any], where: dic
     sets = ", ".join(f"{d.quote(c)} = {replica.p}" for c in values)
     w, wp = _where(replica, table, where)
     replica.execute(f"UPDATE {d.metadata_table_sql(table)} SET {sets}{w}",
-                    [_to_param(replica, kinds[c], v) for c, v in values.items()] + wp)
+                    [to_param(replica, kinds[c], v) for c, v in values.items()] + wp)
 
 
 def delete_rows(replica: Replica, table: str, where: dict[str, Any]) -> None:

@@ -135,12 +135,13 @@ def check_subscriber_tables(replica: Replica, manifest: SnapshotManifest) -> Non
                           + "; ".join(problems), obj=replica.label)
 
 
-def _pre_create(replica: Replica, arts: list[ArticleSnapshot], names: dict[str, TableName], cmd: str) -> set[str]:
-    """Apply pre_creation_cmd to tables that already exist. Returns articles whose table is kept."""
+def pre_create(replica: Replica, tables: list[tuple[str, TableName, TableInfo]], cmd: str) -> set[str]:
+    """Apply ``pre_creation_cmd`` to the tables that already exist at a subscriber: ``tables`` is
+    (article, destination table, expected table) in dependency order. Returns the articles whose table
+    is kept (``delete``: emptied, ``none``: as is; it must have the article's columns)."""
     d = replica.dialect
     keep: set[str] = set()
-    for a in reversed(arts):  # children before parents
-        name = names[a.name]
+    for article, name, expected in reversed(tables):  # children before parents
         info = replica.reflect(name)
         if info is None:
             continue
@@ -150,21 +151,20 @@ def _pre_create(replica: Replica, arts: list[ArticleSnapshot], names: dict[str, 
         if cmd == "drop":
             replica.execute(f"DROP TABLE {d.table_sql(name)}")
         else:
-            expected = from_table_dict(a.table_schema)
             drift = describe_drift(expected, info)
             if drift:
-                raise SchemaError(f"{replica.label}: existing table {name} does not match article {a.name} "
+                raise SchemaError(f"{replica.label}: existing table {name} does not match article {article} "
                                   f"({'; '.join(drift)}); use pre_creation_cmd = \"drop\"", obj=str(name))
             if cmd == "delete":
                 replica.execute(f"DELETE FROM {d.table_sql(name)}")
-            keep.add(a.name)
+            keep.add(article)
     return keep
 
 
-def _load_article(replica: Replica, snap_dir: Path, article: ArticleSnapshot, name: TableName, info: TableInfo) -> int:
+def load_parquet(replica: Replica, folder: Path, name: TableName, info: TableInfo) -> int:
+    """Bulk load one article's snapshot (a folder of Parquet files) into its table."""
     import pyarrow.dataset as ds
 
-    folder = snap_dir / article.path
     files = sorted(p for p in folder.glob("*.parquet")) if folder.is_dir() else []
     if not files:
         return 0
@@ -237,7 +237,8 @@ def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path, manifest: Sn
         store.install_metadata(sub)
         ident = store.set_replica_identity(sub, nickname=spec.replnickname, name=spec.subscription,
                                            role=SUBSCRIBER_ROLE, replica_id=spec.replica_id)
-        kept = _pre_create(sub, arts, names, spec.pre_creation_cmd)
+        kept = pre_create(sub, [(a.name, names[a.name], from_table_dict(a.table_schema)) for a in arts],
+                          spec.pre_creation_cmd)
         infos = {a.name: destination_info(sub, a, names) for a in arts}
         for a in arts:
             if a.name not in kept:
@@ -246,7 +247,7 @@ def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path, manifest: Sn
             else:
                 sub.execute(d.render_rowguid_index(names[a.name], a.rowguid_column))
         for a in arts:
-            total += _load_article(sub, snap_dir, a, names[a.name], infos[a.name])
+            total += load_parquet(sub, snap_dir / a.path, names[a.name], infos[a.name])
         baseline = int(sub.scalar(f"SELECT coalesce(max(generation), 0) FROM {sub.meta('MSmerge_genhistory')}") or 0) + 1
         n_lineage = _load_lineage(sub, snap_dir, manifest, baseline)
         store.insert_row(sub, "MSmerge_genhistory", {

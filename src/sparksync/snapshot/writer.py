@@ -32,8 +32,11 @@ from .manifest import ArticleSnapshot, SnapshotManifest, publication_dir, write_
 SPLIT_ROWS = 250_000
 
 
-def _partitions(frozen: Replica, url: str, sid: str | None, table_sql: str, select: str, order_col: str,
-                columns: list, label: str, where: str = "", params: tuple = ()) -> tuple[list[ReadPartition], int]:
+def read_partitions(frozen: Replica, url: str, sid: str | None, table_sql: str, select: str, order_col: str,
+                    columns: list, label: str, where: str = "", params: tuple = (),
+                    order_param: str | None = None) -> tuple[list[ReadPartition], int]:
+    """Read partitions of one table as of the consistent view: one, or ranges of ``order_col`` of
+    about SPLIT_ROWS rows each (``order_param``: its placeholder; a UUID by default)."""
     d = frozen.dialect
     total = int(frozen.scalar(f"SELECT count(*) FROM {table_sql}{where}", params) or 0)
     base = f"{select} FROM {table_sql}"
@@ -45,7 +48,7 @@ def _partitions(frozen: Replica, url: str, sid: str | None, table_sql: str, sele
     bounds = [str(b) for b in bounds]
     conj = " AND " if where else " WHERE "
     parts = []
-    u = d.uuid_param()
+    u = order_param or d.uuid_param()
     for i in range(n):
         conds, ps = [], list(params)
         if i > 0:
@@ -58,7 +61,7 @@ def _partitions(frozen: Replica, url: str, sid: str | None, table_sql: str, sele
     return parts, total
 
 
-def _write(spark, plan: ReadPlan, path: Path) -> None:
+def write_parquet(spark, plan: ReadPlan, path: Path) -> None:
     df = spark.read.format("sparksync").schema(plan.spark_schema()).option("plan", plan.to_json()).load()
     df.write.mode("overwrite").parquet(str(path))
 
@@ -97,11 +100,11 @@ def write_snapshot(spark, topology: Topology, publication: str, report: Reporter
                     cols = [[c.name, c.type.to_dict()] for c in info.columns]
                     select = "SELECT " + ", ".join(d.quote(c.name) for c in info.columns)
                     label = f"{publication}/{a['name']}"
-                    parts, total = _partitions(frozen, url, sid, d.table_sql(info.name), select,
+                    parts, total = read_partitions(frozen, url, sid, d.table_sql(info.name), select,
                                                d.quote(a["rowguid_column"]), cols, label)
                     rel = f"articles/{a['nickname']}_{info.name.slug}"
                     report(f"snapshot {publication}: {a['name']} ({total} rows, {len(parts)} partition(s))")
-                    _write(spark, ReadPlan(parts), sdir / rel)
+                    write_parquet(spark, ReadPlan(parts), sdir / rel)
                     manifest.articles.append(ArticleSnapshot(
                         name=a["name"], schema=a["source_schema"], table=a["source_table"], artid=a["artid"],
                         nickname=a["nickname"], rowguid_column=a["rowguid_column"],
@@ -112,11 +115,11 @@ def write_snapshot(spark, topology: Topology, publication: str, report: Reporter
                 cols = [["tablenick", INT.to_dict()], ["rowguid", GUID.to_dict()], ["lineage", JSON.to_dict()],
                         ["colv", JSON.to_dict()]]
                 where = " WHERE tablenick IN (" + ", ".join(str(int(n)) for n in nicks) + ")"
-                parts, total = _partitions(frozen, url, sid, d.metadata_table_sql("MSmerge_contents"),
+                parts, total = read_partitions(frozen, url, sid, d.metadata_table_sql("MSmerge_contents"),
                                            "SELECT tablenick, rowguid, lineage, colv", "rowguid", cols,
                                            f"{publication}/MSmerge_contents", where)
                 report(f"snapshot {publication}: lineage of {total} changed rows")
-                _write(spark, ReadPlan(parts), sdir / manifest.contents_path)
+                write_parquet(spark, ReadPlan(parts), sdir / manifest.contents_path)
                 manifest.contents_rows = total
             (sdir / "manifest.json").write_text(manifest.to_json(), encoding="utf-8")
             write_current(root, publication, snapshot_id)

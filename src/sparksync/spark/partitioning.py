@@ -1,4 +1,5 @@
-"""Putting each apply group in a Spark partition of its own.
+"""Partitions: reads cut into ranges of about the same size, and each apply group in a Spark
+partition of its own.
 
 ``repartition(n, col)`` sends a row to partition ``pmod(murmur3(col, seed 42), n)``. Two group
 labels 0 and 1 can hash to the same partition, leaving a core idle while one task applies twice the
@@ -45,3 +46,25 @@ def group_labels(partitions: int) -> list[int]:
         labels.setdefault(partition_of(candidate, partitions), candidate)
         candidate += 1
     return [labels[k] for k in range(partitions)]
+
+
+MIN_ROWS_PER_READ = 20_000     # below this, one more read task costs more than it saves
+
+
+def split_ranges(counts: list[tuple[int, int]], lo: int, hi: int, parts: int,
+                 min_rows: int = MIN_ROWS_PER_READ) -> list[tuple[int, int]]:
+    """Cut the range (lo, hi] of an ordered key (generations, xact_seqnos) into at most ``parts``
+    ranges holding about as many rows each. ``counts``: (key, rows) in ascending key order; a key's
+    rows are never split, and no range is empty."""
+    total = sum(n for _, n in counts)
+    parts = max(1, min(parts, len(counts), -(-total // min_rows) if total else 1))
+    if parts == 1:
+        return [(lo, hi)]
+    ranges, start, acc = [], lo, 0
+    for key, n in counts[:-1]:        # never cut after the last key: no empty read
+        acc += n
+        if acc >= total * (len(ranges) + 1) / parts and len(ranges) < parts - 1:
+            ranges.append((start, key))
+            start = key
+    ranges.append((start, hi))
+    return ranges

@@ -97,7 +97,7 @@ class SQLiteDialect(Dialect):
         return raw.execute(sql, tuple(params))
 
     def executemany(self, raw, sql, rows):
-        raw.executemany(sql, rows)
+        return raw.executemany(sql, rows).rowcount
 
     def query(self, raw, sql, params):
         return raw.execute(sql, tuple(params)).fetchall()
@@ -237,6 +237,9 @@ class SQLiteDialect(Dialect):
         if k is Kind.DECIMAL:
             return lambda v: str(v) if isinstance(v, decimal.Decimal) else v
         return None
+
+    def serial_primary_key(self, column: str) -> str:
+        return f"{self.quote(column)} INTEGER PRIMARY KEY AUTOINCREMENT"   # never reused, even after deletes
 
     # -- set-based apply (merge/staging.py) -------------------------------------------------
     def staging_table_ddl(self, table: str) -> str:

@@ -1,0 +1,1 @@
+"""Transactional replication (seed 001): log reader, distribution database, distribution agent."""

@@ -1,0 +1,256 @@
+"""The distribution agent: delivers each transactional publication's queued commands to its
+subscriptions, on Spark.
+
+Per publication: every active subscription's position is read at the subscriber (where it is
+written, with the commands); the commands after the lowest position, up to the last stored
+transaction (fixed when the run is planned, so a re-run task reads the same rows), are read from the
+distribution database through the Python Data Source in ranges of about the same size, joined with
+the subscriptions that still need them, and sent to apply groups (at most one per core; one
+subscription lives in one group); each group's task delivers to its subscriptions one after another
+(``deliver.py``), so subscriptions run in parallel across groups. The driver then records history,
+errors and tracer tokens at the distributor and runs retention cleanup.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import Topology
+from ..dialects import connect, dialect_for_url
+from ..errors import ConfigurationError, SparksyncError
+from ..metadata import store
+from ..metadata.schema import TRANSACTIONAL_SUBSCRIBER
+from ..progress import ProgressListener, Reporter, driver_host, silent
+from ..spark.datasource import ReadPartition, ReadPlan
+from ..spark.partitioning import group_labels, split_ranges
+from ..types import Kind, SqlType
+from . import distribution as dst
+from .deliver import RESULT_SCHEMA, DeliveryContext, SubscriptionTarget, make_mapper
+from .subscriber import article_targets
+
+COMMAND_COLUMNS = [["xact_seqno", SqlType(Kind.BIGINT).to_dict()], ["command_id", SqlType(Kind.INTEGER).to_dict()],
+                   ["article_id", SqlType(Kind.INTEGER).to_dict()], ["type", SqlType(Kind.TEXT).to_dict()],
+                   ["origin", SqlType(Kind.BIGINT).to_dict()], ["after", SqlType(Kind.TEXT).to_dict()],
+                   ["before", SqlType(Kind.TEXT).to_dict()]]
+MIN_COMMANDS_PER_READ = 50_000
+
+
+@dataclass
+class DistributeOptions:
+    subscriptions: list[str] | None = None
+
+
+@dataclass
+class SubscriptionRun:
+    publication: str
+    subscription: str
+    status: str = "ok"
+    transactions: int = 0
+    commands: int = 0
+    batches: int = 0
+    fallbacks: int = 0
+    skipped: int = 0
+    first_seqno: int | None = None
+    last_seqno: int | None = None
+    pending_before: int | None = None
+    errors: list[dict] = field(default_factory=list)
+    tokens: list[dict] = field(default_factory=list)
+    message: str = ""
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class DistributeSummary:
+    run_id: str
+    subscriptions: list[SubscriptionRun] = field(default_factory=list)
+    cleanup: dict[str, dict] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(s.ok for s in self.subscriptions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "ok": self.ok, "seconds": round(self.seconds, 3),
+                "subscriptions": [dict(vars(s)) for s in self.subscriptions], "cleanup": self.cleanup}
+
+
+class DistributionAgent:
+    """Runs distribution agent passes; keeps one Spark session warm across them (``--continuous``)."""
+
+    def __init__(self, topology: Topology, spark, report: Reporter = silent):
+        self.topology = topology
+        self.spark = spark
+        self.report = report
+
+    def run(self, options: DistributeOptions | None = None) -> DistributeSummary:
+        options = options or DistributeOptions()
+        t0 = time.perf_counter()
+        summary = DistributeSummary(store.new_guid())
+        wanted = set(options.subscriptions or [])
+        for name in wanted:
+            s = self.topology.subscription(name)
+            if self.topology.publication(s.publication).kind != "transactional":
+                raise ConfigurationError(f"subscription {name} belongs to merge publication {s.publication}; "
+                                         "use 'sparksync merge'", obj=name)
+        for pub in self.topology.publications_of_kind("transactional"):
+            subs = [s for s in self.topology.subscriptions_of(pub.name) if not wanted or s.name in wanted]
+            if subs:
+                self._publication(pub.name, subs, summary)
+        summary.seconds = time.perf_counter() - t0
+        return summary
+
+    # -- one publication -------------------------------------------------------------------------
+    def _publication(self, name: str, subs, summary: DistributeSummary) -> None:
+        topo = self.topology
+        started = store.utcnow()
+        with connect(topo.distributor_url, "distributor") as dist:
+            dst.require(dist)
+            p = dst.require_publication(dist, name)
+            if not dist.dialect.try_agent_lock(dist, f"distribute:{p.publication_id}"):
+                raise SparksyncError(f"publication {name}: another distribution agent is running", obj=name)
+            try:
+                runs = self._deliver(dist, p, subs)
+                summary.subscriptions += runs
+                self._record(dist, p, runs, started, summary.run_id)
+                d = topo.distributor
+                c = dst.cleanup(dist, p.publication_id, d.min_distretention, d.max_distretention, d.history_retention)
+                summary.cleanup[name] = {"transactions": c.transactions, "commands": c.commands,
+                                         "deactivated": c.deactivated}
+                if c.transactions:
+                    self.report(f"distribute {name}: cleanup removed {c.transactions:,} delivered transaction(s)")
+                for s in c.deactivated:
+                    self.report(f"distribute {name}: subscription {s} is inactive (commands it needed expired); "
+                                "reinitialize it with 'sparksync setup'")
+            finally:
+                dist.dialect.release_agent_lock(dist, f"distribute:{p.publication_id}")
+
+    def _deliver(self, dist, p: dst.Publication, subs) -> list[SubscriptionRun]:
+        topo = self.topology
+        rows = {s.subscription: s for s in dst.subscriptions(dist, p.publication_id)}
+        bound = dst.bound(dist, p.publication_id)
+        runs: dict[str, SubscriptionRun] = {}
+        targets: dict[str, SubscriptionTarget] = {}
+        starts: dict[str, int] = {}
+        for s in subs:
+            run = runs[s.name] = SubscriptionRun(p.name, s.name)
+            r = rows.get(s.name)
+            if r is None or r.status == 0:
+                run.status, run.message = "error", f"subscription {s.name} is not initialized; run 'sparksync setup'"
+                continue
+            if r.status == 2:
+                run.status, run.message = "error", f"subscription {s.name}: {r.message}"
+                continue
+            url = topo.resolve_url(s.database)
+            try:
+                start = self._position(url, s.name, p.name)
+            except SparksyncError as e:
+                run.status, run.message = "error", e.message
+                continue
+            run.last_seqno = start
+            if bound is None or start >= bound:
+                continue
+            run.pending_before = int(dist.scalar(
+                f"SELECT count(*) FROM {dist.meta('MSrepl_transactions')} WHERE publication_id = "
+                f"{dist.dialect.uuid_param()} AND xact_seqno > {dist.p}", [p.publication_id, start]) or 0)
+            starts[s.name] = start
+            targets[s.name] = SubscriptionTarget(
+                s.name, url, s.name, topo.publisher.name, s.subscription_streams, s.commit_batch_size,
+                s.commit_batch_threshold, list(s.skip_errors), article_targets(dialect_for_url(url), p.articles),
+                r.sync_point)
+            self.report(f"distribute {p.name} -> {s.name}: {run.pending_before:,} transaction(s) after "
+                        f"xact_seqno {start}")
+        if targets:
+            ctx = DeliveryContext(p.name, p.publication_id, targets)
+            for res in self._spark(dist, p, ctx, starts, bound):
+                run = runs[res["subscription"]]
+                for k in ("status", "transactions", "commands", "batches", "fallbacks", "skipped", "first_seqno",
+                          "message", "seconds"):
+                    setattr(run, k, res[k] if res[k] is not None else getattr(run, k))
+                run.last_seqno = res["last_seqno"] if res["last_seqno"] is not None else run.last_seqno
+                run.errors = json.loads(res["errors"] or "[]")
+                run.tokens = json.loads(res["tokens"] or "[]")
+        return list(runs.values())
+
+    def _position(self, url: str, subscription: str, publication: str) -> int:
+        with connect(url, subscription) as sub:
+            store.require_table_set(sub, TRANSACTIONAL_SUBSCRIBER)
+            rows = store.select_rows(sub, "MSreplication_subscriptions", {"publication": publication,
+                                                                          "subscription": subscription})
+        if not rows:
+            raise SparksyncError(f"subscription {subscription}: no record of publication {publication} at the "
+                                 "subscriber; run 'sparksync setup'", obj=subscription)
+        return min(r["transaction_timestamp"] for r in rows)
+
+    def _spark(self, dist, p: dst.Publication, ctx: DeliveryContext, starts: dict[str, int], bound: int) -> list[dict]:
+        from pyspark.sql import functions as F
+
+        spark = self.spark
+        cores = spark.sparkContext.defaultParallelism
+        lo = min(starts.values())
+        counts = dst.command_counts(dist, p.publication_id, lo, bound)
+        sql, _ = dst.commands_query(dist)
+        url = self.topology.distributor_url
+        parts = [ReadPartition(url, sql, [p.publication_id, a, b], COMMAND_COLUMNS, None,
+                               f"{p.name} commands ({a}, {b}]")
+                 for a, b in split_ranges(counts, lo, bound, cores, MIN_COMMANDS_PER_READ)]
+        partitions = max(1, min(len(starts), cores))
+        labels = group_labels(partitions)
+        order = sorted(starts)
+        ctx.groups = {s: labels[i % partitions] for i, s in enumerate(order)}
+        routes = spark.createDataFrame([(s, i, starts[s], ctx.groups[s]) for i, s in enumerate(order)],
+                                       "subscription STRING, sub_order INT, start BIGINT, apply_group INT")
+        commands = spark.read.format("sparksync").schema(ReadPlan(parts).spark_schema()) \
+            .option("plan", ReadPlan(parts).to_json()).load()
+        with ProgressListener(self._progress_line, driver_host(spark)) as listener:
+            ctx.progress = listener.address
+            rows = (commands.join(F.broadcast(routes), commands["xact_seqno"] > routes["start"])
+                    .drop("start")
+                    .repartition(partitions, "apply_group")
+                    .sortWithinPartitions("apply_group", "sub_order", "xact_seqno", "command_id")
+                    .mapInArrow(make_mapper(ctx), RESULT_SCHEMA))
+            return [r.asDict() for r in rows.collect()]
+
+    def _progress_line(self, e: dict) -> None:
+        secs = float(e.get("seconds") or 0)
+        n = int(e.get("commands") or 0)
+        self.report(f"distribute {e['publication']} -> {e['subscription']} batch {e['batch']}: "
+                    f"{e['transactions']:,} transaction(s), {n:,} command(s) up to xact_seqno {e['last_seqno']} "
+                    f"in {secs:.2f}s" + (f", {n / secs:,.0f} commands/s" if secs >= 0.05 and n else "")
+                    + (f" ({e['fallback']} batch(es) retried on one connection)" if e.get("fallback") else ""))
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+    def _record(self, dist, p: dst.Publication, runs: list[SubscriptionRun], started, run_id: str) -> None:
+        now = store.utcnow()
+        with dist.transaction():
+            for r in runs:
+                store.insert_row(dist, "MSdistribution_history", {
+                    "run_id": run_id, "publication_id": p.publication_id, "subscription": r.subscription,
+                    "start_time": started, "end_time": now, "transactions": r.transactions, "commands": r.commands,
+                    "batches": r.batches, "fallbacks": r.fallbacks, "skipped": r.skipped,
+                    "streams": self.topology.subscription(r.subscription).subscription_streams,
+                    "last_seqno": r.last_seqno, "seconds": r.seconds, "status": r.status,
+                    "message": r.message or None})
+                dst.record_errors(dist, p.publication_id, r.subscription, r.errors)
+                if r.status == "ok" or r.transactions:
+                    dst.update_delivered(dist, p.publication_id, r.subscription, r.last_seqno)
+                for t in r.tokens:
+                    if store.select_rows(dist, "MStracer_tokens", {"tracer_id": t["tracer_id"]}):
+                        store.delete_rows(dist, "MStracer_history", {"tracer_id": t["tracer_id"],
+                                                                     "subscription": r.subscription})
+                        store.insert_row(dist, "MStracer_history", {
+                            "tracer_id": t["tracer_id"], "subscription": r.subscription,
+                            "subscriber_commit": _ts(t["subscriber_commit"])})
+
+
+def _ts(text: str):
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(text)

@@ -1,0 +1,155 @@
+"""SQLite capture: a trigger-fed log.
+
+SQLite has no log a client can decode, so setup installs, per article of each transactional
+publication, row triggers that write every change (published columns only, through the row filter)
+to ``MSrepl_log``. SQLite has one writer at a time, so the log's sequence numbers follow commit
+order. What it cannot tell is where one transaction ended and the next began: the log reader takes
+everything committed since its last read as one transaction. Transactions are therefore never
+split and never reordered, but several that committed between two reads arrive as one (read often,
+``--continuous``, to keep them apart). ``confirm`` deletes what was stored at the distributor.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from ...dialects.base import Replica, TableInfo, from_table_dict
+from ...dialects.templates import render_statements
+from ...errors import SparksyncError
+from ...merge.changes import RowCodec
+from ...metadata import store
+from ...metadata.schema import PUBLISHER_LOG
+from ...types import Kind
+from ..distribution import StoredCommand
+from ..filters import RowFilter
+from . import Begin, End
+
+FETCH = 5_000
+
+
+def trigger_tag(publication: str, article_id: int) -> str:
+    return f"{publication}_{article_id}"
+
+
+def install(replica: Replica, publication: str, article_id: int, info: TableInfo, row_filter: RowFilter | None) -> None:
+    """Inside a transaction: the log table and the article's capture triggers (re-created)."""
+    store.install_table_set(replica, PUBLISHER_LOG)
+    d = replica.dialect
+    ctx = {
+        "publication": publication, "article_id": int(article_id), "tag": trigger_tag(publication, article_id),
+        "table": d.table_sql(info.name), "log": d.metadata_table_sql("MSrepl_log"),
+        "columns": [{"name": c.name, "bytes": c.type.kind is Kind.BYTES} for c in info.columns],
+        "filter_new": row_filter.render("sqlite", "NEW") if row_filter else None,
+        "filter_old": row_filter.render("sqlite", "OLD") if row_filter else None,
+    }
+    for stmt in render_statements("sqlite/templates/transactional_capture.sql", ctx):
+        replica.execute(stmt)
+
+
+def installed_tags(replica: Replica, publication: str) -> dict[int, list[str]]:
+    """article_id -> capture trigger names of ``publication`` in this database."""
+    out: dict[int, list[str]] = {}
+    prefix = f"_{publication}_"
+    for (name,) in replica.query("SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'MSrepl_%'"):
+        rest = name[len("MSrepl_") + 3:]             # after "MSrepl_ins"
+        if rest.startswith(prefix) and rest[len(prefix):].isdigit():
+            out.setdefault(int(rest[len(prefix):]), []).append(name)
+    return out
+
+
+def uninstall(replica: Replica, names: list[str]) -> None:
+    for n in names:
+        replica.execute(f"DROP TRIGGER IF EXISTS {replica.dialect.quote(n)}")
+
+
+def post(replica: Replica, publication: str, op: str, content: dict, article_id: int = 0) -> None:
+    """Write a marker into the log (a tracer token, a schema change), in the caller's transaction."""
+    store.insert_row(replica, "MSrepl_log", {
+        "publication": publication, "article_id": article_id, "op": op, "after": json.dumps(content),
+        "before": None, "time": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]})
+
+
+class _Article:
+    def __init__(self, row: dict):
+        self.id = row["article_id"]
+        info = from_table_dict(row["table_schema"])
+        self.columns = [c.name for c in info.columns]
+        self.hex = {c.name for c in info.columns if c.type.kind is Kind.BYTES}
+        self.codec = RowCodec([(c.name, c.type) for c in info.columns])
+
+    def encode(self, text: str | None) -> str | None:
+        if text is None:
+            return None
+        row = json.loads(text)
+        values = []
+        for c in self.columns:
+            v = row.get(c)
+            if c in self.hex and isinstance(v, str):
+                v = bytes.fromhex(v)
+            values.append(v)
+        return self.codec.encode(values)
+
+
+def _time(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    return dt.datetime.fromisoformat(text).replace(tzinfo=dt.timezone.utc)
+
+
+class TriggerCapture:
+    def __init__(self, replica: Replica, publication, articles: list[dict], read_batch: int):
+        self.replica = replica
+        self.publication = publication
+        self.articles = {a["article_id"]: _Article(a) for a in articles}
+        self._read_to: int | None = None
+
+    def read_batch(self, after: int | None) -> Iterator[Any]:
+        r, log, pub = self.replica, self.replica.meta("MSrepl_log"), self.publication.name
+        self._read_to = None
+        if not store.table_set_version(r, PUBLISHER_LOG):
+            return
+        start = int(after or 0)
+        r.execute("BEGIN")       # one read transaction: everything committed up to now, nothing later
+        try:
+            hi, last_time = r.query_one(f"SELECT max(seq), max(time) FROM {log} WHERE publication = ? AND seq > ?",
+                                        (pub, start)) or (None, None)
+            if hi is None:
+                return
+            yield Begin(int(hi), None, _time(last_time))
+            for rows in r.dialect.stream(r, f"SELECT seq, article_id, op, after, before FROM {log} "
+                                            f"WHERE publication = ? AND seq > ? AND seq <= ? ORDER BY seq",
+                                         (pub, start, hi), FETCH):
+                for seq, article_id, op, after_text, before_text in rows:
+                    if op in ("token", "ddl"):
+                        yield StoredCommand(int(article_id), op, int(seq), after_text, None)
+                        continue
+                    art = self.articles.get(article_id)
+                    if art is None:
+                        raise SparksyncError(f"{r.label}: MSrepl_log has a change of article {article_id}, which "
+                                             f"publication {pub} does not have; run 'sparksync setup'")
+                    yield StoredCommand(art.id, op, int(seq), art.encode(after_text), art.encode(before_text))
+            yield End()
+            self._read_to = int(hi)
+        finally:
+            r.execute("COMMIT")
+
+    def horizon(self) -> int:
+        if not store.table_set_version(self.replica, PUBLISHER_LOG):
+            return 0
+        return int(self.replica.scalar(f"SELECT coalesce(max(seq), 0) FROM {self.replica.meta('MSrepl_log')}") or 0)
+
+    def confirm(self) -> bool:
+        """Trim what was stored from the log. False: nothing was read."""
+        if self._read_to is None:
+            return False
+        with self.replica.transaction():
+            self.replica.execute(f"DELETE FROM {self.replica.meta('MSrepl_log')} WHERE publication = ? AND seq <= ?",
+                                 (self.publication.name, self._read_to))
+        self._read_to = None
+        return True
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,273 @@
+"""The distribution database: where the log reader queues each publication's transactions and
+commands, in commit order, until every subscription has them.
+
+``xact_seqno`` orders transactions (the commit LSN of a PostgreSQL publisher, the last log sequence
+number of a SQLite one). The log reader stores a batch of transactions and moves its own position
+(``MSpublications.logreader_seqno``) in the same transaction, so a crash stores nothing twice.
+Subscriptions record what they received at the subscriber; ``MSsubscriptions.delivered_seqno`` is
+the distributor's copy, used for retention cleanup.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..dialects.base import Replica
+from ..errors import NotInitialized
+from ..metadata import store
+from ..metadata.schema import DISTRIBUTION
+from ..types import Kind
+
+COMMAND_COLUMNS = ("publication_id", "xact_seqno", "command_id", "article_id", "type", "origin", "after", "before")
+INSERT_CHUNK = 5_000
+
+
+@dataclass
+class StoredCommand:
+    article_id: int
+    type: str                  # ins | upd | del | trunc | token | ddl
+    origin: int | None         # PostgreSQL: the transaction's xid; SQLite: the change's log sequence number
+    after: str | None
+    before: str | None
+
+
+@dataclass
+class TransactionInfo:
+    xact_seqno: int
+    xact_id: str | None
+    publisher_commit: dt.datetime | None
+    commands: int = 0
+
+
+@dataclass
+class Subscription:
+    publication_id: str
+    subscription: str
+    subscriber: str
+    status: int                # 0 initializing, 1 active, 2 inactive (reinitialize)
+    sync_point: dict | None
+    delivered_seqno: int | None
+    message: str | None = None
+
+
+@dataclass
+class Publication:
+    publication_id: str
+    name: str
+    source: str
+    slot: str | None
+    pg_publication: str | None
+    logreader_seqno: int | None
+    articles: list[dict] = field(default_factory=list)
+
+
+def install(dist: Replica) -> None:
+    with dist.transaction():
+        store.install_table_set(dist, DISTRIBUTION)
+
+
+def require(dist: Replica) -> None:
+    store.require_table_set(dist, DISTRIBUTION)
+
+
+def publication(dist: Replica, name: str) -> Publication | None:
+    rows = store.select_rows(dist, "MSpublications", {"name": name})
+    if not rows:
+        return None
+    r = rows[0]
+    arts = store.select_rows(dist, "MSarticles", {"publication_id": r["publication_id"]}, order_by=("article_id",))
+    return Publication(r["publication_id"], r["name"], r["source"], r["slot"], r["pg_publication"],
+                       r["logreader_seqno"], arts)
+
+
+def require_publication(dist: Replica, name: str) -> Publication:
+    pub = publication(dist, name)
+    if pub is None:
+        raise NotInitialized(f"publication {name} is not set up at the distributor; run 'sparksync setup'", obj=name)
+    return pub
+
+
+def subscriptions(dist: Replica, publication_id: str) -> list[Subscription]:
+    return [Subscription(r["publication_id"], r["subscription"], r["subscriber"], r["status"], r["sync_point"],
+                         r["delivered_seqno"], r["message"])
+            for r in store.select_rows(dist, "MSsubscriptions", {"publication_id": publication_id},
+                                       order_by=("subscription",))]
+
+
+# -- the log reader's side -------------------------------------------------------------------------
+
+class TransactionWriter:
+    """Stores transactions and their commands inside one distribution transaction, in chunks, so a
+    transaction of any size goes through with bounded memory."""
+
+    def __init__(self, dist: Replica, publication_id: str):
+        self.dist = dist
+        self.publication_id = publication_id
+        self.pending: list[tuple] = []
+        self.transactions = 0
+        self.commands = 0
+        self.first: int | None = None
+        self.last: int | None = None
+
+    def command(self, xact_seqno: int, command_id: int, c: StoredCommand) -> None:
+        self.pending.append((self.publication_id, xact_seqno, command_id, c.article_id, c.type, c.origin, c.after,
+                             c.before))
+        if len(self.pending) >= INSERT_CHUNK:
+            self.flush()
+
+    def transaction(self, t: TransactionInfo) -> None:
+        """Record a transaction once all its commands were given."""
+        self.flush()
+        store.insert_row(self.dist, "MSrepl_transactions", {
+            "publication_id": self.publication_id, "xact_seqno": t.xact_seqno, "xact_id": t.xact_id,
+            "publisher_commit": t.publisher_commit, "entry_time": store.utcnow(), "commands": t.commands})
+        self.transactions += 1
+        self.commands += t.commands
+        self.first = t.xact_seqno if self.first is None else self.first
+        self.last = t.xact_seqno
+
+    def flush(self) -> None:
+        if self.pending:
+            store.insert_rows(self.dist, "MSrepl_commands", COMMAND_COLUMNS, self.pending)
+            self.pending = []
+
+    def finish(self, position: int | None) -> None:
+        """Move the log reader's position (same transaction as the commands)."""
+        self.flush()
+        if position is not None:
+            store.update_rows(self.dist, "MSpublications", {"logreader_seqno": position,
+                                                             "logreader_time": store.utcnow()},
+                              {"publication_id": self.publication_id})
+
+
+# -- the distribution agent's side -----------------------------------------------------------------
+
+def bound(dist: Replica, publication_id: str) -> int | None:
+    """The last stored transaction: the distribution agent delivers up to here (fixed per run)."""
+    return dist.scalar(f"SELECT max(xact_seqno) FROM {dist.meta('MSrepl_transactions')} WHERE publication_id = "
+                       f"{dist.dialect.uuid_param()}", [publication_id])
+
+
+def command_counts(dist: Replica, publication_id: str, lo: int, hi: int) -> list[tuple[int, int]]:
+    """(xact_seqno, commands) of the stored transactions in (lo, hi], in order (to plan parallel reads)."""
+    p = dist.p
+    return [(int(x), int(n)) for x, n in dist.query(
+        f"SELECT xact_seqno, commands FROM {dist.meta('MSrepl_transactions')} WHERE publication_id = "
+        f"{dist.dialect.uuid_param()} AND xact_seqno > {p} AND xact_seqno <= {p} ORDER BY xact_seqno",
+        [publication_id, lo, hi])]
+
+
+def commands_query(dist: Replica) -> tuple[str, list[str]]:
+    """The SQL reading a publication's commands in (lo, hi], and its parameter order."""
+    p = dist.p
+    return (f"SELECT xact_seqno, command_id, article_id, type, origin, after, before FROM "
+            f"{dist.meta('MSrepl_commands')} WHERE publication_id = {dist.dialect.uuid_param()} "
+            f"AND xact_seqno > {p} AND xact_seqno <= {p}", ["publication_id", "lo", "hi"])
+
+
+def record_errors(dist: Replica, publication_id: str, subscription: str, errors: Iterable[dict]) -> None:
+    for e in errors:
+        store.insert_row(dist, "MSrepl_errors", {
+            "error_id": store.new_guid(), "publication_id": publication_id, "subscription": subscription,
+            "xact_seqno": e["xact_seqno"], "command_id": e["command_id"], "article_id": e.get("article_id"),
+            "error_code": e["error_code"], "native_code": e.get("native_code"), "message": e["message"],
+            "skipped": int(bool(e.get("skipped"))), "time": store.utcnow()})
+
+
+def browse(dist: Replica, publication_id: str, xact_seqno_start: int | None = None, xact_seqno_end: int | None = None,
+           article_id: int | None = None, command_id: int | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+    """Pending commands, readable (SQL Server's sp_browsereplcmds)."""
+    d = dist.dialect
+    conds, params = [f"c.publication_id = {d.uuid_param()}"], [publication_id]
+    for col, op, v in (("xact_seqno", ">=", xact_seqno_start), ("xact_seqno", "<=", xact_seqno_end),
+                       ("article_id", "=", article_id), ("command_id", "=", command_id)):
+        if v is not None:
+            conds.append(f"c.{col} {op} {dist.p}")
+            params.append(v)
+    rows = dist.query(
+        f"SELECT c.xact_seqno, c.command_id, c.article_id, c.type, c.origin, c.after, c.before, t.entry_time "
+        f"FROM {dist.meta('MSrepl_commands')} c JOIN {dist.meta('MSrepl_transactions')} t "
+        f"ON t.publication_id = c.publication_id AND t.xact_seqno = c.xact_seqno WHERE {' AND '.join(conds)} "
+        f"ORDER BY c.xact_seqno, c.command_id LIMIT {int(limit)}", params)
+    keys = ("xact_seqno", "command_id", "article_id", "type", "origin", "after", "before", "entry_time")
+    return [dict(zip(keys, r)) for r in rows]
+
+
+def update_delivered(dist: Replica, publication_id: str, subscription: str, seqno: int | None) -> None:
+    values: dict[str, Any] = {"last_delivery": store.utcnow()}
+    if seqno is not None:
+        values["delivered_seqno"] = seqno
+    store.update_rows(dist, "MSsubscriptions", values, {"publication_id": publication_id, "subscription": subscription})
+
+
+@dataclass
+class Cleanup:
+    transactions: int = 0
+    commands: int = 0
+    deactivated: list[str] = field(default_factory=list)
+
+
+def cleanup(dist: Replica, publication_id: str, min_hours: float, max_hours: float, history_hours: float,
+            now: dt.datetime | None = None) -> Cleanup:
+    """Retention (SQL Server's distribution cleanup): remove transactions every active subscription has
+    received and that are older than ``min_hours``; remove anything older than ``max_hours``,
+    delivered or not, and mark the subscriptions that still needed it inactive (they must be
+    reinitialized); drop history older than ``history_hours``. One transaction."""
+    now = now or store.utcnow()
+    out = Cleanup()
+    u, p = dist.dialect.uuid_param(), dist.p
+    tx, cmd = dist.meta("MSrepl_transactions"), dist.meta("MSrepl_commands")
+    with dist.transaction():
+        subs = [s for s in subscriptions(dist, publication_id) if s.status in (0, 1)]
+        delivered = [s.delivered_seqno for s in subs]
+        cut = None
+        if subs and all(x is not None for x in delivered):
+            cut = min(delivered)
+        elif not subs:
+            cut = bound(dist, publication_id)
+        limit_min = now - dt.timedelta(hours=min_hours)
+        limit_max = now - dt.timedelta(hours=max_hours)
+        expired = dist.scalar(f"SELECT max(xact_seqno) FROM {tx} WHERE publication_id = {u} AND entry_time < {p}",
+                              [publication_id, store.to_param(dist, Kind.TIMESTAMPTZ, limit_max)])
+        for s in subs:
+            if expired is not None and s.status == 1 and (s.delivered_seqno or 0) < expired:
+                store.update_rows(dist, "MSsubscriptions", {
+                    "status": 2, "message": f"inactive: commands it had not received are older than the "
+                    f"{max_hours:g} hour max_distretention; reinitialize it (sparksync setup)"},
+                    {"publication_id": publication_id, "subscription": s.subscription})
+                out.deactivated.append(s.subscription)
+        conds = []
+        params: list[Any] = [publication_id]
+        if cut is not None:
+            conds.append(f"(xact_seqno <= {p} AND entry_time < {p})")
+            params += [cut, store.to_param(dist, Kind.TIMESTAMPTZ, limit_min)]
+        if expired is not None:
+            conds.append(f"xact_seqno <= {p}")
+            params.append(expired)
+        if conds:
+            where = f"publication_id = {u} AND ({' OR '.join(conds)})"
+            doomed = dist.scalar(f"SELECT max(xact_seqno) FROM {tx} WHERE {where}", params)
+            if doomed is not None:
+                out.commands = int(dist.scalar(f"SELECT count(*) FROM {cmd} WHERE publication_id = {u} AND "
+                                               f"xact_seqno <= {p}", [publication_id, doomed]) or 0)
+                out.transactions = int(dist.scalar(f"SELECT count(*) FROM {tx} WHERE {where}", params) or 0)
+                dist.execute(f"DELETE FROM {cmd} WHERE publication_id = {u} AND xact_seqno <= {p}",
+                             [publication_id, doomed])
+                dist.execute(f"DELETE FROM {tx} WHERE publication_id = {u} AND xact_seqno <= {p}",
+                             [publication_id, doomed])
+        old = store.to_param(dist, Kind.TIMESTAMPTZ, now - dt.timedelta(hours=history_hours))
+        for table, col in (("MSdistribution_history", "end_time"), ("MSlogreader_history", "end_time"),
+                           ("MSrepl_errors", "time")):
+            dist.execute(f"DELETE FROM {dist.meta(table)} WHERE publication_id = {u} AND {col} < {p}",
+                         [publication_id, old])
+        tokens = [r[0] for r in dist.query(
+            f"SELECT tracer_id FROM {dist.meta('MStracer_tokens')} WHERE publication_id = {u} AND "
+            f"coalesce(distributor_commit, posted_time) < {p}", [publication_id, old])]
+        for t in tokens:
+            store.delete_rows(dist, "MStracer_history", {"tracer_id": t})
+            store.delete_rows(dist, "MStracer_tokens", {"tracer_id": t})
+    return out
+

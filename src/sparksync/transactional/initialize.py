@@ -1,0 +1,334 @@
+"""Snapshot and initialization of transactional subscriptions, consistent with the log position.
+
+1. The new subscriptions are registered at the distributor with the current end of the log, so
+   retention keeps every command they will need.
+2. A consistent view of the publisher is opened and its position in the command stream recorded
+   (the *sync point*): PostgreSQL, an exported snapshot and its ``pg_current_snapshot()`` (the
+   transactions it sees), plus the log position once every transaction it did not see had ended;
+   SQLite, a backup copy and the last log sequence number in it.
+3. Each article (published columns, rows passing the row filter) is written as Parquet by Spark.
+4. One Spark task per subscription creates the tables, loads them, creates the procedures (on
+   PostgreSQL) and records the starting position, in one transaction at the subscriber.
+
+The distribution agent then delivers, from that position, only what the snapshot does not contain:
+a transaction is skipped exactly when the snapshot saw it (its xid is visible in the snapshot, or
+its log sequence number is at most the copy's), so writes that continue during the snapshot are
+neither missed nor applied twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..config import PublicationConfig, SubscriptionConfig, Topology
+from ..dialects import connect, dialect_for_url
+from ..dialects.base import ForeignKey, Replica, from_table_dict, redact_url
+from ..errors import SchemaError, SparksyncError
+from ..metadata import store
+from ..metadata.schema import TRANSACTIONAL_SUBSCRIBER
+from ..names import TableName
+from ..progress import Reporter, silent
+from ..snapshot.initialize import InitResult, load_parquet, pre_create
+from ..snapshot.manifest import publication_dir
+from ..snapshot.writer import read_partitions, write_parquet
+from ..spark.datasource import ReadPlan
+from ..types import Kind
+from . import distribution as dst
+from .filters import parse_filter
+from .pgoutput import lsn_int
+from .subscriber import ArticleTarget, article_targets, destination_table
+
+XIP_WAIT_SECONDS = 600
+
+
+# -- the sync point ---------------------------------------------------------------------------------
+
+def _xid_precedes(a: int, b: int) -> bool:
+    """PostgreSQL's TransactionIdPrecedes on 32-bit xids (modulo 2^32)."""
+    return ((a - b) & 0xFFFFFFFF) >= 0x80000000
+
+
+def seen_by_snapshot(sync: dict, xact_seqno: int, origin: int | None) -> bool:
+    """True when the subscription's snapshot already contains this change (the agent skips it)."""
+    if not sync:
+        return False
+    if sync["kind"] == "seq":                     # SQLite: a log sequence number
+        return origin is not None and origin <= sync["seq"]
+    if xact_seqno > sync["upto"] or origin is None:   # PostgreSQL: past every transaction the snapshot knew
+        return False
+    x = origin & 0xFFFFFFFF
+    xmin, xmax = sync["xmin"] & 0xFFFFFFFF, sync["xmax"] & 0xFFFFFFFF
+    if _xid_precedes(x, xmin):
+        return True
+    if not _xid_precedes(x, xmax):
+        return False
+    return x not in {v & 0xFFFFFFFF for v in sync["xip"]}
+
+
+def _pg_snapshot(text: str) -> tuple[int, int, list[int]]:
+    xmin, xmax, xip = text.split(":")
+    return int(xmin), int(xmax), [int(x) for x in xip.split(",") if x]
+
+
+def _wait_for(replica: Replica, xip: list[int], report: Reporter) -> None:
+    """Until every transaction running when the snapshot was taken has ended."""
+    deadline = time.monotonic() + XIP_WAIT_SECONDS
+    told = False
+    while True:
+        running = [x for x in xip if replica.scalar("SELECT pg_xact_status(%s::text::xid8)", (str(x),)) ==
+                   "in progress"]
+        if not running:
+            return
+        if not told:
+            report(f"snapshot: waiting for {len(running)} transaction(s) that were running at the snapshot to end")
+            told = True
+        if time.monotonic() > deadline:
+            raise SparksyncError(f"{replica.label}: transactions {running[:5]} have been running for more than "
+                                 f"{XIP_WAIT_SECONDS}s; end them and run setup again")
+        time.sleep(0.2)
+
+
+# -- snapshot -----------------------------------------------------------------------------------------
+
+@dataclass
+class TxArticleSnapshot:
+    article_id: int
+    name: str
+    source_schema: str | None
+    source_table: str
+    table_schema: dict
+    path: str
+    rows: int = 0
+
+
+@dataclass
+class TxSnapshot:
+    publication: str
+    publication_id: str
+    snapshot_id: str
+    directory: str
+    start: int                      # the subscriptions' first watermark: deliver what comes after it
+    sync_point: dict
+    articles: list[TxArticleSnapshot] = field(default_factory=list)
+
+
+def write_snapshot(spark, topology: Topology, pub: PublicationConfig, publication: dst.Publication,
+                   report: Reporter = silent) -> TxSnapshot:
+    """Write the publication's snapshot as of one moment and record that moment's place in the log."""
+    root = publication_dir(topology.snapshot_root, pub.name)
+    snapshot_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+    sdir = root / snapshot_id
+    sdir.mkdir(parents=True, exist_ok=False)
+    articles = [a for a in publication.articles if a["status"] == 1]
+    try:
+        with connect(topology.publisher_url, topology.publisher.name) as pubdb:
+            d = pubdb.dialect
+            logical_decoding = d.capabilities.supports_logical_decoding
+            with d.consistent_reads(pubdb, str(root / ".work")) as (url, sid, frozen):
+                if logical_decoding:
+                    xmin, xmax, xip = _pg_snapshot(frozen.scalar("SELECT pg_current_snapshot()::text"))
+                    _wait_for(pubdb, xip, report)
+                    upto = lsn_int(pubdb.scalar("SELECT pg_current_wal_lsn()::text"))
+                    sync = {"kind": "snapshot", "xmin": xmin, "xmax": xmax, "xip": xip, "upto": upto}
+                    start = 0           # the caller's log position from before the snapshot
+                else:
+                    seq = 0
+                    if frozen.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_sequence'"):
+                        seq = int(frozen.scalar("SELECT seq FROM sqlite_sequence WHERE name = 'MSrepl_log'") or 0)
+                    sync = {"kind": "seq", "seq": seq}
+                    start = seq
+                snap = TxSnapshot(pub.name, publication.publication_id, snapshot_id, str(sdir), start, sync)
+                for a in articles:
+                    info = from_table_dict(a["table_schema"])
+                    name = TableName(a["source_schema"], a["source_table"])
+                    cols = [[c.name, c.type.to_dict()] for c in info.columns]
+                    select = "SELECT " + ", ".join(d.quote(c.name) for c in info.columns)
+                    where = ""
+                    if a["filter"]:
+                        f = parse_filter(a["filter"], [c.name for c in info.columns], a["name"])
+                        where = " WHERE " + f.render("postgres" if d.capabilities.supports_schemas else "sqlite",
+                                                     booleans=[c.name for c in info.columns
+                                                               if c.type.kind is Kind.BOOLEAN])
+                    first_key = info.column(info.primary_key[0])
+                    parts, total = read_partitions(frozen, url, sid, d.table_sql(name), select,
+                                                   d.quote(first_key.name), cols, f"{pub.name}/{a['name']}", where,
+                                                   order_param=d.typed_param(first_key.type))
+                    rel = f"articles/{a['article_id']}_{name.slug}"
+                    report(f"snapshot {pub.name}: {a['name']} ({total} rows, {len(parts)} partition(s))")
+                    write_parquet(spark, ReadPlan(parts), sdir / rel)
+                    snap.articles.append(TxArticleSnapshot(a["article_id"], a["name"], a["source_schema"],
+                                                           a["source_table"], a["table_schema"], rel, total))
+        (sdir / "manifest.json").write_text(json.dumps(asdict(snap), default=str, indent=1), encoding="utf-8")
+    except BaseException:
+        shutil.rmtree(sdir, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(root / ".work", ignore_errors=True)
+    return snap
+
+
+# -- initialization ----------------------------------------------------------------------------------
+
+@dataclass
+class TxSubscriberInit:
+    """Everything one initialization task needs (picklable)."""
+
+    subscription: str
+    publication: str
+    publisher: str
+    url: str
+    label: str
+    pre_creation_cmd: str
+    snapshot_dir: str
+    articles: list[TxArticleSnapshot]
+    targets: dict[int, ArticleTarget]
+    start: int
+
+
+def initialize_subscriber(spec: TxSubscriberInit) -> InitResult:
+    """Initialize one subscription; never raises (a failure is ``ok=False`` with the message)."""
+    t0 = time.perf_counter()
+    try:
+        with connect(spec.url, spec.label) as sub:
+            rows = _initialize(sub, spec)
+        return InitResult(spec.subscription, True, "initialized", rows=rows, seconds=time.perf_counter() - t0)
+    except SparksyncError as e:
+        return InitResult(spec.subscription, False, e.message, seconds=time.perf_counter() - t0)
+    except Exception as e:  # noqa: BLE001 - reported per subscription, the others go on
+        return InitResult(spec.subscription, False, f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
+
+
+def _initialize(sub: Replica, spec: TxSubscriberInit) -> int:
+    d = sub.dialect
+    names = {a.name: destination_table(d, TableName(a.source_schema, a.source_table)) for a in spec.articles}
+    seen: dict[str, str] = {}
+    for a in spec.articles:
+        k = str(names[a.name]).lower()
+        if k in seen:
+            raise SchemaError(f"{sub.label}: articles {seen[k]} and {a.name} would both be table {names[a.name]}")
+        seen[k] = a.name
+    by_source = {str(TableName(a.source_schema, a.source_table)): names[a.name] for a in spec.articles}
+    infos = {}
+    for a in spec.articles:
+        info = from_table_dict(a.table_schema)
+        fks = tuple(ForeignKey(fk.columns, by_source[str(fk.ref_table)], fk.ref_columns, fk.name)
+                    for fk in info.foreign_keys if str(fk.ref_table) in by_source)
+        infos[a.name] = info.__class__(names[a.name], info.columns, info.primary_key, fks, info.unique_columns)
+    ordered = _parents_first(spec.articles, infos)
+    total = 0
+    with sub.transaction():
+        store.install_table_set(sub, TRANSACTIONAL_SUBSCRIBER)
+        kept = pre_create(sub, [(a.name, names[a.name], infos[a.name]) for a in ordered], spec.pre_creation_cmd)
+        for a in ordered:
+            if a.name not in kept:
+                for stmt in d.render_create_table(infos[a.name], None):
+                    sub.execute(stmt)
+        for a in ordered:
+            total += load_parquet(sub, Path(spec.snapshot_dir) / a.path, names[a.name], infos[a.name])
+        install_procedures(sub, spec.targets)
+        store.delete_rows(sub, "MSreplication_subscriptions", {"publication": spec.publication,
+                                                                "subscription": spec.subscription})
+        store.insert_row(sub, "MSreplication_subscriptions", {
+            "publication": spec.publication, "subscription": spec.subscription, "publisher": spec.publisher,
+            "stream": 0, "streams": 1, "transaction_timestamp": spec.start, "time": store.utcnow()})
+    return total
+
+
+def _parents_first(articles: list[TxArticleSnapshot], infos: dict) -> list[TxArticleSnapshot]:
+    """Articles ordered so a table comes after the tables its foreign keys reference."""
+    by_table = {str(infos[a.name].name): a for a in articles}
+    done: list[TxArticleSnapshot] = []
+    visiting: set[str] = set()
+
+    def visit(a: TxArticleSnapshot) -> None:
+        if a in done or a.name in visiting:
+            return
+        visiting.add(a.name)
+        for fk in infos[a.name].foreign_keys:
+            parent = by_table.get(str(fk.ref_table))
+            if parent is not None and parent is not a:
+                visit(parent)
+        done.append(a)
+
+    for a in articles:
+        visit(a)
+    return done
+
+
+def install_procedures(sub: Replica, targets: dict[int, ArticleTarget]) -> None:
+    """Create the generated procedures (CALL/SCALL/MCALL/XCALL) and check custom ones exist."""
+    d = sub.dialect
+    for t in targets.values():
+        for op in ("ins", "upd", "del"):
+            spec = t.spec(op)
+            if not spec.uses_procedure:
+                continue
+            if spec.generated:
+                cols = [(c, _type(x)) for c, x in t.columns]
+                for stmt in d.render_procedure(spec, t.table, cols, t.key):
+                    sub.execute(stmt)
+            else:
+                schema = spec.procedure.schema or d.resolve_name(t.table).schema
+                found = sub.scalar("SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                                   "WHERE n.nspname = %s AND p.proname = %s AND p.prokind = 'p'",
+                                   (schema, spec.procedure.name))
+                if not found:
+                    raise SchemaError(f"{sub.label}: article {t.name}: custom procedure {schema}.{spec.procedure.name} "
+                                      f"({spec.syntax} for {op}) does not exist; create it first", obj=t.name)
+
+
+def _type(d: dict):
+    from ..types import SqlType
+
+    return SqlType.from_dict(d)
+
+
+# -- orchestration (setup) ------------------------------------------------------------------------------
+
+def initialize_subscriptions(spark, topology: Topology, pub: PublicationConfig, publication: dst.Publication,
+                             subs: list[SubscriptionConfig], report: Reporter = silent) -> list[InitResult]:
+    """Register, snapshot and initialize ``subs`` (subscriptions not active yet)."""
+    if not subs:
+        return []
+    with connect(topology.distributor_url, "distributor") as dist, \
+            connect(topology.publisher_url, topology.publisher.name) as pubdb:
+        here = (lsn_int(pubdb.scalar("SELECT pg_current_wal_lsn()::text"))
+                if pubdb.dialect.capabilities.supports_logical_decoding else None)
+        with dist.transaction():
+            for s in subs:
+                store.delete_rows(dist, "MSsubscriptions", {"publication_id": publication.publication_id,
+                                                            "subscription": s.name})
+                store.insert_row(dist, "MSsubscriptions", {
+                    "publication_id": publication.publication_id, "subscription": s.name,
+                    "subscriber": redact_url(topology.resolve_url(s.database)), "status": 0, "sync_point": None,
+                    "delivered_seqno": here if here is not None else (publication.logreader_seqno or 0),
+                    "last_delivery": None, "created_at": store.utcnow(), "message": None})
+    report(f"publication {pub.name}: snapshot for {len(subs)} subscription(s)")
+    snap = write_snapshot(spark, topology, pub, publication, report)
+    start = here if snap.sync_point["kind"] == "snapshot" else snap.start
+    specs = []
+    for s in subs:
+        url = topology.resolve_url(s.database)
+        specs.append(TxSubscriberInit(
+            s.name, pub.name, topology.publisher.name, url, s.name, s.pre_creation_cmd, snap.directory,
+            snap.articles, article_targets(dialect_for_url(url), publication.articles), start))
+    report(f"publication {pub.name}: initializing {len(specs)} subscription(s)")
+    results = spark.sparkContext.parallelize(list(enumerate(specs)), len(specs)) \
+        .map(lambda item: (item[0], initialize_subscriber(item[1]))).collect()
+    results = [r for _, r in sorted(results, key=lambda x: x[0])]
+    with connect(topology.distributor_url, "distributor") as dist, dist.transaction():
+        for r in results:
+            key = {"publication_id": publication.publication_id, "subscription": r.subscription}
+            if r.ok:
+                store.update_rows(dist, "MSsubscriptions", {"status": 1, "sync_point": snap.sync_point,
+                                                            "delivered_seqno": start, "message": None}, key)
+            else:
+                store.update_rows(dist, "MSsubscriptions", {"status": 0, "message": r.message}, key)
+    shutil.rmtree(snap.directory, ignore_errors=True)
+    return results

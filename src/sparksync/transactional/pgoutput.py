@@ -1,0 +1,249 @@
+"""PostgreSQL's ``pgoutput`` logical replication messages (protocol version 1), parsed.
+
+The log reader reads a replication slot with ``pg_logical_slot_peek_binary_changes(...)``: one
+message per row, in commit order, only committed transactions, each framed by Begin and Commit.
+Formats: https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html
+Column values arrive in PostgreSQL's text format; :func:`value_loader` turns them into Python
+values with psycopg's own loaders, chosen by the column's type OID from the Relation message.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+
+
+class Unchanged:
+    """A TOASTed value the update did not change (not sent: take it from the old tuple)."""
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return "UNCHANGED"
+
+
+UNCHANGED = Unchanged()
+Value = bytes | None | Unchanged
+
+
+@dataclass
+class Begin:
+    final_lsn: int
+    commit_time: dt.datetime
+    xid: int
+
+
+@dataclass
+class Commit:
+    commit_lsn: int
+    end_lsn: int
+    commit_time: dt.datetime
+
+
+@dataclass
+class RelationColumn:
+    key: bool
+    name: str
+    type_oid: int
+    typmod: int
+
+
+@dataclass
+class Relation:
+    relid: int
+    namespace: str
+    name: str
+    replica_identity: str
+    columns: list[RelationColumn] = field(default_factory=list)
+
+
+@dataclass
+class Insert:
+    relid: int
+    new: list[Value]
+
+
+@dataclass
+class Update:
+    relid: int
+    new: list[Value]
+    old: list[Value] | None = None      # REPLICA IDENTITY FULL: every column before the update
+    key: list[Value] | None = None      # the old key, when the key changed (default identity)
+
+
+@dataclass
+class Delete:
+    relid: int
+    old: list[Value] | None = None
+    key: list[Value] | None = None
+
+
+@dataclass
+class Truncate:
+    relids: list[int]
+    cascade: bool
+    restart_identity: bool
+
+
+@dataclass
+class Message:
+    transactional: bool
+    lsn: int
+    prefix: str
+    content: bytes
+
+
+@dataclass
+class Ignored:
+    kind: str
+
+
+class ProtocolError(ValueError):
+    pass
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes):
+        self.buf = buf
+        self.pos = 0
+
+    def byte(self) -> str:
+        b = self.buf[self.pos:self.pos + 1]
+        if not b:
+            raise ProtocolError("message ends early")
+        self.pos += 1
+        return chr(b[0])
+
+    def _unpack(self, fmt: str, size: int) -> int:
+        if self.pos + size > len(self.buf):
+            raise ProtocolError("message ends early")
+        (v,) = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += size
+        return v
+
+    def int8(self) -> int:
+        return self._unpack("!b", 1)
+
+    def int16(self) -> int:
+        return self._unpack("!h", 2)
+
+    def int32(self) -> int:
+        return self._unpack("!i", 4)
+
+    def uint32(self) -> int:
+        return self._unpack("!I", 4)
+
+    def int64(self) -> int:
+        return self._unpack("!q", 8)
+
+    def uint64(self) -> int:
+        return self._unpack("!Q", 8)
+
+    def string(self) -> str:
+        end = self.buf.find(b"\x00", self.pos)
+        if end < 0:
+            raise ProtocolError("unterminated string")
+        s = self.buf[self.pos:end].decode("utf-8")
+        self.pos = end + 1
+        return s
+
+    def raw(self, n: int) -> bytes:
+        if self.pos + n > len(self.buf):
+            raise ProtocolError("message ends early")
+        b = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return bytes(b)
+
+    def timestamp(self) -> dt.datetime:
+        return PG_EPOCH + dt.timedelta(microseconds=self.int64())
+
+    def tuple_data(self) -> list[Value]:
+        out: list[Value] = []
+        for _ in range(self.int16()):
+            kind = self.byte()
+            if kind == "n":
+                out.append(None)
+            elif kind == "u":
+                out.append(UNCHANGED)
+            elif kind in ("t", "b"):
+                out.append(self.raw(self.int32()))
+            else:
+                raise ProtocolError(f"unknown tuple value kind {kind!r}")
+        return out
+
+
+def parse(data: bytes) -> Any:
+    """One pgoutput message (bytes) -> Begin | Commit | Relation | Insert | Update | Delete | Truncate |
+    Message | Ignored (origin, type)."""
+    r = _Reader(bytes(data))
+    kind = r.byte()
+    if kind == "B":
+        return Begin(r.uint64(), r.timestamp(), r.uint32())
+    if kind == "C":
+        r.int8()
+        return Commit(r.uint64(), r.uint64(), r.timestamp())
+    if kind == "R":
+        rel = Relation(r.uint32(), r.string(), r.string(), r.byte())
+        for _ in range(r.int16()):
+            flags = r.int8()
+            rel.columns.append(RelationColumn(bool(flags & 1), r.string(), r.uint32(), r.int32()))
+        return rel
+    if kind == "I":
+        relid = r.uint32()
+        if r.byte() != "N":
+            raise ProtocolError("insert without a new tuple")
+        return Insert(relid, r.tuple_data())
+    if kind == "U":
+        relid = r.uint32()
+        tag = r.byte()
+        old = key = None
+        if tag == "O":
+            old = r.tuple_data()
+            tag = r.byte()
+        elif tag == "K":
+            key = r.tuple_data()
+            tag = r.byte()
+        if tag != "N":
+            raise ProtocolError("update without a new tuple")
+        return Update(relid, r.tuple_data(), old, key)
+    if kind == "D":
+        relid = r.uint32()
+        tag = r.byte()
+        values = r.tuple_data()
+        return Delete(relid, values if tag == "O" else None, values if tag == "K" else None)
+    if kind == "T":
+        n = r.int32()
+        options = r.int8()
+        return Truncate([r.uint32() for _ in range(n)], bool(options & 1), bool(options & 2))
+    if kind == "M":
+        flags = r.int8()
+        lsn = r.uint64()
+        prefix = r.string()
+        return Message(bool(flags & 1), lsn, prefix, r.raw(r.int32()))
+    if kind == "O":
+        return Ignored("origin")
+    if kind == "Y":
+        return Ignored("type")
+    raise ProtocolError(f"unknown pgoutput message {kind!r}")
+
+
+def value_loader(type_oid: int) -> Callable[[bytes], Any]:
+    """A function turning a text-format value of type ``type_oid`` into a Python value (psycopg's loader)."""
+    from psycopg import adapt, pq
+
+    loader = adapt.Transformer().get_loader(type_oid, pq.Format.TEXT)
+    return loader.load
+
+
+def lsn_text(lsn: int) -> str:
+    """1234567 -> '0/12D687' (how PostgreSQL writes an LSN)."""
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def lsn_int(text: str) -> int:
+    hi, lo = text.split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)

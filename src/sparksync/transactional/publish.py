@@ -1,0 +1,186 @@
+"""Publishing a transactional publication: validate every article, then set up capture at the
+publisher and the publication's definition at the distributor.
+
+Validation reads everything first and raises one error listing every problem (an unknown table or
+column, no primary key, a primary key column left out of ``columns``, a malformed row filter, a
+server without logical decoding, a table that changed since it was published), so bad input changes
+nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..config import ArticleConfig, PublicationConfig, Topology
+from ..dialects.base import Replica, TableInfo, from_table_dict, to_table_dict
+from ..errors import ConfigurationError, InvalidNameError, SchemaDrift, SchemaError, SparksyncError
+from ..merge.publish import _not_found, describe_drift
+from ..metadata import store
+from ..names import TableName, check_identifier
+from ..types import Kind
+from . import distribution as dst
+from .capture import logical, triggers
+from .filters import FilterError, RowFilter, parse_filter
+
+
+@dataclass
+class TxArticle:
+    article_id: int
+    key: str                       # "Purchasing.Vendor" ("Vendor" on SQLite)
+    name: TableName                # resolved at the publisher
+    published: TableInfo           # the published columns, primary key, foreign keys to other articles
+    filter: RowFilter | None
+    config: ArticleConfig
+
+
+@dataclass
+class TxPublicationPlan:
+    config: PublicationConfig
+    articles: list[TxArticle] = field(default_factory=list)
+    existing: dst.Publication | None = None
+
+
+def published_table(info: TableInfo, columns: list[str] | None, where: str) -> TableInfo:
+    """The table as published: the configured columns (all by default), in the table's order."""
+    if columns is None:
+        return info
+    wanted = []
+    for c in columns:
+        col = info.column(c)
+        if col is None:
+            raise SchemaError(f"{where}: column {c} does not exist (columns = {columns})")
+        wanted.append(col.name)
+    missing = [k for k in info.primary_key if k not in wanted]
+    if missing:
+        raise SchemaError(f"{where}: columns must include the primary key ({', '.join(missing)} is missing)")
+    keep = set(wanted)
+    fks = tuple(fk for fk in info.foreign_keys if set(fk.columns) <= keep)
+    return replace(info, columns=tuple(c for c in info.columns if c.name in keep), foreign_keys=fks,
+                   unique_columns=frozenset(u for u in info.unique_columns if u in keep))
+
+
+def plan_transactional(replica: Replica, dist: Replica | None, pub: PublicationConfig) -> TxPublicationPlan:
+    """Reflect and check every article. Changes nothing. Raises one error listing all problems."""
+    d = replica.dialect
+    plan = TxPublicationPlan(pub)
+    if dist is not None and store.table_set_version(dist, dst.DISTRIBUTION) is not None:
+        plan.existing = dst.publication(dist, pub.name)
+    existing = {a["name"]: a for a in (plan.existing.articles if plan.existing else [])}
+    next_id = max([a["article_id"] for a in existing.values()] + [0]) + 1
+    problems: list[str] = []
+    if d.capabilities.supports_logical_decoding:
+        problems += logical.server_problems(replica, any(a.filter for a in pub.articles))
+    keys = {str(d.resolve_name(a.table_name)) for a in pub.articles}
+    for a in pub.articles:
+        try:
+            name = d.resolve_name(a.table_name)
+            where = f"publication {pub.name}, article {name}"
+            info = replica.reflect(name)
+            if info is None:
+                raise _not_found(replica, a.table_name, pub.name)
+            for c in info.columns:
+                check_identifier(c.name, f"column name in {name}")
+            if not info.primary_key:
+                raise SchemaError(f"{where}: table has no primary key; a transactional article needs one", obj=str(name))
+            published = published_table(info, a.columns, where)
+            published = replace(published, foreign_keys=tuple(
+                fk for fk in published.foreign_keys if str(d.resolve_name(fk.ref_table)) in keys))
+            row_filter = parse_filter(a.filter, [c.name for c in published.columns], where) if a.filter else None
+            if row_filter is not None:
+                _check_filter(replica, name, published, row_filter, where)
+            key = str(name)
+            old = existing.get(key)
+            if old is not None:
+                drift = describe_drift(from_table_dict(old["table_schema"]), published)
+                if drift:
+                    raise SchemaDrift(f"{where}: the table changed since it was published: " + "; ".join(drift)
+                                      + ". Use 'sparksync schema-change' to change a published table", obj=str(name))
+                if (old["filter"] or None) != (a.filter or None):
+                    raise SchemaError(f"{where}: the row filter changed since it was published ({old['filter']!r} -> "
+                                      f"{a.filter!r}); subscribers hold rows of the old filter: drop the "
+                                      "subscriptions' databases or tables and set them up again", obj=str(name))
+                article_id = old["article_id"]
+            else:
+                article_id, next_id = next_id, next_id + 1
+            plan.articles.append(TxArticle(article_id, key, name, published, row_filter, a))
+        except (SchemaError, InvalidNameError, FilterError) as e:
+            problems.append(e.message)
+    if problems:
+        raise SchemaError(f"publication {pub.name} cannot be published:\n" + "\n".join(f"  - {p}" for p in problems),
+                          obj=pub.name)
+    return plan
+
+
+def _check_filter(replica: Replica, name: TableName, info: TableInfo, f: RowFilter, where: str) -> None:
+    """Run the filter once against the table: a type error shows now, not in the first sync."""
+    d = replica.dialect
+    dialect = "postgres" if d.capabilities.supports_schemas else "sqlite"
+    bools = [c.name for c in info.columns if c.type.kind is Kind.BOOLEAN]
+    try:
+        replica.query(f"SELECT 1 FROM {d.table_sql(name)} WHERE {f.render(dialect, booleans=bools)} LIMIT 1")
+    except SparksyncError as e:
+        raise FilterError(f"{where}: filter {f.text!r} does not run: {e.message.split(': ', 1)[-1]}", obj=where) \
+            from None
+
+
+def row_filter_sql(replica: Replica, article: TxArticle) -> str | None:
+    if article.filter is None:
+        return None
+    dialect = "postgres" if replica.dialect.capabilities.supports_schemas else "sqlite"
+    return article.filter.render(dialect, booleans=[c.name for c in article.published.columns
+                                                    if c.type.kind is Kind.BOOLEAN])
+
+
+def apply_transactional(replica: Replica, dist: Replica, topology: Topology, plan: TxPublicationPlan) -> dst.Publication:
+    """Set up capture at the publisher and record the publication at the distributor. Idempotent."""
+    d = replica.dialect
+    pub = plan.config
+    slot = pgpub = None
+    if d.capabilities.supports_logical_decoding:
+        dbname = replica.scalar("SELECT current_database()")
+        slot, pgpub = logical.slot_name(dbname, pub.name), logical.pg_publication_name(pub.name)
+        if not logical.slot_exists(replica, slot) and logical.free_slots(replica) < 1:
+            raise ConfigurationError(f"{replica.label}: no free replication slot for publication {pub.name} "
+                                     "(raise max_replication_slots and restart PostgreSQL)", obj=pub.name)
+        with replica.transaction():
+            logical.publish(replica, pub.name, [(a.name, row_filter_sql(replica, a)) for a in plan.articles])
+        logical.create_slot(replica, slot)
+    else:
+        with replica.transaction():
+            keep = set()
+            for a in plan.articles:
+                triggers.install(replica, pub.name, a.article_id, a.published, a.filter)
+                keep.add(a.article_id)
+            for article_id, names in triggers.installed_tags(replica, pub.name).items():
+                if article_id not in keep:
+                    triggers.uninstall(replica, names)
+    with dist.transaction():
+        store.install_table_set(dist, dst.DISTRIBUTION)
+        existing = dst.publication(dist, pub.name)
+        if existing is None:
+            publication_id = store.new_guid()
+            store.insert_row(dist, "MSpublications", {
+                "publication_id": publication_id, "name": pub.name, "publisher": topology.publisher.name,
+                "publisher_db": replica.label, "source": d.capabilities.name, "slot": slot, "pg_publication": pgpub,
+                "logreader_seqno": None, "logreader_time": None, "created_at": store.utcnow()})
+        else:
+            publication_id = existing.publication_id
+            store.update_rows(dist, "MSpublications", {"publisher": topology.publisher.name, "slot": slot,
+                                                      "pg_publication": pgpub}, {"publication_id": publication_id})
+        known = {a["article_id"] for a in (existing.articles if existing else [])}
+        for a in plan.articles:
+            row = {"name": a.key, "source_schema": a.name.schema, "source_table": a.name.name,
+                   "table_schema": to_table_dict(a.published), "filter": a.config.filter, "ins_cmd": a.config.ins_cmd,
+                   "upd_cmd": a.config.upd_cmd, "del_cmd": a.config.del_cmd, "status": 1}
+            if a.article_id in known:
+                store.update_rows(dist, "MSarticles", row, {"publication_id": publication_id,
+                                                            "article_id": a.article_id})
+            else:
+                store.insert_row(dist, "MSarticles", {"publication_id": publication_id, "article_id": a.article_id,
+                                                      **row})
+        for article_id in known - {a.article_id for a in plan.articles}:
+            store.update_rows(dist, "MSarticles", {"status": 0}, {"publication_id": publication_id,
+                                                                  "article_id": article_id})
+    return dst.require_publication(dist, pub.name)
+
+

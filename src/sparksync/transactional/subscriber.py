@@ -1,0 +1,233 @@
+"""Applying replicated commands at one subscriber: each article's operations as procedure calls or
+plain statements, in its call syntax (seed 001), and SQL Server's error numbers for what fails.
+
+:class:`Applier` runs on one connection, inside the caller's transaction. ``apply`` takes a run of
+commands in order and sends consecutive commands of the same article and operation with one
+``executemany`` (PostgreSQL pipelines them); an update or delete that finds no row is error 20598,
+checked by the generated procedures or, for plain statements, by the rows affected. When anything
+fails the caller rolls back and replays the commands one at a time (``apply_one``) to find which.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from ..dialects.base import Replica
+from ..errors import ConstraintViolation, DatabaseError, RowNotFound, SparksyncError
+from ..merge.changes import RowCodec
+from ..names import TableName
+from ..types import SqlType
+from .calls import CallSpec, arguments, parameters
+
+# SQL Server's numbers for the errors a distribution agent meets (skip_errors speaks them).
+ROW_NOT_FOUND = "20598"
+_CONSTRAINT_NUMBERS = {"primary_key": "2627", "unique": "2601", "foreign_key": "547", "check": "547",
+                       "not_null": "515"}
+
+
+def error_number(e: SparksyncError) -> str:
+    """SQL Server's error number for a failed command (2627, 2601, 547, 515, 20598), else the
+    database's own code."""
+    if isinstance(e, RowNotFound):
+        return ROW_NOT_FOUND
+    if isinstance(e, ConstraintViolation):
+        return _CONSTRAINT_NUMBERS.get(e.kind, e.native_code or "constraint")
+    if isinstance(e, DatabaseError) and e.native_code:
+        return e.native_code
+    return e.code
+
+
+def skippable(e: SparksyncError, skip_errors: Sequence[str]) -> bool:
+    native = getattr(e, "native_code", None)
+    return error_number(e) in skip_errors or (native is not None and native in skip_errors)
+
+
+class Command(NamedTuple):
+    """One replicated command as the distribution agent reads it."""
+
+    xact_seqno: int
+    command_id: int
+    article_id: int
+    type: str                 # ins | upd | del | trunc | token | ddl
+    origin: int | None
+    after: str | None         # JSON of the row after the change
+    before: str | None        # JSON of the row before it
+
+
+@dataclass(frozen=True)
+class ArticleTarget:
+    """One article at one subscriber: its table there, published columns and commands (picklable)."""
+
+    article_id: int
+    name: str
+    table: TableName
+    columns: tuple[tuple[str, dict], ...]      # (name, SqlType dict), in order
+    key: tuple[str, ...]
+    ins: CallSpec
+    upd: CallSpec
+    dele: CallSpec
+
+    def spec(self, op: str) -> CallSpec:
+        return {"ins": self.ins, "upd": self.upd, "del": self.dele}[op]
+
+
+class _Prepared:
+    """An article's statements and converters at one connection."""
+
+    def __init__(self, replica: Replica, t: ArticleTarget):
+        d = replica.dialect
+        self.t = t
+        self.names = [c for c, _ in t.columns]
+        self.types = {c: SqlType.from_dict(x) for c, x in t.columns}
+        self.codec = RowCodec([(c, self.types[c]) for c in self.names])
+        conv = d.db_converters([self.types[c] for c in self.names])
+        self.conv = dict(zip(self.names, conv))
+        table = d.table_sql(t.table)
+        self.sql: dict[str, str | None] = {}
+        self.kinds: dict[str, list[str | None]] = {}   # per parameter: its column (None: the bitmap)
+        for op in ("ins", "upd", "del"):
+            spec = t.spec(op)
+            if not spec.replicated:
+                self.sql[op] = None
+            elif spec.uses_procedure:
+                params = parameters(spec, self.names, t.key)
+                proc = spec.procedure if spec.procedure.schema is not None or not d.capabilities.supports_schemas \
+                    else TableName(d.resolve_name(t.table).schema, spec.procedure.name)
+                marks = [d.typed_param(self.types[p.column]) if p.column is not None else
+                         d.typed_param(SqlType.from_dict({"kind": "bytes"})) for p in params]
+                self.sql[op] = f"CALL {d.table_sql(proc)}({', '.join(marks)})"
+                self.kinds[op] = [p.column for p in params]
+            else:
+                self.sql[op], self.kinds[op] = self._plain(d, table, op)
+        self.truncate = f"DELETE FROM {table}"
+
+    def _plain(self, d, table: str, op: str) -> tuple[str, list[str]]:
+        q, mark = d.quote, lambda c: d.typed_param(self.types[c])
+        where = " AND ".join(f"{q(k)} = {mark(k)}" for k in self.t.key)
+        if op == "ins":
+            return (f"INSERT INTO {table} ({', '.join(q(c) for c in self.names)}) VALUES "
+                    f"({', '.join(mark(c) for c in self.names)})", list(self.names))
+        if op == "upd":
+            sets = ", ".join(f"{q(c)} = {mark(c)}" for c in self.names)
+            return f"UPDATE {table} SET {sets} WHERE {where}", list(self.names) + [f"\0{k}" for k in self.t.key]
+        return f"DELETE FROM {table} WHERE {where}", [f"\0{k}" for k in self.t.key]
+
+    def args(self, op: str, c: Command) -> list[Any]:
+        after = self.codec.decode(c.after) if c.after is not None else None
+        before = self.codec.decode(c.before) if c.before is not None else None
+        spec = self.t.spec(op)
+        if spec.uses_procedure:
+            values = arguments(spec, self.names, self.t.key, before, after)
+        else:   # plain statement: "\0k" is the original value of key column k
+            original = before if before is not None else after
+            values = [original[k[1:]] if k.startswith("\0") else after[k] for k in self.kinds[op]]
+        out = []
+        for v, col in zip(values, self.kinds[op]):
+            conv = self.conv.get(col.lstrip("\0")) if col is not None else None
+            out.append(v if v is None or conv is None else conv(v))
+        return out
+
+    def checks_rows(self, op: str) -> bool:
+        """Plain updates and deletes are checked by the rows they affect (procedures raise 20598)."""
+        return op in ("upd", "del") and not self.t.spec(op).uses_procedure
+
+
+class Applier:
+    """Applies commands on one connection (inside the caller's transaction)."""
+
+    def __init__(self, replica: Replica, targets: dict[int, ArticleTarget]):
+        self.replica = replica
+        self.prepared = {aid: _Prepared(replica, t) for aid, t in targets.items()}
+
+    def _op(self, c: Command) -> str | None:
+        return c.type if c.type in ("ins", "upd", "del") else None
+
+    def apply(self, commands: Sequence[Command]) -> None:
+        """Apply ``commands`` in order, consecutive commands of one statement with one executemany.
+        Raises the first failure (the caller rolls back and replays with :meth:`apply_one`)."""
+        run: list[list[Any]] = []
+        key: tuple | None = None
+        for c in commands:
+            op = self._op(c)
+            if op is None:
+                if key is not None:
+                    self._flush(key, run)
+                    key, run = None, []
+                self.apply_one(c)
+                continue
+            p = self.prepared[c.article_id]
+            if p.sql[op] is None:
+                continue
+            k = (c.article_id, op)
+            if k != key and key is not None:
+                self._flush(key, run)
+                run = []
+            key = k
+            run.append(p.args(op, c))
+        if key is not None:
+            self._flush(key, run)
+
+    def _flush(self, key: tuple, rows: list[list[Any]]) -> None:
+        if not rows:
+            return
+        p = self.prepared[key[0]]
+        op = key[1]
+        n = self.replica.executemany(p.sql[op], rows)
+        if p.checks_rows(op):
+            if n is not None and 0 <= n < len(rows):
+                raise RowNotFound(f"{self.replica.label}: {len(rows) - n} of {len(rows)} {op}s of {p.t.name} found "
+                                  "no row")
+
+    def apply_one(self, c: Command) -> None:
+        """One command; raises a SparksyncError (RowNotFound for 20598)."""
+        if c.type in ("token", "ddl"):
+            return   # tracer tokens change nothing; schema changes are applied by the agent
+        p = self.prepared[c.article_id]
+        if c.type == "trunc":
+            if p.t.dele.replicated:
+                self.replica.execute(p.truncate)
+            return
+        op = c.type
+        if p.sql[op] is None:
+            return
+        cur = self.replica.execute(p.sql[op], p.args(op, c))
+        if p.checks_rows(op) and getattr(cur, "rowcount", 1) == 0:
+            raise RowNotFound(f"{self.replica.label}: the row was not found at the subscriber when applying the "
+                              f"replicated command ({'update' if op == 'upd' else 'delete'} of {p.t.name}, "
+                              f"key {json.dumps(self._key(p, c), default=str)})")
+
+    @staticmethod
+    def _key(p: _Prepared, c: Command) -> dict:
+        row = p.codec.decode(c.before if c.before is not None else c.after) or {}
+        return {k: row.get(k) for k in p.t.key}
+
+
+def destination_table(dialect, source: TableName) -> TableName:
+    """Where an article lives at a subscriber: its schema and name where schemas exist, else its name."""
+    if dialect.capabilities.supports_schemas:
+        return dialect.resolve_name(source)
+    return TableName(None, source.name)
+
+
+def article_targets(dialect, articles: Sequence[dict]) -> dict[int, ArticleTarget]:
+    """The subscriber-side view of a publication's active articles (MSarticles rows): destination
+    table, published columns, and each operation's command for this kind of subscriber."""
+    from ..dialects.base import from_table_dict
+    from .calls import effective_command
+
+    out = {}
+    procedures = dialect.capabilities.supports_procedures
+    for a in articles:
+        if a["status"] != 1:
+            continue
+        info = from_table_dict(a["table_schema"])
+        source = TableName(a["source_schema"], a["source_table"])
+        specs = {op: effective_command(a[f"{op}_cmd"], op, source, procedures) for op in ("ins", "upd", "del")}
+        out[a["article_id"]] = ArticleTarget(
+            a["article_id"], a["name"], destination_table(dialect, source),
+            tuple((c.name, c.type.to_dict()) for c in info.columns), tuple(info.primary_key),
+            specs["ins"], specs["upd"], specs["del"])
+    return out
