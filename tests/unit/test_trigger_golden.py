@@ -216,7 +216,7 @@ def _sqlite_with_tracking(case: str):
 
     dialect = DIALECTS["sqlite"]
     replica = dialect.connect("sqlite://")   # in-memory database
-    for table in store.TABLES:
+    for table in store.MERGE.tables:
         for stmt in store.render_metadata_ddl(replica, table):
             replica.execute(stmt)
     replica.execute('INSERT INTO "MSmerge_replica" (id, replica_id, replnickname, name, role, applying) '
