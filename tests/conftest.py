@@ -73,6 +73,9 @@ class Databases:
 
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as c:
             for db in self.pg_created:
+                # a logical replication slot keeps its database (and the server's log): drop it first
+                c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s",
+                          (db,))
                 c.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 

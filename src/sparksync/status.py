@@ -32,6 +32,15 @@ def _count_after(replica: Replica, nicknames: list[int], after: int | None, excl
 
 
 def gather_status(topology: Topology) -> dict[str, Any]:
+    out = _merge_status(topology)
+    if topology.publications_of_kind("transactional"):
+        from .transactional.status import gather
+
+        out["transactional"] = gather(topology)
+    return out
+
+
+def _merge_status(topology: Topology) -> dict[str, Any]:
     out: dict[str, Any] = {"publisher": {"name": topology.publisher.name,
                                          "database": redact_url(topology.publisher_url)},
                            "publications": [], "subscriptions": []}
@@ -39,16 +48,17 @@ def gather_status(topology: Topology) -> dict[str, Any]:
         version = store.metadata_version(pub)
         out["publisher"]["metadata_version"] = version
         if version is None:
-            out["publisher"]["state"] = "not set up"
+            out["publisher"]["state"] = "not set up" if topology.publications_of_kind("merge") else "no merge metadata"
             for s in topology.subscriptions:
-                out["subscriptions"].append({"name": s.name, "publication": s.publication, "status": "not set up"})
+                if topology.publication(s.publication).kind == "merge":
+                    out["subscriptions"].append({"name": s.name, "publication": s.publication, "status": "not set up"})
             return out
         ident = store.replica_identity(pub)
         out["publisher"].update({
             "state": "published", "replica_nickname": ident.nickname if ident else None,
             "open_generation": pub.dialect.current_open_generation(pub), "enumeration_bound": enumeration_bound(pub)})
         pub_rows = {r["name"]: r for r in store.select_rows(pub, "sysmergepublications")}
-        for pcfg in topology.publications:
+        for pcfg in topology.publications_of_kind("merge"):
             prow = pub_rows.get(pcfg.name)
             if prow is None:
                 out["publications"].append({"name": pcfg.name, "state": "not published"})

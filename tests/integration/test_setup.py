@@ -128,7 +128,7 @@ def test_changes_around_the_snapshot_are_neither_missed_nor_torn(spark, dbs, tmp
     import sparksync.snapshot.writer as writer
 
     data, topo = build(dbs, tmp_path, kind, ["sqlite"])
-    real_write = writer._write
+    real_write = writer.write_parquet
     calls = []
 
     def write_then_change(spark_, plan, path):
@@ -141,7 +141,7 @@ def test_changes_around_the_snapshot_are_neither_missed_nor_torn(spark, dbs, tmp
                           '"OrderQty", "UnitPrice", "ModifiedDate") VALUES (50000, 5000, 1, 1, 10, \'2026-01-01 00:00:00\')')
         calls.append(path)
 
-    monkeypatch.setattr(writer, "_write", write_then_change)
+    monkeypatch.setattr(writer, "write_parquet", write_then_change)
     setup(topo, lambda: spark)
     snap_dir, manifest = current_snapshot(topo.snapshot_root, "Sales")
     sub_url = topo.resolve_url(topo.subscriptions[0].database)

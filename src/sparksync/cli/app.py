@@ -10,10 +10,12 @@ from .merge_cmd import merge_command
 from .setup_cmd import setup_command
 from .snapshot_cmd import snapshot_command
 from .status_cmd import status_command
+from .transactional_cmds import (distribute_command, logreader_command, schema_change_command,
+                                 tracer_token_command)
 
 app = typer.Typer(
     name="sparksync",
-    help="Merge replication for SQLite and PostgreSQL, with its data pipeline on Apache Spark.",
+    help="Merge and transactional replication for SQLite and PostgreSQL, with its data pipeline on Apache Spark.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -23,6 +25,10 @@ app.command("snapshot")(snapshot_command)
 app.command("status")(status_command)
 app.command("merge")(merge_command)
 app.command("conflicts")(conflicts_command)
+app.command("logreader")(logreader_command)
+app.command("distribute")(distribute_command)
+app.command("tracer-token")(tracer_token_command)
+app.command("schema-change")(schema_change_command)
 app.command("demo")(demo_command)
 
 

@@ -24,7 +24,10 @@ def status_command(
     """Publications, articles and nicknames, subscriptions and their watermarks."""
     topology = load(config)
     st = gather_status(topology)
-    unreachable = [s for s in st["subscriptions"] if s.get("status") == "unreachable"]
+    tx = st.get("transactional") or {}
+    unreachable = [s for s in st["subscriptions"] + tx.get("subscriptions", []) if s.get("status") == "unreachable"]
+    if tx.get("distributor", {}).get("state") == "unreachable":
+        unreachable.append(tx["distributor"])
     if as_json:
         console.print_json(json.dumps(st, default=str))
         if unreachable:
@@ -53,6 +56,35 @@ def status_command(
                   f"{_fmt(s.get('publisher_sentgen'))}/{_fmt(s.get('subscriber_recgen'))}",
                   f"{_fmt(s.get('publisher_recgen'))}/{_fmt(s.get('subscriber_sentgen'))}",
                   _fmt(s.get("pending_download")), _fmt(s.get("pending_upload")))
-    console.print(t)
+    if st["subscriptions"]:
+        console.print(t)
+    if tx:
+        _print_transactional(tx)
     if unreachable:
         raise typer.Exit(1)
+
+
+def _print_transactional(tx: dict) -> None:
+    d = tx["distributor"]
+    console.print(f"[bold]Distributor[/] {d['database']}: {d.get('state')}"
+                  + (f" ({d['error']})" if d.get("error") else ""), highlight=False)
+    for pub in tx["publications"]:
+        if pub.get("state") != "published":
+            console.print(f"[bold]Publication[/] {pub['name']} (transactional): {pub['state']}")
+            continue
+        held = (f"slot {pub['slot']} holds {_fmt(pub.get('slot_lag_bytes'))} bytes of log" if pub["source"] ==
+                "postgresql" else f"{pub.get('log_rows', 0)} change(s) in the capture log")
+        console.print(f"[bold]Publication[/] {pub['name']} (transactional, {pub['source']}): log reader at xact_seqno "
+                      f"{_fmt(pub['logreader_seqno'])}, {held}; {pub['queued_transactions']:,} transaction(s) / "
+                      f"{pub['queued_commands']:,} command(s) queued", highlight=False)
+        t = Table("article", "id", "columns", "filter", "ins / upd / del", box=None)
+        for a in pub["articles"]:
+            t.add_row(a["name"], str(a["article_id"]), str(a["columns"]), a["filter"] or "-", " / ".join(a["commands"]))
+        console.print(t)
+    t = Table("subscription", "publication", "status", "streams", "delivered", "at subscriber", "pending", box=None)
+    for s in tx["subscriptions"]:
+        t.add_row(s["name"], s["publication"], s["status"] + (f" ({s.get('error') or s.get('message')})"
+                                                              if s.get("error") or s.get("message") else ""),
+                  str(s["streams"]), _fmt(s.get("delivered_seqno")), _fmt(s.get("subscriber_seqno")),
+                  _fmt(s.get("pending_transactions")))
+    console.print(t)

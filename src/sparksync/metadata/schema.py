@@ -313,6 +313,14 @@ TRANSACTIONAL_SUBSCRIBER = TableSet("transactional subscription", 3, SUBSCRIBER_
          C("transaction_timestamp", BIG, False), C("time", TS, False)),
         ("publication", "subscription", "stream"),
     ),
+    MetaTable(
+        "MSsubscription_articles",
+        "At a transactional subscriber: each article's published columns as they are here, changed by "
+        "schema change commands in the same transaction as the ALTER TABLE they apply.",
+        (C("publication", TEXT, False), C("subscription", TEXT, False), C("article_id", INT, False),
+         C("table_schema", JSON, False)),
+        ("publication", "subscription", "article_id"),
+    ),
 ))
 
 PUBLISHER_LOG_VERSION = 1

@@ -119,7 +119,8 @@ class Delivery:
         self.t0 = time.perf_counter()
         self.main = connect(sub.url, sub.label)
         self.extra: list[Replica] = []
-        self.applier = Applier(self.main, sub.targets)
+        self._recorded_schemas()
+        self.applier = Applier(self.main, sub.targets, self._schema_change)
         self.stream_appliers: list[Applier] = []
         self.watermarks = self._read_watermarks()
         self.done_to = min(self.watermarks.values())        # below this, every stream has everything
@@ -127,6 +128,31 @@ class Delivery:
         self.batch_commands = 0
         self.stopped = False
         self._recover_streams()
+
+    # -- article schemas -------------------------------------------------------------------------
+    def _recorded_schemas(self) -> None:
+        """Each article's columns as they are at this subscriber (schema changes arrive in order)."""
+        from dataclasses import replace
+
+        from ..dialects.base import from_table_dict
+
+        for r in store.select_rows(self.main, "MSsubscription_articles", self._key()):
+            t = self.sub.targets.get(r["article_id"])
+            if t is not None:
+                info = from_table_dict(r["table_schema"])
+                self.sub.targets[t.article_id] = replace(
+                    t, columns=tuple((c.name, c.type.to_dict()) for c in info.columns), key=tuple(info.primary_key))
+
+    def _schema_change(self, replica: Replica, c: Command) -> ArticleTarget:
+        from .subscriber import schema_change
+
+        content = json.loads(c.after)
+        new, _ = schema_change(replica, self.sub.targets[c.article_id], content)
+        self.sub.targets[c.article_id] = new
+        store.update_rows(replica, "MSsubscription_articles", {"table_schema": content["table_schema"]},
+                          {**self._key(), "article_id": c.article_id})
+        self.schema_changed = True
+        return new
 
     # -- watermarks ------------------------------------------------------------------------------
     def _key(self, stream: int | None = None) -> dict:
@@ -230,6 +256,10 @@ class Delivery:
         except SparksyncError as e:
             self._stop(e, commands)
             return
+        if getattr(self, "schema_changed", False):   # other connections prepared the old statements
+            for r in self.extra:
+                r.close()
+            self.extra, self.stream_appliers, self.schema_changed = [], [], False
         self.watermarks = {k: hi for k in range(self.sub.streams)}
         self.done_to = self.behind_to = hi
         self.stored_streams = self.sub.streams
@@ -252,6 +282,7 @@ class Delivery:
         """The batch in one transaction on one connection: fast (runs of one statement), and when
         anything fails, again one command at a time to find it (skipping what skip_errors allows)."""
         seq = self.result.batches
+        saved = dict(self.sub.targets)
         try:
             with self.main.transaction():
                 self.applier.apply(commands)
@@ -262,6 +293,10 @@ class Delivery:
             raise
         except SparksyncError:
             pass
+        # rolled back: a schema change of the batch is undone too
+        self.sub.targets.clear()
+        self.sub.targets.update(saved)
+        self.applier = Applier(self.main, self.sub.targets, self._schema_change)
         with self.main.transaction():
             for c in commands:
                 self.main.execute("SAVEPOINT sparksync_command")

@@ -177,25 +177,6 @@ def record_errors(dist: Replica, publication_id: str, subscription: str, errors:
             "skipped": int(bool(e.get("skipped"))), "time": store.utcnow()})
 
 
-def browse(dist: Replica, publication_id: str, xact_seqno_start: int | None = None, xact_seqno_end: int | None = None,
-           article_id: int | None = None, command_id: int | None = None, limit: int = 1000) -> list[dict[str, Any]]:
-    """Pending commands, readable (SQL Server's sp_browsereplcmds)."""
-    d = dist.dialect
-    conds, params = [f"c.publication_id = {d.uuid_param()}"], [publication_id]
-    for col, op, v in (("xact_seqno", ">=", xact_seqno_start), ("xact_seqno", "<=", xact_seqno_end),
-                       ("article_id", "=", article_id), ("command_id", "=", command_id)):
-        if v is not None:
-            conds.append(f"c.{col} {op} {dist.p}")
-            params.append(v)
-    rows = dist.query(
-        f"SELECT c.xact_seqno, c.command_id, c.article_id, c.type, c.origin, c.after, c.before, t.entry_time "
-        f"FROM {dist.meta('MSrepl_commands')} c JOIN {dist.meta('MSrepl_transactions')} t "
-        f"ON t.publication_id = c.publication_id AND t.xact_seqno = c.xact_seqno WHERE {' AND '.join(conds)} "
-        f"ORDER BY c.xact_seqno, c.command_id LIMIT {int(limit)}", params)
-    keys = ("xact_seqno", "command_id", "article_id", "type", "origin", "after", "before", "entry_time")
-    return [dict(zip(keys, r)) for r in rows]
-
-
 def update_delivered(dist: Replica, publication_id: str, subscription: str, seqno: int | None) -> None:
     values: dict[str, Any] = {"last_delivery": store.utcnow()}
     if seqno is not None:

@@ -232,8 +232,12 @@ def _initialize(sub: Replica, spec: TxSubscriberInit) -> int:
         for a in ordered:
             total += load_parquet(sub, Path(spec.snapshot_dir) / a.path, names[a.name], infos[a.name])
         install_procedures(sub, spec.targets)
-        store.delete_rows(sub, "MSreplication_subscriptions", {"publication": spec.publication,
-                                                                "subscription": spec.subscription})
+        key = {"publication": spec.publication, "subscription": spec.subscription}
+        store.delete_rows(sub, "MSsubscription_articles", key)
+        for a in spec.articles:
+            store.insert_row(sub, "MSsubscription_articles", {**key, "article_id": a.article_id,
+                                                              "table_schema": a.table_schema})
+        store.delete_rows(sub, "MSreplication_subscriptions", key)
         store.insert_row(sub, "MSreplication_subscriptions", {
             "publication": spec.publication, "subscription": spec.subscription, "publisher": spec.publisher,
             "stream": 0, "streams": 1, "transaction_timestamp": spec.start, "time": store.utcnow()})

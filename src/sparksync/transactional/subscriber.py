@@ -136,10 +136,12 @@ class _Prepared:
 
 
 class Applier:
-    """Applies commands on one connection (inside the caller's transaction)."""
+    """Applies commands on one connection (inside the caller's transaction). ``schema_change``:
+    called with (replica, command) for a ``ddl`` command; returns the article's new target."""
 
-    def __init__(self, replica: Replica, targets: dict[int, ArticleTarget]):
+    def __init__(self, replica: Replica, targets: dict[int, ArticleTarget], schema_change=None):
         self.replica = replica
+        self.schema_change = schema_change
         self.prepared = {aid: _Prepared(replica, t) for aid, t in targets.items()}
 
     def _op(self, c: Command) -> str | None:
@@ -183,8 +185,13 @@ class Applier:
 
     def apply_one(self, c: Command) -> None:
         """One command; raises a SparksyncError (RowNotFound for 20598)."""
-        if c.type in ("token", "ddl"):
-            return   # tracer tokens change nothing; schema changes are applied by the agent
+        if c.type == "token":
+            return   # a tracer token changes nothing
+        if c.type == "ddl":
+            if self.schema_change is not None:
+                t = self.schema_change(self.replica, c)
+                self.prepared[t.article_id] = _Prepared(self.replica, t)
+            return
         p = self.prepared[c.article_id]
         if c.type == "trunc":
             if p.t.dele.replicated:
@@ -231,3 +238,30 @@ def article_targets(dialect, articles: Sequence[dict]) -> dict[int, ArticleTarge
             tuple((c.name, c.type.to_dict()) for c in info.columns), tuple(info.primary_key),
             specs["ins"], specs["upd"], specs["del"])
     return out
+
+
+def schema_change(replica: Replica, target: ArticleTarget, content: dict) -> tuple[ArticleTarget, list[str]]:
+    """Apply a schema change command (``content``: action, column) to an article's table at a
+    subscriber and regenerate its generated procedures. Returns the new target and the statements run."""
+    from dataclasses import replace
+
+    d = replica.dialect
+    col = content["column"]
+    name, t = col["name"], SqlType.from_dict(col["type"])
+    table = d.table_sql(target.table)
+    if content["action"] == "add_column":
+        stmts = [f"ALTER TABLE {table} ADD COLUMN {d.quote(name)} {d.render_type(t)}"]
+        columns = target.columns + ((name, t.to_dict()),)
+    elif content["action"] == "drop_column":
+        stmts = [f"ALTER TABLE {table} DROP COLUMN {d.quote(name)}"]
+        columns = tuple(c for c in target.columns if c[0] != name)
+    else:
+        raise SparksyncError(f"unknown schema change {content['action']!r} for article {target.name}")
+    new = replace(target, columns=columns)
+    for op in ("ins", "upd", "del"):
+        spec = new.spec(op)
+        if spec.uses_procedure and spec.generated:
+            stmts += d.render_procedure(spec, new.table, [(c, SqlType.from_dict(x)) for c, x in columns], new.key)
+    for stmt in stmts:
+        replica.execute(stmt)
+    return new, stmts

@@ -287,7 +287,9 @@ class PostgresDialect(Dialect):
             "columns": [{"name": c, "byte": bit_of(i)[0], "bit": bit_of(i)[1]} for i, c in enumerate(names, 1)],
             "not_found": self.ROW_NOT_FOUND_STATE,
         }
-        return render_statements("postgres/templates/transactional_procs.sql", ctx)
+        # a different parameter list would be an overload, not a replacement: drop the old one first
+        return [f"DROP PROCEDURE IF EXISTS {self.table_sql(proc)}",
+                *render_statements("postgres/templates/transactional_procs.sql", ctx)]
 
     def typed_param(self, t: SqlType) -> str:
         return f"%s::{self.render_type(t)}"

@@ -223,7 +223,13 @@ class LogicalCapture:
             if m.prefix == TRACER_PREFIX:
                 yield StoredCommand(0, "token", xid, json.dumps(content), None)
             elif m.prefix == DDL_PREFIX:
-                yield StoredCommand(int(content["article_id"]), "ddl", xid, json.dumps(content), None)
+                # later changes of the article carry its new columns
+                art = _Article({"article_id": content["article_id"], "table_schema": content["table_schema"]})
+                self.by_table[(art.table.schema, art.table.name)] = art
+                for relid, (old, cols, loaders) in list(self.relations.items()):
+                    if old is not None and old.id == art.id:
+                        self.relations[relid] = (art, cols, loaders)
+                yield StoredCommand(art.id, "ddl", xid, json.dumps(content), None)
 
     def horizon(self) -> int:
         """The end of the server's log now: a run that started here stops once it gets there."""

@@ -123,6 +123,10 @@ class TriggerCapture:
                                             f"WHERE publication = ? AND seq > ? AND seq <= ? ORDER BY seq",
                                          (pub, start, hi), FETCH):
                 for seq, article_id, op, after_text, before_text in rows:
+                    if op == "ddl":                   # later changes of the article carry its new columns
+                        content = json.loads(after_text)
+                        self.articles[int(article_id)] = _Article({"article_id": int(article_id),
+                                                                   "table_schema": content["table_schema"]})
                     if op in ("token", "ddl"):
                         yield StoredCommand(int(article_id), op, int(seq), after_text, None)
                         continue

@@ -1,0 +1,155 @@
+"""sparksync logreader | distribute | tracer-token: the transactional replication agents."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from ..transactional import tracer
+from ..transactional.agent import DistributeOptions, DistributeSummary, DistributionAgent
+from ..transactional.logreader import READ_BATCH, run_logreader
+from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load, make_spark, reporter
+
+Continuous = Annotated[bool, typer.Option("--continuous", help="Keep running: read or deliver every polling interval.")]
+Polling = Annotated[float, typer.Option("--polling-interval", min=0.0, help="Seconds between rounds with --continuous.")]
+Rounds = Annotated[int, typer.Option("--rounds", min=0, help="With --continuous: stop after N rounds (0 = never).")]
+Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def _rounds(continuous: bool, polling: float, rounds: int):
+    n = 0
+    while True:
+        yield n
+        n += 1
+        if not continuous or (rounds and n >= rounds):
+            return
+        time.sleep(polling)
+
+
+@handle_errors
+def logreader_command(
+    config: ConfigOption = DEFAULT_CONFIG_PATH,
+    publication: Annotated[Optional[list[str]], typer.Option("--publication", "-p",
+                                                             help="Only this publication (repeatable).")] = None,
+    read_batch: Annotated[int, typer.Option("--read-batch", min=1, help="Changes per read (whole transactions).")] =
+    READ_BATCH,
+    continuous: Continuous = False, polling_interval: Polling = 5.0, rounds: Rounds = 0, as_json: Json = False,
+) -> None:
+    """Move committed transactions from the publisher's log to the distribution database."""
+    topology = load(config)
+    for p in publication or []:
+        topology.publication(p)
+    for _ in _rounds(continuous, polling_interval, rounds):
+        runs = run_logreader(topology, list(publication) if publication else None, read_batch,
+                             reporter if not as_json else (lambda m: None))
+        if as_json:
+            console.print_json(json.dumps([r.to_dict() for r in runs], default=str))
+        else:
+            for r in runs:
+                console.print(f"logreader {r.publication}: {r.transactions:,} transaction(s), {r.commands:,} "
+                              f"command(s) in {r.seconds:.1f}s"
+                              + (f" (xact_seqno {r.first_seqno} .. {r.last_seqno})" if r.transactions else ""),
+                              highlight=False)
+
+
+def _print_distribution(summary: DistributeSummary) -> None:
+    t = Table("publication", "subscription", "transactions", "commands", "batches", "fallbacks", "skipped",
+              "last xact_seqno", "seconds", "status", box=None)
+    for s in summary.subscriptions:
+        t.add_row(s.publication, s.subscription, f"{s.transactions:,}", f"{s.commands:,}", str(s.batches),
+                  str(s.fallbacks), str(s.skipped), str(s.last_seqno if s.last_seqno is not None else "-"),
+                  f"{s.seconds:.2f}", "ok" if s.ok else "[bold red]error[/]")
+    console.print(t)
+    for s in summary.subscriptions:
+        for e in s.errors:
+            if e.get("skipped"):
+                console.print(f"  {s.subscription}: skipped transaction {e['xact_seqno']} command {e['command_id']}: "
+                              f"error {e['error_code']}: {e['message']}", highlight=False)
+        if not s.ok:
+            console.print(f"[bold red]{s.subscription}:[/] {s.message}", highlight=False)
+
+
+@handle_errors
+def distribute_command(
+    config: ConfigOption = DEFAULT_CONFIG_PATH,
+    subscription: Annotated[Optional[list[str]], typer.Option("--subscription", "-s",
+                                                              help="Only this subscription (repeatable).")] = None,
+    continuous: Continuous = False, polling_interval: Polling = 5.0, rounds: Rounds = 0, as_json: Json = False,
+) -> None:
+    """Deliver queued commands to the subscriptions of transactional publications."""
+    topology = load(config)
+    for s in subscription or []:
+        topology.subscription(s)
+    agent = DistributionAgent(topology, make_spark(topology)(), reporter if not as_json else (lambda m: None))
+    failed = False
+    for _ in _rounds(continuous, polling_interval, rounds):
+        summary = agent.run(DistributeOptions(list(subscription) if subscription else None))
+        failed = failed or not summary.ok
+        if as_json:
+            console.print_json(json.dumps(summary.to_dict(), default=str))
+        else:
+            _print_distribution(summary)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _seconds(v: float | None) -> str:
+    return "pending" if v is None else f"{v:.3f}s"
+
+
+@handle_errors
+def tracer_token_command(
+    config: ConfigOption = DEFAULT_CONFIG_PATH,
+    publication: Annotated[str, typer.Option("--publication", "-p", help="The transactional publication.")] = ...,
+    wait: Annotated[float, typer.Option("--wait", min=0.0, help="Seconds to wait for the token to reach every "
+                                                               "subscriber (the agents must be running).")] = 30.0,
+    history: Annotated[bool, typer.Option("--history", help="List recent tokens instead of posting one.")] = False,
+    as_json: Json = False,
+) -> None:
+    """Post a tracer token and report latency publisher -> distributor -> each subscriber."""
+    topology = load(config)
+    if history:
+        reports = tracer.recent(topology, publication)
+    else:
+        tid = tracer.post(topology, publication)
+        if not as_json:
+            console.print(f"tracer token {tid} posted to {publication}", highlight=False)
+        deadline = time.monotonic() + wait
+        rep = tracer.report(topology, publication, tid)
+        while not rep.complete and time.monotonic() < deadline:
+            time.sleep(0.5)
+            rep = tracer.report(topology, publication, tid)
+        reports = [rep]
+    if as_json:
+        console.print_json(json.dumps([r.to_dict() for r in reports], default=str))
+        return
+    t = Table("tracer token", "subscription", "publisher -> distributor", "distributor -> subscriber", "total",
+              box=None)
+    for r in reports:
+        for s, at in (r.subscribers.items() or [("-", None)]):
+            total = None if at is None or r.publisher_commit is None else (at - r.publisher_commit).total_seconds()
+            t.add_row(r.tracer_id[:8], s, _seconds(r.publisher_to_distributor), _seconds(r.distributor_to(s)),
+                      _seconds(total))
+    console.print(t)
+
+
+@handle_errors
+def schema_change_command(
+    config: ConfigOption = DEFAULT_CONFIG_PATH,
+    publication: Annotated[str, typer.Option("--publication", "-p", help="The transactional publication.")] = ...,
+    article: Annotated[str, typer.Option("--article", "-a", help="The published table.")] = ...,
+    add_column: Annotated[Optional[str], typer.Option("--add-column", help="'Name type': add a nullable column.")] = None,
+    drop_column: Annotated[Optional[str], typer.Option("--drop-column", help="Drop this column.")] = None,
+) -> None:
+    """Add or drop a column of a published table; the change reaches subscribers in order with the data."""
+    from ..transactional.schema_change import change
+
+    topology = load(config)
+    content = change(topology, publication, article, add_column, drop_column)
+    verb = "added" if content["action"] == "add_column" else "dropped"
+    console.print(f"{article}: column {content['column']['name']} {verb} at the publisher; the distribution agent "
+                  "applies it at each subscriber (procedures regenerated)", highlight=False)

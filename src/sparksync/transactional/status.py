@@ -1,0 +1,89 @@
+"""``status`` for transactional publications: the log reader's position and what the publisher still
+holds for it, what the distribution database queues, and each subscription's position and backlog."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import Topology
+from ..dialects import connect
+from ..dialects.base import redact_url
+from ..errors import SparksyncError
+from ..metadata import store
+from ..metadata.schema import DISTRIBUTION, PUBLISHER_LOG, TRANSACTIONAL_SUBSCRIBER
+from . import distribution as dst
+
+STATUS = {0: "initializing", 1: "active", 2: "inactive"}
+
+
+def gather(topology: Topology) -> dict[str, Any]:
+    out: dict[str, Any] = {"distributor": {"database": redact_url(topology.distributor_url)},
+                           "publications": [], "subscriptions": []}
+    pubs = topology.publications_of_kind("transactional")
+    try:
+        dist = connect(topology.distributor_url, "distributor")
+    except SparksyncError as e:
+        out["distributor"].update({"state": "unreachable", "error": e.message})
+        return out
+    with dist:
+        if store.table_set_version(dist, DISTRIBUTION) is None:
+            out["distributor"]["state"] = "not set up"
+            out["publications"] = [{"name": p.name, "state": "not published"} for p in pubs]
+            return out
+        out["distributor"]["state"] = "ready"
+        with connect(topology.publisher_url, topology.publisher.name) as pubdb:
+            for pcfg in pubs:
+                p = dst.publication(dist, pcfg.name)
+                if p is None:
+                    out["publications"].append({"name": pcfg.name, "state": "not published"})
+                    continue
+                u, q = dist.dialect.uuid_param(), dist.p
+                queued = dist.query_one(f"SELECT count(*), coalesce(sum(commands), 0) FROM "
+                                        f"{dist.meta('MSrepl_transactions')} WHERE publication_id = {u}",
+                                        [p.publication_id])
+                entry = {"name": p.name, "state": "published", "source": p.source, "slot": p.slot,
+                         "logreader_seqno": p.logreader_seqno, "queued_transactions": int(queued[0]),
+                         "queued_commands": int(queued[1]),
+                         "articles": [{"article_id": a["article_id"], "name": a["name"], "filter": a["filter"],
+                                       "columns": len(a["table_schema"]["columns"]),
+                                       "commands": [a["ins_cmd"] or "default", a["upd_cmd"] or "default",
+                                                    a["del_cmd"] or "default"]}
+                                      for a in p.articles if a["status"] == 1]}
+                entry.update(_publisher_side(pubdb, p))
+                out["publications"].append(entry)
+                subs = {s.subscription: s for s in dst.subscriptions(dist, p.publication_id)}
+                for s in topology.subscriptions_of(pcfg.name):
+                    r = subs.get(s.name)
+                    e: dict[str, Any] = {"name": s.name, "publication": p.name, "streams": s.subscription_streams,
+                                         "database": redact_url(topology.resolve_url(s.database)),
+                                         "status": STATUS.get(r.status, "?") if r else "not initialized",
+                                         "delivered_seqno": r.delivered_seqno if r else None}
+                    if r is not None and r.message:
+                        e["message"] = r.message
+                    if r is not None and r.status == 1:
+                        try:
+                            with connect(topology.resolve_url(s.database), s.name) as sub:
+                                store.require_table_set(sub, TRANSACTIONAL_SUBSCRIBER)
+                                marks = store.select_rows(sub, "MSreplication_subscriptions",
+                                                          {"publication": p.name, "subscription": s.name})
+                            at = min(m["transaction_timestamp"] for m in marks) if marks else None
+                            e["subscriber_seqno"] = at
+                            e["pending_transactions"] = int(dist.scalar(
+                                f"SELECT count(*) FROM {dist.meta('MSrepl_transactions')} WHERE publication_id = {u} "
+                                f"AND xact_seqno > {q}", [p.publication_id, at or 0]) or 0)
+                        except SparksyncError as ex:
+                            e["status"], e["error"] = "unreachable", ex.message
+                    out["subscriptions"].append(e)
+    return out
+
+
+def _publisher_side(pubdb, p: dst.Publication) -> dict[str, Any]:
+    """What the publisher holds for the log reader: the slot's retained log, or the log table's rows."""
+    if pubdb.dialect.capabilities.supports_logical_decoding:
+        row = pubdb.query_one("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
+                              "FROM pg_replication_slots WHERE slot_name = %s", (p.slot,))
+        return {"slot_lag_bytes": int(row[0]) if row else None, "slot_present": row is not None}
+    if store.table_set_version(pubdb, PUBLISHER_LOG) is None:
+        return {"log_rows": 0}
+    return {"log_rows": int(pubdb.scalar(f"SELECT count(*) FROM {pubdb.meta('MSrepl_log')} WHERE publication = ?",
+                                         (p.name,)) or 0)}

@@ -1,0 +1,98 @@
+"""The log reader: only committed transactions, in commit order, with their boundaries; every
+intermediate change (no net changes); the publisher's log released only once stored; PostgreSQL
+TRUNCATE; SQLite's coarser boundaries (transactions between two reads arrive as one)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparksync.dialects import connect
+from sparksync.metadata import store
+from sparksync.transactional import distribution as dst
+from sparksync.transactional.logreader import run_logreader
+from sparksync.transactional.pgoutput import lsn_int
+
+from .harness import build, replicate, setup_topology, vendor_rows, vendor_table
+
+pytestmark = pytest.mark.spark
+
+
+def _transactions(tx) -> list[dict]:
+    with connect(tx.topology.distributor_url) as d:
+        return store.select_rows(d, "MSrepl_transactions", order_by=("xact_seqno",))
+
+
+def _commands(tx) -> list[dict]:
+    with connect(tx.topology.distributor_url) as d:
+        return store.select_rows(d, "MSrepl_commands", order_by=("xact_seqno", "command_id"))
+
+
+@pytest.mark.parametrize("publisher", ["postgresql", "sqlite"])
+def test_only_committed_work_every_change(spark, dbs, tmp_path, pg_admin_url, publisher):
+    tx = build(dbs, tmp_path, publisher, {"S": "sqlite"})
+    setup_topology(tx, spark)
+    t = vendor_table(publisher)
+    with connect(tx.publisher_url) as r:
+        with pytest.raises(RuntimeError):
+            with r.transaction():
+                r.execute(vendor_rows(publisher, [77]))
+                raise RuntimeError("rolled back")
+        for i in range(5):                                  # a row updated 5 times: 5 commands
+            r.execute(f'UPDATE {t} SET "CreditRating" = {i} WHERE "VendorID" = 1')
+    run_logreader(tx.topology)
+    cmds = _commands(tx)
+    assert [c["type"] for c in cmds] == ["upd"] * 5
+    assert all('"VendorID":77' not in (c["after"] or "") for c in cmds)
+    if publisher == "postgresql":
+        assert len(_transactions(tx)) == 5          # each statement committed on its own
+    else:
+        assert len(_transactions(tx)) == 1          # SQLite: what committed between two reads is one transaction
+    assert replicate(tx, spark).ok and tx.subscriber_rows("S") == tx.publisher_rows()
+
+
+def test_postgresql_transaction_boundaries_and_log_release(spark, dbs, tmp_path, pg_admin_url):
+    tx = build(dbs, tmp_path, "postgresql", {"S": "postgresql"})
+    setup_topology(tx, spark)
+    t = vendor_table("postgresql")
+    with connect(tx.publisher_url) as r:
+        with r.transaction():
+            r.execute(vendor_rows("postgresql", [60, 61]))
+            r.execute(f'UPDATE {t} SET "Name" = \'x\' WHERE "VendorID" = 2')
+            r.execute(f'DELETE FROM {t} WHERE "VendorID" = 3')
+        r.execute(f'UPDATE {t} SET "Name" = \'y\' WHERE "VendorID" = 4')
+        with connect(tx.topology.distributor_url) as d:
+            slot = dst.require_publication(d, "Purchasing").slot
+        before = r.scalar("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        end = lsn_int(r.scalar("SELECT pg_current_wal_lsn()::text"))
+    run = run_logreader(tx.topology)[0]
+    txns = _transactions(tx)
+    assert [x["commands"] for x in txns] == [4, 1] and run.transactions == 2
+    assert [c["command_id"] for c in _commands(tx)[:4]] == [1, 2, 3, 4]
+    assert txns[0]["xact_seqno"] < txns[1]["xact_seqno"] and txns[0]["publisher_commit"] is not None
+    with connect(tx.publisher_url) as r:
+        after = r.scalar("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+    assert lsn_int(after) > lsn_int(before) and lsn_int(after) >= txns[-1]["xact_seqno"]
+    assert lsn_int(after) <= end + 10_000_000
+    summary = replicate(tx, spark)
+    assert summary.ok and tx.subscriber_rows("S") == tx.publisher_rows()
+
+
+def test_truncate_at_a_postgresql_publisher(spark, dbs, tmp_path, pg_admin_url):
+    tx = build(dbs, tmp_path, "postgresql", {"S": "postgresql", "L": "sqlite"})
+    setup_topology(tx, spark)
+    tx.publish('TRUNCATE "Purchasing"."Vendor"', vendor_rows("postgresql", [5]))
+    assert replicate(tx, spark).ok
+    assert tx.subscriber_rows("S") == tx.publisher_rows() == tx.subscriber_rows("L")
+    assert len(tx.publisher_rows()) == 1
+
+
+def test_the_sqlite_log_is_trimmed_once_stored(spark, dbs, tmp_path, pg_admin_url):
+    tx = build(dbs, tmp_path, "sqlite", {"S": "sqlite"})
+    setup_topology(tx, spark)
+    tx.publish(vendor_rows("sqlite", [40]))
+    with connect(tx.publisher_url) as r:
+        assert r.scalar('SELECT count(*) FROM "MSrepl_log"') == 1
+    run_logreader(tx.topology)
+    with connect(tx.publisher_url) as r:
+        assert r.scalar('SELECT count(*) FROM "MSrepl_log"') == 0
+    assert len(_transactions(tx)) == 1

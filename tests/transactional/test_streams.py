@@ -1,0 +1,79 @@
+"""Subscription streams: parallel connections, seed 001's primary key chain (error 20598 on one
+stream makes the batch go again over one connection), and a crash between the streams' commits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparksync.dialects import connect
+from sparksync.metadata import store
+from sparksync.transactional.deliver import route
+from sparksync.transactional.subscriber import ArticleTarget, Command
+
+from .harness import build, replicate, setup_topology, vendor_rows
+
+pytestmark = pytest.mark.spark
+T = '"Purchasing"."Vendor"'
+STREAMS = 4
+
+
+def _stream(key: int) -> int:
+    target = ArticleTarget(1, "v", None, (), ("VendorID",), None, None, None)
+    return route(target, Command(1, 1, 1, "upd", None, None, json.dumps({"VendorID": key})), STREAMS)
+
+
+def _topology(dbs, tmp_path, **sub):
+    return build(dbs, tmp_path, "postgresql", {"Reporting": "postgresql"},
+                 subscription={"Reporting": {"subscription_streams": STREAMS, **sub}}, seed_ids=range(1, 41))
+
+
+def test_independent_rows_apply_over_every_stream(spark, dbs, tmp_path, pg_admin_url):
+    tx = _topology(dbs, tmp_path)
+    setup_topology(tx, spark)
+    tx.publish(*[f'UPDATE {T} SET "Name" = \'n{i}\' WHERE "VendorID" = {i}' for i in range(1, 41)],
+               vendor_rows("postgresql", range(100, 120)), f'DELETE FROM {T} WHERE "VendorID" > 35 AND "VendorID" < 100')
+    summary = replicate(tx, spark)
+    (s,) = summary.subscriptions
+    assert s.ok and s.fallbacks == 0 and s.transactions == 42        # 40 updates, one insert, one delete statement
+    assert len({_stream(i) for i in range(1, 41)}) == STREAMS          # the work really was spread
+    assert tx.subscriber_rows("Reporting") == tx.publisher_rows()
+    with connect(tx.subscriber_urls["Reporting"]) as r:
+        rows = store.select_rows(r, "MSreplication_subscriptions", {"subscription": "Reporting"})
+        assert sorted(x["stream"] for x in rows) == [0, 1, 2, 3]
+        assert {x["transaction_timestamp"] for x in rows} == {s.last_seqno}
+
+
+def test_the_primary_key_chain_of_seed_001_falls_back_to_one_connection(spark, dbs, tmp_path, pg_admin_url):
+    # update ... set pk = b where pk = a; update ... set pk = c where pk = b: on different streams
+    a = next(i for i in range(1, 41) if _stream(i) != _stream(i + 1000))
+    b, c = a + 1000, a + 2000
+    tx = _topology(dbs, tmp_path)
+    setup_topology(tx, spark)
+    tx.publish(f'UPDATE {T} SET "VendorID" = {b} WHERE "VendorID" = {a}',
+               f'UPDATE {T} SET "VendorID" = {c} WHERE "VendorID" = {b}')
+    summary = replicate(tx, spark)
+    (s,) = summary.subscriptions
+    assert s.ok and s.fallbacks == 1 and s.errors == []
+    assert tx.subscriber_rows("Reporting") == tx.publisher_rows()
+    ids = [r[0] for r in tx.subscriber_rows("Reporting")]
+    assert c in ids and a not in ids and b not in ids
+
+
+def test_a_crash_between_the_streams_commits_is_finished_next_time(spark, dbs, tmp_path, pg_admin_url, failpoints):
+    tx = _topology(dbs, tmp_path)
+    setup_topology(tx, spark)
+    tx.publish(vendor_rows("postgresql", range(200, 240)),
+               *[f'UPDATE {T} SET "CreditRating" = 5 WHERE "VendorID" = {i}' for i in range(1, 21)],
+               f'DELETE FROM {T} WHERE "VendorID" BETWEEN 21 AND 30')
+    failpoints("distribute.stream_committed Reporting:0:1")       # streams 0 and 1 committed, 2 and 3 not
+    first = replicate(tx, spark)
+    assert not first.ok and "failpoint" in first.subscriptions[0].message
+    with connect(tx.subscriber_urls["Reporting"]) as r:
+        marks = {x["stream"]: x["transaction_timestamp"]
+                 for x in store.select_rows(r, "MSreplication_subscriptions", {"subscription": "Reporting"})}
+    assert len(set(marks.values())) == 2                          # the streams are apart
+    second = replicate(tx, spark)                                  # inserts or deletes applied twice would fail
+    assert second.ok and second.subscriptions[0].errors == [], second.to_dict()
+    assert tx.subscriber_rows("Reporting") == tx.publisher_rows()
