@@ -1,3 +1,5 @@
+DROP PROCEDURE IF EXISTS "Purchasing"."sp_MSins_PurchasingVendor"
+-- statement
 CREATE OR REPLACE PROCEDURE "Purchasing"."sp_MSins_PurchasingVendor"(c1 integer, c2 varchar(15), c3 varchar(50), c4 smallint, c5 boolean, c6 boolean, c7 varchar(1024), c8 timestamp)
 LANGUAGE plpgsql AS $sparksync$
 #variable_conflict use_variable
@@ -6,6 +8,8 @@ BEGIN
   VALUES (c1, c2, c3, c4, c5, c6, c7, c8);
 END
 $sparksync$
+-- statement
+DROP PROCEDURE IF EXISTS "Purchasing"."sp_MSupd_PurchasingVendor"
 -- statement
 CREATE OR REPLACE PROCEDURE "Purchasing"."sp_MSupd_PurchasingVendor"(c1 integer = NULL, c2 varchar(15) = NULL, c3 varchar(50) = NULL, c4 smallint = NULL, c5 boolean = NULL, c6 boolean = NULL, c7 varchar(1024) = NULL, c8 timestamp = NULL, pkc1 integer = NULL, bitmap bytea = NULL)
 LANGUAGE plpgsql AS $sparksync$
@@ -27,6 +31,8 @@ BEGIN
   END IF;
 END
 $sparksync$
+-- statement
+DROP PROCEDURE IF EXISTS "Purchasing"."sp_MSdel_PurchasingVendor"
 -- statement
 CREATE OR REPLACE PROCEDURE "Purchasing"."sp_MSdel_PurchasingVendor"(pkc1 integer)
 LANGUAGE plpgsql AS $sparksync$
