@@ -197,7 +197,11 @@ def snapshot(topology: Topology, spark, publications: list[str] | None = None, r
     names = publications or [p.name for p in topology.publications]
     out = {}
     for n in names:
-        topology.publication(n)
+        if topology.publication(n).kind == "transactional":
+            if publications:
+                raise ConfigurationError(f"publication {n} is transactional: its snapshot is taken by 'sparksync "
+                                         "setup' when a subscription is initialized (consistent with the log)", obj=n)
+            continue
         snap_dir, _ = write_snapshot(spark, topology, n, report)
         out[n] = str(snap_dir)
     return out
