@@ -318,6 +318,14 @@ class Dialect(ABC):
             stmts.append(self.render_rowguid_index(table.name, rowguid))
         return stmts
 
+    def relax_commit_durability(self, replica: Replica) -> None:
+        """From now on, commits on this connection need not wait for the disk (see restore)."""
+        return None
+
+    def restore_commit_durability(self, replica: Replica) -> None:
+        """Commits wait for the disk again; the next one makes every earlier one durable."""
+        return None
+
     def typed_param(self, t: SqlType) -> str:
         """A placeholder for a value of type ``t`` (typed where the server resolves calls by type)."""
         return self.capabilities.paramstyle
@@ -364,6 +372,11 @@ class Dialect(ABC):
 
         replica.executemany(sql, gen())
         return n
+
+    def load_rows(self, replica: Replica, table_sql: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Insert many rows of driver-ready values into ``table_sql`` (an already quoted name) at once."""
+        ph = ", ".join([self.capabilities.paramstyle] * len(columns))
+        replica.executemany(f"INSERT INTO {table_sql} ({', '.join(self.quote(c) for c in columns)}) VALUES ({ph})", rows)
 
     def render_upsert(self, table: TableName, columns: Sequence[str], key: Sequence[str]) -> str:
         cols = ", ".join(self.quote(c) for c in columns)
@@ -412,9 +425,23 @@ class Dialect(ABC):
         (``lineage.dominates``: a >= b entry by entry, a missing entry counting as 0)."""
 
     @abstractmethod
-    def staged_values(self, table: TableName, columns: Sequence[tuple[str, SqlType]], alias: str) -> tuple[str, list[str]]:
-        """Read column values from the staging table's JSON payload (``alias``.payload) exactly as the
-        row-at-a-time apply would bind the decoded values. Returns (extra FROM text, one expression per column)."""
+    def staged_values(self, table: TableName, columns: Sequence[tuple[str, SqlType]], alias: str,
+                      payload: str = "payload", record: str = "sparksync_r") -> tuple[str, list[str]]:
+        """Read column values from a staging table's JSON column (``alias``.``payload``) exactly as the
+        row-at-a-time apply would bind the decoded values. Returns (extra FROM text, one expression per
+        column); ``record`` names what the extra FROM text adds (to read two JSON columns at once)."""
+
+    @abstractmethod
+    def json_field(self, expr: str, name: str) -> str:
+        """SQL: the field ``name`` of the JSON object ``expr``, for comparing (None when absent)."""
+
+    @abstractmethod
+    def json_has(self, expr: str, name: str) -> str:
+        """SQL (boolean): the JSON object ``expr`` has a field ``name``."""
+
+    @abstractmethod
+    def tx_staging_table_ddl(self, table: str) -> str:
+        """The connection's temporary table for staging commands: ord, article_id, op, wave, after, before."""
 
     def staged_key_moved_sql(self, columns: Sequence[tuple[str, SqlType]], staged: str, target: str) -> str:
         """A boolean SQL expression: the staged row (``staged``.payload) may carry other primary key

@@ -127,12 +127,24 @@ class RowCodec:
                 out[name] = _jsonable(conv(v), t)
         return _ENCODE(out)
 
-    def decode(self, text: str | None) -> dict[str, Any] | None:
+    def value_json(self, i: int, v: Any) -> str:
+        """Column ``i``'s value ``v`` (a driver value) as the JSON that :meth:`encode` writes for it."""
+        name, t, plain, conv = self._enc[i]
+        if v is None:
+            return "null"
+        if plain is not None and type(v) is plain:
+            return _ENCODE(v)
+        return _ENCODE(_jsonable(conv(v), t))
+
+    def decode(self, text: str | None, partial: bool = False) -> dict[str, Any] | None:
+        """JSON text -> {column: value}; ``partial``: only the columns the JSON has (a compact before image)."""
         if text is None:
             return None
         raw = json.loads(text)
         out: dict[str, Any] = {}
         for name, t, plain, conv in self._enc:
+            if partial and name not in raw:
+                continue
             v = raw.get(name)
             if v is None:
                 out[name] = None

@@ -36,6 +36,7 @@ from ..errors import SparksyncError
 from ..metadata import store
 from ..progress import send_progress
 from .initialize import seen_by_snapshot
+from .bulk import BulkApplier
 from .subscriber import Applier, ArticleTarget, Command, error_number, skippable
 
 RESULT_COLUMNS = ["subscription", "status", "transactions", "commands", "batches", "fallbacks", "skipped",
@@ -121,7 +122,9 @@ class Delivery:
         self.extra: list[Replica] = []
         self._recorded_schemas()
         self.applier = Applier(self.main, sub.targets, self._schema_change)
-        self.stream_appliers: list[Applier] = []
+        self.bulk = BulkApplier(self.main, sub.targets)
+        self.stream_appliers: list[tuple[Applier, BulkApplier]] = []
+        self.main.dialect.relax_commit_durability(self.main)   # made durable once, at the end (finish)
         self.watermarks = self._read_watermarks()
         self.done_to = min(self.watermarks.values())        # below this, every stream has everything
         self.batch: list[tuple[int, list[Command]]] = []
@@ -226,6 +229,12 @@ class Delivery:
     def finish(self) -> DeliveryResult:
         if not self.stopped:
             self.flush()
+        if self.result.batches:
+            # Batches committed without waiting for the disk; one synchronous commit now makes all of
+            # them durable before the distributor is told they arrived (retention relies on it).
+            self.main.dialect.restore_commit_durability(self.main)
+            with self.main.transaction():
+                store.update_rows(self.main, "MSreplication_subscriptions", {"time": store.utcnow()}, self._key(0))
         self.result.seconds = time.perf_counter() - self.t0
         return self.result
 
@@ -285,7 +294,7 @@ class Delivery:
         saved = dict(self.sub.targets)
         try:
             with self.main.transaction():
-                self.applier.apply(commands)
+                _fast(self.applier, self.bulk, commands)
                 self._write_watermarks(self.main, hi, list(range(self.sub.streams)), all_streams=True)
                 failpoints.hit("distribute.before_commit", f"{self.sub.name}:{seq}")
             return
@@ -297,6 +306,7 @@ class Delivery:
         self.sub.targets.clear()
         self.sub.targets.update(saved)
         self.applier = Applier(self.main, self.sub.targets, self._schema_change)
+        self.bulk = BulkApplier(self.main, self.sub.targets)
         with self.main.transaction():
             for c in commands:
                 self.main.execute("SAVEPOINT sparksync_command")
@@ -312,15 +322,17 @@ class Delivery:
             self._write_watermarks(self.main, hi, list(range(self.sub.streams)), all_streams=True)
             failpoints.hit("distribute.before_commit", f"{self.sub.name}:{seq}")
 
-    def _connections(self) -> list[tuple[Replica, Applier]]:
+    def _connections(self) -> list[tuple[Replica, tuple[Applier, BulkApplier]]]:
         while len(self.extra) < self.sub.streams - 1:
             r = connect(self.sub.url, f"{self.sub.label} stream {len(self.extra) + 1}")
-            self.extra.append(r)
-            self.stream_appliers.append(Applier(r, self.sub.targets))
-        conns = [(self.main, self.applier)] + list(zip(self.extra, self.stream_appliers))
-        for r, _ in conns:
+            r.dialect.relax_commit_durability(r)
             r.execute(f"SET lock_timeout = '{STREAM_LOCK_TIMEOUT}'")
-        return conns
+            self.extra.append(r)
+            self.stream_appliers.append((Applier(r, self.sub.targets), BulkApplier(r, self.sub.targets)))
+        if not getattr(self, "_main_stream_ready", False):
+            self.main.execute(f"SET lock_timeout = '{STREAM_LOCK_TIMEOUT}'")
+            self._main_stream_ready = True
+        return [(self.main, (self.applier, self.bulk))] + list(zip(self.extra, self.stream_appliers))
 
     def _parallel(self, commands: list[Command], hi: int) -> None:
         n = self.sub.streams
@@ -333,10 +345,10 @@ class Delivery:
         lock = threading.Lock()
 
         def work(k: int) -> None:
-            r, applier = conns[k]
+            r, (applier, bulk) = conns[k]
             try:
                 r.execute(r.dialect.begin_write_sql)
-                applier.apply(parts[k])
+                _fast(applier, bulk, parts[k])
                 self._write_watermarks(r, hi, [k])
             except BaseException as e:  # noqa: BLE001 - every stream's outcome is collected
                 with lock:
@@ -370,6 +382,13 @@ class Delivery:
                                    f"{e.error.message}")
         else:
             self.result.message = e.message
+
+
+def _fast(applier: Applier, bulk: BulkApplier, commands: list[Command]) -> None:
+    """The batch's commands on one connection, the quick way: set-based where it can, else runs of one
+    statement (executemany). Raises on the first failure."""
+    if not (bulk.eligible(commands) and bulk.apply(commands)):
+        applier.apply(commands)
 
 
 class CommandFailed(SparksyncError):

@@ -100,17 +100,21 @@ def subscriptions(dist: Replica, publication_id: str) -> list[Subscription]:
 # -- the log reader's side -------------------------------------------------------------------------
 
 class TransactionWriter:
-    """Stores transactions and their commands inside one distribution transaction, in chunks, so a
-    transaction of any size goes through with bounded memory."""
+    """Stores transactions and their commands inside one distribution transaction, in chunks (COPY on
+    PostgreSQL), so a transaction of any size goes through with bounded memory."""
+
+    TRANSACTION_COLUMNS = ("publication_id", "xact_seqno", "xact_id", "publisher_commit", "entry_time", "commands")
 
     def __init__(self, dist: Replica, publication_id: str):
         self.dist = dist
         self.publication_id = publication_id
         self.pending: list[tuple] = []
+        self.pending_transactions: list[tuple] = []
         self.transactions = 0
         self.commands = 0
         self.first: int | None = None
         self.last: int | None = None
+        self.now = store.utcnow()
 
     def command(self, xact_seqno: int, command_id: int, c: StoredCommand) -> None:
         self.pending.append((self.publication_id, xact_seqno, command_id, c.article_id, c.type, c.origin, c.after,
@@ -120,19 +124,24 @@ class TransactionWriter:
 
     def transaction(self, t: TransactionInfo) -> None:
         """Record a transaction once all its commands were given."""
-        self.flush()
-        store.insert_row(self.dist, "MSrepl_transactions", {
-            "publication_id": self.publication_id, "xact_seqno": t.xact_seqno, "xact_id": t.xact_id,
-            "publisher_commit": t.publisher_commit, "entry_time": store.utcnow(), "commands": t.commands})
+        self.pending_transactions.append((self.publication_id, t.xact_seqno, t.xact_id, t.publisher_commit, self.now,
+                                          t.commands))
         self.transactions += 1
         self.commands += t.commands
         self.first = t.xact_seqno if self.first is None else self.first
         self.last = t.xact_seqno
+        if len(self.pending_transactions) >= INSERT_CHUNK:
+            self.flush()
 
     def flush(self) -> None:
+        d = self.dist.dialect
         if self.pending:
-            store.insert_rows(self.dist, "MSrepl_commands", COMMAND_COLUMNS, self.pending)
+            d.load_rows(self.dist, self.dist.meta("MSrepl_commands"), COMMAND_COLUMNS, self.pending)
             self.pending = []
+        if self.pending_transactions:
+            d.load_rows(self.dist, self.dist.meta("MSrepl_transactions"), self.TRANSACTION_COLUMNS,
+                        self.pending_transactions)
+            self.pending_transactions = []
 
     def finish(self, position: int | None) -> None:
         """Move the log reader's position (same transaction as the commands)."""

@@ -161,26 +161,74 @@ class _Reader:
     def timestamp(self) -> dt.datetime:
         return PG_EPOCH + dt.timedelta(microseconds=self.int64())
 
-    def tuple_data(self) -> list[Value]:
+
+_I16, _I32, _U32 = struct.Struct("!h"), struct.Struct("!i"), struct.Struct("!I")
+_T, _B, _N, _U = ord("t"), ord("b"), ord("n"), ord("u")
+
+
+def _tuple(buf: bytes, pos: int) -> tuple[list[Value], int]:
+    """TupleData at ``pos`` -> (values, position after it). The hot loop of the log reader."""
+    try:
+        (n,) = _I16.unpack_from(buf, pos)
+        pos += 2
         out: list[Value] = []
-        for _ in range(self.int16()):
-            kind = self.byte()
-            if kind == "n":
-                out.append(None)
-            elif kind == "u":
-                out.append(UNCHANGED)
-            elif kind in ("t", "b"):
-                out.append(self.raw(self.int32()))
+        append = out.append
+        for _ in range(n):
+            kind = buf[pos]
+            pos += 1
+            if kind == _T or kind == _B:
+                (ln,) = _I32.unpack_from(buf, pos)
+                pos += 4
+                append(buf[pos:pos + ln])
+                pos += ln
+            elif kind == _N:
+                append(None)
+            elif kind == _U:
+                append(UNCHANGED)
             else:
-                raise ProtocolError(f"unknown tuple value kind {kind!r}")
-        return out
+                raise ProtocolError(f"unknown tuple value kind {chr(kind)!r}")
+    except (struct.error, IndexError):
+        raise ProtocolError("message ends early") from None
+    if pos > len(buf):
+        raise ProtocolError("message ends early")
+    return out, pos
+
+
+def _tag(buf: bytes, pos: int) -> str:
+    if pos >= len(buf):
+        raise ProtocolError("message ends early")
+    return chr(buf[pos])
 
 
 def parse(data: bytes) -> Any:
     """One pgoutput message (bytes) -> Begin | Commit | Relation | Insert | Update | Delete | Truncate |
     Message | Ignored (origin, type)."""
-    r = _Reader(bytes(data))
-    kind = r.byte()
+    buf = bytes(data)
+    if not buf:
+        raise ProtocolError("empty message")
+    kind = chr(buf[0])
+    if kind in "IUD":             # row changes: the common case, parsed without a reader object
+        if len(buf) < 6:
+            raise ProtocolError("message ends early")
+        (relid,) = _U32.unpack_from(buf, 1)
+        tag, pos = _tag(buf, 5), 6
+        if kind == "I":
+            if tag != "N":
+                raise ProtocolError("insert without a new tuple")
+            return Insert(relid, _tuple(buf, pos)[0])
+        if kind == "D":
+            values, _ = _tuple(buf, pos)
+            return Delete(relid, values if tag == "O" else None, values if tag == "K" else None)
+        old = key = None
+        if tag in "OK":
+            values, pos = _tuple(buf, pos)
+            old, key = (values, None) if tag == "O" else (None, values)
+            tag, pos = _tag(buf, pos), pos + 1
+        if tag != "N":
+            raise ProtocolError("update without a new tuple")
+        return Update(relid, _tuple(buf, pos)[0], old, key)
+    r = _Reader(buf)
+    r.byte()
     if kind == "B":
         return Begin(r.uint64(), r.timestamp(), r.uint32())
     if kind == "C":
@@ -192,29 +240,6 @@ def parse(data: bytes) -> Any:
             flags = r.int8()
             rel.columns.append(RelationColumn(bool(flags & 1), r.string(), r.uint32(), r.int32()))
         return rel
-    if kind == "I":
-        relid = r.uint32()
-        if r.byte() != "N":
-            raise ProtocolError("insert without a new tuple")
-        return Insert(relid, r.tuple_data())
-    if kind == "U":
-        relid = r.uint32()
-        tag = r.byte()
-        old = key = None
-        if tag == "O":
-            old = r.tuple_data()
-            tag = r.byte()
-        elif tag == "K":
-            key = r.tuple_data()
-            tag = r.byte()
-        if tag != "N":
-            raise ProtocolError("update without a new tuple")
-        return Update(relid, r.tuple_data(), old, key)
-    if kind == "D":
-        relid = r.uint32()
-        tag = r.byte()
-        values = r.tuple_data()
-        return Delete(relid, values if tag == "O" else None, values if tag == "K" else None)
     if kind == "T":
         n = r.int32()
         options = r.int8()

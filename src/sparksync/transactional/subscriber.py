@@ -69,6 +69,7 @@ class ArticleTarget:
     ins: CallSpec
     upd: CallSpec
     dele: CallSpec
+    parents: tuple[int, ...] = ()              # articles its foreign keys reference
 
     def spec(self, op: str) -> CallSpec:
         return {"ins": self.ins, "upd": self.upd, "del": self.dele}[op]
@@ -117,7 +118,9 @@ class _Prepared:
 
     def args(self, op: str, c: Command) -> list[Any]:
         after = self.codec.decode(c.after) if c.after is not None else None
-        before = self.codec.decode(c.before) if c.before is not None else None
+        before = None
+        if c.before is not None:   # an update's before image may be compact: unchanged columns are as after
+            before = {**(after or {}), **self.codec.decode(c.before, partial=True)}
         spec = self.t.spec(op)
         if spec.uses_procedure:
             values = arguments(spec, self.names, self.t.key, before, after)
@@ -227,16 +230,18 @@ def article_targets(dialect, articles: Sequence[dict]) -> dict[int, ArticleTarge
 
     out = {}
     procedures = dialect.capabilities.supports_procedures
-    for a in articles:
-        if a["status"] != 1:
-            continue
+    active = [a for a in articles if a["status"] == 1]
+    ids = {str(TableName(a["source_schema"], a["source_table"])): a["article_id"] for a in active}
+    for a in active:
         info = from_table_dict(a["table_schema"])
         source = TableName(a["source_schema"], a["source_table"])
         specs = {op: effective_command(a[f"{op}_cmd"], op, source, procedures) for op in ("ins", "upd", "del")}
+        parents = tuple(ids[str(fk.ref_table)] for fk in info.foreign_keys
+                        if str(fk.ref_table) in ids and ids[str(fk.ref_table)] != a["article_id"])
         out[a["article_id"]] = ArticleTarget(
             a["article_id"], a["name"], destination_table(dialect, source),
             tuple((c.name, c.type.to_dict()) for c in info.columns), tuple(info.primary_key),
-            specs["ins"], specs["upd"], specs["del"])
+            specs["ins"], specs["upd"], specs["del"], parents)
     return out
 
 

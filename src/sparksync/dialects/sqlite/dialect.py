@@ -254,20 +254,31 @@ class SQLiteDialect(Dialect):
         return (f"NOT EXISTS (SELECT 1 FROM json_each({b}) e "
                 f"WHERE coalesce(json_extract({a}, '$.\"' || e.key || '\"'), 0) < e.value)")
 
-    def staged_values(self, table: TableName, columns, alias: str) -> tuple[str, list[str]]:
+    def staged_values(self, table: TableName, columns, alias: str, payload: str = "payload",
+                      record: str = "sparksync_r") -> tuple[str, list[str]]:
         exprs = []
         for name, t in columns:
             path = f"'$.\"{name}\"'"
-            value = f"json_extract({alias}.payload, {path})"
+            value = f"json_extract({alias}.{payload}, {path})"
             if t.kind in (Kind.TIMESTAMP, Kind.TIMESTAMPTZ):
                 exprs.append(f"replace({value}, 'T', ' ')")        # isoformat(sep=" "), as the adapter stores it
             elif t.kind in (Kind.REAL, Kind.DOUBLE):
-                exprs.append(f"sparksync_float({alias}.payload -> {path})")   # Python's float(), bit for bit
+                exprs.append(f"sparksync_float({alias}.{payload} -> {path})")   # Python's float(), bit for bit
             elif t.kind is Kind.BYTES:
                 exprs.append(f"sparksync_unbase64({value})")
             else:
                 exprs.append(value)
         return "", exprs
+
+    def json_field(self, expr: str, name: str) -> str:
+        return f"json_extract({expr}, '$.\"{name}\"')"
+
+    def json_has(self, expr: str, name: str) -> str:
+        return f"(json_type({expr}, '$.\"{name}\"') IS NOT NULL)"
+
+    def tx_staging_table_ddl(self, table: str) -> str:
+        return (f"CREATE TEMP TABLE IF NOT EXISTS {table} (ord INTEGER PRIMARY KEY, article_id INTEGER NOT NULL, "
+                "op TEXT NOT NULL, wave INTEGER, after TEXT, before TEXT)")
 
     # -- merge change tracking --------------------------------------------------------------
     def new_rowguid_sql(self) -> str:

@@ -24,6 +24,7 @@ from ...dialects.base import Replica, from_table_dict
 from ...errors import ConfigurationError, SchemaError, SparksyncError
 from ...merge.changes import RowCodec
 from ...names import TableName
+from ...types import Kind, SqlType
 from .. import pgoutput as po
 from ..distribution import StoredCommand
 from . import Begin, End
@@ -107,7 +108,63 @@ class _Article:
         info = from_table_dict(row["table_schema"])
         self.table = info.name
         self.columns = [c.name for c in info.columns]
+        self.types = [c.type for c in info.columns]
+        self.key = set(info.primary_key)
         self.codec = RowCodec([(c.name, c.type) for c in info.columns])
+
+
+_TEXT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_INT_KINDS = (Kind.SMALLINT, Kind.INTEGER, Kind.BIGINT)
+
+
+def _fragment(t: SqlType, type_oid: int, codec: RowCodec, i: int):
+    """A function: PostgreSQL's text form of a value -> its JSON, as RowCodec.encode writes it. Integers,
+    booleans, text and UUIDs go straight from the text form; other types through psycopg's loader and
+    the codec's conversion (decimals, timestamps, bytes...)."""
+    if t.kind in _INT_KINDS:
+        return bytes.decode
+    if t.kind is Kind.BOOLEAN:
+        return lambda b: "true" if b == b"t" else "false"
+    if t.kind is Kind.TEXT:
+        return lambda b: _TEXT_JSON(b.decode("utf-8"))
+    if t.kind is Kind.UUID:
+        return lambda b: '"' + b.decode("ascii") + '"'
+    load = po.value_loader(type_oid)
+    return lambda b: codec.value_json(i, load(b))
+
+
+class _Shape:
+    """How one relation's tuples become one article's JSON (built when the Relation message comes)."""
+
+    def __init__(self, art: _Article, cols: list[po.RelationColumn]):
+        self.article, self.cols = art, cols
+        where = {c.name: i for i, c in enumerate(cols)}
+        self.parts = []          # (position in the tuple or None, '"name":', fragment function, is key)
+        for i, (name, t) in enumerate(zip(art.columns, art.types)):
+            pos = where.get(name)
+            frag = _fragment(t, cols[pos].type_oid, art.codec, i) if pos is not None else None
+            self.parts.append((pos, _TEXT_JSON(name) + ":", frag, name in art.key))
+
+    def row(self, values: list, fallback: list | None = None) -> str:
+        out = []
+        for pos, name, frag, _ in self.parts:
+            v = None if pos is None else values[pos]
+            if v is po.UNCHANGED:    # a TOASTed value the update kept: the before image has it
+                v = fallback[pos] if fallback is not None and fallback[pos] is not po.UNCHANGED else None
+            out.append(name + ("null" if v is None else frag(v)))
+        return "{" + ",".join(out) + "}"
+
+    def changed(self, old: list, new: list) -> str:
+        """The before image of an update, compact: the key columns and the columns that changed
+        (the others are as in the after image)."""
+        out = []
+        for pos, name, frag, key in self.parts:
+            if pos is None:
+                continue
+            v, n = old[pos], new[pos]
+            if key or (n is not po.UNCHANGED and v != n):
+                out.append(name + ("null" if v is None else frag(v)))
+        return "{" + ",".join(out) + "}"
 
 
 class LogicalCapture:
@@ -118,7 +175,7 @@ class LogicalCapture:
         self.publication = publication
         self.read_batch_changes = max(1, int(read_batch))
         self.by_table = {(a.table.schema, a.table.name): a for a in map(_Article, articles)}
-        self.relations: dict[int, tuple[_Article | None, list[po.RelationColumn], list]] = {}
+        self.relations: dict[int, _Shape | None] = {}
         self.confirmed_to: int | None = None
         self._pending_end: int | None = None
 
@@ -175,8 +232,7 @@ class LogicalCapture:
                         yield End()
                 elif isinstance(m, po.Relation):
                     art = self.by_table.get((m.namespace, m.name))
-                    loaders = [po.value_loader(c.type_oid) for c in m.columns]
-                    self.relations[m.relid] = (art, m.columns, loaders)
+                    self.relations[m.relid] = _Shape(art, m.columns) if art is not None else None
                 elif skip:
                     continue
                 else:
@@ -184,38 +240,27 @@ class LogicalCapture:
         if open_txn:   # the slot always returns whole transactions; anything else is a server bug
             raise SparksyncError(f"{self.replica.label}: slot {self.publication.slot} returned an unfinished transaction")
 
-    def _row(self, relid: int, values: list | None, fallback: list | None = None) -> tuple[_Article, str | None]:
-        art, cols, loaders = self.relations[relid]
-        if values is None or art is None:
-            return art, None
-        by_name: dict[str, Any] = {}
-        for i, (c, load, v) in enumerate(zip(cols, loaders, values)):
-            if v is po.UNCHANGED:    # a TOASTed value the update kept: the before image has it
-                v = fallback[i] if fallback is not None else None
-                if v is po.UNCHANGED:
-                    v = None
-            by_name[c.name] = None if v is None else load(v)
-        return art, art.codec.encode([by_name.get(c) for c in art.columns])
-
     def _commands(self, m: Any, xid: int | None) -> Iterator[StoredCommand]:
-        if isinstance(m, po.Insert):
-            art, after = self._row(m.relid, m.new)
-            if art is not None:
-                yield StoredCommand(art.id, "ins", xid, after, None)
-        elif isinstance(m, po.Update):
-            art, before = self._row(m.relid, m.old or m.key)
-            _, after = self._row(m.relid, m.new, m.old)
-            if art is not None:
-                yield StoredCommand(art.id, "upd", xid, after, before)
-        elif isinstance(m, po.Delete):
-            art, before = self._row(m.relid, m.old or m.key)
-            if art is not None:
-                yield StoredCommand(art.id, "del", xid, None, before)
+        if isinstance(m, (po.Insert, po.Update, po.Delete)):
+            shape = self.relations[m.relid]
+            if shape is None:
+                return
+            aid = shape.article.id
+            if isinstance(m, po.Insert):
+                yield StoredCommand(aid, "ins", xid, shape.row(m.new), None)
+            elif isinstance(m, po.Update):
+                if m.old is not None:
+                    before = shape.changed(m.old, m.new)
+                else:   # without a full before image: the old key if it changed, else the new key
+                    before = shape.row(m.key) if m.key is not None else None
+                yield StoredCommand(aid, "upd", xid, shape.row(m.new, m.old), before)
+            else:
+                yield StoredCommand(aid, "del", xid, None, shape.row(m.old if m.old is not None else m.key))
         elif isinstance(m, po.Truncate):
             for relid in m.relids:
-                art = self.relations.get(relid, (None,))[0]
-                if art is not None:
-                    yield StoredCommand(art.id, "trunc", xid, None, None)
+                shape = self.relations.get(relid)
+                if shape is not None:
+                    yield StoredCommand(shape.article.id, "trunc", xid, None, None)
         elif isinstance(m, po.Message):
             content = json.loads(m.content.decode("utf-8")) if m.content else {}
             if content.get("publication") != self.publication.name:
@@ -226,9 +271,9 @@ class LogicalCapture:
                 # later changes of the article carry its new columns
                 art = _Article({"article_id": content["article_id"], "table_schema": content["table_schema"]})
                 self.by_table[(art.table.schema, art.table.name)] = art
-                for relid, (old, cols, loaders) in list(self.relations.items()):
-                    if old is not None and old.id == art.id:
-                        self.relations[relid] = (art, cols, loaders)
+                for relid, shape in list(self.relations.items()):
+                    if shape is not None and shape.article.id == art.id:
+                        self.relations[relid] = _Shape(art, shape.cols)
                 yield StoredCommand(art.id, "ddl", xid, json.dumps(content), None)
 
     def horizon(self) -> int:

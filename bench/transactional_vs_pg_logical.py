@@ -1,0 +1,197 @@
+"""Transactional replication against PostgreSQL's built-in logical replication, in the same run.
+
+Two copies of one table (``item``: id, v, s) on the local server: one replicated by PostgreSQL
+(``CREATE PUBLICATION`` / ``CREATE SUBSCRIPTION`` between two databases), one by sparksync (log
+reader + distribution agent, a PostgreSQL subscriber, a SQLite distribution database). Each workload
+runs at both publishers while replication is paused (the subscription disabled; the agents not
+running), then the clock starts at the last commit: PostgreSQL's subscription is enabled, sparksync
+runs one log reader pass and one distribution agent pass (warm Spark session). The time until the
+subscriber holds the last change is the catch-up time; rates and ratios are taken from it.
+
+    .venv/bin/python bench/transactional_vs_pg_logical.py [--transactions 50000] [--rows 500000] [--streams 4]
+
+Workloads: (a) single-row transactions (an UPDATE each, committed one by one, from a procedure on
+the server), (b) one UPDATE of every row in one transaction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+
+from sparksync.config import parse_topology
+from sparksync.provision import setup
+from sparksync.spark.session import spark_session
+from sparksync.transactional.agent import DistributeOptions, DistributionAgent
+from sparksync.transactional.logreader import run_logreader
+
+TABLE = "CREATE TABLE item (id integer PRIMARY KEY, v integer NOT NULL, s text NOT NULL)"
+WORKER = """CREATE OR REPLACE PROCEDURE one_row_transactions(n integer) LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1..n LOOP
+    UPDATE item SET v = v + 1 WHERE id = i;
+    COMMIT;
+  END LOOP;
+END $$"""
+
+
+def url(base: str, db: str) -> str:
+    return base.rsplit("/", 1)[0] + "/" + db
+
+
+def make_db(admin: str, name: str, rows: int) -> str:
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    u = url(admin, name)
+    with psycopg.connect(u, autocommit=True) as c:
+        c.execute(TABLE)
+        if rows:
+            c.execute("INSERT INTO item SELECT g, 0, md5(g::text) FROM generate_series(1, %s) g", (rows,))
+        c.execute(WORKER)
+    return u
+
+
+def wait_for(u: str, marker: int, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(u, autocommit=True) as c:
+        while c.execute("SELECT count(*) FROM item WHERE id = %s", (marker,)).fetchone()[0] == 0:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{u}: marker {marker} did not arrive")
+            time.sleep(0.01)
+
+
+def workload(u: str, kind: str, n: int, marker: int) -> None:
+    with psycopg.connect(u, autocommit=True) as c:
+        if kind == "transactions":
+            c.execute("CALL one_row_transactions(%s)", (n,))
+        else:
+            c.execute("UPDATE item SET v = v + 1")
+        c.execute("INSERT INTO item VALUES (%s, 0, 'marker')", (marker,))     # the last commit
+
+
+class Builtin:
+    def __init__(self, admin: str, rows: int, tag: str):
+        self.pub = make_db(admin, f"bench_pgpub_{tag}", rows)
+        self.sub = make_db(admin, f"bench_pgsub_{tag}", 0)
+        self.slot = f"bench_pgsub_{tag}"
+        with psycopg.connect(self.pub, autocommit=True) as c:
+            c.execute("CREATE PUBLICATION bench FOR TABLE item")
+            c.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
+        conninfo = f"host=127.0.0.1 port=5432 user=postgres dbname=bench_pgpub_{tag}"
+        with psycopg.connect(self.sub, autocommit=True) as c:
+            c.execute(f"CREATE SUBSCRIPTION bench CONNECTION '{conninfo}' PUBLICATION bench "
+                      f"WITH (create_slot = false, slot_name = '{self.slot}')")
+            while c.execute("SELECT count(*) FROM pg_subscription_rel WHERE srsubstate <> 'r'").fetchone()[0]:
+                time.sleep(0.1)
+
+    def run(self, kind: str, n: int, marker: int) -> float:
+        with psycopg.connect(self.sub, autocommit=True) as c:
+            c.execute("ALTER SUBSCRIPTION bench DISABLE")
+            while c.execute("SELECT count(*) FROM pg_stat_subscription WHERE subname = 'bench' AND pid IS NOT NULL"
+                            ).fetchone()[0]:
+                time.sleep(0.05)       # the apply worker has stopped: nothing is applied during the workload
+        workload(self.pub, kind, n, marker)
+        t0 = time.perf_counter()
+        with psycopg.connect(self.sub, autocommit=True) as c:
+            c.execute("ALTER SUBSCRIPTION bench ENABLE")
+        wait_for(self.sub, marker)
+        return time.perf_counter() - t0
+
+    def drop(self, admin: str) -> None:
+        with psycopg.connect(self.sub, autocommit=True) as c:
+            c.execute("ALTER SUBSCRIPTION bench DISABLE")
+            c.execute("ALTER SUBSCRIPTION bench SET (slot_name = NONE)")
+            c.execute("DROP SUBSCRIPTION bench")
+
+
+class Sparksync:
+    def __init__(self, admin: str, rows: int, tag: str, workdir: Path, streams: int, spark):
+        self.pub = make_db(admin, f"bench_sspub_{tag}", rows)
+        self.subs = {"one": make_db(admin, f"bench_sssub1_{tag}", 0), "many": make_db(admin, f"bench_sssubn_{tag}", 0)}
+        self.topology = parse_topology({
+            "distributor": {"database": f"sqlite:///{workdir / 'distribution.db'}"},
+            "publisher": {"name": "P", "database": self.pub, "snapshot_dir": str(workdir / "snap")},
+            "publications": [{"name": "Bench", "kind": "transactional", "articles": [{"table": "item"}]}],
+            "subscriptions": [{"name": "one", "publication": "Bench", "database": self.subs["one"],
+                               "subscription_streams": 1},
+                              {"name": "many", "publication": "Bench", "database": self.subs["many"],
+                               "subscription_streams": streams}],
+        }, workdir)
+        self.spark = spark
+        setup(self.topology, lambda: spark)
+        self.agent = DistributionAgent(self.topology, spark)
+        with psycopg.connect(self.pub, autocommit=True) as c:      # warm the session: one small round
+            c.execute("UPDATE item SET v = v WHERE id = 1")
+        run_logreader(self.topology)
+        self.agent.run()
+
+    def run(self, kind: str, n: int, marker: int) -> dict[str, float]:
+        workload(self.pub, kind, n, marker)
+        t0 = time.perf_counter()
+        run_logreader(self.topology)
+        read = time.perf_counter() - t0
+        out = {"logreader": read}
+        for name in ("one", "many"):
+            t1 = time.perf_counter()
+            summary = self.agent.run(DistributeOptions([name]))
+            assert summary.ok, summary.to_dict()
+            wait_for(self.subs[name], marker)
+            out[name] = read + time.perf_counter() - t1
+        return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--transactions", type=int, default=50_000)
+    ap.add_argument("--rows", type=int, default=500_000)
+    ap.add_argument("--streams", type=int, default=4)
+    ap.add_argument("--pg-url", default=os.environ.get("SPARKSYNC_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    a = ap.parse_args()
+    tag = uuid.uuid4().hex[:8]
+    spark = spark_session(os.environ.get("SPARK_MASTER", "local[*]"))
+    created = []
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            rows = max(a.rows, a.transactions)
+            builtin = Builtin(a.pg_url, rows, tag)
+            created += [f"bench_pgpub_{tag}", f"bench_pgsub_{tag}"]
+            ours = Sparksync(a.pg_url, rows, tag, Path(d), a.streams, spark)
+            created += [f"bench_sspub_{tag}", f"bench_sssub1_{tag}", f"bench_sssubn_{tag}"]
+            results = []
+            for label, kind, n, changes in (("(a) single-row transactions", "transactions", a.transactions,
+                                             a.transactions),
+                                            ("(b) one UPDATE of every row", "update", 0, rows)):
+                marker = -(len(results) + 1)
+                pg = builtin.run(kind, n, marker)
+                ss = ours.run(kind, n, marker)
+                results.append((label, changes, pg, ss))
+            print(f"\ncatch-up time from the last commit at the publisher to fully applied at the subscriber "
+                  f"(sparksync: log reader + distribution agent; streams > 1: {a.streams})")
+            print(f"  {'workload':<32}{'changes':>10}{'system':>28}{'seconds':>10}{'changes/s':>12}{'vs PG':>8}")
+            for label, changes, pg, ss in results:
+                print(f"  {label:<32}{changes:>10,}{'PostgreSQL logical':>28}{pg:>10.2f}{changes / pg:>12,.0f}{1:>8.2f}")
+                for name, what in (("one", "sparksync, 1 stream"), ("many", f"sparksync, {a.streams} streams")):
+                    print(f"  {'':<32}{'':>10}{what:>28}{ss[name]:>10.2f}{changes / ss[name]:>12,.0f}"
+                          f"{pg / ss[name]:>8.2f}")
+                print(f"  {'':<32}{'':>10}{'(of which log reader)':>28}{ss['logreader']:>10.2f}")
+            print("  target: sparksync with 1 stream >= 0.5x of PostgreSQL's rate")
+        finally:
+            try:
+                builtin.drop(a.pg_url)
+            except Exception:  # noqa: BLE001
+                pass
+            with psycopg.connect(a.pg_url, autocommit=True) as c:
+                for db in created:
+                    c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s",
+                              (db,))
+                    c.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()
