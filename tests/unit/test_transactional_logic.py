@@ -137,3 +137,4 @@ def test_wal_level_and_version_messages():
 def test_slot_names_are_valid_and_distinct():
     a, b = slot_name("db1", "Purchasing"), slot_name("db2", "Purchasing")
     assert a != b and a.startswith("sparksync_purchasing_") and a == a.lower() and len(a) <= 63
+

@@ -436,6 +436,11 @@ class Dialect(ABC):
         """SQL: the field ``name`` of the JSON object ``expr``, for comparing (None when absent)."""
 
     @abstractmethod
+    def json_typed(self, expr: str, name: str, t: SqlType) -> str:
+        """SQL: the field ``name`` of the JSON object ``expr`` (a row as the change JSON holds it) as a
+        value of type ``t``, read as :meth:`staged_values` reads it."""
+
+    @abstractmethod
     def json_has(self, expr: str, name: str) -> str:
         """SQL (boolean): the JSON object ``expr`` has a field ``name``."""
 

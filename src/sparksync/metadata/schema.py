@@ -257,7 +257,8 @@ DISTRIBUTION = TableSet("distribution database", 2, DISTRIBUTION_VERSION, (
         (C("publication_id", GUID, False), C("xact_seqno", BIG, False), C("command_id", INT, False),
          C("article_id", INT, False), C("type", TEXT, False),
          C("origin", BIG, True, "PostgreSQL: the transaction's xid; SQLite: the change's log sequence number"),
-         C("after", TEXT), C("before", TEXT)),
+         C("after", TEXT), C("before", TEXT, True, "an update's before image holds the key and the changed columns"),
+         C("rowhash", BIG, True, "a hash of the row's key before the change: which subscription stream applies it")),
         ("publication_id", "xact_seqno", "command_id"),
     ),
     MetaTable(

@@ -25,17 +25,15 @@ from ..metadata import store
 from ..metadata.schema import TRANSACTIONAL_SUBSCRIBER
 from ..progress import ProgressListener, Reporter, driver_host, silent
 from ..spark.datasource import ReadPartition, ReadPlan
-from ..spark.partitioning import group_labels, split_ranges
 from ..types import Kind, SqlType
 from . import distribution as dst
 from .deliver import RESULT_SCHEMA, DeliveryContext, SubscriptionTarget, make_mapper
 from .subscriber import article_targets
 
-COMMAND_COLUMNS = [["xact_seqno", SqlType(Kind.BIGINT).to_dict()], ["command_id", SqlType(Kind.INTEGER).to_dict()],
+COMMAND_COLUMNS = [["subscription", SqlType(Kind.TEXT).to_dict()], ["xact_seqno", SqlType(Kind.BIGINT).to_dict()], ["command_id", SqlType(Kind.INTEGER).to_dict()],
                    ["article_id", SqlType(Kind.INTEGER).to_dict()], ["type", SqlType(Kind.TEXT).to_dict()],
                    ["origin", SqlType(Kind.BIGINT).to_dict()], ["after", SqlType(Kind.TEXT).to_dict()],
-                   ["before", SqlType(Kind.TEXT).to_dict()]]
-MIN_COMMANDS_PER_READ = 50_000
+                   ["before", SqlType(Kind.TEXT).to_dict()], ["rowhash", SqlType(Kind.BIGINT).to_dict()]]
 
 
 @dataclass
@@ -190,32 +188,21 @@ class DistributionAgent:
         return min(r["transaction_timestamp"] for r in rows)
 
     def _spark(self, dist, p: dst.Publication, ctx: DeliveryContext, starts: dict[str, int], bound: int) -> list[dict]:
-        from pyspark.sql import functions as F
-
+        """One read partition per subscription (its pending commands, in order, through the Data Source),
+        applied by the same task without a shuffle: subscriptions are delivered in parallel, each in
+        commit order."""
         spark = self.spark
-        cores = spark.sparkContext.defaultParallelism
-        lo = min(starts.values())
-        counts = dst.command_counts(dist, p.publication_id, lo, bound)
-        sql, _ = dst.commands_query(dist)
+        sql = dst.commands_query(dist, ordered=True)
         url = self.topology.distributor_url
-        parts = [ReadPartition(url, sql, [p.publication_id, a, b], COMMAND_COLUMNS, None,
-                               f"{p.name} commands ({a}, {b}]")
-                 for a, b in split_ranges(counts, lo, bound, cores, MIN_COMMANDS_PER_READ)]
-        partitions = max(1, min(len(starts), cores))
-        labels = group_labels(partitions)
         order = sorted(starts)
-        ctx.groups = {s: labels[i % partitions] for i, s in enumerate(order)}
-        routes = spark.createDataFrame([(s, i, starts[s], ctx.groups[s]) for i, s in enumerate(order)],
-                                       "subscription STRING, sub_order INT, start BIGINT, apply_group INT")
+        ctx.groups = {s: i for i, s in enumerate(order)}
+        parts = [ReadPartition(url, sql, [s, p.publication_id, starts[s], dst.LAST_COMMAND, bound, dst.LAST_COMMAND],
+                               COMMAND_COLUMNS, None, f"{p.name} -> {s}") for s in order]
         commands = spark.read.format("sparksync").schema(ReadPlan(parts).spark_schema()) \
             .option("plan", ReadPlan(parts).to_json()).load()
         with ProgressListener(self._progress_line, driver_host(spark)) as listener:
             ctx.progress = listener.address
-            rows = (commands.join(F.broadcast(routes), commands["xact_seqno"] > routes["start"])
-                    .drop("start")
-                    .repartition(partitions, "apply_group")
-                    .sortWithinPartitions("apply_group", "sub_order", "xact_seqno", "command_id")
-                    .mapInArrow(make_mapper(ctx), RESULT_SCHEMA))
+            rows = commands.mapInArrow(make_mapper(ctx), RESULT_SCHEMA)
             return [r.asDict() for r in rows.collect()]
 
     def _progress_line(self, e: dict) -> None:

@@ -73,11 +73,16 @@ class BulkApplier:
             return True
         d.load_rows(r, s, ("ord", "article_id", "op", "after", "before"), rows)
         articles = list(dict.fromkeys(x[1] for x in rows))
+        self.single_wave: set[int] = set()
+        waves = {}
         for aid in articles:
-            if self._moves_keys(self.targets[aid]):
+            moved, repeated = self._shape(self.targets[aid])
+            if moved:
                 return False
-        waves = {aid: self._number_waves(self.targets[aid]) for aid in articles}
-        counts = {(aid, op, w): n for aid, op, w, n in r.query(
+            waves[aid] = self._number_waves(self.targets[aid]) if repeated else 1
+            if not repeated:            # every row once: one wave, and no need to write it down
+                self.single_wave.add(aid)
+        counts = {(aid, op, w or 1): n for aid, op, w, n in r.query(
             f"SELECT article_id, op, wave, count(*) FROM {s} GROUP BY article_id, op, wave")}
         order = self._parents_first(articles)
         for wave in range(1, max(waves.values()) + 1):
@@ -110,14 +115,18 @@ class BulkApplier:
     def _key_fields(self, t: ArticleTarget, source: str) -> list[str]:
         return [self.d.json_field(f"{self.table}.{source}", k) for k in t.key]
 
-    def _moves_keys(self, t: ArticleTarget) -> bool:
-        """Does an update of this article change its primary key? (then the batch goes command by command)"""
-        s = self.table
+    def _shape(self, t: ArticleTarget) -> tuple[bool, bool]:
+        """(does an update change the primary key? — then the batch goes command by command,
+        does a row have several commands?) for one article of the staged batch, in one query."""
+        s, d = self.table, self.d
         moved = " OR ".join(f"{b} IS DISTINCT FROM {a}" for b, a in
                             zip(self._key_fields(t, "before"), self._key_fields(t, "after")))
-        return bool(self.replica.scalar(
-            f"SELECT count(*) FROM {s} WHERE article_id = {int(t.article_id)} AND op = 'upd' AND before IS NOT NULL "
-            f"AND ({moved})"))
+        key = ", ".join(f"coalesce({d.json_field(f'{s}.before', k)}, {d.json_field(f'{s}.after', k)})" for k in t.key)
+        distinct = f"count(DISTINCT {key})" if len(t.key) == 1 else "-1"
+        n_moved, repeated = self.replica.query_one(
+            f"SELECT sum(CASE WHEN op = 'upd' AND before IS NOT NULL AND ({moved}) THEN 1 ELSE 0 END), "
+            f"count(*) <> {distinct} FROM {s} WHERE article_id = {int(t.article_id)}")
+        return bool(n_moved), bool(repeated)
 
     def _number_waves(self, t: ArticleTarget) -> int:
         """Number each command by the commands of the same row before it (1, 2, ...); returns the highest."""
@@ -126,11 +135,6 @@ class BulkApplier:
                         for k in t.key)
         aid = int(t.article_id)
         r = self.replica
-        distinct = r.scalar(f"SELECT count(DISTINCT ({key})) = count(*) FROM {s} x WHERE article_id = {aid}") \
-            if len(t.key) == 1 else False
-        if distinct:
-            r.execute(f"UPDATE {s} SET wave = 1 WHERE article_id = {aid}")
-            return 1
         r.execute(f"UPDATE {s} SET wave = w.rn FROM (SELECT x.ord, row_number() OVER (PARTITION BY {key} "
                   f"ORDER BY x.ord) AS rn FROM {s} x WHERE x.article_id = {aid}) w WHERE {s}.ord = w.ord")
         return int(r.scalar(f"SELECT max(wave) FROM {s} WHERE article_id = {aid}") or 1)
@@ -139,24 +143,25 @@ class BulkApplier:
         return [(c, SqlType.from_dict(x)) for c, x in t.columns]
 
     def _mine(self, t: ArticleTarget, op: str, wave: int, alias: str = "s") -> str:
-        return f"{alias}.article_id = {int(t.article_id)} AND {alias}.op = '{op}' AND {alias}.wave = {int(wave)}"
+        mine = f"{alias}.article_id = {int(t.article_id)} AND {alias}.op = '{op}'"
+        return mine if t.article_id in self.single_wave else f"{mine} AND {alias}.wave = {int(wave)}"
 
     def _delete(self, t: ArticleTarget, wave: int, n: int) -> None:
         d, table = self.d, self.d.table_sql(t.table)
-        keys = [(k, SqlType.from_dict(dict(t.columns)[k])) for k in t.key]
-        joins, exprs = d.staged_values(t.table, keys, "s", payload="before", record="sparksync_b")
+        types = dict(t.columns)
+        exprs = [d.json_typed("s.before", k, SqlType.from_dict(types[k])) for k in t.key]
         cols = ", ".join(d.quote(k) for k in t.key)
         done = self.replica.execute(
-            f"DELETE FROM {table} WHERE ({cols}) IN (SELECT {', '.join(exprs)} FROM {self.table} s{joins} "
+            f"DELETE FROM {table} WHERE ({cols}) IN (SELECT {', '.join(exprs)} FROM {self.table} s "
             f"WHERE {self._mine(t, 'del', wave)})").rowcount
         self._check(t, "delete", n, done)
 
     def _update(self, t: ArticleTarget, wave: int, n: int) -> None:
         d, table = self.d, self.d.table_sql(t.table)
         cols = self._columns(t)
-        key_types = [(k, dict(cols)[k]) for k in t.key]
+        types = dict(cols)
         after_joins, values = d.staged_values(t.table, cols, "s", payload="after", record="sparksync_r")
-        before_joins, keys = d.staged_values(t.table, key_types, "s", payload="before", record="sparksync_b")
+        keys = [d.json_typed("s.before", k, types[k]) for k in t.key]
         bitmap = t.upd.syntax in ("SCALL", "MCALL")
         sets = []
         for (name, _), v in zip(cols, values):
@@ -173,12 +178,12 @@ class BulkApplier:
             cols_sql = ", ".join(d.quote(k) for k in t.key)
             found = self.replica.scalar(
                 f"SELECT count(*) FROM {table} WHERE ({cols_sql}) IN (SELECT {', '.join(keys)} FROM {self.table} "
-                f"s{before_joins} WHERE {self._mine(t, 'upd', wave)})")
+                f"s WHERE {self._mine(t, 'upd', wave)})")
             self._check(t, "update", n, int(found or 0))
             return
         where = " AND ".join(f"{table}.{d.quote(k)} = {e}" for k, e in zip(t.key, keys))
         done = self.replica.execute(
-            f"UPDATE {table} SET {', '.join(sets)} FROM {self.table} s{after_joins}{before_joins} "
+            f"UPDATE {table} SET {', '.join(sets)} FROM {self.table} s{after_joins} "
             f"WHERE {where} AND {self._mine(t, 'upd', wave)}").rowcount
         self._check(t, "update", n, done)
 

@@ -103,9 +103,12 @@ class StreamFailed(Exception):
 
 
 def route(target: ArticleTarget, c: Command, streams: int) -> int:
-    """The stream of a command: its row's primary key before the change (after, for an insert)."""
+    """The stream of a command: its row's primary key before the change (after, for an insert), hashed
+    by the log reader (``rowhash``) or here."""
     if streams == 1 or c.type not in ("ins", "upd", "del"):
         return 0
+    if c.rowhash is not None:
+        return c.rowhash % streams
     row = json.loads(c.before if c.before is not None else c.after)
     key = json.dumps([c.article_id] + [row.get(k) for k in target.key], default=str, separators=(",", ":"))
     return zlib.crc32(key.encode("utf-8")) % streams

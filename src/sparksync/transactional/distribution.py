@@ -13,25 +13,26 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..dialects.base import Replica
 from ..errors import NotInitialized
 from ..metadata import store
 from ..metadata.schema import DISTRIBUTION
-from ..types import Kind
+from ..types import Kind, SqlType
 
-COMMAND_COLUMNS = ("publication_id", "xact_seqno", "command_id", "article_id", "type", "origin", "after", "before")
+COMMAND_COLUMNS = ("publication_id", "xact_seqno", "command_id", "article_id", "type", "origin", "after", "before",
+                   "rowhash")
 INSERT_CHUNK = 5_000
 
 
-@dataclass
-class StoredCommand:
+class StoredCommand(NamedTuple):
     article_id: int
     type: str                  # ins | upd | del | trunc | token | ddl
     origin: int | None         # PostgreSQL: the transaction's xid; SQLite: the change's log sequence number
     after: str | None
     before: str | None
+    rowhash: int | None = None  # a hash of the row's key (before the change): its subscription stream
 
 
 @dataclass
@@ -118,7 +119,7 @@ class TransactionWriter:
 
     def command(self, xact_seqno: int, command_id: int, c: StoredCommand) -> None:
         self.pending.append((self.publication_id, xact_seqno, command_id, c.article_id, c.type, c.origin, c.after,
-                             c.before))
+                             c.before, c.rowhash))
         if len(self.pending) >= INSERT_CHUNK:
             self.flush()
 
@@ -160,21 +161,20 @@ def bound(dist: Replica, publication_id: str) -> int | None:
                        f"{dist.dialect.uuid_param()}", [publication_id])
 
 
-def command_counts(dist: Replica, publication_id: str, lo: int, hi: int) -> list[tuple[int, int]]:
-    """(xact_seqno, commands) of the stored transactions in (lo, hi], in order (to plan parallel reads)."""
-    p = dist.p
-    return [(int(x), int(n)) for x, n in dist.query(
-        f"SELECT xact_seqno, commands FROM {dist.meta('MSrepl_transactions')} WHERE publication_id = "
-        f"{dist.dialect.uuid_param()} AND xact_seqno > {p} AND xact_seqno <= {p} ORDER BY xact_seqno",
-        [publication_id, lo, hi])]
+LAST_COMMAND = 2**31 - 1     # (xact_seqno, LAST_COMMAND): the end of that transaction
 
 
-def commands_query(dist: Replica) -> tuple[str, list[str]]:
-    """The SQL reading a publication's commands in (lo, hi], and its parameter order."""
+def commands_query(dist: Replica, ordered: bool = False) -> str:
+    """The SQL reading a subscription's commands of a publication between two (xact_seqno, command_id)
+    positions, the first excluded; parameters: subscription (a constant first column), publication_id,
+    lo seqno, lo command, hi seqno, hi command. ``ordered``: in commit order."""
     p = dist.p
-    return (f"SELECT xact_seqno, command_id, article_id, type, origin, after, before FROM "
+    text = dist.dialect.typed_param(SqlType(Kind.TEXT))
+    return (f"SELECT {text} AS subscription, xact_seqno, command_id, article_id, type, origin, after, before, rowhash "
+            f"FROM "
             f"{dist.meta('MSrepl_commands')} WHERE publication_id = {dist.dialect.uuid_param()} "
-            f"AND xact_seqno > {p} AND xact_seqno <= {p}", ["publication_id", "lo", "hi"])
+            f"AND (xact_seqno, command_id) > ({p}, {p}) AND (xact_seqno, command_id) <= ({p}, {p})"
+            + (" ORDER BY xact_seqno, command_id" if ordered else ""))
 
 
 def record_errors(dist: Replica, publication_id: str, subscription: str, errors: Iterable[dict]) -> None:

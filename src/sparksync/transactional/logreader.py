@@ -23,7 +23,7 @@ from . import distribution as dst
 from .capture import Begin, End, capture_for
 from .distribution import StoredCommand, TransactionInfo
 
-READ_BATCH = 20_000        # changes per read (whole transactions: a bigger one is read whole)
+READ_BATCH = 100_000       # changes per read (whole transactions: a bigger one is read whole)
 
 
 @dataclass
@@ -60,13 +60,13 @@ def read_publication(topology: Topology, name: str, read_batch: int = READ_BATCH
                     current: TransactionInfo | None = None
                     tokens: list[tuple[dict, TransactionInfo]] = []
                     for ev in capture.read_batch(after):
-                        if isinstance(ev, Begin):
-                            current = TransactionInfo(ev.xact_seqno, ev.xact_id, ev.publisher_commit)
-                        elif isinstance(ev, StoredCommand):
+                        if type(ev) is StoredCommand:          # the common event first
                             current.commands += 1
                             writer.command(current.xact_seqno, current.commands, ev)
                             if ev.type == "token":
                                 tokens.append((json.loads(ev.after), current))
+                        elif isinstance(ev, Begin):
+                            current = TransactionInfo(ev.xact_seqno, ev.xact_id, ev.publisher_commit)
                         elif isinstance(ev, End):
                             if current.commands:
                                 writer.transaction(current)

@@ -163,10 +163,11 @@ class _Reader:
 
 
 _I16, _I32, _U32 = struct.Struct("!h"), struct.Struct("!i"), struct.Struct("!I")
+_BEGIN, _COMMIT = struct.Struct("!QqI"), struct.Struct("!QQq")
 _T, _B, _N, _U = ord("t"), ord("b"), ord("n"), ord("u")
 
 
-def _tuple(buf: bytes, pos: int) -> tuple[list[Value], int]:
+def read_tuple(buf: bytes, pos: int) -> tuple[list[Value], int]:
     """TupleData at ``pos`` -> (values, position after it). The hot loop of the log reader."""
     try:
         (n,) = _I16.unpack_from(buf, pos)
@@ -215,25 +216,26 @@ def parse(data: bytes) -> Any:
         if kind == "I":
             if tag != "N":
                 raise ProtocolError("insert without a new tuple")
-            return Insert(relid, _tuple(buf, pos)[0])
+            return Insert(relid, read_tuple(buf, pos)[0])
         if kind == "D":
-            values, _ = _tuple(buf, pos)
+            values, _ = read_tuple(buf, pos)
             return Delete(relid, values if tag == "O" else None, values if tag == "K" else None)
         old = key = None
         if tag in "OK":
-            values, pos = _tuple(buf, pos)
+            values, pos = read_tuple(buf, pos)
             old, key = (values, None) if tag == "O" else (None, values)
             tag, pos = _tag(buf, pos), pos + 1
         if tag != "N":
             raise ProtocolError("update without a new tuple")
-        return Update(relid, _tuple(buf, pos)[0], old, key)
+        return Update(relid, read_tuple(buf, pos)[0], old, key)
+    if kind == "B" and len(buf) >= 21:
+        lsn, micros, xid = _BEGIN.unpack_from(buf, 1)
+        return Begin(lsn, PG_EPOCH + dt.timedelta(microseconds=micros), xid)
+    if kind == "C" and len(buf) >= 26:
+        commit, end, micros = _COMMIT.unpack_from(buf, 2)
+        return Commit(commit, end, PG_EPOCH + dt.timedelta(microseconds=micros))
     r = _Reader(buf)
     r.byte()
-    if kind == "B":
-        return Begin(r.uint64(), r.timestamp(), r.uint32())
-    if kind == "C":
-        r.int8()
-        return Commit(r.uint64(), r.uint64(), r.timestamp())
     if kind == "R":
         rel = Relation(r.uint32(), r.string(), r.string(), r.byte())
         for _ in range(r.int16()):

@@ -54,7 +54,8 @@ class Command(NamedTuple):
     type: str                 # ins | upd | del | trunc | token | ddl
     origin: int | None
     after: str | None         # JSON of the row after the change
-    before: str | None        # JSON of the row before it
+    before: str | None        # JSON of the row before it (an update's: the key and the changed columns)
+    rowhash: int | None = None   # a hash of the row's key before the change
 
 
 @dataclass(frozen=True)

@@ -362,6 +362,12 @@ class PostgresDialect(Dialect):
     def json_field(self, expr: str, name: str) -> str:
         return f"({expr} ->> '{name.replace(chr(39), chr(39) * 2)}')"
 
+    def json_typed(self, expr: str, name: str, t: SqlType) -> str:
+        key = "'" + name.replace("'", "''") + "'"
+        if t.kind is Kind.BYTES:
+            return f"decode({expr} ->> {key}, 'base64')"
+        return f"({expr} ->> {key})::{self.render_type(t)}"
+
     def json_has(self, expr: str, name: str) -> str:
         return f"({expr} ? '{name.replace(chr(39), chr(39) * 2)}')"
 

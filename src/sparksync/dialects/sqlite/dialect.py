@@ -273,6 +273,10 @@ class SQLiteDialect(Dialect):
     def json_field(self, expr: str, name: str) -> str:
         return f"json_extract({expr}, '$.\"{name}\"')"
 
+    def json_typed(self, expr: str, name: str, t: SqlType) -> str:
+        alias, _, payload = expr.rpartition(".")
+        return self.staged_values(TableName(None, "unused"), [(name, t)], alias, payload)[1][0]
+
     def json_has(self, expr: str, name: str) -> str:
         return f"(json_type({expr}, '$.\"{name}\"') IS NOT NULL)"
 

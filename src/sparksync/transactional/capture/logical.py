@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import struct
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -134,7 +136,8 @@ def _fragment(t: SqlType, type_oid: int, codec: RowCodec, i: int):
 
 
 class _Shape:
-    """How one relation's tuples become one article's JSON (built when the Relation message comes)."""
+    """How one relation's tuples become one article's commands (built when the Relation message comes):
+    change messages are decoded here in one pass, straight into the commands' JSON."""
 
     def __init__(self, art: _Article, cols: list[po.RelationColumn]):
         self.article, self.cols = art, cols
@@ -144,6 +147,7 @@ class _Shape:
             pos = where.get(name)
             frag = _fragment(t, cols[pos].type_oid, art.codec, i) if pos is not None else None
             self.parts.append((pos, _TEXT_JSON(name) + ":", frag, name in art.key))
+        self.key_positions = [where[k] for k in art.columns if k in art.key and k in where]
 
     def row(self, values: list, fallback: list | None = None) -> str:
         out = []
@@ -165,6 +169,42 @@ class _Shape:
             if key or (n is not po.UNCHANGED and v != n):
                 out.append(name + ("null" if v is None else frag(v)))
         return "{" + ",".join(out) + "}"
+
+    def rowhash(self, values: list) -> int:
+        """A hash of the row's key as the server writes it (every command of a row gets the same)."""
+        return zlib.crc32(b"\x00".join(values[p] or b"" for p in self.key_positions), self.article.id)
+
+    def command(self, buf: bytes, xid: int | None) -> StoredCommand:
+        """One Insert / Update / Delete message -> its command."""
+        kind, tag = buf[0], chr(buf[5])
+        aid = self.article.id
+        if kind == _INSERT:
+            if tag != "N":
+                raise po.ProtocolError("insert without a new tuple")
+            new, _ = po.read_tuple(buf, 6)
+            return StoredCommand(aid, "ins", xid, self.row(new), None, self.rowhash(new))
+        if kind == _DELETE:
+            old, _ = po.read_tuple(buf, 6)
+            return StoredCommand(aid, "del", xid, None, self.row(old), self.rowhash(old))
+        old = key = None
+        pos = 6
+        if tag == "O" or tag == "K":
+            values, pos = po.read_tuple(buf, pos)
+            old, key = (values, None) if tag == "O" else (None, values)
+            tag, pos = chr(buf[pos]), pos + 1
+        if tag != "N":
+            raise po.ProtocolError("update without a new tuple")
+        new, _ = po.read_tuple(buf, pos)
+        if old is not None:
+            before, hashed = self.changed(old, new), old
+        elif key is not None:    # without a full before image: the old key, when it changed
+            before, hashed = self.row(key), key
+        else:
+            before, hashed = None, new
+        return StoredCommand(aid, "upd", xid, self.row(new, old), before, self.rowhash(hashed))
+
+
+_INSERT, _UPDATE, _DELETE = ord("I"), ord("U"), ord("D")
 
 
 class LogicalCapture:
@@ -218,6 +258,13 @@ class LogicalCapture:
             if not rows:
                 break
             for (data,) in rows:
+                first = data[0]
+                if first == _UPDATE or first == _INSERT or first == _DELETE:     # the common case, fast
+                    if not skip:
+                        shape = self.relations.get(struct.unpack_from("!I", data, 1)[0])
+                        if shape is not None:
+                            yield shape.command(bytes(data), xid)
+                    continue
                 m = po.parse(data)
                 if isinstance(m, po.Begin):
                     skip = after is not None and m.final_lsn <= after
@@ -241,22 +288,8 @@ class LogicalCapture:
             raise SparksyncError(f"{self.replica.label}: slot {self.publication.slot} returned an unfinished transaction")
 
     def _commands(self, m: Any, xid: int | None) -> Iterator[StoredCommand]:
-        if isinstance(m, (po.Insert, po.Update, po.Delete)):
-            shape = self.relations[m.relid]
-            if shape is None:
-                return
-            aid = shape.article.id
-            if isinstance(m, po.Insert):
-                yield StoredCommand(aid, "ins", xid, shape.row(m.new), None)
-            elif isinstance(m, po.Update):
-                if m.old is not None:
-                    before = shape.changed(m.old, m.new)
-                else:   # without a full before image: the old key if it changed, else the new key
-                    before = shape.row(m.key) if m.key is not None else None
-                yield StoredCommand(aid, "upd", xid, shape.row(m.new, m.old), before)
-            else:
-                yield StoredCommand(aid, "del", xid, None, shape.row(m.old if m.old is not None else m.key))
-        elif isinstance(m, po.Truncate):
+        """Commands of the messages that are not row changes: TRUNCATE, tracer tokens, schema changes."""
+        if isinstance(m, po.Truncate):
             for relid in m.relids:
                 shape = self.relations.get(relid)
                 if shape is not None:

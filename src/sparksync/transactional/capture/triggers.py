@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -77,12 +78,14 @@ class _Article:
         self.id = row["article_id"]
         info = from_table_dict(row["table_schema"])
         self.columns = [c.name for c in info.columns]
+        self.key = list(info.primary_key)
         self.hex = {c.name for c in info.columns if c.type.kind is Kind.BYTES}
         self.codec = RowCodec([(c.name, c.type) for c in info.columns])
 
-    def encode(self, text: str | None) -> str | None:
+    def encode(self, text: str | None) -> tuple[str | None, int | None]:
+        """A log row's JSON (SQLite's values) -> the command's JSON, and the hash of the row's key."""
         if text is None:
-            return None
+            return None, None
         row = json.loads(text)
         values = []
         for c in self.columns:
@@ -90,7 +93,8 @@ class _Article:
             if c in self.hex and isinstance(v, str):
                 v = bytes.fromhex(v)
             values.append(v)
-        return self.codec.encode(values)
+        key = json.dumps([row.get(k) for k in self.key], separators=(",", ":"), default=str)
+        return self.codec.encode(values), zlib.crc32(key.encode("utf-8"), self.id)
 
 
 def _time(text: str | None) -> dt.datetime | None:
@@ -134,7 +138,9 @@ class TriggerCapture:
                     if art is None:
                         raise SparksyncError(f"{r.label}: MSrepl_log has a change of article {article_id}, which "
                                              f"publication {pub} does not have; run 'sparksync setup'")
-                    yield StoredCommand(art.id, op, int(seq), art.encode(after_text), art.encode(before_text))
+                    after, new_hash = art.encode(after_text)
+                    before, old_hash = art.encode(before_text)
+                    yield StoredCommand(art.id, op, int(seq), after, before, old_hash if before is not None else new_hash)
             yield End()
             self._read_to = int(hi)
         finally:
