@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import SparksyncError
+from ..errors import SchemaError, SparksyncError
 from ..names import TableName, quote_ident
 from ..types import Kind, SqlType
 
@@ -109,6 +109,26 @@ def from_table_dict(d: dict) -> TableInfo:
         ),
         unique_columns=frozenset(d.get("unique_columns", [])),
     )
+
+
+def describe_drift(published: TableInfo, current: TableInfo) -> list[str]:
+    """How a table differs from what was published: columns added, dropped, retyped; the key."""
+    before = {c.name: str(c.type) for c in published.columns}
+    after = {c.name: str(c.type) for c in current.columns}
+    out = [f"column {n} was added" for n in after if n not in before]
+    out += [f"column {n} was dropped" for n in before if n not in after]
+    out += [f"column {n} changed type from {before[n]} to {after[n]}" for n in before if n in after and before[n] != after[n]]
+    if tuple(published.primary_key) != tuple(current.primary_key):
+        out.append(f"primary key changed from {list(published.primary_key)} to {list(current.primary_key)}")
+    return out
+
+
+def table_not_found(replica: "Replica", name: TableName, publication: str) -> SchemaError:
+    """The error for an article whose table does not exist, with the names it may have meant."""
+    cands = replica.dialect.similar_tables(replica, replica.dialect.resolve_name(name))
+    hint = f" (did you mean {', '.join(cands)}?)" if cands else ""
+    return SchemaError(f"publication {publication}: table {name} does not exist in {replica.label}{hint}",
+                       obj=str(name))
 
 
 _PASSWORD_IN_URL = re.compile(r"(://[^:/@]+:)([^@]*)(@)")
@@ -281,6 +301,10 @@ class Dialect(ABC):
 
     @abstractmethod
     def parse_type(self, type_text: str) -> SqlType: ...
+
+    @abstractmethod
+    def similar_tables(self, replica: Replica, name: TableName) -> list[str]:
+        """Existing tables whose names are close to ``name`` (for a "did you mean")."""
 
     type_names: dict[Kind, str]      # the DDL name of each kind
     varchar_format: str              # text with a length, e.g. "varchar({length})"

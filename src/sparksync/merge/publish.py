@@ -6,11 +6,11 @@ are usable does one transaction change the database, so bad input changes nothin
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 
 from ..config import PUBLISHER_PRIORITY, PublicationConfig, Topology
-from ..dialects.base import Column, Replica, TableInfo, from_table_dict, to_table_dict
+from ..dialects.base import (Column, Replica, TableInfo, describe_drift, from_table_dict, table_not_found,
+                             to_table_dict)
 from ..errors import InvalidNameError, SchemaDrift, SchemaError
 from ..metadata import store
 from ..names import TableName, check_identifier
@@ -66,32 +66,6 @@ def _choose_rowguid(replica: Replica, info: TableInfo, configured: str | None, w
     return DEFAULT_ROWGUID, "add"
 
 
-def _not_found(replica: Replica, name: TableName, pub: str) -> SchemaError:
-    hint = ""
-    similar = getattr(replica.dialect, "similar_tables", None)
-    if similar is not None:
-        cands = similar(replica, replica.dialect.resolve_name(name))
-        if cands:
-            hint = f" (did you mean {', '.join(cands)}? names are case-sensitive)"
-    elif name.schema is None:
-        rows = replica.query("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
-        close = difflib.get_close_matches(name.name, [r[0] for r in rows], n=3)
-        if close:
-            hint = f" (did you mean {', '.join(close)}?)"
-    return SchemaError(f"publication {pub}: table {name} does not exist in {replica.label}{hint}", obj=str(name))
-
-
-def describe_drift(published: TableInfo, current: TableInfo) -> list[str]:
-    before = {c.name: str(c.type) for c in published.columns}
-    after = {c.name: str(c.type) for c in current.columns}
-    out = [f"column {n} was added" for n in after if n not in before]
-    out += [f"column {n} was dropped" for n in before if n not in after]
-    out += [f"column {n} changed type from {before[n]} to {after[n]}" for n in before if n in after and before[n] != after[n]]
-    if tuple(published.primary_key) != tuple(current.primary_key):
-        out.append(f"primary key changed from {list(published.primary_key)} to {list(current.primary_key)}")
-    return out
-
-
 def plan_publication(replica: Replica, pub: PublicationConfig) -> PublicationPlan:
     """Reflect and validate every article of ``pub``. Changes nothing. Raises one error listing all problems."""
     d = replica.dialect
@@ -115,7 +89,7 @@ def plan_publication(replica: Replica, pub: PublicationConfig) -> PublicationPla
             name = d.resolve_name(a.table_name)
             info = replica.reflect(name)
             if info is None:
-                raise _not_found(replica, a.table_name, pub.name)
+                raise table_not_found(replica, a.table_name, pub.name)
             where = f"publication {pub.name}, article {name}"
             for c in info.columns:
                 check_identifier(c.name, f"column name in {name}")

@@ -16,10 +16,9 @@ from pathlib import Path
 
 from ..config import PUBLISHER_PRIORITY, SubscriptionConfig, Topology
 from ..dialects import connect
-from ..dialects.base import ForeignKey, Replica, TableInfo, from_table_dict, redact_url
+from ..dialects.base import ForeignKey, Replica, TableInfo, describe_drift, from_table_dict, redact_url
 from ..errors import SchemaDrift, SchemaError, SparksyncError
 from ..merge.generations import ensure_open_generation
-from ..merge.publish import describe_drift
 from ..merge.tracking import TrackedArticle, install_tracking
 from ..metadata import store
 from ..names import TableName

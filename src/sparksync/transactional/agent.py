@@ -27,7 +27,7 @@ from ..progress import ProgressListener, Reporter, driver_host, silent
 from ..spark.datasource import ReadPartition, ReadPlan
 from ..types import Kind, SqlType
 from . import distribution as dst
-from .deliver import RESULT_SCHEMA, DeliveryContext, SubscriptionTarget, make_mapper
+from .deliver import RESULT_SCHEMA, DeliveryContext, DeliveryResult, SubscriptionTarget, make_mapper
 from .subscriber import article_targets
 
 COMMAND_COLUMNS = [["subscription", SqlType(Kind.TEXT).to_dict()], ["xact_seqno", SqlType(Kind.BIGINT).to_dict()], ["command_id", SqlType(Kind.INTEGER).to_dict()],
@@ -42,22 +42,11 @@ class DistributeOptions:
 
 
 @dataclass
-class SubscriptionRun:
-    publication: str
-    subscription: str
-    status: str = "ok"
-    transactions: int = 0
-    commands: int = 0
-    batches: int = 0
-    fallbacks: int = 0
-    skipped: int = 0
-    first_seqno: int | None = None
-    last_seqno: int | None = None
-    pending_before: int | None = None
-    errors: list[dict] = field(default_factory=list)
-    tokens: list[dict] = field(default_factory=list)
-    message: str = ""
-    seconds: float = 0.0
+class SubscriptionRun(DeliveryResult):
+    """What one distribution agent pass did for one subscription (the task's result, and more)."""
+
+    publication: str = ""
+    pending_before: int | None = None       # transactions waiting when the pass started
 
     @property
     def ok(self) -> bool:
@@ -138,7 +127,7 @@ class DistributionAgent:
         targets: dict[str, SubscriptionTarget] = {}
         starts: dict[str, int] = {}
         for s in subs:
-            run = runs[s.name] = SubscriptionRun(p.name, s.name)
+            run = runs[s.name] = SubscriptionRun(s.name, publication=p.name)
             r = rows.get(s.name)
             if r is None or r.status == 0:
                 run.status, run.message = "error", f"subscription {s.name} is not initialized; run 'sparksync setup'"
@@ -169,12 +158,11 @@ class DistributionAgent:
             ctx = DeliveryContext(p.name, p.publication_id, targets)
             for res in self._spark(dist, p, ctx, starts, bound):
                 run = runs[res["subscription"]]
-                for k in ("status", "transactions", "commands", "batches", "fallbacks", "skipped", "first_seqno",
-                          "message", "seconds"):
-                    setattr(run, k, res[k] if res[k] is not None else getattr(run, k))
-                run.last_seqno = res["last_seqno"] if res["last_seqno"] is not None else run.last_seqno
-                run.errors = json.loads(res["errors"] or "[]")
-                run.tokens = json.loads(res["tokens"] or "[]")
+                for k, v in res.items():
+                    if k in ("errors", "tokens"):
+                        v = json.loads(v or "[]")
+                    if v is not None:
+                        setattr(run, k, v)
         return list(runs.values())
 
     def _position(self, url: str, subscription: str, publication: str) -> int:

@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..config import ArticleConfig, PublicationConfig, Topology
-from ..dialects.base import Replica, TableInfo, from_table_dict, to_table_dict
+from ..dialects.base import Replica, TableInfo, describe_drift, from_table_dict, table_not_found, to_table_dict
 from ..errors import ConfigurationError, InvalidNameError, SchemaDrift, SchemaError, SparksyncError
-from ..merge.publish import _not_found, describe_drift
 from ..metadata import store
 from ..names import TableName, check_identifier
 from ..types import Kind
@@ -77,7 +76,7 @@ def plan_transactional(replica: Replica, dist: Replica | None, pub: PublicationC
             where = f"publication {pub.name}, article {name}"
             info = replica.reflect(name)
             if info is None:
-                raise _not_found(replica, a.table_name, pub.name)
+                raise table_not_found(replica, a.table_name, pub.name)
             for c in info.columns:
                 check_identifier(c.name, f"column name in {name}")
             if not info.primary_key:

@@ -102,7 +102,7 @@ class PostgresDialect(Dialect):
             "SELECT n.nspname, c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
             "ON n.oid = c.relnamespace WHERE lower(c.relname) = lower(%s) AND c.relkind IN ('r', 'p')",
             (name.name,))
-        return [f"{s}.{t}" for s, t in rows]
+        return [f"{s}.{t} (names are case-sensitive)" if t != name.name else f"{s}.{t}" for s, t in rows]
 
     def reflect_table(self, replica: Replica, name: TableName) -> TableInfo | None:
         name = self.resolve_name(name)

@@ -181,6 +181,12 @@ class SQLiteDialect(Dialect):
 
     _TYPE = re.compile(r"^\s*([A-Za-z_ ]*?)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*$")
 
+    def similar_tables(self, replica: Replica, name: TableName) -> list[str]:
+        import difflib
+
+        rows = replica.query("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        return difflib.get_close_matches(name.name, [r[0] for r in rows], n=3)
+
     def parse_type(self, type_text: str) -> SqlType:
         m = self._TYPE.match(type_text or "")
         base = (m.group(1) if m else type_text).upper().strip()
