@@ -10,9 +10,10 @@ from .harness import build, replicate, setup_topology, vendor_rows, vendor_table
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.parametrize("publisher", ["postgresql", "sqlite"])
-def test_changes_arrive_at_every_subscriber(spark, dbs, tmp_path, publisher, pg_admin_url):
-    tx = build(dbs, tmp_path, publisher, {"Reporting": "postgresql", "Local": "sqlite"})
+@pytest.mark.parametrize("publisher,distributor", [("postgresql", "sqlite"), ("sqlite", "sqlite"),
+                                                   ("postgresql", "postgresql"), ("sqlite", "postgresql")])
+def test_changes_arrive_at_every_subscriber(spark, dbs, tmp_path, publisher, distributor, pg_admin_url):
+    tx = build(dbs, tmp_path, publisher, {"Reporting": "postgresql", "Local": "sqlite"}, distributor=distributor)
     setup_topology(tx, spark)
     assert tx.subscriber_rows("Reporting") == tx.publisher_rows() == tx.subscriber_rows("Local")
     t = vendor_table(publisher)

@@ -27,10 +27,12 @@ def _stored(tx) -> int:
         return d.scalar(f"SELECT count(*) FROM {d.meta('MSrepl_commands')}")
 
 
-@pytest.mark.parametrize("publisher", ["postgresql", "sqlite"])
+@pytest.mark.parametrize("publisher,distributor", [("postgresql", "sqlite"), ("sqlite", "sqlite"),
+                                                   ("postgresql", "postgresql")])
 @pytest.mark.parametrize("point", ["logreader.before_commit", "logreader.before_confirm"])
-def test_log_reader_crash_stores_each_transaction_once(spark, dbs, tmp_path, pg_admin_url, failpoints, publisher, point):
-    tx = build(dbs, tmp_path, publisher, {"S": "sqlite"})
+def test_log_reader_crash_stores_each_transaction_once(spark, dbs, tmp_path, pg_admin_url, failpoints, publisher,
+                                                       distributor, point):
+    tx = build(dbs, tmp_path, publisher, {"S": "sqlite"}, distributor=distributor)
     setup_topology(tx, spark)
     _workload(tx, publisher)
     failpoints(f"{point} Purchasing")

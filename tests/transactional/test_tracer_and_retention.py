@@ -20,9 +20,9 @@ from .harness import build, replicate, setup_topology, vendor_rows, vendor_table
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.parametrize("publisher", ["postgresql", "sqlite"])
-def test_tracer_token_latencies(spark, dbs, tmp_path, pg_admin_url, publisher):
-    tx = build(dbs, tmp_path, publisher, {"A": "postgresql", "B": "sqlite"})
+@pytest.mark.parametrize("publisher,distributor", [("postgresql", "sqlite"), ("sqlite", "postgresql")])
+def test_tracer_token_latencies(spark, dbs, tmp_path, pg_admin_url, publisher, distributor):
+    tx = build(dbs, tmp_path, publisher, {"A": "postgresql", "B": "sqlite"}, distributor=distributor)
     setup_topology(tx, spark)
     tid = tracer.post(tx.topology, "Purchasing")
     pending = tracer.report(tx.topology, "Purchasing", tid)
@@ -54,8 +54,9 @@ def _count(tx) -> int:
         return d.scalar(f"SELECT count(*) FROM {d.meta('MSrepl_commands')}")
 
 
-def test_retention_cleanup_and_deactivation(spark, dbs, tmp_path, pg_admin_url):
-    tx = build(dbs, tmp_path, "postgresql", {"Fast": "sqlite", "Slow": "sqlite"})
+@pytest.mark.parametrize("distributor", ["sqlite", "postgresql"])
+def test_retention_cleanup_and_deactivation(spark, dbs, tmp_path, pg_admin_url, distributor):
+    tx = build(dbs, tmp_path, "postgresql", {"Fast": "sqlite", "Slow": "sqlite"}, distributor=distributor)
     setup_topology(tx, spark)
     t = vendor_table("postgresql")
     tx.publish(f'UPDATE {t} SET "Name" = \'a\' WHERE "VendorID" = 1')
