@@ -179,6 +179,13 @@ def _setup_transactional(topology: Topology, pub, dist, plans, spark, summary: S
         report(f"publication {name}: {len(plan.articles)} article(s) captured at {topology.publisher.name} by {how}")
         rows = {s.subscription: s for s in dst.subscriptions(dist, publication.publication_id)}
         subs = topology.subscriptions_of(name)
+        gone = sorted(set(rows) - {s.name for s in subs})
+        if gone:   # no longer configured: retention must not keep commands for them
+            with dist.transaction():
+                for g in gone:
+                    store.delete_rows(dist, "MSsubscriptions", {"publication_id": publication.publication_id,
+                                                                "subscription": g})
+            report(f"publication {name}: subscription(s) {', '.join(gone)} removed from the distributor")
         pending = [s for s in subs if rows.get(s.name) is None or rows[s.name].status != 1]
         for s in subs:
             if s in pending:

@@ -82,6 +82,8 @@ def test_the_agents_through_the_cli(spark, dbs, tmp_path, pg_admin_url):
     assert code == 2 and "no subscription named 'Nope'" in out
     code, out = run("tracer-token", "-c", cfg, "-p", "Nope")
     assert code == 2 and "no publication named 'Nope'" in out
+    code, out = run("snapshot", "-c", cfg, "-p", "Purchasing")
+    assert code == 2 and "is transactional: its snapshot is taken by 'sparksync setup'" in out
 
 
 def test_bad_input_changes_nothing(dbs, tmp_path, pg_admin_url):

@@ -82,3 +82,22 @@ def test_retention_cleanup_and_deactivation(spark, dbs, tmp_path, pg_admin_url, 
     setup_topology(tx, spark)                                     # reinitializes the inactive subscription
     assert tx.subscriber_rows("Slow") == tx.publisher_rows()
     assert replicate(tx, spark).ok
+
+
+def test_a_subscription_removed_from_the_configuration_no_longer_holds_commands(spark, dbs, tmp_path, pg_admin_url):
+    from sparksync.config import parse_topology
+
+    tx = build(dbs, tmp_path, "postgresql", {"Keep": "sqlite", "Gone": "sqlite"})
+    setup_topology(tx, spark)
+    tx.publish(f'UPDATE {vendor_table("postgresql")} SET "Name" = \'a\' WHERE "VendorID" = 1')
+    run_logreader(tx.topology)
+    data = tx.topology.model_dump(exclude_unset=True)
+    data["subscriptions"] = [s for s in data["subscriptions"] if s["name"] == "Keep"]
+    data.pop("base_dir", None)
+    tx.topology = parse_topology(data, tmp_path)
+    setup_topology(tx, spark)
+    with connect(tx.topology.distributor_url) as d:
+        p = dst.require_publication(d, "Purchasing")
+        assert [s.subscription for s in dst.subscriptions(d, p.publication_id)] == ["Keep"]
+    assert DistributionAgent(tx.topology, spark).run().ok
+    assert _count(tx) == 0                         # delivered to every remaining subscription: cleaned up
