@@ -67,8 +67,10 @@ class BulkApplier:
             r.execute(d.tx_staging_table_ddl(s))
             self._ready = True
         r.execute(f"DELETE FROM {s}")
+        replicated = {(aid, op) for aid, t in self.targets.items() for op in ("ins", "upd", "del")
+                      if t.spec(op).replicated}
         rows = [(i, c.article_id, c.type, c.after, c.before) for i, c in enumerate(commands)
-                if c.type in ("ins", "upd", "del") and self.targets[c.article_id].spec(c.type).replicated]
+                if (c.article_id, c.type) in replicated]
         if not rows:
             return True
         d.load_rows(r, s, ("ord", "article_id", "op", "after", "before"), rows)

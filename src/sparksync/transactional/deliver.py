@@ -204,6 +204,15 @@ class Delivery:
             self.watermarks = {k: self.done_to for k in range(self.sub.streams)}
             self.stored_streams = self.sub.streams
 
+    def _snapshot_may_have(self, xact_seqno: int, commands: list[Command]) -> bool:
+        """Could the subscription's snapshot already contain some of this transaction's commands?"""
+        sync = self.sub.sync_point
+        if not sync:
+            return False
+        if sync["kind"] == "snapshot":
+            return xact_seqno <= sync["upto"]
+        return commands[0].origin is not None and commands[0].origin <= sync["seq"]   # origins ascend
+
     def _pending(self, c: Command) -> bool:
         """Whether this command still has to be applied at this subscription."""
         if c.xact_seqno <= self.done_to:
@@ -219,8 +228,11 @@ class Delivery:
         """One transaction, in commit order."""
         if self.stopped or xact_seqno <= self.done_to:
             return
-        todo = [c for c in commands
-                if self._pending(c) and not seen_by_snapshot(self.sub.sync_point, c.xact_seqno, c.origin)]
+        if xact_seqno > self.behind_to and not self._snapshot_may_have(xact_seqno, commands):
+            todo = commands                   # the common case: every command is new here
+        else:
+            todo = [c for c in commands
+                    if self._pending(c) and not seen_by_snapshot(self.sub.sync_point, c.xact_seqno, c.origin)]
         self.batch.append((xact_seqno, todo))
         self.batch_commands += len(todo)
         if xact_seqno < self.behind_to:       # finishing a half-committed batch: all of it in one go

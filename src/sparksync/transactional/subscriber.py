@@ -73,7 +73,7 @@ class ArticleTarget:
     parents: tuple[int, ...] = ()              # articles its foreign keys reference
 
     def spec(self, op: str) -> CallSpec:
-        return {"ins": self.ins, "upd": self.upd, "del": self.dele}[op]
+        return self.ins if op == "ins" else self.upd if op == "upd" else self.dele
 
 
 class _Prepared:
