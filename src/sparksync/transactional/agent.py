@@ -214,7 +214,7 @@ class DistributionAgent:
                     "last_seqno": r.last_seqno, "seconds": r.seconds, "status": r.status,
                     "message": r.message or None})
                 dst.record_errors(dist, p.publication_id, r.subscription, r.errors)
-                if r.status == "ok" or r.transactions:
+                if r.status == "ok" or r.transactions:      # last_seqno is None when it could not be made durable
                     dst.update_delivered(dist, p.publication_id, r.subscription, r.last_seqno)
                 for t in r.tokens:
                     if store.select_rows(dist, "MStracer_tokens", {"tracer_id": t["tracer_id"]}):

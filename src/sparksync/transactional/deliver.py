@@ -244,14 +244,22 @@ class Delivery:
     def finish(self) -> DeliveryResult:
         if not self.stopped:
             self.flush()
-        if self.result.batches:
-            # Batches committed without waiting for the disk; one synchronous commit now makes all of
-            # them durable before the distributor is told they arrived (retention relies on it).
+        self.make_durable()
+        self.result.seconds = time.perf_counter() - self.t0
+        return self.result
+
+    def make_durable(self) -> None:
+        """Batches committed without waiting for the disk; one synchronous commit makes all of them
+        durable before the distributor is told they arrived (its retention relies on it). If that
+        fails, the result claims no position, so the distributor keeps every command."""
+        if not self.result.batches:
+            return
+        try:
             self.main.dialect.restore_commit_durability(self.main)
             with self.main.transaction():
                 store.update_rows(self.main, "MSreplication_subscriptions", {"time": store.utcnow()}, self._key(0))
-        self.result.seconds = time.perf_counter() - self.t0
-        return self.result
+        except Exception:  # noqa: BLE001 - reported through the result
+            self.result.last_seqno = None
 
     def close(self) -> None:
         for r in [self.main, *self.extra]:
@@ -469,6 +477,7 @@ class _Group:
 
     def _fail(self, e: BaseException) -> None:
         d = self.delivery
+        d.make_durable()
         d.result.status, d.result.message = "error", _message(e)
         d.result.seconds = time.perf_counter() - d.t0
         self.failed, self.delivery = d.result, None
