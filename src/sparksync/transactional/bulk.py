@@ -34,6 +34,7 @@ class BulkApplier:
         self.d = replica.dialect
         self.table = self.d.quote(STAGED)
         self._ready = False
+        self.single_wave: set[int] = set()     # articles of the staged batch whose rows each come once
 
     # -- eligibility -------------------------------------------------------------------------------
     def _bulk_spec(self, t: ArticleTarget, op: str) -> bool:
@@ -75,7 +76,7 @@ class BulkApplier:
             return True
         d.load_rows(r, s, ("ord", "article_id", "op", "after", "before"), rows)
         articles = list(dict.fromkeys(x[1] for x in rows))
-        self.single_wave: set[int] = set()
+        self.single_wave = set()
         waves = {}
         for aid in articles:
             moved, repeated = self._shape(self.targets[aid])

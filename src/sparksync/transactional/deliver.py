@@ -133,6 +133,8 @@ class Delivery:
         self.batch: list[tuple[int, list[Command]]] = []
         self.batch_commands = 0
         self.stopped = False
+        self.schema_changed = False          # a batch altered a table: other connections must re-prepare
+        self.main_in_streams = False         # the main connection was set up as stream 0
         self._recover_streams()
 
     # -- article schemas -------------------------------------------------------------------------
@@ -288,7 +290,7 @@ class Delivery:
         except SparksyncError as e:
             self._stop(e, commands)
             return
-        if getattr(self, "schema_changed", False):   # other connections prepared the old statements
+        if self.schema_changed:                       # other connections prepared the old statements
             for r in self.extra:
                 r.close()
             self.extra, self.stream_appliers, self.schema_changed = [], [], False
@@ -352,9 +354,9 @@ class Delivery:
             r.execute(f"SET lock_timeout = '{STREAM_LOCK_TIMEOUT}'")
             self.extra.append(r)
             self.stream_appliers.append((Applier(r, self.sub.targets), BulkApplier(r, self.sub.targets)))
-        if not getattr(self, "_main_stream_ready", False):
+        if not self.main_in_streams:
             self.main.execute(f"SET lock_timeout = '{STREAM_LOCK_TIMEOUT}'")
-            self._main_stream_ready = True
+            self.main_in_streams = True
         return [(self.main, (self.applier, self.bulk))] + list(zip(self.extra, self.stream_appliers))
 
     def _parallel(self, commands: list[Command], hi: int) -> None:
