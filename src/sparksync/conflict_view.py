@@ -54,7 +54,7 @@ def list_conflicts(topology: Topology, publication: str | None = None, article: 
     with connect(topology.publisher_url, topology.publisher.name) as pub:
         rows += _from(pub, topology.publisher.name, topology, publication, article)
     for s in topology.subscriptions:
-        if publication and s.publication != publication:
+        if (publication and s.publication != publication) or topology.publication(s.publication).kind != "merge":
             continue
         try:
             with connect(topology.resolve_url(s.database), s.name) as sub:

@@ -54,7 +54,7 @@ def _check_initialized_subscribers(pub, topology: Topology) -> None:
     if store.metadata_version(pub) is None:
         return
     problems = []
-    for p in topology.publications:
+    for p in topology.publications_of_kind("merge"):
         rows = store.select_rows(pub, "sysmergepublications", {"name": p.name})
         if not rows:
             continue
@@ -117,6 +117,8 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
                 return state["spark"]
 
             _setup_merge(topology, pub, plans, results, spark, summary, report)
+            if plans:   # merge publishing may have added rowguid columns: plan again on the tables as they are
+                tx_plans = [plan_transactional(pub, dist, p) for p in tx_pubs]
             _setup_transactional(topology, pub, dist, tx_plans, spark, summary, report)
     finally:
         if dist is not None:

@@ -26,17 +26,26 @@ class Difference:
     changed: int          # same rowguid, other values
 
 
-def _rows(replica: Replica, table: TableName, columns, rowguid: str) -> dict[str, tuple]:
+def _rows(replica: Replica, table: TableName, columns, key: str | list[str], where: str = "") -> dict:
+    """Rows by key (a column, or several), every value normalized through its logical type."""
     d = replica.dialect
     convs = [arrow_converter(c.type) for c in columns]
     floats = [c.type.kind in (Kind.REAL, Kind.DOUBLE, Kind.DECIMAL) for c in columns]
     names = [c.name for c in columns]
+    keys = [names.index(k) for k in ([key] if isinstance(key, str) else key)]
     out = {}
-    for row in replica.query(f"SELECT {', '.join(d.quote(n) for n in names)} FROM {d.table_sql(table)}"):
+    for row in replica.query(f"SELECT {', '.join(d.quote(n) for n in names)} FROM {d.table_sql(table)}{where}"):
         vals = tuple(float(f"{float(v):.15g}") if (v is not None and fl) else v
                      for v, fl in zip((c(x) for c, x in zip(convs, row)), floats))
-        out[str(vals[names.index(rowguid)])] = vals
+        out[str(vals[keys[0]]) if len(keys) == 1 else tuple(str(vals[i]) for i in keys)] = vals
     return out
+
+
+def _difference(subscription: str, article: str, theirs: dict, mine: dict) -> Difference | None:
+    missing = len(set(theirs) - set(mine))
+    extra = len(set(mine) - set(theirs))
+    changed = sum(1 for k in set(mine) & set(theirs) if mine[k] != theirs[k])
+    return Difference(subscription, article, missing, extra, changed) if missing or extra or changed else None
 
 
 def compare_replicas(topology: Topology, publication: str) -> tuple[list[Difference], int]:
@@ -57,10 +66,47 @@ def compare_replicas(topology: Topology, publication: str) -> tuple[list[Differe
             for a in published_articles(sub, prow["pubid"]):
                 info = from_table_dict(a["table_schema"])
                 mine = _rows(sub, TableName(a["source_schema"], a["source_table"]), info.columns, a["rowguid_column"])
-                theirs = base.get(a["name"], {})
-                missing = len(set(theirs) - set(mine))
-                extra = len(set(mine) - set(theirs))
-                changed = sum(1 for k in set(mine) & set(theirs) if mine[k] != theirs[k])
-                if missing or extra or changed:
-                    diffs.append(Difference(s.name, a["name"], missing, extra, changed))
+                diff = _difference(s.name, a["name"], base.get(a["name"], {}), mine)
+                if diff is not None:
+                    diffs.append(diff)
+    return diffs, total
+
+
+def compare_transactional(topology: Topology, publication: str) -> tuple[list[Difference], int]:
+    """Transactional validation: does each active subscription hold the publisher's published rows
+    (row filter) and columns (column filter)? Rows are compared by primary key."""
+    from .transactional import distribution as dst
+    from .transactional.filters import parse_filter
+    from .transactional.subscriber import destination_table
+
+    diffs: list[Difference] = []
+    total = 0
+    with connect(topology.distributor_url, "distributor") as dist:
+        p = dst.require_publication(dist, publication)
+        active = {s.subscription for s in dst.subscriptions(dist, p.publication_id) if s.status == 1}
+    articles = [a for a in p.articles if a["status"] == 1]
+    base = {}
+    with connect(topology.publisher_url, topology.publisher.name) as pub:
+        d = pub.dialect
+        for a in articles:
+            info = from_table_dict(a["table_schema"])
+            where = ""
+            if a["filter"]:
+                f = parse_filter(a["filter"], info.column_names, a["name"])
+                where = " WHERE " + f.render("postgres" if d.capabilities.supports_schemas else "sqlite",
+                                             booleans=[c.name for c in info.columns if c.type.kind is Kind.BOOLEAN])
+            base[a["name"]] = _rows(pub, TableName(a["source_schema"], a["source_table"]), info.columns,
+                                    list(info.primary_key), where)
+            total += len(base[a["name"]])
+    for s in topology.subscriptions_of(publication):
+        if s.name not in active:
+            continue
+        with connect(topology.resolve_url(s.database), s.name) as sub:
+            for a in articles:
+                info = from_table_dict(a["table_schema"])
+                table = destination_table(sub.dialect, TableName(a["source_schema"], a["source_table"]))
+                diff = _difference(s.name, a["name"], base[a["name"]],
+                                   _rows(sub, table, info.columns, list(info.primary_key)))
+                if diff is not None:
+                    diffs.append(diff)
     return diffs, total

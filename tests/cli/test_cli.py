@@ -163,9 +163,12 @@ def test_setup_status_and_drift(spark, tmp_path, dbs):
 def test_demo_runs(spark, tmp_path):
     code, out = run("demo", "--dir", str(tmp_path / "demo"))
     assert code == 0
-    assert "Store1" in out and "Store2" in out and "Store3" in out and out.count("active") == 3
+    assert "Store1" in out and "Store2" in out and "Store3" in out
+    assert out.count("active") == 4                  # three stores (merge) and the reporting database
     assert "update wins delete" in out and "update between Store2 (lost) and Store1 (won)" in out
     assert "identical: HQ and 3 stores hold the same" in out
+    # transactional: the stores' changes merged into HQ reach the reporting database, filtered
+    assert "tracer token: HQ -> distributor" in out and "identical: Reporting holds HQ's" in out
     assert (tmp_path / "demo" / "sparksync.toml").is_file()
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from sparksync.dialects import connect
+from sparksync.validate import compare_transactional
+
 from .harness import build, replicate, setup_topology, vendor_rows, vendor_table
 
 pytestmark = pytest.mark.spark
@@ -26,3 +29,8 @@ def test_changes_arrive_at_every_subscriber(spark, dbs, tmp_path, publisher, dis
     assert tx.subscriber_rows("Reporting") == tx.publisher_rows() == tx.subscriber_rows("Local")
     again = replicate(tx, spark)
     assert again.ok and all(s.transactions == 0 for s in again.subscriptions)
+    assert compare_transactional(tx.topology, "Purchasing") == ([], len(tx.publisher_rows()))
+    with connect(tx.subscriber_urls["Local"]) as r:               # validation sees a hand edit
+        r.execute('UPDATE "Vendor" SET "Name" = \'edited\' WHERE "VendorID" = 1')
+    diffs, _ = compare_transactional(tx.topology, "Purchasing")
+    assert [(d.subscription, d.missing, d.extra, d.changed) for d in diffs] == [("Local", 0, 0, 1)]

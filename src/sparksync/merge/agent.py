@@ -23,7 +23,7 @@ from .. import failpoints
 from ..config import PublicationConfig, SubscriptionConfig, Topology
 from ..dialects import connect
 from ..dialects.base import Replica
-from ..errors import NotInitialized, SparksyncError
+from ..errors import ConfigurationError, NotInitialized, SparksyncError
 from ..metadata import store
 from ..names import TableName
 from ..progress import ProgressListener, Reporter, driver_host, silent
@@ -253,8 +253,11 @@ class MergeAgent:
         summary = MergeSummary(store.new_guid())
         wanted = set(options.subscriptions or [])
         for name in wanted:
-            self.topology.subscription(name)
-        for pubcfg in self.topology.publications:
+            sub = self.topology.subscription(name)
+            if self.topology.publication(sub.publication).kind != "merge":
+                raise ConfigurationError(f"subscription {name} belongs to transactional publication "
+                                         f"{sub.publication}; use 'sparksync distribute'", obj=name)
+        for pubcfg in self.topology.publications_of_kind("merge"):
             subs = [s for s in self.topology.subscriptions_of(pubcfg.name) if not wanted or s.name in wanted]
             if subs:
                 self._publication(pubcfg, subs, options, summary)

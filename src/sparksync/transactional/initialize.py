@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..config import PublicationConfig, SubscriptionConfig, Topology
 from ..dialects import connect, dialect_for_url
-from ..dialects.base import ForeignKey, Replica, from_table_dict, redact_url
+from ..dialects.base import Replica, from_table_dict, redact_url
 from ..errors import SchemaError, SparksyncError
 from ..metadata import store
 from ..metadata.schema import TRANSACTIONAL_SUBSCRIBER
@@ -214,13 +214,15 @@ def _initialize(sub: Replica, spec: TxSubscriberInit) -> int:
             raise SchemaError(f"{sub.label}: articles {seen[k]} and {a.name} would both be table {names[a.name]}")
         seen[k] = a.name
     by_source = {str(TableName(a.source_schema, a.source_table)): names[a.name] for a in spec.articles}
-    infos = {}
+    infos, parents = {}, {}
     for a in spec.articles:
         info = from_table_dict(a.table_schema)
-        fks = tuple(ForeignKey(fk.columns, by_source[str(fk.ref_table)], fk.ref_columns, fk.name)
-                    for fk in info.foreign_keys if str(fk.ref_table) in by_source)
-        infos[a.name] = info.__class__(names[a.name], info.columns, info.primary_key, fks, info.unique_columns)
-    ordered = _parents_first(spec.articles, infos)
+        # Foreign keys are not created at a transactional subscriber (SQL Server's default too): a row
+        # filter on the parent, or rows applied over several streams, would break them. The order
+        # below still loads parents first, for foreign keys the user adds.
+        parents[a.name] = [by_source[str(fk.ref_table)] for fk in info.foreign_keys if str(fk.ref_table) in by_source]
+        infos[a.name] = info.__class__(names[a.name], info.columns, info.primary_key, (), info.unique_columns)
+    ordered = _parents_first(spec.articles, infos, parents)
     total = 0
     with sub.transaction():
         store.install_table_set(sub, TRANSACTIONAL_SUBSCRIBER)
@@ -244,7 +246,7 @@ def _initialize(sub: Replica, spec: TxSubscriberInit) -> int:
     return total
 
 
-def _parents_first(articles: list[TxArticleSnapshot], infos: dict) -> list[TxArticleSnapshot]:
+def _parents_first(articles: list[TxArticleSnapshot], infos: dict, parents: dict) -> list[TxArticleSnapshot]:
     """Articles ordered so a table comes after the tables its foreign keys reference."""
     by_table = {str(infos[a.name].name): a for a in articles}
     done: list[TxArticleSnapshot] = []
@@ -254,8 +256,8 @@ def _parents_first(articles: list[TxArticleSnapshot], infos: dict) -> list[TxArt
         if a in done or a.name in visiting:
             return
         visiting.add(a.name)
-        for fk in infos[a.name].foreign_keys:
-            parent = by_table.get(str(fk.ref_table))
+        for ref in parents[a.name]:
+            parent = by_table.get(str(ref))
             if parent is not None and parent is not a:
                 visit(parent)
         done.append(a)
