@@ -84,6 +84,12 @@ def _shell(db: Path, sql: str) -> str:
     return "sqlite3 shell"
 
 
+def _print_differences(console: Console, diffs) -> None:
+    for d in diffs:
+        console.print(f"[red]  {d.subscription} {d.article}: {d.missing} missing, {d.extra} extra, "
+                      f"{d.changed} changed[/]")
+
+
 def run_demo(directory: Path, console: Console, report: Reporter) -> dict:
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
@@ -158,9 +164,7 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> dict:
 
     diffs, rows = compare_replicas(topology, "Sales")
     if diffs:
-        for d in diffs:
-            console.print(f"[red]  {d.subscription} {d.article}: {d.missing} missing, {d.extra} extra, "
-                          f"{d.changed} changed[/]")
+        _print_differences(console, diffs)
     else:
         console.print(f"[green]identical[/]: HQ and {len(STORES)} stores hold the same {rows} rows in "
                       f"{len(article_names(False))} tables")
@@ -182,9 +186,7 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> dict:
                   f"Reporting {latency.distributor_to('Reporting'):.3f}s", highlight=False)
     tx_diffs, tx_rows = compare_transactional(topology, "Reports")
     if tx_diffs:
-        for d in tx_diffs:
-            console.print(f"[red]  {d.subscription} {d.article}: {d.missing} missing, {d.extra} extra, "
-                          f"{d.changed} changed[/]")
+        _print_differences(console, tx_diffs)
     else:
         console.print(f"[green]identical[/]: Reporting holds HQ's {tx_rows} published rows (Northwest customers, "
                       "four columns of Product, every order)")
