@@ -89,3 +89,27 @@ def test_all_types_round_trip(spark, dbs, tmp_path: Path, pub_kind):
         exact = normalized(subs["postgresql"])
         assert exact == normalized(pub)
         assert exact[1][7] == decimal.Decimal("1234567890123456789012345678.0123456789")
+
+
+@pytest.mark.parametrize("pub_kind", ["sqlite", "postgresql"])
+def test_an_integer_key_is_the_rowid_of_a_sqlite_subscriber(spark, dbs, tmp_path: Path, pub_kind):
+    """A single-column integer key becomes the rowid at a SQLite subscriber (as in a SQLite table
+    declared ``INTEGER PRIMARY KEY``): no second b-tree for the key, and 64-bit values still fit."""
+    pub = dbs.url(pub_kind, "rowid")
+    key = "INTEGER PRIMARY KEY" if pub_kind == "sqlite" else "bigint PRIMARY KEY"
+    with connect(pub) as r:
+        r.execute(f'CREATE TABLE "Keyed" ("id" {key}, "v" text)')
+        r.executemany(f'INSERT INTO "Keyed" VALUES ({r.p}, {r.p})',
+                      [(-9_223_372_036_854_775_808, "min"), (1, "one"), (9_223_372_036_854_775_807, "max")])
+    sub = dbs.url("sqlite", "rowid_sub")
+    topo = parse_topology({
+        "publisher": {"name": "P", "database": pub, "snapshot_dir": str(tmp_path / "snap")},
+        "publications": [{"name": "K", "articles": [{"table": "Keyed"}]}],
+        "subscriptions": [{"name": "S", "publication": "K", "database": sub}],
+    }, tmp_path)
+    setup(topo, lambda: spark)
+    with connect(sub) as r:
+        assert r.query('SELECT "id", "v" FROM "Keyed" WHERE "id" = rowid ORDER BY "id"') == [
+            (-9_223_372_036_854_775_808, "min"), (1, "one"), (9_223_372_036_854_775_807, "max")]
+        indexes = [row[1] for row in r.query('PRAGMA index_list("Keyed")')]
+        assert not [i for i in indexes if i.startswith("sqlite_autoindex")], indexes

@@ -317,11 +317,15 @@ class Dialect(ABC):
             return self.decimal_format.format(precision=t.precision, scale=t.scale)
         return self.type_names[t.kind]
 
+    def render_column_type(self, table: TableInfo, column) -> str:
+        """The type of one column in a subscriber's CREATE TABLE."""
+        return self.render_type(column.type)
+
     def render_create_table(self, table: TableInfo, rowguid: str | None) -> list[str]:
         """CREATE TABLE for a subscriber's copy of an article (types mapped, PK, FKs)."""
         cols = []
         for c in table.columns:
-            spec = f"{self.quote(c.name)} {self.render_type(c.type)}"
+            spec = f"{self.quote(c.name)} {self.render_column_type(table, c)}"
             if not c.nullable or c.name in table.primary_key:
                 spec += " NOT NULL"
             if rowguid is not None and c.name == rowguid:

@@ -83,24 +83,27 @@ class Staging:
                 f"LEFT JOIN {contents} c ON c.tablenick = {nick} AND c.rowguid = s.rowguid "
                 f"LEFT JOIN {tomb} x ON x.tablenick = {nick} AND x.rowguid = s.rowguid WHERE s.tablenick = {p}) q "
                 f"WHERE {s}.tablenick = {p} AND {s}.rowguid = q.rowguid", [nick, nick])
-        else:                                 # one indexed lookup per staged row and table
-            here = f"FROM {t} t WHERE t.{rg} = {s}.rowguid"
+        else:                                 # indexed lookups per staged row: one per table
+            # Row values: one lookup fills two columns; no row in the table leaves both NULL, so the
+            # verdict statement below turns ``present`` and ``moved`` into booleans as it goes.
             r.execute(
-                f"UPDATE {s} SET present = EXISTS (SELECT 1 {here}), "
-                f"moved = EXISTS (SELECT 1 {here} AND ({d.staged_key_moved_sql(key, s, 't')})), "
-                f"clin = (SELECT c.lineage FROM {contents} c WHERE c.tablenick = {nick} AND c.rowguid = {s}.rowguid), "
-                f"ccolv = (SELECT c.colv FROM {contents} c WHERE c.tablenick = {nick} AND c.rowguid = {s}.rowguid), "
+                f"UPDATE {s} SET (present, moved) = (SELECT 1, {d.staged_key_moved_sql(key, s, 't')} "
+                f"FROM {t} t WHERE t.{rg} = {s}.rowguid), "
+                f"(clin, ccolv) = (SELECT c.lineage, c.colv FROM {contents} c "
+                f"WHERE c.tablenick = {nick} AND c.rowguid = {s}.rowguid), "
                 f"tlin = (SELECT x.lineage FROM {tomb} x WHERE x.tablenick = {nick} AND x.rowguid = {s}.rowguid) "
                 f"WHERE tablenick = {p}", [nick])
-        deleted_here = "(tlin IS NOT NULL AND NOT present)"
+        present = "present" if d.capabilities.joins_in_bulk else "(present IS NOT NULL)"
+        normalize = "" if d.capabilities.joins_in_bulk else f"present = {present}, moved = coalesce(moved, 0), "
+        deleted_here = f"(tlin IS NOT NULL AND NOT {present})"
         local = f"(CASE WHEN {deleted_here} THEN tlin ELSE coalesce(clin, {d.empty_lineage_sql()}) END)"
         up = d.lineage_dominates_sql("lineage", local)       # incoming has seen all the local version has
         down = d.lineage_dominates_sql(local, "lineage")     # local has seen all the incoming version has
         r.execute(
-            f"UPDATE {s} SET verdict = CASE WHEN op = 'upsert' THEN CASE "
-            f"  WHEN NOT present AND tlin IS NULL THEN 'apply' "
+            f"UPDATE {s} SET {normalize}verdict = CASE WHEN op = 'upsert' THEN CASE "
+            f"  WHEN NOT {present} AND tlin IS NULL THEN 'apply' "
             f"  WHEN {up} AND NOT {down} THEN 'apply' WHEN {down} THEN 'skip' ELSE 'slow' END "
-            f"ELSE CASE WHEN {deleted_here} OR (NOT present AND clin IS NULL) THEN 'slow' "
+            f"ELSE CASE WHEN {deleted_here} OR (NOT {present} AND clin IS NULL) THEN 'slow' "
             f"  WHEN {up} THEN 'apply' WHEN {down} THEN 'skip' ELSE 'slow' END END "
             f"WHERE tablenick = {p}", [nick])
         out = StagedArticle()
