@@ -182,8 +182,11 @@ def _decimal(t: SqlType):
             raise ValueError_(f"{v!r} is not a decimal")
         if not d.is_finite():
             raise ValueError_(f"{v!r} is not a finite decimal")
-        d = d.quantize(q, rounding=decimal.ROUND_HALF_EVEN, context=_DECIMAL_CONTEXT)
-        if len(d.as_tuple().digits) > t.precision:
+        try:
+            d = d.quantize(q, rounding=decimal.ROUND_HALF_EVEN, context=_DECIMAL_CONTEXT)
+        except decimal.InvalidOperation:      # more digits than the context holds: far too big
+            d = None
+        if d is None or len(d.as_tuple().digits) > t.precision:
             raise ValueError_(f"{v!r} does not fit decimal({t.precision},{t.scale})")
         return d
 

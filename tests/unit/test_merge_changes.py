@@ -186,3 +186,54 @@ def test_mixed_rows_round_trip(text, big, flt, flag, date, uid):
             ("b", SqlType(Kind.BOOLEAN)), ("d", SqlType(Kind.DATE)), ("u", SqlType(Kind.UUID))]
     out = decode_row(encode_row([text, big, flt, flag, date, uid], cols), cols)
     assert out == {"t": text, "i": big, "f": flt, "b": flag, "d": date, "u": str(uid)}
+
+
+# -- the compiled encoder writes what the specification says -------------------------------------
+
+def _spec_json(values, columns) -> str:
+    """The change JSON by its definition: every value through its column's converter and _jsonable."""
+    from sparksync.merge.changes import _jsonable
+    from sparksync.types import arrow_converter
+
+    return json.dumps({name: _jsonable(arrow_converter(t)(v), t) for (name, t), v in zip(columns, values)},
+                      separators=(",", ":"), ensure_ascii=False)
+
+
+_SPEC_COLUMNS = [("id", SqlType(Kind.BIGINT)), ("small", SqlType(Kind.SMALLINT)), ('say "hi"', SqlType(Kind.TEXT)),
+                 ("price", SqlType(Kind.DECIMAL, precision=6, scale=2)), ("whole", SqlType(Kind.DECIMAL, precision=4, scale=0)),
+                 ("g", SqlType(Kind.UUID)), ("f", SqlType(Kind.DOUBLE)), ("ü", SqlType(Kind.TEXT, length=5))]
+_values = st.one_of(st.none(), st.integers(-10**6, 10**6), st.integers(), st.booleans(), st.text(max_size=8),
+                    st.sampled_from([str(U), str(U).upper(), "not-a-uuid", "12", "1.5"]),
+                    st.decimals(allow_nan=False, allow_infinity=False, places=3),
+                    st.floats(allow_nan=False, allow_infinity=False))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.tuples(*[_values for _ in _SPEC_COLUMNS]))
+def test_encoder_writes_what_the_converters_give(values):
+    from sparksync.merge.changes import RowCodec
+    from sparksync.types import ValueError_
+
+    try:
+        expected = _spec_json(values, _SPEC_COLUMNS)
+    except ValueError_:
+        with pytest.raises(ValueError_):
+            RowCodec(_SPEC_COLUMNS).encode(values)
+        return
+    assert RowCodec(_SPEC_COLUMNS).encode(values) == expected
+
+
+@pytest.mark.parametrize("value", [0, 1, -1, 9999, 10000, -9999, -10000, 99_999_999])
+def test_encoder_writes_ints_in_decimal_columns_like_the_converter(value):
+    from sparksync.merge.changes import RowCodec
+    from sparksync.types import ValueError_
+
+    cols = [("price", SqlType(Kind.DECIMAL, precision=6, scale=2)), ("whole", SqlType(Kind.DECIMAL, precision=4, scale=0))]
+    for col in cols:
+        try:
+            expected = _spec_json((value,), [col])
+        except ValueError_:
+            with pytest.raises(ValueError_):
+                RowCodec([col]).encode((value,))
+            continue
+        assert RowCodec([col]).encode((value,)) == expected

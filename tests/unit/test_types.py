@@ -127,6 +127,12 @@ def test_decimal_rejects_special_values(value):
         conv(Kind.DECIMAL, precision=10, scale=2)(value)
 
 
+@pytest.mark.parametrize("value", [1e80, 10**100, "1E+90", D("-1e85")])
+def test_decimal_rejects_values_too_big_to_quantize(value):
+    with pytest.raises(ValueError_, match=r"does not fit decimal\(4,0\)"):
+        conv(Kind.DECIMAL, precision=4, scale=0)(value)
+
+
 # -- text, bytes, time ---------------------------------------------------------------------------
 
 def test_text():

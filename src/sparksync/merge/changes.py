@@ -13,6 +13,7 @@ import json
 import math
 import re
 from collections.abc import Sequence
+from json.encoder import encode_basestring as _json_string   # a str as JSONEncoder(ensure_ascii=False) writes it
 from typing import Any, NamedTuple
 
 from ..types import Kind, SqlType, arrow_converter
@@ -113,19 +114,9 @@ class RowCodec:
     def __init__(self, columns: Sequence[tuple[str, SqlType]]):
         self.columns = list(columns)
         self._enc = [(name, t, _PLAIN.get(t.kind), arrow_converter(t)) for name, t in self.columns]
-
-    def encode(self, values: Sequence[Any]) -> str:
-        out = {}
-        for (name, t, plain, conv), v in zip(self._enc, values):
-            if v is None:
-                out[name] = None
-            elif plain is not None and type(v) is plain:
-                out[name] = v
-            elif t.kind is Kind.UUID and type(v) is str and _CANONICAL_UUID.fullmatch(v):
-                out[name] = v                 # already as _to_uuid would write it
-            else:
-                out[name] = _jsonable(conv(v), t)
-        return _ENCODE(out)
+        # encode(values) -> JSON text: {"column": value, ...} in column order, each value as
+        # value_json writes it (json.dumps of _jsonable(convert(v)), compact, not ASCII-escaped).
+        self.encode = _compile_encoder(self)
 
     def value_json(self, i: int, v: Any) -> str:
         """Column ``i``'s value ``v`` (a driver value) as the JSON that :meth:`encode` writes for it."""
@@ -157,6 +148,48 @@ class RowCodec:
             else:
                 out[name] = conv(v)
         return out
+
+
+def _compile_encoder(codec: RowCodec):
+    """The codec's ``encode``, written out for its columns: the values that need no conversion (an
+    int in an integer column, a str in a text column, a canonical UUID, an int in a decimal column)
+    are written straight into the JSON text; every other value goes through ``value_json``. Reading
+    changes spends most of its time here, one call per changed row."""
+    env: dict[str, Any] = {"_str": _json_string, "_slow": codec.value_json, "_uuid": _CANONICAL_UUID.fullmatch}
+    names = [f"v{i}" for i in range(len(codec.columns))]
+    pieces = []
+    for i, ((name, t), v) in enumerate(zip(codec.columns, names)):
+        if t.kind in _PLAIN and _PLAIN[t.kind] is int:
+            expr = f"(str({v}) if type({v}) is int else _slow({i}, {v}))"
+        elif t.kind is Kind.TEXT:
+            expr = f"(_str({v}) if type({v}) is str else _slow({i}, {v}))"
+        elif t.kind is Kind.UUID:
+            expr = f"('\"' + {v} + '\"' if type({v}) is str and _uuid({v}) else _slow({i}, {v}))"
+        elif t.kind is Kind.DECIMAL:
+            env[f"_dec{i}"] = _int_decimal_json(t, i, codec.value_json)
+            expr = f"(_dec{i}({v}) if type({v}) is int else _slow({i}, {v}))"
+        else:
+            expr = f"_slow({i}, {v})"
+        pieces.append(f"{_json_string(name) + ':'!r} + {expr}")
+    body = " + ',' + ".join(pieces) if pieces else "''"
+    unpack = f"    {', '.join(names)}, = values\n" if names else ""
+    exec(f"def encode(values):\n{unpack}    return '{{' + {body} + '}}'\n", env)   # noqa: S102 - our own code
+    return env["encode"]
+
+
+def _int_decimal_json(t: SqlType, i: int, slow):
+    """An int in a decimal column as ``_jsonable`` writes the quantized Decimal: a JSON string with
+    ``scale`` zeros; a value that does not obviously fit the precision takes the converter's path."""
+    scale, precision = t.scale or 0, t.precision or 0
+    zeros = "." + "0" * scale if scale else ""
+
+    def fast(v: int) -> str:
+        digits = str(v)
+        if len(digits.lstrip("-")) + scale > precision:
+            return slow(i, v)
+        return '"' + digits + zeros + '"'
+
+    return fast
 
 
 def encode_row(values: Sequence[Any], columns: Sequence[tuple[str, SqlType]]) -> str:
