@@ -283,6 +283,25 @@ class Topology(_Model):
     def publications_of_kind(self, kind: str) -> list[PublicationConfig]:
         return [p for p in self.publications if p.kind == kind]
 
+    def subscriptions_by_publication(self, kind: str, names: list[str] | None,
+                                     other_command: str) -> list[tuple[PublicationConfig, list[SubscriptionConfig]]]:
+        """What an agent for ``kind`` publications serves: each publication with its subscriptions
+        (only ``names`` when given). A named subscription of the other kind is an error that points
+        to ``other_command``."""
+        wanted = set(names or [])
+        for name in wanted:
+            s = self.subscription(name)
+            other = self.publication(s.publication).kind
+            if other != kind:
+                raise ConfigurationError(f"subscription {name} belongs to {other} publication {s.publication}; "
+                                         f"use 'sparksync {other_command}'", obj=name)
+        out = []
+        for pub in self.publications_of_kind(kind):
+            subs = [s for s in self.subscriptions_of(pub.name) if not wanted or s.name in wanted]
+            if subs:
+                out.append((pub, subs))
+        return out
+
     @property
     def distributor_url(self) -> str:
         if self.distributor is None:

@@ -38,6 +38,11 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def quote_literal(text: str) -> str:
+    """Quote a string as an SQL literal (the standard single-quote rule)."""
+    return "'" + str(text).replace("'", "''") + "'"
+
+
 @dataclass(frozen=True)
 class TableName:
     """A table name with an optional schema (``None`` = the database's default schema)."""

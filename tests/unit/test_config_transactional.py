@@ -143,3 +143,22 @@ def test_distributor_retention_and_database_rules():
     d = data()
     d["distributor"]["database"] = "postgresql://postgres@127.0.0.1:5432/reporting"
     assert "subscriptions[0] (Reporting).database: is the distribution database" in problems(d)
+
+
+def test_each_agent_serves_the_subscriptions_of_its_kind():
+    d = data()
+    d["publications"].append({"name": "Sales", "articles": [{"table": "Customer"}]})
+    d["subscriptions"].append({"name": "Store1", "publication": "Sales", "database": "sqlite:///store1.db"})
+    topo = parse_topology(d, Path("/tmp"))
+    served = topo.subscriptions_by_publication("transactional", None, "merge")
+    assert [(p.name, [s.name for s in subs]) for p, subs in served] == [("Purchasing", ["Reporting"])]
+    served = topo.subscriptions_by_publication("merge", ["Store1"], "distribute")
+    assert [(p.name, [s.name for s in subs]) for p, subs in served] == [("Sales", ["Store1"])]
+    with pytest.raises(ConfigurationError, match="subscription Store1 belongs to merge publication Sales; "
+                                                 "use 'sparksync merge'"):
+        topo.subscriptions_by_publication("transactional", ["Store1"], "merge")
+    with pytest.raises(ConfigurationError, match="subscription Reporting belongs to transactional publication "
+                                                 "Purchasing; use 'sparksync distribute'"):
+        topo.subscriptions_by_publication("merge", ["Reporting"], "distribute")
+    with pytest.raises(ConfigurationError, match="no subscription named 'Nope'"):
+        topo.subscriptions_by_publication("merge", ["Nope"], "distribute")

@@ -386,25 +386,26 @@ class Dialect(ABC):
     # -- data movement ----------------------------------------------------------------------
     def bulk_load(self, replica: Replica, table: TableName, columns: Sequence[str], types: Sequence[SqlType],
                   rows: Iterable[Sequence[Any]]) -> int:
-        cols = ", ".join(self.quote(c) for c in columns)
-        ph = ", ".join([self.capabilities.paramstyle] * len(columns))
-        sql = f"INSERT INTO {self.table_sql(table)} ({cols}) VALUES ({ph})"
+        """Load rows of logical values into ``table``; returns how many."""
         convs = self.db_converters(types)
+        return self.load_rows(replica, self.table_sql(table), columns,
+                              (tuple(v if (v is None or c is None) else c(v) for v, c in zip(r, convs)) for r in rows))
+
+    def load_rows(self, replica: Replica, table_sql: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
+        """Insert many rows of driver-ready values into ``table_sql`` (an already quoted name) at once;
+        returns how many."""
         n = 0
 
-        def gen():
+        def counted():
             nonlocal n
             for r in rows:
                 n += 1
-                yield tuple(v if (v is None or c is None) else c(v) for v, c in zip(r, convs))
+                yield r
 
-        replica.executemany(sql, gen())
-        return n
-
-    def load_rows(self, replica: Replica, table_sql: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        """Insert many rows of driver-ready values into ``table_sql`` (an already quoted name) at once."""
         ph = ", ".join([self.capabilities.paramstyle] * len(columns))
-        replica.executemany(f"INSERT INTO {table_sql} ({', '.join(self.quote(c) for c in columns)}) VALUES ({ph})", rows)
+        replica.executemany(f"INSERT INTO {table_sql} ({', '.join(self.quote(c) for c in columns)}) VALUES ({ph})",
+                            counted())
+        return n
 
     def render_upsert(self, table: TableName, columns: Sequence[str], key: Sequence[str]) -> str:
         cols = ", ".join(self.quote(c) for c in columns)
@@ -454,10 +455,10 @@ class Dialect(ABC):
 
     @abstractmethod
     def staged_values(self, table: TableName, columns: Sequence[tuple[str, SqlType]], alias: str,
-                      payload: str = "payload", record: str = "sparksync_r") -> tuple[str, list[str]]:
+                      payload: str = "payload") -> tuple[str, list[str]]:
         """Read column values from a staging table's JSON column (``alias``.``payload``) exactly as the
         row-at-a-time apply would bind the decoded values. Returns (extra FROM text, one expression per
-        column); ``record`` names what the extra FROM text adds (to read two JSON columns at once)."""
+        column)."""
 
     @abstractmethod
     def json_field(self, expr: str, name: str) -> str:
@@ -480,8 +481,8 @@ class Dialect(ABC):
         """A boolean SQL expression: the staged row (``staged``.payload) may carry other primary key
         values than the user's row ``target``. It may say true for equal values (that only costs an
         update of the key), never false for different ones."""
-        _, exprs = self.staged_values(TableName(None, "unused"), columns, staged)
-        return " OR ".join(f"{target}.{self.quote(n)} IS DISTINCT FROM {e}" for (n, _), e in zip(columns, exprs))
+        return " OR ".join(f"{target}.{self.quote(n)} IS DISTINCT FROM {self.json_typed(f'{staged}.payload', n, t)}"
+                           for n, t in columns)
 
     # -- merge change tracking --------------------------------------------------------------
     @abstractmethod

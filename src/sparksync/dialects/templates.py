@@ -7,7 +7,7 @@ from pathlib import Path
 
 import jinja2
 
-from ..names import quote_ident
+from ..names import quote_ident, quote_literal
 
 _ROOT = Path(__file__).parent
 STATEMENT_SEPARATOR = "-- statement"
@@ -23,7 +23,7 @@ def _env() -> jinja2.Environment:
         keep_trailing_newline=False,
     )
     env.filters["q"] = quote_ident
-    env.filters["lit"] = lambda s: "'" + str(s).replace("'", "''") + "'"
+    env.filters["lit"] = quote_literal
     return env
 
 

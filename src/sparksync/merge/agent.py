@@ -23,7 +23,7 @@ from .. import failpoints
 from ..config import PublicationConfig, SubscriptionConfig, Topology
 from ..dialects import connect
 from ..dialects.base import Replica
-from ..errors import ConfigurationError, NotInitialized, SparksyncError
+from ..errors import NotInitialized, SparksyncError
 from ..metadata import store
 from ..names import TableName
 from ..progress import ProgressListener, Reporter, driver_host, silent
@@ -251,16 +251,8 @@ class MergeAgent:
         options = options or MergeOptions()
         t0 = time.perf_counter()
         summary = MergeSummary(store.new_guid())
-        wanted = set(options.subscriptions or [])
-        for name in wanted:
-            sub = self.topology.subscription(name)
-            if self.topology.publication(sub.publication).kind != "merge":
-                raise ConfigurationError(f"subscription {name} belongs to transactional publication "
-                                         f"{sub.publication}; use 'sparksync distribute'", obj=name)
-        for pubcfg in self.topology.publications_of_kind("merge"):
-            subs = [s for s in self.topology.subscriptions_of(pubcfg.name) if not wanted or s.name in wanted]
-            if subs:
-                self._publication(pubcfg, subs, options, summary)
+        for pubcfg, subs in self.topology.subscriptions_by_publication("merge", options.subscriptions, "distribute"):
+            self._publication(pubcfg, subs, options, summary)
         summary.seconds = time.perf_counter() - t0
         return summary
 

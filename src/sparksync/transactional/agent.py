@@ -20,7 +20,7 @@ from typing import Any
 
 from ..config import Topology
 from ..dialects import connect, dialect_for_url
-from ..errors import ConfigurationError, SparksyncError
+from ..errors import SparksyncError
 from ..metadata import store
 from ..metadata.schema import TRANSACTIONAL_SUBSCRIBER
 from ..progress import ProgressListener, Reporter, driver_host, silent
@@ -81,16 +81,8 @@ class DistributionAgent:
         options = options or DistributeOptions()
         t0 = time.perf_counter()
         summary = DistributeSummary(store.new_guid())
-        wanted = set(options.subscriptions or [])
-        for name in wanted:
-            s = self.topology.subscription(name)
-            if self.topology.publication(s.publication).kind != "transactional":
-                raise ConfigurationError(f"subscription {name} belongs to merge publication {s.publication}; "
-                                         "use 'sparksync merge'", obj=name)
-        for pub in self.topology.publications_of_kind("transactional"):
-            subs = [s for s in self.topology.subscriptions_of(pub.name) if not wanted or s.name in wanted]
-            if subs:
-                self._publication(pub.name, subs, summary)
+        for pub, subs in self.topology.subscriptions_by_publication("transactional", options.subscriptions, "merge"):
+            self._publication(pub.name, subs, summary)
         summary.seconds = time.perf_counter() - t0
         return summary
 

@@ -163,7 +163,7 @@ class BulkApplier:
         d, table = self.d, self.d.table_sql(t.table)
         cols = self._columns(t)
         types = dict(cols)
-        after_joins, values = d.staged_values(t.table, cols, "s", payload="after", record="sparksync_r")
+        after_joins, values = d.staged_values(t.table, cols, "s", payload="after")
         keys = [d.json_typed("s.before", k, types[k]) for k in t.key]
         bitmap = t.upd.syntax in ("SCALL", "MCALL")
         sets = []
@@ -193,7 +193,7 @@ class BulkApplier:
     def _insert(self, t: ArticleTarget, wave: int, n: int) -> None:
         d = self.d
         cols = self._columns(t)
-        joins, values = d.staged_values(t.table, cols, "s", payload="after", record="sparksync_r")
+        joins, values = d.staged_values(t.table, cols, "s", payload="after")
         self.replica.execute(
             f"INSERT INTO {d.table_sql(t.table)} ({', '.join(d.quote(c) for c, _ in cols)}) "
             f"SELECT {', '.join(values)} FROM {self.table} s{joins} WHERE {self._mine(t, 'ins', wave)} ORDER BY s.ord")

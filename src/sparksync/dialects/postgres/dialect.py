@@ -9,7 +9,7 @@ from typing import Any
 
 from ...errors import (ConnectionFailed, ConstraintViolation, DatabaseError, RowNotFound, SchemaError,
                        SparksyncError)
-from ...names import TableName
+from ...names import TableName, quote_literal
 from ...types import Kind, SqlType, decimal_type
 from ..base import Capabilities, Column, Dialect, ForeignKey, Replica, TableInfo, redact_url
 from ..templates import render_statements
@@ -203,30 +203,21 @@ class PostgresDialect(Dialect):
 
     def bulk_load(self, replica: Replica, table: TableName, columns: Sequence[str], types: Sequence[SqlType],
                   rows: Iterable[Sequence[Any]]) -> int:
-        cols = ", ".join(self.quote(c) for c in columns)
+        return self.load_rows(replica, self.table_sql(table), columns, rows)   # COPY adapts the values itself
+
+    def load_rows(self, replica: Replica, table_sql: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
         n = 0
         try:
             with replica.raw.cursor() as cur:
-                with cur.copy(f"COPY {self.table_sql(table)} ({cols}) FROM STDIN") as copy:
+                with cur.copy(f"COPY {table_sql} ({', '.join(self.quote(c) for c in columns)}) FROM STDIN") as copy:
                     for r in rows:
                         copy.write_row(r)
                         n += 1
         except SparksyncError:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise self.translate_error(exc, f"{replica.label}: load {table}") from exc
-        return n
-
-    def load_rows(self, replica: Replica, table_sql: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        try:
-            with replica.raw.cursor() as cur:
-                with cur.copy(f"COPY {table_sql} ({', '.join(self.quote(c) for c in columns)}) FROM STDIN") as copy:
-                    for r in rows:
-                        copy.write_row(r)
-        except SparksyncError:
-            raise
-        except Exception as exc:  # noqa: BLE001
             raise self.translate_error(exc, f"{replica.label}: load {table_sql}") from exc
+        return n
 
     def try_agent_lock(self, replica: Replica, key: str) -> bool:
         return bool(replica.scalar("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS + 1, key)))
@@ -342,15 +333,15 @@ class PostgresDialect(Dialect):
         return (f"NOT EXISTS (SELECT 1 FROM jsonb_each_text({b}) e "
                 f"WHERE coalesce(({a} ->> e.key)::bigint, 0) < e.value::bigint)")
 
-    def staged_values(self, table: TableName, columns, alias: str, payload: str = "payload",
-                      record: str = "sparksync_r") -> tuple[str, list[str]]:
+    def staged_values(self, table: TableName, columns, alias: str, payload: str = "payload") -> tuple[str, list[str]]:
         # jsonb_populate_record reads each value with its column's own input function, as a bound
         # parameter of unknown type would be; bytea (base64 in the JSON) and json columns are read apart.
+        record = "sparksync_r"
         join = (f" CROSS JOIN LATERAL jsonb_populate_record(NULL::{self.table_sql(table)}, {alias}.{payload}) "
                 f"AS {record}")
         exprs = []
         for name, t in columns:
-            key = "'" + name.replace("'", "''") + "'"
+            key = quote_literal(name)
             if t.kind is Kind.BYTES:
                 exprs.append(f"decode({alias}.{payload} ->> {key}, 'base64')")
             elif t.kind is Kind.JSON:
@@ -360,16 +351,15 @@ class PostgresDialect(Dialect):
         return join, exprs
 
     def json_field(self, expr: str, name: str) -> str:
-        return f"({expr} ->> '{name.replace(chr(39), chr(39) * 2)}')"
+        return f"({expr} ->> {quote_literal(name)})"
 
     def json_typed(self, expr: str, name: str, t: SqlType) -> str:
-        key = "'" + name.replace("'", "''") + "'"
         if t.kind is Kind.BYTES:
-            return f"decode({expr} ->> {key}, 'base64')"
-        return f"({expr} ->> {key})::{self.render_type(t)}"
+            return f"decode({expr} ->> {quote_literal(name)}, 'base64')"
+        return f"{self.json_field(expr, name)}::{self.render_type(t)}"
 
     def json_has(self, expr: str, name: str) -> str:
-        return f"({expr} ? '{name.replace(chr(39), chr(39) * 2)}')"
+        return f"({expr} ? {quote_literal(name)})"
 
     def tx_staging_table_ddl(self, table: str) -> str:
         return (f"CREATE TEMP TABLE IF NOT EXISTS {table} (ord integer PRIMARY KEY, article_id integer NOT NULL, "
@@ -377,8 +367,8 @@ class PostgresDialect(Dialect):
 
     def staged_key_moved_sql(self, columns, staged: str, target: str) -> str:
         # Text against text: equal texts read back as equal values, so a difference is never missed.
-        return " OR ".join(f"{target}.{self.quote(n)}::text IS DISTINCT FROM ({staged}.payload ->> "
-                           f"'{n.replace(chr(39), chr(39) * 2)}')" for n, _ in columns)
+        return " OR ".join(f"{target}.{self.quote(n)}::text IS DISTINCT FROM {self.json_field(f'{staged}.payload', n)}"
+                           for n, _ in columns)
 
     # -- merge change tracking --------------------------------------------------------------
     def new_rowguid_sql(self) -> str:

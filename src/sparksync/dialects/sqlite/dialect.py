@@ -262,28 +262,21 @@ class SQLiteDialect(Dialect):
         return (f"NOT EXISTS (SELECT 1 FROM json_each({b}) e "
                 f"WHERE coalesce(json_extract({a}, '$.\"' || e.key || '\"'), 0) < e.value)")
 
-    def staged_values(self, table: TableName, columns, alias: str, payload: str = "payload",
-                      record: str = "sparksync_r") -> tuple[str, list[str]]:
-        exprs = []
-        for name, t in columns:
-            path = f"'$.\"{name}\"'"
-            value = f"json_extract({alias}.{payload}, {path})"
-            if t.kind in (Kind.TIMESTAMP, Kind.TIMESTAMPTZ):
-                exprs.append(f"replace({value}, 'T', ' ')")        # isoformat(sep=" "), as the adapter stores it
-            elif t.kind in (Kind.REAL, Kind.DOUBLE):
-                exprs.append(f"sparksync_float({alias}.{payload} -> {path})")   # Python's float(), bit for bit
-            elif t.kind is Kind.BYTES:
-                exprs.append(f"sparksync_unbase64({value})")
-            else:
-                exprs.append(value)
-        return "", exprs
+    def staged_values(self, table: TableName, columns, alias: str, payload: str = "payload") -> tuple[str, list[str]]:
+        return "", [self.json_typed(f"{alias}.{payload}", name, t) for name, t in columns]
 
     def json_field(self, expr: str, name: str) -> str:
         return f"json_extract({expr}, '$.\"{name}\"')"
 
     def json_typed(self, expr: str, name: str, t: SqlType) -> str:
-        alias, _, payload = expr.rpartition(".")
-        return self.staged_values(TableName(None, "unused"), [(name, t)], alias, payload)[1][0]
+        value = self.json_field(expr, name)
+        if t.kind in (Kind.TIMESTAMP, Kind.TIMESTAMPTZ):
+            return f"replace({value}, 'T', ' ')"        # isoformat(sep=" "), as the adapter stores it
+        if t.kind in (Kind.REAL, Kind.DOUBLE):
+            return f"sparksync_float({expr} -> '$.\"{name}\"')"   # Python's float(), bit for bit
+        if t.kind is Kind.BYTES:
+            return f"sparksync_unbase64({value})"
+        return value
 
     def json_has(self, expr: str, name: str) -> str:
         return f"(json_type({expr}, '$.\"{name}\"') IS NOT NULL)"
