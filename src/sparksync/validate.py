@@ -77,7 +77,6 @@ def compare_transactional(topology: Topology, publication: str) -> tuple[list[Di
     (row filter) and columns (column filter)? Rows are compared by primary key."""
     from .transactional import distribution as dst
     from .transactional.filters import parse_filter
-    from .transactional.subscriber import destination_table
 
     diffs: list[Difference] = []
     total = 0
@@ -93,8 +92,7 @@ def compare_transactional(topology: Topology, publication: str) -> tuple[list[Di
             where = ""
             if a["filter"]:
                 f = parse_filter(a["filter"], info.column_names, a["name"])
-                where = " WHERE " + f.render("postgres" if d.capabilities.supports_schemas else "sqlite",
-                                             booleans=[c.name for c in info.columns if c.type.kind is Kind.BOOLEAN])
+                where = " WHERE " + f.sql_for(d.capabilities.name, info.columns)
             base[a["name"]] = _rows(pub, TableName(a["source_schema"], a["source_table"]), info.columns,
                                     list(info.primary_key), where)
             total += len(base[a["name"]])
@@ -104,7 +102,7 @@ def compare_transactional(topology: Topology, publication: str) -> tuple[list[Di
         with connect(topology.resolve_url(s.database), s.name) as sub:
             for a in articles:
                 info = from_table_dict(a["table_schema"])
-                table = destination_table(sub.dialect, TableName(a["source_schema"], a["source_table"]))
+                table = sub.dialect.destination_table(TableName(a["source_schema"], a["source_table"]))
                 diff = _difference(s.name, a["name"], base[a["name"]],
                                    _rows(sub, table, info.columns, list(info.primary_key)))
                 if diff is not None:

@@ -286,6 +286,13 @@ class Dialect(ABC):
         """Fill in the default schema (or refuse a schema where the database has none)."""
         return name
 
+    def destination_table(self, source: TableName) -> TableName:
+        """Where a published table lives at a subscriber of this kind: the same schema and name where
+        schemas exist, else the name."""
+        if self.capabilities.supports_schemas:
+            return self.resolve_name(source)
+        return TableName(None, source.name)
+
     def table_sql(self, name: TableName) -> str:
         name = self.resolve_name(name)
         if name.schema is None:

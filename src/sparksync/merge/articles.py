@@ -8,7 +8,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import TypeVar
+
+A = TypeVar("A", bound=Hashable)   # an article: its name, or its id
 
 NICKNAME_STEP = 10  # gaps let a parent published later slot in before its existing children
 
@@ -18,12 +21,12 @@ def dri_edges(parents_of: Mapping[str, Iterable[str]]) -> set[tuple[str, str]]:
     return {(p, c) for c, ps in parents_of.items() for p in ps if p != c and p in parents_of}
 
 
-def dri_order(articles: Sequence[str], parents_of: Mapping[str, Iterable[str]]) -> list[str]:
+def dri_order(articles: Sequence[A], parents_of: Mapping[A, Iterable[A]]) -> list[A]:
     """Articles ordered parents-first; ties (and cycles) keep the order the articles were added in."""
     position = {a: i for i, a in enumerate(articles)}
     parents = {a: {p for p in parents_of.get(a, ()) if p in position and p != a} for a in articles}
-    ordered: list[str] = []
-    placed: set[str] = set()
+    ordered: list[A] = []
+    placed: set[A] = set()
     while len(ordered) < len(articles):
         ready = [a for a in articles if a not in placed and parents[a] <= placed]
         if not ready:  # a foreign-key cycle: break it at the earliest-added article

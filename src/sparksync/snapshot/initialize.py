@@ -58,10 +58,18 @@ class InitResult:
 
 
 def destination_name(replica: Replica, article: ArticleSnapshot) -> TableName:
-    """Where an article lives at a subscriber: same schema and name where schemas exist, else the name."""
-    if replica.dialect.capabilities.supports_schemas:
-        return replica.dialect.resolve_name(TableName(article.schema, article.table))
-    return TableName(None, article.table)
+    """Where an article lives at a subscriber (``Dialect.destination_table``)."""
+    return replica.dialect.destination_table(TableName(article.schema, article.table))
+
+
+def check_distinct_tables(label: str, names: dict[str, TableName]) -> None:
+    """Refuse two articles (article name -> destination table) that would be one table here."""
+    seen: dict[str, str] = {}
+    for article, table in names.items():
+        k = str(table).lower()
+        if k in seen:
+            raise SchemaError(f"{label}: articles {seen[k]} and {article} would both be table {table}")
+        seen[k] = article
 
 
 def destination_info(replica: Replica, article: ArticleSnapshot, names: dict[str, TableName]) -> TableInfo:
@@ -225,20 +233,14 @@ def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path, manifest: Sn
     d = sub.dialect
     arts = sorted(manifest.articles, key=lambda a: a.nickname)
     names = {a.name: destination_name(sub, a) for a in arts}
-    seen: dict[str, str] = {}
-    for a in arts:
-        k = str(names[a.name]).lower()
-        if k in seen:
-            raise SchemaError(f"{sub.label}: articles {seen[k]} and {a.name} would both be table {names[a.name]}")
-        seen[k] = a.name
+    check_distinct_tables(sub.label, names)
     total = 0
     with sub.transaction():
         store.install_metadata(sub)
         ident = store.set_replica_identity(sub, nickname=spec.replnickname, name=spec.subscription,
                                            role=SUBSCRIBER_ROLE, replica_id=spec.replica_id)
-        kept = pre_create(sub, [(a.name, names[a.name], from_table_dict(a.table_schema)) for a in arts],
-                          spec.pre_creation_cmd)
         infos = {a.name: destination_info(sub, a, names) for a in arts}
+        kept = pre_create(sub, [(a.name, names[a.name], infos[a.name]) for a in arts], spec.pre_creation_cmd)
         for a in arts:
             if a.name not in kept:
                 for stmt in d.render_create_table(infos[a.name], a.rowguid_column):

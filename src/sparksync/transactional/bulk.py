@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from ..dialects.base import Replica
 from ..errors import RowNotFound
+from ..merge.articles import dri_order
 from ..types import SqlType
 from .subscriber import ArticleTarget, Command
 
@@ -87,7 +88,7 @@ class BulkApplier:
                 self.single_wave.add(aid)
         counts = {(aid, op, w or 1): n for aid, op, w, n in r.query(
             f"SELECT article_id, op, wave, count(*) FROM {s} GROUP BY article_id, op, wave")}
-        order = self._parents_first(articles)
+        order = dri_order(articles, {aid: self.targets[aid].parents for aid in articles})
         for wave in range(1, max(waves.values()) + 1):
             for aid in reversed(order):
                 n = counts.get((aid, "del", wave))
@@ -99,21 +100,6 @@ class BulkApplier:
                     if n:
                         run(self.targets[aid], wave, n)
         return True
-
-    def _parents_first(self, articles: list[int]) -> list[int]:
-        done: list[int] = []
-
-        def visit(aid: int, path: tuple = ()) -> None:
-            if aid in done or aid in path:
-                return
-            for parent in self.targets[aid].parents:
-                if parent in articles:
-                    visit(parent, path + (aid,))
-            done.append(aid)
-
-        for aid in articles:
-            visit(aid)
-        return done
 
     def _key_fields(self, t: ArticleTarget, source: str) -> list[str]:
         return [self.d.json_field(f"{self.table}.{source}", k) for k in t.key]

@@ -18,9 +18,13 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from ..errors import ConfigurationError
+from ..types import Kind
 
 _STATEMENTS = (exp.Select, exp.Subquery, exp.Query, exp.Insert, exp.Update, exp.Delete, exp.Drop, exp.Create,
                exp.Command, exp.Alter, exp.Placeholder, exp.Parameter, exp.Star)
+
+
+_SQLGLOT_DIALECT = {"postgresql": "postgres", "sqlite": "sqlite"}    # Capabilities.name -> sqlglot's
 
 
 class FilterError(ConfigurationError):
@@ -56,6 +60,11 @@ class RowFilter:
             return node
 
         return self.tree.transform(fix).sql(dialect=dialect)
+
+    def sql_for(self, database: str, columns: Sequence) -> str:
+        """The condition for a query on a ``database`` (``Capabilities.name``) over a table with
+        ``columns`` (its boolean columns compare with TRUE/FALSE where the database wants them to)."""
+        return self.render(_SQLGLOT_DIALECT[database], booleans=[c.name for c in columns if c.type.kind is Kind.BOOLEAN])
 
 
 def parse_filter(text: str, columns: Sequence[str], where: str) -> RowFilter:

@@ -34,15 +34,15 @@ from ..metadata import store
 from ..metadata.schema import TRANSACTIONAL_SUBSCRIBER
 from ..names import TableName
 from ..progress import Reporter, silent
-from ..snapshot.initialize import InitResult, load_parquet, pre_create
+from ..merge.articles import dri_order
+from ..snapshot.initialize import InitResult, check_distinct_tables, load_parquet, pre_create
 from ..snapshot.manifest import publication_dir
 from ..snapshot.writer import read_partitions, write_parquet
 from ..spark.datasource import ReadPlan
-from ..types import Kind
 from . import distribution as dst
 from .filters import parse_filter
 from .pgoutput import lsn_int
-from .subscriber import ArticleTarget, article_targets, destination_table
+from .subscriber import ArticleTarget, article_targets
 
 XIP_WAIT_SECONDS = 600
 
@@ -152,9 +152,7 @@ def write_snapshot(spark, topology: Topology, pub: PublicationConfig, publicatio
                     where = ""
                     if a["filter"]:
                         f = parse_filter(a["filter"], [c.name for c in info.columns], a["name"])
-                        where = " WHERE " + f.render("postgres" if d.capabilities.supports_schemas else "sqlite",
-                                                     booleans=[c.name for c in info.columns
-                                                               if c.type.kind is Kind.BOOLEAN])
+                        where = " WHERE " + f.sql_for(d.capabilities.name, info.columns)
                     first_key = info.column(info.primary_key[0])
                     parts, total = read_partitions(frozen, url, sid, d.table_sql(name), select,
                                                    d.quote(first_key.name), cols, f"{pub.name}/{a['name']}", where,
@@ -206,14 +204,9 @@ def initialize_subscriber(spec: TxSubscriberInit) -> InitResult:
 
 def _initialize(sub: Replica, spec: TxSubscriberInit) -> int:
     d = sub.dialect
-    names = {a.name: destination_table(d, TableName(a.source_schema, a.source_table)) for a in spec.articles}
-    seen: dict[str, str] = {}
-    for a in spec.articles:
-        k = str(names[a.name]).lower()
-        if k in seen:
-            raise SchemaError(f"{sub.label}: articles {seen[k]} and {a.name} would both be table {names[a.name]}")
-        seen[k] = a.name
-    by_source = {str(TableName(a.source_schema, a.source_table)): names[a.name] for a in spec.articles}
+    names = {a.name: d.destination_table(TableName(a.source_schema, a.source_table)) for a in spec.articles}
+    check_distinct_tables(sub.label, names)
+    by_source = {str(TableName(a.source_schema, a.source_table)): a.name for a in spec.articles}
     infos, parents = {}, {}
     for a in spec.articles:
         info = from_table_dict(a.table_schema)
@@ -222,7 +215,8 @@ def _initialize(sub: Replica, spec: TxSubscriberInit) -> int:
         # below still loads parents first, for foreign keys the user adds.
         parents[a.name] = [by_source[str(fk.ref_table)] for fk in info.foreign_keys if str(fk.ref_table) in by_source]
         infos[a.name] = info.__class__(names[a.name], info.columns, info.primary_key, (), info.unique_columns)
-    ordered = _parents_first(spec.articles, infos, parents)
+    by_name = {a.name: a for a in spec.articles}
+    ordered = [by_name[n] for n in dri_order(list(by_name), parents)]
     total = 0
     with sub.transaction():
         store.install_table_set(sub, TRANSACTIONAL_SUBSCRIBER)
@@ -244,27 +238,6 @@ def _initialize(sub: Replica, spec: TxSubscriberInit) -> int:
             "publication": spec.publication, "subscription": spec.subscription, "publisher": spec.publisher,
             "stream": 0, "streams": 1, "transaction_timestamp": spec.start, "time": store.utcnow()})
     return total
-
-
-def _parents_first(articles: list[TxArticleSnapshot], infos: dict, parents: dict) -> list[TxArticleSnapshot]:
-    """Articles ordered so a table comes after the tables its foreign keys reference."""
-    by_table = {str(infos[a.name].name): a for a in articles}
-    done: list[TxArticleSnapshot] = []
-    visiting: set[str] = set()
-
-    def visit(a: TxArticleSnapshot) -> None:
-        if a in done or a.name in visiting:
-            return
-        visiting.add(a.name)
-        for ref in parents[a.name]:
-            parent = by_table.get(str(ref))
-            if parent is not None and parent is not a:
-                visit(parent)
-        done.append(a)
-
-    for a in articles:
-        visit(a)
-    return done
 
 
 def install_procedures(sub: Replica, targets: dict[int, ArticleTarget]) -> None:

@@ -16,7 +16,6 @@ from ..dialects.base import Replica, TableInfo, describe_drift, from_table_dict,
 from ..errors import ConfigurationError, InvalidNameError, SchemaDrift, SchemaError, SparksyncError
 from ..metadata import store
 from ..names import TableName, check_identifier
-from ..types import Kind
 from . import distribution as dst
 from .capture import logical, triggers
 from .filters import FilterError, RowFilter, parse_filter
@@ -113,10 +112,8 @@ def plan_transactional(replica: Replica, dist: Replica | None, pub: PublicationC
 def _check_filter(replica: Replica, name: TableName, info: TableInfo, f: RowFilter, where: str) -> None:
     """Run the filter once against the table: a type error shows now, not in the first sync."""
     d = replica.dialect
-    dialect = "postgres" if d.capabilities.supports_schemas else "sqlite"
-    bools = [c.name for c in info.columns if c.type.kind is Kind.BOOLEAN]
     try:
-        replica.query(f"SELECT 1 FROM {d.table_sql(name)} WHERE {f.render(dialect, booleans=bools)} LIMIT 1")
+        replica.query(f"SELECT 1 FROM {d.table_sql(name)} WHERE {f.sql_for(d.capabilities.name, info.columns)} LIMIT 1")
     except SparksyncError as e:
         raise FilterError(f"{where}: filter {f.text!r} does not run: {e.message.split(': ', 1)[-1]}", obj=where) \
             from None
@@ -125,9 +122,7 @@ def _check_filter(replica: Replica, name: TableName, info: TableInfo, f: RowFilt
 def row_filter_sql(replica: Replica, article: TxArticle) -> str | None:
     if article.filter is None:
         return None
-    dialect = "postgres" if replica.dialect.capabilities.supports_schemas else "sqlite"
-    return article.filter.render(dialect, booleans=[c.name for c in article.published.columns
-                                                    if c.type.kind is Kind.BOOLEAN])
+    return article.filter.sql_for(replica.dialect.capabilities.name, article.published.columns)
 
 
 def apply_transactional(replica: Replica, dist: Replica, topology: Topology, plan: TxPublicationPlan) -> dst.Publication:

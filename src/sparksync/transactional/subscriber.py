@@ -216,13 +216,6 @@ class Applier:
         return {k: row.get(k) for k in p.t.key}
 
 
-def destination_table(dialect, source: TableName) -> TableName:
-    """Where an article lives at a subscriber: its schema and name where schemas exist, else its name."""
-    if dialect.capabilities.supports_schemas:
-        return dialect.resolve_name(source)
-    return TableName(None, source.name)
-
-
 def article_targets(dialect, articles: Sequence[dict]) -> dict[int, ArticleTarget]:
     """The subscriber-side view of a publication's active articles (MSarticles rows): destination
     table, published columns, and each operation's command for this kind of subscriber."""
@@ -240,7 +233,7 @@ def article_targets(dialect, articles: Sequence[dict]) -> dict[int, ArticleTarge
         parents = tuple(ids[str(fk.ref_table)] for fk in info.foreign_keys
                         if str(fk.ref_table) in ids and ids[str(fk.ref_table)] != a["article_id"])
         out[a["article_id"]] = ArticleTarget(
-            a["article_id"], a["name"], destination_table(dialect, source),
+            a["article_id"], a["name"], dialect.destination_table(source),
             tuple((c.name, c.type.to_dict()) for c in info.columns), tuple(info.primary_key),
             specs["ins"], specs["upd"], specs["del"], parents)
     return out
