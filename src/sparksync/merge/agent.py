@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .. import failpoints
@@ -56,9 +56,9 @@ class DirectionStats(ArticleStats):
     batches: int = 0
 
     def add(self, s: dict) -> None:
-        for k in ("inserts", "updates", "deletes", "conflicts", "retries", "failed", "skipped"):
-            setattr(self, k, getattr(self, k) + int(s.get(k, 0)))
-        self.seconds += float(s.get("seconds", 0.0))
+        """Add one batch's ``ArticleStats`` (as a dict) to these."""
+        for f in fields(ArticleStats):
+            setattr(self, f.name, getattr(self, f.name) + type(f.default)(s.get(f.name, 0)))   # int or float
 
 
 @dataclass
@@ -133,9 +133,10 @@ def _min_watermark(a: int | None, b: int | None) -> int:
     return min(vals) if vals else 0
 
 
-def _change_reads(replica_url: str, label: str, replica: Replica, pubid: str, source: str, source_nick: int,
-                  lo: int, hi: int, parts: int = 1) -> list[ReadPartition]:
-    """Partitions reading one replica's changes in generations (lo, hi]: per article, upserts and
+def _change_reads(replica_url: str, label: str, replica: Replica, articles: list[dict], source: str,
+                  source_nick: int, lo: int, hi: int, parts: int = 1) -> list[ReadPartition]:
+    """Partitions reading one replica's changes in generations (lo, hi]: per article (``articles``: the
+    replica's ``published_articles`` rows), upserts and
     deletes, each cut into up to ``parts`` generation ranges of about the same size (so every core
     reads, ``split_ranges``); a partition with nothing to read is left out (each one costs a Spark task)."""
     d = replica.dialect
@@ -148,7 +149,7 @@ def _change_reads(replica_url: str, label: str, replica: Replica, pubid: str, so
             f"AND generation <= {p} GROUP BY generation ORDER BY generation", [lo, hi])]
 
     out = []
-    for a in published_articles(replica, pubid):
+    for a in articles:
         art = tracked_article(a)
         cols = [[c.name, c.type.to_dict()] for c in art.info.columns]
         rg = d.quote(art.rowguid_column)
@@ -207,15 +208,11 @@ def _retry_reads(destination: Replica, dest_name: str, source: Replica, source_u
     return parts
 
 
-def _article_names(replica: Replica, pubid: str) -> dict[int, str]:
-    return {a["nickname"]: a["name"] for a in published_articles(replica, pubid)}
-
-
-def _rules(pubcfg: PublicationConfig, replica: Replica, pubid: str) -> dict[int, ArticleRules]:
+def _rules(pubcfg: PublicationConfig, replica: Replica, articles: list[dict]) -> dict[int, ArticleRules]:
     d = replica.dialect
     by_key = {str(d.resolve_name(a.table_name)): a for a in pubcfg.articles}
     out = {}
-    for a in published_articles(replica, pubid):
+    for a in articles:
         key = str(TableName(a["source_schema"], a["source_table"]))
         cfg = by_key.get(key)
         out[a["nickname"]] = ArticleRules(a["nickname"], bool(a["column_tracking"]),
@@ -290,7 +287,9 @@ class MergeAgent:
             active.append((s, r))
         if not active:
             return
-        rules = _rules(pubcfg, pub, pubid)
+        articles = published_articles(pub, pubid)
+        rules = _rules(pubcfg, pub, articles)
+        article_names = {a["nickname"]: a["name"] for a in articles}
         replicas = _replicas(pub, pubid, topo)
         started = {s.name: time.perf_counter() for s, _ in active}
         self.report(f"merge {pubcfg.name}: closing generations at {topo.publisher.name} and {len(active)} subscriber(s)")
@@ -306,21 +305,24 @@ class MergeAgent:
                     sessions[s.name].errors.append(e.message)
                     active.remove((s, r))
             if options.exchange in ("both", "upload") and active:
-                self._upload(pub, pubcfg, pubid, rules, replicas, active, subs_open, options, sessions, summary)
+                self._upload(pub, pubcfg, pubid, rules, article_names, replicas, active, subs_open, options, sessions,
+                             summary)
             make_generation(pub, 1, threshold)
             if options.exchange in ("both", "download") and active:
-                self._download(pub, pubcfg, pubid, rules, replicas, active, subs_open, options, sessions, summary)
+                self._download(pub, pubcfg, pubid, articles, rules, article_names, replicas, active, subs_open, options,
+                               sessions, summary)
         finally:
             for rep in subs_open.values():
                 rep.close()
         for s, _ in active:
             sessions[s.name].seconds = time.perf_counter() - started[s.name]
-        names = {s.name for s, _ in active}
-        self._history(pub, pubid, summary, [sessions[s.name] for s, _ in active] +
-                      [x for x in sessions.values() if x.errors and x.subscription not in names])
+        synced = {s.name for s, _ in active}
+        self._history(pub, pubid, article_names, summary, [sessions[s.name] for s, _ in active] +
+                      [x for x in sessions.values() if x.errors and x.subscription not in synced])
 
     # -- upload ----------------------------------------------------------------------------------
-    def _upload(self, pub, pubcfg, pubid, rules, replicas, active, subs_open, options, sessions, summary) -> None:
+    def _upload(self, pub, pubcfg, pubid, rules, article_names, replicas, active, subs_open, options, sessions,
+                summary) -> None:
         topo = self.topology
         parts, assign, batches_by_source = [], [], {}
         for order, (s, r) in enumerate(active):
@@ -341,7 +343,8 @@ class MergeAgent:
                 assign.append((s.name, RETRY_GENERATION, topo.publisher.name, order, 0))
             batches_by_source[s.name] = batches
             if gens:
-                parts += _change_reads(topo.resolve_url(s.database), s.name, sub, pubid, s.name, r["replnickname"],
+                parts += _change_reads(topo.resolve_url(s.database), s.name, sub, published_articles(sub, pubid),
+                                       s.name, r["replnickname"],
                                        start, bound, self.spark.sparkContext.defaultParallelism)
                 assign += [(s.name, g, topo.publisher.name, order, k) for g, k in where.items()]
             self.report(f"upload {s.name}: generations ({start}, {bound}], {len(gens)} to send in "
@@ -349,7 +352,7 @@ class MergeAgent:
         dest = DestinationInfo(topo.publisher.name, topo.publisher_url, 1, True, {"pubid": pubid}, batches_by_source,
                                pubcfg.conflict_logging in ("publisher", "both"))
         ctx = ApplyContext(pubid, True, summary.session_id, pubcfg.name, rules, replicas, {dest.name: dest},
-                           article_names=_article_names(pub, pubid))
+                           article_names=article_names)
         t0 = time.perf_counter()
         results = self._run(parts, assign, ctx, partitions=1)
         self._report_phase("upload", results, time.perf_counter() - t0)
@@ -364,7 +367,8 @@ class MergeAgent:
         self._remote_conflicts(ctx, results, subs_open, pub, pubcfg, summary)
 
     # -- download --------------------------------------------------------------------------------
-    def _download(self, pub, pubcfg, pubid, rules, replicas, active, subs_open, options, sessions, summary) -> None:
+    def _download(self, pub, pubcfg, pubid, articles, rules, article_names, replicas, active, subs_open, options, sessions,
+                  summary) -> None:
         topo = self.topology
         bound = enumeration_bound(pub)
         pub_rows = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid})}
@@ -397,10 +401,10 @@ class MergeAgent:
                         f"{len(batches)} batch(es)")
         parts = list(retry_all)
         if lowest is not None:
-            parts += _change_reads(topo.publisher_url, topo.publisher.name, pub, pubid, topo.publisher.name, 1,
+            parts += _change_reads(topo.publisher_url, topo.publisher.name, pub, articles, topo.publisher.name, 1,
                                    lowest, bound, self.spark.sparkContext.defaultParallelism)
         ctx = ApplyContext(pubid, False, summary.session_id, pubcfg.name, rules, replicas, dests,
-                           article_names=_article_names(pub, pubid))
+                           article_names=article_names)
         t0 = time.perf_counter()
         results = self._run(parts, assign, ctx, partitions=max(1, len({a[2] for a in assign})))
         self._report_phase("download", results, time.perf_counter() - t0)
@@ -531,8 +535,9 @@ class MergeAgent:
                 summary.conflicts.append({**c, "subscription": r["source"] if ctx.upload else r["destination"],
                                           "direction": "upload" if ctx.upload else "download"})
 
-    def _history(self, pub: Replica, pubid: str, summary: MergeSummary, sessions: list[SubscriptionSession]) -> None:
-        nick_of = {a["name"]: a["nickname"] for a in published_articles(pub, pubid)}
+    def _history(self, pub: Replica, pubid: str, names: dict[int, str], summary: MergeSummary,
+                 sessions: list[SubscriptionSession]) -> None:
+        nick_of = {name: nick for nick, name in names.items()}
         session_id, now = summary.session_id, store.utcnow()
         with pub.transaction():
             for s in sessions:

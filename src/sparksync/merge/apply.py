@@ -40,6 +40,7 @@ from .tracking import TrackedArticle, agent_writes, delete_row_with_lineage, wri
 RESULT_SCHEMA = ("destination STRING, source STRING, batch_seq INT, status STRING, stats STRING, "
                  "conflicts STRING, message STRING, seconds DOUBLE")
 RESULT_COLUMNS = [c.split()[0] for c in RESULT_SCHEMA.split(", ")]
+_RESULT_ARROW_TYPES = {"STRING": "string", "INT": "int32", "DOUBLE": "float64"}   # the pyarrow type of each
 
 
 @dataclass
@@ -608,8 +609,8 @@ def make_mapper(ctx: ApplyContext):
     def mapper(batches):
         import pyarrow as pa
 
-        schema = pa.schema([(n, pa.int32() if n == "batch_seq" else pa.float64() if n == "seconds" else pa.string())
-                            for n in RESULT_COLUMNS])
+        schema = pa.schema([(n, getattr(pa, _RESULT_ARROW_TYPES[t])()) for n, t in
+                            (c.split() for c in RESULT_SCHEMA.split(", "))])
         buf = list(apply_stream(ctx, batches))
         if buf:
             yield pa.RecordBatch.from_pylist(buf, schema=schema)

@@ -49,9 +49,6 @@ class ArticleChanges:
         # rowguid -> position of its first change in the batch
         self.first = dict(zip(reversed(rowguid), range(n - 1, -1, -1)))
 
-    def __len__(self) -> int:
-        return len(self.rowguid)
-
     def change(self, i: int) -> Change:
         return Change(self.tablenick, self.rowguid[i], self.op[i], self.lineage[i], self.colv[i], self.row[i])
 
@@ -78,9 +75,9 @@ def by_article(table) -> dict[int, ArticleChanges]:
     if table.num_rows == 0:
         return out
     nicks = table.column("tablenick")
-    for nick in pc.unique(nicks).to_pylist():
-        part = table if len(out) == 0 and pc.all(pc.equal(nicks, nick)).as_py() else \
-            table.filter(pc.equal(nicks, nick))
+    unique = pc.unique(nicks).to_pylist()
+    for nick in unique:
+        part = table if len(unique) == 1 else table.filter(pc.equal(nicks, nick))
         out[int(nick)] = ArticleChanges(int(nick), *(part.column(n).to_pylist()
                                                      for n in ("rowguid", "op", "lineage", "colv", "row")))
     return out
