@@ -84,7 +84,8 @@ def test_parse_every_message_kind():
     assert isinstance(po.parse(b"Y" + b"..."), po.Ignored)
 
 
-@pytest.mark.parametrize("data", [b"B\x00", b"I" + struct.pack("!I", 1) + b"X", b"Z", b"R\x00\x00\x00\x01abc"])
+@pytest.mark.parametrize("data", [b"B\x00", b"I" + struct.pack("!I", 1) + b"X", b"Z", b"R\x00\x00\x00\x01abc",
+                                  b"D" + struct.pack("!I", 1) + b"N" + _tuple(b"1"), b"U\x00\x00"])
 def test_malformed_messages_raise_protocol_errors(data):
     with pytest.raises(po.ProtocolError):
         po.parse(data)

@@ -22,13 +22,12 @@ from ..config import Topology
 from ..dialects import connect, dialect_for_url
 from ..errors import SparksyncError
 from ..metadata import store
-from ..metadata.schema import TRANSACTIONAL_SUBSCRIBER
 from ..progress import ProgressListener, Reporter, driver_host, silent
 from ..spark.datasource import ReadPartition, ReadPlan
 from ..types import Kind, SqlType
 from . import distribution as dst
 from .deliver import RESULT_SCHEMA, DeliveryContext, DeliveryResult, SubscriptionTarget, make_mapper
-from .subscriber import article_targets
+from .subscriber import article_targets, position
 
 COMMAND_COLUMNS = [["subscription", SqlType(Kind.TEXT).to_dict()], ["xact_seqno", SqlType(Kind.BIGINT).to_dict()], ["command_id", SqlType(Kind.INTEGER).to_dict()],
                    ["article_id", SqlType(Kind.INTEGER).to_dict()], ["type", SqlType(Kind.TEXT).to_dict()],
@@ -136,9 +135,7 @@ class DistributionAgent:
             run.last_seqno = start
             if bound is None or start >= bound:
                 continue
-            run.pending_before = int(dist.scalar(
-                f"SELECT count(*) FROM {dist.meta('MSrepl_transactions')} WHERE publication_id = "
-                f"{dist.dialect.uuid_param()} AND xact_seqno > {dist.p}", [p.publication_id, start]) or 0)
+            run.pending_before = dst.pending(dist, p.publication_id, start)
             starts[s.name] = start
             targets[s.name] = SubscriptionTarget(
                 s.name, url, s.name, topo.publisher.name, s.subscription_streams, s.commit_batch_size,
@@ -159,13 +156,11 @@ class DistributionAgent:
 
     def _position(self, url: str, subscription: str, publication: str) -> int:
         with connect(url, subscription) as sub:
-            store.require_table_set(sub, TRANSACTIONAL_SUBSCRIBER)
-            rows = store.select_rows(sub, "MSreplication_subscriptions", {"publication": publication,
-                                                                          "subscription": subscription})
-        if not rows:
+            at = position(sub, publication, subscription)
+        if at is None:
             raise SparksyncError(f"subscription {subscription}: no record of publication {publication} at the "
                                  "subscriber; run 'sparksync setup'", obj=subscription)
-        return min(r["transaction_timestamp"] for r in rows)
+        return at
 
     def _spark(self, dist, p: dst.Publication, ctx: DeliveryContext, starts: dict[str, int], bound: int) -> list[dict]:
         """One read partition per subscription (its pending commands, in order, through the Data Source),
@@ -175,7 +170,6 @@ class DistributionAgent:
         sql = dst.commands_query(dist, ordered=True)
         url = self.topology.distributor_url
         order = sorted(starts)
-        ctx.groups = {s: i for i, s in enumerate(order)}
         parts = [ReadPartition(url, sql, [s, p.publication_id, starts[s], dst.LAST_COMMAND, bound, dst.LAST_COMMAND],
                                COMMAND_COLUMNS, None, f"{p.name} -> {s}") for s in order]
         commands = spark.read.format("sparksync").schema(ReadPlan(parts).spark_schema()) \

@@ -28,7 +28,6 @@ from typing import Any
 from ..errors import InvalidNameError
 from ..names import MAX_IDENTIFIER_LENGTH, TableName
 
-OPS = ("ins", "upd", "del")
 OP_WORDS = {"ins": "insert", "upd": "update", "del": "delete"}
 PROCEDURE_SYNTAXES = ("CALL", "SCALL", "MCALL", "XCALL")
 ALLOWED = {

@@ -66,7 +66,6 @@ class DeliveryContext:
     publication: str
     publication_id: str
     subscriptions: dict[str, SubscriptionTarget]
-    groups: dict[str, int] = field(default_factory=dict)
     progress: tuple[str, int] | None = None
 
 
@@ -95,11 +94,6 @@ class DeliveryResult:
 
 class StreamFailed(Exception):
     """One stream of a multi-stream batch failed: every stream rolled back."""
-
-    def __init__(self, stream: int, error: BaseException):
-        super().__init__(f"stream {stream}: {error}")
-        self.stream = stream
-        self.error = error
 
 
 def route(target: ArticleTarget, c: Command, streams: int) -> int:
@@ -390,7 +384,7 @@ class Delivery:
             k = min(errors)
             if isinstance(errors[k], failpoints.InjectedFault):
                 raise errors[k]
-            raise StreamFailed(k, errors[k])
+            raise StreamFailed(f"stream {k}: {errors[k]}")
         failpoints.hit("distribute.before_commit", f"{self.sub.name}:{seq}")
         for k, (r, _) in enumerate(conns):
             r.dialect.commit(r.raw)

@@ -177,13 +177,21 @@ def commands_query(dist: Replica, ordered: bool = False) -> str:
             + (" ORDER BY xact_seqno, command_id" if ordered else ""))
 
 
+_ERROR_COLUMNS = ("error_id", "publication_id", "subscription", "xact_seqno", "command_id", "article_id",
+                  "error_code", "native_code", "message", "skipped", "time")
+
+
+def pending(dist: Replica, publication_id: str, after: int) -> int:
+    """Transactions of the publication after xact_seqno ``after``."""
+    return int(dist.scalar(f"SELECT count(*) FROM {dist.meta('MSrepl_transactions')} WHERE publication_id = "
+                           f"{dist.dialect.uuid_param()} AND xact_seqno > {dist.p}", [publication_id, after]) or 0)
+
+
 def record_errors(dist: Replica, publication_id: str, subscription: str, errors: Iterable[dict]) -> None:
-    for e in errors:
-        store.insert_row(dist, "MSrepl_errors", {
-            "error_id": store.new_guid(), "publication_id": publication_id, "subscription": subscription,
-            "xact_seqno": e["xact_seqno"], "command_id": e["command_id"], "article_id": e.get("article_id"),
-            "error_code": e["error_code"], "native_code": e.get("native_code"), "message": e["message"],
-            "skipped": int(bool(e.get("skipped"))), "time": store.utcnow()})
+    now = store.utcnow()
+    store.insert_rows(dist, "MSrepl_errors", _ERROR_COLUMNS, (
+        (store.new_guid(), publication_id, subscription, e["xact_seqno"], e["command_id"], e.get("article_id"),
+         e["error_code"], e.get("native_code"), e["message"], int(bool(e.get("skipped"))), now) for e in errors))
 
 
 def update_delivered(dist: Replica, publication_id: str, subscription: str, seqno: int | None) -> None:
@@ -241,13 +249,10 @@ def cleanup(dist: Replica, publication_id: str, min_hours: float, max_hours: flo
             where = f"publication_id = {u} AND ({' OR '.join(conds)})"
             doomed = dist.scalar(f"SELECT max(xact_seqno) FROM {tx} WHERE {where}", params)
             if doomed is not None:
-                out.commands = int(dist.scalar(f"SELECT count(*) FROM {cmd} WHERE publication_id = {u} AND "
-                                               f"xact_seqno <= {p}", [publication_id, doomed]) or 0)
-                out.transactions = int(dist.scalar(f"SELECT count(*) FROM {tx} WHERE {where}", params) or 0)
-                dist.execute(f"DELETE FROM {cmd} WHERE publication_id = {u} AND xact_seqno <= {p}",
-                             [publication_id, doomed])
-                dist.execute(f"DELETE FROM {tx} WHERE publication_id = {u} AND xact_seqno <= {p}",
-                             [publication_id, doomed])
+                out.commands = dist.execute(f"DELETE FROM {cmd} WHERE publication_id = {u} AND xact_seqno <= {p}",
+                                            [publication_id, doomed]).rowcount
+                out.transactions = dist.execute(f"DELETE FROM {tx} WHERE publication_id = {u} AND xact_seqno <= {p}",
+                                                [publication_id, doomed]).rowcount
         old = store.to_param(dist, Kind.TIMESTAMPTZ, now - dt.timedelta(hours=history_hours))
         for table, col in (("MSdistribution_history", "end_time"), ("MSlogreader_history", "end_time"),
                            ("MSrepl_errors", "time")):

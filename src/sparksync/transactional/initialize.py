@@ -41,7 +41,7 @@ from ..snapshot.writer import read_partitions, write_parquet
 from ..spark.datasource import ReadPlan
 from . import distribution as dst
 from .filters import parse_filter
-from .pgoutput import lsn_int
+from .capture import logical
 from .subscriber import ArticleTarget, article_targets
 
 XIP_WAIT_SECONDS = 600
@@ -134,7 +134,7 @@ def write_snapshot(spark, topology: Topology, pub: PublicationConfig, publicatio
                 if logical_decoding:
                     xmin, xmax, xip = _pg_snapshot(frozen.scalar("SELECT pg_current_snapshot()::text"))
                     _wait_for(pubdb, xip, report)
-                    upto = lsn_int(pubdb.scalar("SELECT pg_current_wal_lsn()::text"))
+                    upto = logical.current_lsn(pubdb)
                     sync = {"kind": "snapshot", "xmin": xmin, "xmax": xmax, "xip": xip, "upto": upto}
                     start = 0           # the caller's log position from before the snapshot
                 else:
@@ -277,8 +277,7 @@ def initialize_subscriptions(spark, topology: Topology, pub: PublicationConfig, 
         return []
     with connect(topology.distributor_url, "distributor") as dist, \
             connect(topology.publisher_url, topology.publisher.name) as pubdb:
-        here = (lsn_int(pubdb.scalar("SELECT pg_current_wal_lsn()::text"))
-                if pubdb.dialect.capabilities.supports_logical_decoding else None)
+        here = logical.current_lsn(pubdb) if pubdb.dialect.capabilities.supports_logical_decoding else None
         with dist.transaction():
             for s in subs:
                 store.delete_rows(dist, "MSsubscriptions", {"publication_id": publication.publication_id,

@@ -53,46 +53,43 @@ def read_publication(topology: Topology, name: str, read_batch: int = READ_BATCH
         capture = capture_for(pub, p, [a for a in p.articles if a["status"] == 1], read_batch)
         after = p.logreader_seqno
         horizon = capture.horizon()      # one run reads what was committed when it started, and stops
-        try:
-            while True:
-                with dist.transaction():
-                    writer = dst.TransactionWriter(dist, p.publication_id)
-                    current: TransactionInfo | None = None
-                    tokens: list[tuple[dict, TransactionInfo]] = []
-                    for ev in capture.read_batch(after):
-                        if type(ev) is StoredCommand:          # the common event first
-                            current.commands += 1
-                            writer.command(current.xact_seqno, current.commands, ev)
-                            if ev.type == "token":
-                                tokens.append((json.loads(ev.after), current))
-                        elif isinstance(ev, Begin):
-                            current = TransactionInfo(ev.xact_seqno, ev.xact_id, ev.publisher_commit)
-                        elif isinstance(ev, End):
-                            if current.commands:
-                                writer.transaction(current)
-                            current = None
-                    for token, txn in tokens:
-                        store.insert_row(dist, "MStracer_tokens", {
-                            "tracer_id": token["tracer_id"], "publication_id": p.publication_id,
-                            "posted_time": token.get("posted"), "publisher_commit": txn.publisher_commit,
-                            "distributor_commit": store.utcnow(), "xact_seqno": txn.xact_seqno})
-                        run.tokens.append(token["tracer_id"])
-                    writer.finish(writer.last)
-                    failpoints.hit("logreader.before_commit", name)
-                failpoints.hit("logreader.before_confirm", name)
-                if writer.transactions:
-                    run.batches += 1
-                    run.transactions += writer.transactions
-                    run.commands += writer.commands
-                    run.first_seqno = run.first_seqno if run.first_seqno is not None else writer.first
-                    run.last_seqno = writer.last
-                    after = writer.last
-                    report(f"logreader {name}: {writer.transactions:,} transaction(s), {writer.commands:,} "
-                           f"command(s) stored (xact_seqno up to {writer.last})")
-                if not capture.confirm() or (after is not None and after >= horizon):
-                    break
-        finally:
-            capture.close()
+        while True:
+            with dist.transaction():
+                writer = dst.TransactionWriter(dist, p.publication_id)
+                current: TransactionInfo | None = None
+                tokens: list[tuple[dict, TransactionInfo]] = []
+                for ev in capture.read_batch(after):
+                    if type(ev) is StoredCommand:          # the common event first
+                        current.commands += 1
+                        writer.command(current.xact_seqno, current.commands, ev)
+                        if ev.type == "token":
+                            tokens.append((json.loads(ev.after), current))
+                    elif isinstance(ev, Begin):
+                        current = TransactionInfo(ev.xact_seqno, ev.xact_id, ev.publisher_commit)
+                    elif isinstance(ev, End):
+                        if current.commands:
+                            writer.transaction(current)
+                        current = None
+                for token, txn in tokens:
+                    store.insert_row(dist, "MStracer_tokens", {
+                        "tracer_id": token["tracer_id"], "publication_id": p.publication_id,
+                        "posted_time": token.get("posted"), "publisher_commit": txn.publisher_commit,
+                        "distributor_commit": store.utcnow(), "xact_seqno": txn.xact_seqno})
+                    run.tokens.append(token["tracer_id"])
+                writer.finish(writer.last)
+                failpoints.hit("logreader.before_commit", name)
+            failpoints.hit("logreader.before_confirm", name)
+            if writer.transactions:
+                run.batches += 1
+                run.transactions += writer.transactions
+                run.commands += writer.commands
+                run.first_seqno = run.first_seqno if run.first_seqno is not None else writer.first
+                run.last_seqno = writer.last
+                after = writer.last
+                report(f"logreader {name}: {writer.transactions:,} transaction(s), {writer.commands:,} "
+                       f"command(s) stored (xact_seqno up to {writer.last})")
+            if not capture.confirm() or (after is not None and after >= horizon):
+                break
         run.seconds = time.perf_counter() - t0
         with dist.transaction():
             store.insert_row(dist, "MSlogreader_history", {

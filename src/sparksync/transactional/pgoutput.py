@@ -137,9 +137,6 @@ class _Reader:
     def uint32(self) -> int:
         return self._unpack("!I", 4)
 
-    def int64(self) -> int:
-        return self._unpack("!q", 8)
-
     def uint64(self) -> int:
         return self._unpack("!Q", 8)
 
@@ -157,9 +154,6 @@ class _Reader:
         b = self.buf[self.pos:self.pos + n]
         self.pos += n
         return bytes(b)
-
-    def timestamp(self) -> dt.datetime:
-        return PG_EPOCH + dt.timedelta(microseconds=self.int64())
 
 
 _I16, _I32, _U32 = struct.Struct("!h"), struct.Struct("!i"), struct.Struct("!I")
@@ -201,6 +195,29 @@ def _tag(buf: bytes, pos: int) -> str:
     return chr(buf[pos])
 
 
+def read_change(buf: bytes) -> tuple[str, int, list[Value] | None, list[Value] | None, list[Value] | None]:
+    """An Insert / Update / Delete message -> (kind "I" | "U" | "D", relation id, old tuple, old key,
+    new tuple); what the message does not carry is None. The hot path of the log reader."""
+    if len(buf) < 6:
+        raise ProtocolError("message ends early")
+    kind = chr(buf[0])
+    (relid,) = _U32.unpack_from(buf, 1)
+    tag, pos = _tag(buf, 5), 6
+    old = key = None
+    if kind == "D":
+        if tag not in "OK":
+            raise ProtocolError("delete without an old tuple or key")
+        values, _ = read_tuple(buf, pos)
+        return kind, relid, values if tag == "O" else None, values if tag == "K" else None, None
+    if kind == "U" and tag in "OK":
+        values, pos = read_tuple(buf, pos)
+        old, key = (values, None) if tag == "O" else (None, values)
+        tag, pos = _tag(buf, pos), pos + 1
+    if tag != "N":
+        raise ProtocolError(f"{'insert' if kind == 'I' else 'update'} without a new tuple")
+    return kind, relid, old, key, read_tuple(buf, pos)[0]
+
+
 def parse(data: bytes) -> Any:
     """One pgoutput message (bytes) -> Begin | Commit | Relation | Insert | Update | Delete | Truncate |
     Message | Ignored (origin, type)."""
@@ -209,25 +226,12 @@ def parse(data: bytes) -> Any:
         raise ProtocolError("empty message")
     kind = chr(buf[0])
     if kind in "IUD":             # row changes: the common case, parsed without a reader object
-        if len(buf) < 6:
-            raise ProtocolError("message ends early")
-        (relid,) = _U32.unpack_from(buf, 1)
-        tag, pos = _tag(buf, 5), 6
+        _, relid, old, key, new = read_change(buf)
         if kind == "I":
-            if tag != "N":
-                raise ProtocolError("insert without a new tuple")
-            return Insert(relid, read_tuple(buf, pos)[0])
+            return Insert(relid, new)
         if kind == "D":
-            values, _ = read_tuple(buf, pos)
-            return Delete(relid, values if tag == "O" else None, values if tag == "K" else None)
-        old = key = None
-        if tag in "OK":
-            values, pos = read_tuple(buf, pos)
-            old, key = (values, None) if tag == "O" else (None, values)
-            tag, pos = _tag(buf, pos), pos + 1
-        if tag != "N":
-            raise ProtocolError("update without a new tuple")
-        return Update(relid, read_tuple(buf, pos)[0], old, key)
+            return Delete(relid, old, key)
+        return Update(relid, new, old, key)
     if kind == "B" and len(buf) >= 21:
         lsn, micros, xid = _BEGIN.unpack_from(buf, 1)
         return Begin(lsn, PG_EPOCH + dt.timedelta(microseconds=micros), xid)

@@ -10,8 +10,9 @@ from ..dialects import connect
 from ..dialects.base import redact_url
 from ..errors import SparksyncError
 from ..metadata import store
-from ..metadata.schema import DISTRIBUTION, PUBLISHER_LOG, TRANSACTIONAL_SUBSCRIBER
+from ..metadata.schema import DISTRIBUTION, PUBLISHER_LOG
 from . import distribution as dst
+from .subscriber import position
 
 STATUS = {0: "initializing", 1: "active", 2: "inactive"}
 
@@ -37,7 +38,7 @@ def gather(topology: Topology) -> dict[str, Any]:
                 if p is None:
                     out["publications"].append({"name": pcfg.name, "state": "not published"})
                     continue
-                u, q = dist.dialect.uuid_param(), dist.p
+                u = dist.dialect.uuid_param()
                 queued = dist.query_one(f"SELECT count(*), coalesce(sum(commands), 0) FROM "
                                         f"{dist.meta('MSrepl_transactions')} WHERE publication_id = {u}",
                                         [p.publication_id])
@@ -63,14 +64,9 @@ def gather(topology: Topology) -> dict[str, Any]:
                     if r is not None and r.status == 1:
                         try:
                             with connect(topology.resolve_url(s.database), s.name) as sub:
-                                store.require_table_set(sub, TRANSACTIONAL_SUBSCRIBER)
-                                marks = store.select_rows(sub, "MSreplication_subscriptions",
-                                                          {"publication": p.name, "subscription": s.name})
-                            at = min(m["transaction_timestamp"] for m in marks) if marks else None
+                                at = position(sub, p.name, s.name)
                             e["subscriber_seqno"] = at
-                            e["pending_transactions"] = int(dist.scalar(
-                                f"SELECT count(*) FROM {dist.meta('MSrepl_transactions')} WHERE publication_id = {u} "
-                                f"AND xact_seqno > {q}", [p.publication_id, at or 0]) or 0)
+                            e["pending_transactions"] = dst.pending(dist, p.publication_id, at or 0)
                         except SparksyncError as ex:
                             e["status"], e["error"] = "unreachable", ex.message
                     out["subscriptions"].append(e)

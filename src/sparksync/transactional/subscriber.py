@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 from ..dialects.base import Replica
 from ..errors import ConstraintViolation, DatabaseError, RowNotFound, SparksyncError
 from ..merge.changes import RowCodec
+from ..metadata import store
+from ..metadata.schema import TRANSACTIONAL_SUBSCRIBER
 from ..names import TableName
 from ..types import SqlType
 from .calls import CallSpec, arguments, parameters
@@ -214,6 +216,15 @@ class Applier:
     def _key(p: _Prepared, c: Command) -> dict:
         row = p.codec.decode(c.before if c.before is not None else c.after) or {}
         return {k: row.get(k) for k in p.t.key}
+
+
+def position(sub: Replica, publication: str, subscription: str) -> int | None:
+    """The last transaction (xact_seqno) every stream of the subscription has committed, None when
+    the subscriber holds no record of the publication."""
+    store.require_table_set(sub, TRANSACTIONAL_SUBSCRIBER)
+    marks = store.select_rows(sub, "MSreplication_subscriptions", {"publication": publication,
+                                                                   "subscription": subscription})
+    return min(m["transaction_timestamp"] for m in marks) if marks else None
 
 
 def article_targets(dialect, articles: Sequence[dict]) -> dict[int, ArticleTarget]:

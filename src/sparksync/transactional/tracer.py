@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..config import Topology
 from ..dialects import connect
-from ..errors import ConfigurationError, NotInitialized
+from ..errors import ConfigurationError
 from ..metadata import store
 from . import distribution as dst
 from .capture import logical, triggers
@@ -84,21 +84,28 @@ def report(topology: Topology, publication: str, tracer_id: str) -> TokenReport:
     """Where the token is: its times at the distributor and at every active subscription."""
     with connect(topology.distributor_url, "distributor") as dist:
         p = dst.require_publication(dist, publication)
-        rows = store.select_rows(dist, "MStracer_tokens", {"tracer_id": tracer_id})
-        history = {r["subscription"]: r["subscriber_commit"]
-                   for r in store.select_rows(dist, "MStracer_history", {"tracer_id": tracer_id})}
-        active = [s.subscription for s in dst.subscriptions(dist, p.publication_id) if s.status == 1]
-    r = rows[0] if rows else {}
-    return TokenReport(tracer_id, publication, r.get("posted_time"), r.get("publisher_commit"),
-                       r.get("distributor_commit"), {s: history.get(s) for s in active})
+        return _report(dist, publication, tracer_id, _active(dist, p))
 
 
 def recent(topology: Topology, publication: str, limit: int = 20) -> list[TokenReport]:
+    """The publication's last ``limit`` tokens to reach the distributor, newest first."""
     with connect(topology.distributor_url, "distributor") as dist:
-        p = dst.publication(dist, publication)
-        if p is None:
-            raise NotInitialized(f"publication {publication} is not set up at the distributor", obj=publication)
+        p = dst.require_publication(dist, publication)
         ids = [r[0] for r in dist.query(
             f"SELECT tracer_id FROM {dist.meta('MStracer_tokens')} WHERE publication_id = {dist.dialect.uuid_param()} "
             f"ORDER BY distributor_commit DESC LIMIT {int(limit)}", [p.publication_id])]
-    return [report(topology, publication, str(i)) for i in ids]
+        active = _active(dist, p)
+        return [_report(dist, publication, str(i), active) for i in ids]
+
+
+def _active(dist, p: dst.Publication) -> list[str]:
+    return [s.subscription for s in dst.subscriptions(dist, p.publication_id) if s.status == 1]
+
+
+def _report(dist, publication: str, tracer_id: str, active: list[str]) -> TokenReport:
+    rows = store.select_rows(dist, "MStracer_tokens", {"tracer_id": tracer_id})
+    history = {r["subscription"]: r["subscriber_commit"]
+               for r in store.select_rows(dist, "MStracer_history", {"tracer_id": tracer_id})}
+    r = rows[0] if rows else {}
+    return TokenReport(tracer_id, publication, r.get("posted_time"), r.get("publisher_commit"),
+                       r.get("distributor_commit"), {s: history.get(s) for s in active})

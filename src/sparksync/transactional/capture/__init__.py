@@ -50,8 +50,6 @@ class Capture(Protocol):
         """The last batch is stored at the distributor: the publisher may forget it. False when the
         last batch read nothing (the reader has caught up)."""
 
-    def close(self) -> None: ...
-
 
 def capture_for(replica: Replica, publication, articles: list[dict], read_batch: int) -> Capture:
     """``publication``: distribution.Publication; ``articles``: its MSarticles rows."""

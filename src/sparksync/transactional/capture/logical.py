@@ -98,10 +98,9 @@ def create_slot(replica: Replica, slot: str) -> None:
         replica.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
 
 
-def drop(replica: Replica, publication: str, slot: str) -> None:
-    if slot_exists(replica, slot):
-        replica.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-    replica.execute(f"DROP PUBLICATION IF EXISTS {replica.dialect.quote(pg_publication_name(publication))}")
+def current_lsn(replica: Replica) -> int:
+    """The end of the server's log now, as an integer position."""
+    return po.lsn_int(replica.scalar("SELECT pg_current_wal_lsn()::text"))
 
 
 class _Article:
@@ -176,25 +175,13 @@ class _Shape:
 
     def command(self, buf: bytes, xid: int | None) -> StoredCommand:
         """One Insert / Update / Delete message -> its command."""
-        kind, tag = buf[0], chr(buf[5])
+        kind, _, old, key, new = po.read_change(buf)
         aid = self.article.id
-        if kind == _INSERT:
-            if tag != "N":
-                raise po.ProtocolError("insert without a new tuple")
-            new, _ = po.read_tuple(buf, 6)
+        if kind == "I":
             return StoredCommand(aid, "ins", xid, self.row(new), None, self.rowhash(new))
-        if kind == _DELETE:
-            old, _ = po.read_tuple(buf, 6)
-            return StoredCommand(aid, "del", xid, None, self.row(old), self.rowhash(old))
-        old = key = None
-        pos = 6
-        if tag == "O" or tag == "K":
-            values, pos = po.read_tuple(buf, pos)
-            old, key = (values, None) if tag == "O" else (None, values)
-            tag, pos = chr(buf[pos]), pos + 1
-        if tag != "N":
-            raise po.ProtocolError("update without a new tuple")
-        new, _ = po.read_tuple(buf, pos)
+        if kind == "D":
+            gone = old if old is not None else key
+            return StoredCommand(aid, "del", xid, None, self.row(gone), self.rowhash(gone))
         if old is not None:
             before, hashed = self.changed(old, new), old
         elif key is not None:    # without a full before image: the old key, when it changed
@@ -216,7 +203,6 @@ class LogicalCapture:
         self.read_batch_changes = max(1, int(read_batch))
         self.by_table = {(a.table.schema, a.table.name): a for a in map(_Article, articles)}
         self.relations: dict[int, _Shape | None] = {}
-        self.confirmed_to: int | None = None
         self._pending_end: int | None = None
 
     def read_batch(self, after: int | None) -> Iterator[Any]:
@@ -311,7 +297,7 @@ class LogicalCapture:
 
     def horizon(self) -> int:
         """The end of the server's log now: a run that started here stops once it gets there."""
-        return po.lsn_int(self.replica.scalar("SELECT pg_current_wal_lsn()::text"))
+        return current_lsn(self.replica)
 
     def confirm(self) -> bool:
         """Advance the slot past the last transaction read (stored or skipped). False: nothing was read."""
@@ -319,9 +305,5 @@ class LogicalCapture:
             return False
         self.replica.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
                              (self.publication.slot, po.lsn_text(self._pending_end)))
-        self.confirmed_to = self._pending_end
         self._pending_end = None
         return True
-
-    def close(self) -> None:
-        return None

@@ -160,6 +160,3 @@ class TriggerCapture:
                                  (self.publication.name, self._read_to))
         self._read_to = None
         return True
-
-    def close(self) -> None:
-        return None
