@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test venv bench clean
+.PHONY: demo test test-unit lint venv bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -17,9 +17,18 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/sparksync demo --dir demo-run
 
-test: $(STAMP)
+# The gates first (ruff, mypy: seconds), then the whole suite (the slowest tests are listed at the end).
+test: lint
 	scripts/ensure-services
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest --durations=12
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench scripts
+	$(VENV)/bin/mypy
+
+# Pure logic: no database server, no JVM (tests/unit/conftest.py refuses both). Seconds.
+test-unit: $(STAMP)
+	$(VENV)/bin/python -m pytest tests/unit tests/test_docs.py
 
 clean:
 	rm -rf $(VENV) demo-run .pytest_cache

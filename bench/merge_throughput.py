@@ -22,11 +22,11 @@ import time
 import uuid
 from pathlib import Path
 
-from sparksync.config import parse_topology
 from sparksync.dialects import connect
 from sparksync.merge.agent import MergeAgent, MergeOptions
 from sparksync.provision import setup
 from sparksync.spark.session import spark_session
+from sparksync.topology import parse_topology
 
 DDL = 'CREATE TABLE "Item" ("id" {int} PRIMARY KEY, "name" {text}, "qty" {int}, "price" {num})'
 
@@ -65,7 +65,8 @@ def build(workdir: Path, subs: int, pg_url: str | None, seed_rows: int):
         pub_url = admin.rsplit("/", 1)[0] + "/" + name
         types = {"int": "integer", "text": "text", "num": "numeric(10,2)"}
     else:
-        pub_url, types, name = f"sqlite:///{workdir / 'pub.db'}", {"int": "INTEGER", "text": "TEXT", "num": "NUMERIC(10,2)"}, None
+        pub_url, name = f"sqlite:///{workdir / 'pub.db'}", None
+        types = {"int": "INTEGER", "text": "TEXT", "num": "NUMERIC(10,2)"}
     with connect(pub_url) as r:
         r.execute(DDL.format(**types))
         r.executemany(f'INSERT INTO "Item" VALUES ({r.p}, {r.p}, {r.p}, {r.p})',

@@ -13,10 +13,10 @@ import uuid
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from sparksync.config import parse_topology
 from sparksync.dialects import connect
 from sparksync.merge.publish import apply_publication, plan_publication
 from sparksync.metadata import store
+from sparksync.topology import parse_topology
 
 DDL = {
     "sqlite": 'CREATE TABLE "{t}" ("id" INTEGER PRIMARY KEY, "name" TEXT, "qty" INTEGER, "price" NUMERIC(10,2))',

@@ -18,6 +18,7 @@ the server), (b) one UPDATE of every row in one transaction.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import tempfile
 import threading
@@ -27,9 +28,9 @@ from pathlib import Path
 
 import psycopg
 
-from sparksync.config import parse_topology
 from sparksync.provision import setup
 from sparksync.spark.session import spark_session
+from sparksync.topology import parse_topology
 from sparksync.transactional.agent import DistributeOptions, DistributionAgent
 from sparksync.transactional.logreader import run_logreader
 
@@ -125,7 +126,6 @@ class Sparksync:
                               {"name": "many", "publication": "Bench", "database": self.subs["many"],
                                "subscription_streams": streams}],
         }, workdir)
-        self.spark = spark
         setup(self.topology, lambda: spark)
         self.agent = DistributionAgent(self.topology, spark)
         with psycopg.connect(self.pub, autocommit=True) as c:      # warm the session: one small round
@@ -143,8 +143,8 @@ class Sparksync:
             # the clock stops when the subscriber holds the last change (the agent's bookkeeping after
             # that, history and retention cleanup, is not apply time), as for PostgreSQL's subscription
             arrived: dict[str, float] = {}
-            watcher = threading.Thread(target=lambda: (wait_for(self.subs[name], marker),
-                                                       arrived.setdefault("t", time.perf_counter())))
+            watcher = threading.Thread(target=lambda url=self.subs[name], seen=arrived: (
+                wait_for(url, marker), seen.setdefault("t", time.perf_counter())))
             t1 = time.perf_counter()
             watcher.start()
             summary = self.agent.run(DistributeOptions([name]))
@@ -190,10 +190,8 @@ def main() -> None:
                 print(f"  {'':<32}{'':>10}{'(of which log reader)':>28}{ss['logreader']:>10.2f}")
             print("  target: sparksync with 1 stream >= 0.5x of PostgreSQL's rate")
         finally:
-            try:
+            with contextlib.suppress(Exception):
                 builtin.drop(a.pg_url)
-            except Exception:  # noqa: BLE001
-                pass
             with psycopg.connect(a.pg_url, autocommit=True) as c:
                 for db in created:
                     c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s",

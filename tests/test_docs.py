@@ -1,4 +1,5 @@
-"""The README documents every command and option of the CLI, and both set-up commands."""
+"""docs/cli.md documents every command and option of the CLI (its reference generated from the app); the README
+gives both set-up commands and points to every page of docs/; docs/ARCHITECTURE.md names code that exists."""
 
 from __future__ import annotations
 
@@ -12,17 +13,27 @@ from sparksync.cli.app import app
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_every_command_and_option_is_documented():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_cli_reference_is_what_the_cli_says():
+    """The reference block of docs/cli.md is generated from the typer app (cog --check style)."""
+    from sparksync.cli.reference import with_reference
+
+    doc = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert with_reference(doc) == doc, "docs/cli.md is out of date: run .venv/bin/python -m sparksync.cli.reference"
+
+
+def test_every_command_is_described():
+    doc = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     group = typer.main.get_command(app)
     assert hasattr(group, "commands")
-    for name, cmd in group.commands.items():
-        assert f"sparksync {name}" in readme, f"command {name} is not in the README"
-        assert f"**`{name}`**" in readme, f"command {name} has no description in the README"
-        for param in cmd.params:
-            for opt in param.opts:
-                if opt.startswith("--") and opt != "--help":
-                    assert opt in readme, f"option {opt} of {name} is not in the README"
+    for name in group.commands:
+        assert f"### `sparksync {name}`" in doc, f"command {name} is not in the reference of docs/cli.md"
+        assert f"**`{name}`**" in doc, f"command {name} has no description in docs/cli.md"
+
+
+def test_the_readme_links_every_page_of_docs():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for page in (ROOT / "docs").glob("*.md"):
+        assert f"docs/{page.name}" in readme, f"docs/{page.name} is not linked from the README"
 
 
 def test_readme_gives_the_two_setup_commands_and_ci_runs_the_test_one():
@@ -39,3 +50,70 @@ def test_architecture_names_files_that_exist():
     missing = [n for n in names if not (src / n).exists() and not (ROOT / n).exists()
                and not list(src.rglob(Path(n).name))]
     assert not missing, f"ARCHITECTURE.md names files that do not exist: {missing}"
+
+
+# -- names in docs/ARCHITECTURE.md ---------------------------------------------------------------
+
+SRC = ROOT / "src" / "sparksync"
+_NOT_CODE = ("py", "sql", "md", "properties", "toml", "json", "txt", "db", "parquet")
+
+
+def _defines(text: str, name: str) -> bool:
+    """``name`` is a function, class, constant, field or method defined in this source text."""
+    return re.search(rf"^\s*(?:async\s+)?(?:def|class)\s+{re.escape(name)}\b|^\s*{re.escape(name)}\s*[:=]", text,
+                     re.M) is not None
+
+
+def _sources(module: str) -> list[Path]:
+    """The source files a doc's module name may mean: ``merge/publish`` exactly, ``publish`` any."""
+    if "/" in module:
+        return [p for p in [SRC / f"{module}.py", SRC / module / "__init__.py"] if p.exists()]
+    return sorted(SRC.rglob(f"{module}.py"))
+
+
+def _class_sources(cls: str) -> list[str]:
+    return [t for t in (p.read_text(encoding="utf-8") for p in SRC.rglob("*.py")) if _defines(t, cls)
+            and re.search(rf"^class {re.escape(cls)}\b", t, re.M)]
+
+
+def _resolves(dotted: str, in_file: Path | None = None) -> bool:
+    """``module.name``, ``Class.member`` or (with ``in_file``) a bare name of that file."""
+    if in_file is not None and "." not in dotted:
+        return _defines(in_file.read_text(encoding="utf-8"), dotted)
+    owner, _, name = dotted.rpartition(".")
+    files = _sources(owner)
+    if files:
+        return any(_defines(p.read_text(encoding="utf-8"), name) for p in files)
+    if in_file is not None and re.search(rf"^class {re.escape(owner)}\b", in_file.read_text(encoding="utf-8"), re.M):
+        return _defines(in_file.read_text(encoding="utf-8"), name)
+    return any(_defines(t, name) for t in _class_sources(owner))
+
+
+def test_architecture_names_functions_that_exist():
+    """Every ``module.function`` / ``Class.method`` named, and every name listed after a file
+    (`` `merge/agent.py` (`MergeAgent`, `make_batches`) ``), is defined where the page says."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    missing, checked = [], 0
+    for m in re.finditer(r"`((?:[a-z_]+/)*[a-z_0-9]+)\.py` \(([^)]*)\)", text):
+        files = _sources(m.group(1))
+        assert files, f"{m.group(1)}.py does not exist"
+        for name in re.findall(r"`([A-Za-z_][\w.]*)`", m.group(2)):
+            checked += 1
+            if not any(_resolves(name, f) for f in files):
+                missing.append(f"{m.group(1)}.py: {name}")
+    for dotted in set(re.findall(r"`([A-Za-z_][\w/]*\.[A-Za-z_]\w*)`", text)):
+        if dotted.rsplit(".", 1)[1] in _NOT_CODE or re.match(r"(MS|sys)\w+\.", dotted) or dotted == "schema.table":
+            continue                # a file, a metadata table's column, a placeholder
+        checked += 1
+        if not _resolves(dotted):
+            missing.append(dotted)
+    assert checked > 60
+    assert not missing, f"ARCHITECTURE.md names code that does not exist: {sorted(missing)}"
+
+
+def test_architecture_links_nothing_outside_the_repository():
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    assert "../" not in text
+    for target in re.findall(r"\]\(([^)#]+)\)", text):
+        assert not target.startswith(("http:", "https:", "/")) and (ROOT / "docs" / target).resolve().is_relative_to(ROOT), \
+            f"ARCHITECTURE.md links {target}, outside the repository"

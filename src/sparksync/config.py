@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import ConfigurationError, InvalidNameError
 from .names import TableName, check_identifier
+from .redaction import register_url
 
 DEFAULT_CONFIG = "sparksync.toml"
 PUBLISHER_PRIORITY = 100.0
@@ -71,7 +72,7 @@ class DistributorConfig(_Model):
     _u = field_validator("database")(lambda cls, v: _check_url(v))
 
     @model_validator(mode="after")
-    def _retention(self) -> "DistributorConfig":
+    def _retention(self) -> DistributorConfig:
         if self.min_distretention > self.max_distretention:
             raise ValueError("min_distretention cannot be larger than max_distretention")
         return self
@@ -101,18 +102,7 @@ class ArticleConfig(_Model):
     columns: list[str] | None = Field(None, description="column filter: the published columns (all by default)")
 
     @model_validator(mode="after")
-    def _commands(self) -> "ArticleConfig":
-        from .transactional.calls import CommandSyntaxError, parse_command
-
-        try:
-            table = self.table_name
-        except InvalidNameError:
-            return self     # reported by the table validator
-        for op in ("ins", "upd", "del"):
-            try:
-                parse_command(getattr(self, f"{op}_cmd"), op, table)
-            except CommandSyntaxError as e:
-                raise ValueError(str(e)) from None
+    def _filters(self) -> ArticleConfig:
         if self.columns is not None:
             if not self.columns:
                 raise ValueError("columns: list at least the primary key columns (or leave it out for all)")
@@ -122,18 +112,6 @@ class ArticleConfig(_Model):
                 raise ValueError("columns: a column is listed twice")
         if self.filter is not None and not self.filter.strip():
             raise ValueError("filter: empty (leave it out to publish every row)")
-        return self
-
-    @model_validator(mode="after")
-    def _resolver(self) -> "ArticleConfig":
-        from .merge.resolvers import BUILTIN, check_resolver
-
-        if self.resolver not in BUILTIN and not re.fullmatch(r"[A-Za-z_][\w.]*[.:][A-Za-z_]\w*", self.resolver):
-            raise ValueError(f"resolver {self.resolver!r}: use one of {', '.join(BUILTIN)} or a dotted path "
-                             "'package.module:function' to a Python callable")
-        problems = check_resolver(self.resolver, self.resolver_column, self.column_tracking, [])
-        if problems:
-            raise ValueError("; ".join(problems))
         return self
 
     @field_validator("table")
@@ -166,7 +144,7 @@ class PublicationConfig(_Model):
     _n = field_validator("name")(lambda cls, v: _check_name(v, "publication name"))
 
     @model_validator(mode="after")
-    def _kind_keys(self) -> "PublicationConfig":
+    def _kind_keys(self) -> PublicationConfig:
         """Keys of the other kind of publication are refused, not silently ignored."""
         other = TRANSACTIONAL_ARTICLE_KEYS if self.kind == "merge" else MERGE_ARTICLE_KEYS
         for a in self.articles:
@@ -183,7 +161,7 @@ class PublicationConfig(_Model):
         return self
 
     @model_validator(mode="after")
-    def _unique_articles(self) -> "PublicationConfig":
+    def _unique_articles(self) -> PublicationConfig:
         seen: set[str] = set()
         for a in self.articles:
             key = str(a.table_name).lower()
@@ -220,7 +198,7 @@ class SubscriptionConfig(_Model):
     _u = field_validator("database")(lambda cls, v: _check_url(v))
 
     @model_validator(mode="after")
-    def _priority(self) -> "SubscriptionConfig":
+    def _priority(self) -> SubscriptionConfig:
         if self.subscriber_type == "global":
             if self.priority is None:
                 raise ValueError("a global subscription needs a priority (0 <= priority < 100)")
@@ -266,7 +244,8 @@ class Topology(_Model):
         for s in self.subscriptions:
             if s.name == name:
                 return s
-        raise ConfigurationError(f"no subscription named {name!r} (known: {', '.join(x.name for x in self.subscriptions) or 'none'})", obj=name)
+        known = ", ".join(x.name for x in self.subscriptions) or "none"
+        raise ConfigurationError(f"no subscription named {name!r} (known: {known})", obj=name)
 
     def subscriptions_of(self, publication: str) -> list[SubscriptionConfig]:
         return [s for s in self.subscriptions if s.publication == publication]
@@ -274,6 +253,7 @@ class Topology(_Model):
     def resolve_url(self, url: str) -> str:
         """Expand ``${VAR}``s; make a relative SQLite path relative to the config file's folder."""
         url = _expand(url, "database URL")
+        register_url(url)
         if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
             rel = url[len("sqlite:///"):]
             if rel and rel != ":memory:":
@@ -283,18 +263,17 @@ class Topology(_Model):
     def publications_of_kind(self, kind: str) -> list[PublicationConfig]:
         return [p for p in self.publications if p.kind == kind]
 
-    def subscriptions_by_publication(self, kind: str, names: list[str] | None,
-                                     other_command: str) -> list[tuple[PublicationConfig, list[SubscriptionConfig]]]:
+    def subscriptions_by_publication(self, kind: str,
+                                     names: list[str] | None) -> list[tuple[PublicationConfig, list[SubscriptionConfig]]]:
         """What an agent for ``kind`` publications serves: each publication with its subscriptions
-        (only ``names`` when given). A named subscription of the other kind is an error that points
-        to ``other_command``."""
+        (only ``names`` when given). A named subscription of the other kind is an error."""
         wanted = set(names or [])
         for name in wanted:
             s = self.subscription(name)
             other = self.publication(s.publication).kind
             if other != kind:
-                raise ConfigurationError(f"subscription {name} belongs to {other} publication {s.publication}; "
-                                         f"use 'sparksync {other_command}'", obj=name)
+                raise ConfigurationError(f"subscription {name} belongs to {other} publication {s.publication}, "
+                                         f"not a {kind} one", obj=name)
         out = []
         for pub in self.publications_of_kind(kind):
             subs = [s for s in self.subscriptions_of(pub.name) if not wanted or s.name in wanted]
@@ -395,56 +374,13 @@ def _reference_problems(data: dict[str, Any], base_dir: Path) -> list[str]:
     return problems
 
 
-def _transactional_problems(topology: Topology, data: dict[str, Any]) -> list[str]:
-    """Rules between keys of transactional replication (on the validated topology)."""
-    from .transactional.calls import CommandSyntaxError, effective_command
-
-    problems: list[str] = []
-    subs_raw = data.get("subscriptions") if isinstance(data.get("subscriptions"), list) else []
-    transactional = {p.name: p for p in topology.publications if p.kind == "transactional"}
-    if transactional and topology.distributor is None:
-        problems.append(f"distributor: required key is missing (transactional publication "
-                        f"{', '.join(transactional)} needs a distribution database: [distributor] database = ...)")
-    distributor = None
-    if topology.distributor is not None:
-        try:
-            distributor = topology.distributor_url
-        except ConfigurationError:
-            distributor = None
-    for i, s in enumerate(topology.subscriptions):
-        where = _named(subs_raw, i, "subscriptions")
-        pub = transactional.get(s.publication)
-        wrong = sorted(s.model_fields_set & (MERGE_SUBSCRIPTION_KEYS if pub else TRANSACTIONAL_SUBSCRIPTION_KEYS))
-        if wrong and s.publication in {p.name for p in topology.publications}:
-            problems.append(f"{where}: {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} for "
-                            f"{'merge' if pub else 'transactional'} subscriptions; publication {s.publication} is "
-                            f"{'transactional' if pub else 'merge'}")
-        try:
-            url = topology.resolve_url(s.database)
-        except ConfigurationError:
-            continue
-        if distributor is not None and url == distributor:
-            problems.append(f"{where}.database: is the distribution database")
-        if pub is None:
-            continue
-        sqlite = url.startswith("sqlite:")
-        if sqlite and s.subscription_streams > 1:
-            problems.append(f"{where}.subscription_streams: a SQLite subscriber has one writer at a time; use 1")
-        for a in pub.articles:
-            for op in ("ins", "upd", "del"):
-                try:
-                    effective_command(getattr(a, f"{op}_cmd"), op, a.table_name, procedures=not sqlite)
-                except CommandSyntaxError as e:
-                    problems.append(f"{where}: publication {pub.name}, article {a.table}: {e}")
-    return problems
-
-
 def _loc(loc: tuple, data: Any) -> str:
     out, cur = "", data
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-            name = cur[part].get("name") if isinstance(cur, list) and part < len(cur) and isinstance(cur[part], dict) else None
+            item = cur[part] if isinstance(cur, list) and part < len(cur) else None
+            name = item.get("name") if isinstance(item, dict) else None
             if name is None and isinstance(cur, list) and part < len(cur) and isinstance(cur[part], dict):
                 name = cur[part].get("table")
             if name:
@@ -456,9 +392,25 @@ def _loc(loc: tuple, data: Any) -> str:
     return out
 
 
-def parse_topology(data: dict[str, Any], base_dir: Path, source: str = "config") -> Topology:
+def _register_secrets(data: dict[str, Any]) -> None:
+    """Every database password in the configuration is known to the redaction before anything runs."""
+    sections = [data.get("publisher"), data.get("distributor"), *(data.get("subscriptions") or [])]
+    for sec in sections:
+        url = sec.get("database") if isinstance(sec, dict) else None
+        if isinstance(url, str):
+            try:
+                register_url(expand_env(url))
+            except ValueError:
+                register_url(url)
+
+
+def validate_structure(data: dict[str, Any], base_dir: Path) -> tuple[Topology | None, list[str]]:
+    """The topology, if its structure is valid, and every structural problem (keys, types, values,
+    references between keys), each with its key path. The checks that need the features (call
+    syntaxes, resolvers, the subscribers' databases) are ``topology.parse_topology``'s."""
     problems: list[str] = []
     topology = None
+    _register_secrets(data)
     try:
         topology = Topology.model_validate({**data, "base_dir": base_dir})
     except ValidationError as exc:
@@ -471,14 +423,11 @@ def parse_topology(data: dict[str, Any], base_dir: Path, source: str = "config")
                 msg = "required key is missing"
             problems.append(f"{loc}: {msg}" if loc else msg)
     problems += _reference_problems(data, base_dir)
-    if topology is not None:
-        problems += _transactional_problems(topology, data)
-    if problems or topology is None:
-        raise ConfigurationError(f"{source}: invalid configuration", problems)
-    return topology
+    return topology, problems
 
 
-def load_config(path: str | Path = DEFAULT_CONFIG) -> Topology:
+def read_config(path: str | Path = DEFAULT_CONFIG) -> tuple[dict[str, Any], Path]:
+    """The configuration file's data and its folder (relative paths are relative to it)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigurationError(f"config file not found: {p} (pass -c/--config)", obj=str(p))
@@ -486,4 +435,4 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Topology:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"{p}: not valid TOML: {exc}", obj=str(p)) from None
-    return parse_topology(data, p.resolve().parent, str(p))
+    return data, p.resolve().parent

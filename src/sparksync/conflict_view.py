@@ -6,11 +6,10 @@ from typing import Any
 
 from .config import Topology
 from .dialects import connect
-from .dialects.base import Replica
+from .dialects.replica import Replica
 from .errors import SparksyncError
-from .merge.apply import conflict_table_name
-from .merge.conflicts import ConflictType
-from .merge.publish import published_articles, tracked_article
+from .merge.conflicts import ConflictType, conflict_table_name
+from .merge.tracking import published_articles, tracked_article
 from .metadata import store
 from .types import arrow_converter
 
@@ -62,3 +61,50 @@ def list_conflicts(topology: Topology, publication: str | None = None, article: 
         except SparksyncError:
             continue
     return sorted(rows, key=lambda r: str(r["create_time"]))
+
+
+def _failed_from(replica: Replica, where: str, publisher_nick: int, names: dict[int, str],
+                 publication: str | None, article: str | None) -> list[dict]:
+    if store.metadata_version(replica) is None:
+        return []
+    arts: dict[int, tuple[str, str]] = {}
+    pubs = {r["pubid"]: r["name"] for r in store.select_rows(replica, "sysmergepublications")}
+    for a in store.select_rows(replica, "sysmergearticles"):
+        arts.setdefault(a["nickname"], (pubs.get(a["pubid"], "?"), a["name"]))
+    ident = store.replica_identity(replica)
+    out = []
+    for f in store.select_rows(replica, "MSmerge_failed_changes", order_by=("first_time",)):
+        pname, aname = arts.get(f["tablenick"], ("?", str(f["tablenick"])))
+        if publication and pname != publication:
+            continue
+        if article and article not in (aname, aname.split(".")[-1]):
+            continue
+        upload = ident is not None and ident.nickname == publisher_nick
+        out.append({**f, "where": where, "publication": pname, "article": aname,
+                    "direction": "upload" if upload else "download",
+                    "subscription": names.get(f["source_nickname"], str(f["source_nickname"])) if upload else where,
+                    "conflict_type_name": ConflictType(f["conflict_type"]).label})
+    return out
+
+
+def list_failed_changes(topology: Topology, publication: str | None = None,
+                        article: str | None = None) -> list[dict[str, Any]]:
+    """The failed changes waiting at every replica to be tried again (MSmerge_failed_changes): the
+    publisher's come from uploads, a subscriber's from downloads."""
+    if publication:
+        topology.publication(publication)
+    rows = []
+    with connect(topology.publisher_url, topology.publisher.name) as pub:
+        names = {}
+        if store.metadata_version(pub) is not None:
+            names = {r["replnickname"]: r["name"] for r in store.select_rows(pub, "sysmergesubscriptions")}
+        rows += _failed_from(pub, topology.publisher.name, 1, names, publication, article)
+    for s in topology.subscriptions:
+        if (publication and s.publication != publication) or topology.publication(s.publication).kind != "merge":
+            continue
+        try:
+            with connect(topology.resolve_url(s.database), s.name) as sub:
+                rows += _failed_from(sub, s.name, 1, names, publication, article)
+        except SparksyncError:
+            continue
+    return rows

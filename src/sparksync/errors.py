@@ -1,18 +1,27 @@
 """Typed errors raised by the sparksync library.
 
-The library raises; the CLI turns these into one-line messages and a non-zero exit.
-Every error carries a stable ``code`` (for tests and logs) and names the object it is about.
-``Transient`` errors may succeed if retried (a busy database, a lost connection, a serialization
-failure); ``Terminal`` errors will not (bad configuration, a missing table, a constraint violation).
+The library raises; the CLI turns these into one-line messages and an exit code chosen by the
+error's ``code`` (``cli/common.py``). Every error carries a stable ``code`` (for tests, logs and
+result rows) and names the object it is about. ``Transient`` errors may succeed if retried (a busy
+database, a lost connection, a deadlock): ``retry.with_retries`` tries them again with backoff.
+``Terminal`` errors will not (bad configuration, a missing table, a constraint violation).
+
+An error that happens inside a Spark task travels back to the driver as data, an
+:class:`ErrorInfo` in the task's result row (or, when the task must fail, in the one tagged line
+``spark/failures.py`` reads back): its code, object and message, never a traceback to scrape.
 """
 
 from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
 
 
 class SparksyncError(Exception):
     """Base class of every error sparksync raises on purpose."""
 
     code = "error"
+    transient = False
 
     def __init__(self, message: str, *, obj: str | None = None):
         super().__init__(message)
@@ -21,6 +30,52 @@ class SparksyncError(Exception):
 
     def __str__(self) -> str:  # pragma: no cover - trivial
         return self.message
+
+    def info(self) -> ErrorInfo:
+        return ErrorInfo(self.code, self.message, self.obj, bool(self.transient))
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """An error as data: what crosses from a Spark task to the driver, and what a session records."""
+
+    code: str
+    message: str
+    obj: str | None = None
+    transient: bool = False
+
+    INTERNAL = "internal"             # an exception sparksync did not raise on purpose (a bug, or worse)
+
+    @classmethod
+    def of(cls, e: BaseException) -> ErrorInfo:
+        """A typed error's own fields; anything else as ``internal``, with where it happened."""
+        if isinstance(e, SparksyncError):
+            return e.info()
+        where = "".join(traceback.format_exception(e, limit=-3)).strip()
+        return cls(cls.INTERNAL, f"{type(e).__name__}: {e}\n{where}")
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "message": self.message, "object": self.obj, "transient": self.transient}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ErrorInfo:
+        return cls(str(d["code"]), str(d["message"]), d.get("object"), bool(d.get("transient", False)))
+
+    def raise_(self) -> None:
+        """Raise it again on the driver, as a :class:`ReportedError` with the same code."""
+        raise ReportedError(self)
+
+    def first_line(self) -> str:
+        return self.message.splitlines()[0] if self.message else self.code
+
+
+class ReportedError(SparksyncError):
+    """An error reported by a Spark task (an :class:`ErrorInfo`), raised again on the driver."""
+
+    def __init__(self, info: ErrorInfo):
+        super().__init__(info.message, obj=info.obj)
+        self.code = info.code
+        self.transient = info.transient
 
 
 class Transient:
@@ -80,6 +135,22 @@ class ConstraintViolation(Terminal, DatabaseError):
         self.kind = kind  # "primary_key" | "unique" | "foreign_key" | "not_null" | "check"
 
 
+class ValueRejected(Terminal, DatabaseError):
+    """The database cannot hold a value: too long for its column, out of range, not of its type, a NUL
+    character in PostgreSQL text. Like a constraint, it rejects one change, not a whole batch."""
+
+    code = "value"
+
+    def __init__(self, message: str, *, native_code: str | None = None, column: str | None = None,
+                 obj: str | None = None):
+        DatabaseError.__init__(self, message, transient=False, native_code=native_code, obj=obj)
+        self.column = column
+
+
+# What makes one change fail at its destination (a failed change), as opposed to the batch.
+CHANGE_REJECTED = (ConstraintViolation, ValueRejected)
+
+
 class RowNotFound(Terminal, DatabaseError):
     """A replicated update or delete found no row at the subscriber (SQL Server's error 20598)."""
 
@@ -117,6 +188,13 @@ class SnapshotError(Terminal, SparksyncError):
     """A snapshot is missing, incomplete or does not match the publication."""
 
     code = "snapshot"
+
+
+class ReplicaDamaged(Terminal, SparksyncError):
+    """A replica's replication machinery is not intact (a tracking trigger dropped, disabled or altered,
+    metadata missing, a table changed behind sparksync's back, or another database at its address)."""
+
+    code = "replica_damaged"
 
 
 class GenerationBusy(Transient, SparksyncError):

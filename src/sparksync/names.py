@@ -51,7 +51,7 @@ class TableName:
     name: str
 
     @classmethod
-    def parse(cls, text: str) -> "TableName":
+    def parse(cls, text: str) -> TableName:
         if not isinstance(text, str) or not text.strip():
             raise InvalidNameError("invalid table name: empty", obj=str(text))
         parts = text.split(".")
@@ -64,7 +64,7 @@ class TableName:
     def __str__(self) -> str:
         return self.name if self.schema is None else f"{self.schema}.{self.name}"
 
-    def __lt__(self, other: "TableName") -> bool:
+    def __lt__(self, other: TableName) -> bool:
         return (self.schema or "", self.name) < (other.schema or "", other.name)
 
     @property

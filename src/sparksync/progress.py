@@ -61,7 +61,7 @@ class ProgressListener:
             with contextlib.suppress(Exception):   # a malformed event or a failing callback loses one line
                 self.on_event(json.loads(data))
 
-    def __enter__(self) -> "ProgressListener":
+    def __enter__(self) -> ProgressListener:
         self._thread.start()
         return self
 

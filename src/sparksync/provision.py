@@ -10,17 +10,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import failpoints
 from .config import Topology
 from .dialects import connect
 from .errors import ConfigurationError, SchemaDrift, SparksyncError
+from .merge.agent import check_resolvers
+from .merge.integrity import check_identity, repair_tracking
 from .merge.publish import apply_publication, plan_publication
-from .transactional.publish import plan_transactional
 from .metadata import store
+from .names import TableName
 from .progress import Reporter, silent
-from .snapshot.initialize import (InitResult, check_subscriber_tables, finish_registrations,
-                                  initialize_subscriptions, register_subscriptions)
+from .snapshot.initialize import (
+    InitResult,
+    check_subscriber_tables,
+    finish_registrations,
+    initialize_subscriptions,
+    register_subscriptions,
+)
 from .snapshot.manifest import current_snapshot
 from .snapshot.writer import write_snapshot
+from .transactional.publish import plan_transactional
 
 
 @dataclass
@@ -47,6 +56,21 @@ def _check_subscribers_reachable(topology: Topology) -> None:
             problems.append(f"subscription {s.name}: {e.message}")
     if problems:
         raise ConfigurationError("cannot reach every subscriber database; nothing was changed", problems)
+
+
+def check_snapshot_dir(topology: Topology) -> None:
+    """Snapshots will be written under ``publisher.snapshot_dir``: it must be a folder this process
+    can write, found out before anything is published (not after Spark started)."""
+    import tempfile
+
+    root = topology.snapshot_root
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".sparksync-write-test-"):
+            pass
+    except OSError as e:
+        raise ConfigurationError(f"publisher.snapshot_dir: cannot write snapshots to {root} ({e.strerror or e}); "
+                                 "nothing was changed", obj=str(root)) from None
 
 
 def _check_initialized_subscribers(pub, topology: Topology) -> None:
@@ -84,6 +108,91 @@ def _upgrade_subscribers(topology: Topology, report: Reporter) -> None:
                 report(f"subscription {s.name}: replication metadata upgraded")
 
 
+def _check_shared_tables(topology: Topology, plans) -> None:
+    """A table in several merge publications shares its change tracking (seed 000: the metadata
+    tables belong to the database): the publications must agree on how it is tracked, and one
+    subscriber database cannot receive it from two of them (each would create it)."""
+    seen: dict[str, tuple[str, bool, str]] = {}
+    problems = []
+    for plan in plans:
+        for a in plan.articles:
+            mine = (plan.config.name, a.column_tracking, a.rowguid_column)
+            other = seen.setdefault(a.key, mine)
+            if other[1:] != mine[1:]:
+                problems.append(f"table {a.key} is in publications {other[0]} and {mine[0]} with different "
+                                "column_tracking or rowguid_column; a table has one change tracking")
+    tables = {plan.config.name: {a.key for a in plan.articles} for plan in plans}
+    by_db: dict[str, list] = {}
+    for sub in topology.subscriptions:
+        if sub.publication in tables:
+            by_db.setdefault(topology.resolve_url(sub.database), []).append(sub)
+    for subs in by_db.values():
+        for i, a in enumerate(subs):
+            for b in subs[i + 1:]:
+                shared = sorted(tables[a.publication] & tables[b.publication])
+                if shared and a.publication != b.publication:
+                    problems.append(f"subscriptions {a.name} and {b.name} share a database but their publications "
+                                    f"{a.publication} and {b.publication} both publish {', '.join(shared)}")
+    if problems:
+        raise ConfigurationError("merge publications disagree about a shared table; nothing was changed", problems)
+
+
+def _check_initialized_articles(pub, topology: Topology, plans) -> None:
+    """Articles cannot be added to (or dropped from) a merge publication whose subscriptions are
+    initialized: they would need a snapshot of the new article (reinitialization), and until that
+    exists the change is refused before anything is altered."""
+    if store.metadata_version(pub) is None:
+        return
+    problems = []
+    for plan in plans:
+        if plan.existing is None:
+            continue
+        pubid = plan.existing["pubid"]
+        active = sorted(r["name"] for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid})
+                        if r["status"] == 1 and r["role"] == "subscriber")
+        if not active:
+            continue
+        published = {str(TableName(r["source_schema"], r["source_table"]))
+                     for r in store.select_rows(pub, "sysmergearticles", {"pubid": pubid})}
+        wanted = {a.key for a in plan.articles}
+        who = ", ".join(active)
+        for key in sorted(wanted - published):
+            problems.append(f"publication {plan.config.name}: article {key} cannot be added while subscriptions "
+                            f"{who} are initialized (they would need a snapshot of it); remove it from the "
+                            "configuration, or publish it in a new publication")
+        for key in sorted(published - wanted):
+            problems.append(f"publication {plan.config.name}: article {key} cannot be dropped while subscriptions "
+                            f"{who} are initialized; put it back in the configuration")
+    if problems:
+        raise ConfigurationError("the articles of initialized publications changed; nothing was changed", problems)
+
+
+def _repair_tracking(pub, topology: Topology, report: Reporter) -> None:
+    """Re-create tracking triggers dropped, disabled or edited behind sparksync's back, at the
+    publisher and at initialized subscribers, and say loudly that what changed meanwhile was not
+    recorded (those rows differ until they change again, or the subscription is reinitialized)."""
+    if store.metadata_version(pub) is None:
+        return
+    for p in topology.publications_of_kind("merge"):
+        rows = store.select_rows(pub, "sysmergepublications", {"name": p.name})
+        if not rows:
+            continue
+        pubid = rows[0]["pubid"]
+        for what in repair_tracking(pub, pubid):
+            report(f"publication {p.name}: WARNING: tracking of {what} at the publisher was re-created; changes "
+                   "made there while it was broken were not recorded")
+        active = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid})
+                  if r["status"] == 1 and r["role"] == "subscriber"}
+        for s in topology.subscriptions_of(p.name):
+            if s.name not in active:
+                continue
+            with connect(topology.resolve_url(s.database), s.name) as sub:
+                check_identity(sub, s.name, active[s.name])
+                for what in repair_tracking(sub, pubid):
+                    report(f"subscription {s.name}: WARNING: tracking of {what} was re-created; changes made there "
+                           "while it was broken were not recorded")
+
+
 def _connect_distributor(topology: Topology):
     try:
         return connect(topology.distributor_url, "distributor")
@@ -99,17 +208,26 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
     dist = _connect_distributor(topology) if tx_pubs else None
     try:
         with connect(topology.publisher_url, topology.publisher.name) as pub:
+            for p in merge_pubs:
+                check_resolvers(topology, p)
             plans = [plan_publication(pub, p) for p in merge_pubs]   # raises before any change
             tx_plans = [plan_transactional(pub, dist, p) for p in tx_pubs]
             _check_subscribers_reachable(topology)
+            check_snapshot_dir(topology)
             _check_initialized_subscribers(pub, topology)
+            _check_shared_tables(topology, plans)
+            _check_initialized_articles(pub, topology, plans)
+            results = []
             if plans or store.metadata_version(pub) is not None:
                 with pub.transaction():
                     store.install_metadata(pub)
-                    results = [apply_publication(pub, topology, plan) for plan in plans]
-            else:
-                results = []
+                    for i, p in enumerate(merge_pubs):
+                        # planned again on the database as the publications before it left it: a table
+                        # in two publications is published once (one rowguid, one set of triggers)
+                        plans[i] = plan_publication(pub, p) if i else plans[i]
+                        results.append(apply_publication(pub, topology, plans[i]))
             _upgrade_subscribers(topology, report)
+            _repair_tracking(pub, topology, report)
             state = {"spark": None}
 
             def spark():
@@ -117,7 +235,8 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
                 return state["spark"]
 
             _setup_merge(topology, pub, plans, results, spark, summary, report)
-            if plans:   # merge publishing may have added rowguid columns: plan again on the tables as they are
+            if any(a.rowguid_action == "add" for plan in plans for a in plan.articles):
+                # merge publishing added rowguid columns: plan again on the tables as they are now
                 tx_plans = [plan_transactional(pub, dist, p) for p in tx_pubs]
             _setup_transactional(topology, pub, dist, tx_plans, spark, summary, report)
     finally:
@@ -133,7 +252,8 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
     for plan, res in zip(plans, results):
         summary.published[plan.config.name] = res["created_articles"]
         report(f"publication {plan.config.name}: {len(plan.articles)} article(s) tracked at "
-               f"{topology.publisher.name}" + (f", new: {', '.join(res['created_articles'])}" if res["created_articles"] else ""))
+               f"{topology.publisher.name}"
+               + (f", new: {', '.join(res['created_articles'])}" if res["created_articles"] else ""))
     for plan, res in zip(plans, results):
         name = plan.config.name
         need = bool(res["created_articles"])
@@ -154,6 +274,7 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
         specs = register_subscriptions(pub, topology, manifest, snap_dir, pending)
         report(f"publication {name}: initializing {len(specs)} subscription(s) from snapshot {manifest.snapshot_id}")
         init = initialize_subscriptions(spark(), specs)
+        failpoints.hit("setup.before_finish", name)
         finish_registrations(pub, manifest, specs, init)
         _report_init(init, report)
         summary.initialized.extend(init)
@@ -169,7 +290,8 @@ def _setup_transactional(topology: Topology, pub, dist, plans, spark, summary: S
     """Capture at the publisher, the publication at the distributor, new subscriptions snapshotted and
     initialized; active ones get their procedures (re)created (a changed call syntax takes effect)."""
     from .transactional import distribution as dst
-    from .transactional.initialize import initialize_subscriptions as init_tx, install_procedures
+    from .transactional.initialize import initialize_subscriptions as init_tx
+    from .transactional.initialize import install_procedures
     from .transactional.publish import apply_transactional
     from .transactional.subscriber import article_targets
 
@@ -204,6 +326,7 @@ def _setup_transactional(topology: Topology, pub, dist, plans, spark, summary: S
 def snapshot(topology: Topology, spark, publications: list[str] | None = None, report: Reporter = silent) -> dict[str, str]:
     """(Re)write the snapshot of the given publications (default: all)."""
     names = publications or [p.name for p in topology.publications]
+    check_snapshot_dir(topology)
     out = {}
     for n in names:
         if topology.publication(n).kind == "transactional":

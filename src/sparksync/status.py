@@ -6,9 +6,10 @@ from typing import Any
 
 from .config import Topology
 from .dialects import connect
-from .dialects.base import Replica, redact_url
-from .errors import SparksyncError
-from .merge.generations import enumeration_bound
+from .dialects.replica import Replica, redact_url
+from .errors import ReplicaDamaged, SparksyncError
+from .merge.generations import enumeration_bound, waiting_writers
+from .merge.integrity import check_identity, replica_problems
 from .metadata import store
 
 
@@ -29,6 +30,20 @@ def _count_after(replica: Replica, nicknames: list[int], after: int | None, excl
             f"SELECT count(*) FROM {replica.meta(t)} WHERE tablenick IN ({nick_list}) AND generation > {p}{excl}",
             params) or 0)
     return total
+
+
+def _failed_count(replica: Replica, source_nick: int) -> int:
+    """Changes from ``source_nick`` that failed here and wait to be tried again."""
+    return int(replica.scalar(f"SELECT count(*) FROM {replica.meta('MSmerge_failed_changes')} "
+                              f"WHERE source_nickname = {int(source_nick)}") or 0)
+
+
+def _waiting(replica: Replica) -> list[str]:
+    """Closed generations that cannot be sent yet, and the open transactions they wait for."""
+    gh = replica.meta("MSmerge_genhistory")
+    unsettled = [int(g) for (g,) in replica.query(
+        f"SELECT generation FROM {gh} WHERE genstatus > 0 AND settled = 0 ORDER BY generation")]
+    return [w.describe() for w in waiting_writers(replica, unsettled)]
 
 
 def gather_status(topology: Topology) -> dict[str, Any]:
@@ -57,6 +72,9 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
         out["publisher"].update({
             "state": "published", "replica_nickname": ident.nickname if ident else None,
             "open_generation": pub.dialect.current_open_generation(pub), "enumeration_bound": enumeration_bound(pub)})
+        waiting = _waiting(pub)
+        if waiting:
+            out["publisher"]["waiting"] = waiting
         pub_rows = {r["name"]: r for r in store.select_rows(pub, "sysmergepublications")}
         for pcfg in topology.publications_of_kind("merge"):
             prow = pub_rows.get(pcfg.name)
@@ -76,8 +94,10 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                     "triggers": len(pub.dialect.list_merge_triggers(pub, t)),
                     "rows": pub.scalar(f"SELECT count(*) FROM {pub.table_sql(t)}"),
                 })
+            damaged = replica_problems(pub, prow["pubid"])
             out["publications"].append({
-                "name": pcfg.name, "pubid": prow["pubid"], "kind": prow["kind"], "state": "published",
+                "name": pcfg.name, "pubid": prow["pubid"], "kind": prow["kind"],
+                "state": "damaged" if damaged else "published", **({"problems": damaged} if damaged else {}),
                 "snapshot_generation": prow["snapshot_generation"],
                 "snapshot_time": prow["snapshot_time"].isoformat() if prow["snapshot_time"] else None,
                 "generation_leveling_threshold": prow["generation_leveling_threshold"], "articles": articles})
@@ -96,10 +116,12 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                 entry.update({"status": "active", "nickname": r["replnickname"],
                               "publisher_sentgen": r["sentgen"], "publisher_recgen": r["recgen"],
                               "pending_download": _count_after(pub, nicks, r["sentgen"],
-                                                               exclude_received_from=r["replnickname"])})
+                                                               exclude_received_from=r["replnickname"]),
+                              "failed_upload": _failed_count(pub, r["replnickname"])})
                 try:
                     with connect(topology.resolve_url(s.database), s.name) as sub:
                         store.require_metadata(sub)
+                        check_identity(sub, s.name, r)
                         prow_sub = store.select_rows(sub, "sysmergesubscriptions",
                                                      {"pubid": prow["pubid"], "role": "publisher"})
                         if prow_sub:
@@ -108,6 +130,17 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                         entry["open_generation"] = sub.dialect.current_open_generation(sub)
                         entry["pending_upload"] = _count_after(sub, nicks, entry.get("subscriber_sentgen"),
                                                                exclude_received_from=ident.nickname)
+                        entry["failed_download"] = _failed_count(sub, ident.nickname)
+                        waiting = _waiting(sub)
+                        if waiting:
+                            entry["waiting"] = waiting
+                        damaged = replica_problems(sub, prow["pubid"])
+                        if damaged:
+                            entry["status"] = "damaged"
+                            entry["problems"] = damaged
+                except ReplicaDamaged as e:
+                    entry["status"] = "damaged"
+                    entry["problems"] = [e.message]
                 except SparksyncError as e:
                     entry["status"] = "unreachable"
                     entry["error"] = e.message

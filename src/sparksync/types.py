@@ -39,8 +39,6 @@ _FAMILY = {
     Kind.REAL: "float", Kind.DOUBLE: "float",
 }
 
-DEFAULT_DECIMAL = (38, 10)
-
 
 @dataclass(frozen=True)
 class SqlType:
@@ -48,21 +46,27 @@ class SqlType:
 
     kind: Kind
     length: int | None = None
-    precision: int | None = None
+    precision: int | None = None     # DECIMAL: None is an unconstrained numeric (any digits, kept exactly)
     scale: int | None = None
+    fixed: bool = False              # TEXT: blank-padded to ``length`` (PostgreSQL's character(n))
 
     def __str__(self) -> str:
         if self.kind is Kind.DECIMAL:
-            return f"decimal({self.precision},{self.scale})"
+            return "decimal" if self.precision is None else f"decimal({self.precision},{self.scale})"
         if self.length is not None:
             return f"{self.kind.value}({self.length})"
         return self.kind.value
 
     @property
+    def unconstrained(self) -> bool:
+        """A DECIMAL without precision: its values travel as text, digit for digit."""
+        return self.kind is Kind.DECIMAL and self.precision is None
+
+    @property
     def family(self) -> str:
         return _FAMILY.get(self.kind, self.kind.value)
 
-    def compatible_with(self, other: "SqlType") -> bool:
+    def compatible_with(self, other: SqlType) -> bool:
         """Same family of values (integers of any width are compatible, as are floats)."""
         return self.family == other.family
 
@@ -77,18 +81,21 @@ class SqlType:
         for k in ("length", "precision", "scale"):
             if getattr(self, k) is not None:
                 d[k] = getattr(self, k)
+        if self.fixed:
+            d["fixed"] = True
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "SqlType":
-        return cls(Kind(d["kind"]), d.get("length"), d.get("precision"), d.get("scale"))
+    def from_dict(cls, d: dict) -> SqlType:
+        return cls(Kind(d["kind"]), d.get("length"), d.get("precision"), d.get("scale"), bool(d.get("fixed", False)))
 
 
 def decimal_type(precision: int | None, scale: int | None) -> SqlType:
-    if precision is None:
-        precision, scale = DEFAULT_DECIMAL
-    precision = min(int(precision), 38)
-    return SqlType(Kind.DECIMAL, precision=precision, scale=int(scale or 0))
+    """numeric(p,s); without a precision an unconstrained numeric (kept exactly, any number of digits).
+    A precision above 38 (what Arrow's decimal128 holds) is unconstrained too: its values keep every digit."""
+    if precision is None or int(precision) > 38:
+        return SqlType(Kind.DECIMAL)
+    return SqlType(Kind.DECIMAL, precision=int(precision), scale=int(scale or 0))
 
 
 _ARROW = {
@@ -98,7 +105,7 @@ _ARROW = {
     Kind.BIGINT: lambda t: pa.int64(),
     Kind.REAL: lambda t: pa.float32(),
     Kind.DOUBLE: lambda t: pa.float64(),
-    Kind.DECIMAL: lambda t: pa.decimal128(t.precision, t.scale),
+    Kind.DECIMAL: lambda t: pa.string() if t.precision is None else pa.decimal128(t.precision, t.scale),
     Kind.TEXT: lambda t: pa.string(),
     Kind.BYTES: lambda t: pa.binary(),
     Kind.DATE: lambda t: pa.date32(),
@@ -116,7 +123,7 @@ _SPARK = {
     Kind.BIGINT: lambda t: "BIGINT",
     Kind.REAL: lambda t: "FLOAT",
     Kind.DOUBLE: lambda t: "DOUBLE",
-    Kind.DECIMAL: lambda t: f"DECIMAL({t.precision},{t.scale})",
+    Kind.DECIMAL: lambda t: "STRING" if t.precision is None else f"DECIMAL({t.precision},{t.scale})",
     Kind.TEXT: lambda t: "STRING",
     Kind.BYTES: lambda t: "BINARY",
     Kind.DATE: lambda t: "DATE",
@@ -160,10 +167,41 @@ def _to_float(v):
     raise ValueError_(f"{v!r} is not a number")
 
 
+def canonical_real(v):
+    """A single-precision value as the shortest decimal that reads back to the same float4 (1.1, not
+    1.100000023841858): the same whether it was read from the table (widened by the driver) or from
+    the log (PostgreSQL's text form), so every path stores the same value."""
+    f = _to_float(v)
+    if f != f or f in (float("inf"), float("-inf")):
+        return f
+    import numpy as np
+
+    return float(str(np.float32(f)))
+
+
 _DECIMAL_CONTEXT = decimal.Context(prec=80)
 
 
+def _any_decimal(v):
+    """An unconstrained numeric's value as text, digit for digit (NaN and infinities included)."""
+    if isinstance(v, bool):
+        raise ValueError_(f"{v!r} is not a decimal")
+    if isinstance(v, (int, decimal.Decimal)):
+        return str(decimal.Decimal(v))
+    if isinstance(v, float):
+        return repr(v) if v == v and abs(v) != float("inf") else {"nan": "NaN", "inf": "Infinity",
+                                                                   "-inf": "-Infinity"}[repr(v)]
+    if isinstance(v, str):
+        try:
+            return str(decimal.Decimal(v.strip()))
+        except decimal.InvalidOperation:
+            raise ValueError_(f"{v!r} is not a decimal") from None
+    raise ValueError_(f"{v!r} is not a decimal")
+
+
 def _decimal(t: SqlType):
+    if t.precision is None:
+        return _any_decimal
     q = decimal.Decimal(1).scaleb(-t.scale)
 
     def conv(v):
@@ -214,10 +252,10 @@ def _to_date(v):
         return v.date()
     if isinstance(v, dt.date):
         return v
-    if isinstance(v, str):
+    if isinstance(v, str) and (len(v) == 10 or (len(v) > 10 and v[10] in "T ")) and not v.endswith(" BC"):
         try:
-            return dt.date.fromisoformat(v[:10])
-        except ValueError:
+            return dt.date.fromisoformat(v[:10]) if len(v) == 10 else _parse_ts(v).date()
+        except (ValueError, ValueError_):
             pass
     raise ValueError_(f"{v!r} is not a date")
 
@@ -246,15 +284,15 @@ def _parse_ts(v) -> dt.datetime:
 def _to_timestamp(v):
     ts = _parse_ts(v)
     if ts.tzinfo is not None:
-        ts = ts.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        ts = ts.astimezone(dt.UTC).replace(tzinfo=None)
     return ts
 
 
 def _to_timestamptz(v):
     ts = _parse_ts(v)
     if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=dt.timezone.utc)
-    return ts.astimezone(dt.timezone.utc)
+        ts = ts.replace(tzinfo=dt.UTC)
+    return ts.astimezone(dt.UTC)
 
 
 def _to_uuid(v):
@@ -281,7 +319,7 @@ _CONVERTERS = {
     Kind.SMALLINT: lambda t: _to_int,
     Kind.INTEGER: lambda t: _to_int,
     Kind.BIGINT: lambda t: _to_int,
-    Kind.REAL: lambda t: _to_float,
+    Kind.REAL: lambda t: canonical_real,
     Kind.DOUBLE: lambda t: _to_float,
     Kind.DECIMAL: _decimal,
     Kind.TEXT: lambda t: _to_text,
@@ -305,10 +343,12 @@ def arrow_converter(t: SqlType):
     return convert
 
 
-def rows_to_record_batch(rows, columns: list[tuple[str, SqlType]], schema: pa.Schema, where: str) -> pa.RecordBatch:
+def rows_to_record_batch(rows, columns: list[tuple[str, SqlType]], schema: pa.Schema, where: str,
+                         key: list[str] | None = None) -> pa.RecordBatch:
     """Build an Arrow batch from driver rows, converting each value to its column's logical type.
 
-    A value that does not fit raises ``ValueError_`` naming ``where`` and the column.
+    A value that does not fit raises ``ValueError_`` naming ``where``, the row (by ``key``, its key
+    columns) and the column.
     """
     convs = [arrow_converter(t) for _, t in columns]
     arrays = []
@@ -316,8 +356,18 @@ def rows_to_record_batch(rows, columns: list[tuple[str, SqlType]], schema: pa.Sc
         try:
             values = [conv(r[i]) for r in rows]
             arrays.append(pa.array(values, type=schema.field(i).type))
-        except ValueError_ as e:
-            raise ValueError_(f"{where}, column {name} ({t}): {e}") from None
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
-            raise ValueError_(f"{where}, column {name} ({t}): a value does not fit: {e}") from None
+        except (ValueError_, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+            raise ValueError_(f"{where}, {_bad_row(rows, i, conv, columns, key)}column {name} ({t}): {e}") from None
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _bad_row(rows, i: int, conv, columns, key) -> str:
+    """'row id=7 (value 'infinity')' for the first row whose column ``i`` does not convert."""
+    names = [n for n, _ in columns]
+    for r in rows:
+        try:
+            conv(r[i])
+        except (ValueError_, OverflowError):
+            where = ", ".join(f"{k}={r[names.index(k)]!r}" for k in (key or []) if k in names)
+            return f"row {where}, " if where else ""
+    return ""

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 from .config import Topology
 from .dialects import connect
-from .dialects.base import Replica, from_table_dict
-from .merge.publish import published_articles
+from .dialects.model import from_table_dict
+from .dialects.replica import Replica
+from .merge.tracking import published_articles
 from .metadata import store
 from .names import TableName
 from .types import Kind, arrow_converter

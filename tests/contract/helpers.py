@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparksync.config import parse_topology
 from sparksync.dialects import connect
 from sparksync.merge.publish import apply_publication, plan_publication
 from sparksync.metadata import store
+from sparksync.topology import parse_topology
 
 PARENT_CHILD = {
     "sqlite": [

@@ -6,7 +6,7 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.errors import ConstraintViolation, DatabaseError
-from sparksync.merge.publish import published_articles
+from sparksync.merge.tracking import published_articles
 from sparksync.metadata import store
 from sparksync.names import TableName
 

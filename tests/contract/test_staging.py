@@ -15,15 +15,20 @@ import uuid
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.dialects.base import Column, TableInfo
+from sparksync.dialects.model import Column, TableInfo
 from sparksync.merge import lineage as lin
-from sparksync.merge.changes import RowCodec
 from sparksync.merge.decide import ArticleRules, Incoming, Local, decide
-from sparksync.merge.publish import published_articles, tracked_article
 from sparksync.merge.resolvers import PUBLISHER_PRIORITY, Replicas
 from sparksync.merge.staging import Staging
-from sparksync.merge.tracking import agent_writes, delete_row_with_lineage, write_row_with_lineage
+from sparksync.merge.tracking import (
+    agent_writes,
+    delete_row_with_lineage,
+    published_articles,
+    tracked_article,
+    write_row_with_lineage,
+)
 from sparksync.names import TableName
+from sparksync.rows import RowCodec
 from tests.integration.test_type_fidelity import COLS, ROWS
 
 from .helpers import publish
@@ -174,7 +179,8 @@ def test_staged_delete_writes_tombstones(kind, dbs):
             staging.stage(art.nickname, [(g, "delete", '{"1": 2}', None, None) for g in guids[:2]])
             assert staging.classify(art).deletes == 2
             staging.apply(art, "delete", 7, clear_failed=False)
-        assert [i for (i,) in r.query('SELECT "id" FROM ' + r.table_sql(r.dialect.resolve_name(TableName(None, "T"))))] == [2]
+        table = r.table_sql(r.dialect.resolve_name(TableName(None, "T")))
+        assert [i for (i,) in r.query('SELECT "id" FROM ' + table)] == [2]
         tombs = {str(g): (lin.parse(li), gen) for g, li, gen in r.query(
             f"SELECT rowguid, lineage, generation FROM {r.meta('MSmerge_tombstone')}")}
         assert tombs == {g: ({1: 2}, 7) for g in guids[:2]}

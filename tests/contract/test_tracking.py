@@ -10,10 +10,16 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.merge.generations import make_generation
-from sparksync.merge.publish import published_articles, tracked_article
-from sparksync.merge.tracking import agent_writes, delete_row_with_lineage, write_row_with_lineage
+from sparksync.merge.tracking import (
+    agent_writes,
+    delete_row_with_lineage,
+    published_articles,
+    tracked_article,
+    write_row_with_lineage,
+)
 from sparksync.metadata import store
 from sparksync.metadata.schema import SCHEMA_VERSION
+from sparksync.names import TableName
 
 from .helpers import contents, make_tables, publish, rowguid_of, tombstones
 
@@ -34,7 +40,7 @@ def test_publish_adds_rowguid_metadata_and_triggers(published, kind):
     url, res = published
     with connect(url) as r:
         assert store.metadata_version(r) == SCHEMA_VERSION
-        parent = r.reflect(r.dialect.resolve_name(__import__("sparksync.names", fromlist=["TableName"]).TableName.parse("Parent")))
+        parent = r.reflect(r.dialect.resolve_name(TableName.parse("Parent")))
         assert parent.column("rowguid") is not None
         guids = [g for (g,) in r.query('SELECT "rowguid" FROM "Parent"')]
         assert len(guids) == 2 and all(g is not None for g in guids) and len(set(map(str, guids))) == 2
@@ -45,7 +51,7 @@ def test_publish_adds_rowguid_metadata_and_triggers(published, kind):
         keys = {k.split(".")[-1]: v for k, v in nicks.items()}
         assert keys["Parent"] < keys["Child"]
         for table in ("Parent", "Child"):
-            trig = r.dialect.list_merge_triggers(r, r.dialect.resolve_name(__import__("sparksync.names", fromlist=["TableName"]).TableName.parse(table)))
+            trig = r.dialect.list_merge_triggers(r, r.dialect.resolve_name(TableName.parse(table)))
             assert len(trig) == 3
         # existing rows are not changes: nothing tracked yet
         assert contents(r) == [] and tombstones(r) == []
@@ -231,6 +237,8 @@ def test_older_metadata_is_refused_until_setup_upgrades_it(kind, dbs):
         with r.transaction():
             store.install_metadata(r)
         r.execute(f"ALTER TABLE {r.meta('MSmerge_articlehistory')} DROP COLUMN duration")
+        for column in ("row_key", "column_name", "value"):      # version 3's
+            r.execute(f"ALTER TABLE {r.meta('MSmerge_failed_changes')} DROP COLUMN {column}")
         store.update_rows(r, "sparksync_metadata_version", {"version": 1}, {"id": 1})
         with pytest.raises(MetadataVersionError, match="older .* run 'sparksync setup'"):
             store.require_metadata(r)
@@ -240,4 +248,8 @@ def test_older_metadata_is_refused_until_setup_upgrades_it(kind, dbs):
         store.insert_row(r, "MSmerge_articlehistory", {
             "session_id": store.new_guid(), "subscription": "S", "tablenick": 10, "article": "T", "direction": "upload",
             "inserts": 1, "updates": 0, "deletes": 0, "conflicts": 0, "retries": 0, "failed": 0, "duration": 0.5})
+        store.insert_row(r, "MSmerge_failed_changes", {
+            "tablenick": 10, "rowguid": store.new_guid(), "source_nickname": 2, "conflict_type": 5, "reason": "r",
+            "attempts": 1, "first_time": store.utcnow(), "last_time": store.utcnow(), "row_key": "id=1",
+            "column_name": "c", "value": "'x'"})
         assert store.upgrade_metadata(r) is False

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from sparksync.config import parse_topology
 from sparksync.demo.adventureworks import article_names, create_demo_database
 from sparksync.dialects import connect
-from sparksync.dialects.base import from_table_dict
+from sparksync.dialects.model import from_table_dict
 from sparksync.merge.generations import enumeration_bound
 from sparksync.metadata import store
 from sparksync.names import TableName
 from sparksync.provision import SetupFailed, setup
 from sparksync.snapshot.manifest import current_snapshot
+from sparksync.topology import parse_topology
 from sparksync.types import arrow_converter
 
 pytestmark = pytest.mark.spark
@@ -81,7 +81,7 @@ def test_setup_initializes_mixed_subscribers(spark, dbs, tmp_path, pub_kind, sub
     with connect(topo.publisher_url) as p:
         pub_subs = {r["name"]: r for r in store.select_rows(p, "sysmergesubscriptions")}
         assert pub_subs["HQ"]["replnickname"] == 1
-    for i, s in enumerate(topo.subscriptions, 1):
+    for s in topo.subscriptions:
         url = topo.resolve_url(s.database)
         assert_same_data(topo.publisher_url, url, manifest)
         with connect(url) as sub:
@@ -136,7 +136,8 @@ def test_changes_around_the_snapshot_are_neither_missed_nor_torn(spark, dbs, tmp
         if not calls:  # after the first article: a new order with its lines arrives at the publisher
             with connect(topo.publisher_url) as p:
                 p.execute('INSERT INTO "SalesOrderHeader" ("SalesOrderID", "CustomerID", "OrderDate", "Status", '
-                          '"SubTotal", "ModifiedDate") VALUES (5000, 1, \'2026-01-01 00:00:00\', 1, 10, \'2026-01-01 00:00:00\')')
+                          '"SubTotal", "ModifiedDate") VALUES (5000, 1, \'2026-01-01 00:00:00\', 1, 10, '
+                          '\'2026-01-01 00:00:00\')')
                 p.execute('INSERT INTO "SalesOrderDetail" ("SalesOrderDetailID", "SalesOrderID", "ProductID", '
                           '"OrderQty", "UnitPrice", "ModifiedDate") VALUES (50000, 5000, 1, 1, 10, \'2026-01-01 00:00:00\')')
         calls.append(path)

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sparksync.config import parse_topology
 from sparksync.dialects import connect
+from sparksync.names import TableName
 from sparksync.provision import setup
+from sparksync.topology import parse_topology
 from sparksync.types import Kind, SqlType, arrow_converter, decimal_type
 
 pytestmark = pytest.mark.spark
@@ -28,7 +29,7 @@ ROWS = [
     (1, True, 32767, 9_223_372_036_854_775_807, 1.5, 1e308, decimal.Decimal("123456789012345.1234"),
      decimal.Decimal("1234567890123456789012345678.0123456789"), "héllo wörld ☃ 𝄞 'quote' \"dq\"", b"\x00\xff\x10",
      dt.date(1999, 12, 31), "23:59:59.999999", dt.datetime(2024, 2, 29, 12, 34, 56, 123456),
-     dt.datetime(2024, 3, 31, 1, 30, tzinfo=dt.timezone.utc), str(uuid.UUID(int=1)), {"a": [1, 2, {"b": None}], "ü": "x"}),
+     dt.datetime(2024, 3, 31, 1, 30, tzinfo=dt.UTC), str(uuid.UUID(int=1)), {"a": [1, 2, {"b": None}], "ü": "x"}),
     (2, False, -32768, -9_223_372_036_854_775_808, -0.25, -2.5e-300, decimal.Decimal("-0.0001"),
      decimal.Decimal("-0.0000000001"), "", b"", dt.date(1, 1, 1), "00:00:00", dt.datetime(1970, 1, 1),
      dt.datetime(2000, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=-5))), str(uuid.uuid4()), []),
@@ -37,7 +38,7 @@ ROWS = [
 
 
 def make_publisher(url: str) -> None:
-    from sparksync.dialects.base import Column, TableInfo
+    from sparksync.dialects.model import Column, TableInfo
     from sparksync.names import TableName
 
     with connect(url) as r:
@@ -61,7 +62,7 @@ def normalized(url: str, approximate_decimals: bool = False) -> dict[int, tuple]
     with connect(url) as r:
         q = ", ".join(f'"{n}"' for n, _ in COLS)
         out = {}
-        for row in r.query(f'SELECT {q} FROM {r.table_sql(__import__("sparksync.names", fromlist=["x"]).TableName(None, "AllTypes"))}'):
+        for row in r.query(f'SELECT {q} FROM {r.table_sql(TableName(None, "AllTypes"))}'):
             vals = [c(v) for c, v in zip(convs, row)]
             vals[-1] = json.loads(vals[-1]) if vals[-1] is not None else None   # JSON compares as data
             vals[4] = None if vals[4] is None else round(vals[4], 5)            # REAL is 4 bytes in PostgreSQL

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparksync.config import parse_topology
 from sparksync.dialects import connect
-from sparksync.dialects.base import from_table_dict
+from sparksync.dialects.model import from_table_dict
 from sparksync.merge.agent import MergeAgent, MergeOptions
 from sparksync.metadata import store
 from sparksync.names import TableName
 from sparksync.provision import setup
 from sparksync.snapshot.manifest import current_snapshot
+from sparksync.topology import parse_topology
 from sparksync.types import arrow_converter
 
 TABLES = {

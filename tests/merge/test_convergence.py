@@ -8,21 +8,23 @@ SPARKSYNC_CONVERGENCE_EXAMPLES sets how many examples run (default 6); the count
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparksync import failpoints as fp
-from sparksync.config import parse_topology
 from sparksync.dialects import connect
 from sparksync.failpoints import InjectedFault
 from sparksync.merge.agent import MergeAgent, MergeOptions
 from sparksync.provision import setup
+from sparksync.topology import parse_topology
 from sparksync.validate import compare_replicas
 
 pytestmark = pytest.mark.spark
@@ -115,12 +117,10 @@ def test_random_workloads_converge(world, plan):
                 point = (f"{crash} {target}" if crash == "agent.before_sender_watermark"
                          else f"{crash} {('P' if exchange == 'upload' else target)}:0")
                 fp.arm(fp_file, point)
-            try:
+            with contextlib.suppress(InjectedFault):
                 agent.run(MergeOptions(exchange, per_batch, per_batch, sorted(subs)))
-            except InjectedFault:
-                pass
             ran["merges"] += 1
-            if crash and (not os.path.exists(fp_file) or not open(fp_file).read().strip()):
+            if crash and (not os.path.exists(fp_file) or not Path(fp_file).read_text().strip()):
                 ran["crashes"] += 1
             if os.path.exists(fp_file):
                 os.remove(fp_file)

@@ -41,7 +41,8 @@ def test_a_child_in_an_earlier_batch_than_its_parent(topo):
     assert second.ok and t.everywhere("Child", 1, "qty") == {1}
     t.assert_converged()
     # with one batch for all generations, processing order alone gets it right
-    t.sql("P", 'INSERT INTO "Parent" ("id", "name") VALUES (2, \'q\')', 'INSERT INTO "Child" ("id", "parent_id", "qty") VALUES (2, 2, 2)')
+    t.sql("P", 'INSERT INTO "Parent" ("id", "name") VALUES (2, \'q\')',
+          'INSERT INTO "Child" ("id", "parent_id", "qty") VALUES (2, 2, 2)')
     third = t.merge()
     assert all(s.total("download").retries == 0 for s in third.subscriptions)
 

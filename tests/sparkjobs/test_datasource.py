@@ -23,7 +23,8 @@ DDL = {
     "sqlite": 'CREATE TABLE t (id INTEGER PRIMARY KEY, flag BOOLEAN, price NUMERIC(10,2), ts TIMESTAMP, '
               'tstz TIMESTAMPTZ, d DATE, g UUID, doc JSON, blob BLOB, name TEXT, small SMALLINT, ratio REAL)',
     "postgresql": 'CREATE TABLE t (id bigint PRIMARY KEY, flag boolean, price numeric(10,2), ts timestamp, '
-                  'tstz timestamptz, d date, g uuid, doc jsonb, blob bytea, name text, small smallint, ratio double precision)',
+                  'tstz timestamptz, d date, g uuid, doc jsonb, blob bytea, name text, small smallint, '
+                  'ratio double precision)',
 }
 
 
@@ -41,7 +42,7 @@ def test_reads_every_type_in_partitions(spark, dbs, kind):
         r.execute(DDL[kind])
         ph = r.p
         rows = [(i, i % 2 == 0, decimal.Decimal(f"{i}.25"), dt.datetime(2024, 1, 2, 3, 4, 5, 600000),
-                 dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc), dt.date(2024, 2, 29), str(g),
+                 dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC), dt.date(2024, 2, 29), str(g),
                  '{"k": 1}', b"\x00\x01", f"n{i}", i, i / 4) for i in range(1, 2001)]
         if kind == "postgresql":
             from psycopg.types.json import Jsonb
@@ -58,7 +59,7 @@ def test_reads_every_type_in_partitions(spark, dbs, kind):
     one = got[8]
     assert one["flag"] is True and one["price"] == decimal.Decimal("8.25")
     assert one["ts"] == dt.datetime(2024, 1, 2, 3, 4, 5, 600000)
-    assert one["tstz"] == dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    assert one["tstz"] == dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     assert one["d"] == dt.date(2024, 2, 29) and one["g"] == str(g)
     assert one["blob"] == b"\x00\x01" and one["name"] == "n8" and one["small"] == 8 and one["ratio"] == 2.0
     assert __import__("json").loads(one["doc"]) == {"k": 1}

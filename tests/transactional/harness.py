@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparksync.config import Topology, parse_topology
+from sparksync.config import Topology
 from sparksync.dialects import connect
 from sparksync.provision import setup
+from sparksync.topology import parse_topology
 from sparksync.transactional.agent import DistributeOptions, DistributionAgent
 from sparksync.transactional.logreader import run_logreader
 

@@ -11,10 +11,10 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.errors import RowNotFound
-from sparksync.merge.changes import RowCodec
 from sparksync.names import TableName
+from sparksync.rows import RowCodec
 from sparksync.transactional.bulk import BulkApplier
-from sparksync.transactional.calls import effective_command
+from sparksync.transactional.calls import effective_command, procedure_statements
 from sparksync.transactional.subscriber import Applier, ArticleTarget, Command
 from sparksync.types import Kind, SqlType
 
@@ -44,7 +44,7 @@ def _make(url: str, kind: str, upd: str | None) -> tuple[ArticleTarget, str]:
         if kind == "postgresql":
             for op in ("ins", "upd", "del"):
                 if t.spec(op).uses_procedure:
-                    for stmt in d.render_procedure(t.spec(op), table, COLS, ["id"]):
+                    for stmt in procedure_statements(d, t.spec(op), table, COLS, ["id"]):
                         r.execute(stmt)
     return t, d.table_sql(table)
 
@@ -75,9 +75,10 @@ def _batch(rng: random.Random) -> list[Command]:
     return out
 
 
-@pytest.mark.parametrize("kind,upd", [("sqlite", None), ("postgresql", None), ("postgresql", "MCALL sp_MSupd_publicitem"),
-                                      ("postgresql", "CALL sp_MSupd_publicitem"), ("postgresql", "XCALL sp_MSupd_publicitem"),
-                                      ("postgresql", "SQL")])
+@pytest.mark.parametrize("kind,upd", [("sqlite", None), ("postgresql", None),
+                                      ("postgresql", "MCALL sp_MSupd_publicitem"),
+                                      ("postgresql", "CALL sp_MSupd_publicitem"),
+                                      ("postgresql", "XCALL sp_MSupd_publicitem"), ("postgresql", "SQL")])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_set_based_equals_one_command_at_a_time(dbs, kind, upd, seed):
     one, many = dbs.url(kind, f"one{seed}"), dbs.url(kind, f"many{seed}")
@@ -100,13 +101,13 @@ def test_twenty_five_ninety_eight_and_key_updates(dbs, pg_admin_url):
     url = dbs.url("postgresql", "bulkerr")
     t, table = _make(url, "postgresql", None)
     enc = lambda row: CODEC.encode([row.get(c) for c in NAMES])  # noqa: E731
-    missing = [Command(i, 1, 1, "upd", None, enc({"id": 900 + i, "qty": 1}), '{"id": %d}' % (900 + i))
+    missing = [Command(i, 1, 1, "upd", None, enc({"id": 900 + i, "qty": 1}), f'{{"id": {900 + i}}}')
                for i in range(30)]
     with connect(url) as r:
         with pytest.raises(RowNotFound, match="30 of 30 updates"):
             with r.transaction():
                 BulkApplier(r, {1: t}).apply(missing)
-        moves = [Command(i, 1, 1, "upd", None, enc({"id": 500 + i, "name": "m"}), '{"id": %d}' % (i + 1))
+        moves = [Command(i, 1, 1, "upd", None, enc({"id": 500 + i, "name": "m"}), f'{{"id": {i + 1}}}')
                  for i in range(25)]
         with r.transaction():
             assert BulkApplier(r, {1: t}).apply(moves) is False       # a key update: command by command

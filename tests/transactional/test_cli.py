@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from sparksync.cli.app import app
 from sparksync.dialects import connect
 from tests.cli.test_cli import run, runner
-from sparksync.cli.app import app
 
 from .harness import VENDOR_DDL, vendor_rows
 

@@ -91,8 +91,8 @@ def test_a_missing_custom_procedure_fails_setup_for_that_subscription(spark, dbs
 
     tx = build(dbs, tmp_path, "postgresql", {"Reporting": "postgresql", "Other": "postgresql"},
                article={"upd_cmd": "SCALL nowhere"})
-    with pytest.raises(SetupFailed, match=r"Reporting: .*custom procedure Purchasing.nowhere \(SCALL for upd\) does "
-                                          "not exist"):
+    with pytest.raises(SetupFailed, match=r"Reporting: .*custom procedure nowhere \(SCALL for upd\) does "
+                                          "not exist in the subscriber's search_path or schema Purchasing"):
         setup_topology(tx, spark)
     with connect(tx.subscriber_urls["Reporting"]) as r:      # left untouched
         assert r.scalar("SELECT to_regclass('\"Purchasing\".\"Vendor\"') IS NULL")

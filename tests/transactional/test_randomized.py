@@ -14,16 +14,17 @@ import itertools
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparksync import failpoints as fp
-from sparksync.config import parse_topology
 from sparksync.dialects import connect
 from sparksync.failpoints import InjectedFault
 from sparksync.provision import setup
+from sparksync.topology import parse_topology
 from sparksync.transactional.agent import DistributionAgent
 from sparksync.transactional.logreader import run_logreader
 
@@ -143,7 +144,7 @@ def test_every_transaction_arrives_exactly_once(world, plan):
         except InjectedFault:
             pass
         ran["passes"] += 1
-        if crash and (not os.path.exists(fp_file) or not open(fp_file).read().strip()):
+        if crash and (not os.path.exists(fp_file) or not Path(fp_file).read_text().strip()):
             ran["crashes"] += 1
         if os.path.exists(fp_file):
             os.remove(fp_file)

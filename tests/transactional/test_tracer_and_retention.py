@@ -85,7 +85,7 @@ def test_retention_cleanup_and_deactivation(spark, dbs, tmp_path, pg_admin_url, 
 
 
 def test_a_subscription_removed_from_the_configuration_no_longer_holds_commands(spark, dbs, tmp_path, pg_admin_url):
-    from sparksync.config import parse_topology
+    from sparksync.topology import parse_topology
 
     tx = build(dbs, tmp_path, "postgresql", {"Keep": "sqlite", "Gone": "sqlite"})
     setup_topology(tx, spark)

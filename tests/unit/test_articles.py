@@ -6,8 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparksync.merge.articles import (NICKNAME_STEP, assign_nicknames, dri_edges, dri_order, processing_groups,
-                                      related_articles)
+from sparksync.merge.articles import (
+    NICKNAME_STEP,
+    assign_nicknames,
+    dri_edges,
+    processing_groups,
+    related_articles,
+)
+from sparksync.ordering import dri_order
 
 # SalesOrderDetail -> SalesOrder -> Customer, SalesOrderDetail -> Product; Currency unrelated.
 SALES = {

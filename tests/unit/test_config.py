@@ -6,9 +6,11 @@ import copy
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from sparksync.config import PUBLISHER_PRIORITY, Topology, expand_env, load_config, parse_topology
+from sparksync.config import PUBLISHER_PRIORITY, Topology, expand_env
 from sparksync.errors import ConfigurationError
+from sparksync.topology import load_config, parse_topology
 
 
 def valid_data() -> dict:
@@ -93,7 +95,7 @@ def test_lookups_of_unknown_names_raise_configuration_error():
 
 def test_topology_is_frozen():
     topo = parse_topology(valid_data(), Path("/tmp"))
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         topo.publisher.name = "Other"  # type: ignore[misc]
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sparksync.config import parse_topology
 from sparksync.errors import ConfigurationError
+from sparksync.topology import parse_topology
 
 
 def data() -> dict:
@@ -150,15 +150,18 @@ def test_each_agent_serves_the_subscriptions_of_its_kind():
     d["publications"].append({"name": "Sales", "articles": [{"table": "Customer"}]})
     d["subscriptions"].append({"name": "Store1", "publication": "Sales", "database": "sqlite:///store1.db"})
     topo = parse_topology(d, Path("/tmp"))
-    served = topo.subscriptions_by_publication("transactional", None, "merge")
+    served = topo.subscriptions_by_publication("transactional", None)
     assert [(p.name, [s.name for s in subs]) for p, subs in served] == [("Purchasing", ["Reporting"])]
-    served = topo.subscriptions_by_publication("merge", ["Store1"], "distribute")
+    served = topo.subscriptions_by_publication("merge", ["Store1"])
     assert [(p.name, [s.name for s in subs]) for p, subs in served] == [("Sales", ["Store1"])]
-    with pytest.raises(ConfigurationError, match="subscription Store1 belongs to merge publication Sales; "
-                                                 "use 'sparksync merge'"):
-        topo.subscriptions_by_publication("transactional", ["Store1"], "merge")
+    with pytest.raises(ConfigurationError, match="subscription Store1 belongs to merge publication Sales, "
+                                                 "not a transactional one"):
+        topo.subscriptions_by_publication("transactional", ["Store1"])
     with pytest.raises(ConfigurationError, match="subscription Reporting belongs to transactional publication "
-                                                 "Purchasing; use 'sparksync distribute'"):
-        topo.subscriptions_by_publication("merge", ["Reporting"], "distribute")
+                                                 "Purchasing, not a merge one"):
+        topo.subscriptions_by_publication("merge", ["Reporting"])
+    from sparksync.cli.common import check_subscriptions  # the commands name the one to use
+    with pytest.raises(ConfigurationError, match="Purchasing; use 'sparksync distribute'"):
+        check_subscriptions(topo, ["Reporting"], "merge", other_command="distribute")
     with pytest.raises(ConfigurationError, match="no subscription named 'Nope'"):
-        topo.subscriptions_by_publication("merge", ["Nope"], "distribute")
+        topo.subscriptions_by_publication("merge", ["Nope"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparksync.dialects.base import redact_url
 from sparksync.dialects.postgres.dialect import PostgresDialect
+from sparksync.dialects.replica import redact_url
 from sparksync.dialects.sqlite.dialect import SQLiteDialect
 from sparksync.errors import SchemaError
 from sparksync.types import Kind, SqlType
@@ -32,11 +32,12 @@ def test_all_types_cover_every_kind():
 @pytest.mark.parametrize("text, expected, rendered", [
     ("numeric(19,4)", SqlType(Kind.DECIMAL, precision=19, scale=4), "numeric(19,4)"),
     ("numeric(5)", SqlType(Kind.DECIMAL, precision=5, scale=0), "numeric(5,0)"),
-    ("numeric", SqlType(Kind.DECIMAL, precision=38, scale=10), "numeric(38,10)"),
-    ("money", SqlType(Kind.DECIMAL, precision=19, scale=2), "numeric(19,2)"),
+    ("numeric", SqlType(Kind.DECIMAL), "numeric"),              # unconstrained: kept digit for digit
+    ("numeric(50,2)", SqlType(Kind.DECIMAL), "numeric"),        # more than Arrow's 38 digits: unconstrained
     ("character varying(50)", SqlType(Kind.TEXT, length=50), "varchar(50)"),
     ("character varying", SqlType(Kind.TEXT), "text"),
-    ("character(3)", SqlType(Kind.TEXT, length=3), "varchar(3)"),
+    ("character(3)", SqlType(Kind.TEXT, length=3, fixed=True), "character(3)"),   # padding semantics kept
+    ("bpchar", SqlType(Kind.TEXT), "text"),
     ("varchar(20)", SqlType(Kind.TEXT, length=20), "varchar(20)"),
     ("text", SqlType(Kind.TEXT), "text"),
     ("citext", SqlType(Kind.TEXT), "text"),
@@ -107,7 +108,7 @@ def test_pg_parses_timestamps_with_precision(text, kind):
     ("CLOB", SqlType(Kind.TEXT)),
     ("NUMERIC(10,2)", SqlType(Kind.DECIMAL, precision=10, scale=2)),
     ("DECIMAL( 10 , 2 )", SqlType(Kind.DECIMAL, precision=10, scale=2)),
-    ("NUMERIC", SqlType(Kind.DECIMAL, precision=38, scale=10)),
+    ("NUMERIC", SqlType(Kind.DECIMAL)),                        # unconstrained
     ("MONEY", SqlType(Kind.DECIMAL, precision=19, scale=4)),
     ("BOOLEAN", SqlType(Kind.BOOLEAN)),
     ("bool", SqlType(Kind.BOOLEAN)),
@@ -202,3 +203,13 @@ def test_redact_url(url, expected):
 
 def test_redact_url_quoted_libpq_password():
     assert "secret" not in redact_url("host=h password='my secret' dbname=d")
+
+
+def test_a_short_secret_does_not_blank_out_ordinary_words():
+    from sparksync.redaction import redact, register_url
+
+    register_url("postgresql://u:sec@h/db")
+    register_url("postgresql://u:Longer-Secret-9@h/db")
+    assert redact('{"seconds": 1.5}') == '{"seconds": 1.5}'
+    assert redact("connect to postgresql://u:sec@h/db failed") == "connect to postgresql://u:***@h/db failed"
+    assert redact("the server said Longer-Secret-9 is wrong") == "the server said *** is wrong"

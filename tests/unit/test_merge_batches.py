@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparksync.merge.agent import make_batches
-from sparksync.merge.apply import BatchInfo
+from sparksync.merge.plan import BatchInfo
 
 
 def gens(*numbers, nicks=None):

@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparksync.merge.changes import CHANGE_COLUMNS, CHANGE_SCHEMA, decode_row, encode_row, json_text
+from sparksync.merge.changes import CHANGE_COLUMNS, CHANGE_SCHEMA
+from sparksync.rows import decode_row, encode_row, json_text
 from sparksync.types import Kind, SqlType
 
 D = decimal.Decimal
-UTC = dt.timezone.utc
+UTC = dt.UTC
 PLUS2 = dt.timezone(dt.timedelta(hours=2))
 MINUS5_30 = dt.timezone(-dt.timedelta(hours=5, minutes=30))
 U = uuid.UUID("6f9619ff-8b86-d011-b42d-00c04fc964ff")
@@ -192,7 +193,7 @@ def test_mixed_rows_round_trip(text, big, flt, flag, date, uid):
 
 def _spec_json(values, columns) -> str:
     """The change JSON by its definition: every value through its column's converter and _jsonable."""
-    from sparksync.merge.changes import _jsonable
+    from sparksync.rows import _jsonable
     from sparksync.types import arrow_converter
 
     return json.dumps({name: _jsonable(arrow_converter(t)(v), t) for (name, t), v in zip(columns, values)},
@@ -200,7 +201,8 @@ def _spec_json(values, columns) -> str:
 
 
 _SPEC_COLUMNS = [("id", SqlType(Kind.BIGINT)), ("small", SqlType(Kind.SMALLINT)), ('say "hi"', SqlType(Kind.TEXT)),
-                 ("price", SqlType(Kind.DECIMAL, precision=6, scale=2)), ("whole", SqlType(Kind.DECIMAL, precision=4, scale=0)),
+                 ("price", SqlType(Kind.DECIMAL, precision=6, scale=2)),
+                 ("whole", SqlType(Kind.DECIMAL, precision=4, scale=0)),
                  ("g", SqlType(Kind.UUID)), ("f", SqlType(Kind.DOUBLE)), ("ü", SqlType(Kind.TEXT, length=5))]
 _values = st.one_of(st.none(), st.integers(-10**6, 10**6), st.integers(), st.booleans(), st.text(max_size=8),
                     st.sampled_from([str(U), str(U).upper(), "not-a-uuid", "12", "1.5"]),
@@ -211,7 +213,7 @@ _values = st.one_of(st.none(), st.integers(-10**6, 10**6), st.integers(), st.boo
 @settings(max_examples=500, deadline=None)
 @given(st.tuples(*[_values for _ in _SPEC_COLUMNS]))
 def test_encoder_writes_what_the_converters_give(values):
-    from sparksync.merge.changes import RowCodec
+    from sparksync.rows import RowCodec
     from sparksync.types import ValueError_
 
     try:
@@ -225,7 +227,7 @@ def test_encoder_writes_what_the_converters_give(values):
 
 @pytest.mark.parametrize("value", [0, 1, -1, 9999, 10000, -9999, -10000, 99_999_999])
 def test_encoder_writes_ints_in_decimal_columns_like_the_converter(value):
-    from sparksync.merge.changes import RowCodec
+    from sparksync.rows import RowCodec
     from sparksync.types import ValueError_
 
     cols = [("price", SqlType(Kind.DECIMAL, precision=6, scale=2)), ("whole", SqlType(Kind.DECIMAL, precision=4, scale=0))]
@@ -237,3 +239,13 @@ def test_encoder_writes_ints_in_decimal_columns_like_the_converter(value):
                 RowCodec([col]).encode((value,))
             continue
         assert RowCodec([col]).encode((value,)) == expected
+
+
+def test_rows_holding_finds_exactly_the_rows_with_a_marker():
+    from sparksync.merge.batch import _rows_holding
+
+    rows = ['{"a":"x"}', None, '{"a":"NaN"}', '{"f":"NaN","b":"\\\\u0000"}', "", '{"a":"\\\\u0000"}']
+    assert _rows_holding(rows, ('"NaN"',)) == [2, 3]
+    assert _rows_holding(rows, ("\\u0000",)) == [3, 5]
+    assert _rows_holding(rows, ('"NaN"', "\\u0000")) == [2, 3, 5]
+    assert _rows_holding(rows, ()) == [] and _rows_holding(['{"a":1}'], ('"NaN"',)) == []

@@ -261,10 +261,7 @@ def test_subscriber_wins_resolver(decide_):
 def test_maximum_resolver(decide_):
     r = rules(resolver="maximum", column="n")
     pv, sv = {"a": "pub", "n": 1}, {"a": "sub", "n": 5}
-    if decide_ is up:
-        d = up(upsert(sv, S_LIN), row(pv, P_LIN), r)
-    else:
-        d = down(upsert(pv, P_LIN, source=PUB), row(sv, S_LIN), r)
+    d = up(upsert(sv, S_LIN), row(pv, P_LIN), r) if decide_ is up else down(upsert(pv, P_LIN, source=PUB), row(sv, S_LIN), r)
     assert d.values == sv
 
 
@@ -273,7 +270,8 @@ def test_row_level_resolution_with_column_tracking_stamps_every_column():
     d = up(upsert({"a": "sub", "b": 1}, S_LIN, None), row({"a": "pub", "b": 2}, P_LIN, {"a": [PUB, 2]}), COL)
     assert d.conflict.conflict_type is ConflictType.UPDATE
     assert d.values == {"a": "pub", "b": 2}
-    assert d.colv == {"a": [PUB, 3], "b": [PUB, 3]}
+    # a keeps the winner's version (its writer); b has none on the winning side: a new one made here
+    assert d.colv == {"a": [PUB, 2], "b": [PUB, 3]}
 
 
 # -- update-delete conflicts ---------------------------------------------------------------------
@@ -376,12 +374,9 @@ def test_column_tracking_different_columns_no_conflict(direction):
     assert d.values == {"a": 1, "b": 2, "c": 0}
     lineage = resolved_lineage({PUB: 2}, {PUB: 1, S: 2}, dest)
     assert d.lineage == lineage
-    # the source already has its own column's version; the destination's column travels as the merge's
-    # new version (made here), so the source sees it changed
-    own = "a" if direction == "up" else "b"
-    expected = {"a": [PUB, 2], "b": [S, 2]}
-    expected[own] = [dest, lineage[dest]]
-    assert d.colv == expected
+    # each column keeps the replica that wrote it (issue 9: crediting the destination made the writer's
+    # next edit of its own column look concurrent with that credit, and lose)
+    assert d.colv == {"a": [PUB, 2], "b": [S, 2]}
     assert d.send_back is True
 
 
@@ -407,7 +402,7 @@ def test_column_tracking_same_column_conflict_keeps_other_edits(direction):
     assert c.losing_row == {"a": 2, "b": 0, "c": 2}
     new = d.lineage
     assert new == resolved_lineage({PUB: 2}, {PUB: 1, S: 2}, dest)
-    assert d.colv == {"a": [dest, new[dest]], "b": [PUB, 2], "c": [S, 2]}
+    assert d.colv == {"a": [PUB, 2], "b": [PUB, 2], "c": [S, 2]}     # a: the winner's own version
     assert d.send_back is True
 
 

@@ -12,8 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparksync.errors import ConfigurationError
-from sparksync.merge.resolvers import (BUILTIN, PUBLISHER_PRIORITY, Replicas, Resolution, Side, check_resolver,
-                                       load_callable, resolve)
+from sparksync.merge.resolvers import (
+    BUILTIN,
+    PUBLISHER_PRIORITY,
+    Replicas,
+    Resolution,
+    Side,
+    check_resolver,
+    load_callable,
+    resolve,
+)
 
 D = decimal.Decimal
 PUB, S_GLOBAL, S_GLOBAL2, S_LOCAL, S_LOCAL2 = 1, 2, 3, 4, 5
@@ -145,7 +153,7 @@ def test_column_resolvers_fall_back_to_priority_for_a_delete(resolver):
 
 
 def test_later_wins_with_timezone_aware_values():
-    a = dt.datetime(2024, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
+    a = dt.datetime(2024, 1, 1, 12, 0, tzinfo=dt.UTC)
     b = dt.datetime(2024, 1, 1, 13, 30, tzinfo=dt.timezone(dt.timedelta(hours=2)))   # 11:30 UTC
     r = resolve("later_wins", "ts", pub({"ts": a}), sub({"ts": b}, priority=99.0), "update")
     assert r.winner == "publisher"
@@ -289,7 +297,9 @@ def test_user_resolver_results(fn, winner, values):
 
 
 def test_user_resolver_bad_result_is_an_error():
-    with pytest.raises(ValueError, match="42"):
+    from sparksync.merge.resolvers import ResolverFailed
+
+    with pytest.raises(ResolverFailed, match="42"):
         resolve(f"{M}:bad", None, pub({"a": 1}), sub({"a": 2}), "update")
 
 
@@ -308,8 +318,11 @@ def test_load_callable_errors(path):
     assert e.value.obj == path
 
 
-def test_unknown_resolver_name_is_a_configuration_error():
-    with pytest.raises(ConfigurationError):
+def test_unknown_resolver_name_at_run_time_fails_that_change():
+    # setup refuses it first (check_resolver_importable); at run time it is one failed change
+    from sparksync.merge.resolvers import ResolverFailed
+
+    with pytest.raises(ResolverFailed, match="cannot be imported"):
         resolve("no_such_resolver", None, pub({"a": 1}), sub({"a": 2}), "update")
 
 

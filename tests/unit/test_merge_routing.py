@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from sparksync.merge.apply import _for_target, _runs
 from sparksync.merge.changes import by_article
+from sparksync.merge.stream import _for_target, _runs
 
 
 def _batch(rows: list[dict]) -> pa.RecordBatch:

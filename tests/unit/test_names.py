@@ -7,7 +7,6 @@ import pytest
 from sparksync.errors import ConfigurationError, InvalidNameError
 from sparksync.names import MAX_IDENTIFIER_LENGTH, TableName, check_identifier, quote_ident
 
-
 # -- check_identifier ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", [

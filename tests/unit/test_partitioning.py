@@ -17,15 +17,3 @@ def test_labels_cover_every_partition_once(n):
 def test_known_values():
     # Spark 4.3: SELECT hash(0), hash(1), hash(-1), hash(2147483647)
     assert [spark_int_hash(v) for v in (0, 1, -1, 2147483647)] == [933211791, -559580957, -1604776387, 133916647]
-
-
-@pytest.mark.spark
-def test_matches_spark(spark):
-    from pyspark.sql import functions as F
-
-    rows = spark.range(-500, 1500).select(F.col("id").cast("int").alias("v"),
-                                          F.hash(F.col("id").cast("int")).alias("h")).collect()
-    assert [spark_int_hash(r.v) for r in rows] == [r.h for r in rows]
-    labels = group_labels(3)
-    df = spark.createDataFrame([(v,) for v in labels for _ in range(4)], "g INT").repartition(3, "g")
-    assert sorted(tuple(sorted({r.g for r in part})) for part in df.rdd.glom().collect()) == sorted((v,) for v in labels)

@@ -7,9 +7,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparksync.names import TableName
-from sparksync.transactional.calls import (CallSpec, CommandSyntaxError, arguments, bit_of, bitmap, bitmap_length,
-                                           changed_columns, default_procedure, effective_command, parameters,
-                                           parse_command)
+from sparksync.transactional.calls import (
+    CallSpec,
+    CommandSyntaxError,
+    arguments,
+    bit_of,
+    bitmap,
+    bitmap_length,
+    changed_columns,
+    default_procedure,
+    effective_command,
+    parameters,
+    parse_command,
+)
 
 VENDOR = TableName("Purchasing", "Vendor")
 COLS = ["VendorID", "AccountNumber", "Name", "CreditRating", "PreferredVendorStatus", "ActiveFlag",

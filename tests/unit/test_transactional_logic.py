@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparksync.transactional import pgoutput as po
+from sparksync.transactional.capture import seen_by_snapshot
 from sparksync.transactional.capture.logical import server_problems, slot_name
 from sparksync.transactional.deliver import route
-from sparksync.transactional.initialize import seen_by_snapshot
 from sparksync.transactional.subscriber import ArticleTarget, Command
 
 # -- the sync point ----------------------------------------------------------------------------------
@@ -64,7 +64,7 @@ def _tuple(*values) -> bytes:
 
 
 def test_parse_every_message_kind():
-    t = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    t = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     micros = int((t - po.PG_EPOCH).total_seconds() * 1_000_000)
     assert po.parse(b"B" + struct.pack("!QqI", 0x1_0000_0010, micros, 77)) == po.Begin(0x1_0000_0010, t, 77)
     assert po.parse(b"C" + struct.pack("!bQQq", 0, 5, 6, micros)) == po.Commit(5, 6, t)

@@ -16,7 +16,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from sparksync.dialects.base import Column, TableInfo
+from sparksync.dialects.model import Column, TableInfo
 from sparksync.dialects.postgres.dialect import PostgresDialect
 from sparksync.dialects.sqlite.dialect import SQLiteDialect
 from sparksync.dialects.templates import STATEMENT_SEPARATOR
@@ -120,17 +120,21 @@ def test_trigger_context_for_sqlite():
     assert (ctx["tablenick"], ctx["replnick"]) == (30, 7)
     assert ctx["rowguid"] == '"row_guid"'
     assert ctx["pk"] == ["CustomerID"]
-    assert ctx["columns"] == [{"name": "CustomerID", "cmp": ""}, {"name": "Full Name", "cmp": ""},
-                              {"name": "Notes", "cmp": ""}]
+    assert [c["name"] for c in ctx["columns"]] == ["CustomerID", "Full Name", "Notes"]
     assert ctx["column_tracking"] is True
     assert ctx["contents"] == '"MSmerge_contents"' and ctx["tombstone"] == '"MSmerge_tombstone"'
 
 
-def test_trigger_context_for_postgres_compares_json_as_text():
+def test_trigger_context_for_postgres():
     ctx = trigger_context(SimpleNamespace(dialect=PostgresDialect()), article("postgres", "column_tracking_off"), 7)
     assert ctx["table"] == '"Sales"."Customer"'
     assert ctx["contents"] == '"sparksync"."msmerge_contents"'
-    assert {c["name"]: c["cmp"] for c in ctx["columns"]} == {"CustomerID": "", "Full Name": "", "Notes": "::text"}
+
+
+def test_postgres_triggers_compare_json_as_text():
+    update = next(s for s in render("postgres", "column_tracking_off") if "IS DISTINCT FROM" in s)
+    assert 'o."Notes"::text IS DISTINCT FROM n."Notes"::text' in update
+    assert 'o."Full Name" IS DISTINCT FROM n."Full Name" OR' in update
 
 
 def test_postgres_schema_less_table_goes_to_public():

@@ -10,11 +10,10 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from sparksync.types import (DEFAULT_DECIMAL, Kind, SqlType, ValueError_, arrow_converter, decimal_type,
-                             rows_to_record_batch)
+from sparksync.types import Kind, SqlType, ValueError_, arrow_converter, decimal_type, rows_to_record_batch
 
 D = decimal.Decimal
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def conv(kind, **kw):
@@ -150,7 +149,7 @@ def test_bytes():
     assert c(b"\x00\x01") == b"\x00\x01"
     assert c(bytearray(b"ab")) == b"ab" and type(c(bytearray(b"ab"))) is bytes
     assert c(memoryview(b"cd")) == b"cd"
-    assert c("é") == "é".encode("utf-8")
+    assert c("é") == "é".encode()
     with pytest.raises(ValueError_, match="is not binary"):
         c(5)
 
@@ -406,6 +405,21 @@ def test_to_dict_from_dict_round_trip():
 
 
 def test_decimal_type_defaults_and_caps():
-    assert decimal_type(None, None) == SqlType(Kind.DECIMAL, precision=DEFAULT_DECIMAL[0], scale=DEFAULT_DECIMAL[1])
-    assert decimal_type(50, 4) == SqlType(Kind.DECIMAL, precision=38, scale=4)
+    assert decimal_type(None, None) == SqlType(Kind.DECIMAL)          # unconstrained
+    assert decimal_type(50, 4) == SqlType(Kind.DECIMAL)               # beyond decimal128: unconstrained too
+    assert decimal_type(38, 4) == SqlType(Kind.DECIMAL, precision=38, scale=4)
     assert decimal_type(7, None) == SqlType(Kind.DECIMAL, precision=7, scale=0)
+
+
+def test_rows_to_record_batch_error_names_the_row_by_its_key():
+    cols = _cols()
+    rows = [(1, "1.00", None, None, 1), (2, "not a number", None, None, 1)]
+    with pytest.raises(ValueError_, match=r"snapshot of T, row id=2, column "):
+        rows_to_record_batch(rows, cols, _schema(cols), "snapshot of T", key=["id"])
+
+
+def test_dates_python_cannot_hold_are_not_read_as_other_dates():
+    conv = arrow_converter(SqlType(Kind.DATE))
+    for text in ("0044-03-15 BC", "2024-01-02junk"):
+        with pytest.raises(ValueError_):
+            conv(text)

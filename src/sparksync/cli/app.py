@@ -10,8 +10,7 @@ from .merge_cmd import merge_command
 from .setup_cmd import setup_command
 from .snapshot_cmd import snapshot_command
 from .status_cmd import status_command
-from .transactional_cmds import (distribute_command, logreader_command, schema_change_command,
-                                 tracer_token_command)
+from .transactional_cmds import distribute_command, logreader_command, schema_change_command, tracer_token_command
 
 app = typer.Typer(
     name="sparksync",

@@ -12,11 +12,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from ..config import DEFAULT_CONFIG, Topology, load_config
+from ..config import DEFAULT_CONFIG, Topology
 from ..errors import ConfigurationError, SparksyncError
+from ..redaction import RedactingStream
+from ..spark.failures import recover, spark_error_message
+from ..topology import load_config
 
-console = Console()
-err_console = Console(stderr=True)
+# Everything the CLI prints goes through the redaction: no password reaches a terminal or a log.
+console = Console(file=RedactingStream(lambda: sys.stdout))
+err_console = Console(file=RedactingStream(lambda: sys.stderr), stderr=True)
 
 ConfigOption = Annotated[Path, typer.Option("--config", "-c", help="Topology configuration file (TOML).",
                                             show_default=True)]
@@ -31,46 +35,51 @@ def load(config: Path) -> Topology:
     return load_config(config)
 
 
-def spark_error_message(exc: BaseException) -> str | None:
-    """The useful line of an error that crossed Spark (a Python exception inside a task)."""
-    text = str(exc)
-    if "Traceback" not in text and "PythonException" not in type(exc).__name__ and "Py4J" not in type(exc).__name__:
-        return None
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if ln.startswith(("ValueError:", "sparksync.", "SchemaError", "ConnectionFailed", "RuntimeError:")) or \
-                (":" in ln and ln.split(":", 1)[0].endswith(("Error", "Exception")) and " " not in ln.split(":", 1)[0]):
-            return ln
-    return lines[0] if lines else type(exc).__name__
+# Exit codes by error code: the configuration and the command line are the user's to fix (2, like a
+# usage error); everything else that stops a command is 1. Interrupted: 130.
+EXIT_CODES = {"config": 2, "invalid_name": 2}
+
+
+def exit_code(error: SparksyncError) -> int:
+    return EXIT_CODES.get(error.code, 1)
 
 
 def handle_errors(fn):
-    """Run a command: typed errors become one message and a non-zero exit, never a traceback."""
+    """Run a command: typed errors (raised here or reported by a Spark task) become one message and
+    the exit code of their code, never a traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except typer.Exit:
-            raise
-        except ConfigurationError as e:
-            err_console.print(f"[bold red]error:[/] {e.message}", highlight=False)
-            raise typer.Exit(2) from None
-        except SparksyncError as e:
-            err_console.print(f"[bold red]error:[/] {e.message}", highlight=False)
-            raise typer.Exit(1) from None
+        except (typer.Exit, typer.TyperException):
+            raise           # a usage error is printed by typer with the command's usage, exit 2
         except KeyboardInterrupt:
             err_console.print("[bold red]interrupted[/]")
             raise typer.Exit(130) from None
         except Exception as e:  # noqa: BLE001
-            msg = spark_error_message(e)
+            error = recover(e)
+            if error is not None:
+                err_console.print(f"[bold red]error:[/] {error.message}", highlight=False)
+                raise typer.Exit(exit_code(error)) from None
             if os.environ.get("SPARKSYNC_DEBUG"):
                 raise
+            msg = spark_error_message(e)
             err_console.print(f"[bold red]error:[/] {msg or f'{type(e).__name__}: {e}'}", highlight=False)
             err_console.print("[dim](set SPARKSYNC_DEBUG=1 to see the traceback)[/]")
             raise typer.Exit(1) from None
 
     return wrapper
+
+
+def check_subscriptions(topology: Topology, names: list[str] | None, kind: str, other_command: str) -> None:
+    """Every ``--subscription`` exists and is served by this command (else: which command serves it)."""
+    for name in names or []:
+        s = topology.subscription(name)
+        other = topology.publication(s.publication).kind
+        if other != kind:
+            raise ConfigurationError(f"subscription {name} belongs to {other} publication {s.publication}; "
+                                     f"use 'sparksync {other_command}'", obj=name)
 
 
 def make_spark(topology: Topology):

@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from ..conflict_view import list_conflicts
+from ..conflict_view import list_conflicts, list_failed_changes
 from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load
 
 
 @handle_errors
 def conflicts_command(
     config: ConfigOption = DEFAULT_CONFIG_PATH,
-    publication: Annotated[Optional[str], typer.Option("--publication", "-p", help="Only this publication.")] = None,
-    article: Annotated[Optional[str], typer.Option("--article", "-a", help="Only this article (table).")] = None,
+    publication: Annotated[str | None, typer.Option("--publication", "-p", help="Only this publication.")] = None,
+    article: Annotated[str | None, typer.Option("--article", "-a", help="Only this article (table).")] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="List the failed changes waiting to be tried again "
+                                                         "instead (row key, column, value, reason, attempts).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """List logged conflicts: type, reason, loser, winner, and the losing row."""
     topology = load(config)
+    if failed:
+        _failed(list_failed_changes(topology, publication, article), as_json)
+        return
     rows = list_conflicts(topology, publication, article)
     if as_json:
         console.print_json(json.dumps(rows, default=str))
@@ -32,3 +37,19 @@ def conflicts_command(
                   r["winner"], r["reason_text"])
     console.print(t)
     console.print(f"{len(rows)} conflict(s)")
+    waiting = list_failed_changes(topology, publication, article)
+    if waiting:
+        console.print(f"{len(waiting)} failed change(s) waiting to be tried again at the next merge "
+                      "(sparksync conflicts --failed)")
+
+
+def _failed(rows: list[dict], as_json: bool) -> None:
+    if as_json:
+        console.print_json(json.dumps(rows, default=str))
+        return
+    t = Table("where", "direction", "subscription", "article", "row", "column", "value", "attempts", "reason", box=None)
+    for r in rows:
+        t.add_row(r["where"], r["direction"], r["subscription"], r["article"], r["row_key"] or r["rowguid"],
+                  r["column_name"] or "", r["value"] or "", str(r["attempts"]), r["reason"])
+    console.print(t)
+    console.print(f"{len(rows)} failed change(s)")

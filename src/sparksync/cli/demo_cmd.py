@@ -13,7 +13,8 @@ from .common import console, handle_errors, reporter
 
 @handle_errors
 def demo_command(
-    directory: Annotated[Path, typer.Option("--dir", help="Folder for the demo's databases and config.")] = Path("sparksync-demo"),
+    directory: Annotated[Path, typer.Option("--dir", help="Folder for the demo's databases and config.")] = Path(
+        "sparksync-demo"),
 ) -> None:
     """Build a demo topology on SQLite files (a publisher, three stores) and show it working."""
     result = run_demo(directory, console, reporter)

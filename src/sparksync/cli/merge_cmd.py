@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from ..merge.agent import DEFAULT_GENERATIONS_PER_BATCH, DirectionStats, MergeAgent, MergeOptions, MergeSummary
-from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load, make_spark, reporter
+from .common import (
+    DEFAULT_CONFIG_PATH,
+    ConfigOption,
+    check_subscriptions,
+    console,
+    handle_errors,
+    load,
+    make_spark,
+    reporter,
+)
 
 
 def _print(summary: MergeSummary) -> None:
@@ -42,12 +51,15 @@ def _moved(st: DirectionStats) -> str:
 @handle_errors
 def merge_command(
     config: ConfigOption = DEFAULT_CONFIG_PATH,
-    subscription: Annotated[Optional[list[str]], typer.Option("--subscription", "-s",
+    subscription: Annotated[list[str] | None, typer.Option("--subscription", "-s",
                                                               help="Only this subscription (repeatable).")] = None,
     exchange_type: Annotated[str, typer.Option("--exchange-type", help="both | upload | download")] = "both",
-    upload_generations_per_batch: Annotated[int, typer.Option(min=1)] = DEFAULT_GENERATIONS_PER_BATCH,
-    download_generations_per_batch: Annotated[int, typer.Option(min=1)] = DEFAULT_GENERATIONS_PER_BATCH,
-    continuous: Annotated[bool, typer.Option("--continuous", help="Keep one Spark session warm and sync repeatedly.")] = False,
+    upload_generations_per_batch: Annotated[int, typer.Option(
+        min=1, help="Generations per upload batch (a transaction each).")] = DEFAULT_GENERATIONS_PER_BATCH,
+    download_generations_per_batch: Annotated[int, typer.Option(
+        min=1, help="Generations per download batch (a transaction each).")] = DEFAULT_GENERATIONS_PER_BATCH,
+    continuous: Annotated[bool, typer.Option("--continuous",
+                                             help="Keep one Spark session warm and sync repeatedly.")] = False,
     polling_interval: Annotated[float, typer.Option("--polling-interval", min=0.0,
                                                     help="Seconds between rounds with --continuous.")] = 60.0,
     rounds: Annotated[int, typer.Option("--rounds", min=0, help="With --continuous: stop after N rounds (0 = never).")] = 0,
@@ -57,8 +69,7 @@ def merge_command(
     if exchange_type not in ("both", "upload", "download"):
         raise typer.BadParameter("use both, upload or download", param_hint="--exchange-type")
     topology = load(config)
-    for s in subscription or []:
-        topology.subscription(s)
+    check_subscriptions(topology, subscription, "merge", other_command="distribute")
     agent = MergeAgent(topology, make_spark(topology)(), reporter if not as_json else (lambda m: None))
     options = MergeOptions(exchange_type, upload_generations_per_batch, download_generations_per_batch,
                            list(subscription) if subscription else None)

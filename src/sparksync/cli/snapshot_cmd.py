@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from ..provision import snapshot
+from ..provision import check_snapshot_dir, snapshot
 from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load, make_spark, reporter
 
 
 @handle_errors
 def snapshot_command(
     config: ConfigOption = DEFAULT_CONFIG_PATH,
-    publication: Annotated[Optional[list[str]], typer.Option("--publication", "-p",
+    publication: Annotated[list[str] | None, typer.Option("--publication", "-p",
                                                              help="Only this publication (repeatable).")] = None,
 ) -> None:
     """(Re)write the publication's snapshot: each article as Parquet, plus the rows' lineage."""
     topology = load(config)
     for name in publication or []:
         topology.publication(name)
+    check_snapshot_dir(topology)                      # before Spark starts
     out = snapshot(topology, make_spark(topology)(), publication, reporter)
     for name, path in out.items():
         console.print(f"[green]snapshot[/] {name}: {path}")

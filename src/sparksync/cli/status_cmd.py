@@ -6,6 +6,7 @@ import json
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..status import gather_status
@@ -25,7 +26,9 @@ def status_command(
     topology = load(config)
     st = gather_status(topology)
     tx = st.get("transactional") or {}
-    unreachable = [s for s in st["subscriptions"] + tx.get("subscriptions", []) if s.get("status") == "unreachable"]
+    unreachable = [s for s in st["subscriptions"] + tx.get("subscriptions", [])
+                   if s.get("status") in ("unreachable", "damaged")]
+    unreachable += [p for p in st["publications"] if p.get("state") == "damaged"]
     if tx.get("distributor", {}).get("state") == "unreachable":
         unreachable.append(tx["distributor"])
     if as_json:
@@ -37,10 +40,14 @@ def status_command(
     console.print(f"[bold]Publisher[/] {p['name']} ({p['database']}): {p.get('state')}"
                   + (f", replica nickname {p['replica_nickname']}, open generation {p['open_generation']}"
                      if p.get("state") == "published" else ""), highlight=False)
+    for line in p.get("waiting", []):
+        console.print(f"  [yellow]waiting:[/] {line}", highlight=False)
     for pub in st["publications"]:
-        if pub.get("state") != "published":
+        if pub.get("state") not in ("published", "damaged"):
             console.print(f"[bold]Publication[/] {pub['name']}: {pub['state']}")
             continue
+        for problem in pub.get("problems", []):
+            console.print(f"  [bold red]damaged:[/] {escape(problem)}", highlight=False)
         console.print(f"[bold]Publication[/] {pub['name']} ({pub['kind']}), snapshot generation "
                       f"{_fmt(pub['snapshot_generation'])} at {_fmt(pub['snapshot_time'])}", highlight=False)
         t = Table("article", "nickname", "group", "tracking", "rowguid", "triggers", "rows", box=None)
@@ -49,15 +56,21 @@ def status_command(
                       "column" if a["column_tracking"] else "row", a["rowguid_column"], str(a["triggers"]), str(a["rows"]))
         console.print(t)
     t = Table("subscription", "publication", "type", "priority", "nickname", "status", "sent→ (P.sentgen/S.recgen)",
-              "received← (P.recgen/S.sentgen)", "pending ↓", "pending ↑", box=None)
+              "received← (P.recgen/S.sentgen)", "pending ↓", "pending ↑", "failed ↓/↑", box=None)
     for s in st["subscriptions"]:
         t.add_row(s["name"], s["publication"], s.get("subscriber_type", "-"), _fmt(s.get("priority")),
-                  _fmt(s.get("nickname")), s.get("status", "-") + (f" ({s['error']})" if s.get("error") else ""),
+                  _fmt(s.get("nickname")), s.get("status", "-") + (f" ({escape(s['error'])})" if s.get("error") else ""),
                   f"{_fmt(s.get('publisher_sentgen'))}/{_fmt(s.get('subscriber_recgen'))}",
                   f"{_fmt(s.get('publisher_recgen'))}/{_fmt(s.get('subscriber_sentgen'))}",
-                  _fmt(s.get("pending_download")), _fmt(s.get("pending_upload")))
+                  _fmt(s.get("pending_download")), _fmt(s.get("pending_upload")),
+                  f"{_fmt(s.get('failed_download'))}/{_fmt(s.get('failed_upload'))}")
     if st["subscriptions"]:
         console.print(t)
+    for s in st["subscriptions"]:
+        for problem in s.get("problems", []):
+            console.print(f"  [bold red]{s['name']} damaged:[/] {escape(problem)}", highlight=False)
+        for line in s.get("waiting", []):
+            console.print(f"  [yellow]{s['name']} waiting:[/] {line}", highlight=False)
     if tx:
         _print_transactional(tx)
     if unreachable:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -12,7 +12,16 @@ from rich.table import Table
 from ..transactional import tracer
 from ..transactional.agent import DistributeOptions, DistributeSummary, DistributionAgent
 from ..transactional.logreader import READ_BATCH, run_logreader
-from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load, make_spark, reporter
+from .common import (
+    DEFAULT_CONFIG_PATH,
+    ConfigOption,
+    check_subscriptions,
+    console,
+    handle_errors,
+    load,
+    make_spark,
+    reporter,
+)
 
 Continuous = Annotated[bool, typer.Option("--continuous", help="Keep running: read or deliver every polling interval.")]
 Polling = Annotated[float, typer.Option("--polling-interval", min=0.0, help="Seconds between rounds with --continuous.")]
@@ -33,7 +42,7 @@ def _rounds(continuous: bool, polling: float, rounds: int):
 @handle_errors
 def logreader_command(
     config: ConfigOption = DEFAULT_CONFIG_PATH,
-    publication: Annotated[Optional[list[str]], typer.Option("--publication", "-p",
+    publication: Annotated[list[str] | None, typer.Option("--publication", "-p",
                                                              help="Only this publication (repeatable).")] = None,
     read_batch: Annotated[int, typer.Option("--read-batch", min=1, help="Changes per read (whole transactions).")] =
     READ_BATCH,
@@ -76,14 +85,13 @@ def _print_distribution(summary: DistributeSummary) -> None:
 @handle_errors
 def distribute_command(
     config: ConfigOption = DEFAULT_CONFIG_PATH,
-    subscription: Annotated[Optional[list[str]], typer.Option("--subscription", "-s",
+    subscription: Annotated[list[str] | None, typer.Option("--subscription", "-s",
                                                               help="Only this subscription (repeatable).")] = None,
     continuous: Continuous = False, polling_interval: Polling = 5.0, rounds: Rounds = 0, as_json: Json = False,
 ) -> None:
     """Deliver queued commands to the subscriptions of transactional publications."""
     topology = load(config)
-    for s in subscription or []:
-        topology.subscription(s)
+    check_subscriptions(topology, subscription, "transactional", other_command="merge")
     agent = DistributionAgent(topology, make_spark(topology)(), reporter if not as_json else (lambda m: None))
     failed = False
     for _ in _rounds(continuous, polling_interval, rounds):
@@ -142,8 +150,8 @@ def schema_change_command(
     config: ConfigOption = DEFAULT_CONFIG_PATH,
     publication: Annotated[str, typer.Option("--publication", "-p", help="The transactional publication.")] = ...,
     article: Annotated[str, typer.Option("--article", "-a", help="The published table.")] = ...,
-    add_column: Annotated[Optional[str], typer.Option("--add-column", help="'Name type': add a nullable column.")] = None,
-    drop_column: Annotated[Optional[str], typer.Option("--drop-column", help="Drop this column.")] = None,
+    add_column: Annotated[str | None, typer.Option("--add-column", help="'Name type': add a nullable column.")] = None,
+    drop_column: Annotated[str | None, typer.Option("--drop-column", help="Drop this column.")] = None,
 ) -> None:
     """Add or drop a column of a published table; the change reaches subscribers in order with the data."""
     from ..transactional.schema_change import change

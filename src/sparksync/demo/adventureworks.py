@@ -12,7 +12,8 @@ import random
 from decimal import Decimal
 from typing import Any
 
-from ..dialects.base import Column, ForeignKey, Replica, TableInfo
+from ..dialects.model import Column, ForeignKey, TableInfo
+from ..dialects.replica import Replica
 from ..names import TableName
 from ..types import Kind, SqlType, decimal_type
 

@@ -11,6 +11,7 @@ database, with a row filter, a column filter and a tracer token.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sqlite3
 import subprocess
@@ -18,10 +19,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..config import load_config
 from ..dialects import connect
 from ..progress import Reporter
 from ..provision import setup
+from ..topology import load_config
 from .adventureworks import article_names, create_demo_database
 
 STORES = [("Store1", "global", 75.0, "M"), ("Store2", "global", 50.0, "R"), ("Store3", "local", None, "T")]
@@ -139,10 +140,8 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> dict:
     console.rule("[bold]4. sparksync status: every change is tracked and waiting to be merged")
     from ..cli.status_cmd import status_command
 
-    try:
+    with contextlib.suppress(SystemExit):
         status_command(cfg, False)
-    except SystemExit:
-        pass
 
     console.rule("[bold]5. sparksync merge: upload from every store, then download to every store (Spark)")
     from ..cli.merge_cmd import _print

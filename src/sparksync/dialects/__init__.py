@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from ..errors import ConfigurationError
-from .base import Capabilities, Column, Dialect, ForeignKey, Replica, TableInfo, redact_url
+from ..redaction import redact
+from .base import Dialect
+from .replica import Replica
 
 
 def dialect_for_url(url: str) -> Dialect:
@@ -16,7 +18,7 @@ def dialect_for_url(url: str) -> Dialect:
         from .postgres.dialect import PostgresDialect
 
         return PostgresDialect()
-    raise ConfigurationError(f"unsupported database URL {redact_url(url)!r}: use sqlite:/// or postgresql://")
+    raise ConfigurationError(f"unsupported database URL {redact(url)!r}: use sqlite:/// or postgresql://")
 
 
 def connect(url: str, label: str | None = None) -> Replica:
@@ -24,4 +26,4 @@ def connect(url: str, label: str | None = None) -> Replica:
     return dialect_for_url(url).connect(url, label)
 
 
-__all__ = ["Capabilities", "Column", "Dialect", "ForeignKey", "Replica", "TableInfo", "connect", "dialect_for_url"]
+__all__ = ["connect", "dialect_for_url"]

@@ -1,253 +1,47 @@
 """The dialect protocol: what sparksync needs from a database, and what each database can do.
 
+The table model lives in ``model.py``, the connection in ``replica.py``.
+
 Core code asks :class:`Capabilities`, never a dialect's name. SQL that differs between databases
 lives in the dialect (small hooks) or in its ``templates/`` folder (trigger and function SQL).
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import re
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SchemaError, SparksyncError
 from ..names import TableName, quote_ident
 from ..types import Kind, SqlType
-
-log = logging.getLogger(__name__)
+from .model import TableInfo
+from .replica import Replica
 
 
 @dataclass(frozen=True)
 class Capabilities:
-    name: str
+    name: str                              # the URL scheme
+    product: str                           # the product's name, for messages
     supports_schemas: bool
-    supports_statement_triggers: bool      # set-based triggers with transition tables
     supports_procedures: bool
     supports_logical_decoding: bool
     concurrent_writers: bool               # several write transactions at once: generations must settle
-    transactional_ddl: bool
-    default_schema: str | None
     paramstyle: str                        # the placeholder the driver expects: "?" or "%s"
     joins_in_bulk: bool = False            # joining a staged batch to a table beats a lookup per row
                                            # (hash joins); SQLite's nested loops prefer correlated lookups
+    text_holds_nul: bool = True            # text (and json) values may contain U+0000 (PostgreSQL: no)
+    float_holds_nan: bool = True           # a float column keeps NaN (SQLite stores NULL instead)
 
 
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: SqlType
-    nullable: bool = True
-    default: str | None = None    # raw SQL text of the default, as the database reports it
-
-
-@dataclass(frozen=True)
-class ForeignKey:
-    columns: tuple[str, ...]
-    ref_table: TableName
-    ref_columns: tuple[str, ...]
-    name: str | None = None
-
-
-@dataclass(frozen=True)
-class TableInfo:
-    """A reflected table: columns in order, primary key, foreign keys and single-column unique keys."""
-
-    name: TableName
-    columns: tuple[Column, ...]
-    primary_key: tuple[str, ...]
-    foreign_keys: tuple[ForeignKey, ...] = ()
-    unique_columns: frozenset[str] = field(default_factory=frozenset)
-
-    def column(self, name: str) -> Column | None:
-        for c in self.columns:
-            if c.name == name:
-                return c
-        lowered = name.lower()
-        for c in self.columns:
-            if c.name.lower() == lowered:
-                return c
-        return None
-
-    @property
-    def column_names(self) -> list[str]:
-        return [c.name for c in self.columns]
-
-    def signature(self) -> list[list[str]]:
-        """What schema drift is checked against: column names and types, in order."""
-        return [[c.name, str(c.type)] for c in self.columns]
-
-
-def to_table_dict(t: TableInfo) -> dict:
-    return {
-        "schema": t.name.schema,
-        "name": t.name.name,
-        "columns": [
-            {"name": c.name, "type": c.type.to_dict(), "nullable": c.nullable} for c in t.columns
-        ],
-        "primary_key": list(t.primary_key),
-        "foreign_keys": [
-            {"columns": list(fk.columns), "ref_schema": fk.ref_table.schema, "ref_table": fk.ref_table.name,
-             "ref_columns": list(fk.ref_columns), "name": fk.name}
-            for fk in t.foreign_keys
-        ],
-        "unique_columns": sorted(t.unique_columns),
-    }
-
-
-def from_table_dict(d: dict) -> TableInfo:
-    return TableInfo(
-        name=TableName(d.get("schema"), d["name"]),
-        columns=tuple(Column(c["name"], SqlType.from_dict(c["type"]), c.get("nullable", True)) for c in d["columns"]),
-        primary_key=tuple(d["primary_key"]),
-        foreign_keys=tuple(
-            ForeignKey(tuple(f["columns"]), TableName(f.get("ref_schema"), f["ref_table"]), tuple(f["ref_columns"]), f.get("name"))
-            for f in d.get("foreign_keys", [])
-        ),
-        unique_columns=frozenset(d.get("unique_columns", [])),
-    )
-
-
-def describe_drift(published: TableInfo, current: TableInfo) -> list[str]:
-    """How a table differs from what was published: columns added, dropped, retyped; the key."""
-    before = {c.name: str(c.type) for c in published.columns}
-    after = {c.name: str(c.type) for c in current.columns}
-    out = [f"column {n} was added" for n in after if n not in before]
-    out += [f"column {n} was dropped" for n in before if n not in after]
-    out += [f"column {n} changed type from {before[n]} to {after[n]}" for n in before if n in after and before[n] != after[n]]
-    if tuple(published.primary_key) != tuple(current.primary_key):
-        out.append(f"primary key changed from {list(published.primary_key)} to {list(current.primary_key)}")
-    return out
-
-
-def table_not_found(replica: "Replica", name: TableName, publication: str) -> SchemaError:
+def table_not_found(replica: Replica, name: TableName, publication: str) -> SchemaError:
     """The error for an article whose table does not exist, with the names it may have meant."""
     cands = replica.dialect.similar_tables(replica, replica.dialect.resolve_name(name))
     hint = f" (did you mean {', '.join(cands)}?)" if cands else ""
     return SchemaError(f"publication {publication}: table {name} does not exist in {replica.label}{hint}",
                        obj=str(name))
-
-
-_PASSWORD_IN_URL = re.compile(r"(://[^:/@]+:)([^@]*)(@)")
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***`` (for messages and logs)."""
-    url = _PASSWORD_IN_URL.sub(r"\1***\3", url)
-    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&\s]+)", r"\1***", url, flags=re.I)
-
-
-class Replica:
-    """One open connection to a replica database (publisher or subscriber), with its dialect.
-
-    The connection is in autocommit mode; :meth:`transaction` opens an explicit transaction.
-    Driver errors are translated by the dialect into :class:`SparksyncError` subclasses.
-    """
-
-    def __init__(self, dialect: "Dialect", raw: Any, url: str, label: str | None = None):
-        self.dialect = dialect
-        self.raw = raw
-        self.url = url
-        self.label = label or redact_url(url)
-        self._in_tx = False
-
-    # -- statements -------------------------------------------------------------------------
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        try:
-            return self.dialect.execute(self.raw, sql, params)
-        except SparksyncError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - translated, cause kept
-            raise self.dialect.translate_error(exc, f"{self.label}: {_first_line(sql)}") from exc
-
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> int | None:
-        """Run ``sql`` once per row; returns the rows affected in all (None where the driver cannot say)."""
-        try:
-            return self.dialect.executemany(self.raw, sql, rows)
-        except SparksyncError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise self.dialect.translate_error(exc, f"{self.label}: {_first_line(sql)}") from exc
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        try:
-            return self.dialect.query(self.raw, sql, params)
-        except SparksyncError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise self.dialect.translate_error(exc, f"{self.label}: {_first_line(sql)}") from exc
-
-    def query_one(self, sql: str, params: Sequence[Any] = ()) -> tuple | None:
-        rows = self.query(sql, params)
-        return rows[0] if rows else None
-
-    def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        row = self.query_one(sql, params)
-        return None if row is None else row[0]
-
-    # -- transactions -----------------------------------------------------------------------
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator["Replica"]:
-        """One write transaction. Nested use joins the outer transaction."""
-        if self._in_tx:
-            yield self
-            return
-        self.execute(self.dialect.begin_write_sql)
-        self._in_tx = True
-        try:
-            yield self
-        except BaseException:
-            self._in_tx = False
-            with contextlib.suppress(Exception):
-                self.dialect.rollback(self.raw)
-            raise
-        else:
-            self._in_tx = False
-            try:
-                self.dialect.commit(self.raw)
-            except Exception as exc:  # noqa: BLE001
-                raise self.dialect.translate_error(exc, f"{self.label}: commit") from exc
-
-    @property
-    def in_transaction(self) -> bool:
-        return self._in_tx
-
-    # -- helpers ----------------------------------------------------------------------------
-    @property
-    def p(self) -> str:
-        """The parameter placeholder of this driver."""
-        return self.dialect.capabilities.paramstyle
-
-    def table_sql(self, name: TableName) -> str:
-        return self.dialect.table_sql(name)
-
-    def meta(self, name: str) -> str:
-        """The quoted, qualified name of a replication metadata table."""
-        return self.dialect.metadata_table_sql(name)
-
-    def reflect(self, name: TableName) -> TableInfo | None:
-        return self.dialect.reflect_table(self, name)
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.raw.close()
-
-    def __enter__(self) -> "Replica":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"Replica({self.dialect.capabilities.name}, {self.label})"
-
-
-def _first_line(sql: str) -> str:
-    s = " ".join(sql.split())
-    return s if len(s) <= 120 else s[:117] + "..."
 
 
 class Dialect(ABC):
@@ -302,6 +96,13 @@ class Dialect(ABC):
     @abstractmethod
     def metadata_table_sql(self, name: str) -> str: ...
 
+    @abstractmethod
+    def metadata_table_exists(self, replica: Replica, name: str) -> bool: ...
+
+    def json_param(self, value: Any) -> Any:
+        """A JSON value as this driver takes it as a parameter (canonical text by default)."""
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
     # -- catalog ----------------------------------------------------------------------------
     @abstractmethod
     def reflect_table(self, replica: Replica, name: TableName) -> TableInfo | None: ...
@@ -315,12 +116,18 @@ class Dialect(ABC):
 
     type_names: dict[Kind, str]      # the DDL name of each kind
     varchar_format: str              # text with a length, e.g. "varchar({length})"
+    char_format: str                 # blank-padded text, e.g. "character({length})"
     decimal_format: str              # e.g. "numeric({precision},{scale})"
+    numeric_name: str                # an unconstrained decimal, e.g. "numeric"
 
     def render_type(self, t: SqlType) -> str:
+        if t.kind is Kind.TEXT and t.fixed:
+            return self.char_format.format(length=t.length or 1)
         if t.kind is Kind.TEXT and t.length:
             return self.varchar_format.format(length=t.length)
         if t.kind is Kind.DECIMAL:
+            if t.precision is None:
+                return self.numeric_name
             return self.decimal_format.format(precision=t.precision, scale=t.scale)
         return self.type_names[t.kind]
 
@@ -365,10 +172,27 @@ class Dialect(ABC):
         """A placeholder for a value of type ``t`` (typed where the server resolves calls by type)."""
         return self.capabilities.paramstyle
 
-    def render_procedure(self, spec, table: TableName, columns: Sequence[tuple[str, SqlType]],
-                         key: Sequence[str]) -> list[str]:
-        """CREATE PROCEDURE for one operation of a transactional article (``supports_procedures``)."""
+    def render_procedure(self, shape, types: dict[str, SqlType]) -> list[str]:
+        """CREATE PROCEDURE for a generated procedure of a transactional article (``shape``: a
+        ``transactional.calls.ProcedureShape``; ``types``: the article's column types)."""
         raise NotImplementedError(f"{self.capabilities.name} has no stored procedures")
+
+    def fold_identifier(self, name: str) -> str:
+        """An unquoted identifier as this database stores it (PostgreSQL folds to lower case)."""
+        return name
+
+    def procedure_schema(self, replica: Replica, name: str, fallback: str | None) -> str | None:
+        """The schema an unqualified procedure name resolves to (``supports_procedures``)."""
+        raise NotImplementedError(f"{self.capabilities.name} has no stored procedures")
+
+    def procedure_exists(self, replica: Replica, schema: str | None, name: str) -> bool:
+        """Is there a stored procedure ``schema.name`` (``supports_procedures``)?"""
+        raise NotImplementedError(f"{self.capabilities.name} has no stored procedures")
+
+    def set_lock_timeout(self, replica: Replica, timeout: str) -> None:
+        """From now on, a statement of this connection waiting longer than ``timeout`` (e.g. "2s") for
+        a row lock fails (``concurrent_writers``: one stream must not wait forever on another)."""
+        raise NotImplementedError(f"{self.capabilities.name} has one writer at a time")
 
     @abstractmethod
     def serial_primary_key(self, column: str) -> str:
@@ -427,8 +251,10 @@ class Dialect(ABC):
 
     @abstractmethod
     def stream(self, replica: Replica, sql: str, params: Sequence[Any], batch_rows: int,
-               snapshot: str | None = None) -> Iterator[list[tuple]]:
-        """Run a query and yield its rows in lists of at most ``batch_rows`` (inside ``snapshot`` if given)."""
+               snapshot: str | None = None, lenient_text: bool = False) -> Iterator[list[tuple]]:
+        """Run a query and yield its rows in lists of at most ``batch_rows`` (inside ``snapshot`` if given).
+        ``lenient_text``: text that is not valid UTF-8 is read with its bad bytes as lone surrogates
+        (so the caller can name the row) instead of failing the whole read."""
 
     @abstractmethod
     def consistent_reads(self, replica: Replica, workdir: str):
@@ -459,6 +285,16 @@ class Dialect(ABC):
     def lineage_dominates_sql(self, a: str, b: str) -> str:
         """A boolean SQL expression: lineage ``a`` has seen every change lineage ``b`` has
         (``lineage.dominates``: a >= b entry by entry, a missing entry counting as 0)."""
+
+    @abstractmethod
+    def lineage_without_sql(self, lineage: str, nickname: int) -> str:
+        """A lineage SQL expression without the entry of ``nickname``."""
+
+    def row_lock_clause(self) -> str:
+        """Appended to a SELECT to lock the rows it reads until the transaction ends, where other
+        transactions may write at the same time (``concurrent_writers``); empty where the write
+        transaction already excludes every other writer."""
+        return ""
 
     @abstractmethod
     def staged_values(self, table: TableName, columns: Sequence[tuple[str, SqlType]], alias: str,
@@ -519,6 +355,11 @@ class Dialect(ABC):
     def list_merge_triggers(self, replica: Replica, table: TableName) -> list[str]: ...
 
     @abstractmethod
+    def tracking_problems(self, replica: Replica, ctx: dict) -> list[str]:
+        """What is wrong with the tracking triggers of one article (``ctx``: ``trigger_context``): each
+        missing, disabled or altered trigger (compared with what ``render_merge_triggers`` installs)."""
+
+    @abstractmethod
     def begin_agent_writes(self, replica: Replica) -> None:
         """Inside a transaction: make the tracking triggers ignore this transaction's DML."""
 
@@ -536,12 +377,40 @@ class Dialect(ABC):
     def try_claim_generation(self, replica: Replica, generation: int) -> bool:
         """Inside a transaction: True (and hold it until commit) when no writer of ``generation`` is running."""
 
+    def generation_writers(self, replica: Replica, generation: int) -> list[dict]:
+        """The transactions that wrote into ``generation`` and are still open (``concurrent_writers``):
+        {"pid", "seconds", "state", "application"} each."""
+        return []
+
     @abstractmethod
     def try_agent_lock(self, replica: Replica, key: str) -> bool:
         """Take a lock that only one agent at a time can hold for ``key`` (until released or closed)."""
 
     @abstractmethod
     def release_agent_lock(self, replica: Replica, key: str) -> None: ...
+
+    def unstorable(self, t: SqlType, value: Any) -> str | None:
+        """Why this database cannot hold ``value`` (a logical value of type ``t``) exactly, or None.
+        Such a value makes its change a failed change here instead of arriving altered."""
+        if value is None:
+            return None
+        if not self.capabilities.text_holds_nul and t.kind in (Kind.TEXT, Kind.JSON) and isinstance(value, str) \
+                and ("\x00" in value or (t.kind is Kind.JSON and "\\u0000" in value)):
+            return f"{self.capabilities.name} cannot store the NUL character (U+0000) in text"
+        if not self.capabilities.float_holds_nan and t.kind in (Kind.REAL, Kind.DOUBLE) and isinstance(value, float) \
+                and value != value:
+            return f"{self.capabilities.name} cannot store NaN in a float column (it would become NULL)"
+        return None
+
+    def unstorable_markers(self) -> tuple[str, ...]:
+        """Substrings of a change's row JSON that may signal an ``unstorable`` value (a quick scan
+        before decoding): NUL is written as \\u0000, NaN as the string "NaN"."""
+        out = []
+        if not self.capabilities.text_holds_nul:
+            out.append("\\u0000")
+        if not self.capabilities.float_holds_nan:
+            out.append('"NaN"')
+        return tuple(out)
 
     def kinds_supported(self) -> frozenset[Kind]:
         return frozenset(Kind)

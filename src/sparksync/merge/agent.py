@@ -16,29 +16,34 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .. import failpoints
 from ..config import PublicationConfig, SubscriptionConfig, Topology
 from ..dialects import connect
-from ..dialects.base import Replica
-from ..errors import NotInitialized, SparksyncError
+from ..dialects.replica import Replica
+from ..errors import ConfigurationError, ErrorInfo, NotInitialized, ReplicaDamaged, SparksyncError
 from ..metadata import store
 from ..names import TableName
 from ..progress import ProgressListener, Reporter, driver_host, silent
+from ..redaction import redact
 from ..spark.datasource import ReadPartition, ReadPlan
+from ..spark.failures import recover, spark_error_message
 from ..spark.partitioning import group_labels, split_ranges
-from .apply import (ApplyContext, ArticleStats, BatchInfo, DestinationInfo, apply_stream_empty, log_conflict, make_mapper,
-                    RESULT_SCHEMA)
-from .changes import CHANGE_SCHEMA, RETRY_GENERATION
-from .conflicts import ConflictRecord, ConflictType
+from .batch import ArticleStats
+from .changes import CHANGE_SCHEMA, READ_ERROR_GENERATION, RETRY_GENERATION, change_read
+from .conflicts import ConflictRecord, ConflictType, log_conflict
 from .decide import ArticleRules
-from .generations import enumeration_bound, generation_rows, make_generation
-from .publish import published_articles, tracked_article
-from .resolvers import PUBLISHER_PRIORITY, Replicas
+from .generations import enumeration_bound, generation_rows, make_generation, waiting_writers
+from .integrity import check_identity, describe, replica_problems
+from .plan import ApplyContext, BatchInfo, DestinationInfo, Route
+from .resolvers import BUILTIN, PUBLISHER_PRIORITY, Replicas, check_user_resolver
+from .stream import RESULT_SCHEMA, BatchResult, apply_stream_empty, make_mapper
+from .tracking import published_articles, tracked_article
 
 DEFAULT_GENERATIONS_PER_BATCH = 100
+RETRY_CHUNK = 1000            # failed changes re-read per partition (rowguids bound in one IN list)
 
 
 @dataclass
@@ -67,14 +72,25 @@ class SubscriptionSession:
     publication: str
     upload: dict[str, DirectionStats] = field(default_factory=dict)     # article -> stats
     download: dict[str, DirectionStats] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
+    problems: list[ErrorInfo] = field(default_factory=list)            # what went wrong, as data
     seconds: float = 0.0
+    batches: dict[str, int] = field(default_factory=dict)               # direction -> batches applied
+
+    def fail(self, message: str, error: ErrorInfo | SparksyncError | None = None) -> None:
+        """Record a problem: ``message`` for the user, with the code and object of ``error``."""
+        info = error.info() if isinstance(error, SparksyncError) else error
+        self.problems.append(ErrorInfo(info.code, message, info.obj, info.transient) if info
+                             else ErrorInfo("error", message))
+
+    @property
+    def errors(self) -> list[str]:
+        return [p.message for p in self.problems]
 
     def total(self, direction: str) -> DirectionStats:
         t = DirectionStats()
         for s in getattr(self, direction).values():
             t.add(vars(s))
-            t.batches += s.batches
+        t.batches = self.batches.get(direction, 0)
         return t
 
     @property
@@ -89,6 +105,8 @@ class MergeSummary:
     conflicts: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     started_at: Any = field(default_factory=store.utcnow)
+    # replica -> why changes made there cannot be sent yet (generations waiting for open transactions)
+    waiting: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -99,11 +117,13 @@ class MergeSummary:
             "session_id": self.session_id, "ok": self.ok, "seconds": round(self.seconds, 3),
             "subscriptions": [{
                 "subscription": s.subscription, "publication": s.publication, "ok": s.ok, "errors": s.errors,
-                "seconds": round(s.seconds, 3),
+                "error_codes": [p.code for p in s.problems],
+                "seconds": round(s.seconds, 3), "batches": s.batches,
                 "upload": {a: vars(v) for a, v in s.upload.items()},
                 "download": {a: vars(v) for a, v in s.download.items()},
             } for s in self.subscriptions],
             "conflicts": self.conflicts,
+            "waiting": self.waiting,
         }
 
 
@@ -154,22 +174,23 @@ def _change_reads(replica_url: str, label: str, replica: Replica, articles: list
         cols = [[c.name, c.type.to_dict()] for c in art.info.columns]
         rg = d.quote(art.rowguid_column)
         select = ", ".join(f"t.{d.quote(c.name)}" for c in art.info.columns)
-        base = {"source": source, "source_nick": source_nick, "tablenick": art.nickname}
+        base = {"source": source, "source_nick": source_nick, "tablenick": art.nickname,
+                "key": list(art.info.primary_key)}
         upserts = counts(contents, art.nickname)
         for a_lo, a_hi in (split_ranges(upserts, lo, hi, parts) if upserts else []):
-            out.append(ReadPartition(
+            out.append(change_read(
                 replica_url,
                 f"SELECT c.generation, c.rowguid, c.lineage, c.colv, {select} FROM {contents} c "
                 f"JOIN {d.table_sql(art.table)} t ON t.{rg} = c.rowguid "
                 f"WHERE c.tablenick = {int(art.nickname)} AND c.generation > {p} AND c.generation <= {p}",
-                [a_lo, a_hi], cols, None, f"{label}/{a['name']} changes", "changes", {**base, "op": "upsert"}))
+                [a_lo, a_hi], cols, f"{label}/{a['name']} changes", {**base, "op": "upsert"}))
         deletes = counts(tomb, art.nickname)
         for a_lo, a_hi in (split_ranges(deletes, lo, hi, parts) if deletes else []):
-            out.append(ReadPartition(
+            out.append(change_read(
                 replica_url,
                 f"SELECT generation, rowguid, lineage, NULL FROM {tomb} "
                 f"WHERE tablenick = {int(art.nickname)} AND generation > {p} AND generation <= {p}",
-                [a_lo, a_hi], [], None, f"{label}/{a['name']} deletes", "changes", {**base, "op": "delete"}))
+                [a_lo, a_hi], [], f"{label}/{a['name']} deletes", {**base, "op": "delete"}))
     return out
 
 
@@ -180,35 +201,57 @@ def _retry_reads(destination: Replica, dest_name: str, source: Replica, source_u
     failed = store.select_rows(destination, "MSmerge_failed_changes", {"source_nickname": source_nick})
     if not failed:
         return []
-    d = source.dialect
-    p = d.capabilities.paramstyle
-    parts = []
     by_nick: dict[int, list[str]] = {}
     for f in failed:
         by_nick.setdefault(f["tablenick"], []).append(f["rowguid"])
     arts = {a["nickname"]: tracked_article(a) for a in published_articles(source, pubid)}
+    parts = []
     for nick, guids in by_nick.items():
         art = arts.get(nick)
         if art is None:
             continue
-        inlist = ", ".join([d.uuid_param()] * len(guids))
-        cols = [[c.name, c.type.to_dict()] for c in art.info.columns]
-        rg = d.quote(art.rowguid_column)
-        select = ", ".join(f"t.{d.quote(c.name)}" for c in art.info.columns)
-        base = {"source": source_name, "source_nick": source_nick, "tablenick": nick, "target": dest_name}
-        parts.append(ReadPartition(
-            source_url, f"SELECT c.generation, c.rowguid, c.lineage, c.colv, {select} FROM {source.meta('MSmerge_contents')} c "
-            f"JOIN {d.table_sql(art.table)} t ON t.{rg} = c.rowguid WHERE c.tablenick = {int(nick)} "
-            f"AND c.rowguid IN ({inlist}) AND c.generation <= {p}",
-            [*guids, start], cols, None, f"{label}/{art.table} retries", "changes", {**base, "op": "upsert"}))
-        parts.append(ReadPartition(
-            source_url, f"SELECT generation, rowguid, lineage, NULL FROM {source.meta('MSmerge_tombstone')} "
-            f"WHERE tablenick = {int(nick)} AND rowguid IN ({inlist}) AND generation <= {p}",
-            [*guids, start], [], None, f"{label}/{art.table} retried deletes", "changes", {**base, "op": "delete"}))
+        base = {"source": source_name, "source_nick": source_nick, "tablenick": nick, "target": dest_name,
+                "key": list(art.info.primary_key)}
+        for i in range(0, len(guids), RETRY_CHUNK):   # a driver binds at most so many parameters
+            parts += _retry_partitions(source, source_url, label, art, guids[i:i + RETRY_CHUNK], start, base)
     return parts
 
 
-def _rules(pubcfg: PublicationConfig, replica: Replica, articles: list[dict]) -> dict[int, ArticleRules]:
+def _retry_partitions(source: Replica, source_url: str, label: str, art, guids: list[str], start: int,
+                      base: dict) -> list[ReadPartition]:
+    """The upserts and the deletes of ``guids`` (one article) at the source, in generations up to ``start``."""
+    d = source.dialect
+    p = d.capabilities.paramstyle
+    nick = int(art.nickname)
+    inlist = ", ".join([d.uuid_param()] * len(guids))
+    cols = [[c.name, c.type.to_dict()] for c in art.info.columns]
+    rg = d.quote(art.rowguid_column)
+    select = ", ".join(f"t.{d.quote(c.name)}" for c in art.info.columns)
+    return [
+        change_read(
+            source_url, f"SELECT c.generation, c.rowguid, c.lineage, c.colv, {select} "
+            f"FROM {source.meta('MSmerge_contents')} c JOIN {d.table_sql(art.table)} t ON t.{rg} = c.rowguid "
+            f"WHERE c.tablenick = {nick} AND c.rowguid IN ({inlist}) AND c.generation <= {p}",
+            [*guids, start], cols, f"{label}/{art.table} retries", {**base, "op": "upsert"}),
+        change_read(
+            source_url, f"SELECT generation, rowguid, lineage, NULL FROM {source.meta('MSmerge_tombstone')} "
+            f"WHERE tablenick = {nick} AND rowguid IN ({inlist}) AND generation <= {p}",
+            [*guids, start], [], f"{label}/{art.table} retried deletes", {**base, "op": "delete"}),
+    ]
+
+
+def check_resolvers(topology: Topology, pubcfg: PublicationConfig) -> None:
+    """Every user resolver of the publication imports, is callable and takes the three arguments; one
+    error lists every problem (setup and the merge agent both check, before anything changes)."""
+    search = str(topology.base_dir)
+    problems = [f"publications ({pubcfg.name}).articles ({a.table}).resolver: {why}" for a in pubcfg.articles
+                if a.resolver not in BUILTIN and (why := check_user_resolver(a.resolver, search))]
+    if problems:
+        raise ConfigurationError(f"publication {pubcfg.name}: resolvers cannot be used", problems, obj=pubcfg.name)
+
+
+def _rules(pubcfg: PublicationConfig, replica: Replica, articles: list[dict],
+           search: str | None = None) -> dict[int, ArticleRules]:
     d = replica.dialect
     by_key = {str(d.resolve_name(a.table_name)): a for a in pubcfg.articles}
     out = {}
@@ -217,12 +260,14 @@ def _rules(pubcfg: PublicationConfig, replica: Replica, articles: list[dict]) ->
         cfg = by_key.get(key)
         out[a["nickname"]] = ArticleRules(a["nickname"], bool(a["column_tracking"]),
                                           cfg.resolver if cfg else "default", cfg.resolver_column if cfg else None,
-                                          cfg.compensate_for_errors if cfg else False)
+                                          cfg.compensate_for_errors if cfg else False, search)
     return out
 
 
-def _replicas(pub: Replica, pubid: str, topology: Topology) -> Replicas:
-    rows = store.select_rows(pub, "sysmergesubscriptions")
+def _replicas(pub: Replica, pubid: str) -> Replicas:
+    """This publication's replicas: a database subscribed to two publications has a priority and a
+    subscriber type in each."""
+    rows = store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid})
     prio, local, names = {}, set(), {}
     for r in rows:
         names[r["replnickname"]] = r["name"]
@@ -233,6 +278,47 @@ def _replicas(pub: Replica, pubid: str, topology: Topology) -> Replicas:
         else:
             prio[r["replnickname"]] = float(r["priority"])
     return Replicas(publisher=1, priority=prio, local=frozenset(local), names=names)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One end of an exchange: the publisher or a subscriber, with its open connection."""
+
+    name: str
+    url: str
+    nickname: int
+    replica: Replica
+    is_publisher: bool
+
+    def partner_row(self, pubid: str, subscription: str) -> dict:
+        """The key of this replica's ``sysmergesubscriptions`` row for its partner in ``subscription``:
+        at the publisher the subscriber's row, at a subscriber the publisher's."""
+        if self.is_publisher:
+            return {"pubid": pubid, "name": subscription, "role": "subscriber"}
+        return {"pubid": pubid, "role": "publisher"}
+
+
+@dataclass
+class Link:
+    """One subscription's exchange in one direction: ``source``'s changes to ``dest``."""
+
+    subscription: str
+    session: SubscriptionSession
+    source: Endpoint
+    dest: Endpoint
+    order: int                                   # upload: configuration order (first to sync wins)
+    batches: list[BatchInfo] = field(default_factory=list)
+
+
+@dataclass
+class DirectionPlan:
+    """Everything one direction's Spark stage needs: the change reads, the routes of each source's
+    generations to the destinations' batches, and the destinations."""
+
+    links: list[Link] = field(default_factory=list)          # the links that could be planned
+    reads: list[ReadPartition] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)
+    destinations: dict[str, DestinationInfo] = field(default_factory=dict)
 
 
 class MergeAgent:
@@ -248,7 +334,7 @@ class MergeAgent:
         options = options or MergeOptions()
         t0 = time.perf_counter()
         summary = MergeSummary(store.new_guid())
-        for pubcfg, subs in self.topology.subscriptions_by_publication("merge", options.subscriptions, "distribute"):
+        for pubcfg, subs in self.topology.subscriptions_by_publication("merge", options.subscriptions):
             self._publication(pubcfg, subs, options, summary)
         summary.seconds = time.perf_counter() - t0
         return summary
@@ -282,174 +368,225 @@ class MergeAgent:
             summary.subscriptions.append(sess)
             r = pub_rows.get(s.name)
             if r is None or r["status"] != 1:
-                sess.errors.append(f"subscription {s.name} is not initialized; run 'sparksync setup'")
+                sess.fail(f"subscription {s.name} is not initialized; run 'sparksync setup'",
+                          ErrorInfo(NotInitialized.code, "", s.name))
                 continue
             active.append((s, r))
         if not active:
             return
+        check_resolvers(topo, pubcfg)
         articles = published_articles(pub, pubid)
-        rules = _rules(pubcfg, pub, articles)
-        article_names = {a["nickname"]: a["name"] for a in articles}
-        replicas = _replicas(pub, pubid, topo)
+        base = ApplyContext(pubid=pubid, upload=True, session_id=summary.session_id, publication=pubcfg.name,
+                            rules=_rules(pubcfg, pub, articles, str(topo.base_dir)), replicas=_replicas(pub, pubid),
+                            destinations={}, article_names={a["nickname"]: a["name"] for a in articles})
         started = {s.name: time.perf_counter() for s, _ in active}
+        damaged = replica_problems(pub, pubid)
+        if damaged:
+            raise ReplicaDamaged(f"publication {pubcfg.name}: the publisher {topo.publisher.name} is damaged: "
+                                 f"{describe(damaged)}; nothing was merged (run 'sparksync setup' to repair)",
+                                 obj=topo.publisher.name)
         self.report(f"merge {pubcfg.name}: closing generations at {topo.publisher.name} and {len(active)} subscriber(s)")
-        make_generation(pub, 1, threshold)
-        subs_open: dict[str, Replica] = {}
+        self._report_waits(topo.publisher.name, pub, make_generation(pub, 1, threshold), summary)
+        publisher = Endpoint(topo.publisher.name, topo.publisher_url, 1, pub, True)
+        ends: dict[str, Endpoint] = {}
         try:
-            for s, r in list(active):
+            for s, r in active:
                 try:
-                    rep = subs_open[s.name] = connect(topo.resolve_url(s.database), s.name)
-                    store.require_metadata(rep)
-                    make_generation(rep, r["replnickname"], threshold)
+                    ends[s.name] = self._open_subscriber(s, r, pubid, threshold, summary)
                 except SparksyncError as e:
-                    sessions[s.name].errors.append(e.message)
-                    active.remove((s, r))
-            if options.exchange in ("both", "upload") and active:
-                self._upload(pub, pubcfg, pubid, rules, article_names, replicas, active, subs_open, options, sessions,
-                             summary)
+                    sessions[s.name].fail(e.message, e)
+            synced = [(s, sessions[s.name]) for s, _ in active if s.name in ends]
+            if options.exchange in ("both", "upload") and synced:
+                self._direction("upload", [Link(s.name, sess, ends[s.name], publisher, order)
+                                           for order, (s, sess) in enumerate(synced)],
+                                options.upload_generations_per_batch, pubcfg, base, summary)
             make_generation(pub, 1, threshold)
-            if options.exchange in ("both", "download") and active:
-                self._download(pub, pubcfg, pubid, articles, rules, article_names, replicas, active, subs_open, options,
-                               sessions, summary)
+            if options.exchange in ("both", "download") and synced:
+                self._direction("download", [Link(s.name, sess, publisher, ends[s.name], order)
+                                             for order, (s, sess) in enumerate(synced)],
+                                options.download_generations_per_batch, pubcfg, base, summary)
         finally:
-            for rep in subs_open.values():
-                rep.close()
+            for end in ends.values():
+                end.replica.close()
         for s, _ in active:
             sessions[s.name].seconds = time.perf_counter() - started[s.name]
-        synced = {s.name for s, _ in active}
-        self._history(pub, pubid, article_names, summary, [sessions[s.name] for s, _ in active] +
-                      [x for x in sessions.values() if x.errors and x.subscription not in synced])
+        self._history(pub, pubid, base.article_names, summary, [sessions[s.name] for s, _ in active])
 
-    # -- upload ----------------------------------------------------------------------------------
-    def _upload(self, pub, pubcfg, pubid, rules, article_names, replicas, active, subs_open, options, sessions,
-                summary) -> None:
-        topo = self.topology
-        parts, assign, batches_by_source = [], [], {}
-        for order, (s, r) in enumerate(active):
-            sub = subs_open[s.name]
-            mine = store.select_rows(sub, "sysmergesubscriptions", {"pubid": pubid, "role": "publisher"})
-            start = _min_watermark(mine[0]["sentgen"] if mine else None, r["recgen"])
-            bound = enumeration_bound(sub)
-            gens = [g for g in generation_rows(sub, start, bound) if 1 not in (g["nicknames"] or [])]
-            batches, where = make_batches(gens, start, bound, options.upload_generations_per_batch, s.name,
-                                          r["replnickname"])
-            retry_parts = _retry_reads(pub, topo.publisher.name, sub, topo.resolve_url(s.database), s.name, pubid,
-                                       s.name, r["replnickname"], start)
-            if retry_parts:
-                if not batches:
-                    batches = [BatchInfo(s.name, r["replnickname"], 0, start, start, [])]
-                batches[0].retry = True
-                parts += retry_parts
-                assign.append((s.name, RETRY_GENERATION, topo.publisher.name, order, 0))
-            batches_by_source[s.name] = batches
-            if gens:
-                parts += _change_reads(topo.resolve_url(s.database), s.name, sub, published_articles(sub, pubid),
-                                       s.name, r["replnickname"],
-                                       start, bound, self.spark.sparkContext.defaultParallelism)
-                assign += [(s.name, g, topo.publisher.name, order, k) for g, k in where.items()]
-            self.report(f"upload {s.name}: generations ({start}, {bound}], {len(gens)} to send in "
-                        f"{len(batches)} batch(es)")
-        dest = DestinationInfo(topo.publisher.name, topo.publisher_url, 1, True, {"pubid": pubid}, batches_by_source,
-                               pubcfg.conflict_logging in ("publisher", "both"))
-        ctx = ApplyContext(pubid, True, summary.session_id, pubcfg.name, rules, replicas, {dest.name: dest},
-                           article_names=article_names)
-        t0 = time.perf_counter()
-        results = self._run(parts, assign, ctx, partitions=1)
-        self._report_phase("upload", results, time.perf_counter() - t0)
-        for s, r in active:
-            self._settle_direction(ctx, dest.name, s.name, batches_by_source[s.name], results, sessions[s.name],
-                                   "upload")
-            done = self._done_hi(results, dest.name, s.name, batches_by_source[s.name])
-            failpoints.hit("agent.before_sender_watermark", s.name)
-            if done is not None:
-                store.update_rows(subs_open[s.name], "sysmergesubscriptions", {"sentgen": done, "last_sync_date": store.utcnow()},
-                                  {"pubid": pubid, "role": "publisher"})
-        self._remote_conflicts(ctx, results, subs_open, pub, pubcfg, summary)
+    def _open_subscriber(self, s: SubscriptionConfig, registered: dict, pubid: str, threshold: int,
+                         summary: MergeSummary) -> Endpoint:
+        """Connect to a subscriber, check it is the registered replica and intact, close its generation."""
+        url = self.topology.resolve_url(s.database)
+        rep = connect(url, s.name)
+        try:
+            store.require_metadata(rep)
+            check_identity(rep, s.name, registered)
+            damaged = replica_problems(rep, pubid)
+            if damaged:
+                raise ReplicaDamaged(
+                    f"subscriber {s.name} is damaged: {describe(damaged)}; its changes may not have been "
+                    "recorded, so it was not merged (run 'sparksync setup' to repair its tracking)", obj=s.name)
+            self._report_waits(s.name, rep, make_generation(rep, registered["replnickname"], threshold), summary)
+        except BaseException:
+            rep.close()
+            raise
+        return Endpoint(s.name, url, registered["replnickname"], rep, False)
 
-    # -- download --------------------------------------------------------------------------------
-    def _download(self, pub, pubcfg, pubid, articles, rules, article_names, replicas, active, subs_open, options, sessions,
-                  summary) -> None:
-        topo = self.topology
-        bound = enumeration_bound(pub)
-        pub_rows = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid})}
-        dests, assign = {}, []
-        retry_all: list[ReadPartition] = []
-        lowest = None
-        for order, (s, _) in enumerate(active):
-            sub = subs_open[s.name]
-            r = pub_rows[s.name]
-            mine = store.select_rows(sub, "sysmergesubscriptions", {"pubid": pubid, "role": "publisher"})
-            start = _min_watermark(r["sentgen"], mine[0]["recgen"] if mine else None)
-            gens = [g for g in generation_rows(pub, start, bound) if r["replnickname"] not in (g["nicknames"] or [])]
-            batches, where = make_batches(gens, start, bound, options.download_generations_per_batch,
-                                          topo.publisher.name, 1)
-            retry_parts = _retry_reads(sub, s.name, pub, topo.publisher_url, topo.publisher.name, pubid,
-                                       topo.publisher.name, 1, start)
-            if retry_parts:
-                if not batches:
-                    batches = [BatchInfo(topo.publisher.name, 1, 0, start, start, [])]
-                batches[0].retry = True
-                retry_all.extend(retry_parts)
-                assign.append((topo.publisher.name, RETRY_GENERATION, s.name, order, 0))
-            dests[s.name] = DestinationInfo(s.name, topo.resolve_url(s.database), r["replnickname"], False,
-                                            {"pubid": pubid}, {topo.publisher.name: batches},
-                                            pubcfg.conflict_logging in ("subscriber", "both"))
-            if gens:
-                lowest = start if lowest is None else min(lowest, start)
-                assign += [(topo.publisher.name, g, s.name, order, k) for g, k in where.items()]
-            self.report(f"download {s.name}: generations ({start}, {bound}], {len(gens)} to send in "
-                        f"{len(batches)} batch(es)")
-        parts = list(retry_all)
-        if lowest is not None:
-            parts += _change_reads(topo.publisher_url, topo.publisher.name, pub, articles, topo.publisher.name, 1,
-                                   lowest, bound, self.spark.sparkContext.defaultParallelism)
-        ctx = ApplyContext(pubid, False, summary.session_id, pubcfg.name, rules, replicas, dests,
-                           article_names=article_names)
+    def _report_waits(self, name: str, replica: Replica, result, summary: MergeSummary) -> None:
+        """Say which closed generations cannot be sent yet and which open transactions they wait for
+        (commit safety: a generation is enumerated only once every transaction that wrote into it ended)."""
+        if not result.unsettled:
+            return
+        lines = [w.describe() for w in waiting_writers(replica, result.unsettled)]
+        summary.waiting[name] = lines
+        for line in lines:
+            self.report(f"{name}: {line}; its changes go at a later merge")
+
+    # -- one direction ------------------------------------------------------------------------------
+    def _direction(self, direction: str, links: list[Link], per_batch: int, pubcfg: PublicationConfig,
+                   base: ApplyContext, summary: MergeSummary) -> None:
+        """Upload (every subscriber to the publisher, one task, configuration order) or download (the
+        publisher to every subscriber, in parallel): plan, apply on Spark, then move the senders'
+        watermarks and log the conflicts where ``conflict_logging`` wants them."""
+        plan = self._plan_direction(direction, links, per_batch, pubcfg, base.pubid)
+        ctx = replace(base, upload=direction == "upload", destinations=plan.destinations)
         t0 = time.perf_counter()
-        results = self._run(parts, assign, ctx, partitions=max(1, len({a[2] for a in assign})))
-        self._report_phase("download", results, time.perf_counter() - t0)
-        for s, _ in active:
-            batches = dests[s.name].batches[topo.publisher.name]
-            self._settle_direction(ctx, s.name, topo.publisher.name, batches, results, sessions[s.name], "download")
-            done = self._done_hi(results, s.name, topo.publisher.name, batches)
-            failpoints.hit("agent.before_sender_watermark", s.name)
-            if done is not None:
-                store.update_rows(pub, "sysmergesubscriptions", {"sentgen": done, "last_sync_date": store.utcnow()},
-                                  {"pubid": pubid, "name": s.name, "role": "subscriber"})
-        self._remote_conflicts(ctx, results, subs_open, pub, pubcfg, summary)
+        results = self._run_isolated(plan, ctx, direction)
+        if results is None:
+            return
+        self._report_phase(direction, results, time.perf_counter() - t0)
+        for link in plan.links:
+            sess, source, dest = link.session, link.source, link.dest
+            try:
+                mine = self._settle_direction(ctx, dest.name, source.name, link.batches, results, sess, direction)
+            except SparksyncError as e:
+                sess.fail(f"{direction}: {e.message}", e)
+                continue
+            done = self._done_hi(mine, link.batches)
+            failpoints.hit("agent.before_sender_watermark", link.subscription)
+            if done is None:
+                continue
+            try:
+                store.update_rows(source.replica, "sysmergesubscriptions",
+                                  {"sentgen": done, "last_sync_date": store.utcnow()},
+                                  source.partner_row(base.pubid, link.subscription))
+            except SparksyncError as e:   # applied at the destination; sent again next time (idempotent)
+                sess.fail(f"{direction}: recording what was sent: {e.message}", e)
+        self._remote_conflicts(ctx, results, plan.links, pubcfg, summary)
+
+    def _plan_direction(self, direction: str, links: list[Link], per_batch: int, pubcfg: PublicationConfig,
+                        pubid: str) -> DirectionPlan:
+        """For each link: the common generation (the source's ``sentgen`` toward the destination against
+        the destination's ``recgen`` from the source; the lower when they differ), the source's closed
+        generations after it that the destination does not already have, cut into batches; changes that
+        failed at the destination before, read again. Each source is read once, from the lowest start
+        of its links. A link whose planning fails is that subscription's error only."""
+        plan = DirectionPlan()
+        bounds: dict[str, int] = {}
+        lowest: dict[str, int] = {}
+        sources: dict[str, Endpoint] = {}
+        here = {"publisher", "both"} if direction == "upload" else {"subscriber", "both"}
+        there = {"subscriber", "both"} if direction == "upload" else {"publisher", "both"}
+        for link in links:
+            source, dest = link.source, link.dest
+            try:
+                sent = store.select_rows(source.replica, "sysmergesubscriptions",
+                                         source.partner_row(pubid, link.subscription))
+                received = store.select_rows(dest.replica, "sysmergesubscriptions",
+                                             dest.partner_row(pubid, link.subscription))
+                start = _min_watermark(sent[0]["sentgen"] if sent else None,
+                                       received[0]["recgen"] if received else None)
+                if source.name not in bounds:
+                    bounds[source.name] = enumeration_bound(source.replica)
+                bound = bounds[source.name]
+                gens = [g for g in generation_rows(source.replica, start, bound)
+                        if dest.nickname not in (g["nicknames"] or [])]
+                batches, where = make_batches(gens, start, bound, per_batch, source.name, source.nickname)
+                retry = _retry_reads(dest.replica, dest.name, source.replica, source.url, source.name, pubid,
+                                     source.name, source.nickname, start)
+            except SparksyncError as e:      # this subscription only: the others still go on
+                link.session.fail(f"{direction}: {e.message}", e)
+                continue
+            if retry:
+                if not batches:
+                    batches = [BatchInfo(source.name, source.nickname, 0, start, start, [])]
+                batches[0].retry = True
+                plan.reads += retry
+                plan.routes.append(Route(source.name, RETRY_GENERATION, dest.name, link.order, 0))
+            if gens:
+                lowest[source.name] = min(start, lowest.get(source.name, start))
+                sources[source.name] = source
+                plan.routes += [Route(source.name, g, dest.name, link.order, k) for g, k in where.items()]
+            link.batches = batches
+            plan.links.append(link)
+            info = plan.destinations.get(dest.name)
+            if info is None:
+                info = plan.destinations[dest.name] = DestinationInfo(
+                    name=dest.name, url=dest.url, nickname=dest.nickname, is_publisher=dest.is_publisher,
+                    watermark={"pubid": pubid}, batches={}, log_conflicts_here=pubcfg.conflict_logging in here,
+                    log_conflicts_remote=pubcfg.conflict_logging in there)
+            info.batches[source.name] = batches
+            self.report(f"{direction} {link.subscription}: generations ({start}, {bound}], {len(gens)} to send in "
+                        f"{len(batches)} batch(es)")
+        for name, source in sources.items():
+            try:
+                plan.reads += _change_reads(source.url, name, source.replica,
+                                            published_articles(source.replica, pubid), name, source.nickname,
+                                            lowest[name], bounds[name], self.spark.sparkContext.defaultParallelism)
+            except SparksyncError as e:
+                for link in plan.links:
+                    if link.source.name == name:
+                        link.session.fail(f"{direction}: {e.message}", e)
+                plan.links = [x for x in plan.links if x.source.name != name]
+                plan.routes = [r for r in plan.routes if r.source != name]
+        return plan
 
     # -- Spark ------------------------------------------------------------------------------------
-    def _run(self, parts: list[ReadPartition], assign: list[tuple], ctx: ApplyContext, partitions: int) -> list[dict]:
+    def _run_isolated(self, plan: DirectionPlan, ctx: ApplyContext, direction: str) -> list[BatchResult] | None:
+        """``_run``; if the Spark job itself fails (not one destination or one read: those come back as
+        results), every subscription of this direction gets the reason in one line, and no watermark moves."""
+        try:
+            return self._run(plan, ctx)
+        except Exception as e:  # noqa: BLE001 - a failed Spark job is reported per subscription
+            error = recover(e) or ErrorInfo(ErrorInfo.INTERNAL, spark_error_message(e) or f"{type(e).__name__}: {e}")
+        message = redact(" ".join(error.message.split()))
+        for link in plan.links:
+            link.session.fail(f"{direction} failed: {message}", error)
+        return None
+
+    def _run(self, plan: DirectionPlan, ctx: ApplyContext) -> list[BatchResult]:
         """Read the changes once, send each to the apply groups that need it, apply.
 
-        ``assign``: (source, generation, destination, order, batch seq). Destinations are dealt to
-        at most ``partitions`` groups, no more than there are cores (a task costs a Python worker);
-        each group is one Spark partition and one task, which applies to its destinations one
+        Destinations are dealt to at most as many groups as there are cores (a task costs a Python
+        worker); each group is one Spark partition and one task, which applies to its destinations one
         batch at a time. A change is copied once per group, not once per destination."""
-        if not parts or not assign:
+        if not plan.reads or not plan.routes:
             return []
         spark = self.spark
         from pyspark.sql import functions as F
 
-        partitions = max(1, min(partitions, spark.sparkContext.defaultParallelism))
+        partitions = max(1, min(len(plan.destinations), spark.sparkContext.defaultParallelism))
         labels = group_labels(partitions)
-        destinations = list(dict.fromkeys(a[2] for a in assign))
-        source_order = {s: i for i, s in enumerate(dict.fromkeys(a[0] for a in assign))}   # upload: config order
-        ctx.groups = {d: labels[i % partitions] for i, d in enumerate(destinations)}
-        ctx.routes = {}
-        for source, generation, dest, _, seq in assign:
-            ctx.routes.setdefault((source, generation), []).append((dest, seq))
-        route_rows = sorted({(source, generation, ctx.groups[dest], source_order[source])
-                             for source, generation, dest, _, _ in assign})
-        routes = spark.createDataFrame(route_rows, "source STRING, generation BIGINT, apply_group INT, source_order INT")
-        changes = spark.read.format("sparksync").schema(CHANGE_SCHEMA).option("plan", ReadPlan(parts).to_json()).load()
+        destinations = list(dict.fromkeys(r.destination for r in plan.routes))
+        source_order = {s: i for i, s in enumerate(dict.fromkeys(r.source for r in plan.routes))}   # upload: config order
+        groups = {d: labels[i % partitions] for i, d in enumerate(destinations)}
+        routes: dict[tuple[str, int], list[tuple[str, int]]] = {}
+        for r in plan.routes:
+            routes.setdefault((r.source, r.generation), []).append((r.destination, r.seq))
+        route_rows = {(r.source, r.generation, groups[r.destination], source_order[r.source]) for r in plan.routes}
+        # a failed read sends one error row, to every group with a destination fed by its source
+        route_rows |= {(r.source, READ_ERROR_GENERATION, groups[r.destination], source_order[r.source])
+                       for r in plan.routes}
+        routed = spark.createDataFrame(sorted(route_rows),
+                                       "source STRING, generation BIGINT, apply_group INT, source_order INT")
+        changes = spark.read.format("sparksync").schema(CHANGE_SCHEMA).option(
+            "plan", ReadPlan(plan.reads).to_json()).load()
         with ProgressListener(self._progress_line, driver_host(spark)) as listener:
-            ctx.progress = listener.address           # before the mapper (and ctx with it) is pickled
-            rows = (changes.join(F.broadcast(routes), ["source", "generation"])
+            task_ctx = replace(ctx, routes=routes, groups=groups, progress=listener.address)
+            rows = (changes.join(F.broadcast(routed), ["source", "generation"])
                     .repartition(partitions, "apply_group")
                     .sortWithinPartitions("apply_group", "source_order", "generation", "tablenick", "rowguid")
-                    .mapInArrow(make_mapper(ctx), RESULT_SCHEMA))
-            return [r.asDict() for r in rows.collect()]
+                    .mapInArrow(make_mapper(task_ctx), RESULT_SCHEMA))
+            return [BatchResult.from_row(r.asDict()) for r in rows.collect()]
 
     def _progress_line(self, e: dict) -> None:
         """One line per article of a generation batch applied in a Spark task, as it commits."""
@@ -463,77 +600,84 @@ class MergeAgent:
                     + (f" ({', '.join(parts)})" if parts else "") + f" in {secs:.2f}s"
                     + (f", {n / secs:,.0f} changes/s" if secs >= 0.05 and n else ""))
 
-    def _report_phase(self, phase: str, results: list[dict], seconds: float) -> None:
-        import json as _json
-
+    def _report_phase(self, phase: str, results: list[BatchResult], seconds: float) -> None:
         if not results:
             return
-        by_article: dict[str, int] = {}
+        moved: dict[str, int] = {}
         for r in results:
-            for _, st in _json.loads(r["stats"] or "{}").items():
+            for st in r.stats.values():
                 n = sum(int(st.get(k, 0)) for k in ("inserts", "updates", "deletes", "skipped", "failed"))
-                by_article[r["destination"]] = by_article.get(r["destination"], 0) + n
-        total = sum(by_article.values())
-        batches = sum(1 for r in results if r["status"] == "applied")
-        self.report(f"{phase}: {total} change(s) in {batches} batch(es) to {len(by_article)} destination(s) in "
+                moved[r.destination] = moved.get(r.destination, 0) + n
+        total = sum(moved.values())
+        batches = sum(1 for r in results if r.status == "applied")
+        self.report(f"{phase}: {total} change(s) in {batches} batch(es) to {len(moved)} destination(s) in "
                     f"{seconds:.1f}s ({total / seconds if seconds else 0:,.0f} changes/s)")
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def _settle_direction(self, ctx: ApplyContext, dest: str, source: str, batches: list[BatchInfo],
-                          results: list[dict], sess: SubscriptionSession, direction: str) -> None:
-        import json as _json
-
-        mine = sorted((r for r in results if r["destination"] == dest and r["source"] == source),
-                      key=lambda r: r["batch_seq"])
-        errors = [r for r in mine if r["status"] == "error"]
-        if not errors:
-            last = max((r["batch_seq"] for r in mine), default=-1)
+                          results: list[BatchResult], sess: SubscriptionSession, direction: str) -> list[BatchResult]:
+        """This link's results, completed with the trailing batches no change row reached (applied on
+        the driver: they only move the watermark), counted into the session. Returns them."""
+        mine = sorted((r for r in results if r.destination == dest and r.source == source), key=lambda r: r.batch_seq)
+        if not any(r.status == "error" for r in mine):
+            last = max((r.batch_seq for r in mine), default=-1)
             rest = [b for b in batches if b.seq > last]   # trailing batches no change row reached: empty
             if rest:
-                mine += list(apply_stream_empty(ctx, dest, source, rest))
-                errors = [r for r in mine if r["status"] == "error"]
-        results.extend(r for r in mine if r not in results)
+                extra = [BatchResult.from_row(x) for x in apply_stream_empty(ctx, dest, source, rest)]
+                mine += extra
+                results.extend(extra)
+        stats = getattr(sess, direction)
         for r in mine:
-            if r["status"] == "error":
-                sess.errors.append(f"{direction} batch {r['batch_seq']} at {dest}: {r['message'].splitlines()[0]}")
+            if r.status == "error":
+                sess.fail(f"{direction} batch {r.batch_seq} at {dest}: {r.message.splitlines()[0]}", r.error)
                 continue
-            stats = getattr(sess, direction)
-            for nick, st in _json.loads(r["stats"] or "{}").items():
-                stats.setdefault(ctx.article_names.get(int(nick), nick), DirectionStats()).add(st)
-        for st in getattr(sess, direction).values():
-            st.batches = len([r for r in mine if r["status"] == "applied"])
+            for nick, st in r.stats.items():
+                article = stats.setdefault(ctx.article_names.get(int(nick), nick), DirectionStats())
+                article.add(st)
+                article.batches += r.status == "applied"      # batches that carried this article
+        sess.batches[direction] = len([r for r in mine if r.status == "applied"])
+        return mine
 
     @staticmethod
-    def _done_hi(results: list[dict], dest: str, source: str, batches: list[BatchInfo]) -> int | None:
-        status = {r["batch_seq"]: r["status"] for r in results if r["destination"] == dest and r["source"] == source}
+    def _done_hi(mine: list[BatchResult], batches: list[BatchInfo]) -> int | None:
+        """The generation the sender may record as sent: the end of the last batch of an unbroken run
+        of applied (or already applied) batches."""
+        status = {r.batch_seq: r.status for r in mine}
         hi = None
         for b in batches:
-            if status.get(b.seq) in ("applied", "skipped"):
-                hi = b.hi
-            else:
+            if status.get(b.seq) not in ("applied", "skipped"):
                 break
+            hi = b.hi
         return hi
 
-    def _remote_conflicts(self, ctx: ApplyContext, results: list[dict], subs_open: dict[str, Replica],
-                          pub: Replica, pubcfg: PublicationConfig, summary: MergeSummary) -> None:
-        import json as _json
-
+    def _remote_conflicts(self, ctx: ApplyContext, results: list[BatchResult], links: list[Link],
+                          pubcfg: PublicationConfig, summary: MergeSummary) -> None:
+        """Log the conflicts that ``conflict_logging`` wants at the source side of this direction
+        (one transaction per replica), and list every conflict in the summary."""
+        by_source = {(link.source.name, link.dest.name): link for link in links}
+        remote: dict[tuple[str, str], list[ConflictRecord]] = {}
         for r in results:
-            for c in _json.loads(r.get("conflicts") or "[]"):
-                rec = ConflictRecord(ConflictType(c["conflict_type"]), c["tablenick"], c["rowguid"], c["reason_code"],
-                                     c["reason_text"], c["origin"], c["winner"], c["losing_row"], c["columns"])
-                subscription = r["source"] if ctx.upload else r["destination"]
-                target = subs_open.get(subscription) if ctx.upload else pub
-                if target is None:
-                    continue
+            link = by_source.get((r.source, r.destination))
+            for c in r.conflicts:
+                subscription = link.subscription if link else (r.source if ctx.upload else r.destination)
+                if c.get("log_remote") and link is not None:
+                    remote.setdefault((link.source.name, subscription), []).append(ConflictRecord(
+                        ConflictType(c["conflict_type"]), c["tablenick"], c["rowguid"], c["reason_code"],
+                        c["reason_text"], c["origin"], c["winner"], c["losing_row"], c["columns"]))
+                summary.conflicts.append({k: v for k, v in c.items() if k != "log_remote"} | {
+                    "subscription": subscription, "direction": "upload" if ctx.upload else "download"})
+        sources = {link.source.name: link.source for link in links}
+        sessions = {link.subscription: link.session for link in links}
+        for (source_name, subscription), recs in remote.items():
+            target = sources[source_name].replica
+            try:
                 arts = {a["nickname"]: tracked_article(a) for a in published_articles(target, ctx.pubid)}
                 with target.transaction():
-                    log_conflict(target, ctx.pubid, pubcfg.name, arts[rec.tablenick], rec, subscription, ctx.upload,
-                                 ctx.session_id)
-        for r in results:
-            for c in _json.loads(r.get("conflicts") or "[]"):
-                summary.conflicts.append({**c, "subscription": r["source"] if ctx.upload else r["destination"],
-                                          "direction": "upload" if ctx.upload else "download"})
+                    for rec in recs:
+                        log_conflict(target, ctx.pubid, pubcfg.name, arts[rec.tablenick], rec, subscription,
+                                     ctx.upload, ctx.session_id)
+            except SparksyncError as e:
+                sessions[subscription].fail(f"logging {len(recs)} conflict(s) at {target.label}: {e.message}", e)
 
     def _history(self, pub: Replica, pubid: str, names: dict[int, str], summary: MergeSummary,
                  sessions: list[SubscriptionSession]) -> None:
@@ -543,13 +687,14 @@ class MergeAgent:
             for s in sessions:
                 up, down = s.total("upload"), s.total("download")
                 store.insert_row(pub, "MSmerge_sessions", {
-                    "session_id": session_id, "subscription": s.subscription, "pubid": pubid, "start_time": summary.started_at,
+                    "session_id": session_id, "subscription": s.subscription, "pubid": pubid,
+                    "start_time": summary.started_at,
                     "end_time": now, "duration": s.seconds, "status": "succeeded" if s.ok else "failed",
                     "upload_inserts": up.inserts, "upload_updates": up.updates, "upload_deletes": up.deletes,
                     "upload_conflicts": up.conflicts, "download_inserts": down.inserts,
                     "download_updates": down.updates, "download_deletes": down.deletes,
                     "download_conflicts": down.conflicts, "retries": up.retries + down.retries,
-                    "failed": up.failed + down.failed, "message": "; ".join(s.errors) or None})
+                    "failed": up.failed + down.failed, "message": redact("; ".join(s.errors)) or None})
                 for direction in ("upload", "download"):
                     for article, st in getattr(s, direction).items():
                         store.insert_row(pub, "MSmerge_articlehistory", {

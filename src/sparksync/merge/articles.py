@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
+from ..ordering import dri_order
+
 A = TypeVar("A", bound=Hashable)   # an article: its name, or its id
 
 NICKNAME_STEP = 10  # gaps let a parent published later slot in before its existing children
@@ -19,22 +21,6 @@ NICKNAME_STEP = 10  # gaps let a parent published later slot in before its exist
 def dri_edges(parents_of: Mapping[str, Iterable[str]]) -> set[tuple[str, str]]:
     """(parent, child) pairs between distinct articles."""
     return {(p, c) for c, ps in parents_of.items() for p in ps if p != c and p in parents_of}
-
-
-def dri_order(articles: Sequence[A], parents_of: Mapping[A, Iterable[A]]) -> list[A]:
-    """Articles ordered parents-first; ties (and cycles) keep the order the articles were added in."""
-    position = {a: i for i, a in enumerate(articles)}
-    parents = {a: {p for p in parents_of.get(a, ()) if p in position and p != a} for a in articles}
-    ordered: list[A] = []
-    placed: set[A] = set()
-    while len(ordered) < len(articles):
-        ready = [a for a in articles if a not in placed and parents[a] <= placed]
-        if not ready:  # a foreign-key cycle: break it at the earliest-added article
-            ready = [min((a for a in articles if a not in placed), key=position.__getitem__)]
-        nxt = min(ready, key=position.__getitem__)
-        ordered.append(nxt)
-        placed.add(nxt)
-    return ordered
 
 
 def _reach(start: str, step: Mapping[str, set[str]]) -> set[str]:

@@ -1,28 +1,31 @@
 """Changes as data: the uniform shape every enumerated change has on its way through Spark.
 
-One row per change, whatever the article: the row's values travel as JSON (typed by the article's
-schema on both ends, so decimals, timestamps and bytes survive exactly).
+One row per change, whatever the article: the row's values travel as JSON (``rows.RowCodec``).
 """
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import decimal
 import json
-import math
-import re
-from collections.abc import Sequence
-from json.encoder import encode_basestring as _json_string   # a str as JSONEncoder(ensure_ascii=False) writes it
-from typing import Any, NamedTuple
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, NamedTuple
 
-from ..types import Kind, SqlType, arrow_converter
+from ..rows import RowCodec, diagnose_row, json_text, row_key
+from ..types import SqlType
 
+if TYPE_CHECKING:
+    from ..spark.datasource import ReadPartition
+
+FETCH_ROWS = 10_000
+READER = "sparksync.merge.changes:read_changes"      # ReadPartition.reader of change reads
 CHANGE_COLUMNS = ["source", "source_nick", "tablenick", "rowguid", "generation", "op", "lineage", "colv", "row",
                   "target"]
 CHANGE_SCHEMA = ("source STRING, source_nick INT, tablenick INT, rowguid STRING, generation BIGINT, op STRING, "
                  "lineage STRING, colv STRING, row STRING, target STRING")
 RETRY_GENERATION = -1   # changes re-read for one destination (failed before) travel under this generation
+READ_ERROR_GENERATION = -2   # a read that failed at its source: one "error" row (op), its ErrorInfo in ``row``
+OP_UNREADABLE = "unreadable"   # a row its source cannot encode (a value that does not fit its column's type,
+                               # invalid UTF-8): ``row`` says which column and why; a failed change of its own
+OP_ERROR = "error"
 
 
 class Change(NamedTuple):
@@ -58,13 +61,19 @@ class ArticleChanges:
             return zip(self.rowguid, self.op, self.lineage, self.colv, self.row)
         return ((self.rowguid[i], self.op[i], self.lineage[i], self.colv[i], self.row[i]) for i in positions)
 
-    def repeats(self) -> tuple[list[int] | None, list[int]]:
+    def repeats(self, exclude: set[int] | frozenset[int] = frozenset()) -> tuple[list[int] | None, list[int]]:
         """Positions of each row's first change (None: every row once) and of later changes of the
-        same row (a retried change and its newer version can meet in one batch)."""
-        if len(self.first) == len(self.rowguid):
+        same row (a retried change and its newer version can meet in one batch), leaving out the
+        positions in ``exclude`` (``first`` then maps each rowguid to its first position left)."""
+        if exclude:
+            self.first = {}
+            for i in range(len(self.rowguid) - 1, -1, -1):
+                if i not in exclude:
+                    self.first[self.rowguid[i]] = i
+        elif len(self.first) == len(self.rowguid):
             return None, []
         firsts = set(self.first.values())
-        return sorted(firsts), [i for i in range(len(self.rowguid)) if i not in firsts]
+        return sorted(firsts), [i for i in range(len(self.rowguid)) if i not in firsts and i not in exclude]
 
 
 def by_article(table) -> dict[int, ArticleChanges]:
@@ -82,126 +91,103 @@ def by_article(table) -> dict[int, ArticleChanges]:
                                                      for n in ("rowguid", "op", "lineage", "colv", "row")))
     return out
 
-def _jsonable(v: Any, t: SqlType) -> Any:
-    if v is None:
-        return None
-    if t.kind is Kind.BYTES:
-        return base64.b64encode(v).decode("ascii")
-    if isinstance(v, decimal.Decimal):
-        return str(v)
-    if isinstance(v, float) and not math.isfinite(v):
-        return repr(v).replace("inf", "Infinity").replace("nan", "NaN")   # strict JSON: a string
-    if isinstance(v, (dt.datetime, dt.date, dt.time)):
-        return v.isoformat()
-    return v
+def failed_row_json(column: str, reason: str, value: str, key: str) -> str:
+    return json.dumps({"column": column, "reason": reason, "value": value, "key": key}, ensure_ascii=True)
 
 
-_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode   # built once, not per row
-_PLAIN = {Kind.SMALLINT: int, Kind.INTEGER: int, Kind.BIGINT: int, Kind.TEXT: str}
-_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+def change_read(url: str, sql: str, params: list, columns: list, label: str, constants: dict) -> ReadPartition:
+    """A Data Source partition reading changes (``read_changes``) with ``sql``: (generation, rowguid,
+    lineage, colv, <columns>...), each row a change of ``constants`` (source, tablenick, op...)."""
+    from ..spark.datasource import ReadPartition
+
+    return ReadPartition(url, sql, params, columns, None, label, reader=READER, schema=CHANGE_SCHEMA,
+                         constants=constants)
 
 
-class RowCodec:
-    """One article's rows to and from the change JSON, with each column's converter built once.
+def read_changes(partition: ReadPartition, arrow_schema) -> Iterator:
+    """The Data Source reader of a change read (``ReadPartition.reader``): query rows (generation,
+    rowguid, lineage, colv, <article columns>...) become change rows (``CHANGE_SCHEMA``).
 
-    The JSON is strict (no NaN/Infinity literals), so either database's JSON functions can read it:
-    the set-based apply (``merge/staging.py``) extracts values from it in SQL.
-    """
+    A change read never fails the Spark job: a failure becomes one "error" row, so only the
+    destinations fed by this source refuse its batches (one subscriber's broken database must not stop
+    the others); a row that cannot be encoded becomes an ``unreadable`` change of its own."""
+    from .. import failpoints
+    from ..dialects import connect
 
-    def __init__(self, columns: Sequence[tuple[str, SqlType]]):
-        self.columns = list(columns)
-        self._enc = [(name, t, _PLAIN.get(t.kind), arrow_converter(t)) for name, t in self.columns]
-        # encode(values) -> JSON text: {"column": value, ...} in column order, each value as
-        # value_json writes it (json.dumps of _jsonable(convert(v)), compact, not ASCII-escaped).
-        self.encode = _compile_encoder(self)
-
-    def value_json(self, i: int, v: Any) -> str:
-        """Column ``i``'s value ``v`` (a driver value) as the JSON that :meth:`encode` writes for it."""
-        name, t, plain, conv = self._enc[i]
-        if v is None:
-            return "null"
-        if plain is not None and type(v) is plain:
-            return _ENCODE(v)
-        return _ENCODE(_jsonable(conv(v), t))
-
-    def decode(self, text: str | None, partial: bool = False) -> dict[str, Any] | None:
-        """JSON text -> {column: value}; ``partial``: only the columns the JSON has (a compact before image)."""
-        if text is None:
-            return None
-        raw = json.loads(text)
-        out: dict[str, Any] = {}
-        for name, t, plain, conv in self._enc:
-            if partial and name not in raw:
-                continue
-            v = raw.get(name)
-            if v is None:
-                out[name] = None
-            elif plain is not None and type(v) is plain:
-                out[name] = v
-            elif t.kind is Kind.BYTES:
-                out[name] = base64.b64decode(v)
-            elif t.kind in (Kind.REAL, Kind.DOUBLE) and isinstance(v, str):
-                out[name] = float(v)
-            else:
-                out[name] = conv(v)
-        return out
+    columns = [(n, SqlType.from_dict(t)) for n, t in partition.columns]
+    codec = RowCodec(columns)
+    try:
+        failpoints.hit("datasource.read", partition.label)
+        replica = connect(partition.url, partition.label or None)
+        try:
+            for rows in replica.dialect.stream(replica, partition.sql, partition.params, FETCH_ROWS,
+                                               snapshot=partition.snapshot, lenient_text=True):
+                yield _change_batch(rows, codec, partition.constants, arrow_schema, partition.label)
+        finally:
+            replica.close()
+    except Exception as e:  # noqa: BLE001 - reported to the destinations as data
+        yield _error_batch(partition, arrow_schema, e)
 
 
-def _compile_encoder(codec: RowCodec):
-    """The codec's ``encode``, written out for its columns: the values that need no conversion (an
-    int in an integer column, a str in a text column, a canonical UUID, an int in a decimal column)
-    are written straight into the JSON text; every other value goes through ``value_json``. Reading
-    changes spends most of its time here, one call per changed row."""
-    env: dict[str, Any] = {"_str": _json_string, "_slow": codec.value_json, "_uuid": _CANONICAL_UUID.fullmatch}
-    names = [f"v{i}" for i in range(len(codec.columns))]
-    pieces = []
-    for i, ((name, t), v) in enumerate(zip(codec.columns, names)):
-        if t.kind in _PLAIN and _PLAIN[t.kind] is int:
-            expr = f"(str({v}) if type({v}) is int else _slow({i}, {v}))"
-        elif t.kind is Kind.TEXT:
-            expr = f"(_str({v}) if type({v}) is str else _slow({i}, {v}))"
-        elif t.kind is Kind.UUID:
-            expr = f"('\"' + {v} + '\"' if type({v}) is str and _uuid({v}) else _slow({i}, {v}))"
-        elif t.kind is Kind.DECIMAL:
-            env[f"_dec{i}"] = _int_decimal_json(t, i, codec.value_json)
-            expr = f"(_dec{i}({v}) if type({v}) is int else _slow({i}, {v}))"
-        else:
-            expr = f"_slow({i}, {v})"
-        pieces.append(f"{_json_string(name) + ':'!r} + {expr}")
-    body = " + ',' + ".join(pieces) if pieces else "''"
-    unpack = f"    {', '.join(names)}, = values\n" if names else ""
-    exec(f"def encode(values):\n{unpack}    return '{{' + {body} + '}}'\n", env)   # noqa: S102 - our own code
-    return env["encode"]
+def _change_batch(rows, codec, constants: dict, arrow_schema, where: str):
+    """Query rows (generation, rowguid, lineage, colv, <article columns>...) -> change rows. A row
+    whose values cannot be encoded (a value that does not fit its column, text that is not UTF-8)
+    travels as an ``unreadable`` change naming the column and why."""
+    import pyarrow as pa
 
 
-def _int_decimal_json(t: SqlType, i: int, slow):
-    """An int in a decimal column as ``_jsonable`` writes the quantized Decimal: a JSON string with
-    ``scale`` zeros; a value that does not obviously fit the precision takes the converter's path."""
-    scale, precision = t.scale or 0, t.precision or 0
-    zeros = "." + "0" * scale if scale else ""
+    n = len(rows)
+    out = {k: [constants.get(k)] * n for k in ("source", "source_nick", "tablenick", "target", "op")}
+    out["rowguid"] = [str(r[1]) for r in rows]
+    out["generation"] = [RETRY_GENERATION] * n if constants.get("target") else [int(r[0]) for r in rows]
+    out["lineage"] = [json_text(r[2]) for r in rows]
+    out["colv"] = [json_text(r[3]) for r in rows]
+    if constants["op"] == "upsert":
+        encode, encoded, ops = codec.encode, [], out["op"]
+        for i, r in enumerate(rows):
+            try:
+                text = encode(r[4:])
+                if text.isascii() or _utf8(text):
+                    encoded.append(text)
+                    continue
+            except (ValueError, TypeError, ArithmeticError):
+                pass
+            column, reason, value = diagnose_row(codec, r[4:])
+            names = [c for c, _ in codec.columns]
+            encoded.append(failed_row_json(column, reason, value, row_key(names, constants.get("key") or [], r[4:])))
+            ops[i] = OP_UNREADABLE
+        out["row"] = encoded
+    else:
+        out["row"] = [None] * n
+    return pa.RecordBatch.from_arrays(
+        [pa.array(out[name], type=arrow_schema.field(name).type) for name in arrow_schema.names], schema=arrow_schema)
 
-    def fast(v: int) -> str:
-        digits = str(v)
-        if len(digits.lstrip("-")) + scale > precision:
-            return slow(i, v)
-        return '"' + digits + zeros + '"'
 
-    return fast
-
-
-def encode_row(values: Sequence[Any], columns: Sequence[tuple[str, SqlType]]) -> str:
-    """Driver values -> JSON text, normalized through each column's logical type."""
-    return RowCodec(columns).encode(values)
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
-def decode_row(text: str | None, columns: Sequence[tuple[str, SqlType]]) -> dict[str, Any] | None:
-    """JSON text -> {column: Python value of the column's logical type}."""
-    return RowCodec(columns).decode(text)
+def _error_batch(partition: ReadPartition, arrow_schema, exc: BaseException):
+    """The one row that tells the destinations a change read failed (``READ_ERROR_GENERATION``):
+    the error (an ``ErrorInfo`` as JSON) in ``row``."""
+    import json
 
+    import pyarrow as pa
 
-def json_text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, (str, bytes)):
-        return value if isinstance(value, str) else value.decode()
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
+    from ..errors import ErrorInfo
+    from ..redaction import redact
+
+    c = partition.constants
+    info = ErrorInfo.of(exc)
+    message = redact(" ".join(info.first_line().split()))
+    info = ErrorInfo(info.code, f"reading {partition.label} failed: {message}", info.obj or partition.label,
+                     info.transient)
+    row = {"source": c.get("source"), "source_nick": c.get("source_nick"), "tablenick": c.get("tablenick"),
+           "rowguid": "", "generation": READ_ERROR_GENERATION, "op": OP_ERROR, "lineage": "{}", "colv": None,
+           "row": json.dumps(info.to_dict()), "target": c.get("target")}
+    return pa.RecordBatch.from_pylist([row], schema=arrow_schema)

@@ -60,6 +60,7 @@ class ArticleRules:
     resolver: str = "default"
     resolver_column: str | None = None
     compensate_for_errors: bool = False
+    resolver_search: str | None = None     # where a user resolver's module is imported from (config folder)
 
 
 def _sides(upload: bool, local: Side, incoming: Side) -> tuple[Side, Side]:
@@ -140,12 +141,12 @@ def _row_level(change: Incoming, local: Local, rules: ArticleRules, replicas: Re
     local_values = local.load_values()
     local_lin = local.lineage or {}
     pub, sub = _pub_sub(upload, change, dest, replicas, local_values, local_lin, change.values, change.lineage)
-    res = resolve(rules.resolver, rules.resolver_column, pub, sub, "update")
-    return _resolved(res, pub, sub, ConflictType.UPDATE, change, local_lin, local.colv, rules, dest, [])
+    res = resolve(rules.resolver, rules.resolver_column, pub, sub, "update", rules.resolver_search)
+    return _resolved(res, pub, sub, ConflictType.UPDATE, change, local_lin, local.colv, rules, dest, [], upload)
 
 
 def _resolved(res: Resolution, pub: Side, sub: Side, ctype: ConflictType, change: Incoming, local_lin: lin.Lineage,
-              local_colv, rules: ArticleRules, dest: int, columns: list[str]) -> Decision:
+              local_colv, rules: ArticleRules, dest: int, columns: list[str], upload: bool) -> Decision:
     new_lin = _winner_lineage(local_lin, change.lineage, dest)
     loser = sub if res.winner == "publisher" else pub if res.winner == "subscriber" else None
     record = ConflictRecord(
@@ -160,9 +161,19 @@ def _resolved(res: Resolution, pub: Side, sub: Side, ctype: ConflictType, change
     if rules.column_tracking:
         colv = dict(local_colv or {})
         colv.update(change.colv or {})
+        loc_colv, inc_colv = dict(local_colv or {}), dict(change.colv or {})
+        pub_colv, sub_colv = (loc_colv, inc_colv) if upload else (inc_colv, loc_colv)
         for c in (columns or res.values.keys()):
-            colv[c] = [dest, new_lin[dest]]
+            colv[c] = _column_version(res.winner, c, pub_colv, sub_colv, dest, new_lin)
     return Decision("upsert", dict(res.values), new_lin, colv, send_back=True, conflict=record)
+
+
+def _column_version(winner: str, column: str, pub_colv: Mapping[str, Any], sub_colv: Mapping[str, Any], dest: int,
+                    new_lin: lin.Lineage):
+    """The column version of a resolved column: the winning side's (its writer keeps it), or a new one
+    made here when the resolver produced the value (or the winner has no version of the column)."""
+    side = pub_colv if winner == "publisher" else sub_colv if winner == "subscriber" else {}
+    return side.get(column) or [dest, new_lin[dest]]
 
 
 def _update_delete(change: Incoming, local: Local, rules: ArticleRules, replicas: Replicas, dest: int, upload: bool,
@@ -171,12 +182,13 @@ def _update_delete(change: Incoming, local: Local, rules: ArticleRules, replicas
     local_values = None if deleted_side == "local" else local.load_values()
     incoming_values = None if deleted_side == "incoming" else change.values
     pub, sub = _pub_sub(upload, change, dest, replicas, local_values, local_lin, incoming_values, change.lineage)
-    res = resolve(rules.resolver, rules.resolver_column, pub, sub, "update delete")
+    res = resolve(rules.resolver, rules.resolver_column, pub, sub, "update delete", rules.resolver_search)
     ctype = ConflictType.UPDATE_DELETE_WINS if res.values is None else ConflictType.UPDATE_WINS_DELETE
-    return _resolved(res, pub, sub, ctype, change, local_lin, local.colv, rules, dest, [])
+    return _resolved(res, pub, sub, ctype, change, local_lin, local.colv, rules, dest, [], upload)
 
 
-def _column_level(change: Incoming, local: Local, rules: ArticleRules, replicas: Replicas, dest: int, upload: bool) -> Decision:
+def _column_level(change: Incoming, local: Local, rules: ArticleRules, replicas: Replicas, dest: int,
+                  upload: bool) -> Decision:
     local_lin = local.lineage or {}
     local_values = local.load_values() or {}
     incoming_values = change.values or {}
@@ -188,22 +200,23 @@ def _column_level(change: Incoming, local: Local, rules: ArticleRules, replicas:
     for c in inc_changed - set(conflicting):
         merged[c] = incoming_values.get(c)
     new_lin = _winner_lineage(local_lin, change.lineage, dest)
+    # Every column version keeps the replica that wrote it: the merged version's lineage dominates
+    # both sides, so each side takes it whole; crediting a column to this replica instead would make
+    # its writer's next edit of it look concurrent with its own older one (and lose).
     colv = dict(loc_colv)
     for c in inc_changed:
         colv[c] = inc_colv[c]
     if not conflicting:
-        # The merged row is a new version made here: the columns the source has not seen carry it.
-        for c in loc_changed:
-            colv[c] = [dest, new_lin[dest]]
         return Decision("upsert", merged, new_lin, colv, send_back=True)
     pub, sub = _pub_sub(upload, change, dest, replicas, local_values, local_lin, incoming_values, change.lineage)
-    res = resolve(rules.resolver, rules.resolver_column, pub, sub, "column update")
+    res = resolve(rules.resolver, rules.resolver_column, pub, sub, "column update", rules.resolver_search)
     if res.values is None:
-        return _resolved(res, pub, sub, ConflictType.COLUMN_UPDATE, change, local_lin, local.colv, rules, dest, conflicting)
+        return _resolved(res, pub, sub, ConflictType.COLUMN_UPDATE, change, local_lin, local.colv, rules, dest,
+                         conflicting, upload)
+    pub_colv, sub_colv = (loc_colv, inc_colv) if upload else (inc_colv, loc_colv)
     for c in conflicting:
         merged[c] = res.values.get(c)
-    for c in conflicting:
-        colv[c] = [dest, new_lin[dest]]
+        colv[c] = _column_version(res.winner, c, pub_colv, sub_colv, dest, new_lin)
     loser = sub if res.winner == "publisher" else pub if res.winner == "subscriber" else None
     record = ConflictRecord(
         conflict_type=ConflictType.COLUMN_UPDATE, tablenick=rules.tablenick, rowguid=change.rowguid,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..dialects.base import Replica
+from ..dialects.replica import Replica
 from ..metadata import store
 
 
@@ -57,6 +57,18 @@ def ensure_open_generation(replica: Replica, nickname: int) -> int:
     _insert_open(replica, new, nickname)
     d.set_open_generation(replica, new)
     return new
+
+
+def new_generation(replica: Replica, genstatus: int, nicknames: list[int], pubid: str,
+                    source_nick: int | None = None, source_gen: int | None = None) -> int:
+    """A closed generation numbered above every existing one and the open one: a batch's received
+    changes (genstatus 2, known to ``nicknames``), or resolutions to send back (genstatus 1)."""
+    g = max(_max_generation(replica), int(replica.dialect.current_open_generation(replica) or 0)) + 1
+    store.insert_row(replica, "MSmerge_genhistory", {
+        "generation": g, "guidsrc": store.new_guid(), "pubid": pubid, "genstatus": genstatus, "settled": 1,
+        "nicknames": sorted(set(nicknames)), "changecount": 0, "coldate": store.utcnow(),
+        "source_nickname": source_nick, "source_generation": source_gen})
+    return g
 
 
 def count_changes(replica: Replica, generation: int) -> tuple[int, int]:
@@ -188,3 +200,24 @@ def generation_rows(replica: Replica, after: int, upto: int) -> list[dict]:
         d["nicknames"] = store._from_db(store.Kind.JSON, d["nicknames"])
         out.append(d)
     return out
+
+
+@dataclass
+class Waiting:
+    """A closed generation that cannot be settled yet, and the transactions it waits for."""
+
+    generation: int
+    writers: list[dict]          # {"pid", "seconds" (transaction age), "state", "application"}
+
+    def describe(self) -> str:
+        if not self.writers:
+            return f"generation {self.generation} waits for a transaction that wrote into it"
+        who = ", ".join(f"pid {w['pid']} ({w['state']}, transaction open {w['seconds']:.0f}s"
+                        + (f", {w['application']}" if w.get("application") else "") + ")" for w in self.writers)
+        return f"generation {self.generation} waits for open transaction(s): {who}"
+
+
+def waiting_writers(replica: Replica, generations: list[int]) -> list[Waiting]:
+    """For each unsettled generation: the transactions still holding it (enumeration cannot pass it
+    until they end: commit safety). Empty where the database has one writer at a time."""
+    return [Waiting(g, replica.dialect.generation_writers(replica, g)) for g in generations]

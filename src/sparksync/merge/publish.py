@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..config import PUBLISHER_PRIORITY, PublicationConfig, Topology
-from ..dialects.base import (Column, Replica, TableInfo, describe_drift, from_table_dict, table_not_found,
-                             to_table_dict)
+from ..dialects.base import table_not_found
+from ..dialects.model import Column, TableInfo, describe_drift, from_table_dict, to_table_dict
+from ..dialects.replica import Replica
 from ..errors import InvalidNameError, SchemaDrift, SchemaError
 from ..metadata import store
 from ..names import TableName, check_identifier
@@ -95,6 +96,11 @@ def plan_publication(replica: Replica, pub: PublicationConfig) -> PublicationPla
                 check_identifier(c.name, f"column name in {name}")
             if not info.primary_key:
                 raise SchemaError(f"{where}: table has no primary key; a merge article needs one", obj=str(name))
+            generated = [c.name for c in info.columns if c.generated]
+            if generated:
+                raise SchemaError(f"{where}: column {', '.join(generated)} is generated (GENERATED ALWAYS AS); merge "
+                                  "articles cannot have generated columns (every replica writes every column): make "
+                                  "it a plain column, or compute it in a view", obj=str(name))
             key = str(name)
             rg, action = _choose_rowguid(replica, info, a.rowguid_column, where)
             existing = existing_articles.get(key)
@@ -106,10 +112,13 @@ def plan_publication(replica: Replica, pub: PublicationConfig) -> PublicationPla
                                       + ". Schema changes are not replicated yet; restore the table's shape",
                                       obj=str(name))
                 rg, action = existing["rowguid_column"], "keep"
-                if bool(existing["column_tracking"]) != a.column_tracking and plan.existing is not None \
-                        and existing["pubid"] == plan.existing["pubid"]:
+                if bool(existing["column_tracking"]) != a.column_tracking:
+                    same = plan.existing is not None and existing["pubid"] == plan.existing["pubid"]
                     raise SchemaError(f"{where}: column_tracking cannot change after publishing "
-                                      "(reinitialize the publication)", obj=str(name))
+                                      "(reinitialize the publication)" if same else
+                                      f"{where}: the table is already published with column_tracking = "
+                                      f"{str(bool(existing['column_tracking'])).lower()}; a table has one change "
+                                      "tracking in every publication", obj=str(name))
             if action == "add":
                 info = TableInfo(info.name, info.columns + (Column(rg, SqlType(Kind.UUID), False),),
                                  info.primary_key, info.foreign_keys, info.unique_columns | {rg})
@@ -185,13 +194,3 @@ def apply_publication(replica: Replica, topology: Topology, plan: PublicationPla
         install_tracking(replica, TrackedArticle(artid, a.name, nicknames[a.key], a.rowguid_column,
                                                  a.column_tracking, a.info), ident.nickname)
     return {"pubid": pubid, "created_articles": created, "nicknames": nicknames}
-
-
-def published_articles(replica: Replica, pubid: str) -> list[dict]:
-    """The publication's articles in ascending nickname order."""
-    return store.select_rows(replica, "sysmergearticles", {"pubid": pubid}, order_by=("nickname",))
-
-
-def tracked_article(row: dict) -> TrackedArticle:
-    return TrackedArticle(row["artid"], TableName(row["source_schema"], row["source_table"]), row["nickname"],
-                          row["rowguid_column"], bool(row["column_tracking"]), from_table_dict(row["table_schema"]))

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import decimal
 import importlib
+import inspect
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, SparksyncError
 from .lineage import Lineage, last_writer
 
 PUBLISHER_PRIORITY = 100.0
@@ -131,20 +133,53 @@ def _arith(pub: Side, sub: Side, column: str, average: bool) -> Resolution:
                                         f"({a} at {pub.replica}, {b} at {sub.replica}); other columns: {base.reason}")
 
 
-def load_callable(path: str) -> Callable:
+def load_callable(path: str, search: str | None = None) -> Callable:
+    """The user resolver ``package.module:function``. Modules are imported from ``search`` (the folder
+    of the configuration file, put first on the module path, in the driver and in the Spark workers
+    alike) and from the installed packages; not from the current directory by design of the config."""
     module, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
+    if search and search not in sys.path:
+        sys.path.insert(0, search)
     try:
         fn = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ConfigurationError(f"resolver {path!r} cannot be imported: {e}", obj=path) from None
+    except Exception as e:  # noqa: BLE001 - ImportError, AttributeError, or the module's own failure
+        raise ConfigurationError(f"resolver {path!r} cannot be imported: {type(e).__name__}: {e}", obj=path) from None
     if not callable(fn):
         raise ConfigurationError(f"resolver {path!r} is not callable", obj=path)
     return fn
 
 
-def _user(path: str, pub: Side, sub: Side, conflict_type: str) -> Resolution:
-    out = load_callable(path)(None if pub.values is None else dict(pub.values),
-                              None if sub.values is None else dict(sub.values), conflict_type)
+def check_user_resolver(path: str, search: str | None = None) -> str | None:
+    """Why the user resolver ``path`` cannot be used (import, callable, signature), or None."""
+    try:
+        fn = load_callable(path, search)
+    except ConfigurationError as e:
+        return e.message
+    try:
+        inspect.signature(fn).bind(None, None, "update")
+    except TypeError:
+        return f"resolver {path!r} must take (publisher_row, subscriber_row, conflict_type)"
+    except ValueError:
+        pass    # no signature to inspect (a builtin): taken as is
+    return None
+
+
+class ResolverFailed(SparksyncError):
+    """A user resolver raised or returned something that is not a resolution: that change fails
+    (a failed change, tried again at the next merge), the rest of the batch goes on."""
+
+    code = "resolver_failed"
+
+
+def _user(path: str, pub: Side, sub: Side, conflict_type: str, search: str | None = None) -> Resolution:
+    try:
+        fn = load_callable(path, search)
+        out = fn(None if pub.values is None else dict(pub.values),
+                 None if sub.values is None else dict(sub.values), conflict_type)
+    except ConfigurationError as e:
+        raise ResolverFailed(e.message, obj=path) from None
+    except Exception as e:  # noqa: BLE001 - the user's code: any failure is this change's
+        raise ResolverFailed(f"resolver {path} failed: {type(e).__name__}: {e}", obj=path) from None
     if out == "publisher":
         return Resolution("publisher", pub.values, f"{path} chose the publisher's version")
     if out == "subscriber":
@@ -152,11 +187,18 @@ def _user(path: str, pub: Side, sub: Side, conflict_type: str) -> Resolution:
     if out is None:
         return Resolution("merged", None, f"{path} deleted the row")
     if isinstance(out, Mapping):
+        columns = set((pub.values or sub.values or {}).keys())
+        unknown = sorted(set(out) - columns) if columns else []
+        if unknown:
+            raise ResolverFailed(f"resolver {path} returned a row with unknown column(s) {', '.join(map(str, unknown))}",
+                                 obj=path)
         return Resolution("merged", dict(out), f"{path} merged the row")
-    raise ValueError(f"resolver {path} returned {out!r}; expected 'publisher', 'subscriber', a dict or None")
+    raise ResolverFailed(f"resolver {path} returned {out!r:.60}; expected 'publisher', 'subscriber', a dict or None",
+                         obj=path)
 
 
-def resolve(resolver: str, column: str | None, pub: Side, sub: Side, conflict_type: str) -> Resolution:
+def resolve(resolver: str, column: str | None, pub: Side, sub: Side, conflict_type: str,
+            search: str | None = None) -> Resolution:
     """Pick the winner of a conflict between the publisher's and the subscriber's version of a row."""
     if resolver in ("default", "", None):
         return _by_priority(pub, sub)
@@ -170,7 +212,7 @@ def resolve(resolver: str, column: str | None, pub: Side, sub: Side, conflict_ty
         if conflict_type not in ("update", "column update"):
             return _by_priority(pub, sub)
         return _arith(pub, sub, column, resolver == "averaging")
-    return _user(resolver, pub, sub, conflict_type)
+    return _user(resolver, pub, sub, conflict_type, search)
 
 
 def check_resolver(resolver: str, column: str | None, column_tracking: bool, columns: list[str]) -> list[str]:

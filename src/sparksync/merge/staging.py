@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..dialects.base import Replica
+from ..dialects.replica import Replica
 from .tracking import TrackedArticle
 
 STAGED = "sparksync_staged"
@@ -65,8 +65,23 @@ class Staging:
         """``changes``: (rowguid, op, lineage JSON, colv JSON, row JSON), rowguids unique per article."""
         self.d.load_staging(self.replica, self.table, [(nick, *c) for c in changes])
 
+    def lock_rows(self, art: TrackedArticle) -> None:
+        """Where other transactions write at the same time (PostgreSQL), lock the user rows of the
+        staged changes before their metadata is read: a write committed while this batch waits is
+        then seen by the classification (a conflict, not an overwrite). SQLite needs nothing: the
+        batch's transaction already holds the database's one write lock."""
+        clause = self.d.row_lock_clause()
+        if not clause:
+            return
+        rg = self.d.quote(art.rowguid_column)
+        self.replica.execute(
+            f"SELECT 1 FROM {self.d.table_sql(art.table)} WHERE {rg} IN (SELECT rowguid FROM {self.table} "
+            f"WHERE tablenick = {int(art.nickname)}) ORDER BY {rg}{clause}")
+
     # -- 2. classify ------------------------------------------------------------------------------
-    def classify(self, art: TrackedArticle) -> StagedArticle:
+    def classify(self, art: TrackedArticle, forged_from: int | None = None) -> StagedArticle:
+        """``forged_from``: at the publisher, the source's nickname: a change whose lineage claims a
+        version of another replica that the publisher never had goes to Python (refused there)."""
         d, r, s = self.d, self.replica, self.table
         p = r.p
         nick = int(art.nickname)
@@ -99,8 +114,13 @@ class Staging:
         local = f"(CASE WHEN {deleted_here} THEN tlin ELSE coalesce(clin, {d.empty_lineage_sql()}) END)"
         up = d.lineage_dominates_sql("lineage", local)       # incoming has seen all the local version has
         down = d.lineage_dominates_sql(local, "lineage")     # local has seen all the incoming version has
+        forged = ""
+        if forged_from is not None:
+            known = f"coalesce(clin, tlin, {d.empty_lineage_sql()})"
+            forged = (f"WHEN NOT {d.lineage_dominates_sql(known, d.lineage_without_sql('lineage', forged_from))} "
+                      "THEN 'slow' ")
         r.execute(
-            f"UPDATE {s} SET {normalize}verdict = CASE WHEN op = 'upsert' THEN CASE "
+            f"UPDATE {s} SET {normalize}verdict = CASE {forged}WHEN op = 'upsert' THEN CASE "
             f"  WHEN NOT {present} AND tlin IS NULL THEN 'apply' "
             f"  WHEN {up} AND NOT {down} THEN 'apply' WHEN {down} THEN 'skip' ELSE 'slow' END "
             f"ELSE CASE WHEN {deleted_here} OR (NOT {present} AND clin IS NULL) THEN 'slow' "

@@ -8,15 +8,16 @@ are not recorded again as new local changes (no echo).
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..dialects.base import Replica, TableInfo
+from ..dialects.model import TableInfo, from_table_dict
+from ..dialects.replica import Replica
 from ..errors import SparksyncError
 from ..metadata import store
 from ..names import TableName
-from ..types import Kind
 
 
 @dataclass(frozen=True)
@@ -37,13 +38,10 @@ class TrackedArticle:
 
 def trigger_context(replica: Replica, article: TrackedArticle, replica_nickname: int) -> dict[str, Any]:
     d = replica.dialect
-    cmp_text = d.capabilities.supports_statement_triggers  # PostgreSQL: json has no '=' operator
-    columns = [
-        {"name": c.name, "cmp": "::text" if (cmp_text and c.type.kind is Kind.JSON) else ""}
-        for c in article.info.columns if c.name != article.rowguid_column
-    ]
+    columns = [{"name": c.name, "type": c.type} for c in article.info.columns if c.name != article.rowguid_column]
     return {
         "table": d.table_sql(article.table),
+        "table_name": article.table,
         "artid": article.trigger_id,
         "tablenick": int(article.nickname),
         "replnick": int(replica_nickname),
@@ -57,7 +55,7 @@ def trigger_context(replica: Replica, article: TrackedArticle, replica_nickname:
         "replica_state": d.metadata_table_sql("MSmerge_replica"),
         "new_guid": d.new_rowguid_sql(),
         # every column, as keys of a JSON object (an insert stamps them all with its version)
-        "all_columns_json": __import__("json").dumps({c["name"]: 1 for c in columns}).replace("'", "''"),
+        "all_columns_json": json.dumps({c["name"]: 1 for c in columns}).replace("'", "''"),
     }
 
 
@@ -138,3 +136,13 @@ def delete_row_with_lineage(replica: Replica, article: TrackedArticle, rowguid: 
                      {"type": tombstone_type, "lineage": lin, "generation": generation})
     store.delete_rows(replica, "MSmerge_contents", {"tablenick": article.nickname, "rowguid": str(rowguid)})
     return getattr(cur, "rowcount", 0) > 0
+
+
+def published_articles(replica: Replica, pubid: str) -> list[dict]:
+    """The publication's articles in ascending nickname order."""
+    return store.select_rows(replica, "sysmergearticles", {"pubid": pubid}, order_by=("nickname",))
+
+
+def tracked_article(row: dict) -> TrackedArticle:
+    return TrackedArticle(row["artid"], TableName(row["source_schema"], row["source_table"]), row["nickname"],
+                          row["rowguid_column"], bool(row["column_tracking"]), from_table_dict(row["table_schema"]))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..types import Kind, SqlType
 
-SCHEMA_VERSION = 2   # 2: MSmerge_articlehistory.duration
+SCHEMA_VERSION = 3   # 2: MSmerge_articlehistory.duration; 3: MSmerge_failed_changes.row_key, column_name, value
 
 INT = SqlType(Kind.INTEGER)
 BIG = SqlType(Kind.BIGINT)
@@ -190,11 +190,15 @@ TABLES = TABLES + (
     ),
     MetaTable(
         "MSmerge_failed_changes",
-        "Changes that could not be applied here (a failed-change conflict). With compensate_for_errors = "
-        "false they are tried again at every merge until they succeed.",
+        "Changes that could not be applied here (a failed-change conflict): a constraint, a value this "
+        "database cannot hold, a row its source could not read, a resolver that failed. With "
+        "compensate_for_errors = false they are tried again at every merge until they succeed.",
         (C("tablenick", INT, False), C("rowguid", GUID, False), C("source_nickname", INT, False),
          C("conflict_type", SMALL, False), C("reason", TEXT, False), C("attempts", INT, False),
-         C("first_time", TS, False), C("last_time", TS, False)),
+         C("first_time", TS, False), C("last_time", TS, False),
+         C("row_key", TEXT, True, "the row's primary key, e.g. id=4"),
+         C("column_name", TEXT, True, "the column whose value failed, when one did"),
+         C("value", TEXT, True, "a short summary of that value")),
         ("tablenick", "rowguid", "source_nickname"),
     ),
 )

@@ -9,14 +9,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..dialects.base import Replica
+from ..dialects.replica import Replica
 from ..errors import MetadataVersionError, NotInitialized
 from ..types import Kind
 from .schema import MERGE, TABLE_SETS, TABLES_BY_NAME, MetaTable, TableSet
 
 
 def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def new_guid() -> str:
@@ -50,24 +50,19 @@ VERSION_TABLE = "sparksync_metadata_version"
 
 def table_set_version(replica: Replica, tables: TableSet) -> int | None:
     """The version of ``tables`` installed in this database, or None if it is not installed."""
-    if not _table_exists(replica, VERSION_TABLE):
-        return None
-    return replica.scalar(f"SELECT version FROM {replica.dialect.metadata_table_sql(VERSION_TABLE)} WHERE id = "
-                          f"{int(tables.version_id)}")
+    return installed_versions(replica).get(tables.version_id)
+
+
+def installed_versions(replica: Replica) -> dict[int, int]:
+    """Every table set installed in this database: its version row id -> version."""
+    if not replica.dialect.metadata_table_exists(replica, VERSION_TABLE):
+        return {}
+    return dict(replica.query(f"SELECT id, version FROM {replica.dialect.metadata_table_sql(VERSION_TABLE)}"))
 
 
 def metadata_version(replica: Replica) -> int | None:
     """The merge metadata version installed in this database, or None if there is none."""
     return table_set_version(replica, MERGE)
-
-
-def _table_exists(replica: Replica, name: str) -> bool:
-    d = replica.dialect
-    if d.capabilities.supports_schemas:
-        from ..dialects.postgres.dialect import METADATA_SCHEMA
-
-        return replica.scalar("SELECT to_regclass(%s) IS NOT NULL", (f'"{METADATA_SCHEMA}"."{name.lower()}"',))
-    return replica.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)) > 0
 
 
 def _add_column(table: str, column: str):
@@ -81,11 +76,22 @@ def _add_column(table: str, column: str):
     return migrate
 
 
+def _add_columns(table: str, *columns: str):
+    steps = [_add_column(table, c) for c in columns]
+
+    def migrate(replica: Replica) -> None:
+        for step in steps:
+            step(replica)
+
+    return migrate
+
+
 # Migrations: table set -> version -> function(replica) bringing it from version-1 to version. Tables
 # new in a version need none: installing creates every missing table before migrating.
 MIGRATIONS: dict[str, dict[int, Any]] = {
     MERGE.name: {
         2: _add_column("MSmerge_articlehistory", "duration"),
+        3: _add_columns("MSmerge_failed_changes", "row_key", "column_name", "value"),
     },
 }
 
@@ -136,7 +142,8 @@ def require_metadata(replica: Replica) -> None:
 
 def upgrade_metadata(replica: Replica) -> bool:
     """Migrate older metadata (every set installed here) in place, one transaction. True when it did."""
-    old = [ts for ts in TABLE_SETS if (v := table_set_version(replica, ts)) is not None and v < ts.version]
+    installed = installed_versions(replica)
+    old = [ts for ts in TABLE_SETS if installed.get(ts.version_id, ts.version) < ts.version]
     if not old:
         return False
     with replica.transaction():
@@ -152,11 +159,7 @@ def to_param(replica: Replica, kind: Kind, value: Any) -> Any:
     if value is None:
         return None
     if kind is Kind.JSON:
-        if replica.dialect.capabilities.name == "postgresql":
-            from psycopg.types.json import Jsonb
-
-            return Jsonb(value)
-        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+        return replica.dialect.json_param(value)
     if kind is Kind.UUID:
         return str(value)
     return value
@@ -171,7 +174,7 @@ def _from_db(kind: Kind, value: Any) -> Any:
         return str(value)
     if kind is Kind.TIMESTAMPTZ and isinstance(value, str):
         ts = dt.datetime.fromisoformat(value)
-        return ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc)
+        return ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC)
     return value
 
 

@@ -11,18 +11,20 @@ back untouched. The driver finally marks the successful subscriptions active at 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .. import failpoints
 from ..config import PUBLISHER_PRIORITY, SubscriptionConfig, Topology
 from ..dialects import connect
-from ..dialects.base import ForeignKey, Replica, TableInfo, describe_drift, from_table_dict, redact_url
-from ..errors import SchemaDrift, SchemaError, SparksyncError
+from ..dialects.model import ForeignKey, TableInfo, describe_drift, from_table_dict, table_drift
+from ..dialects.replica import Replica, redact_url
+from ..errors import ErrorInfo, SchemaDrift, SchemaError, SnapshotError, SparksyncError
 from ..merge.generations import ensure_open_generation
 from ..merge.tracking import TrackedArticle, install_tracking
 from ..metadata import store
 from ..names import TableName
-from .manifest import ArticleSnapshot, SnapshotManifest
+from .manifest import ArticleSnapshot, SnapshotManifest, verify_files
 
 SUBSCRIBER_ROLE = "subscriber"
 
@@ -54,7 +56,16 @@ class InitResult:
     rows: int = 0
     seconds: float = 0.0
     baseline_generation: int = 0
+    snapshot_generation: int | None = None   # the snapshot it was initialized from (when not this one)
     skipped: bool = False
+    error: ErrorInfo | None = None           # why it failed (ok False)
+
+    @classmethod
+    def failed(cls, subscription: str, e: BaseException, t0: float) -> InitResult:
+        """A failed initialization (one subscription's: the others go on), with its error as data."""
+        error = ErrorInfo.of(e)
+        message = error.message if isinstance(e, SparksyncError) else error.first_line()
+        return cls(subscription, False, message, seconds=time.perf_counter() - t0, error=error)
 
 
 def destination_name(replica: Replica, article: ArticleSnapshot) -> TableName:
@@ -130,13 +141,7 @@ def check_subscriber_tables(replica: Replica, manifest: SnapshotManifest) -> Non
         if info is None:
             problems.append(f"table {name} is missing")
             continue
-        expected = from_table_dict(a.table_schema)
-        missing = [c.name for c in expected.columns if info.column(c.name) is None]
-        extra = [c.name for c in info.columns if expected.column(c.name) is None]
-        wrong = [c.name for c in expected.columns
-                 if info.column(c.name) is not None and not info.column(c.name).type.compatible_with(c.type)]
-        for what, cols in (("missing column", missing), ("unexpected column", extra), ("changed type of column", wrong)):
-            problems += [f"table {name}: {what} {c}" for c in cols]
+        problems += [f"table {name}: {p}" for p in table_drift(from_table_dict(a.table_schema), info)]
     if problems:
         raise SchemaDrift(f"{replica.label}: subscriber tables drifted from publication {manifest.publication}: "
                           + "; ".join(problems), obj=replica.label)
@@ -168,41 +173,144 @@ def pre_create(replica: Replica, tables: list[tuple[str, TableName, TableInfo]],
     return keep
 
 
-def load_parquet(replica: Replica, folder: Path, name: TableName, info: TableInfo) -> int:
-    """Bulk load one article's snapshot (a folder of Parquet files) into its table."""
+@dataclass
+class Loaded:
+    """What loading one article's snapshot did."""
+
+    rows: int = 0                       # rows inserted
+    digest: str = ""                    # KeyDigest of the key column over every row read
+    refused: list[dict] = field(default_factory=list)   # rows this database cannot hold (``unstorable``)
+
+    def check(self, expected_rows: int, expected_digest: str | None, what: str) -> None:
+        """Every row of the snapshot was read (inserted or refused) and they are the rows it holds."""
+        read = self.rows + len(self.refused)
+        if read != expected_rows:
+            raise SnapshotError(f"{what}: {read} rows were loaded but the snapshot holds {expected_rows}; "
+                                "nothing was initialized", obj=what)
+        if expected_digest is not None and self.digest != expected_digest:
+            raise SnapshotError(f"{what}: the rows loaded are not the rows the snapshot was written with "
+                                "(checksum differs); nothing was initialized", obj=what)
+
+
+def load_parquet(replica: Replica, folder: Path, name: TableName, info: TableInfo,
+                 key_column: str | None = None) -> Loaded:
+    """Bulk load one article's snapshot (a folder of Parquet files) into its table. Rows holding a value
+    this database cannot store exactly (``Dialect.unstorable``: NUL in PostgreSQL text, NaN in SQLite)
+    are not loaded but returned, each with its key, column and reason."""
     import pyarrow.dataset as ds
 
+    from ..rows import row_key, summarize_value
+    from .manifest import KeyDigest
+
+    loaded = Loaded()
+    digest = KeyDigest()
     files = sorted(p for p in folder.glob("*.parquet")) if folder.is_dir() else []
-    if not files:
-        return 0
     cols = [c.name for c in info.columns]
-    dataset = ds.dataset([str(f) for f in files], format="parquet")
+    key_at = cols.index(key_column) if key_column in cols else 0
+    d = replica.dialect
+    checks = [(i, c) for i, c in enumerate(info.columns) if _may_be_unstorable(d, c.type)]
 
     def rows():
+        if not files:
+            return
+        dataset = ds.dataset([str(f) for f in files], format="parquet")
         for batch in dataset.to_batches(columns=cols, batch_size=10_000):
-            yield from zip(*(batch.column(i).to_pylist() for i in range(batch.num_columns)))
+            columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+            digest.add(columns[key_at])
+            suspects = _unstorable_rows(batch, checks, d) if checks else ()
+            for r, values in enumerate(zip(*columns)):
+                if r in suspects:
+                    why = next(((c.name, reason) for (i, c) in checks
+                                if (reason := d.unstorable(c.type, values[i]))), None)
+                    if why is not None:
+                        loaded.refused.append({"key": row_key(cols, info.primary_key, values),
+                                               "keyvalue": values[key_at], "column": why[0], "reason": why[1],
+                                               "value": summarize_value(values[cols.index(why[0])])})
+                        continue
+                yield values
 
-    return replica.dialect.bulk_load(replica, name, cols, [c.type for c in info.columns], rows())
+    loaded.rows = d.bulk_load(replica, name, cols, [c.type for c in info.columns], rows())
+    loaded.digest = digest.hexdigest()
+    return loaded
 
 
-def _load_lineage(replica: Replica, snap_dir: Path, manifest: SnapshotManifest, generation: int) -> int:
+def _may_be_unstorable(d, t) -> bool:
+    from ..types import Kind
+
+    return ((not d.capabilities.text_holds_nul and t.kind in (Kind.TEXT, Kind.JSON))
+            or (not d.capabilities.float_holds_nan and t.kind in (Kind.REAL, Kind.DOUBLE)))
+
+
+def _unstorable_rows(batch, checks, d) -> set[int]:
+    """Positions of the rows of an Arrow batch that may hold an unstorable value (vectorized scan)."""
+    import pyarrow.compute as pc
+
+    from ..types import Kind
+
+    mask = None
+    for i, c in checks:
+        col = batch.column(i)
+        if c.type.kind in (Kind.REAL, Kind.DOUBLE):
+            m = pc.is_nan(col)
+        else:
+            m = pc.match_substring(col, "\x00")
+            if c.type.kind is Kind.JSON:
+                m = pc.or_(m, pc.match_substring(col, "\\u0000"))
+        m = pc.fill_null(m, False)
+        mask = m if mask is None else pc.or_(mask, m)
+    if mask is None or not pc.any(mask).as_py():
+        return set()
+    return {i for i, v in enumerate(mask.to_pylist()) if v}
+
+
+def verify_snapshot(snap_dir: Path, manifest: SnapshotManifest) -> None:
+    """Before anything is initialized from it: every data file the manifest lists is there, unchanged,
+    and no other (a damaged snapshot must never initialize a subscriber silently wrong)."""
+    where = f"snapshot {manifest.snapshot_id} of publication {manifest.publication}"
+    for a in manifest.articles:
+        verify_files(snap_dir / a.path, a.files, f"{where}, article {a.name}")
+    verify_files(snap_dir / manifest.contents_path, manifest.contents_files, f"{where}, lineage (MSmerge_contents)")
+
+
+def _load_lineage(replica: Replica, snap_dir: Path, manifest: SnapshotManifest, generation: int,
+                  skip: set[str]) -> int:
+    """The rows' lineage (``MSmerge_contents``), checked against the manifest like the rows are; the
+    lineage of rows that were refused here (``skip``: rowguids) is left out."""
+    import json
+
     import pyarrow.dataset as ds
+
+    from .manifest import KeyDigest
 
     folder = snap_dir / manifest.contents_path
     files = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
-    if not files:
-        return 0
-    n = 0
-    dataset = ds.dataset([str(f) for f in files], format="parquet")
-    import json
-
-    for batch in dataset.to_batches(columns=["tablenick", "rowguid", "lineage", "colv"], batch_size=10_000):
-        t, g, lin, colv = (batch.column(i).to_pylist() for i in range(4))
-        rows = [(a, b, generation, json.loads(c), json.loads(e) if e is not None else None)
-                for a, b, c, e in zip(t, g, lin, colv)]
-        store.insert_rows(replica, "MSmerge_contents", ("tablenick", "rowguid", "generation", "lineage", "colv"), rows)
-        n += len(rows)
+    n, read, digest = 0, 0, KeyDigest()
+    if files:
+        dataset = ds.dataset([str(f) for f in files], format="parquet")
+        for batch in dataset.to_batches(columns=["tablenick", "rowguid", "lineage", "colv"], batch_size=10_000):
+            t, g, lin, colv = (batch.column(i).to_pylist() for i in range(4))
+            digest.add(g)
+            read += len(g)
+            rows = [(a, b, generation, json.loads(c), json.loads(e) if e is not None else None)
+                    for a, b, c, e in zip(t, g, lin, colv) if str(b) not in skip]
+            store.insert_rows(replica, "MSmerge_contents", ("tablenick", "rowguid", "generation", "lineage", "colv"),
+                              rows)
+            n += len(rows)
+    what = f"snapshot {manifest.snapshot_id} of publication {manifest.publication}, lineage (MSmerge_contents)"
+    Loaded(read, digest.hexdigest()).check(manifest.contents_rows, manifest.contents_digest, what)
     return n
+
+
+def _record_refused(sub: Replica, refused: dict[int, list[dict]], publisher_nick: int) -> None:
+    """Rows of the snapshot this subscriber cannot hold become failed changes from the publisher:
+    listed (``conflicts --failed``, ``status``), tried again when they change at the publisher."""
+    now = store.utcnow()
+    for nick, rows in refused.items():
+        for r in rows:
+            store.insert_row(sub, "MSmerge_failed_changes", {
+                "tablenick": nick, "rowguid": str(r["keyvalue"]), "source_nickname": publisher_nick,
+                "conflict_type": 6, "reason": f"initialization: {r['reason']}", "attempts": 1, "first_time": now,
+                "last_time": now, "row_key": r["key"], "column_name": r["column"], "value": r["value"]})
 
 
 def initialize_subscriber(spec: SubscriberInit) -> InitResult:
@@ -215,21 +323,55 @@ def initialize_subscriber(spec: SubscriberInit) -> InitResult:
         manifest = SnapshotManifest.from_dict(json.loads((snap_dir / "manifest.json").read_text(encoding="utf-8")))
         with connect(spec.url, spec.label) as sub:
             if store.metadata_version(sub) is not None:
-                pubs = store.select_rows(sub, "sysmergepublications", {"pubid": manifest.pubid})
-                if pubs:
-                    check_subscriber_tables(sub, manifest)
-                    return InitResult(spec.subscription, True, "already initialized", skipped=True,
-                                      seconds=time.perf_counter() - t0)
-            rows = _initialize(sub, spec, snap_dir, manifest)
-            return InitResult(spec.subscription, True, "initialized", rows=rows[0], baseline_generation=rows[1],
+                done = _already_initialized(sub, spec, manifest)
+                if done is not None:
+                    done.seconds = time.perf_counter() - t0
+                    return done
+            verify_snapshot(snap_dir, manifest)
+            rows, baseline, refused = _initialize(sub, spec, snap_dir, manifest)
+            message = "initialized" + (f"; {refused} row(s) it cannot hold are failed changes "
+                                       "(sparksync conflicts --failed)" if refused else "")
+            return InitResult(spec.subscription, True, message, rows=rows, baseline_generation=baseline,
                               seconds=time.perf_counter() - t0)
-    except SparksyncError as e:
-        return InitResult(spec.subscription, False, e.message, seconds=time.perf_counter() - t0)
     except Exception as e:  # noqa: BLE001 - reported per subscription, others go on
-        return InitResult(spec.subscription, False, f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
+        return InitResult.failed(spec.subscription, e, t0)
 
 
-def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path, manifest: SnapshotManifest) -> tuple[int, int]:
+def _already_initialized(sub: Replica, spec: SubscriberInit, manifest: SnapshotManifest) -> InitResult | None:
+    """A database that already holds replication metadata: the publisher itself or another replica (an
+    error naming it), this very subscription initialized by an earlier ``setup`` that was stopped
+    before the publisher recorded it (finished now, from what the subscriber committed), or a
+    database whose earlier initialization never committed (None: initialize it)."""
+    ident = store.replica_identity(sub)
+    if ident is not None and ident.role == "publisher":
+        raise SchemaError(f"subscription {spec.subscription}: its database is the publisher {ident.name} itself "
+                          "(the same database under another address); give the subscription its own database",
+                          obj=spec.subscription)
+    if ident is not None and (ident.replica_id != str(spec.replica_id) or ident.nickname != spec.replnickname):
+        raise SchemaError(f"subscription {spec.subscription}: its database already belongs to replica {ident.name} "
+                          f"(nickname {ident.nickname}); give the subscription its own database, or drop that "
+                          "replica's metadata first", obj=spec.subscription)
+    mine = store.select_rows(sub, "sysmergesubscriptions", {"pubid": manifest.pubid, "name": spec.subscription,
+                                                            "role": SUBSCRIBER_ROLE})
+    if not mine:
+        if store.select_rows(sub, "sysmergepublications", {"pubid": manifest.pubid}):
+            raise SchemaError(f"subscription {spec.subscription}: its database holds publication "
+                              f"{manifest.publication} for another subscription", obj=spec.subscription)
+        return None
+    check_subscriber_tables(sub, manifest)
+    publisher = store.select_rows(sub, "sysmergesubscriptions", {"pubid": manifest.pubid, "role": "publisher"})
+    if str(mine[0]["subid"]) != str(spec.subid) or not publisher:
+        raise SchemaError(f"subscription {spec.subscription}: its database was initialized for an earlier "
+                          "registration of this subscription; reinitialize it (drop its tables and metadata)",
+                          obj=spec.subscription)
+    # Committed at the subscriber: the publisher's side is finished with the watermarks it recorded.
+    return InitResult(spec.subscription, True, "already initialized", skipped=True,
+                      baseline_generation=int(publisher[0]["sentgen"]),
+                      snapshot_generation=int(publisher[0]["recgen"]))
+
+
+def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path,
+                manifest: SnapshotManifest) -> tuple[int, int, int]:
     d = sub.dialect
     arts = sorted(manifest.articles, key=lambda a: a.nickname)
     names = {a.name: destination_name(sub, a) for a in arts}
@@ -247,10 +389,18 @@ def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path, manifest: Sn
                     sub.execute(stmt)
             else:
                 sub.execute(d.render_rowguid_index(names[a.name], a.rowguid_column))
+        where = f"snapshot {manifest.snapshot_id} of publication {manifest.publication}"
+        refused: dict[int, list[dict]] = {}
         for a in arts:
-            total += load_parquet(sub, snap_dir / a.path, names[a.name], infos[a.name])
+            loaded = load_parquet(sub, snap_dir / a.path, names[a.name], infos[a.name], a.rowguid_column)
+            loaded.check(a.rows, a.key_digest, f"{where}, article {a.name}")
+            total += loaded.rows
+            if loaded.refused:
+                refused[a.nickname] = loaded.refused
         baseline = int(sub.scalar(f"SELECT coalesce(max(generation), 0) FROM {sub.meta('MSmerge_genhistory')}") or 0) + 1
-        n_lineage = _load_lineage(sub, snap_dir, manifest, baseline)
+        skip = {str(r["keyvalue"]) for rows in refused.values() for r in rows}
+        n_lineage = _load_lineage(sub, snap_dir, manifest, baseline, skip)
+        _record_refused(sub, refused, manifest.publisher_nickname)
         store.insert_row(sub, "MSmerge_genhistory", {
             "generation": baseline, "guidsrc": store.new_guid(), "pubid": manifest.pubid, "genstatus": 2, "settled": 1,
             "nicknames": sorted({manifest.publisher_nickname, ident.nickname}), "changecount": n_lineage,
@@ -286,7 +436,8 @@ def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path, manifest: Sn
         for a in arts:
             install_tracking(sub, TrackedArticle(a.artid, names[a.name], a.nickname, a.rowguid_column,
                                                  a.column_tracking, infos[a.name]), ident.nickname)
-    return total, baseline
+        failpoints.hit("init.before_commit", spec.subscription)
+    return total, baseline, sum(len(v) for v in refused.values())
 
 
 def finish_registrations(pub: Replica, manifest: SnapshotManifest, specs: list[SubscriberInit],
@@ -295,16 +446,26 @@ def finish_registrations(pub: Replica, manifest: SnapshotManifest, specs: list[S
     by_name = {s.subscription: s for s in specs}
     with pub.transaction():
         for r in results:
-            if r.ok and not r.skipped:
-                store.update_rows(pub, "sysmergesubscriptions", {
-                    "status": 1, "sentgen": manifest.snapshot_generation, "recgen": r.baseline_generation,
-                    "last_sync_date": store.utcnow()}, {"subid": by_name[r.subscription].subid})
+            if not r.ok:
+                continue
+            key = {"subid": by_name[r.subscription].subid}
+            if r.skipped:
+                # initialized by a setup stopped before this step: only a registration still at status 0
+                rows = store.select_rows(pub, "sysmergesubscriptions", key)
+                if not rows or rows[0]["status"] == 1:
+                    continue
+            sent = r.snapshot_generation if r.snapshot_generation is not None else manifest.snapshot_generation
+            store.update_rows(pub, "sysmergesubscriptions", {
+                "status": 1, "sentgen": sent, "recgen": r.baseline_generation,
+                "last_sync_date": store.utcnow()}, key)
 
 
-def initialize_subscriptions(spark, specs: list[SubscriberInit]) -> list[InitResult]:
-    """One Spark task per subscription, in parallel; results come back in the order of ``specs``."""
+def initialize_subscriptions(spark, specs: list, task=None) -> list[InitResult]:
+    """``task(spec)`` (default: ``initialize_subscriber``) as one Spark task per subscription, in
+    parallel; results come back in the order of ``specs``."""
     if not specs:
         return []
+    task = task or initialize_subscriber
     results = spark.sparkContext.parallelize(list(enumerate(specs)), len(specs)) \
-        .map(lambda item: (item[0], initialize_subscriber(item[1]))).collect()
+        .map(lambda item: (item[0], task(item[1]))).collect()
     return [r for _, r in sorted(results, key=lambda x: x[0])]

@@ -11,8 +11,11 @@ Layout (``snapshot_dir`` from the config)::
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 import json
 import os
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -37,6 +40,8 @@ class ArticleSnapshot:
     table_schema: dict
     path: str
     rows: int = 0
+    files: list[dict] | None = None          # [{name, bytes, sha256, rows}] of the article's Parquet files
+    key_digest: str | None = None            # KeyDigest of the rowguids written
 
 
 @dataclass
@@ -54,14 +59,115 @@ class SnapshotManifest:
     articles: list[ArticleSnapshot] = field(default_factory=list)
     contents_path: str = "metadata/contents"
     contents_rows: int = 0
+    contents_files: list[dict] | None = None
+    contents_digest: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "SnapshotManifest":
+    def from_dict(cls, d: dict) -> SnapshotManifest:
         arts = [ArticleSnapshot(**a) for a in d.pop("articles")]
         return cls(articles=arts, **d)
+
+
+class KeyDigest:
+    """An order-independent checksum of a column's values (the rowguids of an article): the sum of
+    64-bit BLAKE2 hashes of their text, with the count. Written with the snapshot from the files Spark
+    wrote; recomputed over the rows an initialization loads, so rows lost or changed on the way are
+    caught before anything commits."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.count = 0
+
+    def add(self, values) -> None:
+        total = self.total
+        for v in values:
+            total += int.from_bytes(hashlib.blake2b(str(v).encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                                    "big")
+            self.count += 1
+        self.total = total % (1 << 64)
+
+    def hexdigest(self) -> str:
+        return f"{self.count}:{self.total:016x}"
+
+
+def digest_parquet(folder: Path, column: str) -> str:
+    """The KeyDigest of ``column`` over every Parquet file of ``folder``."""
+    import pyarrow.dataset as ds
+
+    digest = KeyDigest()
+    files = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+    if files:
+        for batch in ds.dataset([str(f) for f in files], format="parquet").to_batches(columns=[column]):
+            digest.add(batch.column(0).to_pylist())
+    return digest.hexdigest()
+
+
+def describe_files(folder: Path) -> list[dict]:
+    """Name, size, SHA-256 and row count (from the Parquet footer) of each data file of ``folder``."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for f in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
+        out.append({"name": f.name, "bytes": f.stat().st_size, "sha256": _sha256(f),
+                    "rows": pq.ParquetFile(str(f)).metadata.num_rows})
+    return out
+
+
+def verify_files(folder: Path, files: list[dict] | None, what: str) -> None:
+    """The data files of ``folder`` are exactly ``files`` (names, sizes, checksums), or SnapshotError
+    naming ``what`` and the first difference."""
+    if files is None:
+        raise SnapshotError(f"{what}: the manifest lists no data files (written by an older sparksync); "
+                            "write a new snapshot ('sparksync snapshot')", obj=what)
+    present = {f.name: f for f in (folder.glob("*.parquet") if folder.is_dir() else [])}
+    expected = {f["name"]: f for f in files}
+    for name in sorted(expected):
+        if name not in present:
+            raise SnapshotError(f"{what}: data file {name} is missing from {folder}", obj=what)
+    for name in sorted(present):
+        if name not in expected:
+            raise SnapshotError(f"{what}: unexpected data file {name} in {folder}", obj=what)
+    for name, f in sorted(expected.items()):
+        path = present[name]
+        if path.stat().st_size != f["bytes"] or _sha256(path) != f["sha256"]:
+            raise SnapshotError(f"{what}: data file {name} was changed after the snapshot was written "
+                                "(its checksum differs)", obj=what)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def new_snapshot_id() -> str:
+    """A snapshot folder's name: its UTC time, sortable, and a random suffix."""
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+
+
+def remove_stale(pdir: Path, keep: str | None) -> list[str]:
+    """Remove every snapshot folder of a publication but ``keep`` (and the work folder): what a killed
+    snapshot or initialization left behind. The caller holds the publication's snapshot lock."""
+    import shutil
+
+    removed = []
+    if not pdir.is_dir():
+        return removed
+    for d in pdir.iterdir():
+        if d.is_dir() and d.name != keep:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d.name)
+    return removed
+
+
+def current_id(root: Path, publication: str) -> str | None:
+    cur = publication_dir(root, publication) / CURRENT
+    return cur.read_text(encoding="utf-8").strip() if cur.is_file() else None
 
 
 def publication_dir(root: Path, publication: str) -> Path:

@@ -14,37 +14,49 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-import uuid
 from pathlib import Path
 
+from .. import failpoints
 from ..config import Topology
 from ..dialects import connect
-from ..dialects.base import Replica, from_table_dict
-from ..errors import NotInitialized
+from ..dialects.model import from_table_dict
+from ..dialects.replica import Replica
+from ..errors import NotInitialized, SnapshotError
 from ..merge.generations import enumeration_bound, make_generation
-from ..merge.publish import plan_publication, published_articles
+from ..merge.publish import plan_publication
+from ..merge.tracking import published_articles
 from ..metadata import store
 from ..metadata.schema import GUID, INT, JSON
 from ..progress import Reporter, Timer, silent
 from ..spark.datasource import ReadPartition, ReadPlan
-from .manifest import ArticleSnapshot, SnapshotManifest, publication_dir, write_current
+from .manifest import (
+    ArticleSnapshot,
+    SnapshotManifest,
+    current_id,
+    describe_files,
+    digest_parquet,
+    new_snapshot_id,
+    publication_dir,
+    remove_stale,
+    write_current,
+)
 
 SPLIT_ROWS = 250_000
 
 
 def read_partitions(frozen: Replica, url: str, sid: str | None, table_sql: str, select: str, order_col: str,
                     columns: list, label: str, where: str = "", params: tuple = (),
-                    order_param: str | None = None) -> tuple[list[ReadPartition], int]:
+                    order_param: str | None = None, key: list | None = None) -> tuple[list[ReadPartition], int]:
     """Read partitions of one table as of the consistent view: one, or ranges of ``order_col`` of
     about SPLIT_ROWS rows each (``order_param``: its placeholder; a UUID by default)."""
     d = frozen.dialect
     total = int(frozen.scalar(f"SELECT count(*) FROM {table_sql}{where}", params) or 0)
     base = f"{select} FROM {table_sql}"
     if total <= SPLIT_ROWS:
-        return [ReadPartition(url, base + where, list(params), columns, sid, label)], total
+        return [ReadPartition(url, base + where, list(params), columns, sid, label, key=list(key or []))], total
     n = -(-total // SPLIT_ROWS)
-    bounds = [frozen.scalar(f"SELECT {order_col} FROM {table_sql}{where} ORDER BY {order_col} LIMIT 1 OFFSET {k * SPLIT_ROWS}",
-                            params) for k in range(1, n)]
+    bounds = [frozen.scalar(f"SELECT {order_col} FROM {table_sql}{where} ORDER BY {order_col} LIMIT 1 "
+                            f"OFFSET {k * SPLIT_ROWS}", params) for k in range(1, n)]
     bounds = [str(b) for b in bounds]
     conj = " AND " if where else " WHERE "
     parts = []
@@ -57,13 +69,25 @@ def read_partitions(frozen: Replica, url: str, sid: str | None, table_sql: str, 
         if i < n - 1:
             conds.append(f"{order_col} < {u}")
             ps.append(bounds[i])
-        parts.append(ReadPartition(url, base + where + conj + " AND ".join(conds), ps, columns, sid, f"{label} part {i + 1}/{n}"))
+        parts.append(ReadPartition(url, base + where + conj + " AND ".join(conds), ps, columns, sid,
+                                   f"{label} part {i + 1}/{n}", key=list(key or [])))
     return parts, total
 
 
 def write_parquet(spark, plan: ReadPlan, path: Path) -> None:
     df = spark.read.format("sparksync").schema(plan.spark_schema()).option("plan", plan.to_json()).load()
     df.write.mode("overwrite").parquet(str(path))
+
+
+def seal(folder: Path, expected_rows: int, key_column: str, what: str) -> tuple[list[dict], str]:
+    """Check what Spark wrote holds every row the publisher's view had, and describe it for the
+    manifest: each file's size, SHA-256 and rows, and the KeyDigest of ``key_column``."""
+    files = describe_files(folder)
+    written = sum(f["rows"] for f in files)
+    if written != expected_rows:
+        raise SnapshotError(f"{what}: {written} rows were written but the publisher's view holds {expected_rows}; "
+                            "the snapshot is not used", obj=what)
+    return files, digest_parquet(folder, key_column)
 
 
 def write_snapshot(spark, topology: Topology, publication: str, report: Reporter = silent) -> tuple[Path, SnapshotManifest]:
@@ -80,60 +104,77 @@ def write_snapshot(spark, topology: Topology, publication: str, report: Reporter
         plan_publication(pub, pubcfg)  # refuses a publication whose tables drifted
         ident = store.replica_identity(pub)
         articles = published_articles(pub, prow["pubid"])
-        report(f"snapshot {publication}: closing generations at {topology.publisher.name}")
-        make_generation(pub, ident.nickname, prow["generation_leveling_threshold"])
-        snap_gen = enumeration_bound(pub)
-        snapshot_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
-        pdir = publication_dir(root, publication)
-        sdir = pdir / snapshot_id
-        sdir.mkdir(parents=True, exist_ok=False)
-        manifest = SnapshotManifest(
-            publication=publication, pubid=prow["pubid"], snapshot_id=snapshot_id,
-            created_at=dt.datetime.now(dt.timezone.utc).isoformat(), publisher=topology.publisher.name,
-            publisher_nickname=ident.nickname, publisher_replica_id=ident.replica_id, snapshot_generation=snap_gen,
-            generation_leveling_threshold=prow["generation_leveling_threshold"], retention=prow["retention"])
+        lock = f"snapshot:{prow['pubid']}"
+        if not pub.dialect.try_agent_lock(pub, lock):
+            raise SnapshotError(f"publication {publication}: another snapshot of it is being written", obj=publication)
         try:
-            with pub.dialect.consistent_reads(pub, str(pdir / ".work")) as (url, sid, frozen):
-                d = pub.dialect
-                for a in articles:
-                    info = from_table_dict(a["table_schema"])
-                    cols = [[c.name, c.type.to_dict()] for c in info.columns]
-                    select = "SELECT " + ", ".join(d.quote(c.name) for c in info.columns)
-                    label = f"{publication}/{a['name']}"
-                    parts, total = read_partitions(frozen, url, sid, d.table_sql(info.name), select,
-                                               d.quote(a["rowguid_column"]), cols, label)
-                    rel = f"articles/{a['nickname']}_{info.name.slug}"
-                    report(f"snapshot {publication}: {a['name']} ({total} rows, {len(parts)} partition(s))")
-                    write_parquet(spark, ReadPlan(parts), sdir / rel)
-                    manifest.articles.append(ArticleSnapshot(
-                        name=a["name"], schema=a["source_schema"], table=a["source_table"], artid=a["artid"],
-                        nickname=a["nickname"], rowguid_column=a["rowguid_column"],
-                        column_tracking=bool(a["column_tracking"]), processing_group=a["processing_group"],
-                        dri_related=bool(a["dri_related"]), related_nicknames=list(a["related_nicknames"] or []),
-                        table_schema=a["table_schema"], path=rel, rows=total))
-                nicks = [a["nickname"] for a in articles]
-                cols = [["tablenick", INT.to_dict()], ["rowguid", GUID.to_dict()], ["lineage", JSON.to_dict()],
-                        ["colv", JSON.to_dict()]]
-                where = " WHERE tablenick IN (" + ", ".join(str(int(n)) for n in nicks) + ")"
-                parts, total = read_partitions(frozen, url, sid, d.metadata_table_sql("MSmerge_contents"),
-                                           "SELECT tablenick, rowguid, lineage, colv", "rowguid", cols,
-                                           f"{publication}/MSmerge_contents", where)
-                report(f"snapshot {publication}: lineage of {total} changed rows")
-                write_parquet(spark, ReadPlan(parts), sdir / manifest.contents_path)
-                manifest.contents_rows = total
-            (sdir / "manifest.json").write_text(manifest.to_json(), encoding="utf-8")
-            write_current(root, publication, snapshot_id)
-        except BaseException:
-            shutil.rmtree(sdir, ignore_errors=True)
-            raise
+            return _write(spark, topology, pub, publication, prow, ident, articles, root, report, timer)
         finally:
-            shutil.rmtree(pdir / ".work", ignore_errors=True)
-        with pub.transaction():
-            store.update_rows(pub, "sysmergepublications", {
-                "snapshot_generation": snap_gen, "snapshot_time": store.utcnow(), "snapshot_dir": str(sdir)},
-                {"pubid": prow["pubid"]})
-        for old in pdir.iterdir():
-            if old.is_dir() and old.name not in (snapshot_id, ".work") and (old / "manifest.json").exists():
-                shutil.rmtree(old, ignore_errors=True)
+            pub.dialect.release_agent_lock(pub, lock)
+
+
+def _write(spark, topology: Topology, pub: Replica, publication: str, prow: dict, ident, articles: list[dict],
+           root: Path, report: Reporter, timer: Timer) -> tuple[Path, SnapshotManifest]:
+    """Write the snapshot (the caller holds the publication's snapshot lock)."""
+    pdir = publication_dir(root, publication)
+    stale = remove_stale(pdir, current_id(root, publication))
+    if stale:
+        report(f"snapshot {publication}: removed {len(stale)} incomplete snapshot folder(s) of an interrupted run")
+    report(f"snapshot {publication}: closing generations at {topology.publisher.name}")
+    make_generation(pub, ident.nickname, prow["generation_leveling_threshold"])
+    snap_gen = enumeration_bound(pub)
+    snapshot_id = new_snapshot_id()
+    sdir = pdir / snapshot_id
+    sdir.mkdir(parents=True, exist_ok=False)
+    manifest = SnapshotManifest(
+        publication=publication, pubid=prow["pubid"], snapshot_id=snapshot_id,
+        created_at=dt.datetime.now(dt.UTC).isoformat(), publisher=topology.publisher.name,
+        publisher_nickname=ident.nickname, publisher_replica_id=ident.replica_id, snapshot_generation=snap_gen,
+        generation_leveling_threshold=prow["generation_leveling_threshold"], retention=prow["retention"])
+    try:
+        with pub.dialect.consistent_reads(pub, str(pdir / ".work")) as (url, sid, frozen):
+            d = pub.dialect
+            for a in articles:
+                info = from_table_dict(a["table_schema"])
+                cols = [[c.name, c.type.to_dict()] for c in info.columns]
+                select = "SELECT " + ", ".join(d.quote(c.name) for c in info.columns)
+                label = f"{publication}/{a['name']}"
+                parts, total = read_partitions(frozen, url, sid, d.table_sql(info.name), select,
+                                               d.quote(a["rowguid_column"]), cols, label, key=list(info.primary_key))
+                rel = f"articles/{a['nickname']}_{info.name.slug}"
+                report(f"snapshot {publication}: {a['name']} ({total} rows, {len(parts)} partition(s))")
+                write_parquet(spark, ReadPlan(parts), sdir / rel)
+                files, digest = seal(sdir / rel, total, a["rowguid_column"], f"snapshot {publication}/{a['name']}")
+                manifest.articles.append(ArticleSnapshot(
+                    name=a["name"], schema=a["source_schema"], table=a["source_table"], artid=a["artid"],
+                    nickname=a["nickname"], rowguid_column=a["rowguid_column"],
+                    column_tracking=bool(a["column_tracking"]), processing_group=a["processing_group"],
+                    dri_related=bool(a["dri_related"]), related_nicknames=list(a["related_nicknames"] or []),
+                    table_schema=a["table_schema"], path=rel, rows=total, files=files, key_digest=digest))
+            nicks = [a["nickname"] for a in articles]
+            cols = [["tablenick", INT.to_dict()], ["rowguid", GUID.to_dict()], ["lineage", JSON.to_dict()],
+                    ["colv", JSON.to_dict()]]
+            where = " WHERE tablenick IN (" + ", ".join(str(int(n)) for n in nicks) + ")"
+            parts, total = read_partitions(frozen, url, sid, d.metadata_table_sql("MSmerge_contents"),
+                                       "SELECT tablenick, rowguid, lineage, colv", "rowguid", cols,
+                                       f"{publication}/MSmerge_contents", where)
+            report(f"snapshot {publication}: lineage of {total} changed rows")
+            write_parquet(spark, ReadPlan(parts), sdir / manifest.contents_path)
+            manifest.contents_rows = total
+            manifest.contents_files, manifest.contents_digest = seal(
+                sdir / manifest.contents_path, total, "rowguid", f"snapshot {publication}/MSmerge_contents")
+        failpoints.hit("snapshot.before_manifest", publication)
+        (sdir / "manifest.json").write_text(manifest.to_json(), encoding="utf-8")
+        write_current(root, publication, snapshot_id)
+    except BaseException:
+        shutil.rmtree(sdir, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(pdir / ".work", ignore_errors=True)
+    with pub.transaction():
+        store.update_rows(pub, "sysmergepublications", {
+            "snapshot_generation": snap_gen, "snapshot_time": store.utcnow(), "snapshot_dir": str(sdir)},
+            {"pubid": prow["pubid"]})
+    remove_stale(pdir, snapshot_id)
     report(f"snapshot {publication}: written to {sdir} in {timer.seconds:.1f}s (generation {snap_gen})")
     return sdir, manifest

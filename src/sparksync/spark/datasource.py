@@ -1,5 +1,8 @@
 """A Python Data Source that reads replica tables in partitions, as Arrow record batches.
 
+A partition reads a table's rows typed by its columns, or, with a ``reader``, rows of its own shape
+(merge's change reads, ``merge.changes.read_changes``).
+
 The driver plans every read (SQL, parameters, bounds, consistent-snapshot id) and passes the plan
 as the ``plan`` option; each partition opens its own connection inside ``read()``. Because bounds
 are fixed at planning time, a retried task reads the same rows. Usage::
@@ -9,10 +12,14 @@ are fixed at planning time, a retried task reads the same rows. Usage::
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import asdict, dataclass, field
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from ..errors import ErrorInfo
+from .failures import TaskFailed, reporting_failures
 
 FETCH_ROWS = 10_000
 
@@ -27,8 +34,12 @@ class ReadPartition(InputPartition):
     columns: list = field(default_factory=list)      # [[name, SqlType dict], ...]
     snapshot: str | None = None                      # PostgreSQL exported snapshot id
     label: str = ""
-    mode: str = "rows"                               # "rows" | "changes" (see merge/changes.py)
-    constants: dict = field(default_factory=dict)    # changes: source, source_nick, tablenick, op
+    key: list = field(default_factory=list)          # the key columns (to name a row in an error)
+    # A reader of its own ("module:function", called with the partition and the Arrow schema, yielding
+    # Arrow batches of ``schema``): rows of another shape than the table's, e.g. merge's changes.
+    reader: str = ""
+    schema: str = ""                                 # the Spark schema (DDL) of such a reader's rows
+    constants: dict = field(default_factory=dict)    # anything the reader needs besides the query
 
 
 @dataclass
@@ -39,16 +50,14 @@ class ReadPlan:
         return json.dumps([asdict(p) for p in self.partitions], default=str)
 
     @classmethod
-    def from_json(cls, text: str) -> "ReadPlan":
+    def from_json(cls, text: str) -> ReadPlan:
         return cls([ReadPartition(**d) for d in json.loads(text)])
 
     def spark_schema(self) -> str:
         from ..types import SqlType
 
-        if self.partitions[0].mode == "changes":
-            from ..merge.changes import CHANGE_SCHEMA
-
-            return CHANGE_SCHEMA
+        if self.partitions[0].schema:
+            return self.partitions[0].schema
         cols = self.partitions[0].columns
         return ", ".join(f"`{n}` {SqlType.from_dict(t).to_spark()}" for n, t in cols)
 
@@ -73,6 +82,7 @@ class ReplicaReader(DataSourceReader):
     def partitions(self):
         return ReadPlan.from_json(self.plan_json).partitions
 
+    @reporting_failures
     def read(self, partition: ReadPartition):
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -80,49 +90,18 @@ class ReplicaReader(DataSourceReader):
         from ..types import SqlType, ValueError_, rows_to_record_batch
 
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        if partition.reader:
+            module, _, function = partition.reader.partition(":")
+            yield from getattr(importlib.import_module(module), function)(partition, arrow_schema)
+            return
         columns = [(n, SqlType.from_dict(t)) for n, t in partition.columns]
-        codec = None
-        if partition.mode == "changes":
-            from ..merge.changes import RowCodec
-
-            codec = RowCodec(columns)
         replica = connect(partition.url, partition.label or None)
         try:
             for rows in replica.dialect.stream(replica, partition.sql, partition.params, FETCH_ROWS,
                                                snapshot=partition.snapshot):
                 try:
-                    if partition.mode == "changes":
-                        yield _change_batch(rows, codec, partition.constants, arrow_schema, partition.label)
-                    else:
-                        yield rows_to_record_batch(rows, columns, arrow_schema, partition.label)
+                    yield rows_to_record_batch(rows, columns, arrow_schema, partition.label, partition.key)
                 except ValueError_ as e:
-                    raise ValueError(str(e)) from None
+                    raise TaskFailed(ErrorInfo("value", str(e), partition.label)) from None
         finally:
             replica.close()
-
-
-def _change_batch(rows, codec, constants: dict, arrow_schema, where: str):
-    """Query rows (generation, rowguid, lineage, colv, <article columns>...) -> change rows."""
-    import pyarrow as pa
-
-    from ..merge.changes import RETRY_GENERATION, json_text
-    from ..types import ValueError_
-
-    n = len(rows)
-    out = {k: [constants.get(k)] * n for k in ("source", "source_nick", "tablenick", "target", "op")}
-    out["rowguid"] = [str(r[1]) for r in rows]
-    out["generation"] = [RETRY_GENERATION] * n if constants.get("target") else [int(r[0]) for r in rows]
-    out["lineage"] = [json_text(r[2]) for r in rows]
-    out["colv"] = [json_text(r[3]) for r in rows]
-    if constants["op"] == "upsert":
-        encode, encoded = codec.encode, []
-        for r in rows:
-            try:
-                encoded.append(encode(r[4:]))
-            except ValueError_ as e:
-                raise ValueError_(f"{where}, row {r[1]}: {e}") from None
-        out["row"] = encoded
-    else:
-        out["row"] = [None] * n
-    return pa.RecordBatch.from_arrays(
-        [pa.array(out[name], type=arrow_schema.field(name).type) for name in arrow_schema.names], schema=arrow_schema)

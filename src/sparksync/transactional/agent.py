@@ -13,26 +13,27 @@ errors and tracer tokens at the distributor and runs retention cleanup.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Topology
 from ..dialects import connect, dialect_for_url
-from ..errors import SparksyncError
+from ..errors import NotInitialized, SparksyncError
 from ..metadata import store
 from ..progress import ProgressListener, Reporter, driver_host, silent
+from ..redaction import redact
 from ..spark.datasource import ReadPartition, ReadPlan
 from ..types import Kind, SqlType
 from . import distribution as dst
-from .deliver import RESULT_SCHEMA, DeliveryContext, DeliveryResult, SubscriptionTarget, make_mapper
+from .deliver import RESULT_SCHEMA, DeliveryContext, DeliveryResult, SubscriptionTarget
 from .subscriber import article_targets, position
+from .task import make_mapper
 
-COMMAND_COLUMNS = [["subscription", SqlType(Kind.TEXT).to_dict()], ["xact_seqno", SqlType(Kind.BIGINT).to_dict()], ["command_id", SqlType(Kind.INTEGER).to_dict()],
-                   ["article_id", SqlType(Kind.INTEGER).to_dict()], ["type", SqlType(Kind.TEXT).to_dict()],
-                   ["origin", SqlType(Kind.BIGINT).to_dict()], ["after", SqlType(Kind.TEXT).to_dict()],
-                   ["before", SqlType(Kind.TEXT).to_dict()], ["rowhash", SqlType(Kind.BIGINT).to_dict()]]
+COMMAND_COLUMNS = [[name, SqlType(kind).to_dict()] for name, kind in (
+    ("subscription", Kind.TEXT), ("xact_seqno", Kind.BIGINT), ("command_id", Kind.INTEGER),
+    ("article_id", Kind.INTEGER), ("type", Kind.TEXT), ("origin", Kind.BIGINT), ("after", Kind.TEXT),
+    ("before", Kind.TEXT), ("rowhash", Kind.BIGINT))]
 
 
 @dataclass
@@ -65,7 +66,8 @@ class DistributeSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "ok": self.ok, "seconds": round(self.seconds, 3),
-                "subscriptions": [dict(vars(s)) for s in self.subscriptions], "cleanup": self.cleanup}
+                "subscriptions": [{**vars(s), "error": s.error.to_dict() if s.error else None}
+                                  for s in self.subscriptions], "cleanup": self.cleanup}
 
 
 class DistributionAgent:
@@ -80,7 +82,7 @@ class DistributionAgent:
         options = options or DistributeOptions()
         t0 = time.perf_counter()
         summary = DistributeSummary(store.new_guid())
-        for pub, subs in self.topology.subscriptions_by_publication("transactional", options.subscriptions, "merge"):
+        for pub, subs in self.topology.subscriptions_by_publication("transactional", options.subscriptions):
             self._publication(pub.name, subs, summary)
         summary.seconds = time.perf_counter() - t0
         return summary
@@ -121,16 +123,16 @@ class DistributionAgent:
             run = runs[s.name] = SubscriptionRun(s.name, publication=p.name)
             r = rows.get(s.name)
             if r is None or r.status == 0:
-                run.status, run.message = "error", f"subscription {s.name} is not initialized; run 'sparksync setup'"
+                run.fail(NotInitialized(f"subscription {s.name} is not initialized; run 'sparksync setup'", obj=s.name))
                 continue
             if r.status == 2:
-                run.status, run.message = "error", f"subscription {s.name}: {r.message}"
+                run.fail(SparksyncError(f"subscription {s.name}: {r.message}", obj=s.name))
                 continue
             url = topo.resolve_url(s.database)
             try:
                 start = self._position(url, s.name, p.name)
             except SparksyncError as e:
-                run.status, run.message = "error", e.message
+                run.fail(e)
                 continue
             run.last_seqno = start
             if bound is None or start >= bound:
@@ -146,12 +148,7 @@ class DistributionAgent:
         if targets:
             ctx = DeliveryContext(p.name, p.publication_id, targets)
             for res in self._spark(dist, p, ctx, starts, bound):
-                run = runs[res["subscription"]]
-                for k, v in res.items():
-                    if k in ("errors", "tokens"):
-                        v = json.loads(v or "[]")
-                    if v is not None:
-                        setattr(run, k, v)
+                runs[res["subscription"]].read_row(res)
         return list(runs.values())
 
     def _position(self, url: str, subscription: str, publication: str) -> int:
@@ -198,7 +195,7 @@ class DistributionAgent:
                     "batches": r.batches, "fallbacks": r.fallbacks, "skipped": r.skipped,
                     "streams": self.topology.subscription(r.subscription).subscription_streams,
                     "last_seqno": r.last_seqno, "seconds": r.seconds, "status": r.status,
-                    "message": r.message or None})
+                    "message": redact(r.message or "") or None})
                 dst.record_errors(dist, p.publication_id, r.subscription, r.errors)
                 if r.status == "ok" or r.transactions:      # last_seqno is None when it could not be made durable
                     dst.update_delivered(dist, p.publication_id, r.subscription, r.last_seqno)

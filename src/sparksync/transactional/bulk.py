@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..dialects.base import Replica
+from ..dialects.replica import Replica
 from ..errors import RowNotFound
-from ..merge.articles import dri_order
+from ..ordering import dri_order
 from ..types import SqlType
 from .subscriber import ArticleTarget, Command
 
@@ -75,6 +75,9 @@ class BulkApplier:
                 if (c.article_id, c.type) in replicated]
         if not rows:
             return True
+        markers = d.unstorable_markers()
+        if markers and any(m in (x[3] or "") for x in rows for m in markers):
+            return False       # a value this subscriber may not hold: command by command, so it is named
         d.load_rows(r, s, ("ord", "article_id", "op", "after", "before"), rows)
         articles = list(dict.fromkeys(x[1] for x in rows))
         self.single_wave = set()

@@ -104,11 +104,23 @@ def parse_command(text: str | None, op: str, table: TableName) -> CallSpec | Non
     return CallSpec(op, syntax, proc, generated)
 
 
-def effective_command(text: str | None, op: str, table: TableName, procedures: bool) -> CallSpec:
+def effective_command(text: str | None, op: str, table: TableName, procedures: bool, fold=None) -> CallSpec:
     """The command used at one subscriber. Not configured: CALL/SCALL/CALL of the generated
     procedures where the subscriber has procedures, else SQL (seed 001: the default for
-    subscribers that are not SQL Server). A procedure where there are none is refused."""
+    subscribers that are not SQL Server). A procedure where there are none is refused.
+
+    ``fold``: the subscriber's rule for unquoted identifiers (PostgreSQL: lower case). A procedure name
+    is written as in SQL: ``sp_MSupd_PurchasingVendor`` for table ``purchasing.vendor`` is the
+    generated procedure's name; any other name is a custom procedure, folded the same way."""
     spec = parse_command(text, op, table)
+    if spec is not None and spec.uses_procedure and fold is not None and procedures:
+        name, default = spec.procedure, default_procedure(op, table)
+        same_schema = name.schema is None or fold(name.schema) == fold(table.schema or name.schema)
+        if fold(name.name) == fold(default) and same_schema:
+            spec = CallSpec(op, spec.syntax, TableName(None, default), True)
+        else:
+            spec = CallSpec(op, spec.syntax, TableName(fold(name.schema) if name.schema else None, fold(name.name)),
+                            False)
     if spec is None:
         if not procedures:
             return CallSpec(op, "SQL")
@@ -201,3 +213,37 @@ def arguments(spec: CallSpec, columns: Sequence[str], key: Sequence[str], before
         else:
             out.append(after.get(p.column))
     return out
+
+
+@dataclass(frozen=True)
+class ProcedureShape:
+    """A generated procedure, database-neutral: what a dialect needs to write it (seed 001's layouts)."""
+
+    procedure: TableName               # schema None: the table's schema
+    table: TableName
+    op: str                            # "ins" | "upd" | "del"
+    syntax: str                        # CALL | SCALL | MCALL | XCALL
+    params: tuple[tuple[str, str | None], ...]    # (parameter name, its column; None: the bitmap)
+    defaults: bool                     # parameters default to NULL (SCALL passes only the changed columns)
+    key: tuple[tuple[str, int], ...]   # (key column, number of the parameter holding its original value)
+    columns: tuple[tuple[str, int, int], ...]     # (column, byte, bit) in the changed-columns bitmap
+
+
+def procedure_shape(spec: CallSpec, table: TableName, columns: Sequence[str], key: Sequence[str]) -> ProcedureShape:
+    """The shape of the generated procedure of ``spec`` for a table with ``columns`` and primary ``key``."""
+    assert spec.procedure is not None
+    index = {c: i for i, c in enumerate(columns, 1)}
+    return ProcedureShape(
+        procedure=spec.procedure, table=table, op=spec.op, syntax=spec.syntax,
+        params=tuple((p.name, p.column) for p in parameters(spec, columns, key)),
+        defaults=spec.syntax == "SCALL",
+        key=tuple((k, index[k] if spec.syntax == "XCALL" else j) for j, k in enumerate(key, 1)),
+        columns=tuple((c, *bit_of(i)) for i, c in enumerate(columns, 1)))
+
+
+def procedure_statements(dialect, spec: CallSpec, table: TableName, columns: Sequence[tuple[str, Any]],
+                         key: Sequence[str]) -> list[str]:
+    """The statements creating ``spec``'s generated procedure at a subscriber of ``dialect``
+    (``columns``: (name, SqlType))."""
+    shape = procedure_shape(spec, table, [c for c, _ in columns], key)
+    return dialect.render_procedure(shape, dict(columns))

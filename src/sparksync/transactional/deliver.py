@@ -20,30 +20,31 @@ failure rolls the batch back and stops this subscription (the others go on).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-import traceback
 import zlib
-from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .. import failpoints
 from ..dialects import connect
-from ..dialects.base import Replica
-from ..errors import SparksyncError
+from ..dialects.replica import Replica
+from ..errors import ErrorInfo, SparksyncError
 from ..metadata import store
 from ..progress import send_progress
-from .initialize import seen_by_snapshot
+from ..redaction import redact
+from ..retry import with_retries
+from ..spark.results import result_columns
 from .bulk import BulkApplier
+from .capture import seen_by_snapshot
 from .subscriber import Applier, ArticleTarget, Command, error_number, skippable
 
-RESULT_COLUMNS = ["subscription", "status", "transactions", "commands", "batches", "fallbacks", "skipped",
-                  "first_seqno", "last_seqno", "errors", "tokens", "message", "seconds"]
 RESULT_SCHEMA = ("subscription STRING, status STRING, transactions BIGINT, commands BIGINT, batches BIGINT, "
                  "fallbacks BIGINT, skipped BIGINT, first_seqno BIGINT, last_seqno BIGINT, errors STRING, "
-                 "tokens STRING, message STRING, seconds DOUBLE")
+                 "tokens STRING, message STRING, seconds DOUBLE, error STRING")
+RESULT_COLUMNS = result_columns(RESULT_SCHEMA)
 STREAM_LOCK_TIMEOUT = "2s"      # a stream waiting on another stream's lock gives up: the batch falls back
 
 
@@ -84,12 +85,29 @@ class DeliveryResult:
     tokens: list[dict] = field(default_factory=list)
     message: str = ""
     seconds: float = 0.0
+    error: ErrorInfo | None = None           # what stopped the delivery (status "error")
+
+    def fail(self, e: BaseException, message: str | None = None) -> None:
+        info = ErrorInfo.of(e)
+        self.status, self.message = "error", redact(message if message is not None else info.message)
+        self.error = ErrorInfo(info.code, self.message, info.obj, info.transient)
 
     def row(self) -> dict:
         out = {k: getattr(self, k) for k in RESULT_COLUMNS}
         out["errors"] = json.dumps(self.errors, default=str)
         out["tokens"] = json.dumps(self.tokens, default=str)
+        out["error"] = json.dumps(self.error.to_dict()) if self.error else None
         return out
+
+    def read_row(self, row: dict) -> None:
+        """Take the fields of a result row (``row()``), on the driver."""
+        for k, v in row.items():
+            if k in ("errors", "tokens"):
+                v = json.loads(v or "[]")
+            elif k == "error":
+                v = ErrorInfo.from_dict(json.loads(v)) if v else None
+            if v is not None:
+                setattr(self, k, v)
 
 
 class StreamFailed(Exception):
@@ -117,26 +135,31 @@ class Delivery:
         self.t0 = time.perf_counter()
         self.main = connect(sub.url, sub.label)
         self.extra: list[Replica] = []
-        self._recorded_schemas()
-        self.applier = Applier(self.main, sub.targets, self._schema_change)
-        self.bulk = BulkApplier(self.main, sub.targets)
-        self.stream_appliers: list[tuple[Applier, BulkApplier]] = []
-        self.main.dialect.relax_commit_durability(self.main)   # made durable once, at the end (finish)
-        self.watermarks = self._read_watermarks()
-        self.done_to = min(self.watermarks.values())        # below this, every stream has everything
-        self.batch: list[tuple[int, list[Command]]] = []
-        self.batch_commands = 0
-        self.stopped = False
-        self.schema_changed = False          # a batch altered a table: other connections must re-prepare
-        self.main_in_streams = False         # the main connection was set up as stream 0
-        self._recover_streams()
+        try:
+            failpoints.hit("distribute.setup", sub.name)
+            self._recorded_schemas()
+            self.applier = Applier(self.main, sub.targets, self._schema_change)
+            self.bulk = BulkApplier(self.main, sub.targets)
+            self.stream_appliers: list[tuple[Applier, BulkApplier]] = []
+            self.main.dialect.relax_commit_durability(self.main)   # made durable once, at the end (finish)
+            self.watermarks = self._read_watermarks()
+            self.done_to = min(self.watermarks.values())        # below this, every stream has everything
+            self.batch: list[tuple[int, list[Command]]] = []
+            self.batch_commands = 0
+            self.stopped = False
+            self.schema_changed = False          # a batch altered a table: other connections must re-prepare
+            self.main_in_streams = False         # the main connection was set up as stream 0
+            self._recover_streams()
+        except BaseException:
+            self.close()                         # a failed set-up leaks no connection
+            raise
 
     # -- article schemas -------------------------------------------------------------------------
     def _recorded_schemas(self) -> None:
         """Each article's columns as they are at this subscriber (schema changes arrive in order)."""
         from dataclasses import replace
 
-        from ..dialects.base import from_table_dict
+        from ..dialects.model import from_table_dict
 
         for r in store.select_rows(self.main, "MSsubscription_articles", self._key()):
             t = self.sub.targets.get(r["article_id"])
@@ -251,11 +274,14 @@ class Delivery:
         if not self.result.batches:
             return
         try:
+            failpoints.hit("distribute.make_durable", self.sub.name)
             self.main.dialect.restore_commit_durability(self.main)
             with self.main.transaction():
                 store.update_rows(self.main, "MSreplication_subscriptions", {"time": store.utcnow()}, self._key(0))
-        except Exception:  # noqa: BLE001 - reported through the result
+        except Exception as e:  # noqa: BLE001 - reported through the result, never as a success
             self.result.last_seqno = None
+            self.result.fail(e, f"the batches applied could not be made durable ({ErrorInfo.of(e).message}); they "
+                                "are delivered again by the next run")
 
     def close(self) -> None:
         for r in [self.main, *self.extra]:
@@ -270,17 +296,32 @@ class Delivery:
         commands = [c for _, cs in batch for c in cs]
         seq = self.result.batches
         t0 = time.perf_counter()
-        try:
-            single = (self.sub.streams == 1 or hi <= self.behind_to
-                      or any(c.type not in ("ins", "upd", "del", "token") for c in commands))
+        single = (self.sub.streams == 1 or hi <= self.behind_to
+                  or any(c.type not in ("ins", "upd", "del", "token") for c in commands))
+        saved = dict(self.sub.targets)
+        counted = (len(self.result.errors), self.result.skipped)
+
+        def attempt() -> None:
             if single:
                 self._single(commands, hi)
-            else:
-                try:
-                    self._parallel(commands, hi)
-                except StreamFailed:
-                    self.result.fallbacks += 1
-                    self._single(commands, hi)
+                return
+            try:
+                self._parallel(commands, hi)
+            except StreamFailed:
+                self.result.fallbacks += 1
+                self._single(commands, hi)
+
+        def again(e: SparksyncError, n: int) -> None:
+            # rolled back: a schema change of the batch is undone too, and so are the skipped commands
+            del self.result.errors[counted[0]:]
+            self.result.skipped = counted[1]
+            self.sub.targets.clear()
+            self.sub.targets.update(saved)
+            self.applier = Applier(self.main, self.sub.targets, self._schema_change)
+            self.bulk = BulkApplier(self.main, self.sub.targets)
+
+        try:
+            with_retries(attempt, on_retry=again)
         except SparksyncError as e:
             self._stop(e, commands)
             return
@@ -345,11 +386,11 @@ class Delivery:
         while len(self.extra) < self.sub.streams - 1:
             r = connect(self.sub.url, f"{self.sub.label} stream {len(self.extra) + 1}")
             r.dialect.relax_commit_durability(r)
-            r.execute(f"SET lock_timeout = '{STREAM_LOCK_TIMEOUT}'")
+            r.dialect.set_lock_timeout(r, STREAM_LOCK_TIMEOUT)
             self.extra.append(r)
             self.stream_appliers.append((Applier(r, self.sub.targets), BulkApplier(r, self.sub.targets)))
         if not self.main_in_streams:
-            self.main.execute(f"SET lock_timeout = '{STREAM_LOCK_TIMEOUT}'")
+            self.main.dialect.set_lock_timeout(self.main, STREAM_LOCK_TIMEOUT)
             self.main_in_streams = True
         return [(self.main, (self.applier, self.bulk))] + list(zip(self.extra, self.stream_appliers))
 
@@ -377,10 +418,8 @@ class Delivery:
             list(pool.map(work, range(n)))
         if errors:
             for r, _ in conns:
-                try:
+                with contextlib.suppress(Exception):
                     r.dialect.rollback(r.raw)
-                except Exception:  # noqa: BLE001
-                    pass
             k = min(errors)
             if isinstance(errors[k], failpoints.InjectedFault):
                 raise errors[k]
@@ -392,15 +431,13 @@ class Delivery:
 
     def _stop(self, e: SparksyncError, commands: list[Command]) -> None:
         self.stopped = True
-        self.result.status = "error"
         if isinstance(e, CommandFailed):
             self.result.errors.append(_error(e.command, e.error, skipped=False))
             c = e.command
-            self.result.message = (f"transaction {c.xact_seqno}, command {c.command_id} "
-                                   f"({c.type} of article {c.article_id}) failed with error {error_number(e.error)}: "
-                                   f"{e.error.message}")
+            self.result.fail(e.error, f"transaction {c.xact_seqno}, command {c.command_id} ({c.type} of article "
+                                      f"{c.article_id}) failed with error {error_number(e.error)}: {e.error.message}")
         else:
-            self.result.message = e.message
+            self.result.fail(e)
 
 
 def _fast(applier: Applier, bulk: BulkApplier, commands: list[Command]) -> None:
@@ -414,108 +451,17 @@ class CommandFailed(SparksyncError):
     code = "command_failed"
 
     def __init__(self, command: Command, error: SparksyncError):
-        super().__init__(error.message)
+        super().__init__(error.message, obj=error.obj)
         self.command = command
         self.error = error
+        self.transient = error.transient        # a deadlock or a lock timeout: the batch is tried again
 
 
 def _error(c: Command, e: SparksyncError, skipped: bool) -> dict:
     return {"xact_seqno": c.xact_seqno, "command_id": c.command_id, "article_id": c.article_id,
-            "error_code": error_number(e), "native_code": getattr(e, "native_code", None), "message": e.message,
+            "error_code": error_number(e), "native_code": getattr(e, "native_code", None), "message": redact(e.message),
             "skipped": skipped}
 
 
 # -- the Spark task --------------------------------------------------------------------------------
-
-def deliver_stream(ctx: DeliveryContext, batches: Iterable) -> Iterator[dict]:
-    """The commands of one apply group (Arrow batches sorted by subscription, xact_seqno, command_id):
-    one :class:`Delivery` per subscription, one after another. Yields one result per subscription; a
-    subscription that fails (even by an injected crash) is reported and the next one goes on."""
-    group = _Group(ctx)
-    for b in batches:
-        cols = {n: b.column(n).to_pylist() for n in ("subscription", *Command._fields)}
-        for sub, cmd in zip(cols["subscription"], map(Command, *(cols[n] for n in Command._fields))):
-            if sub != group.name:
-                yield from group.close()
-                group.open(sub)
-            group.command(cmd)
-    yield from group.close()
-
-
-class _Group:
-    def __init__(self, ctx: DeliveryContext):
-        self.ctx = ctx
-        self.name: str | None = None
-        self.delivery: Delivery | None = None
-        self.failed: DeliveryResult | None = None
-        self.txn: list[Command] = []
-
-    def open(self, name: str) -> None:
-        self.name, self.delivery, self.failed, self.txn = name, None, None, []
-        try:
-            self.delivery = Delivery(self.ctx, self.ctx.subscriptions[name])
-        except Exception as e:  # noqa: BLE001 - this subscription fails, the others go on
-            self.failed = DeliveryResult(name, status="error", message=_message(e))
-
-    def command(self, c: Command) -> None:
-        if self.delivery is None:
-            return
-        if self.txn and c.xact_seqno != self.txn[0].xact_seqno:
-            self._add()
-        self.txn.append(c)
-
-    def _add(self) -> None:
-        txn, self.txn = self.txn, []
-        try:
-            self.delivery.add(txn[0].xact_seqno, txn)
-        except Exception as e:  # noqa: BLE001
-            self._fail(e)
-
-    def _fail(self, e: BaseException) -> None:
-        d = self.delivery
-        d.make_durable()
-        d.result.status, d.result.message = "error", _message(e)
-        d.result.seconds = time.perf_counter() - d.t0
-        self.failed, self.delivery = d.result, None
-        d.close()
-
-    def close(self) -> Iterator[dict]:
-        if self.name is None:
-            return
-        if self.delivery is not None:
-            if self.txn:
-                self._add()
-        if self.delivery is not None:
-            d = self.delivery
-            try:
-                result = d.finish()
-            except Exception as e:  # noqa: BLE001
-                self._fail(e)
-            else:
-                d.close()
-                self.failed = result
-        if self.failed is not None:
-            yield self.failed.row()
-        self.name, self.delivery, self.failed = None, None, None
-
-
-def _message(e: BaseException) -> str:
-    if isinstance(e, SparksyncError):
-        return e.message
-    return f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
-
-
-def make_mapper(ctx: DeliveryContext):
-    def mapper(batches):
-        import pyarrow as pa
-
-        types = {"status": pa.string(), "subscription": pa.string(), "errors": pa.string(), "tokens": pa.string(),
-                 "message": pa.string(), "seconds": pa.float64()}
-        schema = pa.schema([(n, types.get(n, pa.int64())) for n in RESULT_COLUMNS])
-        rows = list(deliver_stream(ctx, batches))
-        if rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=schema)
-
-    return mapper
-
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..dialects.base import Replica
+from ..dialects.replica import Replica
 from ..errors import NotInitialized
 from ..metadata import store
 from ..metadata.schema import DISTRIBUTION

@@ -18,81 +18,33 @@ neither missed nor applied twice.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import shutil
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..config import PublicationConfig, SubscriptionConfig, Topology
 from ..dialects import connect, dialect_for_url
-from ..dialects.base import Replica, from_table_dict, redact_url
-from ..errors import SchemaError, SparksyncError
+from ..dialects.model import from_table_dict
+from ..dialects.replica import Replica, redact_url
+from ..errors import SchemaError, SnapshotError
 from ..metadata import store
 from ..metadata.schema import TRANSACTIONAL_SUBSCRIBER
 from ..names import TableName
+from ..ordering import dri_order
 from ..progress import Reporter, silent
-from ..merge.articles import dri_order
+from ..redaction import redact
+from ..snapshot import initialize as snapshot_init
 from ..snapshot.initialize import InitResult, check_distinct_tables, load_parquet, pre_create
-from ..snapshot.manifest import publication_dir
-from ..snapshot.writer import read_partitions, write_parquet
+from ..snapshot.manifest import new_snapshot_id, publication_dir, remove_stale, verify_files
+from ..snapshot.writer import read_partitions, seal, write_parquet
 from ..spark.datasource import ReadPlan
 from . import distribution as dst
+from .calls import procedure_statements
+from .capture import capture_method
 from .filters import parse_filter
-from .capture import logical
 from .subscriber import ArticleTarget, article_targets
-
-XIP_WAIT_SECONDS = 600
-
-
-# -- the sync point ---------------------------------------------------------------------------------
-
-def _xid_precedes(a: int, b: int) -> bool:
-    """PostgreSQL's TransactionIdPrecedes on 32-bit xids (modulo 2^32)."""
-    return ((a - b) & 0xFFFFFFFF) >= 0x80000000
-
-
-def seen_by_snapshot(sync: dict, xact_seqno: int, origin: int | None) -> bool:
-    """True when the subscription's snapshot already contains this change (the agent skips it)."""
-    if not sync:
-        return False
-    if sync["kind"] == "seq":                     # SQLite: a log sequence number
-        return origin is not None and origin <= sync["seq"]
-    if xact_seqno > sync["upto"] or origin is None:   # PostgreSQL: past every transaction the snapshot knew
-        return False
-    x = origin & 0xFFFFFFFF
-    xmin, xmax = sync["xmin"] & 0xFFFFFFFF, sync["xmax"] & 0xFFFFFFFF
-    if _xid_precedes(x, xmin):
-        return True
-    if not _xid_precedes(x, xmax):
-        return False
-    return x not in {v & 0xFFFFFFFF for v in sync["xip"]}
-
-
-def _pg_snapshot(text: str) -> tuple[int, int, list[int]]:
-    xmin, xmax, xip = text.split(":")
-    return int(xmin), int(xmax), [int(x) for x in xip.split(",") if x]
-
-
-def _wait_for(replica: Replica, xip: list[int], report: Reporter) -> None:
-    """Until every transaction running when the snapshot was taken has ended."""
-    deadline = time.monotonic() + XIP_WAIT_SECONDS
-    told = False
-    while True:
-        running = [x for x in xip if replica.scalar("SELECT pg_xact_status(%s::text::xid8)", (str(x),)) ==
-                   "in progress"]
-        if not running:
-            return
-        if not told:
-            report(f"snapshot: waiting for {len(running)} transaction(s) that were running at the snapshot to end")
-            told = True
-        if time.monotonic() > deadline:
-            raise SparksyncError(f"{replica.label}: transactions {running[:5]} have been running for more than "
-                                 f"{XIP_WAIT_SECONDS}s; end them and run setup again")
-        time.sleep(0.2)
-
 
 # -- snapshot -----------------------------------------------------------------------------------------
 
@@ -105,6 +57,8 @@ class TxArticleSnapshot:
     table_schema: dict
     path: str
     rows: int = 0
+    files: list[dict] | None = None          # [{name, bytes, sha256, rows}] (snapshot.manifest.describe_files)
+    key_digest: str | None = None            # KeyDigest of the first key column
 
 
 @dataclass
@@ -122,27 +76,15 @@ def write_snapshot(spark, topology: Topology, pub: PublicationConfig, publicatio
                    report: Reporter = silent) -> TxSnapshot:
     """Write the publication's snapshot as of one moment and record that moment's place in the log."""
     root = publication_dir(topology.snapshot_root, pub.name)
-    snapshot_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+    snapshot_id = new_snapshot_id()
     sdir = root / snapshot_id
     sdir.mkdir(parents=True, exist_ok=False)
     articles = [a for a in publication.articles if a["status"] == 1]
     try:
         with connect(topology.publisher_url, topology.publisher.name) as pubdb:
             d = pubdb.dialect
-            logical_decoding = d.capabilities.supports_logical_decoding
             with d.consistent_reads(pubdb, str(root / ".work")) as (url, sid, frozen):
-                if logical_decoding:
-                    xmin, xmax, xip = _pg_snapshot(frozen.scalar("SELECT pg_current_snapshot()::text"))
-                    _wait_for(pubdb, xip, report)
-                    upto = logical.current_lsn(pubdb)
-                    sync = {"kind": "snapshot", "xmin": xmin, "xmax": xmax, "xip": xip, "upto": upto}
-                    start = 0           # the caller's log position from before the snapshot
-                else:
-                    seq = 0
-                    if frozen.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_sequence'"):
-                        seq = int(frozen.scalar("SELECT seq FROM sqlite_sequence WHERE name = 'MSrepl_log'") or 0)
-                    sync = {"kind": "seq", "seq": seq}
-                    start = seq
+                sync, start = capture_method(pubdb).sync_point(pubdb, frozen, report)
                 snap = TxSnapshot(pub.name, publication.publication_id, snapshot_id, str(sdir), start, sync)
                 for a in articles:
                     info = from_table_dict(a["table_schema"])
@@ -156,12 +98,15 @@ def write_snapshot(spark, topology: Topology, pub: PublicationConfig, publicatio
                     first_key = info.column(info.primary_key[0])
                     parts, total = read_partitions(frozen, url, sid, d.table_sql(name), select,
                                                    d.quote(first_key.name), cols, f"{pub.name}/{a['name']}", where,
-                                                   order_param=d.typed_param(first_key.type))
+                                                   order_param=d.typed_param(first_key.type),
+                                                   key=list(info.primary_key))
                     rel = f"articles/{a['article_id']}_{name.slug}"
                     report(f"snapshot {pub.name}: {a['name']} ({total} rows, {len(parts)} partition(s))")
                     write_parquet(spark, ReadPlan(parts), sdir / rel)
+                    files, digest = seal(sdir / rel, total, first_key.name, f"snapshot {pub.name}/{a['name']}")
                     snap.articles.append(TxArticleSnapshot(a["article_id"], a["name"], a["source_schema"],
-                                                           a["source_table"], a["table_schema"], rel, total))
+                                                           a["source_table"], a["table_schema"], rel, total, files,
+                                                           digest))
         (sdir / "manifest.json").write_text(json.dumps(asdict(snap), default=str, indent=1), encoding="utf-8")
     except BaseException:
         shutil.rmtree(sdir, ignore_errors=True)
@@ -196,10 +141,8 @@ def initialize_subscriber(spec: TxSubscriberInit) -> InitResult:
         with connect(spec.url, spec.label) as sub:
             rows = _initialize(sub, spec)
         return InitResult(spec.subscription, True, "initialized", rows=rows, seconds=time.perf_counter() - t0)
-    except SparksyncError as e:
-        return InitResult(spec.subscription, False, e.message, seconds=time.perf_counter() - t0)
     except Exception as e:  # noqa: BLE001 - reported per subscription, the others go on
-        return InitResult(spec.subscription, False, f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
+        return InitResult.failed(spec.subscription, e, t0)
 
 
 def _initialize(sub: Replica, spec: TxSubscriberInit) -> int:
@@ -226,7 +169,18 @@ def _initialize(sub: Replica, spec: TxSubscriberInit) -> int:
                 for stmt in d.render_create_table(infos[a.name], None):
                     sub.execute(stmt)
         for a in ordered:
-            total += load_parquet(sub, Path(spec.snapshot_dir) / a.path, names[a.name], infos[a.name])
+            what = f"snapshot {Path(spec.snapshot_dir).name} of publication {spec.publication}, article {a.name}"
+            verify_files(Path(spec.snapshot_dir) / a.path, a.files, what)
+            loaded = load_parquet(sub, Path(spec.snapshot_dir) / a.path, names[a.name], infos[a.name],
+                                  infos[a.name].primary_key[0])
+            loaded.check(a.rows, a.key_digest, what)
+            if loaded.refused:
+                r = loaded.refused[0]
+                raise SnapshotError(f"{what}: row {r['key']}: {r['reason']} (column {r['column']}, value {r['value']}"
+                                    f"{f'; and {len(loaded.refused) - 1} more row(s)' if len(loaded.refused) > 1 else ''}"
+                                    "); leave such rows out with a row filter, or change them at the publisher",
+                                    obj=a.name)
+            total += loaded.rows
         install_procedures(sub, spec.targets)
         key = {"publication": spec.publication, "subscription": spec.subscription}
         store.delete_rows(sub, "MSsubscription_articles", key)
@@ -250,16 +204,14 @@ def install_procedures(sub: Replica, targets: dict[int, ArticleTarget]) -> None:
                 continue
             if spec.generated:
                 cols = [(c, _type(x)) for c, x in t.columns]
-                for stmt in d.render_procedure(spec, t.table, cols, t.key):
+                for stmt in procedure_statements(d, spec, t.table, cols, t.key):
                     sub.execute(stmt)
-            else:
-                schema = spec.procedure.schema or d.resolve_name(t.table).schema
-                found = sub.scalar("SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-                                   "WHERE n.nspname = %s AND p.proname = %s AND p.prokind = 'p'",
-                                   (schema, spec.procedure.name))
-                if not found:
-                    raise SchemaError(f"{sub.label}: article {t.name}: custom procedure {schema}.{spec.procedure.name} "
-                                      f"({spec.syntax} for {op}) does not exist; create it first", obj=t.name)
+            elif not (d.procedure_exists(sub, spec.procedure.schema, spec.procedure.name) if spec.procedure.schema
+                      else d.procedure_schema(sub, spec.procedure.name, d.resolve_name(t.table).schema)):
+                where = (f"schema {spec.procedure.schema}" if spec.procedure.schema else
+                         f"the subscriber's search_path or schema {d.resolve_name(t.table).schema}")
+                raise SchemaError(f"{sub.label}: article {t.name}: custom procedure {spec.procedure} ({spec.syntax} for "
+                                  f"{op}) does not exist in {where}; create it first", obj=t.name)
 
 
 def _type(d: dict):
@@ -275,9 +227,25 @@ def initialize_subscriptions(spark, topology: Topology, pub: PublicationConfig, 
     """Register, snapshot and initialize ``subs`` (subscriptions not active yet)."""
     if not subs:
         return []
+    with connect(topology.publisher_url, topology.publisher.name) as holder:
+        lock = f"snapshot:{publication.publication_id}"
+        if not holder.dialect.try_agent_lock(holder, lock):
+            raise SnapshotError(f"publication {pub.name}: another setup is initializing its subscriptions",
+                                obj=pub.name)
+        try:
+            stale = remove_stale(publication_dir(topology.snapshot_root, pub.name), None)
+            if stale:
+                report(f"publication {pub.name}: removed {len(stale)} snapshot folder(s) of an interrupted setup")
+            return _initialize_all(spark, topology, pub, publication, subs, report)
+        finally:
+            holder.dialect.release_agent_lock(holder, lock)
+
+
+def _initialize_all(spark, topology: Topology, pub: PublicationConfig, publication: dst.Publication,
+                    subs: list[SubscriptionConfig], report: Reporter) -> list[InitResult]:
     with connect(topology.distributor_url, "distributor") as dist, \
             connect(topology.publisher_url, topology.publisher.name) as pubdb:
-        here = logical.current_lsn(pubdb) if pubdb.dialect.capabilities.supports_logical_decoding else None
+        here = capture_method(pubdb).log_position(pubdb)
         with dist.transaction():
             for s in subs:
                 store.delete_rows(dist, "MSsubscriptions", {"publication_id": publication.publication_id,
@@ -289,7 +257,7 @@ def initialize_subscriptions(spark, topology: Topology, pub: PublicationConfig, 
                     "last_delivery": None, "created_at": store.utcnow(), "message": None})
     report(f"publication {pub.name}: snapshot for {len(subs)} subscription(s)")
     snap = write_snapshot(spark, topology, pub, publication, report)
-    start = here if snap.sync_point["kind"] == "snapshot" else snap.start
+    start = here if here is not None else snap.start
     specs = []
     for s in subs:
         url = topology.resolve_url(s.database)
@@ -297,9 +265,7 @@ def initialize_subscriptions(spark, topology: Topology, pub: PublicationConfig, 
             s.name, pub.name, topology.publisher.name, url, s.name, s.pre_creation_cmd, snap.directory,
             snap.articles, article_targets(dialect_for_url(url), publication.articles), start))
     report(f"publication {pub.name}: initializing {len(specs)} subscription(s)")
-    results = spark.sparkContext.parallelize(list(enumerate(specs)), len(specs)) \
-        .map(lambda item: (item[0], initialize_subscriber(item[1]))).collect()
-    results = [r for _, r in sorted(results, key=lambda x: x[0])]
+    results = snapshot_init.initialize_subscriptions(spark, specs, initialize_subscriber)
     with connect(topology.distributor_url, "distributor") as dist, dist.transaction():
         for r in results:
             key = {"publication_id": publication.publication_id, "subscription": r.subscription}
@@ -307,6 +273,6 @@ def initialize_subscriptions(spark, topology: Topology, pub: PublicationConfig, 
                 store.update_rows(dist, "MSsubscriptions", {"status": 1, "sync_point": snap.sync_point,
                                                             "delivered_seqno": start, "message": None}, key)
             else:
-                store.update_rows(dist, "MSsubscriptions", {"status": 0, "message": r.message}, key)
+                store.update_rows(dist, "MSsubscriptions", {"status": 0, "message": redact(r.message)}, key)
     shutil.rmtree(snap.directory, ignore_errors=True)
     return results

@@ -20,7 +20,7 @@ from ..dialects import connect
 from ..metadata import store
 from ..progress import Reporter, silent
 from . import distribution as dst
-from .capture import Begin, End, capture_for
+from .capture import Begin, End, capture_method
 from .distribution import StoredCommand, TransactionInfo
 
 READ_BATCH = 100_000       # changes per read (whole transactions: a bigger one is read whole)
@@ -50,7 +50,7 @@ def read_publication(topology: Topology, name: str, read_batch: int = READ_BATCH
             connect(topology.publisher_url, topology.publisher.name) as pub:
         dst.require(dist)
         p = dst.require_publication(dist, name)
-        capture = capture_for(pub, p, [a for a in p.articles if a["status"] == 1], read_batch)
+        capture = capture_method(pub).reader(pub, p, [a for a in p.articles if a["status"] == 1], read_batch)
         after = p.logreader_seqno
         horizon = capture.horizon()      # one run reads what was committed when it started, and stops
         while True:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 
 
 class Unchanged:
@@ -171,7 +172,7 @@ def read_tuple(buf: bytes, pos: int) -> tuple[list[Value], int]:
         for _ in range(n):
             kind = buf[pos]
             pos += 1
-            if kind == _T or kind == _B:
+            if kind in (_T, _B):
                 (ln,) = _I32.unpack_from(buf, pos)
                 pos += 4
                 append(buf[pos:pos + ln])

@@ -12,12 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..config import ArticleConfig, PublicationConfig, Topology
-from ..dialects.base import Replica, TableInfo, describe_drift, from_table_dict, table_not_found, to_table_dict
-from ..errors import ConfigurationError, InvalidNameError, SchemaDrift, SchemaError, SparksyncError
+from ..dialects.base import table_not_found
+from ..dialects.model import TableInfo, describe_drift, from_table_dict, to_table_dict
+from ..dialects.replica import Replica
+from ..errors import InvalidNameError, SchemaDrift, SchemaError, SparksyncError
 from ..metadata import store
 from ..names import TableName, check_identifier
 from . import distribution as dst
-from .capture import logical, triggers
+from .capture import capture_method
 from .filters import FilterError, RowFilter, parse_filter
 
 
@@ -66,8 +68,7 @@ def plan_transactional(replica: Replica, dist: Replica | None, pub: PublicationC
     existing = {a["name"]: a for a in (plan.existing.articles if plan.existing else [])}
     next_id = max([a["article_id"] for a in existing.values()] + [0]) + 1
     problems: list[str] = []
-    if d.capabilities.supports_logical_decoding:
-        problems += logical.server_problems(replica, any(a.filter for a in pub.articles))
+    problems += capture_method(replica).problems(replica, any(a.filter for a in pub.articles))
     keys = {str(d.resolve_name(a.table_name)) for a in pub.articles}
     for a in pub.articles:
         try:
@@ -81,6 +82,11 @@ def plan_transactional(replica: Replica, dist: Replica | None, pub: PublicationC
             if not info.primary_key:
                 raise SchemaError(f"{where}: table has no primary key; a transactional article needs one", obj=str(name))
             published = published_table(info, a.columns, where)
+            generated = [c.name for c in published.columns if c.generated]
+            if generated:
+                raise SchemaError(f"{where}: column {', '.join(generated)} is generated (GENERATED ALWAYS AS): the "
+                                  "server's log does not carry generated values, so it would arrive as NULL; leave it "
+                                  "out with columns = [...] (and compute it at the subscriber)", obj=str(name))
             published = replace(published, foreign_keys=tuple(
                 fk for fk in published.foreign_keys if str(d.resolve_name(fk.ref_table)) in keys))
             row_filter = parse_filter(a.filter, [c.name for c in published.columns], where) if a.filter else None
@@ -119,35 +125,11 @@ def _check_filter(replica: Replica, name: TableName, info: TableInfo, f: RowFilt
             from None
 
 
-def row_filter_sql(replica: Replica, article: TxArticle) -> str | None:
-    if article.filter is None:
-        return None
-    return article.filter.sql_for(replica.dialect.capabilities.name, article.published.columns)
-
-
 def apply_transactional(replica: Replica, dist: Replica, topology: Topology, plan: TxPublicationPlan) -> dst.Publication:
     """Set up capture at the publisher and record the publication at the distributor. Idempotent."""
     d = replica.dialect
     pub = plan.config
-    slot = pgpub = None
-    if d.capabilities.supports_logical_decoding:
-        dbname = replica.scalar("SELECT current_database()")
-        slot, pgpub = logical.slot_name(dbname, pub.name), logical.pg_publication_name(pub.name)
-        if not logical.slot_exists(replica, slot) and logical.free_slots(replica) < 1:
-            raise ConfigurationError(f"{replica.label}: no free replication slot for publication {pub.name} "
-                                     "(raise max_replication_slots and restart PostgreSQL)", obj=pub.name)
-        with replica.transaction():
-            logical.publish(replica, pub.name, [(a.name, row_filter_sql(replica, a)) for a in plan.articles])
-        logical.create_slot(replica, slot)
-    else:
-        with replica.transaction():
-            keep = set()
-            for a in plan.articles:
-                triggers.install(replica, pub.name, a.article_id, a.published, a.filter)
-                keep.add(a.article_id)
-            for article_id, names in triggers.installed_tags(replica, pub.name).items():
-                if article_id not in keep:
-                    triggers.uninstall(replica, names)
+    slot, pgpub = capture_method(replica).install(replica, pub.name, plan.articles)
     with dist.transaction():
         store.install_table_set(dist, dst.DISTRIBUTION)
         existing = dst.publication(dist, pub.name)

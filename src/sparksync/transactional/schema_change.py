@@ -12,18 +12,43 @@ to change, as in SQL Server). An added column is nullable.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 from ..config import Topology
 from ..dialects import connect
-from ..dialects.base import Column, from_table_dict, to_table_dict
+from ..dialects.model import Column, from_table_dict, to_table_dict
 from ..errors import ConfigurationError, SchemaError
 from ..metadata import store
 from ..names import TableName, check_identifier
 from . import distribution as dst
-from .capture import logical, triggers
+from .capture import capture_method
 from .filters import parse_filter
+
+
+def parse_column_definition(text: str, where: str) -> tuple[str, str]:
+    """``--add-column`` text -> (name, type). One column with a type and nothing else: a second
+    statement, NOT NULL, DEFAULT, PRIMARY KEY, CHECK, REFERENCES or COLLATE are refused (a replicated
+    schema change adds a plain nullable column), never silently dropped."""
+    import sqlglot
+    from sqlglot import exp
+
+    usage = f"{where}: --add-column takes 'name type', e.g. 'Email varchar(100)'"
+    if text.split():
+        check_identifier(text.split()[0], "column name")     # a quote or a control character: said as such
+    try:
+        statements = sqlglot.parse(f"CREATE TABLE t ({text})", read="postgres")
+    except sqlglot.errors.SqlglotError:
+        raise ConfigurationError(f"{usage}; {text!r} is not one column definition") from None
+    columns = statements[0].this.expressions if len(statements) == 1 and statements[0] else []
+    if len(columns) != 1 or not isinstance(columns[0], exp.ColumnDef) or columns[0].args.get("kind") is None:
+        raise ConfigurationError(f"{usage}; {text!r} is not one column definition")
+    column = columns[0]
+    constraints = column.args.get("constraints") or []
+    if constraints:
+        what = ", ".join(c.sql("postgres") for c in constraints)
+        raise ConfigurationError(f"{where}: --add-column {text!r}: {what} is not replicated; a schema change adds a "
+                                 "nullable column with a type and nothing else")
+    return column.name, column.args["kind"].sql("postgres")
 
 
 def change(topology: Topology, publication: str, article: str, add: str | None = None,
@@ -50,16 +75,17 @@ def change(topology: Topology, publication: str, article: str, add: str | None =
         where = f"publication {publication}, article {row['name']}"
         cfg = next(a for a in pcfg.articles if str(d.resolve_name(a.table_name)) == row["name"])
         if add is not None:
-            parts = add.split(None, 1)
-            if len(parts) != 2:
-                raise ConfigurationError(f"{where}: --add-column takes 'name type', e.g. 'Email varchar(100)'")
-            col = check_identifier(parts[0], "column name")
+            col, type_text = parse_column_definition(add, where)
+            col = check_identifier(col, "column name")
             if info.column(col) is not None or (pub.reflect(name) or info).column(col) is not None:
                 raise SchemaError(f"{where}: column {col} already exists", obj=col)
             if cfg.columns is not None and col not in cfg.columns:
                 raise SchemaError(f"{where}: the article publishes the columns {cfg.columns}; add {col} to its "
                                   "columns in the configuration first", obj=col)
-            sqltype = d.parse_type(parts[1])
+            try:
+                sqltype = d.parse_type(type_text)
+            except SchemaError as e:
+                raise ConfigurationError(f"{where}: --add-column {add!r}: {e.message}") from None
             new = replace(info, columns=info.columns + (Column(col, sqltype, True),))
             ddl = f"ALTER TABLE {d.table_sql(name)} ADD COLUMN {d.quote(col)} {d.render_type(sqltype)}"
             content = {"action": "add_column", "column": {"name": col, "type": sqltype.to_dict()}}
@@ -77,17 +103,11 @@ def change(topology: Topology, publication: str, article: str, add: str | None =
             ddl = f"ALTER TABLE {d.table_sql(name)} DROP COLUMN {d.quote(c.name)}"
             content = {"action": "drop_column", "column": {"name": c.name, "type": c.type.to_dict()}}
         content.update({"publication": publication, "article_id": row["article_id"], "table_schema": to_table_dict(new)})
+        row_filter = parse_filter(row["filter"], new.column_names, where) if row["filter"] else None
+        capture = capture_method(pub)
         with pub.transaction():
-            if d.capabilities.supports_logical_decoding:
-                pub.execute(ddl)
-                pub.execute("SELECT pg_logical_emit_message(true, %s, %s)", (logical.DDL_PREFIX, json.dumps(content)))
-            else:
-                names = triggers.installed_tags(pub, publication).get(row["article_id"], [])
-                triggers.uninstall(pub, names)                 # triggers name the columns
-                pub.execute(ddl)
-                rf = parse_filter(row["filter"], new.column_names, where) if row["filter"] else None
-                triggers.install(pub, publication, row["article_id"], new, rf)
-                triggers.post(pub, publication, "ddl", content, row["article_id"])
+            capture.alter_table(pub, publication, row["article_id"], ddl, new, row_filter)
+            capture.post_marker(pub, publication, "ddl", content, row["article_id"])
         with dist.transaction():
             store.update_rows(dist, "MSarticles", {"table_schema": to_table_dict(new)},
                               {"publication_id": p.publication_id, "article_id": row["article_id"]})

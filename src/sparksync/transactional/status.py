@@ -7,11 +7,12 @@ from typing import Any
 
 from ..config import Topology
 from ..dialects import connect
-from ..dialects.base import redact_url
+from ..dialects.replica import redact_url
 from ..errors import SparksyncError
 from ..metadata import store
-from ..metadata.schema import DISTRIBUTION, PUBLISHER_LOG
+from ..metadata.schema import DISTRIBUTION
 from . import distribution as dst
+from .capture import capture_method
 from .subscriber import position
 
 STATUS = {0: "initializing", 1: "active", 2: "inactive"}
@@ -75,11 +76,4 @@ def gather(topology: Topology) -> dict[str, Any]:
 
 def _publisher_side(pubdb, p: dst.Publication) -> dict[str, Any]:
     """What the publisher holds for the log reader: the slot's retained log, or the log table's rows."""
-    if pubdb.dialect.capabilities.supports_logical_decoding:
-        row = pubdb.query_one("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
-                              "FROM pg_replication_slots WHERE slot_name = %s", (p.slot,))
-        return {"slot_lag_bytes": int(row[0]) if row else None, "slot_present": row is not None}
-    if store.table_set_version(pubdb, PUBLISHER_LOG) is None:
-        return {"log_rows": 0}
-    return {"log_rows": int(pubdb.scalar(f"SELECT count(*) FROM {pubdb.meta('MSrepl_log')} WHERE publication = ?",
-                                         (p.name,)) or 0)}
+    return capture_method(pubdb).backlog(pubdb, p)

@@ -15,17 +15,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..dialects.base import Replica
-from ..errors import ConstraintViolation, DatabaseError, RowNotFound, SparksyncError
-from ..merge.changes import RowCodec
+from ..dialects.replica import Replica
+from ..errors import ConstraintViolation, DatabaseError, RowNotFound, SparksyncError, ValueRejected
 from ..metadata import store
 from ..metadata.schema import TRANSACTIONAL_SUBSCRIBER
 from ..names import TableName
+from ..rows import RowCodec
 from ..types import SqlType
-from .calls import CallSpec, arguments, parameters
+from .calls import OP_WORDS, CallSpec, arguments, parameters, procedure_statements
 
 # SQL Server's numbers for the errors a distribution agent meets (skip_errors speaks them).
 ROW_NOT_FOUND = "20598"
+UNSTORABLE = "22000"        # a value this subscriber cannot hold (NaN at SQLite): SQLSTATE's data exception
+# SQL Server's numbers for values a subscriber rejects, by SQLSTATE: too long, out of range,
+# not a date/time, not of the type
+_VALUE_NUMBERS = {"22001": "8152", "22003": "8115", "22007": "241", "22008": "242", "22P02": "245"}
 _CONSTRAINT_NUMBERS = {"primary_key": "2627", "unique": "2601", "foreign_key": "547", "check": "547",
                        "not_null": "515"}
 
@@ -37,6 +41,8 @@ def error_number(e: SparksyncError) -> str:
         return ROW_NOT_FOUND
     if isinstance(e, ConstraintViolation):
         return _CONSTRAINT_NUMBERS.get(e.kind, e.native_code or "constraint")
+    if isinstance(e, ValueRejected) and e.native_code in _VALUE_NUMBERS:
+        return _VALUE_NUMBERS[e.native_code]
     if isinstance(e, DatabaseError) and e.native_code:
         return e.native_code
     return e.code
@@ -84,6 +90,7 @@ class _Prepared:
     def __init__(self, replica: Replica, t: ArticleTarget):
         d = replica.dialect
         self.t = t
+        self.dialect, self.label, self.markers = d, replica.label, d.unstorable_markers()
         self.names = [c for c, _ in t.columns]
         self.types = {c: SqlType.from_dict(x) for c, x in t.columns}
         self.codec = RowCodec([(c, self.types[c]) for c in self.names])
@@ -98,8 +105,13 @@ class _Prepared:
                 self.sql[op] = None
             elif spec.uses_procedure:
                 params = parameters(spec, self.names, t.key)
-                proc = spec.procedure if spec.procedure.schema is not None or not d.capabilities.supports_schemas \
-                    else TableName(d.resolve_name(t.table).schema, spec.procedure.name)
+                # a generated procedure lives in its table's schema; a custom one named without a schema
+                # is found through the subscriber's search_path, as a CALL typed in psql would find it
+                proc = spec.procedure
+                if proc.schema is None and d.capabilities.supports_schemas:
+                    table_schema = d.resolve_name(t.table).schema
+                    proc = TableName(table_schema if spec.generated else
+                                     d.procedure_schema(replica, proc.name, table_schema) or table_schema, proc.name)
                 marks = [d.typed_param(self.types[p.column]) if p.column is not None else
                          d.typed_param(SqlType.from_dict({"kind": "bytes"})) for p in params]
                 self.sql[op] = f"CALL {d.table_sql(proc)}({', '.join(marks)})"
@@ -120,10 +132,17 @@ class _Prepared:
         return f"DELETE FROM {table} WHERE {where}", [f"\0{k}" for k in self.t.key]
 
     def args(self, op: str, c: Command) -> list[Any]:
-        after = self.codec.decode(c.after) if c.after is not None else None
+        after = self.codec.decode(c.after, verbatim=True) if c.after is not None else None
         before = None
         if c.before is not None:   # an update's before image may be compact: unchanged columns are as after
-            before = {**(after or {}), **self.codec.decode(c.before, partial=True)}
+            before = {**(after or {}), **self.codec.decode(c.before, partial=True, verbatim=True)}
+        if after is not None and self.markers and any(m in c.after for m in self.markers):
+            for name in self.names:
+                why = self.dialect.unstorable(self.types[name], after.get(name))
+                if why:
+                    raise ValueRejected(f"{self.label}: {OP_WORDS[op]} of {self.t.name} (key "
+                                        f"{json.dumps({k: (before or after).get(k) for k in self.t.key}, default=str)}):"
+                                        f" column {name}: {why}", native_code=UNSTORABLE, column=name)
         spec = self.t.spec(op)
         if spec.uses_procedure:
             values = arguments(spec, self.names, self.t.key, before, after)
@@ -184,10 +203,9 @@ class Applier:
         p = self.prepared[key[0]]
         op = key[1]
         n = self.replica.executemany(p.sql[op], rows)
-        if p.checks_rows(op):
-            if n is not None and 0 <= n < len(rows):
-                raise RowNotFound(f"{self.replica.label}: {len(rows) - n} of {len(rows)} {op}s of {p.t.name} found "
-                                  "no row")
+        if p.checks_rows(op) and n is not None and 0 <= n < len(rows):
+            raise RowNotFound(f"{self.replica.label}: {len(rows) - n} of {len(rows)} {op}s of {p.t.name} found "
+                              "no row")
 
     def apply_one(self, c: Command) -> None:
         """One command; raises a SparksyncError (RowNotFound for 20598)."""
@@ -230,7 +248,7 @@ def position(sub: Replica, publication: str, subscription: str) -> int | None:
 def article_targets(dialect, articles: Sequence[dict]) -> dict[int, ArticleTarget]:
     """The subscriber-side view of a publication's active articles (MSarticles rows): destination
     table, published columns, and each operation's command for this kind of subscriber."""
-    from ..dialects.base import from_table_dict
+    from ..dialects.model import from_table_dict
     from .calls import effective_command
 
     out = {}
@@ -240,7 +258,8 @@ def article_targets(dialect, articles: Sequence[dict]) -> dict[int, ArticleTarge
     for a in active:
         info = from_table_dict(a["table_schema"])
         source = TableName(a["source_schema"], a["source_table"])
-        specs = {op: effective_command(a[f"{op}_cmd"], op, source, procedures) for op in ("ins", "upd", "del")}
+        specs = {op: effective_command(a[f"{op}_cmd"], op, source, procedures, dialect.fold_identifier)
+                 for op in ("ins", "upd", "del")}
         parents = tuple(ids[str(fk.ref_table)] for fk in info.foreign_keys
                         if str(fk.ref_table) in ids and ids[str(fk.ref_table)] != a["article_id"])
         out[a["article_id"]] = ArticleTarget(
@@ -271,7 +290,8 @@ def schema_change(replica: Replica, target: ArticleTarget, content: dict) -> tup
     for op in ("ins", "upd", "del"):
         spec = new.spec(op)
         if spec.uses_procedure and spec.generated:
-            stmts += d.render_procedure(spec, new.table, [(c, SqlType.from_dict(x)) for c, x in columns], new.key)
+            stmts += procedure_statements(d, spec, new.table, [(c, SqlType.from_dict(x)) for c, x in columns],
+                                          new.key)
     for stmt in stmts:
         replica.execute(stmt)
     return new, stmts

@@ -9,7 +9,6 @@ the capture log. Tokens are kept for the distributor's ``history_retention``.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass, field
 
 from ..config import Topology
@@ -17,7 +16,7 @@ from ..dialects import connect
 from ..errors import ConfigurationError
 from ..metadata import store
 from . import distribution as dst
-from .capture import logical, triggers
+from .capture import capture_method
 
 
 @dataclass
@@ -72,11 +71,8 @@ def post(topology: Topology, publication: str) -> str:
         dst.require(dist)
         dst.require_publication(dist, publication)
     with connect(topology.publisher_url, topology.publisher.name) as pub:
-        if pub.dialect.capabilities.supports_logical_decoding:
-            pub.execute("SELECT pg_logical_emit_message(true, %s, %s)", (logical.TRACER_PREFIX, json.dumps(content)))
-        else:
-            with pub.transaction():
-                triggers.post(pub, publication, "token", content)
+        with pub.transaction():
+            capture_method(pub).post_marker(pub, publication, "token", content)
     return tracer_id
 
 

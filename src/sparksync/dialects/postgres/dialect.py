@@ -7,11 +7,21 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ...errors import (ConnectionFailed, ConstraintViolation, DatabaseError, RowNotFound, SchemaError,
-                       SparksyncError)
+from ...errors import (
+    ConnectionFailed,
+    ConstraintViolation,
+    DatabaseError,
+    RowNotFound,
+    SchemaError,
+    SparksyncError,
+    ValueRejected,
+)
 from ...names import TableName, quote_literal
+from ...redaction import url_password
 from ...types import Kind, SqlType, decimal_type
-from ..base import Capabilities, Column, Dialect, ForeignKey, Replica, TableInfo, redact_url
+from ..base import Capabilities, Dialect
+from ..model import Column, ForeignKey, TableInfo
+from ..replica import Replica, redact_url
 from ..templates import render_statements
 
 METADATA_SCHEMA = "sparksync"
@@ -21,24 +31,68 @@ _TRANSIENT_STATES = {"40001", "40P01", "55P03", "57014", "53300", "08000", "0800
 _CONSTRAINTS = {"23505": "unique", "23503": "foreign_key", "23502": "not_null", "23514": "check"}
 
 
+_LENIENT: dict = {}
+
+
+def _lenient_temporal(cur) -> None:
+    """Dates, times and timestamps Python cannot hold ('infinity', BC, after year 9999, 24:00) are read
+    as PostgreSQL's text instead of failing the whole read: the row they are in is then named (a
+    failed change, or a snapshot error) rather than the read."""
+    from psycopg.pq import Format
+
+    for name in ("date", "time", "timestamp", "timestamptz"):
+        oid = cur.adapters.types[name].oid
+        base = cur.adapters.get_loader(oid, Format.TEXT)
+        lenient = _LENIENT.get(base)
+        if lenient is None:
+            lenient = _LENIENT[base] = _lenient_loader(base)
+        cur.adapters.register_loader(oid, lenient)
+
+
+def _lenient_loader(base):
+    import psycopg
+    from psycopg.adapt import Loader
+
+    class Lenient(Loader):
+        def __init__(self, oid, context=None):
+            super().__init__(oid, context)
+            self._inner = base(oid, context)
+
+        def load(self, data):
+            if bytes(data[-3:]) == b" BC":          # psycopg would read it as the same date AD
+                return bytes(data).decode("utf-8")
+            try:
+                return self._inner.load(data)
+            except (psycopg.DataError, ValueError, OverflowError):
+                return bytes(data).decode("utf-8")
+
+    return Lenient
+
+
 class PostgresDialect(Dialect):
     capabilities = Capabilities(
         name="postgresql",
+        product="PostgreSQL",
         supports_schemas=True,
-        supports_statement_triggers=True,
         supports_procedures=True,
         supports_logical_decoding=True,
         concurrent_writers=True,
-        transactional_ddl=True,
-        default_schema="public",
         paramstyle="%s",
         joins_in_bulk=True,
+        text_holds_nul=False,
     )
 
     # -- connections ------------------------------------------------------------------------
     def connect(self, url: str, label: str | None = None) -> Replica:
         import psycopg
 
+        password = url_password(url)
+        if password is not None and "@" in password:
+            # libpq ends the password at the first "@": the rest would be taken for the host name,
+            # and printed in its error message
+            raise ConnectionFailed(f"cannot connect to PostgreSQL at {redact_url(url)}: the password holds a raw '@'; "
+                                   "write it as %40 in the URL, or keep it out of the URL (${VAR}, PGPASSWORD or "
+                                   "~/.pgpass)", obj=redact_url(url))
         try:
             raw = psycopg.connect(url, autocommit=True, connect_timeout=10)
         except psycopg.Error as exc:
@@ -78,6 +132,10 @@ class PostgresDialect(Dialect):
             return ConstraintViolation(f"{context}: {msg}", kind=kind, native_code=state)
         if state == self.ROW_NOT_FOUND_STATE:
             return RowNotFound(f"{context}: {msg}")
+        if state is not None and state.startswith("22"):     # data exception: this value, not the batch
+            diag = getattr(exc, "diag", None)
+            return ValueRejected(f"{context}: {msg}", native_code=state,
+                                 column=getattr(diag, "column_name", None) if diag is not None else None)
         if state in ("42P01", "42703", "3F000"):
             return SchemaError(f"{context}: {msg}")
         if isinstance(exc, psycopg.OperationalError) and state is None:
@@ -90,6 +148,14 @@ class PostgresDialect(Dialect):
 
     def metadata_table_sql(self, name: str) -> str:
         return f"{self.quote(METADATA_SCHEMA)}.{self.quote(name.lower())}"
+
+    def metadata_table_exists(self, replica: Replica, name: str) -> bool:
+        return bool(replica.scalar("SELECT to_regclass(%s) IS NOT NULL", (self.metadata_table_sql(name),)))
+
+    def json_param(self, value: Any) -> Any:
+        from psycopg.types.json import Jsonb
+
+        return Jsonb(value)
 
     # -- catalog ----------------------------------------------------------------------------
     def _oid(self, replica: Replica, name: TableName) -> int | None:
@@ -109,14 +175,16 @@ class PostgresDialect(Dialect):
         oid = self._oid(replica, name)
         if oid is None:
             return None
-        cols = [
-            Column(n, self.parse_type(t), not notnull, dflt)
-            for n, t, notnull, dflt in replica.query(
+        cols = []
+        for n, t, notnull, dflt, generated in replica.query(
                 "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, "
-                "pg_catalog.pg_get_expr(d.adbin, d.adrelid) FROM pg_catalog.pg_attribute a "
+                "pg_catalog.pg_get_expr(d.adbin, d.adrelid), a.attgenerated <> '' FROM pg_catalog.pg_attribute a "
                 "LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
-                "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", (oid,))
-        ]
+                "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", (oid,)):
+            try:
+                cols.append(Column(n, self.parse_type(t), not notnull, dflt, bool(generated)))
+            except SchemaError as e:
+                raise SchemaError(f"table {name}, column {n}: {e.message}", obj=f"{name}.{n}") from None
         cons = replica.query(
             "SELECT con.contype, con.conname, "
             "  ARRAY(SELECT a.attname FROM unnest(con.conkey) WITH ORDINALITY k(n, i) "
@@ -175,13 +243,19 @@ class PostgresDialect(Dialect):
         }
         if base in simple:
             return SqlType(simple[base])
-        if base in ("character varying", "character", "varchar", "char", "bpchar"):
+        if base in ("character varying", "varchar"):
             return SqlType(Kind.TEXT, length=a)
+        if base in ("character", "char", "bpchar"):
+            if a is None and base == "bpchar":
+                return SqlType(Kind.TEXT)       # blank-padded without a length: as text
+            return SqlType(Kind.TEXT, length=a or 1, fixed=True)
         if base in ("numeric", "decimal"):
             return decimal_type(a, b)
         if base == "money":
-            return decimal_type(19, 2)
-        raise SchemaError(f"unsupported PostgreSQL column type {type_text!r}")
+            raise SchemaError("type money is not supported: its text form depends on lc_monetary ('$12.34'); "
+                              "store amounts as numeric")
+        raise SchemaError(f"unsupported PostgreSQL column type {type_text!r} (arrays, enums, composite, range and "
+                          "interval types are not replicated)")
 
     type_names = {
         Kind.BOOLEAN: "boolean", Kind.SMALLINT: "smallint", Kind.INTEGER: "integer", Kind.BIGINT: "bigint",
@@ -191,13 +265,15 @@ class PostgresDialect(Dialect):
     }
     varchar_format = "varchar({length})"
     decimal_format = "numeric({precision},{scale})"
+    char_format = "character({length})"
+    numeric_name = "numeric"
 
     # -- values -----------------------------------------------------------------------------
     def _converter(self, t: SqlType):
         if t.kind is Kind.JSON:
-            from psycopg.types.json import Jsonb
-
             import json as _json
+
+            from psycopg.types.json import Jsonb
             return lambda v: Jsonb(_json.loads(v)) if isinstance(v, str) else Jsonb(v)
         return None
 
@@ -227,7 +303,8 @@ class PostgresDialect(Dialect):
 
     _SNAPSHOT_ID = re.compile(r"^[0-9A-Fa-f-]+$")
 
-    def stream(self, replica, sql, params, batch_rows, snapshot=None):
+    def stream(self, replica, sql, params, batch_rows, snapshot=None, lenient_text=False):
+        # lenient_text: the server checks encodings on the way in; a UTF8 database holds none invalid.
         import psycopg
 
         raw = replica.raw
@@ -238,6 +315,7 @@ class PostgresDialect(Dialect):
                     raise ValueError(f"invalid snapshot id {snapshot!r}")
                 raw.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
             with raw.cursor(name="sparksync_read") as cur:
+                _lenient_temporal(cur)
                 cur.execute(sql, tuple(params) if params else None)
                 while True:
                     rows = cur.fetchmany(batch_rows)
@@ -269,24 +347,17 @@ class PostgresDialect(Dialect):
     # -- transactional replication at a subscriber ------------------------------------------
     ROW_NOT_FOUND_STATE = "SS598"     # raised by the generated update/delete procedures: SQL Server's 20598
 
-    def render_procedure(self, spec, table: TableName, columns: Sequence[tuple[str, SqlType]],
-                         key: Sequence[str]) -> list[str]:
-        """CREATE OR REPLACE PROCEDURE for one operation of an article (``spec``: calls.CallSpec)."""
-        from ...transactional.calls import bit_of, parameters
-
-        names = [c for c, _ in columns]
-        types = {c: self.render_type(t) for c, t in columns}
-        params = [{"name": p.name, "type": "bytea" if p.column is None else types[p.column]}
-                  for p in parameters(spec, names, key)]
-        proc = spec.procedure if spec.procedure.schema is not None else TableName(self.resolve_name(table).schema,
-                                                                                 spec.procedure.name)
-        index = {c: i for i, c in enumerate(names, 1)}
-        key_params = [{"column": k, "index": (index[k] if spec.syntax == "XCALL" else j)}
-                      for j, k in enumerate(key, 1)]
+    def render_procedure(self, shape, types: dict[str, SqlType]) -> list[str]:
+        """CREATE PROCEDURE for a generated procedure (``shape``: transactional.calls.ProcedureShape)."""
+        rendered = {c: self.render_type(t) for c, t in types.items()}
+        proc = (shape.procedure if shape.procedure.schema is not None
+                else TableName(self.resolve_name(shape.table).schema, shape.procedure.name))
         ctx = {
-            "procedure": self.table_sql(proc), "table": self.table_sql(table), "op": spec.op, "syntax": spec.syntax,
-            "params": params, "defaults": spec.syntax == "SCALL", "key": key_params,
-            "columns": [{"name": c, "byte": bit_of(i)[0], "bit": bit_of(i)[1]} for i, c in enumerate(names, 1)],
+            "procedure": self.table_sql(proc), "table": self.table_sql(shape.table), "op": shape.op,
+            "syntax": shape.syntax, "defaults": shape.defaults,
+            "params": [{"name": n, "type": "bytea" if c is None else rendered[c]} for n, c in shape.params],
+            "key": [{"column": c, "index": i} for c, i in shape.key],
+            "columns": [{"name": c, "byte": byte, "bit": bit} for c, byte, bit in shape.columns],
             "not_found": self.ROW_NOT_FOUND_STATE,
         }
         # a different parameter list would be an overload, not a replacement: drop the old one first
@@ -295,6 +366,28 @@ class PostgresDialect(Dialect):
 
     def typed_param(self, t: SqlType) -> str:
         return f"%s::{self.render_type(t)}"
+
+    def procedure_exists(self, replica: Replica, schema: str | None, name: str) -> bool:
+        if schema is None:      # as CALL resolves an unqualified name: through search_path
+            return bool(replica.scalar(
+                "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE n.nspname = ANY(current_schemas(false)) AND p.proname = %s AND p.prokind = 'p'", (name,)))
+        return bool(replica.scalar("SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                                   "WHERE n.nspname = %s AND p.proname = %s AND p.prokind = 'p'", (schema, name)))
+
+    def procedure_schema(self, replica: Replica, name: str, fallback: str | None) -> str | None:
+        """Where an unqualified custom procedure is: the first schema of the search_path that has it,
+        else ``fallback`` (the article's schema) if it is there, else None."""
+        return replica.scalar(
+            "SELECT n.nspname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE p.proname = %s AND p.prokind = 'p' AND (n.nspname = ANY(current_schemas(false)) OR n.nspname = %s) "
+            "ORDER BY coalesce(array_position(current_schemas(false), n.nspname), 1000000) LIMIT 1", (name, fallback))
+
+    def fold_identifier(self, name: str) -> str:
+        return name.lower()
+
+    def set_lock_timeout(self, replica: Replica, timeout: str) -> None:
+        replica.execute(f"SET lock_timeout = {quote_literal(timeout)}")
 
     def relax_commit_durability(self, replica: Replica) -> None:
         # As PostgreSQL's own logical replication apply does: a crash loses the last commits together
@@ -310,7 +403,8 @@ class PostgresDialect(Dialect):
     # -- set-based apply (merge/staging.py) -------------------------------------------------
     def staging_table_ddl(self, table: str) -> str:
         return (f"CREATE TEMP TABLE IF NOT EXISTS {table} (tablenick integer NOT NULL, rowguid uuid NOT NULL, "
-                "op text NOT NULL, lineage jsonb NOT NULL, colv jsonb, payload jsonb, present boolean, moved boolean, clin jsonb, "
+                "op text NOT NULL, lineage jsonb NOT NULL, colv jsonb, payload jsonb, present boolean, moved boolean, "
+                "clin jsonb, "
                 "ccolv jsonb, tlin jsonb, verdict text, PRIMARY KEY (tablenick, rowguid)) ON COMMIT DELETE ROWS")
 
     def load_staging(self, replica: Replica, table: str, rows) -> None:
@@ -332,6 +426,12 @@ class PostgresDialect(Dialect):
     def lineage_dominates_sql(self, a: str, b: str) -> str:
         return (f"NOT EXISTS (SELECT 1 FROM jsonb_each_text({b}) e "
                 f"WHERE coalesce(({a} ->> e.key)::bigint, 0) < e.value::bigint)")
+
+    def lineage_without_sql(self, lineage: str, nickname: int) -> str:
+        return f"({lineage} - '{int(nickname)}')"
+
+    def row_lock_clause(self) -> str:
+        return " FOR UPDATE"
 
     def staged_values(self, table: TableName, columns, alias: str, payload: str = "payload") -> tuple[str, list[str]]:
         # jsonb_populate_record reads each value with its column's own input function, as a bound
@@ -391,7 +491,10 @@ class PostgresDialect(Dialect):
         replica.execute(f"ALTER TABLE {t} ALTER COLUMN {c} SET NOT NULL")
 
     def render_merge_triggers(self, ctx: dict) -> list[str]:
-        return render_statements("postgres/templates/merge_triggers.sql", {**ctx, "schema": METADATA_SCHEMA})
+        # json has no '=' operator: its columns compare as text
+        columns = [{**c, "cmp": "::text" if c["type"].kind is Kind.JSON else ""} for c in ctx["columns"]]
+        return render_statements("postgres/templates/merge_triggers.sql",
+                                 {**ctx, "columns": columns, "schema": METADATA_SCHEMA})
 
     def drop_merge_triggers(self, replica: Replica, table: TableName, artid: str) -> None:
         for op in ("ins", "upd", "del"):
@@ -407,6 +510,37 @@ class PostgresDialect(Dialect):
             "SELECT tgname FROM pg_catalog.pg_trigger WHERE tgrelid = %s AND NOT tgisinternal "
             "AND tgname LIKE 'MSmerge\\_%%' ORDER BY tgname", (oid,))]
 
+    def tracking_problems(self, replica: Replica, ctx: dict) -> list[str]:
+        functions, triggers = {}, []
+        for stmt in self.render_merge_triggers(ctx):
+            m = re.match(r'CREATE OR REPLACE FUNCTION "[^"]+"\."([^"]+)"\(\)', stmt)
+            if m:
+                functions[m.group(1)] = stmt.split("$fn$")[1]
+            m = re.match(r'CREATE TRIGGER "([^"]+)" .*? EXECUTE FUNCTION "[^"]+"\."([^"]+)"\(\)', stmt, re.S)
+            if m:
+                triggers.append((m.group(1), m.group(2)))
+        bodies = dict(replica.query(
+            "SELECT p.proname, p.prosrc FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n "
+            "ON n.oid = p.pronamespace WHERE n.nspname = %s AND p.proname = ANY(%s)", (METADATA_SCHEMA, list(functions))))
+        oid = self._oid(replica, self.resolve_name(ctx["table_name"]))
+        have = {name: (enabled, fn) for name, enabled, fn in replica.query(
+            "SELECT t.tgname, t.tgenabled, p.proname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_proc p "
+            "ON p.oid = t.tgfoid WHERE t.tgrelid = %s AND NOT t.tgisinternal", (oid,))} if oid else {}
+        problems = []
+        for name, fn in triggers:
+            if name not in have:
+                problems.append(f"tracking trigger {name} on {ctx['table']} is missing")
+            elif have[name][0] == "D":
+                problems.append(f"tracking trigger {name} on {ctx['table']} is disabled")
+            elif have[name][1] != fn:
+                problems.append(f"tracking trigger {name} on {ctx['table']} calls {have[name][1]}, not {fn}")
+        for fn, body in functions.items():
+            if fn not in bodies:
+                problems.append(f"tracking function {METADATA_SCHEMA}.{fn} is missing")
+            elif " ".join(bodies[fn].split()) != " ".join(body.split()):
+                problems.append(f"tracking function {METADATA_SCHEMA}.{fn} was altered")
+        return problems
+
     def begin_agent_writes(self, replica: Replica) -> None:
         replica.execute("SELECT set_config('sparksync.applying', 'on', true)")
 
@@ -418,6 +552,18 @@ class PostgresDialect(Dialect):
 
     def set_open_generation(self, replica: Replica, generation: int) -> None:
         replica.execute(f"SELECT setval('{METADATA_SCHEMA}.open_generation', %s, true)", (generation,))
+
+    def generation_writers(self, replica: Replica, generation: int) -> list[dict]:
+        rows = replica.query(
+            "SELECT l.pid, extract(epoch FROM now() - a.xact_start), a.state, a.application_name "
+            "FROM pg_catalog.pg_locks l LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.classid = %s::oid AND l.objid = %s::oid AND l.objsubid = 2 "
+            "AND l.granted AND l.pid <> pg_backend_pid() "
+            "AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database()) "
+            "ORDER BY l.pid",
+            (LOCK_CLASS, generation % 2147483647))
+        return [{"pid": pid, "seconds": float(age or 0), "state": state or "unknown", "application": app or ""}
+                for pid, age, state, app in rows]
 
     def try_claim_generation(self, replica: Replica, generation: int) -> bool:
         """Inside a transaction: take the generation's lock exclusively if no writer holds it."""

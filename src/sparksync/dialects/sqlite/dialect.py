@@ -4,20 +4,29 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import decimal
-import os
 import datetime as dt
+import decimal
 import json
+import os
 import re
 import sqlite3
 import uuid
 from pathlib import Path
 
-from ...errors import (ConnectionFailed, ConstraintViolation, DatabaseError, InvalidNameError, SchemaError,
-                       SparksyncError)
+from ...errors import (
+    ConnectionFailed,
+    ConstraintViolation,
+    DatabaseError,
+    InvalidNameError,
+    SchemaError,
+    SparksyncError,
+    ValueRejected,
+)
 from ...names import TableName
-from ...types import Kind, SqlType, decimal_type
-from ..base import Capabilities, Column, Dialect, ForeignKey, Replica, TableInfo
+from ...types import Kind, SqlType, canonical_real, decimal_type
+from ..base import Capabilities, Dialect
+from ..model import Column, ForeignKey, TableInfo
+from ..replica import Replica
 from ..templates import render_statements
 
 # SQLite needs adapters for the Python types its driver does not know.
@@ -42,6 +51,16 @@ def _json_float(text):
     return None if value is None else float(value)
 
 
+def _json_text(text):
+    """A JSON string -> str, keeping every character (U+0000 included)."""
+    return None if text is None else json.loads(text)
+
+
+def _lenient_text(data: bytes) -> str:
+    """TEXT as str; bytes that are not UTF-8 become lone surrogates (detected, never stored elsewhere)."""
+    return data.decode("utf-8", "surrogateescape")
+
+
 def _unbase64(text):
     return None if text is None else base64.b64decode(text)
 
@@ -61,14 +80,13 @@ def sqlite_path(url: str) -> str:
 class SQLiteDialect(Dialect):
     capabilities = Capabilities(
         name="sqlite",
+        product="SQLite",
         supports_schemas=False,
-        supports_statement_triggers=False,
         supports_procedures=False,
         supports_logical_decoding=False,
         concurrent_writers=False,
-        transactional_ddl=True,
-        default_schema=None,
         paramstyle="?",
+        float_holds_nan=False,
     )
     begin_write_sql = "BEGIN IMMEDIATE"
 
@@ -84,6 +102,7 @@ class SQLiteDialect(Dialect):
             raw.execute("PRAGMA foreign_keys = ON")
             raw.create_function("sparksync_float", 1, _json_float, deterministic=True)
             raw.create_function("sparksync_unbase64", 1, _unbase64, deterministic=True)
+            raw.create_function("sparksync_text", 1, _json_text, deterministic=True)
             raw.execute("PRAGMA busy_timeout = 30000")
             raw.execute("PRAGMA cache_size = -65536")   # 64 MiB: a batch touches every page of its tables
             if path != ":memory:":
@@ -105,8 +124,12 @@ class SQLiteDialect(Dialect):
     def translate_error(self, exc: BaseException, context: str) -> SparksyncError:
         msg = str(exc)
         low = msg.lower()
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        if name in ("SQLITE_MISMATCH", "SQLITE_TOOBIG", "SQLITE_CONSTRAINT_DATATYPE") or "datatype mismatch" in low:
+            return ValueRejected(f"{context}: {msg}", native_code=name or None)
+        if isinstance(exc, (OverflowError, UnicodeEncodeError)):   # a value the driver cannot bind
+            return ValueRejected(f"{context}: {type(exc).__name__}: {msg}")
         if isinstance(exc, sqlite3.IntegrityError):
-            name = getattr(exc, "sqlite_errorname", "") or ""
             kind = {"SQLITE_CONSTRAINT_PRIMARYKEY": "primary_key", "SQLITE_CONSTRAINT_UNIQUE": "unique",
                     "SQLITE_CONSTRAINT_FOREIGNKEY": "foreign_key", "SQLITE_CONSTRAINT_NOTNULL": "not_null",
                     "SQLITE_CONSTRAINT_CHECK": "check"}.get(name)
@@ -134,6 +157,9 @@ class SQLiteDialect(Dialect):
     def metadata_table_sql(self, name: str) -> str:
         return self.quote(name)
 
+    def metadata_table_exists(self, replica: Replica, name: str) -> bool:
+        return replica.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)) > 0
+
     # -- catalog ----------------------------------------------------------------------------
     def _real_name(self, replica: Replica, name: TableName) -> str | None:
         row = replica.query_one(
@@ -147,15 +173,19 @@ class SQLiteDialect(Dialect):
         if real is None:
             return None
         cols, pk = [], []
-        for cid, cname, ctype, notnull, dflt, pkpos in replica.query(
-            "SELECT cid, name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?) ORDER BY cid", (real,)
+        for cname, ctype, notnull, dflt, pkpos, hidden in replica.query(
+            "SELECT name, type, \"notnull\", dflt_value, pk, hidden FROM pragma_table_xinfo(?) "
+            "WHERE hidden IN (0, 2, 3) ORDER BY cid", (real,)
         ):
-            cols.append(Column(cname, self.parse_type(ctype or ""), not notnull, dflt))
+            try:
+                cols.append(Column(cname, self.parse_type(ctype or ""), not notnull, dflt, hidden in (2, 3)))
+            except SchemaError as e:
+                raise SchemaError(f"table {real}, column {cname}: {e.message}", obj=f"{real}.{cname}") from None
             if pkpos:
                 pk.append((pkpos, cname))
         fks: dict[int, list] = {}
-        for fid, seq, ref, frm, to in replica.query(
-            "SELECT id, seq, \"table\", \"from\", \"to\" FROM pragma_foreign_key_list(?) ORDER BY id, seq", (real,)
+        for fid, ref, frm, to in replica.query(
+            "SELECT id, \"table\", \"from\", \"to\" FROM pragma_foreign_key_list(?) ORDER BY id, seq", (real,)
         ):
             fks.setdefault(fid, []).append((ref, frm, to))
         foreign_keys = []
@@ -232,6 +262,8 @@ class SQLiteDialect(Dialect):
     }
     varchar_format = "VARCHAR({length})"
     decimal_format = "NUMERIC({precision},{scale})"
+    char_format = "CHAR({length})"
+    numeric_name = "NUMERIC"
 
     # -- values -----------------------------------------------------------------------------
     def _converter(self, t: SqlType):
@@ -239,9 +271,11 @@ class SQLiteDialect(Dialect):
         if k is Kind.BOOLEAN:
             return int
         if k is Kind.TIMESTAMPTZ:
-            return lambda v: v.astimezone(dt.timezone.utc).isoformat(sep=" ") if isinstance(v, dt.datetime) else v
+            return lambda v: v.astimezone(dt.UTC).isoformat(sep=" ") if isinstance(v, dt.datetime) else v
         if k is Kind.DECIMAL:
             return lambda v: str(v) if isinstance(v, decimal.Decimal) else v
+        if k is Kind.REAL:
+            return canonical_real    # a float4 widened by Arrow or a driver: stored as the shortest decimal
         return None
 
     def serial_primary_key(self, column: str) -> str:
@@ -250,7 +284,8 @@ class SQLiteDialect(Dialect):
     # -- set-based apply (merge/staging.py) -------------------------------------------------
     def staging_table_ddl(self, table: str) -> str:
         return (f"CREATE TEMP TABLE IF NOT EXISTS {table} (tablenick INTEGER NOT NULL, rowguid TEXT NOT NULL, "
-                "op TEXT NOT NULL, lineage TEXT NOT NULL, colv TEXT, payload TEXT, present INTEGER, moved INTEGER, clin TEXT, "
+                "op TEXT NOT NULL, lineage TEXT NOT NULL, colv TEXT, payload TEXT, present INTEGER, moved INTEGER, "
+                "clin TEXT, "
                 "ccolv TEXT, tlin TEXT, verdict TEXT)")
         # No key: rowguids are unique per article by construction, and every statement reads the
         # staged rows in one scan; a (tablenick, rowguid) index costs more to build than it saves.
@@ -261,6 +296,9 @@ class SQLiteDialect(Dialect):
     def lineage_dominates_sql(self, a: str, b: str) -> str:
         return (f"NOT EXISTS (SELECT 1 FROM json_each({b}) e "
                 f"WHERE coalesce(json_extract({a}, '$.\"' || e.key || '\"'), 0) < e.value)")
+
+    def lineage_without_sql(self, lineage: str, nickname: int) -> str:
+        return f"json_remove({lineage}, '$.\"{int(nickname)}\"')"
 
     def staged_values(self, table: TableName, columns, alias: str, payload: str = "payload") -> tuple[str, list[str]]:
         return "", [self.json_typed(f"{alias}.{payload}", name, t) for name, t in columns]
@@ -276,6 +314,10 @@ class SQLiteDialect(Dialect):
             return f"sparksync_float({expr} -> '$.\"{name}\"')"   # Python's float(), bit for bit
         if t.kind is Kind.BYTES:
             return f"sparksync_unbase64({value})"
+        if t.kind in (Kind.TEXT, Kind.JSON):
+            # json_extract ends a string at U+0000; the rare payload holding one is read by Python
+            return (f"CASE WHEN instr({expr}, '\\u0000') > 0 THEN sparksync_text({expr} -> '$.\"{name}\"') "
+                    f"ELSE {value} END")
         return value
 
     def json_has(self, expr: str, name: str) -> str:
@@ -331,6 +373,22 @@ class SQLiteDialect(Dialect):
             "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND name LIKE 'MSmerge_%' "
             "ORDER BY name", (real,))]
 
+    def tracking_problems(self, replica: Replica, ctx: dict) -> list[str]:
+        expected = {}
+        for stmt in self.render_merge_triggers(ctx):
+            m = re.match(r'CREATE TRIGGER "([^"]+)"', stmt)
+            if m:
+                expected[m.group(1)] = stmt
+        have = dict(replica.query("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name IN ("
+                                  + ", ".join("?" * len(expected)) + ")", list(expected)))
+        problems = []
+        for name, stmt in expected.items():
+            if name not in have:
+                problems.append(f"tracking trigger {name} on {ctx['table']} is missing")
+            elif " ".join(have[name].split()) != " ".join(stmt.split()):
+                problems.append(f"tracking trigger {name} on {ctx['table']} was altered")
+        return problems
+
     def begin_agent_writes(self, replica: Replica) -> None:
         # Only the writer can see its own uncommitted flag; SQLite has one writer at a time.
         replica.execute(f"UPDATE {self.metadata_table_sql('MSmerge_replica')} SET applying = 1")
@@ -377,9 +435,15 @@ class SQLiteDialect(Dialect):
             with contextlib.suppress(OSError):
                 os.remove(lock_path)
 
-    def stream(self, replica, sql, params, batch_rows, snapshot=None):
+    def stream(self, replica, sql, params, batch_rows, snapshot=None, lenient_text=False):
+        # SQLite stores whatever bytes a client wrote as TEXT; the driver's default decoding fails the
+        # whole fetch on one invalid byte sequence.
+        raw = replica.raw
+        before = raw.text_factory
+        if lenient_text:
+            raw.text_factory = _lenient_text
         try:
-            cur = replica.raw.execute(sql, tuple(params))
+            cur = raw.execute(sql, tuple(params))
             while True:
                 rows = cur.fetchmany(batch_rows)
                 if not rows:
@@ -387,6 +451,8 @@ class SQLiteDialect(Dialect):
                 yield rows
         except sqlite3.Error as exc:
             raise self.translate_error(exc, f"{replica.label}: {sql[:80]}") from exc
+        finally:
+            raw.text_factory = before
 
     @contextlib.contextmanager
     def consistent_reads(self, replica: Replica, workdir: str):

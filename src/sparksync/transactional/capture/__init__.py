@@ -8,8 +8,10 @@
 
 Both give the log reader the same thing: batches of events, each batch a run of whole transactions
 (:class:`Begin`, its commands, :class:`End`), then ``confirm()`` once the batch is stored at the
-distributor, which releases it at the publisher. The capture is chosen by the publisher dialect's
-capability ``supports_logical_decoding``.
+distributor, which releases it at the publisher. Each module also holds the rest of what depends on
+how the publisher is read (a :class:`CaptureMethod`: setting capture up, markers in the log, the
+sync point of a snapshot, changing a published table). The method is chosen by the publisher
+dialect's capability ``supports_logical_decoding``.
 """
 
 from __future__ import annotations
@@ -17,10 +19,16 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol, Union
+from typing import TYPE_CHECKING, Protocol
 
-from ...dialects.base import Replica
+from ...dialects.model import TableInfo
+from ...dialects.replica import Replica
+from ...progress import Reporter
 from ..distribution import StoredCommand
+from ..filters import RowFilter
+
+if TYPE_CHECKING:
+    from ..publish import TxArticle
 
 
 @dataclass
@@ -35,7 +43,7 @@ class End:
     """The transaction begun last is complete."""
 
 
-Event = Union[Begin, StoredCommand, End]
+Event = Begin | StoredCommand | End
 
 
 class Capture(Protocol):
@@ -51,12 +59,55 @@ class Capture(Protocol):
         last batch read nothing (the reader has caught up)."""
 
 
-def capture_for(replica: Replica, publication, articles: list[dict], read_batch: int) -> Capture:
-    """``publication``: distribution.Publication; ``articles``: its MSarticles rows."""
+class CaptureMethod(Protocol):
+    """Everything about a transactional publication that depends on how its publisher is read."""
+
+    def problems(self, replica: Replica, wants_filters: bool) -> list[str]:
+        """What keeps this publisher from being captured, as messages for the user."""
+
+    def install(self, replica: Replica, publication: str, articles: list[TxArticle]) -> tuple[str | None, str | None]:
+        """Set up capture of ``articles`` (and stop capturing the publication's others); returns the
+        replication slot and server publication it uses, if any."""
+
+    def log_position(self, replica: Replica) -> int | None:
+        """The end of the publisher's log now, when positions are the server's (None: the reader's)."""
+
+    def sync_point(self, publisher: Replica, frozen: Replica, report: Reporter) -> tuple[dict, int]:
+        """Where the consistent view ``frozen`` stands in the log (the subscriptions' sync point) and
+        the position their delivery starts after."""
+
+    def post_marker(self, replica: Replica, publication: str, kind: str, content: dict, article_id: int = 0) -> None:
+        """Write a marker (``token``: a tracer token; ``ddl``: a schema change) into the log, in the
+        caller's transaction."""
+
+    def alter_table(self, replica: Replica, publication: str, article_id: int, ddl: str, new: TableInfo,
+                    row_filter: RowFilter | None) -> None:
+        """Change a published table (``ddl``), in the caller's transaction, keeping its capture working."""
+
+    def backlog(self, replica: Replica, publication) -> dict:
+        """What the publisher holds for the log reader (for status)."""
+
+    def reader(self, replica: Replica, publication, articles: list[dict], read_batch: int) -> Capture:
+        """``publication``: distribution.Publication; ``articles``: its MSarticles rows."""
+
+
+def capture_method(replica: Replica) -> CaptureMethod:
+    """The publisher's capture: logical decoding where the dialect has it, triggers otherwise."""
     if replica.dialect.capabilities.supports_logical_decoding:
-        from .logical import LogicalCapture
+        from .logical import LogicalDecoding
 
-        return LogicalCapture(replica, publication, articles, read_batch)
-    from .triggers import TriggerCapture
+        return LogicalDecoding()
+    from .triggers import TriggerLog
 
-    return TriggerCapture(replica, publication, articles, read_batch)
+    return TriggerLog()
+
+
+def seen_by_snapshot(sync: dict | None, xact_seqno: int, origin: int | None) -> bool:
+    """True when the subscription's snapshot already contains this change (the agent skips it)."""
+    if not sync:
+        return False
+    if sync["kind"] == "seq":
+        from .triggers import seen_by_snapshot as seen
+    else:
+        from .logical import seen_by_snapshot as seen
+    return seen(sync, xact_seqno, origin)

@@ -14,26 +14,33 @@ confirmed (a crash in between) is read again and skipped by its position (the co
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import struct
+import time
 import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from ...dialects.base import Replica, from_table_dict
+from ...dialects.model import TableInfo, from_table_dict
+from ...dialects.replica import Replica
 from ...errors import ConfigurationError, SchemaError, SparksyncError
-from ...merge.changes import RowCodec
 from ...names import TableName
+from ...progress import Reporter
+from ...rows import VERBATIM_KINDS, RowCodec
 from ...types import Kind, SqlType
 from .. import pgoutput as po
 from ..distribution import StoredCommand
+from ..filters import RowFilter
 from . import Begin, End
 
 TRACER_PREFIX = "sparksync.tracer"
 DDL_PREFIX = "sparksync.ddl"
+MARKER_PREFIXES = {"token": TRACER_PREFIX, "ddl": DDL_PREFIX}
 FETCH = 2_000
+XIP_WAIT_SECONDS = 600          # how long a snapshot waits for transactions that were running when it began
 
 
 def slot_name(database: str, publication: str) -> str:
@@ -81,15 +88,32 @@ def publish(replica: Replica, publication: str, articles: list[tuple[TableName, 
     tables = []
     for table, row_filter in articles:
         t = d.table_sql(table)
-        if replica.scalar("SELECT relreplident FROM pg_class WHERE oid = %s::regclass", (t,)) != "f":
-            replica.execute(f"ALTER TABLE {t} REPLICA IDENTITY FULL")
+        for relation in not_full_identity(replica, [table]):
+            replica.execute(f"ALTER TABLE {relation} REPLICA IDENTITY FULL")
         tables.append(f"TABLE {t}" + (f" WHERE ({row_filter})" if row_filter else ""))
     exists = replica.scalar("SELECT count(*) FROM pg_publication WHERE pubname = %s", (pg_publication_name(publication),))
+    # A partitioned table's changes are published under its own name, not its partitions' (which are
+    # not articles).
+    options = "publish = 'insert, update, delete, truncate', publish_via_partition_root = true"
     if exists:
         replica.execute(f"ALTER PUBLICATION {name} SET {', '.join(tables)}")
+        replica.execute(f"ALTER PUBLICATION {name} SET ({options})")
     else:
-        replica.execute(f"CREATE PUBLICATION {name} FOR {', '.join(tables)} "
-                        "WITH (publish = 'insert, update, delete, truncate')")
+        replica.execute(f"CREATE PUBLICATION {name} FOR {', '.join(tables)} WITH ({options})")
+
+
+def not_full_identity(replica: Replica, tables: list[TableName]) -> list[str]:
+    """The articles' tables, and their partitions, whose REPLICA IDENTITY is not FULL (their updates
+    and deletes would carry only the key: no before image for SCALL's changed columns or XCALL)."""
+    d = replica.dialect
+    out = []
+    for table in tables:
+        # the table itself, and (a partitioned table) every partition below it
+        out += [r for (r,) in replica.query(
+            "SELECT c.oid::regclass::text FROM pg_class c WHERE c.relreplident <> 'f' AND c.relkind IN ('r', 'p') "
+            "AND (c.oid = %s::regclass OR c.oid IN (SELECT relid FROM pg_partition_tree(%s::regclass))) "
+            "ORDER BY c.relkind DESC, 1", (d.table_sql(table), d.table_sql(table)))]
+    return out
 
 
 def create_slot(replica: Replica, slot: str) -> None:
@@ -131,7 +155,19 @@ def _fragment(t: SqlType, type_oid: int, codec: RowCodec, i: int):
     if t.kind is Kind.UUID:
         return lambda b: '"' + b.decode("ascii") + '"'
     load = po.value_loader(type_oid)
-    return lambda b: codec.value_json(i, load(b))
+    verbatim = t.kind in VERBATIM_KINDS
+
+    def fragment(b: bytes) -> str:
+        if verbatim and b.endswith(b" BC"):        # psycopg would read it as the same date AD
+            return _TEXT_JSON(b.decode("utf-8"))
+        try:
+            return codec.value_json(i, load(b))
+        except Exception:  # noqa: BLE001 - psycopg's loader or the codec: a value Python cannot hold
+            if not verbatim:
+                raise
+            return _TEXT_JSON(b.decode("utf-8"))     # PostgreSQL's own text form ('infinity', 'NaN', BC...)
+
+    return fragment
 
 
 class _Shape:
@@ -180,15 +216,18 @@ class _Shape:
         if kind == "I":
             return StoredCommand(aid, "ins", xid, self.row(new), None, self.rowhash(new))
         if kind == "D":
-            gone = old if old is not None else key
-            return StoredCommand(aid, "del", xid, None, self.row(gone), self.rowhash(gone))
-        if old is not None:
-            before, hashed = self.changed(old, new), old
-        elif key is not None:    # without a full before image: the old key, when it changed
-            before, hashed = self.row(key), key
-        else:
-            before, hashed = None, new
-        return StoredCommand(aid, "upd", xid, self.row(new, old), before, self.rowhash(hashed))
+            if old is None:
+                raise SchemaError(f"a delete of {self.article.table} arrived without its before image: its REPLICA "
+                                  "IDENTITY was not FULL when it was made; run 'sparksync setup' and reinitialize "
+                                  "the subscriptions", obj=str(self.article.table))
+            return StoredCommand(aid, "del", xid, None, self.row(old), self.rowhash(old))
+        if old is None:
+            # REPLICA IDENTITY FULL sends every update's before image; without it a subscriber could
+            # not find (or check) the row: never a silent guess
+            raise SchemaError(f"an update of {self.article.table} arrived without its before image: its REPLICA "
+                              "IDENTITY was not FULL when it was made; run 'sparksync setup' and reinitialize the "
+                              "subscriptions", obj=str(self.article.table))
+        return StoredCommand(aid, "upd", xid, self.row(new, old), self.changed(old, new), self.rowhash(old))
 
 
 _INSERT, _UPDATE, _DELETE = ord("I"), ord("U"), ord("D")
@@ -202,8 +241,14 @@ class LogicalCapture:
         self.publication = publication
         self.read_batch_changes = max(1, int(read_batch))
         self.by_table = {(a.table.schema, a.table.name): a for a in map(_Article, articles)}
-        self.relations: dict[int, _Shape | None] = {}
+        self.relations: dict[int, _Shape | str] = {}     # relation id -> its shape, or the name of a non-article
         self._pending_end: int | None = None
+        changed = not_full_identity(replica, [a.table for a in self.by_table.values()])
+        if changed:
+            raise SchemaError(f"publication {publication.name}: REPLICA IDENTITY of {', '.join(changed)} is no longer "
+                              "FULL (it was changed after setup), so updates and deletes lose their before image; "
+                              "run 'sparksync setup' to restore it (and reinitialize the subscriptions if rows were "
+                              "changed meanwhile)", obj=publication.name)
 
     def read_batch(self, after: int | None) -> Iterator[Any]:
         r = self.replica
@@ -230,10 +275,8 @@ class LogicalCapture:
             raise r.dialect.translate_error(exc, f"{r.label}: read slot {self.publication.slot}") from exc
 
     def _rollback(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.replica.raw.execute("ROLLBACK")
-        except Exception:  # noqa: BLE001
-            pass
 
     def _events(self, cur, after: int | None) -> Iterator[Any]:
         skip = False
@@ -245,11 +288,12 @@ class LogicalCapture:
                 break
             for (data,) in rows:
                 first = data[0]
-                if first == _UPDATE or first == _INSERT or first == _DELETE:     # the common case, fast
+                if first in (_UPDATE, _INSERT, _DELETE):     # the common case, fast
                     if not skip:
                         shape = self.relations.get(struct.unpack_from("!I", data, 1)[0])
-                        if shape is not None:
-                            yield shape.command(bytes(data), xid)
+                        if shape.__class__ is not _Shape:
+                            self._unknown(shape)
+                        yield shape.command(bytes(data), xid)
                     continue
                 m = po.parse(data)
                 if isinstance(m, po.Begin):
@@ -265,7 +309,7 @@ class LogicalCapture:
                         yield End()
                 elif isinstance(m, po.Relation):
                     art = self.by_table.get((m.namespace, m.name))
-                    self.relations[m.relid] = _Shape(art, m.columns) if art is not None else None
+                    self.relations[m.relid] = _Shape(art, m.columns) if art is not None else f"{m.namespace}.{m.name}"
                 elif skip:
                     continue
                 else:
@@ -278,8 +322,9 @@ class LogicalCapture:
         if isinstance(m, po.Truncate):
             for relid in m.relids:
                 shape = self.relations.get(relid)
-                if shape is not None:
-                    yield StoredCommand(shape.article.id, "trunc", xid, None, None)
+                if shape.__class__ is not _Shape:
+                    self._unknown(shape)
+                yield StoredCommand(shape.article.id, "trunc", xid, None, None)
         elif isinstance(m, po.Message):
             content = json.loads(m.content.decode("utf-8")) if m.content else {}
             if content.get("publication") != self.publication.name:
@@ -295,6 +340,13 @@ class LogicalCapture:
                         self.relations[relid] = _Shape(art, shape.cols)
                 yield StoredCommand(art.id, "ddl", xid, json.dumps(content), None)
 
+    def _unknown(self, relation: str | None) -> None:
+        """A change of a relation that is not an article: never dropped silently."""
+        raise SchemaError(f"publication {self.publication.name}: the server's log has a change of "
+                          f"{relation or 'a relation it never described'}, which is not an article (a partition of a "
+                          "partitioned article?); run 'sparksync setup', which publishes partitioned tables "
+                          "through their root", obj=self.publication.name)
+
     def horizon(self) -> int:
         """The end of the server's log now: a run that started here stops once it gets there."""
         return current_lsn(self.replica)
@@ -307,3 +359,92 @@ class LogicalCapture:
                              (self.publication.slot, po.lsn_text(self._pending_end)))
         self._pending_end = None
         return True
+
+
+# -- the capture method -----------------------------------------------------------------------------
+
+class LogicalDecoding:
+    """PostgreSQL's :class:`~sparksync.transactional.capture.CaptureMethod`."""
+
+    def problems(self, replica: Replica, wants_filters: bool) -> list[str]:
+        return server_problems(replica, wants_filters)
+
+    def install(self, replica: Replica, publication: str, articles: list) -> tuple[str | None, str | None]:
+        dbname = replica.scalar("SELECT current_database()")
+        slot, pgpub = slot_name(dbname, publication), pg_publication_name(publication)
+        if not slot_exists(replica, slot) and free_slots(replica) < 1:
+            raise ConfigurationError(f"{replica.label}: no free replication slot for publication {publication} "
+                                     "(raise max_replication_slots and restart PostgreSQL)", obj=publication)
+        d = replica.dialect
+        with replica.transaction():
+            publish(replica, publication, [(a.name, a.filter.sql_for(d.capabilities.name, a.published.columns)
+                                            if a.filter else None) for a in articles])
+        create_slot(replica, slot)
+        return slot, pgpub
+
+    def log_position(self, replica: Replica) -> int | None:
+        return current_lsn(replica)
+
+    def sync_point(self, publisher: Replica, frozen: Replica, report: Reporter) -> tuple[dict, int]:
+        """The transactions the exported snapshot sees (``pg_current_snapshot()``), and the end of the
+        log once every transaction it did not see had ended. Delivery starts from the caller's log
+        position from before the snapshot (0 here: the caller knows it)."""
+        xmin, xmax, xip = _pg_snapshot(frozen.scalar("SELECT pg_current_snapshot()::text"))
+        _wait_for(publisher, xip, report)
+        return {"kind": "snapshot", "xmin": xmin, "xmax": xmax, "xip": xip, "upto": current_lsn(publisher)}, 0
+
+    def post_marker(self, replica: Replica, publication: str, kind: str, content: dict, article_id: int = 0) -> None:
+        replica.execute("SELECT pg_logical_emit_message(true, %s, %s)", (MARKER_PREFIXES[kind], json.dumps(content)))
+
+    def alter_table(self, replica: Replica, publication: str, article_id: int, ddl: str, new: TableInfo,
+                    row_filter: RowFilter | None) -> None:
+        replica.execute(ddl)        # the next Relation message carries the new columns
+
+    def backlog(self, replica: Replica, publication) -> dict:
+        row = replica.query_one("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
+                                "FROM pg_replication_slots WHERE slot_name = %s", (publication.slot,))
+        return {"slot_lag_bytes": int(row[0]) if row else None, "slot_present": row is not None}
+
+    def reader(self, replica: Replica, publication, articles: list[dict], read_batch: int) -> LogicalCapture:
+        return LogicalCapture(replica, publication, articles, read_batch)
+
+
+def _xid_precedes(a: int, b: int) -> bool:
+    """PostgreSQL's TransactionIdPrecedes on 32-bit xids (modulo 2^32)."""
+    return ((a - b) & 0xFFFFFFFF) >= 0x80000000
+
+
+def seen_by_snapshot(sync: dict, xact_seqno: int, origin: int | None) -> bool:
+    """The snapshot saw the transaction ``origin`` (an xid) committed at ``xact_seqno`` (its commit LSN)."""
+    if xact_seqno > sync["upto"] or origin is None:     # past every transaction the snapshot knew
+        return False
+    x = origin & 0xFFFFFFFF
+    xmin, xmax = sync["xmin"] & 0xFFFFFFFF, sync["xmax"] & 0xFFFFFFFF
+    if _xid_precedes(x, xmin):
+        return True
+    if not _xid_precedes(x, xmax):
+        return False
+    return x not in {v & 0xFFFFFFFF for v in sync["xip"]}
+
+
+def _pg_snapshot(text: str) -> tuple[int, int, list[int]]:
+    xmin, xmax, xip = text.split(":")
+    return int(xmin), int(xmax), [int(x) for x in xip.split(",") if x]
+
+
+def _wait_for(replica: Replica, xip: list[int], report: Reporter) -> None:
+    """Until every transaction running when the snapshot was taken has ended."""
+    deadline = time.monotonic() + XIP_WAIT_SECONDS
+    told = False
+    while True:
+        running = [x for x in xip if replica.scalar("SELECT pg_xact_status(%s::text::xid8)", (str(x),)) ==
+                   "in progress"]
+        if not running:
+            return
+        if not told:
+            report(f"snapshot: waiting for {len(running)} transaction(s) that were running at the snapshot to end")
+            told = True
+        if time.monotonic() > deadline:
+            raise SparksyncError(f"{replica.label}: transactions {running[:5]} have been running for more than "
+                                 f"{XIP_WAIT_SECONDS}s; end them and run setup again")
+        time.sleep(0.2)

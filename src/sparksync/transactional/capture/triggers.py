@@ -17,12 +17,14 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from ...dialects.base import Replica, TableInfo, from_table_dict
+from ...dialects.model import TableInfo, from_table_dict
+from ...dialects.replica import Replica
 from ...dialects.templates import render_statements
 from ...errors import SparksyncError
-from ...merge.changes import RowCodec
 from ...metadata import store
 from ...metadata.schema import PUBLISHER_LOG
+from ...progress import Reporter
+from ...rows import RowCodec
 from ...types import Kind
 from ..distribution import StoredCommand
 from ..filters import RowFilter
@@ -67,10 +69,11 @@ def uninstall(replica: Replica, names: list[str]) -> None:
 
 
 def post(replica: Replica, publication: str, op: str, content: dict, article_id: int = 0) -> None:
-    """Write a marker into the log (a tracer token, a schema change), in the caller's transaction."""
+    """Write a marker into the log (``token``: a tracer token, ``ddl``: a schema change), in the
+    caller's transaction."""
     store.insert_row(replica, "MSrepl_log", {
         "publication": publication, "article_id": article_id, "op": op, "after": json.dumps(content),
-        "before": None, "time": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]})
+        "before": None, "time": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]})
 
 
 class _Article:
@@ -100,7 +103,7 @@ class _Article:
 def _time(text: str | None) -> dt.datetime | None:
     if not text:
         return None
-    return dt.datetime.fromisoformat(text).replace(tzinfo=dt.timezone.utc)
+    return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
 
 
 class TriggerCapture:
@@ -160,3 +163,57 @@ class TriggerCapture:
                                  (self.publication.name, self._read_to))
         self._read_to = None
         return True
+
+
+# -- the capture method -----------------------------------------------------------------------------
+
+class TriggerLog:
+    """SQLite's :class:`~sparksync.transactional.capture.CaptureMethod`."""
+
+    def problems(self, replica: Replica, wants_filters: bool) -> list[str]:
+        return []
+
+    def install(self, replica: Replica, publication: str, articles: list) -> tuple[str | None, str | None]:
+        with replica.transaction():
+            keep = set()
+            for a in articles:
+                install(replica, publication, a.article_id, a.published, a.filter)
+                keep.add(a.article_id)
+            for article_id, names in installed_tags(replica, publication).items():
+                if article_id not in keep:
+                    uninstall(replica, names)
+        return None, None
+
+    def log_position(self, replica: Replica) -> int | None:
+        return None             # positions are the log table's; the reader's last one is the distributor's
+
+    def sync_point(self, publisher: Replica, frozen: Replica, report: Reporter) -> tuple[dict, int]:
+        """The last log sequence number in the copy (one writer at a time: everything up to it is in
+        the copy, nothing after it); delivery starts after it."""
+        seq = 0
+        if frozen.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_sequence'"):
+            seq = int(frozen.scalar("SELECT seq FROM sqlite_sequence WHERE name = 'MSrepl_log'") or 0)
+        return {"kind": "seq", "seq": seq}, seq
+
+    def post_marker(self, replica: Replica, publication: str, kind: str, content: dict, article_id: int = 0) -> None:
+        post(replica, publication, kind, content, article_id)
+
+    def alter_table(self, replica: Replica, publication: str, article_id: int, ddl: str, new: TableInfo,
+                    row_filter: RowFilter | None) -> None:
+        uninstall(replica, installed_tags(replica, publication).get(article_id, []))     # triggers name the columns
+        replica.execute(ddl)
+        install(replica, publication, article_id, new, row_filter)
+
+    def backlog(self, replica: Replica, publication) -> dict:
+        if store.table_set_version(replica, PUBLISHER_LOG) is None:
+            return {"log_rows": 0}
+        return {"log_rows": int(replica.scalar(f"SELECT count(*) FROM {replica.meta('MSrepl_log')} "
+                                               "WHERE publication = ?", (publication.name,)) or 0)}
+
+    def reader(self, replica: Replica, publication, articles: list[dict], read_batch: int) -> TriggerCapture:
+        return TriggerCapture(replica, publication, articles, read_batch)
+
+
+def seen_by_snapshot(sync: dict, xact_seqno: int, origin: int | None) -> bool:
+    """The copy holds the change logged at sequence number ``origin``."""
+    return origin is not None and origin <= sync["seq"]

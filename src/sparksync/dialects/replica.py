@@ -1,0 +1,131 @@
+"""One open connection to a replica database, with its dialect: statements, transactions, and
+driver errors translated into sparksync's typed errors (with the password out of every message)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SparksyncError
+from ..names import TableName
+from ..redaction import redact
+from .model import TableInfo
+
+if TYPE_CHECKING:
+    from .base import Dialect
+
+
+def redact_url(url: str) -> str:
+    """The URL (or text holding URLs) with every password replaced by ``***`` (``redaction.redact``)."""
+    return redact(url)
+
+
+class Replica:
+    """One open connection to a replica database (publisher or subscriber), with its dialect.
+
+    The connection is in autocommit mode; :meth:`transaction` opens an explicit transaction.
+    Driver errors are translated by the dialect into :class:`SparksyncError` subclasses.
+    """
+
+    def __init__(self, dialect: Dialect, raw: Any, url: str, label: str | None = None):
+        self.dialect = dialect
+        self.raw = raw
+        self.url = url
+        self.label = label or redact_url(url)
+        self._in_tx = False
+
+    # -- statements -------------------------------------------------------------------------
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        try:
+            return self.dialect.execute(self.raw, sql, params)
+        except SparksyncError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - translated, cause kept
+            raise self.dialect.translate_error(exc, f"{self.label}: {_first_line(sql)}") from exc
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> int | None:
+        """Run ``sql`` once per row; returns the rows affected in all (None where the driver cannot say)."""
+        try:
+            return self.dialect.executemany(self.raw, sql, rows)
+        except SparksyncError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise self.dialect.translate_error(exc, f"{self.label}: {_first_line(sql)}") from exc
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        try:
+            return self.dialect.query(self.raw, sql, params)
+        except SparksyncError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise self.dialect.translate_error(exc, f"{self.label}: {_first_line(sql)}") from exc
+
+    def query_one(self, sql: str, params: Sequence[Any] = ()) -> tuple | None:
+        rows = self.query(sql, params)
+        return rows[0] if rows else None
+
+    def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        row = self.query_one(sql, params)
+        return None if row is None else row[0]
+
+    # -- transactions -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Replica]:
+        """One write transaction. Nested use joins the outer transaction."""
+        if self._in_tx:
+            yield self
+            return
+        self.execute(self.dialect.begin_write_sql)
+        self._in_tx = True
+        try:
+            yield self
+        except BaseException:
+            self._in_tx = False
+            with contextlib.suppress(Exception):
+                self.dialect.rollback(self.raw)
+            raise
+        else:
+            self._in_tx = False
+            try:
+                self.dialect.commit(self.raw)
+            except Exception as exc:  # noqa: BLE001
+                raise self.dialect.translate_error(exc, f"{self.label}: commit") from exc
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._in_tx
+
+    # -- helpers ----------------------------------------------------------------------------
+    @property
+    def p(self) -> str:
+        """The parameter placeholder of this driver."""
+        return self.dialect.capabilities.paramstyle
+
+    def table_sql(self, name: TableName) -> str:
+        return self.dialect.table_sql(name)
+
+    def meta(self, name: str) -> str:
+        """The quoted, qualified name of a replication metadata table."""
+        return self.dialect.metadata_table_sql(name)
+
+    def reflect(self, name: TableName) -> TableInfo | None:
+        return self.dialect.reflect_table(self, name)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.raw.close()
+
+    def __enter__(self) -> Replica:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Replica({self.dialect.capabilities.name}, {self.label})"
+
+
+def _first_line(sql: str) -> str:
+    s = " ".join(sql.split())
+    return s if len(s) <= 120 else s[:117] + "..."

@@ -1,0 +1,88 @@
+"""Is a replica's replication machinery intact? Tables, metadata and tracking triggers.
+
+A tracking trigger dropped, disabled or edited behind sparksync's back means that replica's changes
+are no longer recorded: they would never be sent, and ``status`` would still say nothing is pending.
+``status`` and every merge check each replica with :func:`replica_problems`; a merge refuses a
+damaged replica (loudly, naming what is wrong) and goes on with the others.
+"""
+
+from __future__ import annotations
+
+from ..dialects.model import table_drift
+from ..dialects.replica import Replica
+from ..errors import ReplicaDamaged, SparksyncError
+from ..metadata import store
+from .tracking import install_tracking, published_articles, tracked_article, trigger_context
+
+
+def replica_problems(replica: Replica, pubid: str) -> list[str]:
+    """Everything wrong with this replica's part in publication ``pubid`` (empty: intact)."""
+    try:
+        store.require_metadata(replica)
+    except SparksyncError as e:
+        return [e.message]
+    ident = store.replica_identity(replica)
+    if ident is None:
+        return ["its replica identity (MSmerge_replica) is missing"]
+    problems = []
+    if replica.dialect.current_open_generation(replica) is None:
+        problems.append("it has no open generation (MSmerge_genhistory was altered)")
+    articles = published_articles(replica, pubid)
+    if not articles:
+        problems.append("its publication metadata (sysmergearticles) is missing")
+    for a in articles:
+        art = tracked_article(a)
+        info = replica.reflect(art.table)
+        if info is None:
+            problems.append(f"table {art.table} is missing")
+            continue
+        problems += [f"table {art.table}: {p}" for p in table_drift(art.info, info)]
+        if info.column(art.rowguid_column) is None:
+            continue
+        problems += replica.dialect.tracking_problems(replica, trigger_context(replica, art, ident.nickname))
+    return problems
+
+
+def describe(problems: list[str], limit: int = 3) -> str:
+    """One line: the first problems, and how many more."""
+    head = "; ".join(problems[:limit])
+    return head + (f" (and {len(problems) - limit} more)" if len(problems) > limit else "")
+
+
+def check_identity(replica: Replica, subscription: str, registered: dict) -> None:
+    """The database at a subscription's address must be the replica the publisher registered for it
+    (``registered``: its ``sysmergesubscriptions`` row at the publisher). A replaced database, the
+    publisher's own database under another spelling, or another subscriber's is refused by name."""
+    ident = store.replica_identity(replica)
+    if ident is not None and ident.replica_id == str(registered["replica_id"]) \
+            and ident.nickname == registered["replnickname"]:
+        return
+    if ident is None:
+        who = "a database without replication metadata"
+    elif ident.role == "publisher":
+        who = f"the publisher {ident.name} itself"
+    else:
+        who = f"replica {ident.name} (nickname {ident.nickname})"
+    raise ReplicaDamaged(f"subscription {subscription}: the database at its address is {who}, not the subscriber "
+                         f"the publisher initialized (replica nickname {registered['replnickname']}); check its "
+                         "database URL, or reinitialize it", obj=subscription)
+
+
+def repair_tracking(replica: Replica, pubid: str) -> list[str]:
+    """Re-create the tracking triggers of every article of ``pubid`` whose triggers are missing,
+    disabled or altered (``setup`` does this). Returns what was repaired. Changes made while the
+    triggers were broken were not recorded: the caller says so."""
+    ident = store.replica_identity(replica)
+    if ident is None:
+        return []
+    repaired = []
+    with replica.transaction():
+        for a in published_articles(replica, pubid):
+            art = tracked_article(a)
+            if replica.reflect(art.table) is None:
+                continue
+            problems = replica.dialect.tracking_problems(replica, trigger_context(replica, art, ident.nickname))
+            if problems:
+                install_tracking(replica, art, ident.nickname)
+                repaired.append(f"{art.table} ({problems[0]})")
+    return repaired

@@ -1,0 +1,63 @@
+"""What one direction of a merge session is made of, as data the Spark tasks receive: the generation
+batches of each source, the destinations that apply them, and the context every task needs.
+
+Everything here is built on the driver before the Spark stage and not changed afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from .decide import ArticleRules
+from .resolvers import Replicas
+
+
+class Route(NamedTuple):
+    """Changes of ``source`` in ``generation`` go to ``destination``, in its batch ``seq``."""
+
+    source: str
+    generation: int
+    destination: str
+    order: int                  # the source's place in the session (upload: configuration order)
+    seq: int
+
+
+@dataclass
+class BatchInfo:
+    source: str
+    source_nick: int
+    seq: int
+    lo: int
+    hi: int
+    nicknames: list[int]
+    retry: bool = False           # carries changes that failed before: applied even below the watermark
+
+
+@dataclass
+class DestinationInfo:
+    name: str
+    url: str
+    nickname: int
+    is_publisher: bool
+    watermark: dict                      # identifies the destination's sysmergesubscriptions row of the source(s)
+    batches: dict[str, list[BatchInfo]]  # source -> batches in order
+    log_conflicts_here: bool             # conflict_logging: at this destination ...
+    log_conflicts_remote: bool = False   # ... and/or at the source (the agent writes those after the run)
+
+
+@dataclass(frozen=True)
+class ApplyContext:
+    pubid: str
+    upload: bool
+    session_id: str
+    publication: str
+    rules: dict[int, ArticleRules]
+    replicas: Replicas
+    destinations: dict[str, DestinationInfo]
+    article_names: dict[int, str] = field(default_factory=dict)
+    # For the Spark stage: (source, generation) -> [(destination, batch seq)], in destination order,
+    # and each destination's apply group (the label of its Spark partition).
+    routes: dict[tuple[str, int], list[tuple[str, int]]] = field(default_factory=dict)
+    groups: dict[str, int] = field(default_factory=dict)
+    progress: tuple[str, int] | None = None     # the driver's progress listener (progress.py)

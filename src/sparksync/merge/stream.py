@@ -1,0 +1,226 @@
+"""The Spark side of a merge session: the apply task (``mapInArrow``) of one apply group.
+
+Change rows arrive sorted by (apply group, source order, generation). ``apply_stream`` splits them
+into runs of one (source, generation) (``_runs``, no Python work per row), hands each run to the
+destinations of the group that need it (``ApplyContext.routes``), and applies a destination's batch
+(``batch.apply_batch``) when a row of its next batch arrives, or at the end. A source whose read failed
+sends one error row first: its batches are refused at every destination it feeds. Each batch handled
+yields one result row (``RESULT_SCHEMA``); ``BatchResult`` reads them back on the driver.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..dialects import connect
+from ..dialects.replica import Replica
+from ..errors import ErrorInfo, SparksyncError
+from ..redaction import redact
+from ..retry import with_retries
+from ..spark.results import result_arrow_schema, result_columns
+from .batch import BatchOutcome, apply_batch
+from .changes import READ_ERROR_GENERATION, ArticleChanges, by_article
+from .plan import ApplyContext, BatchInfo
+from .tracking import TrackedArticle, published_articles, tracked_article
+
+RESULT_SCHEMA = ("destination STRING, source STRING, batch_seq INT, status STRING, stats STRING, "
+                 "conflicts STRING, message STRING, seconds DOUBLE, error STRING")
+RESULT_COLUMNS = result_columns(RESULT_SCHEMA)
+
+
+def _articles(replica: Replica, pubid: str) -> dict[int, tuple[TrackedArticle, int]]:
+    return {a["nickname"]: (tracked_article(a), a["processing_group"]) for a in published_articles(replica, pubid)}
+
+
+def _result(dest: str, source: str, seq: int, outcome: BatchOutcome) -> dict:
+    stats = {str(k): vars(v) for k, v in outcome.stats.items()}
+    conflicts = [{**vars(c), "conflict_type": int(c.conflict_type), "log_remote": remote}
+                 for c, remote in outcome.conflicts]
+    return {"destination": dest, "source": source, "batch_seq": seq, "status": outcome.status,
+            "stats": json.dumps(stats), "conflicts": json.dumps(conflicts, default=str), "message": outcome.message,
+            "seconds": outcome.seconds, "error": None}
+
+
+def _failed(dest: str, source: str, seq: int, error: ErrorInfo) -> dict:
+    """The result of a batch that was not applied: the error as data (code, object, message)."""
+    error = ErrorInfo(error.code, redact(error.message), error.obj, error.transient)
+    return {"destination": dest, "source": source, "batch_seq": seq, "status": "error", "stats": "{}",
+            "conflicts": "[]", "message": error.message, "seconds": 0.0, "error": json.dumps(error.to_dict())}
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """One result row of an apply task, read back on the driver."""
+
+    destination: str
+    source: str
+    batch_seq: int
+    status: str                           # "applied" | "skipped" | "error"
+    stats: dict[str, dict[str, Any]]      # article nickname -> ArticleStats fields
+    conflicts: list[dict[str, Any]]       # ConflictRecord fields, with "log_remote"
+    message: str
+    seconds: float
+    error: ErrorInfo | None               # why the batch was not applied (status "error")
+
+    @classmethod
+    def from_row(cls, row: dict) -> BatchResult:
+        return cls(row["destination"], row["source"], int(row["batch_seq"]), row["status"],
+                   json.loads(row["stats"] or "{}"), json.loads(row["conflicts"] or "[]"), row["message"] or "",
+                   float(row["seconds"] or 0.0),
+                   ErrorInfo.from_dict(json.loads(row["error"])) if row.get("error") else None)
+
+
+def apply_stream(ctx: ApplyContext, batches: Iterable) -> Iterator[dict]:
+    """Apply the change rows of one apply group: Arrow batches sorted by (source order, generation).
+
+    Each row is read once per group and goes to every destination of the group that needs it
+    (``ctx.routes``). A destination holds one pending batch; it is applied when a row of another
+    batch (or source) arrives for that destination, or at the end. Since rows come by source order,
+    then generation, every destination gets its batches in order, sources one after another.
+    A source whose read failed sends one error row first (``READ_ERROR_GENERATION`` sorts lowest):
+    its batches are refused at every destination it feeds (never applied from a partial read).
+    Yields one result per batch handled."""
+    pending: dict[str, tuple[str, int, list]] = {}   # destination -> (source, batch seq, Arrow slices)
+    replicas: dict[str, Replica] = {}
+    failed: dict[tuple[str, str], ErrorInfo] = {}    # (destination, source) -> why its batches are refused
+    done: dict[tuple[str, str], int] = {}
+
+    def flush(dest_name: str, source: str, seq: int, slices: list) -> Iterator[dict]:
+        if (dest_name, source) in failed:
+            # Never skip silently: the driver must not take this batch for an empty one.
+            earlier = failed[(dest_name, source)]
+            yield _failed(dest_name, source, seq, ErrorInfo(earlier.code, f"not applied: {earlier.message}",
+                                                            earlier.obj, earlier.transient))
+            return
+        dest = ctx.destinations[dest_name]
+        try:
+            replica = replicas.get(dest_name)
+            if replica is None:
+                replica = replicas[dest_name] = connect(dest.url, dest.name)
+            articles = _articles(replica, ctx.pubid)
+            for b in dest.batches[source]:
+                if b.seq >= seq or done.get((dest_name, source), -1) >= b.seq:
+                    continue
+                out = with_retries(lambda b=b: apply_batch(replica, ctx, dest, b, {}, articles))
+                done[(dest_name, source)] = b.seq
+                yield _result(dest_name, source, b.seq, out)
+            batch = next(b for b in dest.batches[source] if b.seq == seq)
+            changes = _by_article(slices)
+            out = with_retries(lambda: apply_batch(replica, ctx, dest, batch, changes, articles))
+            done[(dest_name, source)] = seq
+            yield _result(dest_name, source, seq, out)
+        except Exception as e:  # noqa: BLE001 - one destination's failure must not stop the others
+            error = ErrorInfo.of(e)
+            failed[(dest_name, source)] = ErrorInfo(error.code, f"an earlier batch from {source} to {dest_name} "
+                                                    "failed", error.obj, error.transient)
+            yield _failed(dest_name, source, seq, error)
+
+    routes, groups = ctx.routes, ctx.groups
+    try:
+        for b in batches:
+            for group, source, generation, rows in _runs(b):
+                if generation == READ_ERROR_GENERATION:
+                    yield from _read_failed(ctx, group, source, rows, pending, failed)
+                    continue
+                for dest_name, seq in routes.get((source, generation), ()):
+                    if groups[dest_name] != group:
+                        continue
+                    mine = _for_target(rows, dest_name)
+                    if mine is None:
+                        continue
+                    held = pending.get(dest_name)
+                    if held is not None and (held[0], held[1]) != (source, seq):
+                        yield from flush(dest_name, *held)
+                        held = None
+                    if held is None:
+                        held = pending[dest_name] = (source, seq, [])
+                    held[2].append(mine)
+        for dest_name, held in pending.items():
+            yield from flush(dest_name, *held)
+    finally:
+        for rep in replicas.values():
+            rep.close()
+
+
+def _read_failed(ctx: ApplyContext, group: int, source: str, rows, pending: dict, failed: dict) -> Iterator[dict]:
+    """A read of ``source``'s changes failed: every destination of this group fed by it refuses its
+    batches (an error result for the first one, so the driver moves no watermark)."""
+    error = ErrorInfo.from_dict(json.loads(rows.column("row")[0].as_py()))
+    targets = {t for t in rows.column("target").to_pylist() if t}
+    for dest_name, dest in ctx.destinations.items():
+        batches = dest.batches.get(source)
+        if not batches or ctx.groups.get(dest_name) != group or (targets and dest_name not in targets):
+            continue
+        if (dest_name, source) in failed:
+            continue
+        failed[(dest_name, source)] = error
+        held = pending.get(dest_name)
+        if held is not None and held[0] == source:
+            del pending[dest_name]
+        yield _failed(dest_name, source, batches[0].seq, error)
+
+
+def _runs(batch) -> Iterator[tuple[int, str, int, Any]]:
+    """Split an Arrow batch of change rows (sorted by group, source, generation) into runs with one
+    (apply group, source, generation): the unit of routing, so no Python work is done per row."""
+    import numpy as np
+
+    n = batch.num_rows
+    if n == 0:
+        return
+    cols = [batch.column(name).to_numpy(zero_copy_only=False) for name in ("apply_group", "source", "generation")]
+    boundary = np.zeros(n, dtype=bool)
+    boundary[0] = True
+    for c in cols:
+        boundary[1:] |= c[1:] != c[:-1]
+    starts = np.flatnonzero(boundary).tolist() + [n]
+    for s, e in zip(starts, starts[1:]):
+        yield int(cols[0][s]), str(cols[1][s]), int(cols[2][s]), batch.slice(s, e - s)
+
+
+def _for_target(rows, dest_name: str):
+    """The rows of a run meant for ``dest_name``: all of them, except re-read failed changes,
+    which carry the one destination they are for (``target``)."""
+    target = rows.column("target")
+    if target.null_count == len(rows):
+        return rows
+    import pyarrow.compute as pc
+
+    mine = rows.filter(pc.fill_null(pc.equal(target, dest_name), True))
+    return mine if len(mine) else None
+
+
+def _by_article(slices: list) -> dict[int, ArticleChanges]:
+    import pyarrow as pa
+
+    return by_article(pa.Table.from_batches(slices))
+
+
+def make_mapper(ctx: ApplyContext):
+    """The function for ``mapInArrow``: Arrow batches of change rows in, result rows out."""
+
+    def mapper(batches):
+        import pyarrow as pa
+
+        schema = result_arrow_schema(RESULT_SCHEMA)
+        buf = list(apply_stream(ctx, batches))
+        if buf:
+            yield pa.RecordBatch.from_pylist(buf, schema=schema)
+
+    return mapper
+
+
+def apply_stream_empty(ctx: ApplyContext, dest_name: str, source: str, batches: list[BatchInfo]) -> Iterator[dict]:
+    """Watermark-only batches that no change row reached (after the last one with data), on the driver."""
+    dest = ctx.destinations[dest_name]
+    with connect(dest.url, dest.name) as replica:
+        articles = _articles(replica, ctx.pubid)
+        for b in batches:
+            try:
+                yield _result(dest_name, source, b.seq, apply_batch(replica, ctx, dest, b, {}, articles))
+            except SparksyncError as e:
+                yield _failed(dest_name, source, b.seq, e.info())
+                return

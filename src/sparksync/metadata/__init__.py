@@ -1,0 +1,1 @@
+"""Replication metadata: declared once (schema.py), installed and read (store.py)."""

@@ -1,0 +1,194 @@
+"""Rows as JSON text: the one form a row takes between databases (merge changes, transactional
+commands), typed by its table's logical column types on both ends, so decimals, timestamps and bytes
+survive exactly; and the helpers that name a row or a value in messages."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import json
+import math
+import re
+from collections.abc import Sequence
+from json.encoder import encode_basestring as _json_string  # a str as JSONEncoder(ensure_ascii=False) writes it
+from typing import Any
+
+from .types import Kind, SqlType, ValueError_, arrow_converter
+
+
+def _jsonable(v: Any, t: SqlType) -> Any:
+    if v is None:
+        return None
+    if t.kind is Kind.BYTES:
+        return base64.b64encode(v).decode("ascii")
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return repr(v).replace("inf", "Infinity").replace("nan", "NaN")   # strict JSON: a string
+    if isinstance(v, (dt.datetime, dt.date, dt.time)):
+        return v.isoformat()
+    return v
+
+
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode   # built once, not per row
+# Values PostgreSQL holds that Python's types cannot ('infinity', '10000-01-01', '0044-03-15 BC',
+# numeric 'NaN', time '24:00:00'): the log reader keeps PostgreSQL's text form of them ("verbatim"), a
+# PostgreSQL subscriber reads that text with the column's own input function, exactly; a SQLite
+# subscriber stores the text.
+VERBATIM_KINDS = frozenset({Kind.DATE, Kind.TIME, Kind.TIMESTAMP, Kind.TIMESTAMPTZ, Kind.DECIMAL})
+_PLAIN = {Kind.SMALLINT: int, Kind.INTEGER: int, Kind.BIGINT: int, Kind.TEXT: str}
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+class RowCodec:
+    """One article's rows to and from the change JSON, with each column's converter built once.
+
+    The JSON is strict (no NaN/Infinity literals), so either database's JSON functions can read it:
+    the set-based apply (``merge/staging.py``) extracts values from it in SQL.
+    """
+
+    def __init__(self, columns: Sequence[tuple[str, SqlType]]):
+        self.columns = list(columns)
+        self._enc = [(name, t, _PLAIN.get(t.kind), arrow_converter(t)) for name, t in self.columns]
+        # encode(values) -> JSON text: {"column": value, ...} in column order, each value as
+        # value_json writes it (json.dumps of _jsonable(convert(v)), compact, not ASCII-escaped).
+        self.encode = _compile_encoder(self)
+
+    def value_json(self, i: int, v: Any) -> str:
+        """Column ``i``'s value ``v`` (a driver value) as the JSON that :meth:`encode` writes for it."""
+        name, t, plain, conv = self._enc[i]
+        if v is None:
+            return "null"
+        if plain is not None and type(v) is plain:
+            return _ENCODE(v)
+        return _ENCODE(_jsonable(conv(v), t))
+
+    def decode(self, text: str | None, partial: bool = False, verbatim: bool = False) -> dict[str, Any] | None:
+        """JSON text -> {column: value}; ``partial``: only the columns the JSON has (a compact before image).
+        ``verbatim``: a date, time, timestamp or decimal that Python cannot represent ('infinity', a year
+        after 9999 or BC, numeric NaN) stays the text PostgreSQL wrote (``VERBATIM_KINDS``)."""
+        if text is None:
+            return None
+        raw = json.loads(text)
+        out: dict[str, Any] = {}
+        for name, t, plain, conv in self._enc:
+            if partial and name not in raw:
+                continue
+            v = raw.get(name)
+            if v is None:
+                out[name] = None
+            elif plain is not None and type(v) is plain:
+                out[name] = v
+            elif t.kind is Kind.BYTES:
+                out[name] = base64.b64decode(v)
+            elif t.kind in (Kind.REAL, Kind.DOUBLE) and isinstance(v, str):
+                out[name] = float(v)
+            elif verbatim and t.kind in VERBATIM_KINDS and isinstance(v, str):
+                try:
+                    out[name] = conv(v)
+                except ValueError_:
+                    out[name] = v
+            else:
+                out[name] = conv(v)
+        return out
+
+
+def _compile_encoder(codec: RowCodec):
+    """The codec's ``encode``, written out for its columns: the values that need no conversion (an
+    int in an integer column, a str in a text column, a canonical UUID, an int in a decimal column)
+    are written straight into the JSON text; every other value goes through ``value_json``. Reading
+    changes spends most of its time here, one call per changed row."""
+    env: dict[str, Any] = {"_str": _json_string, "_slow": codec.value_json, "_uuid": _CANONICAL_UUID.fullmatch}
+    names = [f"v{i}" for i in range(len(codec.columns))]
+    pieces = []
+    for i, ((name, t), v) in enumerate(zip(codec.columns, names)):
+        if t.kind in _PLAIN and _PLAIN[t.kind] is int:
+            expr = f"(str({v}) if type({v}) is int else _slow({i}, {v}))"
+        elif t.kind is Kind.TEXT:
+            expr = f"(_str({v}) if type({v}) is str else _slow({i}, {v}))"
+        elif t.kind is Kind.UUID:
+            expr = f"('\"' + {v} + '\"' if type({v}) is str and _uuid({v}) else _slow({i}, {v}))"
+        elif t.kind is Kind.DECIMAL:
+            env[f"_dec{i}"] = _int_decimal_json(t, i, codec.value_json)
+            expr = f"(_dec{i}({v}) if type({v}) is int else _slow({i}, {v}))"
+        else:
+            expr = f"_slow({i}, {v})"
+        pieces.append(f"{_json_string(name) + ':'!r} + {expr}")
+    body = " + ',' + ".join(pieces) if pieces else "''"
+    unpack = f"    {', '.join(names)}, = values\n" if names else ""
+    exec(f"def encode(values):\n{unpack}    return '{{' + {body} + '}}'\n", env)   # noqa: S102 - our own code
+    return env["encode"]
+
+
+def _int_decimal_json(t: SqlType, i: int, slow):
+    """An int in a decimal column as ``_jsonable`` writes the quantized Decimal: a JSON string with
+    ``scale`` zeros; a value that does not obviously fit the precision takes the converter's path."""
+    scale, precision = t.scale or 0, t.precision or 0
+    zeros = "." + "0" * scale if scale else ""
+
+    def fast(v: int) -> str:
+        digits = str(v)
+        if len(digits.lstrip("-")) + scale > precision:
+            return slow(i, v)
+        return '"' + digits + zeros + '"'
+
+    return fast
+
+
+def encode_row(values: Sequence[Any], columns: Sequence[tuple[str, SqlType]]) -> str:
+    """Driver values -> JSON text, normalized through each column's logical type."""
+    return RowCodec(columns).encode(values)
+
+
+def decode_row(text: str | None, columns: Sequence[tuple[str, SqlType]]) -> dict[str, Any] | None:
+    """JSON text -> {column: Python value of the column's logical type}."""
+    return RowCodec(columns).decode(text)
+
+
+def json_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)):
+        return value if isinstance(value, str) else value.decode()
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def summarize_value(v: Any, limit: int = 40) -> str:
+    """A short, printable summary of a value for messages and the failed-change log (control
+    characters, NUL and undecodable bytes shown as escapes, long values cut)."""
+    if isinstance(v, str):
+        text = v.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace") if not v.isascii() else v
+        text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+        text = repr(text) if not text.startswith("'") else text
+    elif isinstance(v, (bytes, bytearray, memoryview)):
+        text = "0x" + bytes(v)[:limit].hex()
+    else:
+        text = repr(v)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def row_key(columns: Sequence[str], key: Sequence[str], values: Sequence[Any]) -> str:
+    """``id=4`` / ``a=1, b='x'``: the primary key of a row given in column order."""
+    at = {c: i for i, c in enumerate(columns)}
+    return ", ".join(f"{k}={summarize_value(values[at[k]])}" for k in key if k in at)
+
+
+def diagnose_row(codec: RowCodec, values: Sequence[Any]) -> tuple[str, str, str]:
+    """Why a row cannot travel: (column, reason, value summary) of its first bad value: one that does
+    not fit its column's type, or text that is not valid UTF-8 (read as lone surrogates)."""
+    for i, ((name, t), v) in enumerate(zip(codec.columns, values)):
+        try:
+            text = codec.value_json(i, v)
+        except ValueError_ as e:
+            return name, f"value does not fit column {name} ({t}): {e}", summarize_value(v)
+        except (ValueError, TypeError, ArithmeticError) as e:
+            return name, f"value does not fit column {name} ({t}): {type(e).__name__}: {e}", summarize_value(v)
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                return name, f"column {name} holds text that is not valid UTF-8", summarize_value(v)
+    return "", "the row cannot be encoded", ""
+
+

@@ -1,0 +1,102 @@
+"""The Spark side of the distribution agent: one task reads one apply group's commands, sorted by
+subscription and commit order (``mapInArrow``), and delivers them one subscription after another,
+a :class:`~sparksync.transactional.deliver.Delivery` each. One result row per subscription
+(``deliver.RESULT_SCHEMA``); a subscription that fails is reported and the next one goes on."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+
+from ..spark.results import result_arrow_schema
+from .deliver import RESULT_SCHEMA, Delivery, DeliveryContext, DeliveryResult
+from .subscriber import Command
+
+
+def deliver_stream(ctx: DeliveryContext, batches: Iterable) -> Iterator[dict]:
+    """The commands of one apply group (Arrow batches sorted by subscription, xact_seqno, command_id):
+    one :class:`Delivery` per subscription, one after another. Yields one result per subscription; a
+    subscription that fails (even by an injected crash) is reported and the next one goes on."""
+    current = CurrentSubscription(ctx)
+    for b in batches:
+        cols = {n: b.column(n).to_pylist() for n in ("subscription", *Command._fields)}
+        for sub, cmd in zip(cols["subscription"], map(Command, *(cols[n] for n in Command._fields))):
+            if sub != current.name:
+                yield from current.close()
+                current.open(sub)
+            current.command(cmd)
+    yield from current.close()
+
+
+class CurrentSubscription:
+    """The subscription this task is delivering now: its Delivery, the transaction being collected,
+    or the failure that stopped it."""
+
+    def __init__(self, ctx: DeliveryContext):
+        self.ctx = ctx
+        self.name: str | None = None
+        self.delivery: Delivery | None = None
+        self.failed: DeliveryResult | None = None
+        self.txn: list[Command] = []
+
+    def open(self, name: str) -> None:
+        self.name, self.delivery, self.failed, self.txn = name, None, None, []
+        try:
+            self.delivery = Delivery(self.ctx, self.ctx.subscriptions[name])
+        except Exception as e:  # noqa: BLE001 - this subscription fails, the others go on
+            self.failed = DeliveryResult(name)
+            self.failed.fail(e)
+
+    def command(self, c: Command) -> None:
+        if self.delivery is None:
+            return
+        if self.txn and c.xact_seqno != self.txn[0].xact_seqno:
+            self._add()
+        self.txn.append(c)
+
+    def _add(self) -> None:
+        txn, self.txn = self.txn, []
+        try:
+            self.delivery.add(txn[0].xact_seqno, txn)
+        except Exception as e:  # noqa: BLE001
+            self._fail(e)
+
+    def _fail(self, e: BaseException) -> None:
+        d = self.delivery
+        d.make_durable()
+        d.result.fail(e)
+        d.result.seconds = time.perf_counter() - d.t0
+        self.failed, self.delivery = d.result, None
+        d.close()
+
+    def close(self) -> Iterator[dict]:
+        if self.name is None:
+            return
+        if self.delivery is not None and self.txn:
+            self._add()
+        if self.delivery is not None:
+            d = self.delivery
+            try:
+                result = d.finish()
+            except Exception as e:  # noqa: BLE001
+                self._fail(e)
+            else:
+                d.close()
+                self.failed = result
+        if self.failed is not None:
+            yield self.failed.row()
+        self.name, self.delivery, self.failed = None, None, None
+
+
+def make_mapper(ctx: DeliveryContext):
+    def mapper(batches):
+        import pyarrow as pa
+
+        schema = result_arrow_schema(RESULT_SCHEMA)
+        rows = list(deliver_stream(ctx, batches))
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+    return mapper
+
+
