@@ -283,9 +283,14 @@ class Topology(_Model):
 
     @property
     def distributor_url(self) -> str:
+        return self.resolve_url(self.distributor_config.database)
+
+    @property
+    def distributor_config(self) -> DistributorConfig:
+        """The [distributor] section (transactional publications need one)."""
         if self.distributor is None:
             raise ConfigurationError("transactional publications need a [distributor] database", obj="distributor")
-        return self.resolve_url(self.distributor.database)
+        return self.distributor
 
     @property
     def publisher_url(self) -> str:
@@ -307,6 +312,19 @@ def _expand(text: str, what: str) -> str:
         raise ConfigurationError(f"{what}: {e}") from None
 
 
+def list_at(data: Any, key: str) -> list[Any]:
+    """``data[key]`` when ``data`` is a mapping and the value a list, else ``[]`` (raw, unvalidated
+    config: the checks that read it report every problem, not only the first)."""
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, list) else []
+
+
+def dict_at(data: Any, key: str) -> dict[str, Any]:
+    """``data[key]`` when ``data`` is a mapping and the value a mapping, else ``{}``."""
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
 def _named(items: Any, i: int, what: str) -> str:
     item = items[i] if isinstance(items, list) and i < len(items) else None
     name = item.get("name") if isinstance(item, dict) else None
@@ -316,9 +334,9 @@ def _named(items: Any, i: int, what: str) -> str:
 def _reference_problems(data: dict[str, Any], base_dir: Path) -> list[str]:
     """Problems between keys (names, references, environment variables), from the raw data."""
     problems: list[str] = []
-    pubs = data.get("publications") if isinstance(data.get("publications"), list) else []
-    subs = data.get("subscriptions") if isinstance(data.get("subscriptions"), list) else []
-    publisher = data.get("publisher") if isinstance(data.get("publisher"), dict) else {}
+    pubs = list_at(data, "publications")
+    subs = list_at(data, "subscriptions")
+    publisher = dict_at(data, "publisher")
 
     def env_ok(value: Any, where: str) -> None:
         if isinstance(value, str):

@@ -32,8 +32,10 @@ def _count_after(replica: Replica, nicknames: list[int], after: int | None, excl
     return total
 
 
-def _failed_count(replica: Replica, source_nick: int) -> int:
+def _failed_count(replica: Replica, source_nick: int | None) -> int:
     """Changes from ``source_nick`` that failed here and wait to be tried again."""
+    if source_nick is None:
+        return 0
     return int(replica.scalar(f"SELECT count(*) FROM {replica.meta('MSmerge_failed_changes')} "
                               f"WHERE source_nickname = {int(source_nick)}") or 0)
 
@@ -69,8 +71,9 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                     out["subscriptions"].append({"name": s.name, "publication": s.publication, "status": "not set up"})
             return out
         ident = store.replica_identity(pub)
+        pub_nick = ident.nickname if ident else None     # None: damaged, reported by replica_problems
         out["publisher"].update({
-            "state": "published", "replica_nickname": ident.nickname if ident else None,
+            "state": "published", "replica_nickname": pub_nick,
             "open_generation": pub.dialect.current_open_generation(pub), "enumeration_bound": enumeration_bound(pub)})
         waiting = _waiting(pub)
         if waiting:
@@ -129,8 +132,8 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                             entry["subscriber_sentgen"] = prow_sub[0]["sentgen"]
                         entry["open_generation"] = sub.dialect.current_open_generation(sub)
                         entry["pending_upload"] = _count_after(sub, nicks, entry.get("subscriber_sentgen"),
-                                                               exclude_received_from=ident.nickname)
-                        entry["failed_download"] = _failed_count(sub, ident.nickname)
+                                                               exclude_received_from=pub_nick)
+                        entry["failed_download"] = _failed_count(sub, pub_nick)
                         waiting = _waiting(sub)
                         if waiting:
                             entry["waiting"] = waiting

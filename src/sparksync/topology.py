@@ -14,6 +14,7 @@ from .config import (
     TRANSACTIONAL_SUBSCRIPTION_KEYS,
     Topology,
     _named,
+    list_at,
     read_config,
     validate_structure,
 )
@@ -45,9 +46,9 @@ def _article_problems(data: dict[str, Any]) -> list[str]:
     from .names import TableName
 
     problems: list[str] = []
-    pubs = data.get("publications") if isinstance(data.get("publications"), list) else []
+    pubs = list_at(data, "publications")
     for i, p in enumerate(pubs):
-        arts = p.get("articles") if isinstance(p, dict) and isinstance(p.get("articles"), list) else []
+        arts = list_at(p, "articles")
         for j, a in enumerate(arts):
             if not isinstance(a, dict) or not isinstance(a.get("table"), str):
                 continue
@@ -82,7 +83,7 @@ def _article_problems(data: dict[str, Any]) -> list[str]:
 def _transactional_problems(topology: Topology, data: dict[str, Any]) -> list[str]:
     """Rules between keys of transactional replication (on the validated topology)."""
     problems: list[str] = []
-    subs_raw = data.get("subscriptions") if isinstance(data.get("subscriptions"), list) else []
+    subs_raw = list_at(data, "subscriptions")
     transactional = {p.name: p for p in topology.publications_of_kind("transactional")}
     known = {p.name for p in topology.publications}
     if transactional and topology.distributor is None:

@@ -202,7 +202,7 @@ def _any_decimal(v):
 def _decimal(t: SqlType):
     if t.precision is None:
         return _any_decimal
-    q = decimal.Decimal(1).scaleb(-t.scale)
+    q = decimal.Decimal(1).scaleb(-(t.scale or 0))   # NUMERIC(p) means NUMERIC(p, 0)
 
     def conv(v):
         if isinstance(v, bool):

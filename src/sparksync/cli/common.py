@@ -7,7 +7,7 @@ import functools
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import IO, Annotated, cast
 
 import typer
 from rich.console import Console
@@ -19,8 +19,9 @@ from ..spark.failures import recover, spark_error_message
 from ..topology import load_config
 
 # Everything the CLI prints goes through the redaction: no password reaches a terminal or a log.
-console = Console(file=RedactingStream(lambda: sys.stdout))
-err_console = Console(file=RedactingStream(lambda: sys.stderr), stderr=True)
+# (RedactingStream forwards everything else to the real stream: rich sees a terminal as a terminal.)
+console = Console(file=cast(IO[str], RedactingStream(lambda: sys.stdout)))
+err_console = Console(file=cast(IO[str], RedactingStream(lambda: sys.stderr)), stderr=True)
 
 ConfigOption = Annotated[Path, typer.Option("--config", "-c", help="Topology configuration file (TOML).",
                                             show_default=True)]

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import typer.main
+from typer.core import TyperGroup
 
 BEGIN = "<!-- BEGIN GENERATED: python -m sparksync.cli.reference -->"
 END = "<!-- END GENERATED -->"
@@ -20,6 +21,7 @@ def render_reference() -> str:
     from .app import app
 
     group = typer.main.get_command(app)
+    assert isinstance(group, TyperGroup)            # the app has subcommands
     root = typer.Context(group, info_name="sparksync")
     out = []
     for name, cmd in group.commands.items():          # registration order

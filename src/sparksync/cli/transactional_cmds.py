@@ -111,8 +111,8 @@ def _seconds(v: float | None) -> str:
 
 @handle_errors
 def tracer_token_command(
+    publication: Annotated[str, typer.Option("--publication", "-p", help="The transactional publication.")],
     config: ConfigOption = DEFAULT_CONFIG_PATH,
-    publication: Annotated[str, typer.Option("--publication", "-p", help="The transactional publication.")] = ...,
     wait: Annotated[float, typer.Option("--wait", min=0.0, help="Seconds to wait for the token to reach every "
                                                                "subscriber (the agents must be running).")] = 30.0,
     history: Annotated[bool, typer.Option("--history", help="List recent tokens instead of posting one.")] = False,
@@ -147,9 +147,9 @@ def tracer_token_command(
 
 @handle_errors
 def schema_change_command(
+    publication: Annotated[str, typer.Option("--publication", "-p", help="The transactional publication.")],
+    article: Annotated[str, typer.Option("--article", "-a", help="The published table.")],
     config: ConfigOption = DEFAULT_CONFIG_PATH,
-    publication: Annotated[str, typer.Option("--publication", "-p", help="The transactional publication.")] = ...,
-    article: Annotated[str, typer.Option("--article", "-a", help="The published table.")] = ...,
     add_column: Annotated[str | None, typer.Option("--add-column", help="'Name type': add a nullable column.")] = None,
     drop_column: Annotated[str | None, typer.Option("--drop-column", help="Drop this column.")] = None,
 ) -> None:

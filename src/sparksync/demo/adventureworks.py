@@ -108,7 +108,8 @@ def _rows(rng: random.Random, customers: int, products: int, orders: int, vendor
         prices[i] = _money(rng, 2.29, 3578.27)
         prod.append((i, f"{_LINES[line]} {item} {i}, {color}", f"{item[:2].upper()}-{line}{i:03d}-{size}",
                      line, prices[i], _when(rng)))
-    headers, details = [], []
+    headers: list[tuple] = []
+    details: list[tuple] = []
     for o in range(1, orders + 1):
         order_date = _when(rng)
         subtotal = Decimal(0).quantize(_CENT)

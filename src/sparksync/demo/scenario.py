@@ -148,8 +148,7 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> dict:
     from ..merge.agent import MergeAgent
     from ..spark.session import spark_session as _spark
 
-    summary = MergeAgent(topology, _spark(topology.spark_master, conf=topology.spark.conf), report).run()
-    _print(summary)
+    _print(MergeAgent(topology, _spark(topology.spark_master, conf=topology.spark.conf), report).run())
 
     console.rule("[bold]6. sparksync conflicts: how each conflict was resolved")
     from ..conflict_view import list_conflicts
@@ -175,8 +174,8 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> dict:
     from ..validate import compare_transactional
 
     token = tracer.post(topology, "Reports")
-    for r in run_logreader(topology, report=report):
-        console.print(f"  log reader: {r.transactions} transaction(s), {r.commands} command(s) moved from HQ's capture "
+    for run in run_logreader(topology, report=report):
+        console.print(f"  log reader: {run.transactions} transaction(s), {run.commands} command(s) moved from HQ's capture "
                       "log to the distribution database")
     _print_distribution(DistributionAgent(topology, _spark(topology.spark_master, conf=topology.spark.conf),
                                           report).run())

@@ -47,6 +47,12 @@ class TableInfo:
         return None
 
     @property
+    def key_columns(self) -> list[Column]:
+        """The primary key's columns, in key order."""
+        by_name = {c.name: c for c in self.columns}
+        return [by_name[k] for k in self.primary_key]
+
+    @property
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
 
@@ -105,7 +111,7 @@ def table_drift(expected: TableInfo, actual: TableInfo) -> list[str]:
     missing = [c.name for c in expected.columns if actual.column(c.name) is None]
     extra = [c.name for c in actual.columns if expected.column(c.name) is None]
     wrong = [c.name for c in expected.columns
-             if actual.column(c.name) is not None and not actual.column(c.name).type.compatible_with(c.type)]
+             if (found := actual.column(c.name)) is not None and not found.type.compatible_with(c.type)]
     out = []
     for what, cols in (("missing column", missing), ("unexpected column", extra), ("changed type of column", wrong)):
         out += [f"{what} {c}" for c in cols]

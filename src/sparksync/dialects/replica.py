@@ -65,6 +65,12 @@ class Replica:
         rows = self.query(sql, params)
         return rows[0] if rows else None
 
+    def aggregate(self, sql: str, params: Sequence[Any] = ()) -> tuple:
+        """The one row of an aggregate query (``SELECT count(*), max(x) ...``: always one row)."""
+        row = self.query_one(sql, params)
+        assert row is not None, "an aggregate query without a row"
+        return row
+
     def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         row = self.query_one(sql, params)
         return None if row is None else row[0]

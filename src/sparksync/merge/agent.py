@@ -63,7 +63,8 @@ class DirectionStats(ArticleStats):
     def add(self, s: dict) -> None:
         """Add one batch's ``ArticleStats`` (as a dict) to these."""
         for f in fields(ArticleStats):
-            setattr(self, f.name, getattr(self, f.name) + type(f.default)(s.get(f.name, 0)))   # int or float
+            value = s.get(f.name, 0)
+            setattr(self, f.name, getattr(self, f.name) + (float(value) if isinstance(f.default, float) else int(value)))
 
 
 @dataclass

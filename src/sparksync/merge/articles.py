@@ -58,7 +58,7 @@ def assign_nicknames(articles: Sequence[str], parents_of: Mapping[str, Iterable[
         lo = max((result[x] for x in ancestors if x in result), default=0)
         hi = min((result[x] for x in descendants if x in result), default=None)
         free = [n for n in range(lo + 1, hi) if n not in used] if hi is not None and hi > lo + 1 else []
-        if free:
+        if free and hi is not None:        # (free is only ever non-empty below a descendant)
             waiting = sum(1 for x in descendants if x not in result and x not in ancestors)
             target = lo + max(1, (hi - lo) // (waiting + 2))
             candidate = min(free, key=lambda n: (abs(n - target), n))

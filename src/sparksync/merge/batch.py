@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import time
 from collections.abc import Iterator
@@ -129,6 +130,18 @@ class _Work:
     failure: Failure | None = None             # a failed change (recorded after the batch's other work)
     rowguid: str = ""
 
+    @property
+    def decided(self) -> tuple[Incoming, Decision]:
+        """One row's change and its decision (work decided in Python)."""
+        assert self.inc is not None and self.decision is not None, "not a decided change"
+        return self.inc, self.decision
+
+    @property
+    def bulk(self) -> tuple[StagedArticle, Staging]:
+        """The staged changes of (article, op) and their staging table (set-based work)."""
+        assert self.staged is not None and self.staging is not None, "not set-based work"
+        return self.staged, self.staging
+
 
 def _incoming(c: Change, codec: RowCodec, source_nick: int) -> Incoming:
     return Incoming(c.op, c.rowguid, codec.decode(c.row), lin.parse(c.lineage),
@@ -206,34 +219,37 @@ class _BatchApplier:
     def generation_for(self, send_back: bool) -> int:
         """The received generation (known to the source) or the resolved one (sent back to it)."""
         key = "resolved" if send_back else "received"
-        if self.gens[key] is None:
+        g = self.gens[key]
+        if g is None:
             d, b, pubid = self.dest, self.batch, self.ctx.pubid
             # Who else has these changes: the publisher is believed about every replica; a subscriber
             # only about itself (trust model: it cannot make the publisher skip another replica).
             known = [d.nickname, b.source_nick] + (b.nicknames if not d.is_publisher else [])
-            self.gens[key] = (new_generation(self.replica, 1, [d.nickname], pubid) if send_back else
-                              new_generation(self.replica, 2, known, pubid, b.source_nick, b.hi))
-        return self.gens[key]
+            g = self.gens[key] = (new_generation(self.replica, 1, [d.nickname], pubid) if send_back else
+                                  new_generation(self.replica, 2, known, pubid, b.source_nick, b.hi))
+        return g
 
     def one_row(self, w: _Work, st: ArticleStats) -> None:
-        gen = self.generation_for(w.decision.send_back)
-        err = _try_apply(self.replica, w.art, w.inc, w.decision, gen)
+        inc, decision = w.decided
+        gen = self.generation_for(decision.send_back)
+        err = _try_apply(self.replica, w.art, inc, decision, gen)
         if err is not None:
             self.retry.append((w, gen))
             return
         self.applied(w, st)
 
     def applied(self, w: _Work, st: ArticleStats) -> None:
-        _count(st, w.decision, w.existed)
-        self.counts["resolved" if w.decision.send_back else "received"] += 1
-        if w.decision.conflict is not None:
+        _, decision = w.decided
+        _count(st, decision, w.existed)
+        self.counts["resolved" if decision.send_back else "received"] += 1
+        if decision.conflict is not None:
             st.conflicts += 1
-            _record_conflict(self.replica, self.ctx, self.dest, self.batch, w.art, w.decision.conflict, self.outcome)
+            _record_conflict(self.replica, self.ctx, self.dest, self.batch, w.art, decision.conflict, self.outcome)
 
     def set_based(self, w: _Work, st: ArticleStats, clear_failed: bool) -> None:
         """Every plain change of one article and operation in a few statements; when a constraint
         or a value rejects them, one at a time, so the failing change is found and retried."""
-        replica, staging = self.replica, w.staging
+        replica, (staged, staging) = self.replica, w.bulk
         generation = self.generation_for(False)   # before the savepoint: a rollback must not take its row
         replica.execute("SAVEPOINT sparksync_bulk")
         try:
@@ -251,17 +267,17 @@ class _BatchApplier:
             return
         replica.execute("RELEASE SAVEPOINT sparksync_bulk")
         if w.op == "delete":
-            st.deletes += w.staged.deletes
+            st.deletes += staged.deletes
         else:
-            st.inserts += w.staged.inserts
-            st.updates += w.staged.updates
-        self.counts["received"] += w.staged.deletes if w.op == "delete" else w.staged.inserts + w.staged.updates
+            st.inserts += staged.inserts
+            st.updates += staged.updates
+        self.counts["received"] += staged.deletes if w.op == "delete" else staged.inserts + staged.updates
 
     def retry_one(self, w: _Work, gen: int, st: ArticleStats) -> None:
         """A change that failed on a constraint or a value, tried again after the other articles; if it
         fails again it is a failed-change conflict (kept for the next merge, or compensated)."""
         replica, ctx, dest, batch = self.replica, self.ctx, self.dest, self.batch
-        art, inc, decision, existed = w.art, w.inc, w.decision, w.existed
+        (inc, decision), art, existed = w.decided, w.art, w.existed
         st.retries += 1
         err = _try_apply(replica, art, inc, decision, gen)
         if err is None:
@@ -295,6 +311,7 @@ class _BatchApplier:
         """Record a change that cannot be applied here: listed in MSmerge_failed_changes (and tried again
         at every merge), logged as a failed-change conflict the first time it fails."""
         replica, ctx, batch, f = self.replica, self.ctx, self.batch, w.failure
+        assert f is not None, "not a failed change"
         if op is None:
             present = replica.scalar(f"SELECT count(*) FROM {replica.dialect.table_sql(w.art.table)} WHERE "
                                      f"{replica.dialect.quote(w.art.rowguid_column)} = {replica.dialect.uuid_param()}",
@@ -321,7 +338,9 @@ def _plan(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: Bat
     (unsorted) and each article's row codec."""
     work: list[_Work] = []
     codecs: dict[int, RowCodec] = {}
-    staging = Staging(replica) if changes else None
+    if not changes:
+        return work, codecs
+    staging = Staging(replica)
     for nick, cc in changes.items():
         if nick not in articles:
             raise SparksyncError(f"{dest.name}: no article with nickname {nick} here")
@@ -347,12 +366,12 @@ def _known_failures(replica: Replica, cc: ArticleChanges, art: TrackedArticle, c
     if cc.op.count(OP_UNREADABLE):                  # rare: the scan runs in C, the loop only then
         for i, op in enumerate(cc.op):
             if op == OP_UNREADABLE:
-                info = json.loads(cc.row[i])
+                info = json.loads(cc.row[i] or "{}")
                 bad[i] = Failure(f"unreadable at its source: {info['reason']}", info.get("key") or "",
                                   info.get("column") or None, info.get("value") or None)
     for i in _rows_holding(cc.row, d.unstorable_markers()):
         if i not in bad:
-            values = codec.decode(cc.row[i])
+            values = codec.decode(cc.row[i]) or {}
             for name, t in codec.columns:
                 why = d.unstorable(t, values.get(name))
                 if why:
@@ -417,13 +436,14 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
     if again:   # the same row twice in one batch: the later one is decided apart
         later = [cc.change(i) for i in again]
         contents, tombs, present = _prefetch(replica, art, [c.rowguid for c in later])
-        slow += [(c, LocalMeta(c.rowguid in present, *(contents.get(c.rowguid) or (None, None)),
-                               tombs.get(c.rowguid))) for c in later]
+        for c in later:
+            lineage_, colv = contents.get(c.rowguid) or (None, None)
+            slow.append((c, LocalMeta(c.rowguid in present, lineage_, colv, tombs.get(c.rowguid))))
     for c, meta in slow:
         g = c.rowguid
         local = Local(exists=meta.present, lineage=lin.parse(meta.lineage) if meta.lineage is not None else None,
                       colv=_json_value(meta.colv), tombstone=lin.parse(meta.tombstone) if meta.tombstone is not None
-                      else None, load_values=(lambda a=art, g=g: _load_row(replica, a, g)))
+                      else None, load_values=functools.partial(_load_row, replica, art, g))
         inc = _incoming(c, codec, batch.source_nick)
         op = "delete" if c.op == "delete" else "upsert"
         failure = _forged(inc, local, ctx) if check_forged else None
@@ -437,6 +457,7 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
             work.append(_Work(_order_key(art, group, op), art, op, inc=inc, existed=meta.present,
                               failure=replace(failure, key=failure.key or _row_key(art, inc.values)), rowguid=g))
             continue
+        assert decision is not None                 # decided: nothing failed
         if decision.action == "skip":
             st.skipped += 1
             continue

@@ -78,7 +78,7 @@ def _winner_lineage(local_lin: lin.Lineage, incoming_lin: lin.Lineage, dest: int
 def decide(change: Incoming, local: Local, rules: ArticleRules, replicas: Replicas, dest: int, upload: bool) -> Decision:
     """Decide one change. ``upload`` is True when the destination is the publisher."""
     local_deleted = local.tombstone is not None and not local.exists
-    local_lin = local.tombstone if local_deleted else (local.lineage or {})
+    local_lin: lin.Lineage = (local.tombstone or {}) if local_deleted else (local.lineage or {})
 
     if change.op == "delete":
         if local_deleted or (not local.exists and local.lineage is None):

@@ -159,7 +159,7 @@ def make_generation(replica: Replica, nickname: int, threshold: int = 1000) -> M
             d.set_open_generation(replica, new_open)
     result.unsettled = [int(g) for (g,) in replica.query(
         f"SELECT generation FROM {_gh(replica)} WHERE genstatus > 0 AND settled = 0 ORDER BY generation")]
-    result.open_generation = int(d.current_open_generation(replica))
+    result.open_generation = int(d.current_open_generation(replica) or 0)
     return result
 
 

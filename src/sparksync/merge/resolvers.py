@@ -204,6 +204,10 @@ def resolve(resolver: str, column: str | None, pub: Side, sub: Side, conflict_ty
         return _by_priority(pub, sub)
     if resolver == "subscriber_wins":
         return Resolution("subscriber", sub.values, "subscriber always wins")
+    if resolver not in BUILTIN:
+        return _user(resolver, pub, sub, conflict_type, search)
+    if column is None:                      # setup checks resolver_column: a damaged publication row
+        raise ResolverFailed(f"resolver {resolver!r} has no resolver_column", obj=resolver)
     if resolver in ("later_wins", "earlier_wins"):
         return _by_column(pub, sub, column, resolver == "later_wins", resolver.replace("_", " "))
     if resolver in ("maximum", "minimum"):
@@ -212,7 +216,7 @@ def resolve(resolver: str, column: str | None, pub: Side, sub: Side, conflict_ty
         if conflict_type not in ("update", "column update"):
             return _by_priority(pub, sub)
         return _arith(pub, sub, column, resolver == "averaging")
-    return _user(resolver, pub, sub, conflict_type, search)
+    raise AssertionError(f"built-in resolver {resolver!r} without a rule")
 
 
 def check_resolver(resolver: str, column: str | None, column_tracking: bool, columns: list[str]) -> list[str]:

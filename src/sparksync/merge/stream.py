@@ -10,6 +10,7 @@ yields one result row (``RESULT_SCHEMA``); ``BatchResult`` reads them back on th
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -104,7 +105,7 @@ def apply_stream(ctx: ApplyContext, batches: Iterable) -> Iterator[dict]:
             for b in dest.batches[source]:
                 if b.seq >= seq or done.get((dest_name, source), -1) >= b.seq:
                     continue
-                out = with_retries(lambda b=b: apply_batch(replica, ctx, dest, b, {}, articles))
+                out = with_retries(functools.partial(apply_batch, replica, ctx, dest, b, {}, articles))
                 done[(dest_name, source)] = b.seq
                 yield _result(dest_name, source, b.seq, out)
             batch = next(b for b in dest.batches[source] if b.seq == seq)

@@ -155,7 +155,7 @@ def remove_stale(pdir: Path, keep: str | None) -> list[str]:
     snapshot or initialization left behind. The caller holds the publication's snapshot lock."""
     import shutil
 
-    removed = []
+    removed: list[str] = []
     if not pdir.is_dir():
         return removed
     for d in pdir.iterdir():

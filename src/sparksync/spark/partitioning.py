@@ -60,7 +60,8 @@ def split_ranges(counts: list[tuple[int, int]], lo: int, hi: int, parts: int,
     parts = max(1, min(parts, len(counts), -(-total // min_rows) if total else 1))
     if parts == 1:
         return [(lo, hi)]
-    ranges, start, acc = [], lo, 0
+    ranges: list[tuple[int, int]] = []
+    start, acc = lo, 0
     for key, n in counts[:-1]:        # never cut after the last key: no empty read
         acc += n
         if acc >= total * (len(ranges) + 1) / parts and len(ranges) < parts - 1:

@@ -7,7 +7,7 @@ _ARROW_TYPES = {"STRING": "string", "INT": "int32", "BIGINT": "int64", "DOUBLE":
 
 
 def _fields(ddl: str) -> list[tuple[str, str]]:
-    return [tuple(c.split()) for c in ddl.split(", ")]
+    return [(name, kind) for name, kind in (c.split() for c in ddl.split(", "))]
 
 
 def result_columns(ddl: str) -> list[str]:

@@ -100,7 +100,7 @@ class DistributionAgent:
                 runs = self._deliver(dist, p, subs)
                 summary.subscriptions += runs
                 self._record(dist, p, runs, started, summary.run_id)
-                d = topo.distributor
+                d = topo.distributor_config
                 c = dst.cleanup(dist, p.publication_id, d.min_distretention, d.max_distretention, d.history_retention)
                 summary.cleanup[name] = {"transactions": c.transactions, "commands": c.commands,
                                          "deactivated": c.deactivated}
@@ -145,7 +145,7 @@ class DistributionAgent:
                 r.sync_point)
             self.report(f"distribute {p.name} -> {s.name}: {run.pending_before:,} transaction(s) after "
                         f"xact_seqno {start}")
-        if targets:
+        if targets and bound is not None:        # (targets: only when something is pending below bound)
             ctx = DeliveryContext(p.name, p.publication_id, targets)
             for res in self._spark(dist, p, ctx, starts, bound):
                 runs[res["subscription"]].read_row(res)

@@ -115,7 +115,7 @@ class BulkApplier:
                             zip(self._key_fields(t, "before"), self._key_fields(t, "after")))
         key = ", ".join(f"coalesce({d.json_field(f'{s}.before', k)}, {d.json_field(f'{s}.after', k)})" for k in t.key)
         distinct = f"count(DISTINCT {key})" if len(t.key) == 1 else "-1"
-        n_moved, repeated = self.replica.query_one(
+        n_moved, repeated = self.replica.aggregate(
             f"SELECT sum(CASE WHEN op = 'upd' AND before IS NOT NULL AND ({moved}) THEN 1 ELSE 0 END), "
             f"count(*) <> {distinct} FROM {s} WHERE article_id = {int(t.article_id)}")
         return bool(n_moved), bool(repeated)

@@ -113,7 +113,7 @@ def effective_command(text: str | None, op: str, table: TableName, procedures: b
     is written as in SQL: ``sp_MSupd_PurchasingVendor`` for table ``purchasing.vendor`` is the
     generated procedure's name; any other name is a custom procedure, folded the same way."""
     spec = parse_command(text, op, table)
-    if spec is not None and spec.uses_procedure and fold is not None and procedures:
+    if spec is not None and spec.procedure is not None and spec.uses_procedure and fold is not None and procedures:
         name, default = spec.procedure, default_procedure(op, table)
         same_schema = name.schema is None or fold(name.schema) == fold(table.schema or name.schema)
         if fold(name.name) == fold(default) and same_schema:
@@ -198,7 +198,8 @@ def arguments(spec: CallSpec, columns: Sequence[str], key: Sequence[str], before
               after: Mapping[str, Any] | None) -> list[Any]:
     """The values to pass for one command (``before``/``after``: {column: value})."""
     after = after or {}
-    changed = changed_columns(columns, before, after) if spec.syntax in ("SCALL", "MCALL") else None
+    # (the bitmap and SCALL's unchanged columns: only SCALL and MCALL read which columns changed)
+    changed = changed_columns(columns, before, after) if spec.syntax in ("SCALL", "MCALL") else []
     original = before if before is not None else after
     out: list[Any] = []
     for p in parameters(spec, columns, key):

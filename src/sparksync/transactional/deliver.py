@@ -27,6 +27,7 @@ import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import failpoints
 from ..dialects import connect
@@ -121,7 +122,7 @@ def route(target: ArticleTarget, c: Command, streams: int) -> int:
         return 0
     if c.rowhash is not None:
         return c.rowhash % streams
-    row = json.loads(c.before if c.before is not None else c.after)
+    row = json.loads(c.before if c.before is not None else c.after or "{}")
     key = json.dumps([c.article_id] + [row.get(k) for k in target.key], default=str, separators=(",", ":"))
     return zlib.crc32(key.encode("utf-8")) % streams
 
@@ -171,7 +172,7 @@ class Delivery:
     def _schema_change(self, replica: Replica, c: Command) -> ArticleTarget:
         from .subscriber import schema_change
 
-        content = json.loads(c.after)
+        content = json.loads(c.after or "{}")
         new, _ = schema_change(replica, self.sub.targets[c.article_id], content)
         self.sub.targets[c.article_id] = new
         store.update_rows(replica, "MSsubscription_articles", {"table_schema": content["table_schema"]},
@@ -180,8 +181,8 @@ class Delivery:
         return new
 
     # -- watermarks ------------------------------------------------------------------------------
-    def _key(self, stream: int | None = None) -> dict:
-        k = {"publication": self.ctx.publication, "subscription": self.sub.name}
+    def _key(self, stream: int | None = None) -> dict[str, Any]:
+        k: dict[str, Any] = {"publication": self.ctx.publication, "subscription": self.sub.name}
         if stream is not None:
             k["stream"] = stream
         return k
@@ -332,14 +333,14 @@ class Delivery:
         self.watermarks = {k: hi for k in range(self.sub.streams)}
         self.done_to = self.behind_to = hi
         self.stored_streams = self.sub.streams
-        r = self.result
-        r.batches += 1
-        r.transactions += len(batch)
-        r.commands += len(commands)
-        r.first_seqno = batch[0][0] if r.first_seqno is None else r.first_seqno
-        r.last_seqno = hi
+        res = self.result
+        res.batches += 1
+        res.transactions += len(batch)
+        res.commands += len(commands)
+        res.first_seqno = batch[0][0] if res.first_seqno is None else res.first_seqno
+        res.last_seqno = hi
         now = store.utcnow()
-        r.tokens += [{"tracer_id": json.loads(c.after)["tracer_id"], "subscriber_commit": now.isoformat()}
+        res.tokens += [{"tracer_id": json.loads(c.after or "{}")["tracer_id"], "subscriber_commit": now.isoformat()}
                      for c in commands if c.type == "token"]
         failpoints.hit("distribute.after_commit", f"{self.sub.name}:{seq}")
         send_progress(self.ctx.progress, {"publication": self.ctx.publication, "subscription": self.sub.name,

@@ -220,9 +220,9 @@ def cleanup(dist: Replica, publication_id: str, min_hours: float, max_hours: flo
     tx, cmd = dist.meta("MSrepl_transactions"), dist.meta("MSrepl_commands")
     with dist.transaction():
         subs = [s for s in subscriptions(dist, publication_id) if s.status in (0, 1)]
-        delivered = [s.delivered_seqno for s in subs]
+        delivered = [s.delivered_seqno for s in subs if s.delivered_seqno is not None]
         cut = None
-        if subs and all(x is not None for x in delivered):
+        if subs and len(delivered) == len(subs):
             cut = min(delivered)
         elif not subs:
             cut = bound(dist, publication_id)

@@ -36,7 +36,7 @@ class RowFilter:
     """A checked row filter. ``columns``: the published columns it reads."""
 
     text: str
-    tree: exp.Expression
+    tree: exp.Expr
     columns: frozenset[str]
 
     def render(self, dialect: str, row: str | None = None, booleans: Sequence[str] = ()) -> str:

@@ -95,7 +95,7 @@ def write_snapshot(spark, topology: Topology, pub: PublicationConfig, publicatio
                     if a["filter"]:
                         f = parse_filter(a["filter"], [c.name for c in info.columns], a["name"])
                         where = " WHERE " + f.sql_for(d.capabilities.name, info.columns)
-                    first_key = info.column(info.primary_key[0])
+                    first_key = info.key_columns[0]
                     parts, total = read_partitions(frozen, url, sid, d.table_sql(name), select,
                                                    d.quote(first_key.name), cols, f"{pub.name}/{a['name']}", where,
                                                    order_param=d.typed_param(first_key.type),
@@ -206,11 +206,14 @@ def install_procedures(sub: Replica, targets: dict[int, ArticleTarget]) -> None:
                 cols = [(c, _type(x)) for c, x in t.columns]
                 for stmt in procedure_statements(d, spec, t.table, cols, t.key):
                     sub.execute(stmt)
-            elif not (d.procedure_exists(sub, spec.procedure.schema, spec.procedure.name) if spec.procedure.schema
-                      else d.procedure_schema(sub, spec.procedure.name, d.resolve_name(t.table).schema)):
-                where = (f"schema {spec.procedure.schema}" if spec.procedure.schema else
+                continue
+            proc = spec.procedure
+            assert proc is not None                # a procedure syntax always names one
+            if not (d.procedure_exists(sub, proc.schema, proc.name) if proc.schema
+                    else d.procedure_schema(sub, proc.name, d.resolve_name(t.table).schema)):
+                where = (f"schema {proc.schema}" if proc.schema else
                          f"the subscriber's search_path or schema {d.resolve_name(t.table).schema}")
-                raise SchemaError(f"{sub.label}: article {t.name}: custom procedure {spec.procedure} ({spec.syntax} for "
+                raise SchemaError(f"{sub.label}: article {t.name}: custom procedure {proc} ({spec.syntax} for "
                                   f"{op}) does not exist in {where}; create it first", obj=t.name)
 
 

@@ -60,14 +60,15 @@ def read_publication(topology: Topology, name: str, read_batch: int = READ_BATCH
                 tokens: list[tuple[dict, TransactionInfo]] = []
                 for ev in capture.read_batch(after):
                     if type(ev) is StoredCommand:          # the common event first
+                        assert current is not None         # commands come between Begin and End
                         current.commands += 1
                         writer.command(current.xact_seqno, current.commands, ev)
                         if ev.type == "token":
-                            tokens.append((json.loads(ev.after), current))
+                            tokens.append((json.loads(ev.after or "{}"), current))
                     elif isinstance(ev, Begin):
                         current = TransactionInfo(ev.xact_seqno, ev.xact_id, ev.publisher_commit)
                     elif isinstance(ev, End):
-                        if current.commands:
+                        if current is not None and current.commands:
                             writer.transaction(current)
                         current = None
                 for token, txn in tokens:

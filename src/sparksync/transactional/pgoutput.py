@@ -228,10 +228,11 @@ def parse(data: bytes) -> Any:
     kind = chr(buf[0])
     if kind in "IUD":             # row changes: the common case, parsed without a reader object
         _, relid, old, key, new = read_change(buf)
-        if kind == "I":
-            return Insert(relid, new)
         if kind == "D":
             return Delete(relid, old, key)
+        assert new is not None            # read_change refuses an insert or update without one
+        if kind == "I":
+            return Insert(relid, new)
         return Update(relid, new, old, key)
     if kind == "B" and len(buf) >= 21:
         lsn, micros, xid = _BEGIN.unpack_from(buf, 1)

@@ -90,6 +90,7 @@ def change(topology: Topology, publication: str, article: str, add: str | None =
             ddl = f"ALTER TABLE {d.table_sql(name)} ADD COLUMN {d.quote(col)} {d.render_type(sqltype)}"
             content = {"action": "add_column", "column": {"name": col, "type": sqltype.to_dict()}}
         else:
+            assert drop is not None                # exactly one of the two (checked above)
             c = info.column(drop)
             if c is None:
                 raise SchemaError(f"{where}: no published column {drop}", obj=drop)

@@ -24,8 +24,8 @@ def gather(topology: Topology) -> dict[str, Any]:
     pubs = topology.publications_of_kind("transactional")
     try:
         dist = connect(topology.distributor_url, "distributor")
-    except SparksyncError as e:
-        out["distributor"].update({"state": "unreachable", "error": e.message})
+    except SparksyncError as exc:
+        out["distributor"].update({"state": "unreachable", "error": exc.message})
         return out
     with dist:
         if store.table_set_version(dist, DISTRIBUTION) is None:
@@ -40,7 +40,7 @@ def gather(topology: Topology) -> dict[str, Any]:
                     out["publications"].append({"name": pcfg.name, "state": "not published"})
                     continue
                 u = dist.dialect.uuid_param()
-                queued = dist.query_one(f"SELECT count(*), coalesce(sum(commands), 0) FROM "
+                queued = dist.aggregate(f"SELECT count(*), coalesce(sum(commands), 0) FROM "
                                         f"{dist.meta('MSrepl_transactions')} WHERE publication_id = {u}",
                                         [p.publication_id])
                 entry = {"name": p.name, "state": "published", "source": p.source, "slot": p.slot,

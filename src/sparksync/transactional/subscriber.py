@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from ..dialects.replica import Replica
 from ..errors import ConstraintViolation, DatabaseError, RowNotFound, SparksyncError, ValueRejected
@@ -98,7 +98,7 @@ class _Prepared:
         self.conv = dict(zip(self.names, conv))
         table = d.table_sql(t.table)
         self.sql: dict[str, str | None] = {}
-        self.kinds: dict[str, list[str | None]] = {}   # per parameter: its column (None: the bitmap)
+        self.kinds: dict[str, Sequence[str | None]] = {}   # per parameter: its column (None: the bitmap)
         for op in ("ins", "upd", "del"):
             spec = t.spec(op)
             if not spec.replicated:
@@ -108,6 +108,7 @@ class _Prepared:
                 # a generated procedure lives in its table's schema; a custom one named without a schema
                 # is found through the subscriber's search_path, as a CALL typed in psql would find it
                 proc = spec.procedure
+                assert proc is not None            # a procedure syntax always names one
                 if proc.schema is None and d.capabilities.supports_schemas:
                     table_schema = d.resolve_name(t.table).schema
                     proc = TableName(table_schema if spec.generated else
@@ -135,8 +136,8 @@ class _Prepared:
         after = self.codec.decode(c.after, verbatim=True) if c.after is not None else None
         before = None
         if c.before is not None:   # an update's before image may be compact: unchanged columns are as after
-            before = {**(after or {}), **self.codec.decode(c.before, partial=True, verbatim=True)}
-        if after is not None and self.markers and any(m in c.after for m in self.markers):
+            before = {**(after or {}), **(self.codec.decode(c.before, partial=True, verbatim=True) or {})}
+        if c.after is not None and after is not None and self.markers and any(m in c.after for m in self.markers):
             for name in self.names:
                 why = self.dialect.unstorable(self.types[name], after.get(name))
                 if why:
@@ -147,8 +148,10 @@ class _Prepared:
         if spec.uses_procedure:
             values = arguments(spec, self.names, self.t.key, before, after)
         else:   # plain statement: "\0k" is the original value of key column k
+            after = after or {}
             original = before if before is not None else after
-            values = [original[k[1:]] if k.startswith("\0") else after[k] for k in self.kinds[op]]
+            plain = cast(list[str], self.kinds[op])      # a plain statement's parameters are all columns
+            values = [original[k[1:]] if k.startswith("\0") else after[k] for k in plain]
         out = []
         for v, col in zip(values, self.kinds[op]):
             conv = self.conv.get(col.lstrip("\0")) if col is not None else None
@@ -202,7 +205,9 @@ class Applier:
             return
         p = self.prepared[key[0]]
         op = key[1]
-        n = self.replica.executemany(p.sql[op], rows)
+        sql = p.sql[op]
+        assert sql is not None                     # commands of an operation not replicated are not queued
+        n = self.replica.executemany(sql, rows)
         if p.checks_rows(op) and n is not None and 0 <= n < len(rows):
             raise RowNotFound(f"{self.replica.label}: {len(rows) - n} of {len(rows)} {op}s of {p.t.name} found "
                               "no row")
@@ -222,9 +227,10 @@ class Applier:
                 self.replica.execute(p.truncate)
             return
         op = c.type
-        if p.sql[op] is None:
+        sql = p.sql[op]
+        if sql is None:
             return
-        cur = self.replica.execute(p.sql[op], p.args(op, c))
+        cur = self.replica.execute(sql, p.args(op, c))
         if p.checks_rows(op) and getattr(cur, "rowcount", 1) == 0:
             raise RowNotFound(f"{self.replica.label}: the row was not found at the subscriber when applying the "
                               f"replicated command ({'update' if op == 'upd' else 'delete'} of {p.t.name}, "

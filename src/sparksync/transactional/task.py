@@ -55,14 +55,15 @@ class CurrentSubscription:
         self.txn.append(c)
 
     def _add(self) -> None:
-        txn, self.txn = self.txn, []
+        txn, self.txn, d = self.txn, [], self.delivery
+        if d is None:
+            return
         try:
-            self.delivery.add(txn[0].xact_seqno, txn)
+            d.add(txn[0].xact_seqno, txn)
         except Exception as e:  # noqa: BLE001
-            self._fail(e)
+            self._fail(d, e)
 
-    def _fail(self, e: BaseException) -> None:
-        d = self.delivery
+    def _fail(self, d: Delivery, e: BaseException) -> None:
         d.make_durable()
         d.result.fail(e)
         d.result.seconds = time.perf_counter() - d.t0
@@ -79,7 +80,7 @@ class CurrentSubscription:
             try:
                 result = d.finish()
             except Exception as e:  # noqa: BLE001
-                self._fail(e)
+                self._fail(d, e)
             else:
                 d.close()
                 self.failed = result

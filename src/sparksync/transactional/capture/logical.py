@@ -22,7 +22,7 @@ import struct
 import time
 import zlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 from ...dialects.model import TableInfo, from_table_dict
 from ...dialects.replica import Replica
@@ -177,7 +177,9 @@ class _Shape:
     def __init__(self, art: _Article, cols: list[po.RelationColumn]):
         self.article, self.cols = art, cols
         where = {c.name: i for i, c in enumerate(cols)}
-        self.parts = []          # (position in the tuple or None, '"name":', fragment function, is key)
+        # (position in the tuple, '"name":', fragment function, is key); position and function are None
+        # for a column the relation does not have (its value is then None: the function is never called)
+        self.parts: list[tuple[Any, str, Any, bool]] = []
         for i, (name, t) in enumerate(zip(art.columns, art.types)):
             pos = where.get(name)
             frag = _fragment(t, cols[pos].type_oid, art.codec, i) if pos is not None else None
@@ -214,6 +216,7 @@ class _Shape:
         kind, _, old, key, new = po.read_change(buf)
         aid = self.article.id
         if kind == "I":
+            assert new is not None              # read_change refuses an insert without its tuple
             return StoredCommand(aid, "ins", xid, self.row(new), None, self.rowhash(new))
         if kind == "D":
             if old is None:
@@ -227,6 +230,7 @@ class _Shape:
             raise SchemaError(f"an update of {self.article.table} arrived without its before image: its REPLICA "
                               "IDENTITY was not FULL when it was made; run 'sparksync setup' and reinitialize the "
                               "subscriptions", obj=str(self.article.table))
+        assert new is not None                  # read_change refuses an update without its new tuple
         return StoredCommand(aid, "upd", xid, self.row(new, old), self.changed(old, new), self.rowhash(old))
 
 
@@ -291,7 +295,7 @@ class LogicalCapture:
                 if first in (_UPDATE, _INSERT, _DELETE):     # the common case, fast
                     if not skip:
                         shape = self.relations.get(struct.unpack_from("!I", data, 1)[0])
-                        if shape.__class__ is not _Shape:
+                        if not isinstance(shape, _Shape):
                             self._unknown(shape)
                         yield shape.command(bytes(data), xid)
                     continue
@@ -322,7 +326,7 @@ class LogicalCapture:
         if isinstance(m, po.Truncate):
             for relid in m.relids:
                 shape = self.relations.get(relid)
-                if shape.__class__ is not _Shape:
+                if not isinstance(shape, _Shape):
                     self._unknown(shape)
                 yield StoredCommand(shape.article.id, "trunc", xid, None, None)
         elif isinstance(m, po.Message):
@@ -336,11 +340,11 @@ class LogicalCapture:
                 art = _Article({"article_id": content["article_id"], "table_schema": content["table_schema"]})
                 self.by_table[(art.table.schema, art.table.name)] = art
                 for relid, shape in list(self.relations.items()):
-                    if shape is not None and shape.article.id == art.id:
+                    if isinstance(shape, _Shape) and shape.article.id == art.id:   # (str: not an article)
                         self.relations[relid] = _Shape(art, shape.cols)
                 yield StoredCommand(art.id, "ddl", xid, json.dumps(content), None)
 
-    def _unknown(self, relation: str | None) -> None:
+    def _unknown(self, relation: str | None) -> NoReturn:
         """A change of a relation that is not an article: never dropped silently."""
         raise SchemaError(f"publication {self.publication.name}: the server's log has a change of "
                           f"{relation or 'a relation it never described'}, which is not an article (a partition of a "

@@ -141,9 +141,10 @@ class TriggerCapture:
                     if art is None:
                         raise SparksyncError(f"{r.label}: MSrepl_log has a change of article {article_id}, which "
                                              f"publication {pub} does not have; run 'sparksync setup'")
-                    after, new_hash = art.encode(after_text)
-                    before, old_hash = art.encode(before_text)
-                    yield StoredCommand(art.id, op, int(seq), after, before, old_hash if before is not None else new_hash)
+                    after_json, new_hash = art.encode(after_text)       # (``after`` is the position read from)
+                    before_json, old_hash = art.encode(before_text)
+                    yield StoredCommand(art.id, op, int(seq), after_json, before_json,
+                                        old_hash if before_json is not None else new_hash)
             yield End()
             self._read_to = int(hi)
         finally:
