@@ -18,5 +18,5 @@ def demo_command(
 ) -> None:
     """Build a demo topology on SQLite files (a publisher, three stores) and show it working."""
     result = run_demo(directory, console, reporter)
-    if not result["identical"] or not result["summary"].ok:
+    if not result.ok:
         raise typer.Exit(1)

@@ -15,7 +15,9 @@ import contextlib
 import shutil
 import sqlite3
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -24,6 +26,9 @@ from ..progress import Reporter
 from ..provision import setup
 from ..topology import load_config
 from .adventureworks import article_names, create_demo_database
+
+if TYPE_CHECKING:
+    from ..merge.agent import MergeSummary
 
 STORES = [("Store1", "global", 75.0, "M"), ("Store2", "global", 50.0, "R"), ("Store3", "local", None, "T")]
 
@@ -91,7 +96,19 @@ def _print_differences(console: Console, diffs) -> None:
                       f"{d.changed} changed[/]")
 
 
-def run_demo(directory: Path, console: Console, report: Reporter) -> dict:
+@dataclass(frozen=True)
+class DemoResult:
+    directory: Path
+    config: Path
+    identical: bool              # every replica holds the same data (merge and transactional)
+    merge: MergeSummary
+
+    @property
+    def ok(self) -> bool:
+        return self.identical and self.merge.ok
+
+
+def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     for old in list(directory.glob("*.db*")) + [directory / "snapshots"]:
@@ -148,7 +165,8 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> dict:
     from ..merge.agent import MergeAgent
     from ..spark.session import spark_session as _spark
 
-    _print(MergeAgent(topology, _spark(topology.spark_master, conf=topology.spark.conf), report).run())
+    merged = MergeAgent(topology, _spark(topology.spark_master, conf=topology.spark.conf), report).run()
+    _print(merged)
 
     console.rule("[bold]6. sparksync conflicts: how each conflict was resolved")
     from ..conflict_view import list_conflicts
@@ -189,5 +207,4 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> dict:
         console.print(f"[green]identical[/]: Reporting holds HQ's {tx_rows} published rows (Northwest customers, "
                       "four columns of Product, every order)")
     console.print(f"\nThe demo's files are in {directory}. Try: sparksync status -c {cfg}")
-    return {"directory": str(directory), "config": str(cfg), "identical": not diffs and not tx_diffs,
-            "summary": summary}
+    return DemoResult(directory, cfg, not diffs and not tx_diffs, merged)
