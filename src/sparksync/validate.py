@@ -76,8 +76,8 @@ def compare_replicas(topology: Topology, publication: str) -> tuple[list[Differe
 def compare_transactional(topology: Topology, publication: str) -> tuple[list[Difference], int]:
     """Transactional validation: does each active subscription hold the publisher's published rows
     (row filter) and columns (column filter)? Rows are compared by primary key."""
+    from .filters import parse_filter
     from .transactional import distribution as dst
-    from .transactional.filters import parse_filter
 
     diffs: list[Difference] = []
     total = 0

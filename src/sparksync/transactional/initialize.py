@@ -29,6 +29,7 @@ from ..dialects import connect, dialect_for_url
 from ..dialects.model import from_table_dict
 from ..dialects.replica import Replica, redact_url
 from ..errors import SchemaError, SnapshotError
+from ..filters import parse_filter
 from ..metadata import store
 from ..metadata.schema import TRANSACTIONAL_SUBSCRIBER
 from ..names import TableName
@@ -43,7 +44,6 @@ from ..spark.datasource import ReadPlan
 from . import distribution as dst
 from .calls import procedure_statements
 from .capture import capture_method
-from .filters import parse_filter
 from .subscriber import ArticleTarget, article_targets
 
 # -- snapshot -----------------------------------------------------------------------------------------

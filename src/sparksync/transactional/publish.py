@@ -16,11 +16,11 @@ from ..dialects.base import table_not_found
 from ..dialects.model import TableInfo, describe_drift, from_table_dict, to_table_dict
 from ..dialects.replica import Replica
 from ..errors import InvalidNameError, SchemaDrift, SchemaError, SparksyncError
+from ..filters import FilterError, RowFilter, parse_filter
 from ..metadata import store
 from ..names import TableName, check_identifier
 from . import distribution as dst
 from .capture import capture_method
-from .filters import FilterError, RowFilter, parse_filter
 
 
 @dataclass

@@ -18,11 +18,11 @@ from ..config import Topology
 from ..dialects import connect
 from ..dialects.model import Column, from_table_dict, to_table_dict
 from ..errors import ConfigurationError, SchemaError
+from ..filters import parse_filter
 from ..metadata import store
 from ..names import TableName, check_identifier
 from . import distribution as dst
 from .capture import capture_method
-from .filters import parse_filter
 
 
 def parse_column_definition(text: str, where: str) -> tuple[str, str]:

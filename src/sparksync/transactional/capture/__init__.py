@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from ...dialects.model import TableInfo
 from ...dialects.replica import Replica
+from ...filters import RowFilter
 from ...progress import Reporter
 from ..distribution import StoredCommand
-from ..filters import RowFilter
 
 if TYPE_CHECKING:
     from ..publish import TxArticle

@@ -27,13 +27,13 @@ from typing import Any, NoReturn
 from ...dialects.model import TableInfo, from_table_dict
 from ...dialects.replica import Replica
 from ...errors import ConfigurationError, SchemaError, SparksyncError
+from ...filters import RowFilter
 from ...names import TableName
 from ...progress import Reporter
 from ...rows import VERBATIM_KINDS, RowCodec
 from ...types import Kind, SqlType
 from .. import pgoutput as po
 from ..distribution import StoredCommand
-from ..filters import RowFilter
 from . import Begin, End
 
 TRACER_PREFIX = "sparksync.tracer"

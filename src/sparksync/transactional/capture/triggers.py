@@ -21,13 +21,13 @@ from ...dialects.model import TableInfo, from_table_dict
 from ...dialects.replica import Replica
 from ...dialects.templates import render_statements
 from ...errors import SparksyncError
+from ...filters import RowFilter
 from ...metadata import store
 from ...metadata.schema import PUBLISHER_LOG
 from ...progress import Reporter
 from ...rows import RowCodec
 from ...types import Kind
 from ..distribution import StoredCommand
-from ..filters import RowFilter
 from . import Begin, End
 
 FETCH = 5_000
