@@ -43,6 +43,11 @@ class FilterError(ConfigurationError):
     code = "filter"
 
 
+def sqlglot_dialect(database: str) -> str:
+    """sqlglot's name of a database (``Capabilities.name``): what ``render`` takes."""
+    return _SQLGLOT_DIALECT[database]
+
+
 def _parameter(node: exp.Expr) -> str | None:
     """The subscription setting a parameter function call reads (``HOST_NAME()`` -> "host_name")."""
     if isinstance(node, exp.Anonymous) and not node.expressions:
@@ -101,7 +106,7 @@ class RowFilter:
     def sql_for(self, database: str, columns: Sequence, params: Mapping[str, str | None] | None = None) -> str:
         """The condition for a query on a ``database`` (``Capabilities.name``) over a table with
         ``columns`` (its boolean columns compare with TRUE/FALSE where the database wants them to)."""
-        return self.render(_SQLGLOT_DIALECT[database], booleans=[c.name for c in columns if c.type.kind is Kind.BOOLEAN],
+        return self.render(sqlglot_dialect(database), booleans=[c.name for c in columns if c.type.kind is Kind.BOOLEAN],
                            params=params)
 
 

@@ -1,0 +1,109 @@
+"""Partition membership of filtered merge articles (seed 002): which rows of each article belong to a
+subscription's partition, as one SQL condition per article, evaluated where the rows are.
+
+A row of an article with a row filter belongs to the partition of every parameter set (``host_name``,
+``login``) for which the filter keeps it. A row of a join-filtered article belongs to every partition
+that a parent row it joins (by any of its join filters) belongs to: the union, through chains of any
+length (Orders -> Customer -> SalesPerson). An article with neither is not filtered: every row belongs
+to every partition. An article with both belongs where either says so.
+
+``PartitionScheme.condition`` renders that rule for one article as a condition over a table alias
+(nested ``EXISTS`` up the join chain), so that one query can ask "which rows of this article belong
+to this partition" at the publisher (partitioned snapshots, SetupBelongs, the leak checks of the
+tests) on either database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ..dialects.base import Dialect
+from ..dialects.model import Column
+from ..filters import FilterError, JoinFilter, RowFilter, sqlglot_dialect
+from ..names import TableName
+from ..types import Kind
+
+
+@dataclass(frozen=True)
+class JoinLink:
+    """One join filter of a child article: its parent article and the clause relating them.
+    ``unique_key``: the join is on the parent's unique key (SQL Server's ``@join_unique_key``)."""
+
+    parent: str
+    filter: JoinFilter
+    unique_key: bool = False
+
+
+@dataclass(frozen=True)
+class FilteredArticle:
+    """What partition evaluation needs of one article of a merge publication."""
+
+    name: str
+    table: TableName
+    columns: tuple[Column, ...]
+    row_filter: RowFilter | None = None
+    joins: tuple[JoinLink, ...] = ()
+
+    @property
+    def filtered(self) -> bool:
+        return self.row_filter is not None or bool(self.joins)
+
+
+class PartitionScheme:
+    """The filters of one publication's articles: checked once (every parent is an article of the
+    publication; join filters form no cycle), then rendered per article and partition."""
+
+    def __init__(self, articles: Iterable[FilteredArticle]):
+        self.articles = {a.name: a for a in articles}
+        for a in self.articles.values():
+            for link in a.joins:
+                if link.parent not in self.articles:
+                    raise FilterError(f"article {a.name}: join filter parent {link.parent} is not an article of "
+                                      "the publication", obj=a.name)
+        for name in self.articles:
+            self._check_acyclic(name, ())
+
+    def _check_acyclic(self, name: str, path: tuple[str, ...]) -> None:
+        if name in path:
+            cycle = " -> ".join((*path[path.index(name):], name))
+            raise FilterError(f"join filters form a cycle: {cycle}", obj=name)
+        for link in self.articles[name].joins:
+            self._check_acyclic(link.parent, (*path, name))
+
+    def parameters(self, name: str) -> frozenset[str]:
+        """The subscription settings (``host_name``, ``login``) the article's partition depends on."""
+        a = self.articles[name]
+        own = a.row_filter.parameters if a.row_filter is not None else frozenset()
+        return own.union(*(self.parameters(link.parent) for link in a.joins))
+
+    @property
+    def filtered(self) -> bool:
+        return any(a.filtered for a in self.articles.values())
+
+    def condition(self, dialect: Dialect, name: str, alias: str, params: Mapping[str, str | None]) -> str | None:
+        """SQL that is true for the rows (table alias ``alias``) of article ``name`` that belong to the
+        partition of ``params``; None when the article is not filtered (every row belongs)."""
+        a = self.articles[name]
+        if not a.filtered:
+            return None
+        glot = sqlglot_dialect(dialect.capabilities.name)
+        parts = []
+        if a.row_filter is not None:
+            booleans = [c.name for c in a.columns if c.type.kind is Kind.BOOLEAN]
+            parts.append("(" + a.row_filter.render(glot, row=alias, booleans=booleans, params=params) + ")")
+        for i, link in enumerate(a.joins):
+            parent = self.articles[link.parent]
+            palias = f"{alias}_{i}"
+            inner = self.condition(dialect, link.parent, palias, params)
+            where = link.filter.render(glot, alias, palias) + (f" AND {inner}" if inner else "")
+            parts.append(f"EXISTS (SELECT 1 FROM {dialect.table_sql(parent.table)} AS {palias} WHERE {where})")
+        return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
+
+    def members_sql(self, dialect: Dialect, name: str, columns: Iterable[str],
+                    params: Mapping[str, str | None]) -> str:
+        """A query of ``columns`` of the rows of article ``name`` in the partition of ``params``."""
+        a = self.articles[name]
+        cond = self.condition(dialect, name, "m", params)
+        select = ", ".join(f"m.{dialect.quote(c)}" for c in columns)
+        return f"SELECT {select} FROM {dialect.table_sql(a.table)} AS m" + (f" WHERE {cond}" if cond else "")
