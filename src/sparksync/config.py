@@ -87,6 +87,34 @@ class PublisherConfig(_Model):
     _u = field_validator("database")(lambda cls, v: _check_url(v))
 
 
+class JoinFilterConfig(_Model):
+    """A join filter of a merge article: its rows belong to the partitions of the parent rows it joins."""
+
+    parent: str = Field(description="the parent article (its table name, as in the publication)")
+    clause: str = Field(description="how child rows join parent rows, e.g. Orders.CustomerID = Customer.CustomerID")
+    unique_key: bool = Field(False, description="the join is on the parent's primary key (checked at setup)")
+
+    @field_validator("clause")
+    @classmethod
+    def _clause(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("clause: empty")
+        return v
+
+
+class PartitionConfig(_Model):
+    """A partition of a filtered publication (sp_addmergepartition): the parameter values it is for."""
+
+    host_name: str | None = None
+    login: str | None = None
+
+    @model_validator(mode="after")
+    def _some(self) -> PartitionConfig:
+        if self.host_name is None and self.login is None:
+            raise ValueError("a partition gives host_name, login or both")
+        return self
+
+
 class ArticleConfig(_Model):
     table: str
     column_tracking: bool = False
@@ -99,6 +127,9 @@ class ArticleConfig(_Model):
     upd_cmd: str | None = None
     del_cmd: str | None = None
     filter: str | None = Field(None, description="row filter: a WHERE clause without WHERE")
+    # filtered merge publications (seed 002)
+    join_filters: list[JoinFilterConfig] = Field(default_factory=list)
+    partition_options: Literal[0, 1, 2, 3] = Field(0, description="0 overlapping partitions (only 0 is available)")
     columns: list[str] | None = Field(None, description="column filter: the published columns (all by default)")
 
     @model_validator(mode="after")
@@ -140,8 +171,14 @@ class PublicationConfig(_Model):
     generation_leveling_threshold: int = Field(1000, ge=1)
     retention: int = Field(14, ge=0, description="days")
     conflict_logging: Literal["publisher", "subscriber", "both"] = "publisher"
+    use_partition_groups: bool = Field(True, description="precomputed partitions (partition mappings)")
+    partitions: list[PartitionConfig] = Field(default_factory=list, description="partitions made at setup")
 
     _n = field_validator("name")(lambda cls, v: _check_name(v, "publication name"))
+
+    @property
+    def filtered(self) -> bool:
+        return any(a.filter is not None or a.join_filters for a in self.articles)
 
     @model_validator(mode="after")
     def _kind_keys(self) -> PublicationConfig:
@@ -154,6 +191,14 @@ class PublicationConfig(_Model):
                                  f"{'is' if len(wrong) == 1 else 'are'} for "
                                  f"{'transactional' if self.kind == 'merge' else 'merge'} publications; this one is "
                                  f"kind = \"{self.kind}\"")
+        if self.kind == "merge":
+            for a in self.articles:
+                if a.partition_options != 0:
+                    raise ValueError(f"article {a.table}: partition_options = {a.partition_options} is not available "
+                                     "in this release; only 0 (overlapping partitions) is")
+            if not self.use_partition_groups and self.filtered:
+                raise ValueError("use_partition_groups = false (partition membership evaluated at every sync, "
+                                 "SetupBelongs) is not available in this release; leave it out (precomputed partitions)")
         if self.kind == "transactional":
             wrong = sorted(k for k in self.model_fields_set if k in MERGE_PUBLICATION_KEYS)
             if wrong:
@@ -177,7 +222,8 @@ class SubscriptionConfig(_Model):
     database: str
     subscriber_type: Literal["global", "local"] = "local"
     priority: float | None = None
-    host_name: str | None = None
+    host_name: str | None = Field(None, description="what HOST_NAME() is for this subscription")
+    login: str | None = Field(None, description="what SUSER_SNAME() is for this subscription")
     pre_creation_cmd: Literal["drop", "delete", "none"] = "drop"
     # transactional subscriptions (the distribution agent)
     commit_batch_size: int = Field(100, ge=1, le=10_000, description="transactions per commit at the subscriber")
@@ -218,10 +264,12 @@ class SubscriptionConfig(_Model):
         return 1 if self.subscriber_type == "global" else 2
 
 
-MERGE_ARTICLE_KEYS = {"column_tracking", "rowguid_column", "resolver", "resolver_column", "compensate_for_errors"}
-TRANSACTIONAL_ARTICLE_KEYS = {"ins_cmd", "upd_cmd", "del_cmd", "filter", "columns"}
-MERGE_PUBLICATION_KEYS = {"generation_leveling_threshold", "retention", "conflict_logging"}
-MERGE_SUBSCRIPTION_KEYS = {"subscriber_type", "priority", "host_name"}
+MERGE_ARTICLE_KEYS = {"column_tracking", "rowguid_column", "resolver", "resolver_column", "compensate_for_errors",
+                      "join_filters", "partition_options"}
+TRANSACTIONAL_ARTICLE_KEYS = {"ins_cmd", "upd_cmd", "del_cmd", "columns"}
+MERGE_PUBLICATION_KEYS = {"generation_leveling_threshold", "retention", "conflict_logging", "use_partition_groups",
+                          "partitions"}
+MERGE_SUBSCRIPTION_KEYS = {"subscriber_type", "priority", "host_name", "login"}
 TRANSACTIONAL_SUBSCRIPTION_KEYS = {"commit_batch_size", "commit_batch_threshold", "subscription_streams", "skip_errors"}
 
 

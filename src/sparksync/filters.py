@@ -55,11 +55,23 @@ def _parameter(node: exp.Expr) -> str | None:
     return None
 
 
-def _bind(node: exp.Expr, params: Mapping[str, str | None], what: str) -> exp.Expr:
+Params = Mapping[str, "str | exp.Expr | None"]
+"""What a parameter function stands for: a subscription's value (bound as an escaped literal), or an
+SQL expression (a column of the partitions table, when one query evaluates every partition)."""
+
+
+def partition_column(table: str, setting: str) -> exp.Expr:
+    """``table.setting`` as a parameter's value: evaluate a filter for every row of a partitions table."""
+    return exp.column(exp.to_identifier(setting, quoted=True), table=exp.to_identifier(table, quoted=False))
+
+
+def _bind(node: exp.Expr, params: Params, what: str) -> exp.Expr:
     key = _parameter(node)
     if key is None:
         return node
     value = params.get(key)
+    if isinstance(value, exp.Expr):
+        return value.copy()
     if value is None:
         raise FilterError(f"{what} calls {str(node.name).upper()}(), which needs the subscription's {key}",
                           obj=key)
@@ -77,7 +89,7 @@ class RowFilter:
     parameters: frozenset[str] = frozenset()
 
     def render(self, dialect: str, row: str | None = None, booleans: Sequence[str] = (),
-               params: Mapping[str, str | None] | None = None) -> str:
+               params: Params | None = None) -> str:
         """SQL for ``dialect`` ("postgres" | "sqlite"); ``row`` qualifies every column (``NEW``).
         ``booleans``: boolean columns, whose comparisons with 0/1 become TRUE/FALSE on PostgreSQL.
         ``params``: the subscription's values of the parameter functions (``{"host_name": "N"}``)."""
@@ -103,7 +115,7 @@ class RowFilter:
 
         return self.tree.transform(fix).sql(dialect=dialect)
 
-    def sql_for(self, database: str, columns: Sequence, params: Mapping[str, str | None] | None = None) -> str:
+    def sql_for(self, database: str, columns: Sequence, params: Params | None = None) -> str:
         """The condition for a query on a ``database`` (``Capabilities.name``) over a table with
         ``columns`` (its boolean columns compare with TRUE/FALSE where the database wants them to)."""
         return self.render(sqlglot_dialect(database), booleans=[c.name for c in columns if c.type.kind is Kind.BOOLEAN],

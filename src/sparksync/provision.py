@@ -15,8 +15,11 @@ from .config import Topology
 from .dialects import connect
 from .errors import ConfigurationError, SchemaDrift, SparksyncError
 from .merge.agent import check_resolvers
+from .merge.evaluation import ensure_partition, partition_values
+from .merge.evaluation import partitions as existing_partitions
 from .merge.integrity import check_identity, repair_tracking
-from .merge.publish import apply_publication, plan_publication
+from .merge.publish import apply_publication, plan_publication, scheme_of_plan
+from .merge.tracking import published_articles
 from .metadata import store
 from .names import TableName
 from .progress import Reporter, silent
@@ -217,7 +220,9 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
             _check_initialized_subscribers(pub, topology)
             _check_shared_tables(topology, plans)
             _check_initialized_articles(pub, topology, plans)
+            values = _partition_values(topology, plans)
             results = []
+            partitions: dict[str, dict[str, int]] = {}
             if plans or store.metadata_version(pub) is not None:
                 with pub.transaction():
                     store.install_metadata(pub)
@@ -226,6 +231,9 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
                         # in two publications is published once (one rowguid, one set of triggers)
                         plans[i] = plan_publication(pub, p) if i else plans[i]
                         results.append(apply_publication(pub, topology, plans[i]))
+                        if p.name in values:
+                            partitions[p.name] = _make_partitions(pub, results[-1]["pubid"], plans[i],
+                                                                  values[p.name], report)
             _upgrade_subscribers(topology, report)
             _repair_tracking(pub, topology, report)
             state = {"spark": None}
@@ -234,7 +242,7 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
                 state["spark"] = state["spark"] or spark_factory()
                 return state["spark"]
 
-            _setup_merge(topology, pub, plans, results, spark, summary, report)
+            _setup_merge(topology, pub, plans, results, spark, summary, report, partitions)
             if any(a.rowguid_action == "add" for plan in plans for a in plan.articles):
                 # merge publishing added rowguid columns: plan again on the tables as they are now
                 tx_plans = [plan_transactional(pub, dist, p) for p in tx_pubs]
@@ -248,7 +256,55 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
     return summary
 
 
-def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupSummary, report: Reporter) -> None:
+def _partition_values(topology: Topology, plans) -> dict[str, dict[str | None, dict[str, str | None]]]:
+    """For each filtered publication: the parameter values of each subscription (by name) and of each
+    configured partition (key None + index), checked before anything changes."""
+    out: dict[str, dict] = {}
+    problems = []
+    for plan in plans:
+        scheme = scheme_of_plan(plan)
+        if not scheme.filtered:
+            if plan.config.partitions:
+                problems.append(f"publication {plan.config.name}: partitions are for filtered publications "
+                                "(no article has a filter)")
+            continue
+        mine: dict = {}
+        for i, part in enumerate(plan.config.partitions):
+            try:
+                mine[("partition", i)] = partition_values(scheme, part.host_name, part.login,
+                                                          f"publication {plan.config.name}, partitions[{i}]")
+            except ConfigurationError as e:
+                problems.append(e.message)
+        for s in topology.subscriptions_of(plan.config.name):
+            try:
+                mine[s.name] = partition_values(scheme, s.host_name, s.login, f"subscription {s.name}")
+            except ConfigurationError as e:
+                problems.append(e.message)
+        out[plan.config.name] = mine
+    if problems:
+        raise ConfigurationError("filtered publications: partitions cannot be made; nothing was changed", problems)
+    return out
+
+
+def _make_partitions(pub, pubid: str, plan, values: dict, report: Reporter) -> dict[str, int]:
+    """The publication's partitions (configured, then the subscriptions'), made where missing, inside
+    the publishing transaction. Returns each subscription's partition id."""
+    scheme = scheme_of_plan(plan)
+    articles = published_articles(pub, pubid)
+    known = {p.partition_id for p in existing_partitions(pub, pubid)}
+    out = {}
+    for key, v in values.items():
+        part = ensure_partition(pub, pubid, scheme, articles, v)
+        if part.partition_id not in known:
+            known.add(part.partition_id)
+            report(f"publication {plan.config.name}: partition {part.partition_id} ({part.describe()}) made")
+        if isinstance(key, str):
+            out[key] = part.partition_id
+    return out
+
+
+def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupSummary, report: Reporter,
+                 partitions: dict[str, dict[str, int]]) -> None:
     for plan, res in zip(plans, results):
         summary.published[plan.config.name] = res["created_articles"]
         report(f"publication {plan.config.name}: {len(plan.articles)} article(s) tracked at "
@@ -271,7 +327,13 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
         pending = [s for s in subs if rows.get(s.name, {}).get("status") != 1]
         if not pending:
             continue
-        specs = register_subscriptions(pub, topology, manifest, snap_dir, pending)
+        parts = partitions.get(name, {})
+        if any(a.partitions is not None and any(str(parts[s.name]) not in a.partitions for s in pending)
+               for a in manifest.articles):
+            # a subscription in a partition the current snapshot does not hold: a new snapshot holds them all
+            snap_dir, manifest = write_snapshot(spark(), topology, name, report)
+            summary.snapshots[name] = str(snap_dir)
+        specs = register_subscriptions(pub, topology, manifest, snap_dir, pending, parts)
         report(f"publication {name}: initializing {len(specs)} subscription(s) from snapshot {manifest.snapshot_id}")
         init = initialize_subscriptions(spark(), specs)
         failpoints.hit("setup.before_finish", name)

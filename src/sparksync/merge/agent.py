@@ -32,11 +32,21 @@ from ..spark.datasource import ReadPartition, ReadPlan
 from ..spark.failures import recover, spark_error_message
 from ..spark.partitioning import group_labels, split_ranges
 from .batch import ArticleStats
-from .changes import CHANGE_SCHEMA, READ_ERROR_GENERATION, RETRY_GENERATION, change_read
+from .changes import (
+    ALL_PARTITIONS,
+    CHANGE_SCHEMA,
+    OP_REMOVE,
+    READ_ERROR_GENERATION,
+    REMOVE_GENERATION,
+    RETRY_GENERATION,
+    change_read,
+)
 from .conflicts import ConflictRecord, ConflictType, log_conflict
 from .decide import ArticleRules
+from .evaluation import evaluate
 from .generations import enumeration_bound, generation_rows, make_generation, waiting_writers
 from .integrity import check_identity, describe, replica_problems
+from .partitions import PartitionScheme, scheme_of
 from .plan import ApplyContext, BatchInfo, DestinationInfo, Route
 from .resolvers import BUILTIN, PUBLISHER_PRIORITY, Replicas, check_user_resolver
 from .stream import RESULT_SCHEMA, BatchResult, apply_stream_empty, make_mapper
@@ -155,14 +165,19 @@ def _min_watermark(a: int | None, b: int | None) -> int:
 
 
 def _change_reads(replica_url: str, label: str, replica: Replica, articles: list[dict], source: str,
-                  source_nick: int, lo: int, hi: int, parts: int = 1) -> list[ReadPartition]:
+                  source_nick: int, lo: int, hi: int, parts: int = 1,
+                  partitions: PartitionRead | None = None) -> list[ReadPartition]:
     """Partitions reading one replica's changes in generations (lo, hi]: per article (``articles``: the
     replica's ``published_articles`` rows), upserts and
     deletes, each cut into up to ``parts`` generation ranges of about the same size (so every core
-    reads, ``split_ranges``); a partition with nothing to read is left out (each one costs a Spark task)."""
+    reads, ``split_ranges``); a partition with nothing to read is left out (each one costs a Spark task).
+    ``partitions`` (a filtered publication's download): a filtered article's upserts are read once per
+    partition of the run they belong to (current partition mappings), its deletes only for the
+    partitions the row was in (past partition mappings)."""
     d = replica.dialect
     p = d.capabilities.paramstyle
     contents, tomb = replica.meta("MSmerge_contents"), replica.meta("MSmerge_tombstone")
+    current, past = replica.meta("MSmerge_current_partition_mappings"), replica.meta("MSmerge_past_partition_mappings")
 
     def counts(table: str, nick: int) -> list[tuple[int, int]]:
         return [(int(g), int(n)) for g, n in replica.query(
@@ -177,28 +192,81 @@ def _change_reads(replica_url: str, label: str, replica: Replica, articles: list
         select = ", ".join(f"t.{d.quote(c.name)}" for c in art.info.columns)
         base = {"source": source, "source_nick": source_nick, "tablenick": art.nickname,
                 "key": list(art.info.primary_key)}
+        filtered = partitions is not None and art.nickname in partitions.filtered
         upserts = counts(contents, art.nickname)
+        mapped, mapped_del, part_col = "", "", ""
+        if filtered:
+            assert partitions is not None
+            ids = partitions.in_list()
+            mapped = (f"JOIN {current} cm ON cm.tablenick = c.tablenick AND cm.rowguid = c.rowguid "
+                      f"AND cm.partition_id IN ({ids}) ")
+            mapped_del = (f"JOIN {past} pm ON pm.tablenick = t.tablenick AND pm.rowguid = t.rowguid "
+                          f"AND pm.generation = t.generation AND pm.partition_id IN ({ids}) ")
+            part_col = ", cm.partition_id"
+            base = {**base, "partitioned": True}
         for a_lo, a_hi in (split_ranges(upserts, lo, hi, parts) if upserts else []):
             out.append(change_read(
                 replica_url,
-                f"SELECT c.generation, c.rowguid, c.lineage, c.colv, {select} FROM {contents} c "
-                f"JOIN {d.table_sql(art.table)} t ON t.{rg} = c.rowguid "
+                f"SELECT c.generation, c.rowguid, c.lineage, c.colv{part_col}, {select} FROM {contents} c "
+                f"JOIN {d.table_sql(art.table)} t ON t.{rg} = c.rowguid {mapped}"
                 f"WHERE c.tablenick = {int(art.nickname)} AND c.generation > {p} AND c.generation <= {p}",
                 [a_lo, a_hi], cols, f"{label}/{a['name']} changes", {**base, "op": "upsert"}))
         deletes = counts(tomb, art.nickname)
         for a_lo, a_hi in (split_ranges(deletes, lo, hi, parts) if deletes else []):
             out.append(change_read(
                 replica_url,
-                f"SELECT generation, rowguid, lineage, NULL FROM {tomb} "
-                f"WHERE tablenick = {int(art.nickname)} AND generation > {p} AND generation <= {p}",
+                f"SELECT t.generation, t.rowguid, t.lineage, NULL{part_col.replace('cm.', 'pm.')} FROM {tomb} t "
+                f"{mapped_del}WHERE t.tablenick = {int(art.nickname)} AND t.generation > {p} AND t.generation <= {p}",
                 [a_lo, a_hi], [], f"{label}/{a['name']} deletes", {**base, "op": "delete"}))
     return out
 
 
+@dataclass(frozen=True)
+class PartitionRead:
+    """What a filtered publication's download reads: the partitions of the run's subscriptions and the
+    nicknames of the filtered articles."""
+
+    ids: tuple[int, ...]
+    filtered: frozenset[int]
+
+    def in_list(self) -> str:
+        return ", ".join(str(int(i)) for i in self.ids)
+
+
+def _removal_reads(replica_url: str, label: str, replica: Replica, articles: list[dict], source: str,
+                   source_nick: int, lo: int, hi: int, partitions: PartitionRead) -> list[ReadPartition]:
+    """Rows that left a partition of the run in generations (lo, hi] and are in it no more (past
+    mappings without a current one; deleted rows go as deletes): removed at that partition's
+    subscribers (``OP_REMOVE``). Not subject to the generations a subscriber already has: a row a
+    subscriber changed out of its partition is removed from it."""
+    p = replica.p
+    current, past = replica.meta("MSmerge_current_partition_mappings"), replica.meta("MSmerge_past_partition_mappings")
+    tomb = replica.meta("MSmerge_tombstone")
+    out = []
+    for a in articles:
+        nick = int(a["nickname"])
+        if nick not in partitions.filtered:
+            continue
+        base = {"source": source, "source_nick": source_nick, "tablenick": nick, "op": OP_REMOVE,
+                "generation": REMOVE_GENERATION, "partitioned": True}
+        out.append(change_read(
+            replica_url,
+            f"SELECT DISTINCT pm.generation, pm.rowguid, '{{}}', NULL, pm.partition_id FROM {past} pm "
+            f"WHERE pm.tablenick = {nick} AND pm.generation > {p} AND pm.generation <= {p} "
+            f"AND pm.partition_id IN ({partitions.in_list()}) "
+            f"AND NOT EXISTS (SELECT 1 FROM {current} cm WHERE cm.tablenick = pm.tablenick "
+            f"AND cm.rowguid = pm.rowguid AND cm.partition_id = pm.partition_id) "
+            f"AND NOT EXISTS (SELECT 1 FROM {tomb} t WHERE t.tablenick = pm.tablenick AND t.rowguid = pm.rowguid)",
+            [lo, hi], [], f"{label}/{a['name']} partition removals", base))
+    return out
+
+
 def _retry_reads(destination: Replica, dest_name: str, source: Replica, source_url: str, label: str, pubid: str,
-                 source_name: str, source_nick: int, start: int) -> list[ReadPartition]:
+                 source_name: str, source_nick: int, start: int, partition: int | None = None,
+                 filtered: frozenset[int] = frozenset()) -> list[ReadPartition]:
     """Changes that failed at ``destination`` before and sit in generations it has passed: read them
-    again from the source, for that destination only (newer ones come with the normal batches)."""
+    again from the source, for that destination only (newer ones come with the normal batches); a row
+    of a filtered article only while it is in the destination's ``partition``."""
     failed = store.select_rows(destination, "MSmerge_failed_changes", {"source_nickname": source_nick})
     if not failed:
         return []
@@ -214,12 +282,13 @@ def _retry_reads(destination: Replica, dest_name: str, source: Replica, source_u
         base = {"source": source_name, "source_nick": source_nick, "tablenick": nick, "target": dest_name,
                 "key": list(art.info.primary_key)}
         for i in range(0, len(guids), RETRY_CHUNK):   # a driver binds at most so many parameters
-            parts += _retry_partitions(source, source_url, label, art, guids[i:i + RETRY_CHUNK], start, base)
+            parts += _retry_partitions(source, source_url, label, art, guids[i:i + RETRY_CHUNK], start, base,
+                                       partition if nick in filtered else None)
     return parts
 
 
 def _retry_partitions(source: Replica, source_url: str, label: str, art, guids: list[str], start: int,
-                      base: dict) -> list[ReadPartition]:
+                      base: dict, partition: int | None = None) -> list[ReadPartition]:
     """The upserts and the deletes of ``guids`` (one article) at the source, in generations up to ``start``."""
     d = source.dialect
     p = d.capabilities.paramstyle
@@ -228,11 +297,14 @@ def _retry_partitions(source: Replica, source_url: str, label: str, art, guids: 
     cols = [[c.name, c.type.to_dict()] for c in art.info.columns]
     rg = d.quote(art.rowguid_column)
     select = ", ".join(f"t.{d.quote(c.name)}" for c in art.info.columns)
+    mapped = "" if partition is None else (
+        f"JOIN {source.meta('MSmerge_current_partition_mappings')} cm ON cm.tablenick = c.tablenick "
+        f"AND cm.rowguid = c.rowguid AND cm.partition_id = {int(partition)} ")
     return [
         change_read(
             source_url, f"SELECT c.generation, c.rowguid, c.lineage, c.colv, {select} "
             f"FROM {source.meta('MSmerge_contents')} c JOIN {d.table_sql(art.table)} t ON t.{rg} = c.rowguid "
-            f"WHERE c.tablenick = {nick} AND c.rowguid IN ({inlist}) AND c.generation <= {p}",
+            f"{mapped}WHERE c.tablenick = {nick} AND c.rowguid IN ({inlist}) AND c.generation <= {p}",
             [*guids, start], cols, f"{label}/{art.table} retries", {**base, "op": "upsert"}),
         change_read(
             source_url, f"SELECT generation, rowguid, lineage, NULL FROM {source.meta('MSmerge_tombstone')} "
@@ -290,6 +362,7 @@ class Endpoint:
     nickname: int
     replica: Replica
     is_publisher: bool
+    partition_id: int = ALL_PARTITIONS          # a subscriber of a filtered publication: its partition
 
     def partner_row(self, pubid: str, subscription: str) -> dict:
         """The key of this replica's ``sysmergesubscriptions`` row for its partner in ``subscription``:
@@ -377,6 +450,7 @@ class MergeAgent:
             return
         check_resolvers(topo, pubcfg)
         articles = published_articles(pub, pubid)
+        scheme = scheme_of(articles)
         base = ApplyContext(pubid=pubid, upload=True, session_id=summary.session_id, publication=pubcfg.name,
                             rules=_rules(pubcfg, pub, articles, str(topo.base_dir)), replicas=_replicas(pub, pubid),
                             destinations={}, article_names={a["nickname"]: a["name"] for a in articles})
@@ -402,16 +476,37 @@ class MergeAgent:
                                            for order, (s, sess) in enumerate(synced)],
                                 options.upload_generations_per_batch, pubcfg, base, summary)
             make_generation(pub, 1, threshold)
+            partitions = None
+            if scheme.filtered:
+                self._evaluate_partitions(pub, pubid, scheme, articles, threshold)
+                partitions = PartitionRead(
+                    tuple(sorted({e.partition_id for e in ends.values() if e.partition_id != ALL_PARTITIONS})),
+                    frozenset(int(a["nickname"]) for a in articles if scheme.articles[a["name"]].filtered))
             if options.exchange in ("both", "download") and synced:
                 self._direction("download", [Link(s.name, sess, publisher, ends[s.name], order)
                                              for order, (s, sess) in enumerate(synced)],
-                                options.download_generations_per_batch, pubcfg, base, summary)
+                                options.download_generations_per_batch, pubcfg, base, summary, partitions)
         finally:
             for end in ends.values():
                 end.replica.close()
         for s, _ in active:
             sessions[s.name].seconds = time.perf_counter() - started[s.name]
         self._history(pub, pubid, base.article_names, summary, [sessions[s.name] for s, _ in active])
+
+    def _evaluate_partitions(self, pub: Replica, pubid: str, scheme: PartitionScheme, articles: list[dict],
+                             threshold: int) -> None:
+        """Bring the partition mappings up to the closed generations; when rows were realigned into a
+        new generation, close again (so the download passes it) and evaluate what that closed."""
+        for _ in range(2):
+            ev = evaluate(pub, pubid, scheme, articles)
+            if ev.entered or ev.left or ev.realigned:
+                self.report(f"partitions: generations ({ev.generations[0]}, {ev.generations[1]}]: {ev.entered} "
+                            f"row(s) entered and {ev.left} left a partition"
+                            + (f", {ev.realigned} join-filter row(s) realigned into generation "
+                               f"{ev.realignment_generation}" if ev.realigned else ""))
+            if ev.realignment_generation is None:
+                return
+            make_generation(pub, 1, threshold)
 
     def _open_subscriber(self, s: SubscriptionConfig, registered: dict, pubid: str, threshold: int,
                          summary: MergeSummary) -> Endpoint:
@@ -430,7 +525,8 @@ class MergeAgent:
         except BaseException:
             rep.close()
             raise
-        return Endpoint(s.name, url, registered["replnickname"], rep, False)
+        return Endpoint(s.name, url, registered["replnickname"], rep, False,
+                        int(registered.get("partition_id") or ALL_PARTITIONS))
 
     def _report_waits(self, name: str, replica: Replica, result, summary: MergeSummary) -> None:
         """Say which closed generations cannot be sent yet and which open transactions they wait for
@@ -444,11 +540,11 @@ class MergeAgent:
 
     # -- one direction ------------------------------------------------------------------------------
     def _direction(self, direction: str, links: list[Link], per_batch: int, pubcfg: PublicationConfig,
-                   base: ApplyContext, summary: MergeSummary) -> None:
+                   base: ApplyContext, summary: MergeSummary, partitions: PartitionRead | None = None) -> None:
         """Upload (every subscriber to the publisher, one task, configuration order) or download (the
         publisher to every subscriber, in parallel): plan, apply on Spark, then move the senders'
         watermarks and log the conflicts where ``conflict_logging`` wants them."""
-        plan = self._plan_direction(direction, links, per_batch, pubcfg, base.pubid)
+        plan = self._plan_direction(direction, links, per_batch, pubcfg, base.pubid, partitions)
         ctx = replace(base, upload=direction == "upload", destinations=plan.destinations)
         t0 = time.perf_counter()
         results = self._run_isolated(plan, ctx, direction)
@@ -475,7 +571,7 @@ class MergeAgent:
         self._remote_conflicts(ctx, results, plan.links, pubcfg, summary)
 
     def _plan_direction(self, direction: str, links: list[Link], per_batch: int, pubcfg: PublicationConfig,
-                        pubid: str) -> DirectionPlan:
+                        pubid: str, partitions: PartitionRead | None = None) -> DirectionPlan:
         """For each link: the common generation (the source's ``sentgen`` toward the destination against
         the destination's ``recgen`` from the source; the lower when they differ), the source's closed
         generations after it that the destination does not already have, cut into batches; changes that
@@ -485,6 +581,7 @@ class MergeAgent:
         bounds: dict[str, int] = {}
         lowest: dict[str, int] = {}
         sources: dict[str, Endpoint] = {}
+        removals: dict[str, tuple[Endpoint, int]] = {}    # source -> (it, lowest start of filtered destinations)
         here = {"publisher", "both"} if direction == "upload" else {"subscriber", "both"}
         there = {"subscriber", "both"} if direction == "upload" else {"publisher", "both"}
         for link in links:
@@ -503,7 +600,8 @@ class MergeAgent:
                         if dest.nickname not in (g["nicknames"] or [])]
                 batches, where = make_batches(gens, start, bound, per_batch, source.name, source.nickname)
                 retry = _retry_reads(dest.replica, dest.name, source.replica, source.url, source.name, pubid,
-                                     source.name, source.nickname, start)
+                                     source.name, source.nickname, start, dest.partition_id,
+                                     partitions.filtered if partitions is not None else frozenset())
             except SparksyncError as e:      # this subscription only: the others still go on
                 link.session.fail(f"{direction}: {e.message}", e)
                 continue
@@ -517,22 +615,32 @@ class MergeAgent:
                 lowest[source.name] = min(start, lowest.get(source.name, start))
                 sources[source.name] = source
                 plan.routes += [Route(source.name, g, dest.name, link.order, k) for g, k in where.items()]
+            if partitions is not None and dest.partition_id != ALL_PARTITIONS and batches:
+                # rows that left its partition: removed in its first batch, whatever generations it has
+                removals[source.name] = (source, min(start, removals.get(source.name, (source, start))[1]))
+                plan.routes.append(Route(source.name, REMOVE_GENERATION, dest.name, link.order, batches[0].seq))
             link.batches = batches
             plan.links.append(link)
             info = plan.destinations.get(dest.name)
             if info is None:
                 info = plan.destinations[dest.name] = DestinationInfo(
                     name=dest.name, url=dest.url, nickname=dest.nickname, is_publisher=dest.is_publisher,
+                    partition_id=dest.partition_id,
                     watermark={"pubid": pubid}, batches={}, log_conflicts_here=pubcfg.conflict_logging in here,
                     log_conflicts_remote=pubcfg.conflict_logging in there)
             info.batches[source.name] = batches
             self.report(f"{direction} {link.subscription}: generations ({start}, {bound}], {len(gens)} to send in "
                         f"{len(batches)} batch(es)")
-        for name, source in sources.items():
+        for name, source in ({n: s for n, (s, _) in removals.items()} | sources).items():
             try:
-                plan.reads += _change_reads(source.url, name, source.replica,
-                                            published_articles(source.replica, pubid), name, source.nickname,
-                                            lowest[name], bounds[name], self.spark.sparkContext.defaultParallelism)
+                articles = published_articles(source.replica, pubid)
+                if name in sources:
+                    plan.reads += _change_reads(source.url, name, source.replica, articles, name, source.nickname,
+                                                lowest[name], bounds[name], self.spark.sparkContext.defaultParallelism,
+                                                partitions)
+                if name in removals and partitions is not None:
+                    plan.reads += _removal_reads(source.url, name, source.replica, articles, name, source.nickname,
+                                                 removals[name][1], bounds[name], partitions)
             except SparksyncError as e:
                 for link in plan.links:
                     if link.source.name == name:
@@ -573,17 +681,20 @@ class MergeAgent:
         routes: dict[tuple[str, int], list[tuple[str, int]]] = {}
         for r in plan.routes:
             routes.setdefault((r.source, r.generation), []).append((r.destination, r.seq))
-        route_rows = {(r.source, r.generation, groups[r.destination], source_order[r.source]) for r in plan.routes}
+        # every destination takes the changes of all partitions (unfiltered articles) and of its own
+        part_of = {name: info.partition_id for name, info in plan.destinations.items()}
+        route_rows = {(r.source, r.generation, p, groups[r.destination], source_order[r.source]) for r in plan.routes
+                      for p in {ALL_PARTITIONS, part_of.get(r.destination, ALL_PARTITIONS)}}
         # a failed read sends one error row, to every group with a destination fed by its source
-        route_rows |= {(r.source, READ_ERROR_GENERATION, groups[r.destination], source_order[r.source])
+        route_rows |= {(r.source, READ_ERROR_GENERATION, ALL_PARTITIONS, groups[r.destination], source_order[r.source])
                        for r in plan.routes}
-        routed = spark.createDataFrame(sorted(route_rows),
-                                       "source STRING, generation BIGINT, apply_group INT, source_order INT")
+        routed = spark.createDataFrame(
+            sorted(route_rows), "source STRING, generation BIGINT, partition_id INT, apply_group INT, source_order INT")
         changes = spark.read.format("sparksync").schema(CHANGE_SCHEMA).option(
             "plan", ReadPlan(plan.reads).to_json()).load()
         with ProgressListener(self._progress_line, driver_host(spark)) as listener:
             task_ctx = replace(ctx, routes=routes, groups=groups, progress=listener.address)
-            rows = (changes.join(F.broadcast(routed), ["source", "generation"])
+            rows = (changes.join(F.broadcast(routed), ["source", "generation", "partition_id"])
                     .repartition(partitions, "apply_group")
                     .sortWithinPartitions("apply_group", "source_order", "generation", "tablenick", "rowguid")
                     .mapInArrow(make_mapper(task_ctx), RESULT_SCHEMA))

@@ -29,7 +29,7 @@ from ..progress import send_progress
 from ..rows import RowCodec, row_key, summarize_value
 from ..types import ValueError_
 from . import lineage as lin
-from .changes import OP_UNREADABLE, ArticleChanges, Change
+from .changes import OP_REMOVE, OP_UNREADABLE, ArticleChanges, Change
 from .conflicts import ConflictRecord, Failure, failed_type, log_conflict, record_failed_change
 from .decide import Decision, Incoming, Local, decide
 from .generations import new_generation
@@ -49,6 +49,7 @@ class ArticleStats:
     retries: int = 0
     failed: int = 0
     skipped: int = 0
+    removed: int = 0                      # rows that left the destination's partition, removed from it
     seconds: float = 0.0                  # time spent on this article's changes at the destination
 
 
@@ -121,7 +122,7 @@ class _Work:
 
     key: tuple
     art: TrackedArticle
-    op: str                                     # "upsert" | "delete"
+    op: str                                     # "upsert" | "delete" | "remove"
     staged: StagedArticle | None = None         # set-based: every "apply" row of (article, op) ...
     staging: Staging | None = None              # ... in this staging table
     inc: Incoming | None = None                 # one row through decide
@@ -129,6 +130,7 @@ class _Work:
     existed: bool = False
     failure: Failure | None = None             # a failed change (recorded after the batch's other work)
     rowguid: str = ""
+    removals: list[str] = field(default_factory=list)   # op "remove": rows that left the partition
 
     @property
     def decided(self) -> tuple[Incoming, Decision]:
@@ -198,7 +200,9 @@ class _BatchApplier:
                 failures = [w for w in work if w.failure is not None]
                 for w in sorted((w for w in work if w.failure is None), key=lambda w: w.key):
                     with outcome.timing(w.art.nickname) as st:
-                        if w.staged is None:
+                        if w.op == OP_REMOVE:
+                            self.remove(w, st)
+                        elif w.staged is None:
                             self.one_row(w, st)
                         else:
                             self.set_based(w, st, clear_failed=w.art.nickname in failed_nicks)
@@ -228,6 +232,21 @@ class _BatchApplier:
             g = self.gens[key] = (new_generation(self.replica, 1, [d.nickname], pubid) if send_back else
                                   new_generation(self.replica, 2, known, pubid, b.source_nick, b.hi))
         return g
+
+    def remove(self, w: _Work, st: ArticleStats) -> None:
+        """Rows that left this subscriber's partition: gone from it with their metadata, recorded
+        nowhere (not a delete: the rows live on in other partitions)."""
+        replica, art = self.replica, w.art
+        d = replica.dialect
+        for i in range(0, len(w.removals), 500):
+            chunk = w.removals[i:i + 500]
+            inlist = ", ".join([d.uuid_param()] * len(chunk))
+            cur = replica.execute(f"DELETE FROM {d.table_sql(art.table)} WHERE {d.quote(art.rowguid_column)} "
+                                  f"IN ({inlist})", chunk)
+            st.removed += max(getattr(cur, "rowcount", 0), 0)
+            for table in ("MSmerge_contents", "MSmerge_failed_changes"):
+                replica.execute(f"DELETE FROM {replica.meta(table)} WHERE tablenick = {int(art.nickname)} "
+                                f"AND rowguid IN ({inlist})", chunk)
 
     def one_row(self, w: _Work, st: ArticleStats) -> None:
         inc, decision = w.decided
@@ -404,8 +423,14 @@ def _rows_holding(rows: list[str | None], markers: tuple[str, ...]) -> list[int]
 def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo, cc: ArticleChanges,
                   art: TrackedArticle, group: int, codec: RowCodec, staging: Staging, st: ArticleStats) -> list[_Work]:
     work = []
+    removals = [i for i, op in enumerate(cc.op) if op == OP_REMOVE]
+    if removals:
+        work.append(_Work(_order_key(art, group, "delete"), art, OP_REMOVE,
+                          removals=list(dict.fromkeys(cc.rowguid[i] for i in removals))))
+        if len(removals) == len(cc.op):
+            return work
     bad = _known_failures(replica, cc, art, codec)
-    unique, again = cc.repeats(exclude=set(bad))
+    unique, again = cc.repeats(exclude=set(bad) | set(removals))
     # A failed change is kept only when no later change of the same row in this batch supersedes it.
     last_good = {cc.rowguid[i]: i for i in range(len(cc.rowguid)) if i not in bad} if bad else {}
     for i, f in bad.items():

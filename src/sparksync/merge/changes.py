@@ -18,10 +18,13 @@ if TYPE_CHECKING:
 FETCH_ROWS = 10_000
 READER = "sparksync.merge.changes:read_changes"      # ReadPartition.reader of change reads
 CHANGE_COLUMNS = ["source", "source_nick", "tablenick", "rowguid", "generation", "op", "lineage", "colv", "row",
-                  "target"]
+                  "target", "partition_id"]
 CHANGE_SCHEMA = ("source STRING, source_nick INT, tablenick INT, rowguid STRING, generation BIGINT, op STRING, "
-                 "lineage STRING, colv STRING, row STRING, target STRING")
+                 "lineage STRING, colv STRING, row STRING, target STRING, partition_id INT")
+ALL_PARTITIONS = 0      # ``partition_id`` of a change every destination gets (unfiltered articles, uploads)
 RETRY_GENERATION = -1   # changes re-read for one destination (failed before) travel under this generation
+REMOVE_GENERATION = -3  # rows that left a partition (``OP_REMOVE``) travel under this generation
+OP_REMOVE = "remove"    # a row that left the destination's partition: removed there, not deleted everywhere
 READ_ERROR_GENERATION = -2   # a read that failed at its source: one "error" row (op), its ErrorInfo in ``row``
 OP_UNREADABLE = "unreadable"   # a row its source cannot encode (a value that does not fit its column's type,
                                # invalid UTF-8): ``row`` says which column and why; a failed change of its own
@@ -140,7 +143,15 @@ def _change_batch(rows, codec, constants: dict, arrow_schema, where: str):
     n = len(rows)
     out = {k: [constants.get(k)] * n for k in ("source", "source_nick", "tablenick", "target", "op")}
     out["rowguid"] = [str(r[1]) for r in rows]
-    out["generation"] = [RETRY_GENERATION] * n if constants.get("target") else [int(r[0]) for r in rows]
+    if constants.get("partitioned"):     # a filtered article's read: the partition is the fifth column
+        out["partition_id"] = [int(r[4]) for r in rows]
+        rows = [(*r[:4], *r[5:]) for r in rows]
+    else:
+        out["partition_id"] = [ALL_PARTITIONS] * n
+    if constants.get("generation") is not None:
+        out["generation"] = [int(constants["generation"])] * n
+    else:
+        out["generation"] = [RETRY_GENERATION] * n if constants.get("target") else [int(r[0]) for r in rows]
     out["lineage"] = [json_text(r[2]) for r in rows]
     out["colv"] = [json_text(r[3]) for r in rows]
     if constants["op"] == "upsert":
@@ -189,5 +200,5 @@ def _error_batch(partition: ReadPartition, arrow_schema, exc: BaseException):
                      info.transient)
     row = {"source": c.get("source"), "source_nick": c.get("source_nick"), "tablenick": c.get("tablenick"),
            "rowguid": "", "generation": READ_ERROR_GENERATION, "op": OP_ERROR, "lineage": "{}", "colv": None,
-           "row": json.dumps(info.to_dict()), "target": c.get("target")}
+           "row": json.dumps(info.to_dict()), "target": c.get("target"), "partition_id": ALL_PARTITIONS}
     return pa.RecordBatch.from_pylist([row], schema=arrow_schema)

@@ -15,12 +15,12 @@ tests) on either database.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..dialects.base import Dialect
-from ..dialects.model import Column
-from ..filters import FilterError, JoinFilter, RowFilter, sqlglot_dialect
+from ..dialects.model import Column, TableInfo, from_table_dict
+from ..filters import FilterError, JoinFilter, Params, RowFilter, parse_filter, parse_join_filter, sqlglot_dialect
 from ..names import TableName
 from ..types import Kind
 
@@ -81,7 +81,7 @@ class PartitionScheme:
     def filtered(self) -> bool:
         return any(a.filtered for a in self.articles.values())
 
-    def condition(self, dialect: Dialect, name: str, alias: str, params: Mapping[str, str | None]) -> str | None:
+    def condition(self, dialect: Dialect, name: str, alias: str, params: Params) -> str | None:
         """SQL that is true for the rows (table alias ``alias``) of article ``name`` that belong to the
         partition of ``params``; None when the article is not filtered (every row belongs)."""
         a = self.articles[name]
@@ -101,9 +101,33 @@ class PartitionScheme:
         return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
 
     def members_sql(self, dialect: Dialect, name: str, columns: Iterable[str],
-                    params: Mapping[str, str | None]) -> str:
+                    params: Params) -> str:
         """A query of ``columns`` of the rows of article ``name`` in the partition of ``params``."""
         a = self.articles[name]
         cond = self.condition(dialect, name, "m", params)
         select = ", ".join(f"m.{dialect.quote(c)}" for c in columns)
         return f"SELECT {select} FROM {dialect.table_sql(a.table)} AS m" + (f" WHERE {cond}" if cond else "")
+
+
+def filtered_article(key: str, table: TableName, info: TableInfo, filter_clause: str | None,
+                     join_filters: list[dict] | None, infos: dict[str, TableInfo] | None = None) -> FilteredArticle:
+    """An article's filters, parsed from their stored form (``sysmergearticles.filter_clause`` and
+    ``join_filters``); ``infos``: the publication's tables by article key, for the join filters' parents
+    (a parent's columns are not checked when it is missing: the scheme reports the unknown parent)."""
+    columns = [c.name for c in info.columns]
+    row_filter = parse_filter(filter_clause, columns, key, parameters=True) if filter_clause else None
+    links = []
+    for j in join_filters or []:
+        parent = (infos or {}).get(j["parent"])
+        parent_columns = [c.name for c in parent.columns] if parent is not None else []
+        links.append(JoinLink(j["parent"], parse_join_filter(j["clause"], key, columns, j["parent"], parent_columns,
+                                                             key), bool(j.get("unique_key"))))
+    return FilteredArticle(key, table, tuple(info.columns), row_filter, tuple(links))
+
+
+def scheme_of(articles: list[dict]) -> PartitionScheme:
+    """The partition scheme of a publication from its ``sysmergearticles`` rows (``published_articles``)."""
+    infos = {a["name"]: from_table_dict(a["table_schema"]) for a in articles}
+    return PartitionScheme(filtered_article(a["name"], TableName(a["source_schema"], a["source_table"]),
+                                            infos[a["name"]], a.get("filter_clause"), a.get("join_filters"), infos)
+                           for a in articles)

@@ -44,6 +44,7 @@ class DestinationInfo:
     batches: dict[str, list[BatchInfo]]  # source -> batches in order
     log_conflicts_here: bool             # conflict_logging: at this destination ...
     log_conflicts_remote: bool = False   # ... and/or at the source (the agent writes those after the run)
+    partition_id: int = 0                # a filtered publication's subscriber: the partition it holds
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,13 @@ from ..dialects.base import table_not_found
 from ..dialects.model import Column, TableInfo, describe_drift, from_table_dict, to_table_dict
 from ..dialects.replica import Replica
 from ..errors import InvalidNameError, SchemaDrift, SchemaError
+from ..filters import FilterError, parse_filter, parse_join_filter
 from ..metadata import store
 from ..names import TableName, check_identifier
 from ..types import Kind, SqlType
 from . import articles as art
 from .generations import ensure_open_generation
+from .partitions import PartitionScheme, filtered_article
 from .tracking import TrackedArticle, install_tracking
 
 PUBLISHER_NICKNAME = 1
@@ -34,6 +36,13 @@ class ArticlePlan:
     column_tracking: bool
     parents: list[str]
     existing: dict | None = None
+    filter_clause: str | None = None          # row filter (filtered publications, seed 002)
+    join_filters: list[dict] = field(default_factory=list)   # [{parent (article key), clause, unique_key}]
+    partition_options: int = 0
+
+    @property
+    def join_parents(self) -> list[str]:
+        return [j["parent"] for j in self.join_filters]
 
 
 @dataclass
@@ -126,6 +135,8 @@ def plan_publication(replica: Replica, pub: PublicationConfig) -> PublicationPla
             plan.articles.append(ArticlePlan(key, name, info, rg, action, a.column_tracking, [], existing))
         except (SchemaError, InvalidNameError) as e:
             problems.append(e.message)
+    if not problems:
+        problems += _plan_filters(replica, plan)
     if problems:
         raise SchemaError(f"publication {pub.name} cannot be published:\n" + "\n".join(f"  - {p}" for p in problems),
                           obj=pub.name)
@@ -133,6 +144,64 @@ def plan_publication(replica: Replica, pub: PublicationConfig) -> PublicationPla
         p.parents = [str(d.resolve_name(fk.ref_table)) for fk in p.info.foreign_keys
                      if str(d.resolve_name(fk.ref_table)) in infos]
     return plan
+
+
+def _plan_filters(replica: Replica, plan: PublicationPlan) -> list[str]:
+    """Parse and check each article's row filter and join filters against the reflected tables (every
+    problem, each naming its article); a published article's filters cannot change (reinitialize)."""
+    d = replica.dialect
+    problems: list[str] = []
+    by_key = {a.key: a for a in plan.articles}
+    key_of = {}
+    for cfg, a in zip(plan.config.articles, plan.articles):
+        key_of[cfg.table.lower()] = a.key
+        key_of[a.key.lower()] = a.key
+    for cfg, a in zip(plan.config.articles, plan.articles):
+        where = f"publication {plan.config.name}, article {a.key}"
+        columns = [c.name for c in a.info.columns]
+        try:
+            if cfg.filter is not None:
+                parse_filter(cfg.filter, columns, where, parameters=True)
+                a.filter_clause = cfg.filter
+            for j in cfg.join_filters:
+                parent_key = (key_of.get(j.parent.lower())
+                              or key_of.get(str(d.resolve_name(TableName.parse(j.parent))).lower()))
+                if parent_key is None:
+                    raise FilterError(f"{where}: join filter parent {j.parent} is not an article of the publication",
+                                      obj=a.key)
+                parent = by_key[parent_key]
+                jf = parse_join_filter(j.clause, cfg.table, columns, j.parent, [c.name for c in parent.info.columns],
+                                       where)
+                if j.unique_key and not _joins_unique_key(jf, parent.info):
+                    raise FilterError(f"{where}: join filter {j.clause!r} has unique_key = true but does not join "
+                                      f"on {parent.key}'s primary key ({', '.join(parent.info.primary_key)}) with "
+                                      "equalities only", obj=a.key)
+                a.join_filters.append({"parent": parent_key, "clause": j.clause, "unique_key": j.unique_key})
+            a.partition_options = cfg.partition_options
+            if a.existing is not None and a.existing["pubid"] == (plan.existing or {}).get("pubid") and (
+                    (a.existing.get("filter_clause"), a.existing.get("join_filters") or [])
+                    != (a.filter_clause, a.join_filters)):
+                raise FilterError(f"{where}: its filters differ from the ones it was published with; filters cannot "
+                                  "change after publishing (reinitialize the publication)", obj=a.key)
+        except FilterError as e:
+            problems.append(e.message)
+    if not problems:
+        try:
+            scheme_of_plan(plan)            # every parent an article, no cycle
+        except FilterError as e:
+            problems.append(f"publication {plan.config.name}: {e.message}")
+    return problems
+
+
+def _joins_unique_key(jf, parent: TableInfo) -> bool:
+    return bool(jf.pairs) and {p for _, p in jf.pairs} == set(parent.primary_key)
+
+
+def scheme_of_plan(plan: PublicationPlan) -> PartitionScheme:
+    """The partition scheme of a planned publication (checks parents and cycles)."""
+    infos = {a.key: a.info for a in plan.articles}
+    return PartitionScheme(filtered_article(a.key, a.name, a.info, a.filter_clause, a.join_filters, infos)
+                           for a in plan.articles)
 
 
 def apply_publication(replica: Replica, topology: Topology, plan: PublicationPlan) -> dict:
@@ -165,8 +234,11 @@ def apply_publication(replica: Replica, topology: Topology, plan: PublicationPla
              for r in store.select_rows(replica, "sysmergearticles")}
     keys = [a.key for a in plan.articles]
     parents_of = {a.key: a.parents for a in plan.articles}
-    nicknames = art.assign_nicknames(keys, parents_of, {k: v for k, v in known.items() if k in keys})
-    groups = art.processing_groups(parents_of)
+    # a join filter's parent is evaluated (and applied) before its children, like a foreign key's
+    ordered = {a.key: list(dict.fromkeys(a.parents + a.join_parents)) for a in plan.articles}
+    nicknames = art.assign_nicknames(keys, ordered, {k: v for k, v in known.items() if k in keys})
+    groups = art.processing_groups(parents_of, [a.key for a in plan.articles if a.join_filters]
+                                   + [p for a in plan.articles for p in a.join_parents])
     related = art.related_articles(parents_of)
     created = []
     for a in plan.articles:
@@ -185,6 +257,8 @@ def apply_publication(replica: Replica, topology: Topology, plan: PublicationPla
             "processing_group": groups[a.key], "dri_related": int(bool(related[a.key])),
             "related_nicknames": sorted(nicknames[k] for k in related[a.key]),
             "table_schema": to_table_dict(a.info), "status": 1,
+            "filter_clause": a.filter_clause, "join_filters": a.join_filters or None,
+            "partition_options": a.partition_options,
         }
         if same_pub:
             store.update_rows(replica, "sysmergearticles", row, {"pubid": pubid, "artid": artid})

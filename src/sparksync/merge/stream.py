@@ -23,7 +23,7 @@ from ..redaction import redact
 from ..retry import with_retries
 from ..spark.results import result_arrow_schema, result_columns
 from .batch import BatchOutcome, apply_batch
-from .changes import READ_ERROR_GENERATION, ArticleChanges, by_article
+from .changes import ALL_PARTITIONS, READ_ERROR_GENERATION, ArticleChanges, by_article
 from .plan import ApplyContext, BatchInfo
 from .tracking import TrackedArticle, published_articles, tracked_article
 
@@ -129,7 +129,7 @@ def apply_stream(ctx: ApplyContext, batches: Iterable) -> Iterator[dict]:
                 for dest_name, seq in routes.get((source, generation), ()):
                     if groups[dest_name] != group:
                         continue
-                    mine = _for_target(rows, dest_name)
+                    mine = _for_target(rows, dest_name, ctx.destinations[dest_name].partition_id)
                     if mine is None:
                         continue
                     held = pending.get(dest_name)
@@ -182,16 +182,23 @@ def _runs(batch) -> Iterator[tuple[int, str, int, Any]]:
         yield int(cols[0][s]), str(cols[1][s]), int(cols[2][s]), batch.slice(s, e - s)
 
 
-def _for_target(rows, dest_name: str):
+def _for_target(rows, dest_name: str, partition_id: int = ALL_PARTITIONS):
     """The rows of a run meant for ``dest_name``: all of them, except re-read failed changes,
-    which carry the one destination they are for (``target``)."""
-    target = rows.column("target")
-    if target.null_count == len(rows):
-        return rows
+    which carry the one destination they are for (``target``), and changes of a filtered article,
+    which carry the partition they are for (``partition_id``; the destination's, or it is not theirs)."""
     import pyarrow.compute as pc
 
-    mine = rows.filter(pc.fill_null(pc.equal(target, dest_name), True))
-    return mine if len(mine) else None
+    target, part = rows.column("target"), rows.column("partition_id")
+    mask = None
+    if target.null_count != len(rows):
+        mask = pc.fill_null(pc.equal(target, dest_name), True)
+    if pc.max(part).as_py() != ALL_PARTITIONS or pc.min(part).as_py() != ALL_PARTITIONS:
+        mine = pc.or_(pc.equal(part, ALL_PARTITIONS), pc.equal(part, partition_id))
+        mask = mine if mask is None else pc.and_(mask, mine)
+    if mask is None:
+        return rows
+    kept = rows.filter(mask)
+    return kept if len(kept) else None
 
 
 def _by_article(slices: list) -> dict[int, ArticleChanges]:

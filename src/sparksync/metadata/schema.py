@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 from ..types import Kind, SqlType
 
-SCHEMA_VERSION = 3   # 2: MSmerge_articlehistory.duration; 3: MSmerge_failed_changes.row_key, column_name, value
+# 2: MSmerge_articlehistory.duration; 3: MSmerge_failed_changes.row_key, column_name, value;
+# 4: filtered publications (article filters, subscription partitions, partition groups and mappings)
+SCHEMA_VERSION = 4
 
 INT = SqlType(Kind.INTEGER)
 BIG = SqlType(Kind.BIGINT)
@@ -84,7 +86,9 @@ TABLES: tuple[MetaTable, ...] = (
          C("publisher", TEXT, False), C("generation_leveling_threshold", INT, False),
          C("retention", INT, False, "days"),
          C("snapshot_generation", BIG, True, "highest publisher generation contained in the snapshot"),
-         C("snapshot_time", TS), C("snapshot_dir", TEXT), C("created_at", TS, False)),
+         C("snapshot_time", TS), C("snapshot_dir", TEXT), C("created_at", TS, False),
+         C("partitions_evaluated", BIG, True, "filtered publications: the highest generation whose changes' "
+           "partition membership is in the partition mappings")),
         ("pubid",),
         (MetaIndex("sysmergepublications_name", ("name",), True),),
     ),
@@ -101,7 +105,11 @@ TABLES: tuple[MetaTable, ...] = (
          C("dri_related", SMALL, False, "1 when a foreign key links this article to another article"),
          C("related_nicknames", JSON, True, "nicknames of articles linked to this one by foreign keys"),
          C("table_schema", JSON, False, "columns, primary key and foreign keys as published"),
-         C("status", SMALL, False)),
+         C("status", SMALL, False),
+         C("filter_clause", TEXT, True, "row filter (static or parameterized), as configured"),
+         C("join_filters", JSON, True, "join filters: [{parent, clause, unique_key}]"),
+         C("partition_options", SMALL, True, "0 overlapping; 1 overlapping, out-of-partition subscriber changes "
+           "refused; 2 non-overlapping; 3 non-overlapping, one subscription per partition")),
         ("pubid", "artid"),
         (MetaIndex("sysmergearticles_nick", ("pubid", "nickname"), True),),
     ),
@@ -119,7 +127,9 @@ TABLES: tuple[MetaTable, ...] = (
          C("sentgen", BIG, True, "last generation of this database sent to that replica"),
          C("recgen", BIG, True, "last generation of that replica received by this database"),
          C("status", SMALL, False, "0 created, 1 active (initialized)"),
-         C("last_sync_date", TS), C("created_at", TS, False)),
+         C("last_sync_date", TS), C("created_at", TS, False),
+         C("login", TEXT, True, "what SUSER_SNAME() is for this subscription"),
+         C("partition_id", INT, True, "filtered publications: the subscription's partition (MSmerge_partition_groups)")),
         ("subid",),
         (MetaIndex("sysmergesubscriptions_name", ("pubid", "name"), True),),
     ),
@@ -200,6 +210,42 @@ TABLES = TABLES + (
          C("column_name", TEXT, True, "the column whose value failed, when one did"),
          C("value", TEXT, True, "a short summary of that value")),
         ("tablenick", "rowguid", "source_nickname"),
+    ),
+    # -- filtered publications (seed 002) --
+    MetaTable(
+        "MSmerge_partition_groups",
+        "One row per partition of a filtered publication: a distinct set of parameter values (what "
+        "HOST_NAME() and SUSER_SNAME() return). Created from the publication's `partitions` and whenever a "
+        "subscription needs one that does not exist yet.",
+        (C("partition_id", INT, False), C("pubid", GUID, False), C("host_name", TEXT), C("login", TEXT),
+         C("created_at", TS, False)),
+        ("partition_id",),
+        (MetaIndex("MSmerge_partition_groups_pub", ("pubid",)),),
+    ),
+    MetaTable(
+        "MSmerge_current_partition_mappings",
+        "One row per row of a filtered article and partition it belongs to, as of the last partition "
+        "evaluation (precomputed partitions).",
+        (C("tablenick", INT, False), C("rowguid", GUID, False), C("partition_id", INT, False)),
+        ("tablenick", "rowguid", "partition_id"),
+        (MetaIndex("MSmerge_current_partition_mappings_part", ("partition_id", "tablenick")),),
+    ),
+    MetaTable(
+        "MSmerge_past_partition_mappings",
+        "One row each time a row of a filtered article left a partition: deleted, moved by a change of its "
+        "filter columns or of a parent (realignment), or changed by a subscriber out of its partition; "
+        "generation: the generation of that change.",
+        (C("tablenick", INT, False), C("rowguid", GUID, False), C("partition_id", INT, False),
+         C("generation", BIG, False)),
+        ("tablenick", "rowguid", "partition_id", "generation"),
+        (MetaIndex("MSmerge_past_partition_mappings_part", ("partition_id", "generation")),),
+    ),
+    MetaTable(
+        "MSmerge_partition_changes",
+        "Work table of a partition evaluation (emptied when it starts): the rows whose partition "
+        "membership it changed, where realignment finds the join-filter children to evaluate again.",
+        (C("tablenick", INT, False), C("rowguid", GUID, False)),
+        ("tablenick", "rowguid"),
     ),
 )
 

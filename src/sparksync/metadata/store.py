@@ -86,12 +86,19 @@ def _add_columns(table: str, *columns: str):
     return migrate
 
 
+def _migrate_4(replica: Replica) -> None:
+    _add_column("sysmergepublications", "partitions_evaluated")(replica)
+    _add_columns("sysmergearticles", "filter_clause", "join_filters", "partition_options")(replica)
+    _add_columns("sysmergesubscriptions", "login", "partition_id")(replica)
+
+
 # Migrations: table set -> version -> function(replica) bringing it from version-1 to version. Tables
 # new in a version need none: installing creates every missing table before migrating.
 MIGRATIONS: dict[str, dict[int, Any]] = {
     MERGE.name: {
         2: _add_column("MSmerge_articlehistory", "duration"),
         3: _add_columns("MSmerge_failed_changes", "row_key", "column_name", "value"),
+        4: _migrate_4,
     },
 }
 

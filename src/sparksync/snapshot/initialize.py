@@ -46,6 +46,8 @@ class SubscriberInit:
     pre_creation_cmd: str
     publisher_name: str
     snapshot_dir: str
+    login: str | None = None
+    partition_id: int | None = None     # filtered publications: the subscription's partition
 
 
 @dataclass
@@ -95,8 +97,11 @@ def destination_info(replica: Replica, article: ArticleSnapshot, names: dict[str
 
 
 def register_subscriptions(pub: Replica, topology: Topology, manifest: SnapshotManifest, snap_dir: Path,
-                           subs: list[SubscriptionConfig]) -> list[SubscriberInit]:
-    """Record the subscriptions at the publisher (status 0) and give each database a replica nickname."""
+                           subs: list[SubscriptionConfig],
+                           partitions: dict[str, int] | None = None) -> list[SubscriberInit]:
+    """Record the subscriptions at the publisher (status 0) and give each database a replica nickname;
+    ``partitions``: each subscription's partition (filtered publications)."""
+    partitions = partitions or {}
     specs = []
     with pub.transaction():
         rows = store.select_rows(pub, "sysmergesubscriptions")
@@ -109,6 +114,9 @@ def register_subscriptions(pub: Replica, topology: Topology, manifest: SnapshotM
             if mine:
                 r = mine[0]
                 subid, rid, nick = r["subid"], r["replica_id"], r["replnickname"]
+                store.update_rows(pub, "sysmergesubscriptions", {"login": s.login,
+                                                                 "partition_id": partitions.get(s.name)},
+                                  {"subid": subid})
             else:
                 same_db = by_label.get(label)
                 if same_db is not None:
@@ -122,13 +130,14 @@ def register_subscriptions(pub: Replica, topology: Topology, manifest: SnapshotM
                     "replnickname": nick, "role": SUBSCRIBER_ROLE, "database_label": label,
                     "subscriber_type": s.subscriber_type_code, "subscription_type": 0,
                     "priority": s.effective_priority, "host_name": s.host_name, "sentgen": None, "recgen": None,
-                    "status": 0, "last_sync_date": None, "created_at": store.utcnow()})
+                    "status": 0, "last_sync_date": None, "created_at": store.utcnow(), "login": s.login,
+                    "partition_id": partitions.get(s.name)})
                 by_label[label] = {"replica_id": rid, "replnickname": nick}
             specs.append(SubscriberInit(
                 subscription=s.name, publication=s.publication, url=url, label=s.name, subid=subid, replica_id=rid,
                 replnickname=nick, priority=s.effective_priority, subscriber_type=s.subscriber_type_code,
                 host_name=s.host_name, pre_creation_cmd=s.pre_creation_cmd, publisher_name=topology.publisher.name,
-                snapshot_dir=str(snap_dir)))
+                snapshot_dir=str(snap_dir), login=s.login, partition_id=partitions.get(s.name)))
     return specs
 
 
@@ -263,12 +272,15 @@ def _unstorable_rows(batch, checks, d) -> set[int]:
     return {i for i, v in enumerate(mask.to_pylist()) if v}
 
 
-def verify_snapshot(snap_dir: Path, manifest: SnapshotManifest) -> None:
-    """Before anything is initialized from it: every data file the manifest lists is there, unchanged,
-    and no other (a damaged snapshot must never initialize a subscriber silently wrong)."""
+def verify_snapshot(snap_dir: Path, manifest: SnapshotManifest, partition_id: int | None = None) -> None:
+    """Before anything is initialized from it: every data file the manifest lists (for a filtered
+    article: of the subscriber's partition) is there, unchanged, and no other (a damaged snapshot must
+    never initialize a subscriber silently wrong)."""
     where = f"snapshot {manifest.snapshot_id} of publication {manifest.publication}"
     for a in manifest.articles:
-        verify_files(snap_dir / a.path, a.files, f"{where}, article {a.name}")
+        path, _, files, _ = a.data(partition_id)
+        verify_files(snap_dir / path, files, f"{where}, article {a.name}"
+                     + (f", partition {partition_id}" if a.partitions is not None else ""))
     verify_files(snap_dir / manifest.contents_path, manifest.contents_files, f"{where}, lineage (MSmerge_contents)")
 
 
@@ -301,6 +313,16 @@ def _load_lineage(replica: Replica, snap_dir: Path, manifest: SnapshotManifest, 
     return n
 
 
+def _drop_lineage_of_absent_rows(sub: Replica, table: TableName, a: ArticleSnapshot) -> int:
+    """The snapshot's lineage covers every row of the article; a subscriber in one partition keeps
+    the lineage of the rows it holds. Returns how many were dropped."""
+    d = sub.dialect
+    contents = sub.meta("MSmerge_contents")
+    cur = sub.execute(f"DELETE FROM {contents} WHERE tablenick = {int(a.nickname)} AND NOT EXISTS (SELECT 1 FROM "
+                      f"{d.table_sql(table)} t WHERE t.{d.quote(a.rowguid_column)} = {contents}.rowguid)")
+    return max(getattr(cur, "rowcount", 0), 0)
+
+
 def _record_refused(sub: Replica, refused: dict[int, list[dict]], publisher_nick: int) -> None:
     """Rows of the snapshot this subscriber cannot hold become failed changes from the publisher:
     listed (``conflicts --failed``, ``status``), tried again when they change at the publisher."""
@@ -327,7 +349,7 @@ def initialize_subscriber(spec: SubscriberInit) -> InitResult:
                 if done is not None:
                     done.seconds = time.perf_counter() - t0
                     return done
-            verify_snapshot(snap_dir, manifest)
+            verify_snapshot(snap_dir, manifest, spec.partition_id)
             rows, baseline, refused = _initialize(sub, spec, snap_dir, manifest)
             message = "initialized" + (f"; {refused} row(s) it cannot hold are failed changes "
                                        "(sparksync conflicts --failed)" if refused else "")
@@ -392,14 +414,19 @@ def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path,
         where = f"snapshot {manifest.snapshot_id} of publication {manifest.publication}"
         refused: dict[int, list[dict]] = {}
         for a in arts:
-            loaded = load_parquet(sub, snap_dir / a.path, names[a.name], infos[a.name], a.rowguid_column)
-            loaded.check(a.rows, a.key_digest, f"{where}, article {a.name}")
+            path, rows, _, key_digest = a.data(spec.partition_id)
+            loaded = load_parquet(sub, snap_dir / path, names[a.name], infos[a.name], a.rowguid_column)
+            loaded.check(rows, key_digest, f"{where}, article {a.name}"
+                         + (f", partition {spec.partition_id}" if a.partitions is not None else ""))
             total += loaded.rows
             if loaded.refused:
                 refused[a.nickname] = loaded.refused
         baseline = int(sub.scalar(f"SELECT coalesce(max(generation), 0) FROM {sub.meta('MSmerge_genhistory')}") or 0) + 1
         skip = {str(r["keyvalue"]) for rows in refused.values() for r in rows}
         n_lineage = _load_lineage(sub, snap_dir, manifest, baseline, skip)
+        for a in arts:
+            if a.partitions is not None:    # a filtered article: only the lineage of the partition's rows
+                n_lineage -= _drop_lineage_of_absent_rows(sub, names[a.name], a)
         _record_refused(sub, refused, manifest.publisher_nickname)
         store.insert_row(sub, "MSmerge_genhistory", {
             "generation": baseline, "guidsrc": store.new_guid(), "pubid": manifest.pubid, "genstatus": 2, "settled": 1,
@@ -426,7 +453,7 @@ def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path,
             "replnickname": ident.nickname, "role": SUBSCRIBER_ROLE, "database_label": sub.label,
             "subscriber_type": spec.subscriber_type, "subscription_type": 0, "priority": spec.priority,
             "host_name": spec.host_name, "sentgen": None, "recgen": None, "status": 1, "last_sync_date": None,
-            "created_at": now})
+            "created_at": now, "login": spec.login, "partition_id": spec.partition_id})
         store.insert_row(sub, "sysmergesubscriptions", {
             "subid": store.new_guid(), "pubid": manifest.pubid, "name": manifest.publisher,
             "replica_id": manifest.publisher_replica_id, "replnickname": manifest.publisher_nickname,

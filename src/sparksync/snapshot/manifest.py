@@ -6,6 +6,8 @@ Layout (``snapshot_dir`` from the config)::
     <snapshot_dir>/<publication>/<snapshot id>/
         manifest.json                                this file: articles, schema, generation
         articles/<nickname>_<table>/part-*.parquet    one folder per article (written by Spark)
+        articles/<nickname>_<table>/sparksync_partition=<id>/part-*.parquet
+                                                     a filtered article: one folder per partition
         metadata/contents/part-*.parquet              lineage of every published row (MSmerge_contents)
 """
 
@@ -42,6 +44,19 @@ class ArticleSnapshot:
     rows: int = 0
     files: list[dict] | None = None          # [{name, bytes, sha256, rows}] of the article's Parquet files
     key_digest: str | None = None            # KeyDigest of the rowguids written
+    # a filtered article (filtered merge publication): its rows per partition, each like the above:
+    # partition id (text) -> {"path", "rows", "files", "key_digest"}; ``path`` then holds no data itself
+    partitions: dict[str, dict] | None = None
+
+    def data(self, partition_id: int | None) -> tuple[str, int, list[dict] | None, str | None]:
+        """(path, rows, files, key digest) of what a subscriber in ``partition_id`` loads."""
+        if self.partitions is None:
+            return self.path, self.rows, self.files, self.key_digest
+        part = self.partitions.get(str(partition_id)) if partition_id is not None else None
+        if part is None:
+            raise SnapshotError(f"article {self.name} is filtered and this snapshot holds no data for partition "
+                                f"{partition_id}; write a new snapshot ('sparksync snapshot')", obj=self.name)
+        return part["path"], int(part["rows"]), part["files"], part["key_digest"]
 
 
 @dataclass

@@ -22,7 +22,9 @@ from ..dialects import connect
 from ..dialects.model import from_table_dict
 from ..dialects.replica import Replica
 from ..errors import NotInitialized, SnapshotError
+from ..filters import partition_column
 from ..merge.generations import enumeration_bound, make_generation
+from ..merge.partitions import PartitionScheme, scheme_of
 from ..merge.publish import plan_publication
 from ..merge.tracking import published_articles
 from ..metadata import store
@@ -90,6 +92,41 @@ def seal(folder: Path, expected_rows: int, key_column: str, what: str) -> tuple[
     return files, digest_parquet(folder, key_column)
 
 
+PARTITION_COLUMN = "sparksync_partition"
+
+
+def _write_partitioned(spark, frozen: Replica, url: str, sid: str | None, scheme: PartitionScheme, a: dict, info,
+                       pubid: str, sdir: Path, rel: str, what: str, report: Reporter) -> dict[str, dict]:
+    """A filtered article: its rows of every partition of the publication, read in one pass (the filters
+    evaluated for every partition at once), written by one Spark job into one folder per partition
+    (``sparksync_partition=<id>``). Returns the manifest's ``partitions``."""
+    d = frozen.dialect
+    groups = d.metadata_table_sql("MSmerge_partition_groups")
+    params = {k: partition_column("pg", k) for k in ("host_name", "login")}
+    cond = scheme.condition(d, a["name"], "m", params)
+    table_sql = f"{d.table_sql(info.name)} AS m JOIN {groups} AS pg ON {cond}"
+    where, args = f" WHERE pg.pubid = {d.uuid_param()}", (pubid,)
+    counts = {int(p): int(n) for p, n in frozen.query(
+        f"SELECT pg.partition_id, count(*) FROM {table_sql}{where} GROUP BY pg.partition_id", list(args))}
+    ids = [int(r[0]) for r in frozen.query(f"SELECT partition_id FROM {groups} WHERE pubid = {d.uuid_param()}",
+                                           [pubid])]
+    cols = [[c.name, c.type.to_dict()] for c in info.columns] + [[PARTITION_COLUMN, INT.to_dict()]]
+    select = "SELECT " + ", ".join(f"m.{d.quote(c.name)}" for c in info.columns) + ", pg.partition_id"
+    parts, total = read_partitions(frozen, url, sid, table_sql, select, f"m.{d.quote(a['rowguid_column'])}", cols,
+                                   what, where, args, key=list(info.primary_key))
+    report(f"{what}: {total} row(s) in {len(ids)} partition(s)")
+    if total:
+        df = spark.read.format("sparksync").schema(ReadPlan(parts).spark_schema()).option(
+            "plan", ReadPlan(parts).to_json()).load()
+        df.write.mode("overwrite").partitionBy(PARTITION_COLUMN).parquet(str(sdir / rel))
+    out = {}
+    for pid in ids:
+        prel = f"{rel}/{PARTITION_COLUMN}={pid}"
+        files, digest = seal(sdir / prel, counts.get(pid, 0), a["rowguid_column"], f"{what}, partition {pid}")
+        out[str(pid)] = {"path": prel, "rows": counts.get(pid, 0), "files": files, "key_digest": digest}
+    return out
+
+
 def write_snapshot(spark, topology: Topology, publication: str, report: Reporter = silent) -> tuple[Path, SnapshotManifest]:
     """Write a new snapshot of ``publication`` and make it the current one."""
     pubcfg = topology.publication(publication)
@@ -131,6 +168,7 @@ def _write(spark, topology: Topology, pub: Replica, publication: str, prow: dict
         created_at=dt.datetime.now(dt.UTC).isoformat(), publisher=topology.publisher.name,
         publisher_nickname=ident.nickname, publisher_replica_id=ident.replica_id, snapshot_generation=snap_gen,
         generation_leveling_threshold=prow["generation_leveling_threshold"], retention=prow["retention"])
+    scheme = scheme_of(articles)
     try:
         with pub.dialect.consistent_reads(pub, str(pdir / ".work")) as (url, sid, frozen):
             d = pub.dialect
@@ -139,18 +177,28 @@ def _write(spark, topology: Topology, pub: Replica, publication: str, prow: dict
                 cols = [[c.name, c.type.to_dict()] for c in info.columns]
                 select = "SELECT " + ", ".join(d.quote(c.name) for c in info.columns)
                 label = f"{publication}/{a['name']}"
-                parts, total = read_partitions(frozen, url, sid, d.table_sql(info.name), select,
-                                               d.quote(a["rowguid_column"]), cols, label, key=list(info.primary_key))
                 rel = f"articles/{a['nickname']}_{info.name.slug}"
-                report(f"snapshot {publication}: {a['name']} ({total} rows, {len(parts)} partition(s))")
-                write_parquet(spark, ReadPlan(parts), sdir / rel)
-                files, digest = seal(sdir / rel, total, a["rowguid_column"], f"snapshot {publication}/{a['name']}")
+                partitioned = None
+                files: list[dict] = []
+                digest: str | None = None
+                if scheme.articles[a["name"]].filtered:
+                    partitioned = _write_partitioned(spark, frozen, url, sid, scheme, a, info, prow["pubid"], sdir, rel,
+                                                     f"snapshot {publication}/{a['name']}", report)
+                    total = 0
+                else:
+                    parts, total = read_partitions(frozen, url, sid, d.table_sql(info.name), select,
+                                                   d.quote(a["rowguid_column"]), cols, label,
+                                                   key=list(info.primary_key))
+                    report(f"snapshot {publication}: {a['name']} ({total} rows, {len(parts)} partition(s))")
+                    write_parquet(spark, ReadPlan(parts), sdir / rel)
+                    files, digest = seal(sdir / rel, total, a["rowguid_column"], f"snapshot {publication}/{a['name']}")
                 manifest.articles.append(ArticleSnapshot(
                     name=a["name"], schema=a["source_schema"], table=a["source_table"], artid=a["artid"],
                     nickname=a["nickname"], rowguid_column=a["rowguid_column"],
                     column_tracking=bool(a["column_tracking"]), processing_group=a["processing_group"],
                     dri_related=bool(a["dri_related"]), related_nicknames=list(a["related_nicknames"] or []),
-                    table_schema=a["table_schema"], path=rel, rows=total, files=files, key_digest=digest))
+                    table_schema=a["table_schema"], path=rel, rows=total, files=files, key_digest=digest,
+                    partitions=partitioned))
             nicks = [a["nickname"] for a in articles]
             cols = [["tablenick", INT.to_dict()], ["rowguid", GUID.to_dict()], ["lineage", JSON.to_dict()],
                     ["colv", JSON.to_dict()]]

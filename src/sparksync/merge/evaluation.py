@@ -1,0 +1,283 @@
+"""Partition evaluation with precomputed partitions (seed 002): which partitions the changed rows of a
+filtered publication belong to, kept at the publisher and read by enumeration.
+
+* ``MSmerge_partition_groups``: one row per partition (a distinct set of parameter values). A partition
+  is made from the publication's ``partitions`` at setup, or when a subscription needs one
+  (``ensure_partition``); its mappings are computed then, for every row, in one statement per article.
+* ``MSmerge_current_partition_mappings``: each row of a filtered article with the partitions it belongs to.
+* ``MSmerge_past_partition_mappings``: each time a row left a partition, with the generation it left in.
+
+``evaluate`` keeps them up to date, set-based, for the generations closed since the last evaluation
+(``sysmergepublications.partitions_evaluated``), one article at a time in nickname order (parents
+before children): a deleted row leaves its partitions; a changed row leaves the partitions whose
+filter no longer keeps it and enters the ones that now do; a row a subscriber changed outside its own
+partition leaves that partition (so the subscriber loses it at download, SQL Server's behaviour with
+overlapping partitions). **Realignment**: the join-filter children of the rows whose membership
+changed are moved into one new closed generation (with their own children, down the chain) and
+evaluated in the same pass, so a parent and its whole subtree realign in one generation.
+
+The filters are rendered with the parameters as columns of the partitions table (``partition_column``),
+so one statement evaluates every partition at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..dialects.replica import Replica
+from ..errors import ConfigurationError
+from ..filters import partition_column
+from ..metadata import store
+from ..metadata.schema import JSON
+from .generations import enumeration_bound, generation_rows, new_generation
+from .partitions import PartitionScheme
+from .tracking import tracked_article
+
+PARTITION_ALIAS = "pg"
+SETTINGS = ("host_name", "login")
+
+
+@dataclass(frozen=True)
+class Partition:
+    partition_id: int
+    host_name: str | None
+    login: str | None
+
+    @property
+    def params(self) -> dict[str, str | None]:
+        return {"host_name": self.host_name, "login": self.login}
+
+    def describe(self) -> str:
+        return ", ".join(f"{k} = {v!r}" for k, v in self.params.items() if v is not None) or "(no parameters)"
+
+
+@dataclass
+class Evaluation:
+    """What one ``evaluate`` did."""
+
+    generations: tuple[int, int] = (0, 0)        # (after, upto]
+    entered: int = 0                             # (row, partition) mappings added
+    left: int = 0                                # ... and removed (rows that left a partition)
+    realigned: int = 0                           # join-filter children moved into the realignment generation
+    realignment_generation: int | None = None
+    articles: list[str] = field(default_factory=list)
+
+
+def partitions(replica: Replica, pubid: str) -> list[Partition]:
+    return [Partition(int(r["partition_id"]), r["host_name"], r["login"])
+            for r in store.select_rows(replica, "MSmerge_partition_groups", {"pubid": pubid},
+                                       order_by=("partition_id",))]
+
+
+def partition_values(scheme: PartitionScheme, host_name: str | None, login: str | None,
+                     who: str) -> dict[str, str | None]:
+    """The parameter values that identify a subscription's partition: only the settings the
+    publication's filters read (a login is no part of a partition filtered by HOST_NAME() alone).
+    A setting the filters read and the subscription does not give is an error naming it."""
+    used = set().union(*(scheme.parameters(a) for a in scheme.articles))
+    given = {"host_name": host_name, "login": login}
+    missing = sorted(k for k in used if given[k] is None)
+    if missing:
+        fn = {"host_name": "HOST_NAME()", "login": "SUSER_SNAME()"}
+        raise ConfigurationError(f"{who}: the publication's filters call "
+                                 f"{', '.join(fn[k] for k in missing)}; give it {' and '.join(missing)}", obj=who)
+    return {k: (given[k] if k in used else None) for k in SETTINGS}
+
+
+def ensure_partition(replica: Replica, pubid: str, scheme: PartitionScheme, articles: list[dict],
+                     values: dict[str, str | None]) -> Partition:
+    """The partition of ``values`` (``partition_values``), made with its mappings if it does not exist
+    yet. Inside a transaction at the publisher."""
+    for p in partitions(replica, pubid):
+        if p.params == values:
+            return p
+    pid = int(replica.scalar(f"SELECT coalesce(max(partition_id), 0) FROM {replica.meta('MSmerge_partition_groups')}")
+              or 0) + 1
+    store.insert_row(replica, "MSmerge_partition_groups", {"partition_id": pid, "pubid": pubid, **values,
+                                                           "created_at": store.utcnow()})
+    part = Partition(pid, values["host_name"], values["login"])
+    if store.select_rows(replica, "sysmergepublications", {"pubid": pubid})[0]["partitions_evaluated"] is None:
+        # the mappings made here are computed from the rows as they are: generations closed until now
+        # need no evaluation
+        store.update_rows(replica, "sysmergepublications", {"partitions_evaluated": enumeration_bound(replica)},
+                          {"pubid": pubid})
+    d = replica.dialect
+    for a in articles:
+        if not scheme.articles[a["name"]].filtered:
+            continue
+        art = tracked_article(a)
+        cond = scheme.condition(d, a["name"], "m", part.params)
+        replica.execute(
+            f"INSERT INTO {replica.meta('MSmerge_current_partition_mappings')} (tablenick, rowguid, partition_id) "
+            f"SELECT {int(art.nickname)}, m.{d.quote(art.rowguid_column)}, {pid} FROM {d.table_sql(art.table)} AS m "
+            f"WHERE {cond}")
+    return part
+
+
+class _Evaluator:
+    """One evaluation pass (see the module doc), inside one publisher transaction."""
+
+    def __init__(self, replica: Replica, pubid: str, scheme: PartitionScheme, articles: list[dict],
+                 publisher_nick: int, lo: int, hi: int):
+        self.r, self.d, self.pubid, self.scheme = replica, replica.dialect, pubid, scheme
+        self.articles, self.publisher_nick = articles, publisher_nick
+        self.lo, self.hi = lo, hi
+        self.result = Evaluation((lo, hi))
+        self.realign: int | None = None
+        m = replica.meta
+        self.contents, self.tomb = m("MSmerge_contents"), m("MSmerge_tombstone")
+        self.current, self.past = m("MSmerge_current_partition_mappings"), m("MSmerge_past_partition_mappings")
+        self.groups, self.scratch = m("MSmerge_partition_groups"), m("MSmerge_partition_changes")
+        self.by_name = {a["name"]: a for a in articles}
+
+    def in_range(self, col: str) -> str:
+        rng = f"({col} > {int(self.lo)} AND {col} <= {int(self.hi)})"
+        return f"({rng} OR {col} = {int(self.realign)})" if self.realign is not None else rng
+
+    def member(self, name: str, rowguid_sql: str, partition_sql: str) -> str:
+        """True when the row ``rowguid_sql`` of article ``name`` belongs to partition ``partition_sql``."""
+        a = tracked_article(self.by_name[name])
+        params = {k: partition_column(PARTITION_ALIAS, k) for k in SETTINGS}
+        cond = self.scheme.condition(self.d, name, "m", params)
+        return (f"EXISTS (SELECT 1 FROM {self.d.table_sql(a.table)} AS m JOIN {self.groups} AS {PARTITION_ALIAS} "
+                f"ON {PARTITION_ALIAS}.partition_id = {partition_sql} "
+                f"WHERE m.{self.d.quote(a.rowguid_column)} = {rowguid_sql} AND {cond})")
+
+    def run(self) -> Evaluation:
+        r = self.r
+        r.execute(f"DELETE FROM {self.scratch}")
+        for a in self.articles:             # nickname order: parents before their join-filter children
+            if not self.scheme.articles[a["name"]].filtered:
+                continue
+            self.result.articles.append(a["name"])
+            self.realign_children(a)
+            self.evaluate_article(a)
+        if self.realign is not None:
+            store.update_rows(r, "MSmerge_genhistory", {"changecount": self.result.realigned},
+                              {"generation": self.realign})
+        return self.result
+
+    def realign_children(self, a: dict) -> None:
+        """Move the rows of ``a`` joined to parent rows whose membership changed in this pass into the
+        realignment generation (a row never changed has no contents row yet: it gets one)."""
+        d, nick = self.d, int(a["nickname"])
+        child = tracked_article(a)
+        for link in self.scheme.articles[a["name"]].joins:
+            parent_row = self.by_name[link.parent]
+            parent = tracked_article(parent_row)
+            if not self.scheme.articles[link.parent].filtered:
+                continue
+            clause = link.filter.render(_glot(d), "ch", "par")
+            moved = (f"SELECT ch.{d.quote(child.rowguid_column)} AS g FROM {d.table_sql(child.table)} AS ch "
+                     f"JOIN {d.table_sql(parent.table)} AS par ON {clause} "
+                     f"JOIN {self.scratch} AS s ON s.tablenick = {int(parent.nickname)} "
+                     f"AND s.rowguid = par.{d.quote(parent.rowguid_column)}")
+            if not self.r.scalar(f"SELECT count(*) FROM ({moved}) AS x"):
+                continue
+            if self.realign is None:
+                self.realign = new_generation(self.r, 1, [self.publisher_nick], self.pubid)
+                self.result.realignment_generation = self.realign
+            json = d.render_type(JSON)
+            cur = self.r.execute(f"UPDATE {self.contents} SET generation = {int(self.realign)} "
+                                 f"WHERE tablenick = {nick} AND rowguid IN ({moved})")
+            n = max(getattr(cur, "rowcount", 0), 0)
+            cur = self.r.execute(
+                f"INSERT INTO {self.contents} (tablenick, rowguid, generation, lineage, colv) "
+                f"SELECT DISTINCT {nick}, x.g, {int(self.realign)}, CAST('{{}}' AS {json}), CAST(NULL AS {json}) "
+                f"FROM ({moved}) AS x WHERE NOT EXISTS (SELECT 1 FROM {self.contents} c "
+                f"WHERE c.tablenick = {nick} AND c.rowguid = x.g)")
+            self.result.realigned += n + max(getattr(cur, "rowcount", 0), 0)
+
+    def evaluate_article(self, a: dict) -> None:
+        r, nick = self.r, int(a["nickname"])
+        name = a["name"]
+        cur = self.current
+        # 1. deleted rows leave every partition, in their tombstone's generation
+        deleted = (f"SELECT cm.tablenick, cm.rowguid, cm.partition_id, t.generation FROM {cur} cm "
+                   f"JOIN {self.tomb} t ON t.tablenick = cm.tablenick AND t.rowguid = cm.rowguid "
+                   f"WHERE cm.tablenick = {nick} AND {self.in_range('t.generation')}")
+        self._note_changed(f"SELECT x.tablenick, x.rowguid FROM ({deleted}) AS x")
+        self.result.left += self._insert_past(deleted)
+        r.execute(f"DELETE FROM {cur} AS cm WHERE cm.tablenick = {nick} AND EXISTS (SELECT 1 FROM {self.tomb} t "
+                  f"WHERE t.tablenick = cm.tablenick AND t.rowguid = cm.rowguid AND {self.in_range('t.generation')})")
+        # 2. changed rows leave the partitions whose filter no longer keeps them ...
+        left = (f"SELECT cm.tablenick, cm.rowguid, cm.partition_id, c.generation FROM {cur} cm "
+                f"JOIN {self.contents} c ON c.tablenick = cm.tablenick AND c.rowguid = cm.rowguid "
+                f"WHERE cm.tablenick = {nick} AND {self.in_range('c.generation')} "
+                f"AND NOT {self.member(name, 'cm.rowguid', 'cm.partition_id')}")
+        self._note_changed(f"SELECT x.tablenick, x.rowguid FROM ({left}) AS x")
+        self.result.left += self._insert_past(left)
+        r.execute(f"DELETE FROM {cur} AS cm WHERE cm.tablenick = {nick} AND EXISTS (SELECT 1 FROM {self.contents} c "
+                  f"WHERE c.tablenick = cm.tablenick AND c.rowguid = cm.rowguid AND {self.in_range('c.generation')}) "
+                  f"AND NOT {self.member(name, 'cm.rowguid', 'cm.partition_id')}")
+        # ... and enter the ones that now keep them
+        art = tracked_article(a)
+        params = {k: partition_column(PARTITION_ALIAS, k) for k in SETTINGS}
+        cond = self.scheme.condition(self.d, name, "m", params)
+        entered = (f"SELECT {nick} AS tablenick, c.rowguid, {PARTITION_ALIAS}.partition_id FROM {self.contents} c "
+                   f"JOIN {self.d.table_sql(art.table)} AS m ON m.{self.d.quote(art.rowguid_column)} = c.rowguid "
+                   f"JOIN {self.groups} AS {PARTITION_ALIAS} ON {PARTITION_ALIAS}.pubid = {self.d.uuid_param()} "
+                   f"WHERE c.tablenick = {nick} AND {self.in_range('c.generation')} AND {cond} "
+                   f"AND NOT EXISTS (SELECT 1 FROM {cur} cm WHERE cm.tablenick = c.tablenick "
+                   f"AND cm.rowguid = c.rowguid AND cm.partition_id = {PARTITION_ALIAS}.partition_id)")
+        self._note_changed(f"SELECT x.tablenick, x.rowguid FROM ({entered}) AS x", [self.pubid])
+        c = r.execute(f"INSERT INTO {cur} (tablenick, rowguid, partition_id) {entered}", [self.pubid])
+        self.result.entered += max(getattr(c, "rowcount", 0), 0)
+        # 3. a row a subscriber changed outside its partition leaves it (the subscriber loses it at download)
+        for g, pid in self._subscriber_generations():
+            self.result.left += self._insert_past(
+                f"SELECT c.tablenick, c.rowguid, {pid} AS partition_id, c.generation FROM {self.contents} c "
+                f"WHERE c.tablenick = {nick} AND c.generation = {int(g)} AND NOT EXISTS (SELECT 1 FROM {cur} cm "
+                f"WHERE cm.tablenick = c.tablenick AND cm.rowguid = c.rowguid AND cm.partition_id = {pid})")
+
+    def _insert_past(self, select: str, params: list | None = None) -> int:
+        past = self.past
+        c = self.r.execute(
+            f"INSERT INTO {past} (tablenick, rowguid, partition_id, generation) SELECT DISTINCT y.* FROM ({select}) "
+            f"AS y WHERE NOT EXISTS (SELECT 1 FROM {past} pm WHERE pm.tablenick = y.tablenick AND pm.rowguid = y.rowguid "
+            f"AND pm.partition_id = y.partition_id AND pm.generation = y.generation)", params or [])
+        return max(getattr(c, "rowcount", 0), 0)
+
+    def _note_changed(self, select: str, params: list | None = None) -> None:
+        """Remember rows whose membership changes (for realignment of their join-filter children)."""
+        s = self.scratch
+        self.r.execute(f"INSERT INTO {s} (tablenick, rowguid) SELECT DISTINCT z.tablenick, z.rowguid FROM ({select}) "
+                       f"AS z WHERE NOT EXISTS (SELECT 1 FROM {s} q WHERE q.tablenick = z.tablenick "
+                       f"AND q.rowguid = z.rowguid)", params or [])
+
+    def _subscriber_generations(self) -> list[tuple[int, int]]:
+        """(generation, partition) of the evaluated generations that subscribers (with a partition) sent."""
+        if not hasattr(self, "_sub_gens"):
+            subs = {int(s["replnickname"]): int(s["partition_id"]) for s in store.select_rows(
+                self.r, "sysmergesubscriptions", {"pubid": self.pubid, "role": "subscriber"})
+                if s["partition_id"] is not None}
+            out = []
+            if subs:
+                for g in generation_rows(self.r, self.lo, self.hi):
+                    for n in g["nicknames"] or []:
+                        if int(n) in subs:
+                            out.append((int(g["generation"]), subs[int(n)]))
+            self._sub_gens = out
+        return self._sub_gens
+
+
+def _glot(d) -> str:
+    from ..filters import sqlglot_dialect
+
+    return sqlglot_dialect(d.capabilities.name)
+
+
+def evaluate(replica: Replica, pubid: str, scheme: PartitionScheme, articles: list[dict],
+             publisher_nick: int = 1) -> Evaluation:
+    """Bring the partition mappings up to the enumeration bound (see the module doc). Returns what it
+    did; ``realignment_generation`` set means rows were moved into a generation above the open one
+    (close generations again, then evaluate again, before enumerating)."""
+    with replica.transaction():
+        prow = store.select_rows(replica, "sysmergepublications", {"pubid": pubid})[0]
+        lo = int(prow["partitions_evaluated"] or 0)
+        hi = enumeration_bound(replica)
+        if hi <= lo or not scheme.filtered:
+            return Evaluation((lo, lo))
+        result = _Evaluator(replica, pubid, scheme, articles, publisher_nick, lo, hi).run()
+        store.update_rows(replica, "sysmergepublications", {"partitions_evaluated": hi}, {"pubid": pubid})
+    return result
