@@ -8,8 +8,10 @@ from .config import Topology
 from .dialects import connect
 from .dialects.replica import Replica, redact_url
 from .errors import ReplicaDamaged, SparksyncError
+from .merge.evaluation import describe_partitions
 from .merge.generations import enumeration_bound, waiting_writers
 from .merge.integrity import check_identity, replica_problems
+from .merge.partitions import scheme_of
 from .metadata import store
 
 
@@ -98,12 +100,15 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                     "rows": pub.scalar(f"SELECT count(*) FROM {pub.table_sql(t)}"),
                 })
             damaged = replica_problems(pub, prow["pubid"])
+            scheme = scheme_of(arts)
+            filtered = {"partitions": describe_partitions(pub, prow["pubid"], arts, scheme)} if scheme.filtered else {}
             out["publications"].append({
                 "name": pcfg.name, "pubid": prow["pubid"], "kind": prow["kind"],
                 "state": "damaged" if damaged else "published", **({"problems": damaged} if damaged else {}),
                 "snapshot_generation": prow["snapshot_generation"],
                 "snapshot_time": prow["snapshot_time"].isoformat() if prow["snapshot_time"] else None,
-                "generation_leveling_threshold": prow["generation_leveling_threshold"], "articles": articles})
+                "generation_leveling_threshold": prow["generation_leveling_threshold"], "articles": articles,
+                **filtered})
             nicks = [a["nickname"] for a in arts]
             sub_rows = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": prow["pubid"]})}
             for s in topology.subscriptions_of(pcfg.name):
@@ -111,12 +116,13 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                 entry: dict[str, Any] = {
                     "name": s.name, "publication": pcfg.name,
                     "database": redact_url(topology.resolve_url(s.database)),
-                    "subscriber_type": s.subscriber_type, "priority": s.effective_priority, "host_name": s.host_name}
+                    "subscriber_type": s.subscriber_type, "priority": s.effective_priority, "host_name": s.host_name,
+                    **({"login": s.login} if s.login is not None else {})}
                 if r is None or r["status"] != 1:
                     entry["status"] = "not initialized"
                     out["subscriptions"].append(entry)
                     continue
-                entry.update({"status": "active", "nickname": r["replnickname"],
+                entry.update({"status": "active", "nickname": r["replnickname"], "partition_id": r["partition_id"],
                               "publisher_sentgen": r["sentgen"], "publisher_recgen": r["recgen"],
                               "pending_download": _count_after(pub, nicks, r["sentgen"],
                                                                exclude_received_from=r["replnickname"]),

@@ -149,7 +149,8 @@ def scenario(request, spark, tmp_path_factory):
     # 1. publisher: a new salesperson with a customer and an order, a customer moved N -> S, an order deleted
     sc.sql("HQ", 'INSERT INTO "SalesPerson" ("SalesPersonID", "Territory", "Name") VALUES (4, \'S\', \'sp4\')',
            'INSERT INTO "Customer" ("CustomerID", "SalesPersonID", "Name") VALUES (14, 4, \'c14\')',
-           'INSERT INTO "Orders" ("OrderID", "CustomerID", "Total") VALUES (105, 14, 7)', 'UPDATE "Customer" SET "SalesPersonID" = 2 WHERE "CustomerID" = 12',
+           'INSERT INTO "Orders" ("OrderID", "CustomerID", "Total") VALUES (105, 14, 7)',
+           'UPDATE "Customer" SET "SalesPersonID" = 2 WHERE "CustomerID" = 12',
            'DELETE FROM "Orders" WHERE "OrderID" = 102')
     sc.merge("publisher_changes")
     # 2. a parent moves: salesperson 1 from N to S takes customer 10 and orders 100, 101 along

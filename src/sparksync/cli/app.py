@@ -7,6 +7,7 @@ import typer
 from .conflicts_cmd import conflicts_command
 from .demo_cmd import demo_command
 from .merge_cmd import merge_command
+from .partitions_cmd import partitions_command
 from .setup_cmd import setup_command
 from .snapshot_cmd import snapshot_command
 from .status_cmd import status_command
@@ -24,6 +25,7 @@ app.command("snapshot")(snapshot_command)
 app.command("status")(status_command)
 app.command("merge")(merge_command)
 app.command("conflicts")(conflicts_command)
+app.command("partitions")(partitions_command)
 app.command("logreader")(logreader_command)
 app.command("distribute")(distribute_command)
 app.command("tracer-token")(tracer_token_command)

@@ -17,6 +17,16 @@ def _fmt(v) -> str:
     return "-" if v is None else str(v)
 
 
+def print_partitions(parts: list[dict]) -> None:
+    """A filtered publication's partitions: parameters, subscriptions, rows per filtered article."""
+    articles = list(parts[0]["rows"]) if parts else []
+    t = Table("partition", "host_name", "login", "subscriptions", *[f"{a} rows" for a in articles], box=None)
+    for p in parts:
+        t.add_row(str(p["partition_id"]), _fmt(p["host_name"]), _fmt(p["login"]),
+                  ", ".join(p["subscriptions"]) or "-", *[str(p["rows"][a]) for a in articles])
+    console.print(t)
+
+
 @handle_errors
 def status_command(
     config: ConfigOption = DEFAULT_CONFIG_PATH,
@@ -55,6 +65,8 @@ def status_command(
             t.add_row(a["name"], str(a["nickname"]), str(a["processing_group"]),
                       "column" if a["column_tracking"] else "row", a["rowguid_column"], str(a["triggers"]), str(a["rows"]))
         console.print(t)
+        if pub.get("partitions") is not None:
+            print_partitions(pub["partitions"])
     t = Table("subscription", "publication", "type", "priority", "nickname", "status", "sent→ (P.sentgen/S.recgen)",
               "received← (P.recgen/S.sentgen)", "pending ↓", "pending ↑", "failed ↓/↑", box=None)
     for s in st["subscriptions"]:
@@ -94,6 +106,8 @@ def _print_transactional(tx: dict) -> None:
         for a in pub["articles"]:
             t.add_row(a["name"], str(a["article_id"]), str(a["columns"]), a["filter"] or "-", " / ".join(a["commands"]))
         console.print(t)
+        if pub.get("partitions") is not None:
+            print_partitions(pub["partitions"])
     t = Table("subscription", "publication", "status", "streams", "delivered", "at subscriber", "pending", box=None)
     for s in tx["subscriptions"]:
         t.add_row(s["name"], s["publication"], s["status"] + (f" ({s.get('error') or s.get('message')})"

@@ -281,3 +281,26 @@ def evaluate(replica: Replica, pubid: str, scheme: PartitionScheme, articles: li
         result = _Evaluator(replica, pubid, scheme, articles, publisher_nick, lo, hi).run()
         store.update_rows(replica, "sysmergepublications", {"partitions_evaluated": hi}, {"pubid": pubid})
     return result
+
+
+def describe_partitions(replica: Replica, pubid: str, articles: list[dict], scheme: PartitionScheme) -> list[dict]:
+    """Each partition of a publication: its parameters, its subscriptions, and how many rows of each
+    filtered article it holds (current mappings: as of the last evaluation)."""
+    subs: dict[int, list[str]] = {}
+    for s in store.select_rows(replica, "sysmergesubscriptions", {"pubid": pubid, "role": "subscriber"}):
+        if s["partition_id"] is not None:
+            subs.setdefault(int(s["partition_id"]), []).append(s["name"])
+    counts: dict[tuple[int, int], int] = {}
+    nicks = [int(a["nickname"]) for a in articles if scheme.articles[a["name"]].filtered]
+    if nicks:
+        for pid, nick, n in replica.query(
+                f"SELECT partition_id, tablenick, count(*) FROM {replica.meta('MSmerge_current_partition_mappings')} "
+                f"WHERE tablenick IN ({', '.join(str(x) for x in nicks)}) GROUP BY partition_id, tablenick"):
+            counts[(int(pid), int(nick))] = int(n)
+    out = []
+    for p in partitions(replica, pubid):
+        out.append({"partition_id": p.partition_id, "host_name": p.host_name, "login": p.login,
+                    "subscriptions": sorted(subs.get(p.partition_id, [])),
+                    "rows": {a["name"]: counts.get((p.partition_id, int(a["nickname"])), 0) for a in articles
+                             if scheme.articles[a["name"]].filtered}})
+    return out
