@@ -239,6 +239,14 @@ def test_older_metadata_is_refused_until_setup_upgrades_it(kind, dbs):
         r.execute(f"ALTER TABLE {r.meta('MSmerge_articlehistory')} DROP COLUMN duration")
         for column in ("row_key", "column_name", "value"):      # version 3's
             r.execute(f"ALTER TABLE {r.meta('MSmerge_failed_changes')} DROP COLUMN {column}")
+        for table, columns in (("sysmergepublications", ("partitions_evaluated",)),       # version 4's
+                               ("sysmergearticles", ("filter_clause", "join_filters", "partition_options")),
+                               ("sysmergesubscriptions", ("login", "partition_id"))):
+            for column in columns:
+                r.execute(f"ALTER TABLE {r.meta(table)} DROP COLUMN {column}")
+        for table in ("MSmerge_partition_groups", "MSmerge_current_partition_mappings",
+                      "MSmerge_past_partition_mappings", "MSmerge_partition_changes"):
+            r.execute(f"DROP TABLE {r.meta(table)}")
         store.update_rows(r, "sparksync_metadata_version", {"version": 1}, {"id": 1})
         with pytest.raises(MetadataVersionError, match="older .* run 'sparksync setup'"):
             store.require_metadata(r)
@@ -252,4 +260,5 @@ def test_older_metadata_is_refused_until_setup_upgrades_it(kind, dbs):
             "tablenick": 10, "rowguid": store.new_guid(), "source_nickname": 2, "conflict_type": 5, "reason": "r",
             "attempts": 1, "first_time": store.utcnow(), "last_time": store.utcnow(), "row_key": "id=1",
             "column_name": "c", "value": "'x'"})
+        assert store.select_rows(r, "MSmerge_partition_groups") == []
         assert store.upgrade_metadata(r) is False

@@ -36,10 +36,10 @@ DDL = {
         'REFERENCES "Customer"("CustomerID"), "Total" integer)',
     ],
 }
-PEOPLE = {1: "N", 2: "S", 3: "N"}
-CUSTOMERS = {10: 1, 11: 2, 12: 3, 13: 2}
-ORDERS = {100: 10, 101: 10, 102: 11, 103: 12, 104: 13}
-STORES = {"StoreN": "N", "StoreS": "S", "StoreN2": "N"}
+PEOPLE = {1: "N", 2: "S", 3: "N", 5: "O'Hara"}
+CUSTOMERS = {10: 1, 11: 2, 12: 3, 13: 2, 16: 5}
+ORDERS = {100: 10, 101: 10, 102: 11, 103: 12, 104: 13, 106: 16}
+STORES = {"StoreN": "N", "StoreS": "S", "StoreN2": "N", "StoreQ": "O'Hara"}   # a quote in a partition's value
 KEYS = {"SalesPerson": "SalesPersonID", "Customer": "CustomerID", "Orders": "OrderID"}
 
 
@@ -128,9 +128,11 @@ class Scenario:
 
 
 PAIRS = {
-    "sqlite_to_sqlite": ("sqlite", {"StoreN": "sqlite", "StoreS": "sqlite", "StoreN2": "sqlite"}),
-    "postgresql_to_mixed": ("postgresql", {"StoreN": "sqlite", "StoreS": "postgresql", "StoreN2": "sqlite"}),
-    "sqlite_to_postgresql": ("sqlite", {"StoreN": "postgresql", "StoreS": "postgresql", "StoreN2": "sqlite"}),
+    "sqlite_to_sqlite": ("sqlite", {"StoreN": "sqlite", "StoreS": "sqlite", "StoreN2": "sqlite", "StoreQ": "sqlite"}),
+    "postgresql_to_mixed": ("postgresql", {"StoreN": "sqlite", "StoreS": "postgresql", "StoreN2": "sqlite",
+                                           "StoreQ": "postgresql"}),
+    "sqlite_to_postgresql": ("sqlite", {"StoreN": "postgresql", "StoreS": "postgresql", "StoreN2": "sqlite",
+                                        "StoreQ": "sqlite"}),
 }
 
 
@@ -169,6 +171,10 @@ def scenario(request, spark, tmp_path_factory):
     sc.sql("StoreS", 'UPDATE "Orders" SET "Total" = 99 WHERE "OrderID" = 104')
     sc.sql("StoreN", 'UPDATE "Customer" SET "Name" = \'renamed\' WHERE "CustomerID" = 12')   # gone from N: no-op
     sc.merge("subscriber_changes")
+    # 6. a subscriber moves a parent out of its own partition: salesperson 2 (with customers 11, 13, 15, 12
+    #    and their orders) goes from S to N; StoreS loses the subtree, StoreN and StoreN2 get it
+    sc.sql("StoreS", 'UPDATE "SalesPerson" SET "Territory" = \'N\' WHERE "SalesPersonID" = 2')
+    sc.merge("subscriber_moved_parent")
     yield sc
     dbs.cleanup()
 
@@ -186,8 +192,8 @@ def test_setup_initializes_each_store_with_its_partition_only(scenario):
 
 def test_snapshot_holds_one_folder_per_partition_shared_by_its_subscriptions(scenario):
     arts = {a.name.split(".")[-1]: a for a in scenario.snapshot.articles}
-    assert all(a.partitions is not None and len(a.partitions) == 2 for a in arts.values())
-    assert sorted(int(p["rows"]) for p in arts["Orders"].partitions.values()) == [2, 3]
+    assert all(a.partitions is not None and len(a.partitions) == 3 for a in arts.values())
+    assert sorted(int(p["rows"]) for p in arts["Orders"].partitions.values()) == [1, 2, 3]
 
 
 def test_customer_moved_between_stores_takes_its_orders(scenario):
@@ -250,7 +256,20 @@ def test_subscriber_change_in_its_partition_reaches_publisher(scenario):
 
 def test_publisher_keeps_every_row(scenario):
     s = scenario.states["subscriber_changes"]["HQ"]
-    assert set(s["Customer"]) == {10, 11, 12, 13, 14, 15} and set(s["Orders"]) == {100, 101, 103, 104, 105}
+    assert set(s["Customer"]) == {10, 11, 12, 13, 14, 15, 16}
+    assert set(s["Orders"]) == {100, 101, 103, 104, 105, 106}
+
+
+def test_subscriber_moving_a_parent_out_of_its_partition_loses_the_subtree(scenario):
+    s = scenario.states["subscriber_moved_parent"]
+    assert s["HQ"]["SalesPerson"][2] == ("N", "sp2")
+    assert s["StoreS"]["SalesPerson"] == {4: ("S", "sp4")} and set(s["StoreS"]["Customer"]) == {14}
+    assert {11, 12, 13, 15} <= set(s["StoreN"]["Customer"]) and {103, 104} <= set(s["StoreN2"]["Orders"])
+
+
+def test_a_quote_in_a_partition_value_is_data(scenario):
+    s = scenario.states["subscriber_moved_parent"]["StoreQ"]
+    assert set(s["SalesPerson"]) == {5} and set(s["Customer"]) == {16} and set(s["Orders"]) == {106}
 
 
 def test_partition_groups_and_subscriptions_at_the_publisher(scenario):
@@ -258,8 +277,37 @@ def test_partition_groups_and_subscriptions_at_the_publisher(scenario):
         groups = {g["host_name"]: g["partition_id"] for g in store.select_rows(r, "MSmerge_partition_groups")}
         subs = {s["name"]: s["partition_id"] for s in store.select_rows(r, "sysmergesubscriptions")
                 if s["role"] == "subscriber"}
-    assert set(groups) == {"N", "S"}
-    assert subs == {"StoreN": groups["N"], "StoreS": groups["S"], "StoreN2": groups["N"]}
+    assert set(groups) == {"N", "S", "O'Hara"}
+    assert subs == {"StoreN": groups["N"], "StoreS": groups["S"], "StoreN2": groups["N"], "StoreQ": groups["O'Hara"]}
+
+
+# -- crashes ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pub_kind", ["sqlite", "postgresql"])
+def test_crashes_in_evaluation_and_in_a_removal_batch_recover(pub_kind, spark, dbs, tmp_path, failpoints):
+    from sparksync.failpoints import InjectedFault
+
+    pub_url, urls, topology = build(dbs, tmp_path, pub_kind, {"StoreN": pub_kind, "StoreS": "sqlite"})
+    setup(topology, lambda: spark)
+    sc = Scenario(pub_url, urls, MergeAgent(topology, spark))
+    sc.sql("HQ", 'UPDATE "SalesPerson" SET "Territory" = \'S\' WHERE "SalesPersonID" = 1')
+    failpoints("partitions.before_commit")
+    with pytest.raises(InjectedFault):
+        sc.agent.run(MergeOptions())
+    with connect(pub_url) as r:        # the evaluation rolled back whole
+        assert store.select_rows(r, "MSmerge_past_partition_mappings") == []
+    assert 1 in rows(urls["StoreN"])["SalesPerson"]
+    failpoints("apply.before_commit StoreN:0")
+    first = sc.agent.run(MergeOptions())
+    failed = {s.subscription: s.errors for s in first.subscriptions if s.errors}
+    assert list(failed) == ["StoreN"] and "failpoint" in failed["StoreN"][0]
+    behind = rows(urls["StoreN"])                    # its batch rolled back whole: behind, not half-realigned
+    assert 1 in behind["SalesPerson"] and 10 in behind["Customer"] and {100, 101} <= set(behind["Orders"])
+    assert 1 in rows(urls["StoreS"])["SalesPerson"]  # the other subscriber went on
+    sc.merge("recovered")
+    assert sc.leaks == []
+    assert 1 not in sc.states["recovered"]["StoreN"]["SalesPerson"]
+    assert {100, 101} <= set(sc.states["recovered"]["StoreS"]["Orders"])
 
 
 # -- refused at setup, before anything changes ----------------------------------------------------

@@ -88,8 +88,13 @@ def test_merge_keys_on_a_transactional_article_and_the_reverse():
     assert "column_tracking is for merge publications" in p
     d = data()
     d["publications"][0]["kind"] = "merge"
-    d["publications"][0]["articles"] = [{"table": "Vendor", "filter": "x = 1"}]
-    assert any("filter is for transactional publications" in p for p in problems(d))
+    d["publications"][0]["articles"] = [{"table": "Vendor", "columns": ["x"]}]
+    assert any("columns is for transactional publications" in p for p in problems(d))
+    d["publications"][0]["articles"] = [{"table": "Vendor", "filter": "x = HOST_NAME()",
+                                         "join_filters": [{"parent": "Vendor", "clause": "a.x = b.x"}]}]
+    assert not [p for p in problems(d) if "filter" in p]      # row and join filters are merge keys too
+    d["publications"][0]["kind"] = "transactional"
+    assert any("join_filters is for merge publications" in p for p in problems(d))
 
 
 def test_subscription_keys_of_the_other_kind():

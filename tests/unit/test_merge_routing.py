@@ -10,15 +10,16 @@ from sparksync.merge.stream import _for_target, _runs
 
 
 def _batch(rows: list[dict]) -> pa.RecordBatch:
-    cols = ["apply_group", "source", "generation", "target", "tablenick", "rowguid", "op", "lineage", "colv", "row"]
+    cols = ["apply_group", "source", "generation", "target", "tablenick", "rowguid", "op", "lineage", "colv", "row",
+            "partition_id"]
     types = [pa.int32(), pa.string(), pa.int64(), pa.string(), pa.int32(), pa.string(), pa.string(), pa.string(),
-             pa.string(), pa.string()]
+             pa.string(), pa.string(), pa.int32()]
     return pa.RecordBatch.from_arrays([pa.array([r.get(c) for r in rows], t) for c, t in zip(cols, types)], names=cols)
 
 
-def _row(group, source, gen, guid, target=None, nick=10, op="upsert"):
+def _row(group, source, gen, guid, target=None, nick=10, op="upsert", partition=0):
     return {"apply_group": group, "source": source, "generation": gen, "target": target, "tablenick": nick,
-            "rowguid": guid, "op": op, "lineage": '{"1":1}', "colv": None, "row": "{}"}
+            "rowguid": guid, "op": op, "lineage": '{"1":1}', "colv": None, "row": "{}", "partition_id": partition}
 
 
 def test_runs_split_on_every_key_change():
@@ -40,6 +41,16 @@ def test_rows_without_a_target_go_to_every_destination_and_targeted_rows_only_to
     assert _for_target(plain, "S9") is plain
     only = _batch([_row(0, "P", -1, "a", target="S1")])
     assert _for_target(only, "S2") is None
+
+
+def test_rows_of_a_partition_go_only_to_destinations_in_it():
+    b = _batch([_row(0, "P", 5, "a", partition=1), _row(0, "P", 5, "b", partition=2), _row(0, "P", 5, "c")])
+    assert _for_target(b, "S1", 1).column("rowguid").to_pylist() == ["a", "c"]
+    assert _for_target(b, "S2", 2).column("rowguid").to_pylist() == ["b", "c"]
+    assert _for_target(b, "P", 0).column("rowguid").to_pylist() == ["c"]
+    assert _for_target(_batch([_row(0, "P", 5, "a", partition=1)]), "S3", 3) is None
+    retried = _batch([_row(0, "P", -1, "a", target="S1", partition=1), _row(0, "P", -1, "b", target="S2", partition=1)])
+    assert _for_target(retried, "S1", 1).column("rowguid").to_pylist() == ["a"]
 
 
 def test_by_article_keeps_row_order_and_finds_repeats():

@@ -45,7 +45,8 @@ def _print(summary: MergeSummary) -> None:
 
 
 def _moved(st: DirectionStats) -> str:
-    return f"{st.inserts}/{st.updates}/{st.deletes}"
+    """inserts/updates/deletes, and the rows removed because they left the subscriber's partition."""
+    return f"{st.inserts}/{st.updates}/{st.deletes}" + (f" (-{st.removed} out of partition)" if st.removed else "")
 
 
 @handle_errors

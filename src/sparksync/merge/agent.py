@@ -702,11 +702,12 @@ class MergeAgent:
 
     def _progress_line(self, e: dict) -> None:
         """One line per article of a generation batch applied in a Spark task, as it commits."""
-        n = sum(int(e.get(k, 0)) for k in ("inserts", "updates", "deletes"))
+        n = sum(int(e.get(k, 0)) for k in ("inserts", "updates", "deletes", "removed"))
         secs = float(e.get("seconds") or 0.0)
         parts = [f"{e[k]:,} {label}" for k, label in (("inserts", "ins"), ("updates", "upd"), ("deletes", "del"),
                                                      ("conflicts", "conflict(s)"), ("skipped", "skipped"),
-                                                     ("failed", "failed")) if e.get(k)]
+                                                     ("failed", "failed"), ("removed", "removed: left the partition"))
+                 if e.get(k)]
         where = f"{e['source']} -> {e['destination']}"
         self.report(f"{e['direction']} {where} batch {e['batch']}/{e['batches']}, {e['article']}: {n:,} change(s)"
                     + (f" ({', '.join(parts)})" if parts else "") + f" in {secs:.2f}s"
@@ -718,7 +719,7 @@ class MergeAgent:
         moved: dict[str, int] = {}
         for r in results:
             for st in r.stats.values():
-                n = sum(int(st.get(k, 0)) for k in ("inserts", "updates", "deletes", "skipped", "failed"))
+                n = sum(int(st.get(k, 0)) for k in ("inserts", "updates", "deletes", "skipped", "failed", "removed"))
                 moved[r.destination] = moved.get(r.destination, 0) + n
         total = sum(moved.values())
         batches = sum(1 for r in results if r.status == "applied")

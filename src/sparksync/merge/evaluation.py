@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import failpoints
 from ..dialects.replica import Replica
 from ..errors import ConfigurationError
 from ..filters import partition_column
@@ -280,6 +281,7 @@ def evaluate(replica: Replica, pubid: str, scheme: PartitionScheme, articles: li
             return Evaluation((lo, lo))
         result = _Evaluator(replica, pubid, scheme, articles, publisher_nick, lo, hi).run()
         store.update_rows(replica, "sysmergepublications", {"partitions_evaluated": hi}, {"pubid": pubid})
+        failpoints.hit("partitions.before_commit")
     return result
 
 

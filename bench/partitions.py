@@ -1,0 +1,140 @@
+"""Filtered merge publications: what precomputed partitions cost and how a download scales with the
+number of partitions.
+
+A SQLite publisher with a 3-article join chain (SalesPerson <- Customer <- Orders, ~100k rows,
+``Territory = HOST_NAME()``) is published with 10, 100 and 1,000 partitions (``partitions`` in the
+configuration; one subscription, in partition T0, initialized from its partitioned snapshot). Then 1%
+of the rows change at the publisher, and one merge of that single subscription runs. Measured in one
+run, per partition count:
+
+* tracked DML: the 1% updates (triggers only: mappings are not written by the triggers) and the
+  partition evaluation that maintains the mappings afterwards (set-based); the ratio
+  DML / (DML + evaluation) is "tracked DML with mappings vs without";
+* the one-subscription merge (close generations, evaluate, download): seconds, and the ratio to the
+  same at 10 partitions (the cost of a sync for one partition must not grow with the partition count);
+* with 10 partitions, also one merge of 10 subscriptions (one per partition).
+
+SetupBelongs (membership evaluated at sync time, ``use_partition_groups = false``) is not implemented
+in this release, so the precomputed / SetupBelongs ratio is not printed.
+
+Usage: .venv/bin/python bench/partitions.py [--rows 100000] [--partitions 10,100,1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from sparksync.dialects import connect
+from sparksync.merge.agent import MergeAgent, MergeOptions
+from sparksync.merge.evaluation import evaluate
+from sparksync.merge.generations import make_generation
+from sparksync.merge.partitions import scheme_of
+from sparksync.merge.tracking import published_articles
+from sparksync.metadata import store
+from sparksync.provision import setup
+from sparksync.spark.session import spark_session
+from sparksync.topology import parse_topology
+
+DDL = [
+    'CREATE TABLE "SalesPerson" ("SalesPersonID" INTEGER PRIMARY KEY, "Territory" TEXT, "Name" TEXT)',
+    'CREATE TABLE "Customer" ("CustomerID" INTEGER PRIMARY KEY, "SalesPersonID" INTEGER, "Name" TEXT)',
+    'CREATE TABLE "Orders" ("OrderID" INTEGER PRIMARY KEY, "CustomerID" INTEGER, "Total" INTEGER)',
+]
+
+
+def build(folder: Path, rows: int, partitions: int, subscriptions: int):
+    pub_url = f"sqlite:///{folder / 'pub.db'}"
+    people, customers = max(partitions * 2, rows // 100), rows // 4
+    orders = rows - people - customers
+    with connect(pub_url) as r, r.transaction():
+        for stmt in DDL:
+            r.execute(stmt)
+        r.executemany('INSERT INTO "SalesPerson" VALUES (?, ?, ?)',
+                      [(i, f"T{i % partitions}", f"sp{i}") for i in range(people)])
+        r.executemany('INSERT INTO "Customer" VALUES (?, ?, ?)', [(i, i % people, f"c{i}") for i in range(customers)])
+        r.executemany('INSERT INTO "Orders" VALUES (?, ?, 1)', [(i, i % customers) for i in range(orders)])
+    data = {
+        "publisher": {"name": "HQ", "database": pub_url, "snapshot_dir": str(folder / "snap")},
+        "publications": [{"name": "Sales", "partitions": [{"host_name": f"T{i}"} for i in range(partitions)],
+                          "articles": [
+                              {"table": "SalesPerson", "filter": "Territory = HOST_NAME()"},
+                              {"table": "Customer", "join_filters": [{
+                                  "parent": "SalesPerson", "unique_key": True,
+                                  "clause": "Customer.SalesPersonID = SalesPerson.SalesPersonID"}]},
+                              {"table": "Orders", "join_filters": [{
+                                  "parent": "Customer", "unique_key": True,
+                                  "clause": "Orders.CustomerID = Customer.CustomerID"}]}]}],
+        "subscriptions": [{"name": f"Sub{i}", "publication": "Sales", "database": f"sqlite:///{folder / f's{i}.db'}",
+                           "host_name": f"T{i}"} for i in range(subscriptions)],
+    }
+    return pub_url, parse_topology(data, folder), orders
+
+
+def measure(spark, rows: int, partitions: int, subscriptions: int) -> dict[str, float]:
+    with TemporaryDirectory() as d:
+        pub_url, topology, orders = build(Path(d), rows, partitions, subscriptions)
+        t0 = time.perf_counter()
+        setup(topology, lambda: spark)
+        out = {"setup": time.perf_counter() - t0}
+        agent = MergeAgent(topology, spark)
+        agent.run(MergeOptions())                     # warm-up: one session's fixed costs paid before the clock
+        changed = rows // 100
+        with connect(pub_url) as r:
+            t0 = time.perf_counter()
+            with r.transaction():
+                step = max(orders // changed, 1)
+                r.executemany('UPDATE "Orders" SET "Total" = "Total" + 1 WHERE "OrderID" = ?',
+                              [(i,) for i in range(0, orders, step)][:changed])
+            out["dml"] = time.perf_counter() - t0
+            prow = store.select_rows(r, "sysmergepublications", {"name": "Sales"})[0]
+            articles = published_articles(r, prow["pubid"])
+            make_generation(r, 1)
+            t0 = time.perf_counter()
+            evaluate(r, prow["pubid"], scheme_of(articles), articles)
+            out["evaluation"] = time.perf_counter() - t0
+        with connect(pub_url) as r, r.transaction():      # the same again, for the merge to carry
+            r.executemany('UPDATE "Orders" SET "Total" = "Total" + 1 WHERE "OrderID" = ?',
+                          [(i,) for i in range(0, orders, max(orders // changed, 1))][:changed])
+        t0 = time.perf_counter()
+        summary = agent.run(MergeOptions(subscriptions=["Sub0"]))
+        out["merge one"] = time.perf_counter() - t0
+        out["downloaded"] = sum(s.total("download").updates for s in summary.subscriptions)
+        if subscriptions > 1:
+            with connect(pub_url) as r, r.transaction():
+                r.executemany('UPDATE "Orders" SET "Total" = "Total" + 1 WHERE "OrderID" = ?',
+                              [(i,) for i in range(0, orders, max(orders // changed, 1))][:changed])
+            t0 = time.perf_counter()
+            agent.run(MergeOptions())
+            out["merge all"] = time.perf_counter() - t0
+        return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument("--partitions", default="10,100,1000")
+    args = ap.parse_args()
+    spark = spark_session(os.environ.get("SPARK_MASTER", "local[*]"))
+    counts = [int(x) for x in args.partitions.split(",")]
+    results = {n: measure(spark, args.rows, n, 10 if n == counts[0] else 1) for n in counts}
+    base = results[counts[0]]["merge one"]
+    print(f"\nfiltered publication, SQLite publisher, {args.rows:,} rows, 1% of the rows changed")
+    print(f"  {'partitions':>10}{'setup s':>9}{'DML s':>8}{'eval s':>8}{'DML/(DML+eval)':>16}"
+          f"{'merge one s':>13}{'rows down':>11}{'vs first':>10}")
+    for n, r in results.items():
+        print(f"  {n:>10}{r['setup']:>9.1f}{r['dml']:>8.3f}{r['evaluation']:>8.3f}"
+              f"{r['dml'] / (r['dml'] + r['evaluation']):>16.2f}{r['merge one']:>13.2f}{int(r['downloaded']):>11,}"
+              f"{r['merge one'] / base:>10.2f}")
+    first = results[counts[0]]
+    if "merge all" in first:
+        print(f"  merge of all 10 subscriptions at {counts[0]} partitions: {first['merge all']:.2f}s "
+              f"({first['merge all'] / first['merge one']:.2f}x one subscription)")
+    print("  SetupBelongs (use_partition_groups = false): not implemented in this release, no ratio")
+
+
+if __name__ == "__main__":
+    main()
