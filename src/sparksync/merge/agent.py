@@ -451,9 +451,11 @@ class MergeAgent:
         check_resolvers(topo, pubcfg)
         articles = published_articles(pub, pubid)
         scheme = scheme_of(articles)
+        filtered = frozenset(int(a["nickname"]) for a in articles if scheme.articles[a["name"]].filtered)
         base = ApplyContext(pubid=pubid, upload=True, session_id=summary.session_id, publication=pubcfg.name,
                             rules=_rules(pubcfg, pub, articles, str(topo.base_dir)), replicas=_replicas(pub, pubid),
-                            destinations={}, article_names={a["nickname"]: a["name"] for a in articles})
+                            destinations={}, article_names={a["nickname"]: a["name"] for a in articles},
+                            filtered=filtered)
         started = {s.name: time.perf_counter() for s, _ in active}
         damaged = replica_problems(pub, pubid)
         if damaged:
@@ -481,7 +483,7 @@ class MergeAgent:
                 self._evaluate_partitions(pub, pubid, scheme, articles, threshold)
                 partitions = PartitionRead(
                     tuple(sorted({e.partition_id for e in ends.values() if e.partition_id != ALL_PARTITIONS})),
-                    frozenset(int(a["nickname"]) for a in articles if scheme.articles[a["name"]].filtered))
+                    filtered)
             if options.exchange in ("both", "download") and synced:
                 self._direction("download", [Link(s.name, sess, publisher, ends[s.name], order)
                                              for order, (s, sess) in enumerate(synced)],
@@ -599,6 +601,8 @@ class MergeAgent:
                 gens = [g for g in generation_rows(source.replica, start, bound)
                         if dest.nickname not in (g["nicknames"] or [])]
                 batches, where = make_batches(gens, start, bound, per_batch, source.name, source.nickname)
+                for b in batches:
+                    b.partition_id = source.partition_id
                 retry = _retry_reads(dest.replica, dest.name, source.replica, source.url, source.name, pubid,
                                      source.name, source.nickname, start, dest.partition_id,
                                      partitions.filtered if partitions is not None else frozenset())

@@ -216,6 +216,8 @@ class _BatchApplier:
                     if g is not None:
                         store.update_rows(replica, "MSmerge_genhistory", {"changecount": self.counts[key]},
                                           {"generation": g})
+                if dest.is_publisher and batch.partition_id and self.ctx.filtered:
+                    self.held_by_source()
                 failpoints.hit("apply.before_commit", f"{dest.name}:{batch.seq}")
                 write_watermark(replica, dest, batch.source, batch.hi)
         failpoints.hit("apply.after_commit", f"{dest.name}:{batch.seq}")
@@ -232,6 +234,26 @@ class _BatchApplier:
             g = self.gens[key] = (new_generation(self.replica, 1, [d.nickname], pubid) if send_back else
                                   new_generation(self.replica, 2, known, pubid, b.source_nick, b.hi))
         return g
+
+    def held_by_source(self) -> None:
+        """At the publisher, from a subscriber of a filtered publication: the rows it sent are rows it
+        holds, so they are mapped to its partition (``MSmerge_current_partition_mappings``) whatever
+        happens to them before the next partition evaluation, which then removes from it those that
+        are not in its partition (an insert out of it, or a row moved out since)."""
+        replica, pid = self.replica, int(self.batch.partition_id)
+        current, contents = replica.meta("MSmerge_current_partition_mappings"), replica.meta("MSmerge_contents")
+        u = replica.dialect.uuid_param()
+        for nick, cc in self.changes.items():
+            if nick not in self.ctx.filtered:
+                continue
+            guids = list(dict.fromkeys(g for g, op in zip(cc.rowguid, cc.op) if op != "delete"))
+            for i in range(0, len(guids), 500):
+                chunk = guids[i:i + 500]
+                replica.execute(
+                    f"INSERT INTO {current} (tablenick, rowguid, partition_id) SELECT c.tablenick, c.rowguid, {pid} "
+                    f"FROM {contents} c WHERE c.tablenick = {int(nick)} AND c.rowguid IN ({', '.join([u] * len(chunk))}) "
+                    f"AND NOT EXISTS (SELECT 1 FROM {current} cm WHERE cm.tablenick = c.tablenick "
+                    f"AND cm.rowguid = c.rowguid AND cm.partition_id = {pid})", chunk)
 
     def remove(self, w: _Work, st: ArticleStats) -> None:
         """Rows that left this subscriber's partition: gone from it with their metadata, recorded

@@ -12,9 +12,11 @@ filtered publication belong to, kept at the publisher and read by enumeration.
 before children): a deleted row leaves its partitions; a changed row leaves the partitions whose
 filter no longer keeps it and enters the ones that now do; a row a subscriber changed outside its own
 partition leaves that partition (so the subscriber loses it at download, SQL Server's behaviour with
-overlapping partitions). **Realignment**: the join-filter children of the rows whose membership
-changed are moved into one new closed generation (with their own children, down the chain) and
-evaluated in the same pass, so a parent and its whole subtree realign in one generation.
+overlapping partitions): the rows a subscriber sends are mapped to its partition when they are
+applied at the publisher (``batch._BatchApplier.held_by_source``), and leave it here like any other.
+**Realignment**: the join-filter children of the rows whose membership changed are moved into one
+new closed generation (with their own children, down the chain) and evaluated in the same pass, so a
+parent and its whole subtree realign in one generation.
 
 The filters are rendered with the parameters as columns of the partitions table (``partition_column``),
 so one statement evaluates every partition at once.
@@ -30,7 +32,7 @@ from ..errors import ConfigurationError
 from ..filters import partition_column
 from ..metadata import store
 from ..metadata.schema import JSON
-from .generations import enumeration_bound, generation_rows, new_generation
+from .generations import enumeration_bound, new_generation
 from .partitions import PartitionScheme
 from .tracking import tracked_article
 
@@ -224,12 +226,6 @@ class _Evaluator:
         self._note_changed(f"SELECT x.tablenick, x.rowguid FROM ({entered}) AS x", [self.pubid])
         c = r.execute(f"INSERT INTO {cur} (tablenick, rowguid, partition_id) {entered}", [self.pubid])
         self.result.entered += max(getattr(c, "rowcount", 0), 0)
-        # 3. a row a subscriber changed outside its partition leaves it (the subscriber loses it at download)
-        for g, pid in self._subscriber_generations():
-            self.result.left += self._insert_past(
-                f"SELECT c.tablenick, c.rowguid, {pid} AS partition_id, c.generation FROM {self.contents} c "
-                f"WHERE c.tablenick = {nick} AND c.generation = {int(g)} AND NOT EXISTS (SELECT 1 FROM {cur} cm "
-                f"WHERE cm.tablenick = c.tablenick AND cm.rowguid = c.rowguid AND cm.partition_id = {pid})")
 
     def _insert_past(self, select: str, params: list | None = None) -> int:
         past = self.past
@@ -246,20 +242,6 @@ class _Evaluator:
                        f"AS z WHERE NOT EXISTS (SELECT 1 FROM {s} q WHERE q.tablenick = z.tablenick "
                        f"AND q.rowguid = z.rowguid)", params or [])
 
-    def _subscriber_generations(self) -> list[tuple[int, int]]:
-        """(generation, partition) of the evaluated generations that subscribers (with a partition) sent."""
-        if not hasattr(self, "_sub_gens"):
-            subs = {int(s["replnickname"]): int(s["partition_id"]) for s in store.select_rows(
-                self.r, "sysmergesubscriptions", {"pubid": self.pubid, "role": "subscriber"})
-                if s["partition_id"] is not None}
-            out = []
-            if subs:
-                for g in generation_rows(self.r, self.lo, self.hi):
-                    for n in g["nicknames"] or []:
-                        if int(n) in subs:
-                            out.append((int(g["generation"]), subs[int(n)]))
-            self._sub_gens = out
-        return self._sub_gens
 
 
 def _glot(d) -> str:

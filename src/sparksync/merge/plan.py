@@ -32,6 +32,7 @@ class BatchInfo:
     hi: int
     nicknames: list[int]
     retry: bool = False           # carries changes that failed before: applied even below the watermark
+    partition_id: int = 0         # upload from a subscriber of a filtered publication: its partition
 
 
 @dataclass
@@ -57,6 +58,7 @@ class ApplyContext:
     replicas: Replicas
     destinations: dict[str, DestinationInfo]
     article_names: dict[int, str] = field(default_factory=dict)
+    filtered: frozenset[int] = frozenset()      # nicknames of the filtered articles (filtered publications)
     # For the Spark stage: (source, generation) -> [(destination, batch seq)], in destination order,
     # and each destination's apply group (the label of its Spark partition).
     routes: dict[tuple[str, int], list[tuple[str, int]]] = field(default_factory=dict)

@@ -1,0 +1,198 @@
+"""Randomized filtered publication: random DML at the publisher and at the subscribers (rows moved
+between partitions, parents moved under their children, inserts out of a subscriber's partition,
+deletes; some through the sqlite3 shell / psql), random merges (subsets, directions) and injected
+crashes (in the partition evaluation, inside and after a batch). After every merge session that
+completed for a subscriber in both directions, it holds exactly its partition, computed independently
+in Python from the publisher's rows (a leak check after every merge, not only at the end); after a
+final round, every subscriber does.
+
+SPARKSYNC_PARTITION_EXAMPLES sets how many examples run (default 4); the count is printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sparksync import failpoints as fp
+from sparksync.dialects import connect
+from sparksync.failpoints import InjectedFault
+from sparksync.merge.agent import MergeAgent, MergeOptions
+from sparksync.provision import setup
+from sparksync.topology import parse_topology
+
+pytestmark = pytest.mark.spark
+
+EXAMPLES = int(os.environ.get("SPARKSYNC_PARTITION_EXAMPLES", "4"))
+KINDS = {"P": "postgresql", "N": "sqlite", "S": "postgresql", "N2": "sqlite"}
+HOSTS = {"N": "N", "S": "S", "N2": "N"}
+TERRITORIES = ["N", "S", "X"]            # X: nobody's partition
+ids = itertools.count(1000)
+ran = {"examples": 0, "merges": 0, "crashes": 0, "ops": 0, "checks": 0}
+
+dml = st.tuples(st.sampled_from(["P", "P", "N", "S", "N2"]),
+                st.sampled_from(["move_person", "add_person", "move_customer", "add_customer", "add_order",
+                                 "move_order", "delete_order", "rename_customer"]),
+                st.integers(0, 10_000), st.sampled_from(TERRITORIES), st.booleans())
+merge = st.tuples(st.just("merge"), st.sets(st.sampled_from(["N", "S", "N2"]), min_size=1),
+                  st.sampled_from(["both", "both", "upload", "download"]),
+                  st.sampled_from([None, None, "partitions.before_commit", "apply.before_commit",
+                                   "apply.after_commit"]))
+steps = st.lists(st.one_of(dml, dml, merge), min_size=6, max_size=16)
+
+TABLES = {"SalesPerson": ("SalesPersonID", '"Territory"'), "Customer": ("CustomerID", '"SalesPersonID"'),
+          "Orders": ("OrderID", '"CustomerID"')}
+
+
+@pytest.fixture(scope="module")
+def world(spark, tmp_path_factory, pg_admin_url):
+    import psycopg
+
+    tmp = tmp_path_factory.mktemp("partition_property")
+    urls, created = {}, []
+    for who, kind in KINDS.items():
+        if kind == "sqlite":
+            urls[who] = f"sqlite:///{tmp / (who + '.db')}"
+        else:
+            name = f"sst_part_{who.lower()}_{uuid.uuid4().hex[:8]}"
+            with psycopg.connect(pg_admin_url, autocommit=True) as c:
+                c.execute(f'CREATE DATABASE "{name}"')
+            created.append(name)
+            urls[who] = pg_admin_url.rsplit("/", 1)[0] + "/" + name
+    with connect(urls["P"]) as r:
+        r.execute('CREATE TABLE "SalesPerson" ("SalesPersonID" integer PRIMARY KEY, "Territory" text)')
+        r.execute('CREATE TABLE "Customer" ("CustomerID" integer PRIMARY KEY, "SalesPersonID" integer, "Name" text)')
+        r.execute('CREATE TABLE "Orders" ("OrderID" integer PRIMARY KEY, "CustomerID" integer)')
+        r.executemany('INSERT INTO "SalesPerson" VALUES (%s, %s)', [(i, TERRITORIES[i % 3]) for i in range(1, 7)])
+        r.executemany('INSERT INTO "Customer" VALUES (%s, %s, %s)', [(i, 1 + i % 6, f"c{i}") for i in range(10, 30)])
+        r.executemany('INSERT INTO "Orders" VALUES (%s, %s)', [(i, 10 + i % 20) for i in range(100, 160)])
+    topo = parse_topology({
+        "publisher": {"name": "P", "database": urls["P"], "snapshot_dir": str(tmp / "snap")},
+        "publications": [{"name": "Sales", "articles": [
+            {"table": "SalesPerson", "filter": "Territory = HOST_NAME()"},
+            {"table": "Customer", "join_filters": [{"parent": "SalesPerson", "unique_key": True,
+                                                    "clause": "Customer.SalesPersonID = SalesPerson.SalesPersonID"}]},
+            {"table": "Orders", "join_filters": [{"parent": "Customer", "unique_key": True,
+                                                  "clause": "Orders.CustomerID = Customer.CustomerID"}]}]}],
+        "subscriptions": [{"name": n, "publication": "Sales", "database": urls[n], "host_name": h}
+                          for n, h in HOSTS.items()],
+    }, tmp)
+    setup(topo, lambda: spark)
+    yield urls, MergeAgent(topo, spark)
+    print(f"\npartitions: {ran['examples']} examples, {ran['ops']} DML statements, {ran['merges']} merges, "
+          f"{ran['crashes']} injected crashes, {ran['checks']} partition checks")
+    with psycopg.connect(pg_admin_url, autocommit=True) as c:
+        for name in created:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _exec(url: str, sql: str, via_client: bool) -> None:
+    if via_client and url.startswith("sqlite") and shutil.which("sqlite3"):
+        subprocess.run(["sqlite3", url.removeprefix("sqlite:///")], input=sql + ";\n", text=True, check=True,
+                       capture_output=True)
+    elif via_client and url.startswith("postgresql") and shutil.which("psql"):
+        subprocess.run(["psql", url, "-q", "-v", "ON_ERROR_STOP=1"], input=sql + ";\n", text=True, check=True,
+                       capture_output=True)
+    else:
+        with connect(url) as r:
+            r.execute(sql)
+
+
+def _rows(url: str) -> dict[str, dict[int, object]]:
+    with connect(url) as r:
+        return {t: {int(k): v for k, v in r.query(f'SELECT "{key}", {col} FROM "{t}"')}
+                for t, (key, col) in TABLES.items()}
+
+
+def _partition(publisher: dict[str, dict[int, object]], host: str) -> dict[str, set[int]]:
+    people = {i for i, t in publisher["SalesPerson"].items() if t == host}
+    customers = {i for i, s in publisher["Customer"].items() if s in people}
+    return {"SalesPerson": people, "Customer": customers,
+            "Orders": {i for i, c in publisher["Orders"].items() if c in customers}}
+
+
+def _check(urls: dict[str, str], subs, when: str) -> None:
+    publisher = _rows(urls["P"])
+    for s in subs:
+        want, have = _partition(publisher, HOSTS[s]), _rows(urls[s])
+        for t in TABLES:
+            assert set(have[t]) == want[t], (f"{when}: {s}.{t} holds {sorted(have[t])}, its partition at the "
+                                              f"publisher is {sorted(want[t])}")
+        ran["checks"] += 1
+
+
+def _dml(urls: dict[str, str], who: str, op: str, pick: int, territory: str, via_client: bool) -> None:
+    url = urls[who]
+    held = _rows(url)
+    people, customers, orders = (sorted(held[t]) for t in TABLES)
+    ran["ops"] += 1
+    if op == "add_person":
+        _exec(url, f'INSERT INTO "SalesPerson" ("SalesPersonID", "Territory") VALUES ({next(ids)}, \'{territory}\')',
+              via_client)
+    elif op == "move_person" and people:
+        _exec(url, f'UPDATE "SalesPerson" SET "Territory" = \'{territory}\' WHERE "SalesPersonID" = '
+                   f'{people[pick % len(people)]}', via_client)
+    elif op in ("add_customer", "move_customer") and people:
+        person = people[pick % len(people)] if who != "P" or pick % 4 else 1 + pick % 6
+        if op == "add_customer":
+            _exec(url, f'INSERT INTO "Customer" ("CustomerID", "SalesPersonID", "Name") VALUES ({next(ids)}, '
+                       f'{person}, \'new\')', via_client)
+        elif customers:
+            _exec(url, f'UPDATE "Customer" SET "SalesPersonID" = {person} WHERE "CustomerID" = '
+                       f'{customers[pick % len(customers)]}', via_client)
+    elif op == "rename_customer" and customers:
+        _exec(url, f'UPDATE "Customer" SET "Name" = \'{who}{pick}\' WHERE "CustomerID" = '
+                   f'{customers[pick % len(customers)]}', via_client)
+    elif op in ("add_order", "move_order") and customers:
+        customer = customers[pick % len(customers)]
+        if op == "add_order":
+            _exec(url, f'INSERT INTO "Orders" ("OrderID", "CustomerID") VALUES ({next(ids)}, {customer})', via_client)
+        elif orders:
+            _exec(url, f'UPDATE "Orders" SET "CustomerID" = {customer} WHERE "OrderID" = {orders[pick % len(orders)]}',
+                  via_client)
+    elif op == "delete_order" and orders:
+        _exec(url, f'DELETE FROM "Orders" WHERE "OrderID" = {orders[pick % len(orders)]}', via_client)
+    else:
+        ran["ops"] -= 1
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(plan=steps)
+def test_every_subscriber_holds_exactly_its_partition(world, plan):
+    urls, agent = world
+    fp_file = os.environ["SPARKSYNC_FAILPOINTS"]
+    ran["examples"] += 1
+    for step in plan:
+        if step[0] != "merge":
+            _dml(urls, *step)
+            continue
+        _, subs, exchange, crash = step
+        target = sorted(subs)[0]
+        if crash:
+            fp.arm(fp_file, crash if crash.startswith("partitions") else
+                   f"{crash} {'P' if exchange == 'upload' else target}:0")
+        summary = None
+        with contextlib.suppress(InjectedFault):
+            summary = agent.run(MergeOptions(exchange, subscriptions=sorted(subs)))
+        ran["merges"] += 1
+        fired = bool(crash) and not (os.path.exists(fp_file) and Path(fp_file).read_text().strip())
+        ran["crashes"] += fired
+        if os.path.exists(fp_file):
+            os.remove(fp_file)
+        if summary is not None and exchange == "both":
+            done = [s.subscription for s in summary.subscriptions if s.ok]
+            _check(urls, done, f"after a merge of {sorted(subs)}")
+    for _ in range(2):
+        summary = agent.run(MergeOptions())
+        assert summary.ok, summary.to_dict()
+    _check(urls, HOSTS, "after the final rounds")
