@@ -15,7 +15,7 @@ from .config import Topology
 from .dialects import connect
 from .errors import ConfigurationError, SchemaDrift, SparksyncError
 from .merge.agent import check_resolvers
-from .merge.evaluation import ensure_partition, partition_values
+from .merge.evaluation import ensure_partitions, partition_values
 from .merge.evaluation import partitions as existing_partitions
 from .merge.integrity import check_identity, repair_tracking
 from .merge.publish import apply_publication, plan_publication, scheme_of_plan
@@ -292,15 +292,14 @@ def _make_partitions(pub, pubid: str, plan, values: dict, report: Reporter) -> d
     scheme = scheme_of_plan(plan)
     articles = published_articles(pub, pubid)
     known = {p.partition_id for p in existing_partitions(pub, pubid)}
-    out = {}
-    for key, v in values.items():
-        part = ensure_partition(pub, pubid, scheme, articles, v)
-        if part.partition_id not in known:
-            known.add(part.partition_id)
-            report(f"publication {plan.config.name}: partition {part.partition_id} ({part.describe()}) made")
-        if isinstance(key, str):
-            out[key] = part.partition_id
-    return out
+    keys = list(values)
+    made = ensure_partitions(pub, pubid, scheme, articles, [values[k] for k in keys])
+    fresh = {p.partition_id: p for p in made if p.partition_id not in known}
+    if fresh:
+        report(f"publication {plan.config.name}: {len(fresh)} partition(s) made: "
+               + "; ".join(f"{p.partition_id} ({p.describe()})" for p in list(fresh.values())[:5])
+               + (" ..." if len(fresh) > 5 else ""))
+    return {k: p.partition_id for k, p in zip(keys, made) if isinstance(k, str)}
 
 
 def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupSummary, report: Reporter,

@@ -112,3 +112,26 @@ def test_join_filter_cycles_and_unknown_parents_are_refused(replica):
         PartitionScheme([cyclic, c, scheme.articles["Orders"]])
     with pytest.raises(FilterError, match="parent SalesPerson is not an article"):
         PartitionScheme([c])
+
+
+def test_chain_joins_find_every_partition_at_once_as_the_conditions_do(replica):
+    """``with_partitions`` (joins up the chain to a partitions table, the parameters as its columns)
+    gives each row the partitions ``condition`` gives it one partition at a time."""
+    from sparksync.filters import partition_column
+
+    scheme = _scheme(replica)
+    hosts = {1: "N", 2: "S", 3: "O'Hara", 4: "nobody"}
+    with replica.transaction():
+        replica.execute('CREATE TABLE "pgroups" ("partition_id" integer, "host_name" text, "login" text)')
+        replica.executemany(f'INSERT INTO "pgroups" VALUES ({replica.p}, {replica.p}, NULL)', list(hosts.items()))
+    key = {"SalesPerson": "SalesPersonID", "Customer": "CustomerID", "Orders": "OrderID"}
+    params = {k: partition_column("pg", k) for k in ("host_name", "login")}
+    for name, k in key.items():
+        joined = scheme.with_partitions(replica.dialect, name, "m", '"pgroups"', "pg", params)
+        assert scheme.chain(replica.dialect, name, "m", params) is not None and joined.unique
+        got: dict[int, set[int]] = {}
+        for row_id, pid in replica.query(f'SELECT m."{k}", pg.partition_id FROM '
+                                         f'{replica.table_sql(TableName(None, name))} AS m {joined.joins}'):
+            got.setdefault(int(pid), set()).add(int(row_id))
+        for pid, host in hosts.items():
+            assert got.get(pid, set()) == _oracle(PEOPLE, CUSTOMERS, ORDERS, host)[name], (name, host)

@@ -3,7 +3,7 @@ filtered publication belong to, kept at the publisher and read by enumeration.
 
 * ``MSmerge_partition_groups``: one row per partition (a distinct set of parameter values). A partition
   is made from the publication's ``partitions`` at setup, or when a subscription needs one
-  (``ensure_partition``); its mappings are computed then, for every row, in one statement per article.
+  (``ensure_partitions``); its mappings are computed then, for every row, in one statement per article.
 * ``MSmerge_current_partition_mappings``: each row of a filtered article with the partitions it belongs to.
 * ``MSmerge_past_partition_mappings``: each time a row left a partition, with the generation it left in.
 
@@ -87,34 +87,45 @@ def partition_values(scheme: PartitionScheme, host_name: str | None, login: str 
     return {k: (given[k] if k in used else None) for k in SETTINGS}
 
 
-def ensure_partition(replica: Replica, pubid: str, scheme: PartitionScheme, articles: list[dict],
-                     values: dict[str, str | None]) -> Partition:
-    """The partition of ``values`` (``partition_values``), made with its mappings if it does not exist
-    yet. Inside a transaction at the publisher."""
-    for p in partitions(replica, pubid):
-        if p.params == values:
-            return p
-    pid = int(replica.scalar(f"SELECT coalesce(max(partition_id), 0) FROM {replica.meta('MSmerge_partition_groups')}")
-              or 0) + 1
-    store.insert_row(replica, "MSmerge_partition_groups", {"partition_id": pid, "pubid": pubid, **values,
-                                                           "created_at": store.utcnow()})
-    part = Partition(pid, values["host_name"], values["login"])
+def ensure_partitions(replica: Replica, pubid: str, scheme: PartitionScheme, articles: list[dict],
+                      wanted: list[dict[str, str | None]]) -> list[Partition]:
+    """The partitions of ``wanted`` (parameter values from ``partition_values``), in that order; the
+    ones that do not exist yet are made, and their mappings computed for every row in one statement
+    per article. Inside a transaction at the publisher."""
+    existing = {tuple(p.params.items()): p for p in partitions(replica, pubid)}
+    new: list[Partition] = []
+    next_id = int(replica.scalar(f"SELECT coalesce(max(partition_id), 0) FROM "
+                                 f"{replica.meta('MSmerge_partition_groups')}") or 0) + 1
+    out = []
+    for values in wanted:
+        key = tuple({k: values.get(k) for k in SETTINGS}.items())
+        if key not in existing:
+            existing[key] = Partition(next_id, values.get("host_name"), values.get("login"))
+            new.append(existing[key])
+            store.insert_row(replica, "MSmerge_partition_groups", {
+                "partition_id": next_id, "pubid": pubid, **existing[key].params, "created_at": store.utcnow()})
+            next_id += 1
+        out.append(existing[key])
+    if not new:
+        return out
     if store.select_rows(replica, "sysmergepublications", {"pubid": pubid})[0]["partitions_evaluated"] is None:
         # the mappings made here are computed from the rows as they are: generations closed until now
         # need no evaluation
         store.update_rows(replica, "sysmergepublications", {"partitions_evaluated": enumeration_bound(replica)},
                           {"pubid": pubid})
-    d = replica.dialect
+    d, groups = replica.dialect, replica.meta("MSmerge_partition_groups")
+    ids = ", ".join(str(p.partition_id) for p in new)
     for a in articles:
         if not scheme.articles[a["name"]].filtered:
             continue
         art = tracked_article(a)
-        cond = scheme.condition(d, a["name"], "m", part.params)
+        joined = scheme.with_partitions(d, a["name"], "m", groups, PARTITION_ALIAS, _as_columns())
         replica.execute(
             f"INSERT INTO {replica.meta('MSmerge_current_partition_mappings')} (tablenick, rowguid, partition_id) "
-            f"SELECT {int(art.nickname)}, m.{d.quote(art.rowguid_column)}, {pid} FROM {d.table_sql(art.table)} AS m "
-            f"WHERE {cond}")
-    return part
+            f"SELECT {'' if joined.unique else 'DISTINCT '}{int(art.nickname)}, m.{d.quote(art.rowguid_column)}, "
+            f"{PARTITION_ALIAS}.partition_id FROM {d.table_sql(art.table)} AS m {joined.joins} "
+            f"WHERE {PARTITION_ALIAS}.partition_id IN ({ids})")
+    return out
 
 
 class _Evaluator:
@@ -140,8 +151,7 @@ class _Evaluator:
     def member(self, name: str, rowguid_sql: str, partition_sql: str) -> str:
         """True when the row ``rowguid_sql`` of article ``name`` belongs to partition ``partition_sql``."""
         a = tracked_article(self.by_name[name])
-        params = {k: partition_column(PARTITION_ALIAS, k) for k in SETTINGS}
-        cond = self.scheme.condition(self.d, name, "m", params)
+        cond = self.scheme.condition(self.d, name, "m", _as_columns())
         return (f"EXISTS (SELECT 1 FROM {self.d.table_sql(a.table)} AS m JOIN {self.groups} AS {PARTITION_ALIAS} "
                 f"ON {PARTITION_ALIAS}.partition_id = {partition_sql} "
                 f"WHERE m.{self.d.quote(a.rowguid_column)} = {rowguid_sql} AND {cond})")
@@ -215,12 +225,12 @@ class _Evaluator:
                   f"AND NOT {self.member(name, 'cm.rowguid', 'cm.partition_id')}")
         # ... and enter the ones that now keep them
         art = tracked_article(a)
-        params = {k: partition_column(PARTITION_ALIAS, k) for k in SETTINGS}
-        cond = self.scheme.condition(self.d, name, "m", params)
-        entered = (f"SELECT {nick} AS tablenick, c.rowguid, {PARTITION_ALIAS}.partition_id FROM {self.contents} c "
+        joined = self.scheme.with_partitions(self.d, name, "m", self.groups, PARTITION_ALIAS, _as_columns())
+        entered = (f"SELECT {'' if joined.unique else 'DISTINCT '}{nick} AS tablenick, c.rowguid, "
+                   f"{PARTITION_ALIAS}.partition_id FROM {self.contents} c "
                    f"JOIN {self.d.table_sql(art.table)} AS m ON m.{self.d.quote(art.rowguid_column)} = c.rowguid "
-                   f"JOIN {self.groups} AS {PARTITION_ALIAS} ON {PARTITION_ALIAS}.pubid = {self.d.uuid_param()} "
-                   f"WHERE c.tablenick = {nick} AND {self.in_range('c.generation')} AND {cond} "
+                   f"{joined.joins} WHERE {PARTITION_ALIAS}.pubid = {self.d.uuid_param()} "
+                   f"AND c.tablenick = {nick} AND {self.in_range('c.generation')} "
                    f"AND NOT EXISTS (SELECT 1 FROM {cur} cm WHERE cm.tablenick = c.tablenick "
                    f"AND cm.rowguid = c.rowguid AND cm.partition_id = {PARTITION_ALIAS}.partition_id)")
         self._note_changed(f"SELECT x.tablenick, x.rowguid FROM ({entered}) AS x", [self.pubid])
@@ -242,6 +252,11 @@ class _Evaluator:
                        f"AS z WHERE NOT EXISTS (SELECT 1 FROM {s} q WHERE q.tablenick = z.tablenick "
                        f"AND q.rowguid = z.rowguid)", params or [])
 
+
+
+def _as_columns() -> dict:
+    """The parameters as columns of the partitions table (every partition evaluated at once)."""
+    return {k: partition_column(PARTITION_ALIAS, k) for k in SETTINGS}
 
 
 def _glot(d) -> str:

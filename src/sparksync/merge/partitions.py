@@ -36,6 +36,16 @@ class JoinLink:
 
 
 @dataclass(frozen=True)
+class Chain:
+    """A partition rule as joins: ``joins`` (to write after the article's table), ``where`` (the root's
+    row filter), ``unique``: each row comes out once (every join on its parent's unique key)."""
+
+    joins: str
+    where: str
+    unique: bool
+
+
+@dataclass(frozen=True)
 class FilteredArticle:
     """What partition evaluation needs of one article of a merge publication."""
 
@@ -99,6 +109,42 @@ class PartitionScheme:
             where = link.filter.render(glot, alias, palias) + (f" AND {inner}" if inner else "")
             parts.append(f"EXISTS (SELECT 1 FROM {dialect.table_sql(parent.table)} AS {palias} WHERE {where})")
         return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
+
+    def chain(self, dialect: Dialect, name: str, alias: str, params: Params) -> Chain | None:
+        """The same rule as ``condition`` as joins, when the article's filters are one chain (each article
+        of it has one join filter, up to one with only a row filter). Joined with a partitions table (the
+        parameters as its columns) this finds the partitions of many rows in one pass, where
+        ``condition`` is evaluated for every (row, partition) pair. None when the filters are not one
+        chain."""
+        glot = sqlglot_dialect(dialect.capabilities.name)
+        joins: list[str] = []
+        a, here, depth, unique = self.articles[name], alias, 0, True
+        while True:
+            if a.row_filter is not None and not a.joins:
+                booleans = [c.name for c in a.columns if c.type.kind is Kind.BOOLEAN]
+                return Chain(" ".join(joins), a.row_filter.render(glot, row=here, booleans=booleans, params=params),
+                             unique)
+            if a.row_filter is not None or len(a.joins) != 1:
+                return None
+            link = a.joins[0]
+            parent = self.articles[link.parent]
+            if not parent.filtered:
+                return None
+            depth += 1
+            parent_alias = f"{alias}_{depth}"
+            joins.append(f"JOIN {dialect.table_sql(parent.table)} AS {parent_alias} "
+                         f"ON {link.filter.render(glot, here, parent_alias)}")
+            unique = unique and link.unique_key
+            a, here = parent, parent_alias
+
+    def with_partitions(self, dialect: Dialect, name: str, alias: str, groups: str, pg: str, params: Params) -> Chain:
+        """Rows ``alias`` of article ``name`` joined to the partitions (rows ``pg`` of the partitions table
+        ``groups``) they belong to: the ``JOIN``s to write after the article's table, and whether each
+        (row, partition) comes out once (else select DISTINCT)."""
+        chain = self.chain(dialect, name, alias, params)
+        if chain is not None:
+            return Chain(f"{chain.joins} JOIN {groups} AS {pg} ON {chain.where}", "", chain.unique)
+        return Chain(f"JOIN {groups} AS {pg} ON {self.condition(dialect, name, alias, params)}", "", True)
 
     def members_sql(self, dialect: Dialect, name: str, columns: Iterable[str],
                     params: Params) -> str:

@@ -103,15 +103,17 @@ def _write_partitioned(spark, frozen: Replica, url: str, sid: str | None, scheme
     d = frozen.dialect
     groups = d.metadata_table_sql("MSmerge_partition_groups")
     params = {k: partition_column("pg", k) for k in ("host_name", "login")}
-    cond = scheme.condition(d, a["name"], "m", params)
-    table_sql = f"{d.table_sql(info.name)} AS m JOIN {groups} AS pg ON {cond}"
+    joined = scheme.with_partitions(d, a["name"], "m", groups, "pg", params)
+    table_sql = f"{d.table_sql(info.name)} AS m {joined.joins}"
     where, args = f" WHERE pg.pubid = {d.uuid_param()}", (pubid,)
     counts = {int(p): int(n) for p, n in frozen.query(
-        f"SELECT pg.partition_id, count(*) FROM {table_sql}{where} GROUP BY pg.partition_id", list(args))}
+        f"SELECT pg.partition_id, count(DISTINCT m.{d.quote(a['rowguid_column'])}) FROM {table_sql}{where} "
+        "GROUP BY pg.partition_id", list(args))}
     ids = [int(r[0]) for r in frozen.query(f"SELECT partition_id FROM {groups} WHERE pubid = {d.uuid_param()}",
                                            [pubid])]
     cols = [[c.name, c.type.to_dict()] for c in info.columns] + [[PARTITION_COLUMN, INT.to_dict()]]
-    select = "SELECT " + ", ".join(f"m.{d.quote(c.name)}" for c in info.columns) + ", pg.partition_id"
+    select = ("SELECT " + ("" if joined.unique else "DISTINCT ") + ", ".join(f"m.{d.quote(c.name)}" for c in info.columns)
+              + ", pg.partition_id")
     parts, total = read_partitions(frozen, url, sid, table_sql, select, f"m.{d.quote(a['rowguid_column'])}", cols,
                                    what, where, args, key=list(info.primary_key))
     report(f"{what}: {total} row(s) in {len(ids)} partition(s)")
