@@ -15,7 +15,7 @@ from .config import Topology
 from .dialects import connect
 from .errors import ConfigurationError, SchemaDrift, SparksyncError
 from .merge.agent import check_resolvers
-from .merge.evaluation import ensure_partitions, partition_values
+from .merge.evaluation import Partition, ensure_partitions, partition_values
 from .merge.evaluation import partitions as existing_partitions
 from .merge.integrity import check_identity, repair_tracking
 from .merge.publish import apply_publication, plan_publication, scheme_of_plan
@@ -293,6 +293,16 @@ def _make_partitions(pub, pubid: str, plan, values: dict, report: Reporter) -> d
     articles = published_articles(pub, pubid)
     known = {p.partition_id for p in existing_partitions(pub, pubid)}
     keys = list(values)
+    registered = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid})
+                  if r["role"] == "subscriber" and r["status"] == 1 and r["partition_id"] is not None}
+    by_id = {p.partition_id: p for p in existing_partitions(pub, pubid)}
+    moved = [f"subscription {k}: its partition is {by_id[registered[k]['partition_id']].describe()}, the configuration "
+             f"now says {Partition(0, v['host_name'], v['login']).describe()}"
+             for k, v in values.items() if isinstance(k, str) and k in registered
+             and by_id[registered[k]["partition_id"]].params != v]
+    if moved:
+        raise ConfigurationError("an initialized subscription cannot change partition (host_name, login): "
+                                 "reinitialize it; nothing was changed", moved)
     made = ensure_partitions(pub, pubid, scheme, articles, [values[k] for k in keys])
     fresh = {p.partition_id: p for p in made if p.partition_id not in known}
     if fresh:

@@ -310,6 +310,19 @@ def test_crashes_in_evaluation_and_in_a_removal_batch_recover(pub_kind, spark, d
     assert {100, 101} <= set(sc.states["recovered"]["StoreS"]["Orders"])
 
 
+def test_an_initialized_subscription_cannot_change_partition(spark, dbs, tmp_path):
+    pub_url, urls, topology = build(dbs, tmp_path, "sqlite", {"StoreN": "sqlite"})
+    setup(topology, lambda: spark)
+    moved = topology.model_copy(update={"subscriptions": [s.model_copy(update={"host_name": "S"})
+                                                          for s in topology.subscriptions]})
+    with pytest.raises(ConfigurationError) as e:
+        setup(moved, lambda: spark)
+    assert "StoreN" in " ".join(e.value.problems) and "host_name = 'N'" in " ".join(e.value.problems)
+    with connect(pub_url) as r:
+        assert {g["host_name"] for g in store.select_rows(r, "MSmerge_partition_groups")} == {"N"}
+    assert set(rows(urls["StoreN"])["Customer"]) == {10, 12}
+
+
 # -- refused at setup, before anything changes ----------------------------------------------------
 
 def _refused(dbs, tmp_path, pub=None, subs=None) -> str:

@@ -143,6 +143,8 @@ class _Evaluator:
         self.current, self.past = m("MSmerge_current_partition_mappings"), m("MSmerge_past_partition_mappings")
         self.groups, self.scratch = m("MSmerge_partition_groups"), m("MSmerge_partition_changes")
         self.by_name = {a["name"]: a for a in articles}
+        # articles some join filter starts from: only their membership changes are noted for realignment
+        self.parents = {link.parent for x in scheme.articles.values() for link in x.joins}
 
     def in_range(self, col: str) -> str:
         rng = f"({col} > {int(self.lo)} AND {col} <= {int(self.hi)})"
@@ -205,23 +207,26 @@ class _Evaluator:
         r, nick = self.r, int(a["nickname"])
         name = a["name"]
         cur = self.current
+        # Each statement starts from the generations' changes (CROSS JOIN keeps SQLite's planner from
+        # starting from every mapping of the article), then finds their mappings by key.
         # 1. deleted rows leave every partition, in their tombstone's generation
-        deleted = (f"SELECT cm.tablenick, cm.rowguid, cm.partition_id, t.generation FROM {cur} cm "
-                   f"JOIN {self.tomb} t ON t.tablenick = cm.tablenick AND t.rowguid = cm.rowguid "
-                   f"WHERE cm.tablenick = {nick} AND {self.in_range('t.generation')}")
-        self._note_changed(f"SELECT x.tablenick, x.rowguid FROM ({deleted}) AS x")
+        tombs = f"SELECT t.rowguid FROM {self.tomb} t WHERE t.tablenick = {nick} AND {self.in_range('t.generation')}"
+        deleted = (f"SELECT cm.tablenick, cm.rowguid, cm.partition_id, t.generation FROM {self.tomb} t "
+                   f"CROSS JOIN {cur} cm WHERE t.tablenick = {nick} AND {self.in_range('t.generation')} "
+                   f"AND cm.tablenick = t.tablenick AND cm.rowguid = t.rowguid")
+        self._note_changed(name, f"SELECT x.tablenick, x.rowguid FROM ({deleted}) AS x")
         self.result.left += self._insert_past(deleted)
-        r.execute(f"DELETE FROM {cur} AS cm WHERE cm.tablenick = {nick} AND EXISTS (SELECT 1 FROM {self.tomb} t "
-                  f"WHERE t.tablenick = cm.tablenick AND t.rowguid = cm.rowguid AND {self.in_range('t.generation')})")
+        r.execute(f"DELETE FROM {cur} WHERE tablenick = {nick} AND rowguid IN ({tombs})")
         # 2. changed rows leave the partitions whose filter no longer keeps them ...
-        left = (f"SELECT cm.tablenick, cm.rowguid, cm.partition_id, c.generation FROM {cur} cm "
-                f"JOIN {self.contents} c ON c.tablenick = cm.tablenick AND c.rowguid = cm.rowguid "
-                f"WHERE cm.tablenick = {nick} AND {self.in_range('c.generation')} "
+        changed = (f"SELECT c.rowguid FROM {self.contents} c WHERE c.tablenick = {nick} "
+                   f"AND {self.in_range('c.generation')}")
+        left = (f"SELECT cm.tablenick, cm.rowguid, cm.partition_id, c.generation FROM {self.contents} c "
+                f"CROSS JOIN {cur} cm WHERE c.tablenick = {nick} AND {self.in_range('c.generation')} "
+                f"AND cm.tablenick = c.tablenick AND cm.rowguid = c.rowguid "
                 f"AND NOT {self.member(name, 'cm.rowguid', 'cm.partition_id')}")
-        self._note_changed(f"SELECT x.tablenick, x.rowguid FROM ({left}) AS x")
+        self._note_changed(name, f"SELECT x.tablenick, x.rowguid FROM ({left}) AS x")
         self.result.left += self._insert_past(left)
-        r.execute(f"DELETE FROM {cur} AS cm WHERE cm.tablenick = {nick} AND EXISTS (SELECT 1 FROM {self.contents} c "
-                  f"WHERE c.tablenick = cm.tablenick AND c.rowguid = cm.rowguid AND {self.in_range('c.generation')}) "
+        r.execute(f"DELETE FROM {cur} AS cm WHERE cm.tablenick = {nick} AND cm.rowguid IN ({changed}) "
                   f"AND NOT {self.member(name, 'cm.rowguid', 'cm.partition_id')}")
         # ... and enter the ones that now keep them
         art = tracked_article(a)
@@ -233,7 +238,7 @@ class _Evaluator:
                    f"AND c.tablenick = {nick} AND {self.in_range('c.generation')} "
                    f"AND NOT EXISTS (SELECT 1 FROM {cur} cm WHERE cm.tablenick = c.tablenick "
                    f"AND cm.rowguid = c.rowguid AND cm.partition_id = {PARTITION_ALIAS}.partition_id)")
-        self._note_changed(f"SELECT x.tablenick, x.rowguid FROM ({entered}) AS x", [self.pubid])
+        self._note_changed(name, f"SELECT x.tablenick, x.rowguid FROM ({entered}) AS x", [self.pubid])
         c = r.execute(f"INSERT INTO {cur} (tablenick, rowguid, partition_id) {entered}", [self.pubid])
         self.result.entered += max(getattr(c, "rowcount", 0), 0)
 
@@ -245,8 +250,11 @@ class _Evaluator:
             f"AND pm.partition_id = y.partition_id AND pm.generation = y.generation)", params or [])
         return max(getattr(c, "rowcount", 0), 0)
 
-    def _note_changed(self, select: str, params: list | None = None) -> None:
-        """Remember rows whose membership changes (for realignment of their join-filter children)."""
+    def _note_changed(self, name: str, select: str, params: list | None = None) -> None:
+        """Remember rows of article ``name`` whose membership changes, for the realignment of their
+        join-filter children (nothing to remember for an article no join filter starts from)."""
+        if name not in self.parents:
+            return
         s = self.scratch
         self.r.execute(f"INSERT INTO {s} (tablenick, rowguid) SELECT DISTINCT z.tablenick, z.rowguid FROM ({select}) "
                        f"AS z WHERE NOT EXISTS (SELECT 1 FROM {s} q WHERE q.tablenick = z.tablenick "
