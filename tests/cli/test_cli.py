@@ -164,11 +164,13 @@ def test_demo_runs(spark, tmp_path):
     code, out = run("demo", "--dir", str(tmp_path / "demo"))
     assert code == 0
     assert "Store1" in out and "Store2" in out and "Store3" in out
-    assert out.count("active") == 4                  # three stores (merge) and the reporting database
+    assert out.count("active") == 6     # three stores and two territory stores (merge), the reporting database
     assert "update wins delete" in out and "update between Store2 (lost) and Store1 (won)" in out
     assert "identical: HQ and 3 stores hold the same" in out
     # transactional: the stores' changes merged into HQ reach the reporting database, filtered
     assert "tracer token: HQ -> distributor" in out and "identical: Reporting holds HQ's" in out
+    # filtered: each territory store holds its partition, and a customer moved from one to the other
+    assert "at Northwest no, at Canada yes" in out and "partitioned: each territory store holds exactly" in out
     assert (tmp_path / "demo" / "sparksync.toml").is_file()
 
 

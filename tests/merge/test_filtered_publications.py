@@ -272,6 +272,13 @@ def test_a_quote_in_a_partition_value_is_data(scenario):
     assert set(s["SalesPerson"]) == {5} and set(s["Customer"]) == {16} and set(s["Orders"]) == {106}
 
 
+def test_join_filter_articles_are_the_second_processing_group_parents_first(scenario):
+    with connect(scenario.pub_url) as r:
+        arts = {a["source_table"]: a for a in store.select_rows(r, "sysmergearticles")}
+    assert {a["processing_group"] for a in arts.values()} == {2}
+    assert arts["SalesPerson"]["nickname"] < arts["Customer"]["nickname"] < arts["Orders"]["nickname"]
+
+
 def test_partition_groups_and_subscriptions_at_the_publisher(scenario):
     with connect(scenario.pub_url) as r:
         groups = {g["host_name"]: g["partition_id"] for g in store.select_rows(r, "MSmerge_partition_groups")}

@@ -77,8 +77,10 @@ kind = "merge"
   join_filters = [{{ parent = "Customer", clause = "SalesOrderHeader.CustomerID = Customer.CustomerID", unique_key = true }}]
   [[publications.articles]]
   table = "SalesOrderDetail"
-  join_filters = [{{ parent = "SalesOrderHeader", unique_key = true,
-                    clause = "SalesOrderDetail.SalesOrderID = SalesOrderHeader.SalesOrderID" }}]
+    [[publications.articles.join_filters]]
+    parent = "SalesOrderHeader"
+    clause = "SalesOrderDetail.SalesOrderID = SalesOrderHeader.SalesOrderID"
+    unique_key = true
 {territories}
 # Transactional replication: HQ's committed transactions (its own and the stores' merged into it)
 # flow to a read-only reporting database through the distribution database.
