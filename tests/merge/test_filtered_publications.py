@@ -28,19 +28,22 @@ DDL = {
         'CREATE TABLE "Customer" ("CustomerID" INTEGER PRIMARY KEY, "SalesPersonID" INTEGER, "Name" TEXT)',
         'CREATE TABLE "Orders" ("OrderID" INTEGER PRIMARY KEY, "CustomerID" INTEGER NOT NULL '
         'REFERENCES "Customer"("CustomerID"), "Total" INTEGER)',
+        'CREATE TABLE "Visit" ("VisitID" INTEGER PRIMARY KEY, "CustomerID" INTEGER, "SalesPersonID" INTEGER)',
     ],
     "postgresql": [
         'CREATE TABLE "SalesPerson" ("SalesPersonID" integer PRIMARY KEY, "Territory" text, "Name" text)',
         'CREATE TABLE "Customer" ("CustomerID" integer PRIMARY KEY, "SalesPersonID" integer, "Name" text)',
         'CREATE TABLE "Orders" ("OrderID" integer PRIMARY KEY, "CustomerID" integer NOT NULL '
         'REFERENCES "Customer"("CustomerID"), "Total" integer)',
+        'CREATE TABLE "Visit" ("VisitID" integer PRIMARY KEY, "CustomerID" integer, "SalesPersonID" integer)',
     ],
 }
 PEOPLE = {1: "N", 2: "S", 3: "N", 5: "O'Hara"}
 CUSTOMERS = {10: 1, 11: 2, 12: 3, 13: 2, 16: 5}
 ORDERS = {100: 10, 101: 10, 102: 11, 103: 12, 104: 13, 106: 16}
 STORES = {"StoreN": "N", "StoreS": "S", "StoreN2": "N", "StoreQ": "O'Hara"}   # a quote in a partition's value
-KEYS = {"SalesPerson": "SalesPersonID", "Customer": "CustomerID", "Orders": "OrderID"}
+VISITS = {200: (10, 2), 201: (11, 2), 202: (13, 3)}   # a visit: (customer, salesperson)
+KEYS = {"SalesPerson": "SalesPersonID", "Customer": "CustomerID", "Orders": "OrderID", "Visit": "VisitID"}
 
 
 def publication(extra: dict | None = None) -> dict:
@@ -51,6 +54,10 @@ def publication(extra: dict | None = None) -> dict:
              "unique_key": True}]},
         {"table": "Orders", "join_filters": [
             {"parent": "Customer", "clause": "Orders.CustomerID = Customer.CustomerID", "unique_key": True}]},
+        # two join filters: a visit belongs to the partitions of its customer and of its salesperson (union)
+        {"table": "Visit", "join_filters": [
+            {"parent": "Customer", "clause": "Visit.CustomerID = Customer.CustomerID"},
+            {"parent": "SalesPerson", "clause": "Visit.SalesPersonID = SalesPerson.SalesPersonID"}]},
     ], **(extra or {})}
 
 
@@ -65,6 +72,7 @@ def build(dbs, tmp_path, pub_kind: str, sub_kinds: dict[str, str], pub: dict | N
         r.executemany(f'INSERT INTO "Customer" VALUES ({r.p}, {r.p}, {r.p})',
                       [(i, s, f"c{i}") for i, s in CUSTOMERS.items()])
         r.executemany(f'INSERT INTO "Orders" VALUES ({r.p}, {r.p}, 5)', list(ORDERS.items()))
+        r.executemany(f'INSERT INTO "Visit" VALUES ({r.p}, {r.p}, {r.p})', [(k, *v) for k, v in VISITS.items()])
     urls = {name: dbs.url(kind, name.lower()) for name, kind in sub_kinds.items()}
     data = {
         "publisher": {"name": "HQ", "database": pub_url, "snapshot_dir": str(tmp_path / "snap")},
@@ -81,7 +89,7 @@ def rows(url: str) -> dict[str, dict[int, tuple]]:
     with connect(url) as r:
         for t, k in KEYS.items():
             cols = {"SalesPerson": '"Territory", "Name"', "Customer": '"SalesPersonID", "Name"',
-                    "Orders": '"CustomerID", "Total"'}[t]
+                    "Orders": '"CustomerID", "Total"', "Visit": '"CustomerID", "SalesPersonID"'}[t]
             out[t] = {int(x[0]): tuple(x[1:]) for x in r.query(f'SELECT "{k}", {cols} FROM "{t}"')}
     return out
 
@@ -90,7 +98,8 @@ def oracle(publisher: dict[str, dict[int, tuple]], host: str) -> dict[str, set[i
     """The partition of ``host``, computed by hand from the publisher's rows."""
     sp = {i for i, (territory, _) in publisher["SalesPerson"].items() if territory == host}
     cu = {i for i, (s, _) in publisher["Customer"].items() if s in sp}
-    return {"SalesPerson": sp, "Customer": cu, "Orders": {i for i, (c, _) in publisher["Orders"].items() if c in cu}}
+    return {"SalesPerson": sp, "Customer": cu, "Orders": {i for i, (c, _) in publisher["Orders"].items() if c in cu},
+            "Visit": {i for i, (c, s) in publisher["Visit"].items() if c in cu or s in sp}}
 
 
 @dataclass
@@ -110,7 +119,7 @@ class Scenario:
     def merge(self, step: str) -> None:
         summary = self.agent.run(MergeOptions())
         self.summaries[step] = summary
-        assert summary.ok, summary.to_dict()
+        assert summary.ok, [(s.subscription, s.errors) for s in summary.subscriptions if s.errors]
         self.record(step)
 
     def record(self, step: str) -> None:
@@ -221,7 +230,8 @@ def test_parent_moved_realigns_the_whole_join_chain(scenario):
 
 def test_rows_that_left_a_partition_are_counted_as_removed_not_deleted(scenario):
     down = {sub.subscription: sub.total("download") for sub in scenario.summaries["parent_moved"].subscriptions}
-    assert down["StoreN"].removed == 4 and down["StoreN"].deletes == 0       # salesperson 1, customer 10, 2 orders
+    # salesperson 1, customer 10, its 2 orders and visit 200 (in N through customer 10 only)
+    assert down["StoreN"].removed == 5 and down["StoreN"].deletes == 0
     assert down["StoreS"].inserts == 4 and down["StoreS"].removed == 0
     assert 1 in scenario.states["parent_moved"]["HQ"]["SalesPerson"]
 
@@ -265,6 +275,13 @@ def test_subscriber_moving_a_parent_out_of_its_partition_loses_the_subtree(scena
     assert s["HQ"]["SalesPerson"][2] == ("N", "sp2")
     assert s["StoreS"]["SalesPerson"] == {4: ("S", "sp4")} and set(s["StoreS"]["Customer"]) == {14}
     assert {11, 12, 13, 15} <= set(s["StoreN"]["Customer"]) and {103, 104} <= set(s["StoreN2"]["Orders"])
+
+
+def test_a_row_with_two_join_filters_is_in_the_partitions_of_both_parents(scenario):
+    s = scenario.states["setup"]
+    assert set(s["StoreN"]["Visit"]) == {200, 202} and set(s["StoreS"]["Visit"]) == {200, 201, 202}
+    moved = scenario.states["parent_moved"]                # customer 10 went to S with salesperson 1
+    assert 200 not in moved["StoreN"]["Visit"] and 200 in moved["StoreS"]["Visit"]
 
 
 def test_a_quote_in_a_partition_value_is_data(scenario):

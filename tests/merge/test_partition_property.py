@@ -41,7 +41,7 @@ ran = {"examples": 0, "merges": 0, "crashes": 0, "ops": 0, "checks": 0}
 
 dml = st.tuples(st.sampled_from(["P", "P", "N", "S", "N2"]),
                 st.sampled_from(["move_person", "add_person", "move_customer", "add_customer", "add_order",
-                                 "move_order", "delete_order", "rename_customer"]),
+                                 "move_order", "delete_order", "rename_customer", "add_visit", "move_visit"]),
                 st.integers(0, 10_000), st.sampled_from(TERRITORIES), st.booleans())
 merge = st.tuples(st.just("merge"), st.sets(st.sampled_from(["N", "S", "N2"]), min_size=1),
                   st.sampled_from(["both", "both", "upload", "download"]),
@@ -50,7 +50,7 @@ merge = st.tuples(st.just("merge"), st.sets(st.sampled_from(["N", "S", "N2"]), m
 steps = st.lists(st.one_of(dml, dml, merge), min_size=6, max_size=16)
 
 TABLES = {"SalesPerson": ("SalesPersonID", '"Territory"'), "Customer": ("CustomerID", '"SalesPersonID"'),
-          "Orders": ("OrderID", '"CustomerID"')}
+          "Orders": ("OrderID", '"CustomerID"'), "Visit": ("VisitID", '"CustomerID", "SalesPersonID"')}
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +72,11 @@ def world(spark, tmp_path_factory, pg_admin_url):
         r.execute('CREATE TABLE "SalesPerson" ("SalesPersonID" integer PRIMARY KEY, "Territory" text)')
         r.execute('CREATE TABLE "Customer" ("CustomerID" integer PRIMARY KEY, "SalesPersonID" integer, "Name" text)')
         r.execute('CREATE TABLE "Orders" ("OrderID" integer PRIMARY KEY, "CustomerID" integer)')
+        r.execute('CREATE TABLE "Visit" ("VisitID" integer PRIMARY KEY, "CustomerID" integer, "SalesPersonID" integer)')
         r.executemany('INSERT INTO "SalesPerson" VALUES (%s, %s)', [(i, TERRITORIES[i % 3]) for i in range(1, 7)])
         r.executemany('INSERT INTO "Customer" VALUES (%s, %s, %s)', [(i, 1 + i % 6, f"c{i}") for i in range(10, 30)])
         r.executemany('INSERT INTO "Orders" VALUES (%s, %s)', [(i, 10 + i % 20) for i in range(100, 160)])
+        r.executemany('INSERT INTO "Visit" VALUES (%s, %s, %s)', [(i, 10 + i % 20, 1 + i % 5) for i in range(200, 220)])
     topo = parse_topology({
         "publisher": {"name": "P", "database": urls["P"], "snapshot_dir": str(tmp / "snap")},
         "publications": [{"name": "Sales", "articles": [
@@ -82,7 +84,10 @@ def world(spark, tmp_path_factory, pg_admin_url):
             {"table": "Customer", "join_filters": [{"parent": "SalesPerson", "unique_key": True,
                                                     "clause": "Customer.SalesPersonID = SalesPerson.SalesPersonID"}]},
             {"table": "Orders", "join_filters": [{"parent": "Customer", "unique_key": True,
-                                                  "clause": "Orders.CustomerID = Customer.CustomerID"}]}]}],
+                                                  "clause": "Orders.CustomerID = Customer.CustomerID"}]},
+            {"table": "Visit", "join_filters": [         # a union: its customer's partitions and its salesperson's
+                {"parent": "Customer", "clause": "Visit.CustomerID = Customer.CustomerID"},
+                {"parent": "SalesPerson", "clause": "Visit.SalesPersonID = SalesPerson.SalesPersonID"}]}]}],
         "subscriptions": [{"name": n, "publication": "Sales", "database": urls[n], "host_name": h}
                           for n, h in HOSTS.items()],
     }, tmp)
@@ -109,7 +114,7 @@ def _exec(url: str, sql: str, via_client: bool) -> None:
 
 def _rows(url: str) -> dict[str, dict[int, object]]:
     with connect(url) as r:
-        return {t: {int(k): v for k, v in r.query(f'SELECT "{key}", {col} FROM "{t}"')}
+        return {t: {int(x[0]): (x[1] if len(x) == 2 else tuple(x[1:])) for x in r.query(f'SELECT "{key}", {col} FROM "{t}"')}
                 for t, (key, col) in TABLES.items()}
 
 
@@ -117,7 +122,8 @@ def _partition(publisher: dict[str, dict[int, object]], host: str) -> dict[str, 
     people = {i for i, t in publisher["SalesPerson"].items() if t == host}
     customers = {i for i, s in publisher["Customer"].items() if s in people}
     return {"SalesPerson": people, "Customer": customers,
-            "Orders": {i for i, c in publisher["Orders"].items() if c in customers}}
+            "Orders": {i for i, c in publisher["Orders"].items() if c in customers},
+            "Visit": {i for i, (c, p) in publisher["Visit"].items() if c in customers or p in people}}
 
 
 def _check(urls: dict[str, str], subs, when: str) -> None:
@@ -133,7 +139,7 @@ def _check(urls: dict[str, str], subs, when: str) -> None:
 def _dml(urls: dict[str, str], who: str, op: str, pick: int, territory: str, via_client: bool) -> None:
     url = urls[who]
     held = _rows(url)
-    people, customers, orders = (sorted(held[t]) for t in TABLES)
+    people, customers, orders, visits = (sorted(held[t]) for t in TABLES)
     ran["ops"] += 1
     if op == "add_person":
         _exec(url, f'INSERT INTO "SalesPerson" ("SalesPersonID", "Territory") VALUES ({next(ids)}, \'{territory}\')',
@@ -159,6 +165,12 @@ def _dml(urls: dict[str, str], who: str, op: str, pick: int, territory: str, via
         elif orders:
             _exec(url, f'UPDATE "Orders" SET "CustomerID" = {customer} WHERE "OrderID" = {orders[pick % len(orders)]}',
                   via_client)
+    elif op == "add_visit" and customers and people:
+        _exec(url, f'INSERT INTO "Visit" ("VisitID", "CustomerID", "SalesPersonID") VALUES ({next(ids)}, '
+                   f'{customers[pick % len(customers)]}, {people[pick % len(people)]})', via_client)
+    elif op == "move_visit" and visits and people:
+        _exec(url, f'UPDATE "Visit" SET "SalesPersonID" = {people[pick % len(people)] if pick % 3 else 1 + pick % 6} '
+                   f'WHERE "VisitID" = {visits[pick % len(visits)]}', via_client)
     elif op == "delete_order" and orders:
         _exec(url, f'DELETE FROM "Orders" WHERE "OrderID" = {orders[pick % len(orders)]}', via_client)
     else:

@@ -120,6 +120,11 @@ class Dialect(ABC):
     decimal_format: str              # e.g. "numeric({precision},{scale})"
     numeric_name: str                # an unconstrained decimal, e.g. "numeric"
 
+    def json_literal(self, text: str) -> str:
+        """A JSON value written in SQL, typed as the metadata's JSON columns want it (SQLite: text; a CAST
+        to JSON there would take numeric affinity)."""
+        return "'" + text.replace("'", "''") + "'"
+
     def render_type(self, t: SqlType) -> str:
         if t.kind is Kind.TEXT and t.fixed:
             return self.char_format.format(length=t.length or 1)

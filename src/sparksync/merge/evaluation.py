@@ -192,13 +192,13 @@ class _Evaluator:
             if self.realign is None:
                 self.realign = new_generation(self.r, 1, [self.publisher_nick], self.pubid)
                 self.result.realignment_generation = self.realign
-            json = d.render_type(JSON)
             cur = self.r.execute(f"UPDATE {self.contents} SET generation = {int(self.realign)} "
                                  f"WHERE tablenick = {nick} AND rowguid IN ({moved})")
             n = max(getattr(cur, "rowcount", 0), 0)
             cur = self.r.execute(
                 f"INSERT INTO {self.contents} (tablenick, rowguid, generation, lineage, colv) "
-                f"SELECT DISTINCT {nick}, x.g, {int(self.realign)}, CAST('{{}}' AS {json}), CAST(NULL AS {json}) "
+                f"SELECT DISTINCT {nick}, x.g, {int(self.realign)}, {d.json_literal('{}')}, "
+                f"CAST(NULL AS {d.render_type(JSON)}) "
                 f"FROM ({moved}) AS x WHERE NOT EXISTS (SELECT 1 FROM {self.contents} c "
                 f"WHERE c.tablenick = {nick} AND c.rowguid = x.g)")
             self.result.realigned += n + max(getattr(cur, "rowcount", 0), 0)

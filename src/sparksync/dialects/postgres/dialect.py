@@ -82,6 +82,9 @@ class PostgresDialect(Dialect):
         text_holds_nul=False,
     )
 
+    def json_literal(self, text: str) -> str:
+        return "'" + text.replace("'", "''") + "'::jsonb"
+
     # -- connections ------------------------------------------------------------------------
     def connect(self, url: str, label: str | None = None) -> Replica:
         import psycopg
