@@ -34,6 +34,44 @@ def _count_after(replica: Replica, nicknames: list[int], after: int | None, excl
     return total
 
 
+def _pending_download(pub: Replica, arts: list[dict], scheme, registered: dict) -> int:
+    """What the publisher has for a subscription: every change of its unfiltered articles, and of the
+    filtered ones only what concerns its partition."""
+    filtered = {int(a["nickname"]) for a in arts if scheme.articles[a["name"]].filtered}
+    whole = [a["nickname"] for a in arts if int(a["nickname"]) not in filtered]
+    n = _count_after(pub, whole, registered["sentgen"], exclude_received_from=registered["replnickname"])
+    if filtered and registered.get("partition_id") is not None:
+        n += _count_for_partition(pub, sorted(filtered), registered["sentgen"], int(registered["partition_id"]),
+                                  registered["replnickname"])
+    return n
+
+
+def _count_for_partition(replica: Replica, nicknames: list[int], after: int | None, partition_id: int,
+                         exclude_received_from: int | None) -> int:
+    """Changes of filtered articles after ``after`` for one partition (as of the last partition
+    evaluation): upserts of rows in it, deletes and removals of rows that left it."""
+    if not nicknames:
+        return 0
+    p = replica.p
+    nick_list = ", ".join(str(int(n)) for n in nicknames)
+    gh, cur, past = (replica.meta(t) for t in ("MSmerge_genhistory", "MSmerge_current_partition_mappings",
+                                                "MSmerge_past_partition_mappings"))
+    excl, params = "", [int(after or 0)]
+    if exclude_received_from is not None:
+        excl = f" AND x.generation NOT IN (SELECT generation FROM {gh} WHERE genstatus = 2 AND source_nickname = {p})"
+        params.append(exclude_received_from)
+    ups = replica.scalar(
+        f"SELECT count(*) FROM {replica.meta('MSmerge_contents')} x JOIN {cur} cm ON cm.tablenick = x.tablenick "
+        f"AND cm.rowguid = x.rowguid AND cm.partition_id = {int(partition_id)} "
+        f"WHERE x.tablenick IN ({nick_list}) AND x.generation > {p}{excl}", params)
+    gone = replica.scalar(
+        f"SELECT count(DISTINCT x.rowguid) FROM {past} x WHERE x.partition_id = {int(partition_id)} "
+        f"AND x.tablenick IN ({nick_list}) AND x.generation > {p} AND NOT EXISTS (SELECT 1 FROM {cur} cm "
+        f"WHERE cm.tablenick = x.tablenick AND cm.rowguid = x.rowguid AND cm.partition_id = x.partition_id)",
+        [int(after or 0)])
+    return int(ups or 0) + int(gone or 0)
+
+
 def _failed_count(replica: Replica, source_nick: int | None) -> int:
     """Changes from ``source_nick`` that failed here and wait to be tried again."""
     if source_nick is None:
@@ -124,8 +162,7 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                     continue
                 entry.update({"status": "active", "nickname": r["replnickname"], "partition_id": r["partition_id"],
                               "publisher_sentgen": r["sentgen"], "publisher_recgen": r["recgen"],
-                              "pending_download": _count_after(pub, nicks, r["sentgen"],
-                                                               exclude_received_from=r["replnickname"]),
+                              "pending_download": _pending_download(pub, arts, scheme, r),
                               "failed_upload": _failed_count(pub, r["replnickname"])})
                 try:
                     with connect(topology.resolve_url(s.database), s.name) as sub:

@@ -20,6 +20,7 @@ from sparksync.merge.agent import MergeAgent, MergeOptions
 from sparksync.metadata import store
 from sparksync.provision import setup
 from sparksync.snapshot.manifest import current_snapshot
+from sparksync.status import gather_status
 from sparksync.topology import parse_topology
 
 DDL = {
@@ -184,6 +185,9 @@ def scenario(request, spark, tmp_path_factory):
     #    and their orders) goes from S to N; StoreS loses the subtree, StoreN and StoreN2 get it
     sc.sql("StoreS", 'UPDATE "SalesPerson" SET "Territory" = \'N\' WHERE "SalesPersonID" = 2')
     sc.merge("subscriber_moved_parent")
+    # 7. status counts, for each subscription, only the changes of its partition
+    sc.sql("HQ", 'UPDATE "Orders" SET "Total" = 1 WHERE "OrderID" = 105')      # customer 14: partition S
+    sc.status = {s["name"]: s for s in gather_status(topology)["subscriptions"]}
     yield sc
     dbs.cleanup()
 
@@ -287,6 +291,12 @@ def test_a_row_with_two_join_filters_is_in_the_partitions_of_both_parents(scenar
 def test_a_quote_in_a_partition_value_is_data(scenario):
     s = scenario.states["subscriber_moved_parent"]["StoreQ"]
     assert set(s["SalesPerson"]) == {5} and set(s["Customer"]) == {16} and set(s["Orders"]) == {106}
+
+
+def test_status_counts_the_changes_of_each_subscriptions_partition(scenario):
+    pending = {n: s["pending_download"] for n, s in scenario.status.items()}
+    assert pending == {"StoreN": 0, "StoreS": 1, "StoreN2": 0, "StoreQ": 0}
+    assert scenario.status["StoreS"]["partition_id"] != scenario.status["StoreN"]["partition_id"]
 
 
 def test_join_filter_articles_are_the_second_processing_group_parents_first(scenario):
