@@ -241,7 +241,8 @@ def test_older_metadata_is_refused_until_setup_upgrades_it(kind, dbs):
             r.execute(f"ALTER TABLE {r.meta('MSmerge_failed_changes')} DROP COLUMN {column}")
         for table, columns in (("sysmergepublications", ("partitions_evaluated",)),       # version 4's
                                ("sysmergearticles", ("filter_clause", "join_filters", "partition_options")),
-                               ("sysmergesubscriptions", ("login", "partition_id"))):
+                               ("sysmergesubscriptions", ("login", "partition_id")),
+                               ("MSmerge_articlehistory", ("removed",))):
             for column in columns:
                 r.execute(f"ALTER TABLE {r.meta(table)} DROP COLUMN {column}")
         for table in ("MSmerge_partition_groups", "MSmerge_current_partition_mappings",

@@ -238,6 +238,11 @@ def test_rows_that_left_a_partition_are_counted_as_removed_not_deleted(scenario)
     assert down["StoreN"].removed == 5 and down["StoreN"].deletes == 0
     assert down["StoreS"].inserts == 4 and down["StoreS"].removed == 0
     assert 1 in scenario.states["parent_moved"]["HQ"]["SalesPerson"]
+    session = scenario.summaries["parent_moved"].session_id
+    with connect(scenario.pub_url) as r:
+        history = store.select_rows(r, "MSmerge_articlehistory", {"session_id": session, "subscription": "StoreN",
+                                                                  "direction": "download"})
+    assert sum(h["removed"] for h in history) == 5 and sum(h["deletes"] for h in history) == 0
 
 
 def test_subscriber_insert_out_of_its_partition_is_kept_at_the_publisher_and_removed_from_it(scenario):

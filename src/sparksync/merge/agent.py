@@ -819,4 +819,4 @@ class MergeAgent:
                             "tablenick": nick_of.get(article, 0), "article": article, "direction": direction,
                             "inserts": st.inserts, "updates": st.updates, "deletes": st.deletes,
                             "conflicts": st.conflicts, "retries": st.retries, "failed": st.failed,
-                            "duration": st.seconds})
+                            "duration": st.seconds, "removed": st.removed})

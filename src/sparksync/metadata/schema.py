@@ -195,7 +195,8 @@ TABLES = TABLES + (
         (C("session_id", GUID, False), C("subscription", TEXT, False), C("tablenick", INT, False),
          C("article", TEXT, False), C("direction", TEXT, False), C("inserts", INT, False), C("updates", INT, False),
          C("deletes", INT, False), C("conflicts", INT, False), C("retries", INT, False), C("failed", INT, False),
-         C("duration", REAL, True, "seconds spent applying this article's changes at the destination")),
+         C("duration", REAL, True, "seconds spent applying this article's changes at the destination"),
+         C("removed", INT, True, "rows removed from the subscriber: they left its partition (filtered publications)")),
         ("session_id", "subscription", "tablenick", "direction"),
     ),
     MetaTable(
