@@ -42,7 +42,8 @@ DDL = {
 PEOPLE = {1: "N", 2: "S", 3: "N", 5: "O'Hara"}
 CUSTOMERS = {10: 1, 11: 2, 12: 3, 13: 2, 16: 5}
 ORDERS = {100: 10, 101: 10, 102: 11, 103: 12, 104: 13, 106: 16}
-STORES = {"StoreN": "N", "StoreS": "S", "StoreN2": "N", "StoreQ": "O'Hara"}   # a quote in a partition's value
+# StoreQ: a quote in a partition's value; StoreX: a partition no row belongs to (yet)
+STORES = {"StoreN": "N", "StoreS": "S", "StoreN2": "N", "StoreQ": "O'Hara", "StoreX": "X"}
 VISITS = {200: (10, 2), 201: (11, 2), 202: (13, 3)}   # a visit: (customer, salesperson)
 KEYS = {"SalesPerson": "SalesPersonID", "Customer": "CustomerID", "Orders": "OrderID", "Visit": "VisitID"}
 
@@ -138,11 +139,12 @@ class Scenario:
 
 
 PAIRS = {
-    "sqlite_to_sqlite": ("sqlite", {"StoreN": "sqlite", "StoreS": "sqlite", "StoreN2": "sqlite", "StoreQ": "sqlite"}),
+    "sqlite_to_sqlite": ("sqlite", {"StoreN": "sqlite", "StoreS": "sqlite", "StoreN2": "sqlite", "StoreQ": "sqlite",
+                                    "StoreX": "sqlite"}),
     "postgresql_to_mixed": ("postgresql", {"StoreN": "sqlite", "StoreS": "postgresql", "StoreN2": "sqlite",
-                                           "StoreQ": "postgresql"}),
+                                           "StoreQ": "postgresql", "StoreX": "sqlite"}),
     "sqlite_to_postgresql": ("sqlite", {"StoreN": "postgresql", "StoreS": "postgresql", "StoreN2": "sqlite",
-                                        "StoreQ": "sqlite"}),
+                                        "StoreQ": "sqlite", "StoreX": "postgresql"}),
 }
 
 
@@ -205,8 +207,8 @@ def test_setup_initializes_each_store_with_its_partition_only(scenario):
 
 def test_snapshot_holds_one_folder_per_partition_shared_by_its_subscriptions(scenario):
     arts = {a.name.split(".")[-1]: a for a in scenario.snapshot.articles}
-    assert all(a.partitions is not None and len(a.partitions) == 3 for a in arts.values())
-    assert sorted(int(p["rows"]) for p in arts["Orders"].partitions.values()) == [1, 2, 3]
+    assert all(a.partitions is not None and len(a.partitions) == 4 for a in arts.values())
+    assert sorted(int(p["rows"]) for p in arts["Orders"].partitions.values()) == [0, 1, 2, 3]
 
 
 def test_customer_moved_between_stores_takes_its_orders(scenario):
@@ -293,6 +295,11 @@ def test_a_row_with_two_join_filters_is_in_the_partitions_of_both_parents(scenar
     assert 200 not in moved["StoreN"]["Visit"] and 200 in moved["StoreS"]["Visit"]
 
 
+def test_an_empty_partition_initializes_empty_and_stays_empty(scenario):
+    for step in ("setup", "subscriber_moved_parent"):
+        assert all(not rows_ for rows_ in scenario.states[step]["StoreX"].values())
+
+
 def test_a_quote_in_a_partition_value_is_data(scenario):
     s = scenario.states["subscriber_moved_parent"]["StoreQ"]
     assert set(s["SalesPerson"]) == {5} and set(s["Customer"]) == {16} and set(s["Orders"]) == {106}
@@ -300,7 +307,7 @@ def test_a_quote_in_a_partition_value_is_data(scenario):
 
 def test_status_counts_the_changes_of_each_subscriptions_partition(scenario):
     pending = {n: s["pending_download"] for n, s in scenario.status.items()}
-    assert pending == {"StoreN": 0, "StoreS": 1, "StoreN2": 0, "StoreQ": 0}
+    assert pending == {"StoreN": 0, "StoreS": 1, "StoreN2": 0, "StoreQ": 0, "StoreX": 0}
     assert scenario.status["StoreS"]["partition_id"] != scenario.status["StoreN"]["partition_id"]
 
 
@@ -316,8 +323,9 @@ def test_partition_groups_and_subscriptions_at_the_publisher(scenario):
         groups = {g["host_name"]: g["partition_id"] for g in store.select_rows(r, "MSmerge_partition_groups")}
         subs = {s["name"]: s["partition_id"] for s in store.select_rows(r, "sysmergesubscriptions")
                 if s["role"] == "subscriber"}
-    assert set(groups) == {"N", "S", "O'Hara"}
-    assert subs == {"StoreN": groups["N"], "StoreS": groups["S"], "StoreN2": groups["N"], "StoreQ": groups["O'Hara"]}
+    assert set(groups) == {"N", "S", "O'Hara", "X"}
+    assert subs == {"StoreN": groups["N"], "StoreS": groups["S"], "StoreN2": groups["N"], "StoreQ": groups["O'Hara"],
+                    "StoreX": groups["X"]}
 
 
 # -- crashes ------------------------------------------------------------------------------------------
