@@ -129,7 +129,9 @@ class ArticleConfig(_Model):
     filter: str | None = Field(None, description="row filter: a WHERE clause without WHERE")
     # filtered merge publications (seed 002)
     join_filters: list[JoinFilterConfig] = Field(default_factory=list)
-    partition_options: Literal[0, 1, 2, 3] = Field(0, description="0 overlapping partitions (only 0 is available)")
+    partition_options: Literal[0, 1, 2, 3] = Field(0, description="0 overlapping; 1 overlapping, out-of-partition "
+                                                   "subscriber changes refused; 2 non-overlapping; 3 non-overlapping, "
+                                                   "one subscription per partition")
     columns: list[str] | None = Field(None, description="column filter: the published columns (all by default)")
 
     @model_validator(mode="after")
@@ -191,14 +193,9 @@ class PublicationConfig(_Model):
                                  f"{'is' if len(wrong) == 1 else 'are'} for "
                                  f"{'transactional' if self.kind == 'merge' else 'merge'} publications; this one is "
                                  f"kind = \"{self.kind}\"")
-        if self.kind == "merge":
-            for a in self.articles:
-                if a.partition_options != 0:
-                    raise ValueError(f"article {a.table}: partition_options = {a.partition_options} is not available "
-                                     "in this release; only 0 (overlapping partitions) is")
-            if not self.use_partition_groups and self.filtered:
-                raise ValueError("use_partition_groups = false (partition membership evaluated at every sync, "
-                                 "SetupBelongs) is not available in this release; leave it out (precomputed partitions)")
+        if self.kind == "merge" and not self.use_partition_groups and self.filtered:
+            raise ValueError("use_partition_groups = false (partition membership evaluated at every sync, "
+                             "SetupBelongs) is not available in this release; leave it out (precomputed partitions)")
         if self.kind == "transactional":
             wrong = sorted(k for k in self.model_fields_set if k in MERGE_PUBLICATION_KEYS)
             if wrong:

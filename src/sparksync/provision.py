@@ -303,12 +303,28 @@ def _make_partitions(pub, pubid: str, plan, values: dict, report: Reporter) -> d
     if moved:
         raise ConfigurationError("an initialized subscription cannot change partition (host_name, login): "
                                  "reinitialize it; nothing was changed", moved)
+    shared = []
+    for a in plan.articles:
+        if a.partition_options != 3:
+            continue
+        # one subscription per partition, as the article sees partitions: by the parameters it reads
+        used = sorted(scheme.parameters(a.key))
+        groups: dict[tuple, list[str]] = {}
+        for k, v in values.items():
+            if isinstance(k, str):
+                groups.setdefault(tuple(v[p] for p in used), []).append(k)
+        shared += [f"article {a.key} (partition_options = 3, one subscription per partition): subscriptions "
+                   f"{' and '.join(sorted(names))} are in one partition ("
+                   + ", ".join(f"{p} = {v!r}" for p, v in zip(used, key)) + ")"
+                   for key, names in groups.items() if len(names) > 1]
+    if shared:
+        raise ConfigurationError(f"publication {plan.config.name}: partitions shared by subscriptions; nothing was "
+                                 "changed", shared)
     made = ensure_partitions(pub, pubid, scheme, articles, [values[k] for k in keys])
-    fresh = {p.partition_id: p for p in made if p.partition_id not in known}
+    fresh = [p for p in dict.fromkeys(made) if p.partition_id not in known]
     if fresh:
         report(f"publication {plan.config.name}: {len(fresh)} partition(s) made: "
-               + "; ".join(f"{p.partition_id} ({p.describe()})" for p in list(fresh.values())[:5])
-               + (" ..." if len(fresh) > 5 else ""))
+               + "; ".join(f"{p.partition_id} ({p.describe()})" for p in fresh[:5]) + (" ..." if len(fresh) > 5 else ""))
     return {k: p.partition_id for k, p in zip(keys, made) if isinstance(k, str)}
 
 

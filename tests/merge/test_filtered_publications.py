@@ -409,9 +409,8 @@ def test_unique_key_promise_that_does_not_hold_is_refused(dbs, tmp_path):
     assert "unique_key" in _refused(dbs, tmp_path, pub)
 
 
-def test_partition_options_not_available_is_refused(tmp_path):
+def test_partition_options_on_an_unfiltered_article_is_refused(dbs, tmp_path):
     pub = publication()
-    pub["articles"][0]["partition_options"] = 3
-    with pytest.raises(ConfigurationError) as e:
-        parse_topology({"publisher": {"name": "HQ", "database": "sqlite:///x.db"}, "publications": [pub]}, tmp_path)
-    assert "partition_options = 3 is not available" in " ".join(e.value.problems or [e.value.message])
+    pub["articles"][3] = {"table": "Visit", "partition_options": 2}
+    msg = _refused(dbs, tmp_path, pub)
+    assert "Visit" in msg and "partition_options = 2 is for a filtered article" in msg

@@ -455,7 +455,10 @@ class MergeAgent:
         base = ApplyContext(pubid=pubid, upload=True, session_id=summary.session_id, publication=pubcfg.name,
                             rules=_rules(pubcfg, pub, articles, str(topo.base_dir)), replicas=_replicas(pub, pubid),
                             destinations={}, article_names={a["nickname"]: a["name"] for a in articles},
-                            filtered=filtered)
+                            filtered=filtered,
+                            refused_out_of_partition=frozenset(int(a["nickname"]) for a in articles
+                                                               if int(a["nickname"]) in filtered
+                                                               and a.get("partition_options") in (1, 3)))
         started = {s.name: time.perf_counter() for s, _ in active}
         damaged = replica_problems(pub, pubid)
         if damaged:
@@ -480,7 +483,12 @@ class MergeAgent:
             make_generation(pub, 1, threshold)
             partitions = None
             if scheme.filtered:
-                self._evaluate_partitions(pub, pubid, scheme, articles, threshold)
+                try:
+                    self._evaluate_partitions(pub, pubid, scheme, articles, threshold)
+                except SparksyncError as e:      # e.g. a row in two non-overlapping partitions: no download
+                    for _, sess in synced:
+                        sess.fail(f"partition evaluation: {e.message}", e)
+                    synced = []
                 partitions = PartitionRead(
                     tuple(sorted({e.partition_id for e in ends.values() if e.partition_id != ALL_PARTITIONS})),
                     filtered)

@@ -36,7 +36,13 @@ from .generations import new_generation
 from .plan import ApplyContext, BatchInfo, DestinationInfo
 from .resolvers import ResolverFailed
 from .staging import LocalMeta, StagedArticle, Staging
-from .tracking import TrackedArticle, agent_writes, delete_row_with_lineage, write_row_with_lineage
+from .tracking import (
+    TrackedArticle,
+    agent_writes,
+    delete_row_with_lineage,
+    published_articles,
+    write_row_with_lineage,
+)
 from .watermarks import read_watermark, write_watermark
 
 
@@ -194,6 +200,8 @@ class _BatchApplier:
                 outcome.status, outcome.message = "skipped", f"already applied (watermark {wm})"
                 return
             with agent_writes(replica):
+                refusing = dest.is_publisher and batch.partition_id and self.ctx.refused_out_of_partition
+                before = self.before_images() if refusing else {}
                 work, self.codecs = _plan(replica, self.ctx, dest, batch, self.changes, self.articles, outcome)
                 failed_nicks = {f["tablenick"] for f in store.select_rows(
                     replica, "MSmerge_failed_changes", {"source_nickname": batch.source_nick})}
@@ -216,6 +224,8 @@ class _BatchApplier:
                     if g is not None:
                         store.update_rows(replica, "MSmerge_genhistory", {"changecount": self.counts[key]},
                                           {"generation": g})
+                if refusing:
+                    self.refuse_out_of_partition(before)
                 if dest.is_publisher and batch.partition_id and self.ctx.filtered:
                     self.held_by_source()
                 failpoints.hit("apply.before_commit", f"{dest.name}:{batch.seq}")
@@ -234,6 +244,87 @@ class _BatchApplier:
             g = self.gens[key] = (new_generation(self.replica, 1, [d.nickname], pubid) if send_back else
                                   new_generation(self.replica, 2, known, pubid, b.source_nick, b.hi))
         return g
+
+    def _refusing(self) -> Iterator[tuple[int, TrackedArticle, list[str]]]:
+        """(nickname, article, rowguids of its upserts in this batch) of the articles whose subscriber
+        changes out of the partition are refused (partition_options 1 and 3)."""
+        for nick, cc in self.changes.items():
+            if nick in self.ctx.refused_out_of_partition and nick in self.articles:
+                guids = list(dict.fromkeys(g for g, op in zip(cc.rowguid, cc.op) if op == "upsert"))
+                if guids:
+                    yield nick, self.articles[nick][0], guids
+
+    def before_images(self) -> dict[str, tuple[dict[str, Any], dict, Any] | None]:
+        """The publisher's version (row, lineage, colv) of each row a refusing article's upserts touch,
+        None for a row it does not have: what a refused change is undone to."""
+        replica = self.replica
+        out: dict[str, tuple[dict[str, Any], dict, Any] | None] = {}
+        for _, art, guids in self._refusing():
+            contents, _, present = _prefetch(replica, art, guids)
+            for g in guids:
+                values = _load_row(replica, art, g) if g in present else None
+                lineage_, colv = contents.get(g) or ({}, None)
+                out[g] = (values, lineage_, colv) if values is not None else None
+        return out
+
+    def refuse_out_of_partition(self, before: dict) -> None:
+        """partition_options 1 and 3: a subscriber's insert or update that leaves the row outside the
+        subscriber's partition is refused. It is undone here (the publisher's version restored, or the
+        inserted row deleted), in a generation the subscriber does not have, so the download takes its
+        change back there too; and it is logged as a failed-change conflict, with the reason."""
+        from .evaluation import partitions
+        from .partitions import scheme_of
+
+        replica, d, batch = self.replica, self.replica.dialect, self.batch
+        part = next(p for p in partitions(replica, self.ctx.pubid) if p.partition_id == batch.partition_id)
+        scheme = scheme_of(published_articles(replica, self.ctx.pubid))
+        for nick, art, guids in self._refusing():
+            name = next(a for a, x in scheme.articles.items() if x.table == art.table)
+            cond = scheme.condition(d, name, "m", part.params)
+            if cond is None:
+                continue
+            out = []
+            for i in range(0, len(guids), 500):
+                chunk = guids[i:i + 500]
+                out += [str(g) for (g,) in replica.query(
+                    f"SELECT m.{d.quote(art.rowguid_column)} FROM {d.table_sql(art.table)} AS m "
+                    f"WHERE m.{d.quote(art.rowguid_column)} IN ({', '.join([d.uuid_param()] * len(chunk))}) "
+                    f"AND NOT ({cond})", chunk)]
+            cc = self.changes[nick]
+            for g in out:
+                self.undo_refused(nick, art, g, before.get(g), cc.change(cc.first[g]), part.describe())
+
+    def undo_refused(self, nick: int, art: TrackedArticle, guid: str, before, change: Change, partition: str) -> None:
+        replica, ctx, dest, batch = self.replica, self.ctx, self.dest, self.batch
+        st = self.outcome.stats.setdefault(nick, ArticleStats())
+        now = replica.query_one(f"SELECT lineage FROM {replica.meta('MSmerge_contents')} WHERE tablenick = {int(nick)} "
+                                f"AND rowguid = {replica.dialect.uuid_param()}", [guid])
+        current = lin.merge(lin.parse(now[0]) if now else {}, lin.parse(change.lineage))
+        inc = _incoming(change, self.codecs[nick], batch.source_nick)
+        gen = self.generation_for(True)
+        if before is None:
+            op = "insert"
+            delete_row_with_lineage(replica, art, guid, lin.bump(current, dest.nickname), gen, tombstone_type=6)
+            # the delete goes to the partition that holds the row: the subscriber's (past mappings route deletes)
+            store.insert_row(replica, "MSmerge_past_partition_mappings", {
+                "tablenick": nick, "rowguid": guid, "partition_id": batch.partition_id, "generation": gen})
+        else:
+            op = "update"
+            values, lineage_, colv = before
+            write_row_with_lineage(replica, art, values, lin.bump(lin.merge(lineage_, current), dest.nickname), gen,
+                                   colv=_json_value(colv) if colv is not None else None)
+        self.counts["resolved"] += 1
+        st.conflicts += 1
+        st.failed += 1
+        key = _row_key(art, inc.values)
+        rec = ConflictRecord(failed_type(True, op), nick, guid, "out_of_partition",
+                             f"{op} refused: the row would be outside the partition of {batch.source} ({partition}) "
+                             f"and partition_options = 1 or 3 refuses that; the publisher's "
+                             f"{'version was sent back' if before is not None else 'delete was sent back'}"
+                             + (f" (row {key})" if key else ""),
+                             origin=ctx.replicas.name(batch.source_nick), winner=ctx.replicas.name(dest.nickname),
+                             losing_row=inc.values)
+        _record_conflict(replica, ctx, dest, batch, art, rec, self.outcome)
 
     def held_by_source(self) -> None:
         """At the publisher, from a subscriber of a filtered publication: the rows it sent are rows it

@@ -40,6 +40,15 @@ PARTITION_ALIAS = "pg"
 SETTINGS = ("host_name", "login")
 
 
+NON_OVERLAPPING = (2, 3)       # partition_options of articles whose rows belong to one partition at most
+
+
+class PartitionOverlap(ConfigurationError):
+    """A row of a non-overlapping article (partition_options 2 or 3) belongs to two partitions."""
+
+    code = "partition_overlap"
+
+
 @dataclass(frozen=True)
 class Partition:
     partition_id: int
@@ -125,6 +134,8 @@ def ensure_partitions(replica: Replica, pubid: str, scheme: PartitionScheme, art
             f"SELECT {'' if joined.unique else 'DISTINCT '}{int(art.nickname)}, m.{d.quote(art.rowguid_column)}, "
             f"{PARTITION_ALIAS}.partition_id FROM {d.table_sql(art.table)} AS m {joined.joins} "
             f"WHERE {PARTITION_ALIAS}.partition_id IN ({ids})")
+        if a.get("partition_options") in NON_OVERLAPPING:
+            check_non_overlapping(replica, scheme, a)
     return out
 
 
@@ -167,6 +178,7 @@ class _Evaluator:
             self.result.articles.append(a["name"])
             self.realign_children(a)
             self.evaluate_article(a)
+            self.check_overlap(a)
         if self.realign is not None:
             store.update_rows(r, "MSmerge_genhistory", {"changecount": self.result.realigned},
                               {"generation": self.realign})
@@ -242,6 +254,14 @@ class _Evaluator:
         c = r.execute(f"INSERT INTO {cur} (tablenick, rowguid, partition_id) {entered}", [self.pubid])
         self.result.entered += max(getattr(c, "rowcount", 0), 0)
 
+    def check_overlap(self, a: dict) -> None:
+        """A non-overlapping article (partition_options 2 or 3): none of its changed rows may be in two
+        partitions (an error naming the row, not silent duplication)."""
+        if a.get("partition_options") in NON_OVERLAPPING:
+            changed = (f"SELECT c.rowguid FROM {self.contents} c WHERE c.tablenick = {int(a['nickname'])} "
+                       f"AND {self.in_range('c.generation')}")
+            check_non_overlapping(self.r, self.scheme, a, changed)
+
     def _insert_past(self, select: str, params: list | None = None) -> int:
         past = self.past
         c = self.r.execute(
@@ -260,6 +280,38 @@ class _Evaluator:
                        f"AS z WHERE NOT EXISTS (SELECT 1 FROM {s} q WHERE q.tablenick = z.tablenick "
                        f"AND q.rowguid = z.rowguid)", params or [])
 
+
+
+def check_non_overlapping(replica: Replica, scheme: PartitionScheme, a: dict, rowguids_sql: str | None = None) -> None:
+    """Raise PartitionOverlap naming the first rows of article ``a`` (of ``rowguids_sql``, or all) that
+    are mapped to more than one partition."""
+    art = tracked_article(a)
+    cur, groups = replica.meta("MSmerge_current_partition_mappings"), replica.meta("MSmerge_partition_groups")
+    only = f" AND cm.rowguid IN ({rowguids_sql})" if rowguids_sql else ""
+    # partitions as the article sees them: by the parameters its filters read (two subscriptions that
+    # differ only in a login the article does not read are in one partition of it)
+    used = sorted(scheme.parameters(a["name"])) or ["host_name"]
+    value = " || '|' || ".join(f"coalesce(pg.{p}, '')" for p in used)
+    rows = replica.query(f"SELECT cm.rowguid FROM {cur} cm JOIN {groups} pg ON pg.partition_id = cm.partition_id "
+                         f"WHERE cm.tablenick = {int(art.nickname)}{only} GROUP BY cm.rowguid "
+                         f"HAVING count(DISTINCT {value}) > 1")
+    if not rows:
+        return
+    d = replica.dialect
+    names = {p.partition_id: p.describe() for p in partitions(replica, str(a["pubid"]))}
+    found = []
+    for (guid,) in rows[:3]:
+        pids = sorted(int(p) for (p,) in replica.query(f"SELECT partition_id FROM {cur} WHERE tablenick = "
+                                                       f"{int(art.nickname)} AND rowguid = {d.uuid_param()}", [guid]))
+        key = replica.query_one(f"SELECT {', '.join(d.quote(k) for k in art.info.primary_key)} FROM "
+                                f"{d.table_sql(art.table)} WHERE {d.quote(art.rowguid_column)} = {d.uuid_param()}",
+                                [guid])
+        where = ", ".join(f"{k}={v}" for k, v in zip(art.info.primary_key, key or ())) or str(guid)
+        found.append(f"row {where} is in partitions " + " and ".join(f"{p} ({names.get(p, '?')})" for p in pids))
+    raise PartitionOverlap(f"article {a['name']} has partition_options = {a['partition_options']} (non-overlapping "
+                           f"partitions) but {len(rows)} row(s) belong to more than one partition: "
+                           + "; ".join(found) + "; change the rows or the filter (nothing was merged)",
+                           obj=a["name"])
 
 
 def _as_columns() -> dict:

@@ -178,6 +178,9 @@ def _plan_filters(replica: Replica, plan: PublicationPlan) -> list[str]:
                                       "equalities only", obj=a.key)
                 a.join_filters.append({"parent": parent_key, "clause": j.clause, "unique_key": j.unique_key})
             a.partition_options = cfg.partition_options
+            if cfg.partition_options and cfg.filter is None and not cfg.join_filters:
+                raise FilterError(f"{where}: partition_options = {cfg.partition_options} is for a filtered article "
+                                  "(give it a filter or join_filters, or leave partition_options out)", obj=a.key)
             if a.existing is not None and a.existing["pubid"] == (plan.existing or {}).get("pubid") and (
                     (a.existing.get("filter_clause"), a.existing.get("join_filters") or [])
                     != (a.filter_clause, a.join_filters)):
