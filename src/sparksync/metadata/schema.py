@@ -221,7 +221,10 @@ TABLES = TABLES + (
         (C("partition_id", INT, False), C("pubid", GUID, False), C("host_name", TEXT), C("login", TEXT),
          C("created_at", TS, False)),
         ("partition_id",),
-        (MetaIndex("MSmerge_partition_groups_pub", ("pubid",)),),
+        # evaluation joins rows to their partitions by these values (a filter like Territory = HOST_NAME());
+        # no index on pubid: SQLite would start from every partition of the publication
+        (MetaIndex("MSmerge_partition_groups_host", ("host_name",)),
+         MetaIndex("MSmerge_partition_groups_login", ("login",))),
     ),
     MetaTable(
         "MSmerge_current_partition_mappings",
