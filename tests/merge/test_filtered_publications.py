@@ -370,6 +370,35 @@ def test_an_initialized_subscription_cannot_change_partition(spark, dbs, tmp_pat
     assert set(rows(urls["StoreN"])["Customer"]) == {10, 12}
 
 
+@pytest.mark.parametrize("pub_kind", ["sqlite", "postgresql"])
+def test_late_subscribers_get_their_partition_and_nothing_twice(pub_kind, spark, dbs, tmp_path):
+    """Subscriptions added after the others synced: one in an existing partition, one in a new one
+    (a new snapshot holds it). Each gets its partition; the next merge sends neither anything again."""
+    pub_url, urls, topology = build(dbs, tmp_path, pub_kind, {"StoreN": "sqlite", "StoreS": pub_kind})
+    setup(topology, lambda: spark)
+    agent = MergeAgent(topology, spark)
+    with connect(pub_url) as r, r.transaction():
+        r.execute('UPDATE "Customer" SET "SalesPersonID" = 2 WHERE "CustomerID" = 12')
+    assert agent.run(MergeOptions()).ok
+    first = current_snapshot(topology.snapshot_root, "Sales")[1].snapshot_id
+    late = {"StoreN2": dbs.url("sqlite", "storen2"), "StoreQ": dbs.url(pub_kind, "storeq")}
+    data = {"publisher": {"name": "HQ", "database": pub_url, "snapshot_dir": str(tmp_path / "snap")},
+            "publications": [publication()],
+            "subscriptions": [{"name": n, "publication": "Sales", "database": u, "host_name": STORES[n]}
+                              for n, u in {**urls, **late}.items()]}
+    topology = parse_topology(data, tmp_path)
+    setup(topology, lambda: spark)
+    assert current_snapshot(topology.snapshot_root, "Sales")[1].snapshot_id != first   # a new partition: new snapshot
+    summary = MergeAgent(topology, spark).run(MergeOptions())
+    assert summary.ok
+    moved = {s.subscription: s.total("download") for s in summary.subscriptions}
+    assert all(m.inserts + m.updates + m.deletes + m.removed + m.skipped == 0 for m in moved.values()), moved
+    hq = rows(pub_url)
+    for n, u in {**urls, **late}.items():
+        want, have = oracle(hq, STORES[n]), rows(u)
+        assert all(set(have[t]) == want[t] for t in KEYS), (n, have, want)
+
+
 # -- refused at setup, before anything changes ----------------------------------------------------
 
 def _refused(dbs, tmp_path, pub=None, subs=None) -> str:
