@@ -173,7 +173,8 @@ class PublicationConfig(_Model):
     generation_leveling_threshold: int = Field(1000, ge=1)
     retention: int = Field(14, ge=0, description="days")
     conflict_logging: Literal["publisher", "subscriber", "both"] = "publisher"
-    use_partition_groups: bool = Field(True, description="precomputed partitions (partition mappings)")
+    use_partition_groups: bool = Field(True, description="precomputed partitions (partition mappings); false: "
+                                                         "membership evaluated at sync time (SetupBelongs)")
     partitions: list[PartitionConfig] = Field(default_factory=list, description="partitions made at setup")
 
     _n = field_validator("name")(lambda cls, v: _check_name(v, "publication name"))
@@ -193,9 +194,11 @@ class PublicationConfig(_Model):
                                  f"{'is' if len(wrong) == 1 else 'are'} for "
                                  f"{'transactional' if self.kind == 'merge' else 'merge'} publications; this one is "
                                  f"kind = \"{self.kind}\"")
-        if self.kind == "merge" and not self.use_partition_groups and self.filtered:
-            raise ValueError("use_partition_groups = false (partition membership evaluated at every sync, "
-                             "SetupBelongs) is not available in this release; leave it out (precomputed partitions)")
+        if self.kind == "merge" and not self.use_partition_groups:
+            strict = sorted(a.table for a in self.articles if a.partition_options in (2, 3))
+            if strict:
+                raise ValueError(f"article {', '.join(strict)}: non-overlapping partitions (partition_options 2, 3) "
+                                 "are checked on the partition mappings: they need use_partition_groups = true")
         if self.kind == "transactional":
             wrong = sorted(k for k in self.model_fields_set if k in MERGE_PUBLICATION_KEYS)
             if wrong:

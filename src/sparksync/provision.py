@@ -320,7 +320,8 @@ def _make_partitions(pub, pubid: str, plan, values: dict, report: Reporter) -> d
     if shared:
         raise ConfigurationError(f"publication {plan.config.name}: partitions shared by subscriptions; nothing was "
                                  "changed", shared)
-    made = ensure_partitions(pub, pubid, scheme, articles, [values[k] for k in keys])
+    made = ensure_partitions(pub, pubid, scheme, articles, [values[k] for k in keys],
+                             mappings=plan.config.use_partition_groups)
     fresh = [p for p in dict.fromkeys(made) if p.partition_id not in known]
     if fresh:
         report(f"publication {plan.config.name}: {len(fresh)} partition(s) made: "

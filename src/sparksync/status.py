@@ -36,8 +36,9 @@ def _count_after(replica: Replica, nicknames: list[int], after: int | None, excl
 
 def _pending_download(pub: Replica, arts: list[dict], scheme, registered: dict) -> int:
     """What the publisher has for a subscription: every change of its unfiltered articles, and of the
-    filtered ones only what concerns its partition."""
-    filtered = {int(a["nickname"]) for a in arts if scheme.articles[a["name"]].filtered}
+    filtered ones only what concerns its partition (with precomputed partitions; ``scheme`` None:
+    every change, as SetupBelongs evaluates them at the sync)."""
+    filtered = {int(a["nickname"]) for a in arts if scheme is not None and scheme.articles[a["name"]].filtered}
     whole = [a["nickname"] for a in arts if int(a["nickname"]) not in filtered]
     n = _count_after(pub, whole, registered["sentgen"], exclude_received_from=registered["replnickname"])
     if filtered and registered.get("partition_id") is not None:
@@ -139,7 +140,9 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                 })
             damaged = replica_problems(pub, prow["pubid"])
             scheme = scheme_of(arts)
-            filtered = {"partitions": describe_partitions(pub, prow["pubid"], arts, scheme)} if scheme.filtered else {}
+            precomputed = prow.get("use_partition_groups") in (None, 1)
+            filtered = ({"partitions": describe_partitions(pub, prow["pubid"], arts, scheme, precomputed)}
+                        if scheme.filtered else {})
             out["publications"].append({
                 "name": pcfg.name, "pubid": prow["pubid"], "kind": prow["kind"],
                 "state": "damaged" if damaged else "published", **({"problems": damaged} if damaged else {}),
@@ -162,7 +165,7 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                     continue
                 entry.update({"status": "active", "nickname": r["replnickname"], "partition_id": r["partition_id"],
                               "publisher_sentgen": r["sentgen"], "publisher_recgen": r["recgen"],
-                              "pending_download": _pending_download(pub, arts, scheme, r),
+                              "pending_download": _pending_download(pub, arts, scheme if precomputed else None, r),
                               "failed_upload": _failed_count(pub, r["replnickname"])})
                 try:
                     with connect(topology.resolve_url(s.database), s.name) as sub:

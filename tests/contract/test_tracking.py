@@ -239,7 +239,7 @@ def test_older_metadata_is_refused_until_setup_upgrades_it(kind, dbs):
         r.execute(f"ALTER TABLE {r.meta('MSmerge_articlehistory')} DROP COLUMN duration")
         for column in ("row_key", "column_name", "value"):      # version 3's
             r.execute(f"ALTER TABLE {r.meta('MSmerge_failed_changes')} DROP COLUMN {column}")
-        for table, columns in (("sysmergepublications", ("partitions_evaluated",)),       # version 4's
+        for table, columns in (("sysmergepublications", ("partitions_evaluated", "use_partition_groups")),  # v4
                                ("sysmergearticles", ("filter_clause", "join_filters", "partition_options")),
                                ("sysmergesubscriptions", ("login", "partition_id")),
                                ("MSmerge_articlehistory", ("removed",))):

@@ -145,7 +145,11 @@ PAIRS = {
                                            "StoreQ": "postgresql", "StoreX": "sqlite"}),
     "sqlite_to_postgresql": ("sqlite", {"StoreN": "postgresql", "StoreS": "postgresql", "StoreN2": "sqlite",
                                         "StoreQ": "sqlite", "StoreX": "postgresql"}),
+    # membership evaluated at sync time (use_partition_groups = false), PostgreSQL publisher
+    "setupbelongs_postgresql_to_mixed": ("postgresql", {"StoreN": "sqlite", "StoreS": "postgresql",
+                                                        "StoreN2": "sqlite", "StoreQ": "sqlite", "StoreX": "sqlite"}),
 }
+SETUPBELONGS = {"setupbelongs_postgresql_to_mixed"}
 
 
 @pytest.fixture(scope="module", params=list(PAIRS))
@@ -155,9 +159,12 @@ def scenario(request, spark, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(request.param)
     dbs = Databases(tmp, request)
     pub_kind, sub_kinds = PAIRS[request.param]
-    pub_url, urls, topology = build(dbs, tmp, pub_kind, sub_kinds)
+    pub_url, urls, topology = build(dbs, tmp, pub_kind, sub_kinds,
+                                    publication({"use_partition_groups": False} if request.param in SETUPBELONGS
+                                                else None))
     setup(topology, lambda: spark)
     sc = Scenario(pub_url, urls, MergeAgent(topology, spark))
+    sc.setupbelongs = request.param in SETUPBELONGS
     sc.record("setup")
     sc.snapshot = current_snapshot(topology.snapshot_root, "Sales")[1]
     # 1. publisher: a new salesperson with a customer and an order, a customer moved N -> S, an order deleted
@@ -307,6 +314,9 @@ def test_a_quote_in_a_partition_value_is_data(scenario):
 
 def test_status_counts_the_changes_of_each_subscriptions_partition(scenario):
     pending = {n: s["pending_download"] for n, s in scenario.status.items()}
+    if scenario.setupbelongs:   # no mappings: every change is pending for everyone until the sync evaluates it
+        assert pending == {"StoreN": 1, "StoreS": 1, "StoreN2": 1, "StoreQ": 1, "StoreX": 1}
+        return
     assert pending == {"StoreN": 0, "StoreS": 1, "StoreN2": 0, "StoreQ": 0, "StoreX": 0}
     assert scenario.status["StoreS"]["partition_id"] != scenario.status["StoreN"]["partition_id"]
 

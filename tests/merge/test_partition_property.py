@@ -1,10 +1,12 @@
-"""Randomized filtered publication: random DML at the publisher and at the subscribers (rows moved
-between partitions, parents moved under their children, inserts out of a subscriber's partition,
-deletes; some through the sqlite3 shell / psql), random merges (subsets, directions) and injected
-crashes (in the partition evaluation, inside and after a batch). After every merge session that
-completed for a subscriber in both directions, it holds exactly its partition, computed independently
-in Python from the publisher's rows (a leak check after every merge, not only at the end); after a
-final round, every subscriber does.
+"""Randomized filtered publication, in both modes at once: two identical topologies, one with
+precomputed partitions and one evaluating membership at sync time (SetupBelongs), get the same random
+DML at the publisher and at the subscribers (rows moved between partitions, parents moved under their
+children, inserts out of a subscriber's partition, deletes; some through the sqlite3 shell / psql),
+the same random merges (subsets, directions) and injected crashes (in the partition evaluation,
+inside and after a batch). After every merge session that completed for a subscriber in both
+directions, it holds exactly its partition, computed independently in Python from the publisher's
+rows (a leak check after every merge, not only at the end); after a final round every subscriber
+does, and both modes hold identical rows.
 
 SPARKSYNC_PARTITION_EXAMPLES sets how many examples run (default 4); the count is printed.
 """
@@ -53,17 +55,15 @@ TABLES = {"SalesPerson": ("SalesPersonID", '"Territory"'), "Customer": ("Custome
           "Orders": ("OrderID", '"CustomerID"'), "Visit": ("VisitID", '"CustomerID", "SalesPersonID"')}
 
 
-@pytest.fixture(scope="module")
-def world(spark, tmp_path_factory, pg_admin_url):
+def _world(spark, tmp, pg_admin_url, mode: str, created: list[str]):
     import psycopg
 
-    tmp = tmp_path_factory.mktemp("partition_property")
-    urls, created = {}, []
+    urls = {}
     for who, kind in KINDS.items():
         if kind == "sqlite":
-            urls[who] = f"sqlite:///{tmp / (who + '.db')}"
+            urls[who] = f"sqlite:///{tmp / (mode + who + '.db')}"
         else:
-            name = f"sst_part_{who.lower()}_{uuid.uuid4().hex[:8]}"
+            name = f"sst_part_{mode}_{who.lower()}_{uuid.uuid4().hex[:8]}"
             with psycopg.connect(pg_admin_url, autocommit=True) as c:
                 c.execute(f'CREATE DATABASE "{name}"')
             created.append(name)
@@ -78,8 +78,8 @@ def world(spark, tmp_path_factory, pg_admin_url):
         r.executemany('INSERT INTO "Orders" VALUES (%s, %s)', [(i, 10 + i % 20) for i in range(100, 160)])
         r.executemany('INSERT INTO "Visit" VALUES (%s, %s, %s)', [(i, 10 + i % 20, 1 + i % 5) for i in range(200, 220)])
     topo = parse_topology({
-        "publisher": {"name": "P", "database": urls["P"], "snapshot_dir": str(tmp / "snap")},
-        "publications": [{"name": "Sales", "articles": [
+        "publisher": {"name": "P", "database": urls["P"], "snapshot_dir": str(tmp / f"snap_{mode}")},
+        "publications": [{"name": "Sales", "use_partition_groups": mode == "precomputed", "articles": [
             {"table": "SalesPerson", "filter": "Territory = HOST_NAME()"},
             {"table": "Customer", "join_filters": [{"parent": "SalesPerson", "unique_key": True,
                                                     "clause": "Customer.SalesPersonID = SalesPerson.SalesPersonID"}]},
@@ -92,15 +92,24 @@ def world(spark, tmp_path_factory, pg_admin_url):
                           for n, h in HOSTS.items()],
     }, tmp)
     setup(topo, lambda: spark)
-    yield urls, MergeAgent(topo, spark)
+    return urls, MergeAgent(topo, spark)
+
+
+@pytest.fixture(scope="module")
+def worlds(spark, tmp_path_factory, pg_admin_url):
+    import psycopg
+
+    tmp = tmp_path_factory.mktemp("partition_property")
+    created: list[str] = []
+    yield {mode: _world(spark, tmp, pg_admin_url, mode, created) for mode in ("precomputed", "setupbelongs")}
     print(f"\npartitions: {ran['examples']} examples, {ran['ops']} DML statements, {ran['merges']} merges, "
-          f"{ran['crashes']} injected crashes, {ran['checks']} partition checks")
+          f"{ran['crashes']} injected crashes, {ran['checks']} partition checks, both modes")
     with psycopg.connect(pg_admin_url, autocommit=True) as c:
         for name in created:
             c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _exec(url: str, sql: str, via_client: bool) -> None:
+def _run(url: str, sql: str, via_client: bool) -> None:
     if via_client and url.startswith("sqlite") and shutil.which("sqlite3"):
         subprocess.run(["sqlite3", url.removeprefix("sqlite:///")], input=sql + ";\n", text=True, check=True,
                        capture_output=True)
@@ -136,43 +145,49 @@ def _check(urls: dict[str, str], subs, when: str) -> None:
         ran["checks"] += 1
 
 
-def _dml(urls: dict[str, str], who: str, op: str, pick: int, territory: str, via_client: bool) -> None:
-    url = urls[who]
-    held = _rows(url)
+def _dml(urls: dict[str, str], who: str, op: str, pick: int, territory: str, via_client: bool,
+         also: list[dict[str, str]] = ()) -> None:
+    """One statement chosen from ``urls``' rows at ``who``, run there and at ``who`` of each of ``also``."""
+    held = _rows(urls[who])
+
+    def run(sql: str, via: bool) -> None:
+        for u in [urls, *also]:
+            _run(u[who], sql, via)
+
     people, customers, orders, visits = (sorted(held[t]) for t in TABLES)
     ran["ops"] += 1
     if op == "add_person":
-        _exec(url, f'INSERT INTO "SalesPerson" ("SalesPersonID", "Territory") VALUES ({next(ids)}, \'{territory}\')',
+        run(f'INSERT INTO "SalesPerson" ("SalesPersonID", "Territory") VALUES ({next(ids)}, \'{territory}\')',
               via_client)
     elif op == "move_person" and people:
-        _exec(url, f'UPDATE "SalesPerson" SET "Territory" = \'{territory}\' WHERE "SalesPersonID" = '
+        run(f'UPDATE "SalesPerson" SET "Territory" = \'{territory}\' WHERE "SalesPersonID" = '
                    f'{people[pick % len(people)]}', via_client)
     elif op in ("add_customer", "move_customer") and people:
         person = people[pick % len(people)] if who != "P" or pick % 4 else 1 + pick % 6
         if op == "add_customer":
-            _exec(url, f'INSERT INTO "Customer" ("CustomerID", "SalesPersonID", "Name") VALUES ({next(ids)}, '
+            run(f'INSERT INTO "Customer" ("CustomerID", "SalesPersonID", "Name") VALUES ({next(ids)}, '
                        f'{person}, \'new\')', via_client)
         elif customers:
-            _exec(url, f'UPDATE "Customer" SET "SalesPersonID" = {person} WHERE "CustomerID" = '
+            run(f'UPDATE "Customer" SET "SalesPersonID" = {person} WHERE "CustomerID" = '
                        f'{customers[pick % len(customers)]}', via_client)
     elif op == "rename_customer" and customers:
-        _exec(url, f'UPDATE "Customer" SET "Name" = \'{who}{pick}\' WHERE "CustomerID" = '
+        run(f'UPDATE "Customer" SET "Name" = \'{who}{pick}\' WHERE "CustomerID" = '
                    f'{customers[pick % len(customers)]}', via_client)
     elif op in ("add_order", "move_order") and customers:
         customer = customers[pick % len(customers)]
         if op == "add_order":
-            _exec(url, f'INSERT INTO "Orders" ("OrderID", "CustomerID") VALUES ({next(ids)}, {customer})', via_client)
+            run(f'INSERT INTO "Orders" ("OrderID", "CustomerID") VALUES ({next(ids)}, {customer})', via_client)
         elif orders:
-            _exec(url, f'UPDATE "Orders" SET "CustomerID" = {customer} WHERE "OrderID" = {orders[pick % len(orders)]}',
+            run(f'UPDATE "Orders" SET "CustomerID" = {customer} WHERE "OrderID" = {orders[pick % len(orders)]}',
                   via_client)
     elif op == "add_visit" and customers and people:
-        _exec(url, f'INSERT INTO "Visit" ("VisitID", "CustomerID", "SalesPersonID") VALUES ({next(ids)}, '
+        run(f'INSERT INTO "Visit" ("VisitID", "CustomerID", "SalesPersonID") VALUES ({next(ids)}, '
                    f'{customers[pick % len(customers)]}, {people[pick % len(people)]})', via_client)
     elif op == "move_visit" and visits and people:
-        _exec(url, f'UPDATE "Visit" SET "SalesPersonID" = {people[pick % len(people)] if pick % 3 else 1 + pick % 6} '
+        run(f'UPDATE "Visit" SET "SalesPersonID" = {people[pick % len(people)] if pick % 3 else 1 + pick % 6} '
                    f'WHERE "VisitID" = {visits[pick % len(visits)]}', via_client)
     elif op == "delete_order" and orders:
-        _exec(url, f'DELETE FROM "Orders" WHERE "OrderID" = {orders[pick % len(orders)]}', via_client)
+        run(f'DELETE FROM "Orders" WHERE "OrderID" = {orders[pick % len(orders)]}', via_client)
     else:
         ran["ops"] -= 1
 
@@ -180,31 +195,36 @@ def _dml(urls: dict[str, str], who: str, op: str, pick: int, territory: str, via
 @settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(plan=steps)
-def test_every_subscriber_holds_exactly_its_partition(world, plan):
-    urls, agent = world
+def test_every_subscriber_holds_exactly_its_partition_in_both_modes(worlds, plan):
     fp_file = os.environ["SPARKSYNC_FAILPOINTS"]
     ran["examples"] += 1
+    (first, _), *rest = worlds.values()
     for step in plan:
         if step[0] != "merge":
-            _dml(urls, *step)
+            _dml(first, *step, also=[u for u, _ in rest])
             continue
         _, subs, exchange, crash = step
         target = sorted(subs)[0]
-        if crash:
-            fp.arm(fp_file, crash if crash.startswith("partitions") else
-                   f"{crash} {'P' if exchange == 'upload' else target}:0")
-        summary = None
-        with contextlib.suppress(InjectedFault):
-            summary = agent.run(MergeOptions(exchange, subscriptions=sorted(subs)))
-        ran["merges"] += 1
-        fired = bool(crash) and not (os.path.exists(fp_file) and Path(fp_file).read_text().strip())
-        ran["crashes"] += fired
-        if os.path.exists(fp_file):
-            os.remove(fp_file)
-        if summary is not None and exchange == "both":
-            done = [s.subscription for s in summary.subscriptions if s.ok]
-            _check(urls, done, f"after a merge of {sorted(subs)}")
-    for _ in range(2):
-        summary = agent.run(MergeOptions())
-        assert summary.ok, summary.to_dict()
-    _check(urls, HOSTS, "after the final rounds")
+        for mode, (urls, agent) in worlds.items():
+            armed = crash and not (crash.startswith("partitions") and mode == "setupbelongs")   # no evaluation there
+            if armed:
+                fp.arm(fp_file, crash if crash.startswith("partitions") else
+                       f"{crash} {'P' if exchange == 'upload' else target}:0")
+            summary = None
+            with contextlib.suppress(InjectedFault):
+                summary = agent.run(MergeOptions(exchange, subscriptions=sorted(subs)))
+            ran["merges"] += 1
+            ran["crashes"] += bool(armed) and not (os.path.exists(fp_file) and Path(fp_file).read_text().strip())
+            if os.path.exists(fp_file):
+                os.remove(fp_file)
+            if summary is not None and exchange == "both":
+                done = [s.subscription for s in summary.subscriptions if s.ok]
+                _check(urls, done, f"{mode}: after a merge of {sorted(subs)}")
+    final = {}
+    for mode, (urls, agent) in worlds.items():
+        for _ in range(2):
+            summary = agent.run(MergeOptions())
+            assert summary.ok, summary.to_dict()
+        _check(urls, HOSTS, f"{mode}: after the final rounds")
+        final[mode] = {who: _rows(u) for who, u in urls.items()}
+    assert final["precomputed"] == final["setupbelongs"], "the two modes disagree"

@@ -40,7 +40,8 @@ def partitions_command(
             articles = published_articles(pub, rows[0]["pubid"])
             scheme = scheme_of(articles)
             if scheme.filtered:
-                out[p.name] = describe_partitions(pub, rows[0]["pubid"], articles, scheme)
+                out[p.name] = describe_partitions(pub, rows[0]["pubid"], articles, scheme,
+                                                  rows[0].get("use_partition_groups") in (None, 1))
     if as_json:
         console.print_json(json.dumps(out))
         return

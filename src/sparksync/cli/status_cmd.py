@@ -23,7 +23,7 @@ def print_partitions(parts: list[dict]) -> None:
     t = Table("partition", "host_name", "login", "subscriptions", *[f"{a} rows" for a in articles], box=None)
     for p in parts:
         t.add_row(str(p["partition_id"]), _fmt(p["host_name"]), _fmt(p["login"]),
-                  ", ".join(p["subscriptions"]) or "-", *[str(p["rows"][a]) for a in articles])
+                  ", ".join(p["subscriptions"]) or "-", *[_fmt(p["rows"][a]) for a in articles])
     console.print(t)
 
 

@@ -37,6 +37,7 @@ from .changes import (
     CHANGE_SCHEMA,
     OP_REMOVE,
     READ_ERROR_GENERATION,
+    REALIGN_GENERATION,
     REMOVE_GENERATION,
     RETRY_GENERATION,
     change_read,
@@ -49,6 +50,7 @@ from .integrity import check_identity, describe, replica_problems
 from .partitions import PartitionScheme, scheme_of
 from .plan import ApplyContext, BatchInfo, DestinationInfo, Route
 from .resolvers import BUILTIN, PUBLISHER_PRIORITY, Replicas, check_user_resolver
+from .setupbelongs import belongs_reads, not_belongs_read
 from .stream import RESULT_SCHEMA, BatchResult, apply_stream_empty, make_mapper
 from .tracking import published_articles, tracked_article
 
@@ -193,6 +195,15 @@ def _change_reads(replica_url: str, label: str, replica: Replica, articles: list
         base = {"source": source, "source_nick": source_nick, "tablenick": art.nickname,
                 "key": list(art.info.primary_key)}
         filtered = partitions is not None and art.nickname in partitions.filtered
+        if filtered and partitions is not None and not partitions.precomputed:
+            # SetupBelongs: upserts are read by setupbelongs.belongs_reads; deletes go to every subscriber
+            deletes = counts(tomb, art.nickname)
+            for a_lo, a_hi in (split_ranges(deletes, lo, hi, parts) if deletes else []):
+                out.append(change_read(
+                    replica_url, f"SELECT generation, rowguid, lineage, NULL FROM {tomb} WHERE tablenick = "
+                    f"{int(art.nickname)} AND generation > {p} AND generation <= {p}", [a_lo, a_hi], [],
+                    f"{label}/{a['name']} deletes", {**base, "op": "delete"}))
+            continue
         upserts = counts(contents, art.nickname)
         mapped, mapped_del, part_col = "", "", ""
         if filtered:
@@ -223,11 +234,14 @@ def _change_reads(replica_url: str, label: str, replica: Replica, articles: list
 
 @dataclass(frozen=True)
 class PartitionRead:
-    """What a filtered publication's download reads: the partitions of the run's subscriptions and the
-    nicknames of the filtered articles."""
+    """What a filtered publication's download reads: the partitions of the run's subscriptions, the
+    nicknames of the filtered articles, and how membership is known: the partition mappings
+    (precomputed) or evaluated by the reads themselves (SetupBelongs, ``setupbelongs.py``)."""
 
     ids: tuple[int, ...]
     filtered: frozenset[int]
+    precomputed: bool = True
+    scheme: PartitionScheme | None = None
 
     def in_list(self) -> str:
         return ", ".join(str(int(i)) for i in self.ids)
@@ -238,7 +252,22 @@ def _removal_reads(replica_url: str, label: str, replica: Replica, articles: lis
     """Rows that left a partition of the run in generations (lo, hi] and are in it no more (past
     mappings without a current one; deleted rows go as deletes): removed at that partition's
     subscribers (``OP_REMOVE``). Not subject to the generations a subscriber already has: a row a
-    subscriber changed out of its partition is removed from it."""
+    subscriber changed out of its partition is removed from it. SetupBelongs: the belongs and
+    not-belongs reads of ``setupbelongs.py`` instead."""
+    if not partitions.precomputed:
+        assert partitions.scheme is not None
+        by_name = {a["name"]: a for a in articles}
+        out = []
+        for a in articles:
+            if int(a["nickname"]) not in partitions.filtered:
+                continue
+            base = {"source": source, "source_nick": source_nick, "tablenick": int(a["nickname"]),
+                    "key": list(tracked_article(a).info.primary_key)}
+            out += belongs_reads(replica_url, label, replica, partitions.scheme, a, by_name, base,
+                                 partitions.in_list(), lo, hi)
+            out.append(not_belongs_read(replica_url, label, replica, partitions.scheme, a, by_name, base,
+                                        partitions.in_list(), lo, hi))
+        return out
     p = replica.p
     current, past = replica.meta("MSmerge_current_partition_mappings"), replica.meta("MSmerge_past_partition_mappings")
     tomb = replica.meta("MSmerge_tombstone")
@@ -451,11 +480,13 @@ class MergeAgent:
         check_resolvers(topo, pubcfg)
         articles = published_articles(pub, pubid)
         scheme = scheme_of(articles)
+        mode = store.select_rows(pub, "sysmergepublications", {"pubid": pubid})[0].get("use_partition_groups")
+        precomputed = mode in (None, 1)           # else SetupBelongs: membership evaluated by the reads
         filtered = frozenset(int(a["nickname"]) for a in articles if scheme.articles[a["name"]].filtered)
         base = ApplyContext(pubid=pubid, upload=True, session_id=summary.session_id, publication=pubcfg.name,
                             rules=_rules(pubcfg, pub, articles, str(topo.base_dir)), replicas=_replicas(pub, pubid),
                             destinations={}, article_names={a["nickname"]: a["name"] for a in articles},
-                            filtered=filtered,
+                            filtered=filtered, partition_mappings=precomputed,
                             refused_out_of_partition=frozenset(int(a["nickname"]) for a in articles
                                                                if int(a["nickname"]) in filtered
                                                                and a.get("partition_options") in (1, 3)))
@@ -482,16 +513,17 @@ class MergeAgent:
                                 options.upload_generations_per_batch, pubcfg, base, summary)
             make_generation(pub, 1, threshold)
             partitions = None
-            if scheme.filtered:
+            if scheme.filtered and precomputed:
                 try:
                     self._evaluate_partitions(pub, pubid, scheme, articles, threshold)
                 except SparksyncError as e:      # e.g. a row in two non-overlapping partitions: no download
                     for _, sess in synced:
                         sess.fail(f"partition evaluation: {e.message}", e)
                     synced = []
+            if scheme.filtered:
                 partitions = PartitionRead(
                     tuple(sorted({e.partition_id for e in ends.values() if e.partition_id != ALL_PARTITIONS})),
-                    filtered)
+                    filtered, precomputed, scheme)
             if options.exchange in ("both", "download") and synced:
                 self._direction("download", [Link(s.name, sess, publisher, ends[s.name], order)
                                              for order, (s, sess) in enumerate(synced)],
@@ -631,6 +663,8 @@ class MergeAgent:
                 # rows that left its partition: removed in its first batch, whatever generations it has
                 removals[source.name] = (source, min(start, removals.get(source.name, (source, start))[1]))
                 plan.routes.append(Route(source.name, REMOVE_GENERATION, dest.name, link.order, batches[0].seq))
+                if not partitions.precomputed:   # descendants of changed rows: after their parents, last batch
+                    plan.routes.append(Route(source.name, REALIGN_GENERATION, dest.name, link.order, batches[-1].seq))
             link.batches = batches
             plan.links.append(link)
             info = plan.destinations.get(dest.name)

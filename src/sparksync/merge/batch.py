@@ -226,7 +226,7 @@ class _BatchApplier:
                                           {"generation": g})
                 if refusing:
                     self.refuse_out_of_partition(before)
-                if dest.is_publisher and batch.partition_id and self.ctx.filtered:
+                if dest.is_publisher and batch.partition_id and self.ctx.filtered and self.ctx.partition_mappings:
                     self.held_by_source()
                 failpoints.hit("apply.before_commit", f"{dest.name}:{batch.seq}")
                 write_watermark(replica, dest, batch.source, batch.hi)

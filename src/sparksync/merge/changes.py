@@ -24,6 +24,7 @@ CHANGE_SCHEMA = ("source STRING, source_nick INT, tablenick INT, rowguid STRING,
 ALL_PARTITIONS = 0      # ``partition_id`` of a change every destination gets (unfiltered articles, uploads)
 RETRY_GENERATION = -1   # changes re-read for one destination (failed before) travel under this generation
 REMOVE_GENERATION = -3  # rows that left a partition (``OP_REMOVE``) travel under this generation
+REALIGN_GENERATION = 1 << 62   # SetupBelongs: descendants of changed rows, applied in a destination's last batch
 OP_REMOVE = "remove"    # a row that left the destination's partition: removed there, not deleted everywhere
 READ_ERROR_GENERATION = -2   # a read that failed at its source: one "error" row (op), its ErrorInfo in ``row``
 OP_UNREADABLE = "unreadable"   # a row its source cannot encode (a value that does not fit its column's type,

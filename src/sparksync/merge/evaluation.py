@@ -97,10 +97,10 @@ def partition_values(scheme: PartitionScheme, host_name: str | None, login: str 
 
 
 def ensure_partitions(replica: Replica, pubid: str, scheme: PartitionScheme, articles: list[dict],
-                      wanted: list[dict[str, str | None]]) -> list[Partition]:
+                      wanted: list[dict[str, str | None]], mappings: bool = True) -> list[Partition]:
     """The partitions of ``wanted`` (parameter values from ``partition_values``), in that order; the
-    ones that do not exist yet are made, and their mappings computed for every row in one statement
-    per article. Inside a transaction at the publisher."""
+    ones that do not exist yet are made, and (``mappings``: precomputed partitions) their mappings
+    computed for every row in one statement per article. Inside a transaction at the publisher."""
     existing = {tuple(p.params.items()): p for p in partitions(replica, pubid)}
     new: list[Partition] = []
     next_id = int(replica.scalar(f"SELECT coalesce(max(partition_id), 0) FROM "
@@ -115,7 +115,7 @@ def ensure_partitions(replica: Replica, pubid: str, scheme: PartitionScheme, art
                 "partition_id": next_id, "pubid": pubid, **existing[key].params, "created_at": store.utcnow()})
             next_id += 1
         out.append(existing[key])
-    if not new:
+    if not new or not mappings:
         return out
     if store.select_rows(replica, "sysmergepublications", {"pubid": pubid})[0]["partitions_evaluated"] is None:
         # the mappings made here are computed from the rows as they are: generations closed until now
@@ -162,12 +162,7 @@ class _Evaluator:
         return f"({rng} OR {col} = {int(self.realign)})" if self.realign is not None else rng
 
     def member(self, name: str, rowguid_sql: str, partition_sql: str) -> str:
-        """True when the row ``rowguid_sql`` of article ``name`` belongs to partition ``partition_sql``."""
-        a = tracked_article(self.by_name[name])
-        cond = self.scheme.condition(self.d, name, "m", _as_columns())
-        return (f"EXISTS (SELECT 1 FROM {self.d.table_sql(a.table)} AS m JOIN {self.groups} AS {PARTITION_ALIAS} "
-                f"ON {PARTITION_ALIAS}.partition_id = {partition_sql} "
-                f"WHERE m.{self.d.quote(a.rowguid_column)} = {rowguid_sql} AND {cond})")
+        return member_sql(self.r, self.scheme, self.by_name[name], rowguid_sql, partition_sql)
 
     def run(self) -> Evaluation:
         r = self.r
@@ -314,6 +309,16 @@ def check_non_overlapping(replica: Replica, scheme: PartitionScheme, a: dict, ro
                            obj=a["name"])
 
 
+def member_sql(replica: Replica, scheme: PartitionScheme, a: dict, rowguid_sql: str, partition_sql: str) -> str:
+    """SQL that is true when the row ``rowguid_sql`` of article ``a`` (a ``sysmergearticles`` row) belongs
+    to the partition ``partition_sql`` (both SQL expressions of the enclosing query)."""
+    d, art = replica.dialect, tracked_article(a)
+    cond = scheme.condition(d, a["name"], "m", _as_columns())
+    return (f"EXISTS (SELECT 1 FROM {d.table_sql(art.table)} AS m JOIN {replica.meta('MSmerge_partition_groups')} "
+            f"AS {PARTITION_ALIAS} ON {PARTITION_ALIAS}.partition_id = {partition_sql} "
+            f"WHERE m.{d.quote(art.rowguid_column)} = {rowguid_sql} AND {cond})")
+
+
 def _as_columns() -> dict:
     """The parameters as columns of the partitions table (every partition evaluated at once)."""
     return {k: partition_column(PARTITION_ALIAS, k) for k in SETTINGS}
@@ -342,9 +347,11 @@ def evaluate(replica: Replica, pubid: str, scheme: PartitionScheme, articles: li
     return result
 
 
-def describe_partitions(replica: Replica, pubid: str, articles: list[dict], scheme: PartitionScheme) -> list[dict]:
+def describe_partitions(replica: Replica, pubid: str, articles: list[dict], scheme: PartitionScheme,
+                        counts_known: bool = True) -> list[dict]:
     """Each partition of a publication: its parameters, its subscriptions, and how many rows of each
-    filtered article it holds (current mappings: as of the last evaluation)."""
+    filtered article it holds (current mappings: as of the last evaluation; ``counts_known`` False:
+    SetupBelongs keeps no mappings, the counts are None)."""
     subs: dict[int, list[str]] = {}
     for s in store.select_rows(replica, "sysmergesubscriptions", {"pubid": pubid, "role": "subscriber"}):
         if s["partition_id"] is not None:
@@ -360,6 +367,6 @@ def describe_partitions(replica: Replica, pubid: str, articles: list[dict], sche
     for p in partitions(replica, pubid):
         out.append({"partition_id": p.partition_id, "host_name": p.host_name, "login": p.login,
                     "subscriptions": sorted(subs.get(p.partition_id, [])),
-                    "rows": {a["name"]: counts.get((p.partition_id, int(a["nickname"])), 0) for a in articles
-                             if scheme.articles[a["name"]].filtered}})
+                    "rows": {a["name"]: counts.get((p.partition_id, int(a["nickname"])), 0) if counts_known else None
+                             for a in articles if scheme.articles[a["name"]].filtered}})
     return out

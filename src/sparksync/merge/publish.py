@@ -188,6 +188,11 @@ def _plan_filters(replica: Replica, plan: PublicationPlan) -> list[str]:
                                   "change after publishing (reinitialize the publication)", obj=a.key)
         except FilterError as e:
             problems.append(e.message)
+    existing_mode = (plan.existing or {}).get("use_partition_groups")
+    if plan.existing is not None and bool(1 if existing_mode is None else existing_mode) != \
+            plan.config.use_partition_groups:
+        problems.append(f"publication {plan.config.name}: use_partition_groups cannot change after publishing "
+                        "(reinitialize the publication)")
     if not problems:
         try:
             scheme_of_plan(plan)            # every parent an article, no cycle
@@ -219,7 +224,8 @@ def apply_publication(replica: Replica, topology: Topology, plan: PublicationPla
         store.insert_row(replica, "sysmergepublications", {
             "pubid": pubid, "name": pub.name, "kind": pub.kind, "publisher": topology.publisher.name,
             "generation_leveling_threshold": pub.generation_leveling_threshold, "retention": pub.retention,
-            "snapshot_generation": None, "snapshot_time": None, "snapshot_dir": None, "created_at": store.utcnow()})
+            "snapshot_generation": None, "snapshot_time": None, "snapshot_dir": None, "created_at": store.utcnow(),
+            "use_partition_groups": int(pub.use_partition_groups)})
     else:
         pubid = plan.existing["pubid"]
         store.update_rows(replica, "sysmergepublications", {

@@ -88,7 +88,9 @@ TABLES: tuple[MetaTable, ...] = (
          C("snapshot_generation", BIG, True, "highest publisher generation contained in the snapshot"),
          C("snapshot_time", TS), C("snapshot_dir", TEXT), C("created_at", TS, False),
          C("partitions_evaluated", BIG, True, "filtered publications: the highest generation whose changes' "
-           "partition membership is in the partition mappings")),
+           "partition membership is in the partition mappings"),
+         C("use_partition_groups", SMALL, True, "filtered publications: 1 (or NULL) precomputed partitions, 0 "
+           "membership evaluated at sync time (SetupBelongs)")),
         ("pubid",),
         (MetaIndex("sysmergepublications_name", ("name",), True),),
     ),

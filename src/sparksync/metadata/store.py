@@ -87,7 +87,7 @@ def _add_columns(table: str, *columns: str):
 
 
 def _migrate_4(replica: Replica) -> None:
-    _add_column("sysmergepublications", "partitions_evaluated")(replica)
+    _add_columns("sysmergepublications", "partitions_evaluated", "use_partition_groups")(replica)
     _add_columns("sysmergearticles", "filter_clause", "join_filters", "partition_options")(replica)
     _add_columns("sysmergesubscriptions", "login", "partition_id")(replica)
     _add_column("MSmerge_articlehistory", "removed")(replica)
