@@ -14,8 +14,8 @@ run, per partition count:
   same at 10 partitions (the cost of a sync for one partition must not grow with the partition count);
 * with 10 partitions, also one merge of 10 subscriptions (one per partition).
 
-SetupBelongs (membership evaluated at sync time, ``use_partition_groups = false``) is not implemented
-in this release, so the precomputed / SetupBelongs ratio is not printed.
+* the same one-subscription merge with SetupBelongs (``use_partition_groups = false``: no mappings,
+  membership evaluated by the download), and the ratio SetupBelongs / precomputed.
 
 Usage: .venv/bin/python bench/partitions.py [--rows 100000] [--partitions 10,100,1000]
 """
@@ -46,7 +46,7 @@ DDL = [
 ]
 
 
-def build(folder: Path, rows: int, partitions: int, subscriptions: int):
+def build(folder: Path, rows: int, partitions: int, subscriptions: int, precomputed: bool = True):
     pub_url = f"sqlite:///{folder / 'pub.db'}"
     people, customers = max(partitions * 2, rows // 100), rows // 4
     orders = rows - people - customers
@@ -60,6 +60,7 @@ def build(folder: Path, rows: int, partitions: int, subscriptions: int):
     data = {
         "publisher": {"name": "HQ", "database": pub_url, "snapshot_dir": str(folder / "snap")},
         "publications": [{"name": "Sales", "partitions": [{"host_name": f"T{i}"} for i in range(partitions)],
+                          "use_partition_groups": precomputed,
                           "articles": [
                               {"table": "SalesPerson", "filter": "Territory = HOST_NAME()"},
                               {"table": "Customer", "join_filters": [{
@@ -72,6 +73,22 @@ def build(folder: Path, rows: int, partitions: int, subscriptions: int):
                            "host_name": f"T{i}"} for i in range(subscriptions)],
     }
     return pub_url, parse_topology(data, folder), orders
+
+
+def measure_setupbelongs(spark, rows: int, partitions: int) -> float:
+    """The one-subscription merge after 1% changes, with membership evaluated at sync time."""
+    with TemporaryDirectory() as d:
+        pub_url, topology, orders = build(Path(d), rows, partitions, 1, precomputed=False)
+        setup(topology, lambda: spark)
+        agent = MergeAgent(topology, spark)
+        agent.run(MergeOptions())
+        changed = rows // 100
+        with connect(pub_url) as r, r.transaction():
+            r.executemany('UPDATE "Orders" SET "Total" = "Total" + 1 WHERE "OrderID" = ?',
+                          [(i,) for i in range(0, orders, max(orders // changed, 1))][:changed])
+        t0 = time.perf_counter()
+        agent.run(MergeOptions(subscriptions=["Sub0"]))
+        return time.perf_counter() - t0
 
 
 def measure(spark, rows: int, partitions: int, subscriptions: int) -> dict[str, float]:
@@ -121,22 +138,24 @@ def main() -> None:
     spark = spark_session(os.environ.get("SPARK_MASTER", "local[*]"))
     counts = [int(x) for x in args.partitions.split(",")]
     results = {n: measure(spark, args.rows, n, 10 if n == counts[0] else 1) for n in counts}
+    for n in counts:
+        results[n]["setupbelongs"] = measure_setupbelongs(spark, args.rows, n)
     base = results[counts[0]]["merge one"]
     print(f"\nfiltered publication, SQLite publisher, {args.rows:,} rows, 1% of the rows changed")
     changed = args.rows // 100
     print(f"  {'partitions':>10}{'setup s':>9}{'DML s':>8}{'eval s':>8}{'eval us/row':>12}{'DML/(DML+eval)':>16}"
-          f"{'merge one s':>13}{'rows down':>11}{'vs first':>10}")
+          f"{'merge one s':>13}{'rows down':>11}{'vs first':>10}{'SetupBelongs s':>16}{'SB/precomp':>12}")
     for n, r in results.items():
         print(f"  {n:>10}{r['setup']:>9.1f}{r['dml']:>8.3f}{r['evaluation']:>8.3f}"
               f"{r['evaluation'] / changed * 1e6:>12.1f}{r['dml'] / (r['dml'] + r['evaluation']):>16.2f}"
-              f"{r['merge one']:>13.2f}{int(r['downloaded']):>11,}{r['merge one'] / base:>10.2f}")
+              f"{r['merge one']:>13.2f}{int(r['downloaded']):>11,}{r['merge one'] / base:>10.2f}"
+              f"{r['setupbelongs']:>16.2f}{r['setupbelongs'] / r['merge one']:>12.2f}")
     print("  DML: the same tracking triggers as an unfiltered article (mappings are not written by the triggers);")
     print("  eval: the set-based evaluation that maintains the mappings at the next merge, for those changes")
     first = results[counts[0]]
     if "merge all" in first:
         print(f"  merge of all 10 subscriptions at {counts[0]} partitions: {first['merge all']:.2f}s "
               f"({first['merge all'] / first['merge one']:.2f}x one subscription)")
-    print("  SetupBelongs (use_partition_groups = false): not implemented in this release, no ratio")
 
 
 if __name__ == "__main__":
