@@ -453,3 +453,19 @@ def test_partition_options_on_an_unfiltered_article_is_refused(dbs, tmp_path):
     pub["articles"][3] = {"table": "Visit", "partition_options": 2}
     msg = _refused(dbs, tmp_path, pub)
     assert "Visit" in msg and "partition_options = 2 is for a filtered article" in msg
+
+
+@pytest.mark.parametrize("pub_kind", ["sqlite", "postgresql"])
+def test_a_delete_that_wins_over_a_subscribers_update_reaches_it(pub_kind, spark, dbs, tmp_path):
+    """The publisher deletes an order a store updates meanwhile: the delete wins at the publisher and
+    is sent back to the store in a later generation than the one the row left its partition in."""
+    pub_url, urls, topology = build(dbs, tmp_path, pub_kind, {"StoreN": "sqlite", "StoreS": pub_kind})
+    setup(topology, lambda: spark)
+    sc = Scenario(pub_url, urls, MergeAgent(topology, spark))
+    sc.sql("HQ", 'DELETE FROM "Orders" WHERE "OrderID" = 101')
+    assert sc.agent.run(MergeOptions(subscriptions=["StoreS"])).ok        # the delete is evaluated, StoreN waits
+    sc.sql("StoreN", 'UPDATE "Orders" SET "Total" = 77 WHERE "OrderID" = 101')
+    sc.merge("conflict")
+    sc.merge("again")
+    assert sc.leaks == []
+    assert 101 not in sc.states["again"]["HQ"]["Orders"] and 101 not in sc.states["again"]["StoreN"]["Orders"]

@@ -211,8 +211,10 @@ def _change_reads(replica_url: str, label: str, replica: Replica, articles: list
             ids = partitions.in_list()
             mapped = (f"JOIN {current} cm ON cm.tablenick = c.tablenick AND cm.rowguid = c.rowguid "
                       f"AND cm.partition_id IN ({ids}) ")
+            # a delete goes to every partition of the run the row was ever in (not only the one it left
+            # in the tombstone's generation: a delete that won a conflict later is written again)
             mapped_del = (f"JOIN {past} pm ON pm.tablenick = t.tablenick AND pm.rowguid = t.rowguid "
-                          f"AND pm.generation = t.generation AND pm.partition_id IN ({ids}) ")
+                          f"AND pm.partition_id IN ({ids}) ")
             part_col = ", cm.partition_id"
             base = {**base, "partitioned": True}
         for a_lo, a_hi in (split_ranges(upserts, lo, hi, parts) if upserts else []):
@@ -226,7 +228,8 @@ def _change_reads(replica_url: str, label: str, replica: Replica, articles: list
         for a_lo, a_hi in (split_ranges(deletes, lo, hi, parts) if deletes else []):
             out.append(change_read(
                 replica_url,
-                f"SELECT t.generation, t.rowguid, t.lineage, NULL{part_col.replace('cm.', 'pm.')} FROM {tomb} t "
+                f"SELECT {'DISTINCT ' if filtered else ''}t.generation, t.rowguid, t.lineage, "
+                f"NULL{part_col.replace('cm.', 'pm.')} FROM {tomb} t "
                 f"{mapped_del}WHERE t.tablenick = {int(art.nickname)} AND t.generation > {p} AND t.generation <= {p}",
                 [a_lo, a_hi], [], f"{label}/{a['name']} deletes", {**base, "op": "delete"}))
     return out
@@ -651,7 +654,8 @@ class MergeAgent:
                 continue
             if retry:
                 if not batches:
-                    batches = [BatchInfo(source.name, source.nickname, 0, start, start, [])]
+                    batches = [BatchInfo(source.name, source.nickname, 0, start, start, [],
+                                         partition_id=source.partition_id)]
                 batches[0].retry = True
                 plan.reads += retry
                 plan.routes.append(Route(source.name, RETRY_GENERATION, dest.name, link.order, 0))
