@@ -197,6 +197,10 @@ def scenario(request, spark, tmp_path_factory):
     # 7. status counts, for each subscription, only the changes of its partition
     sc.sql("HQ", 'UPDATE "Orders" SET "Total" = 1 WHERE "OrderID" = 105')      # customer 14: partition S
     sc.status = {s["name"]: s for s in gather_status(topology)["subscriptions"]}
+    # 8. that change is in partition S only: the other stores' downloads enumerate no generation
+    sc.reports = []
+    sc.agent = MergeAgent(topology, spark, report=sc.reports.append)
+    sc.merge("partition_s_only")
     yield sc
     dbs.cleanup()
 
@@ -319,6 +323,36 @@ def test_status_counts_the_changes_of_each_subscriptions_partition(scenario):
         return
     assert pending == {"StoreN": 0, "StoreS": 1, "StoreN2": 0, "StoreQ": 0, "StoreX": 0}
     assert scenario.status["StoreS"]["partition_id"] != scenario.status["StoreN"]["partition_id"]
+
+
+def test_a_download_skips_the_generations_without_changes_for_its_partition(scenario):
+    planned = {line.split()[1].rstrip(":"): line for line in scenario.reports
+               if line.startswith("download ") and ": generations (" in line}
+    assert set(planned) == set(STORES)
+    sent = {n: int(line.split("], ")[1].split()[0]) for n, line in planned.items()}
+    if scenario.setupbelongs:      # no generation partition mappings: every generation is enumerated
+        assert set(sent.values()) == {sent["StoreS"]} and sent["StoreS"] >= 1
+        return
+    assert sent["StoreS"] >= 1
+    assert {n: v for n, v in sent.items() if n != "StoreS"} == {"StoreN": 0, "StoreN2": 0, "StoreQ": 0, "StoreX": 0}
+    assert scenario.states["partition_s_only"]["StoreS"]["Orders"][105] == (14, 1)
+
+
+def test_generation_partition_mappings_name_the_partitions_each_generation_reaches(scenario):
+    with connect(scenario.pub_url) as r:
+        groups = {g["partition_id"]: g["host_name"] for g in store.select_rows(r, "MSmerge_partition_groups")}
+        gpm = store.select_rows(r, "MSmerge_generation_partition_mappings")
+        evaluated = store.select_rows(r, "sysmergepublications")[0]["partitions_evaluated"]
+    if scenario.setupbelongs:
+        assert gpm == []
+        return
+    by_gen: dict[int, set[str]] = {}
+    for m in gpm:
+        assert m["generation"] <= evaluated and m["changecount"] >= 1
+        by_gen.setdefault(m["generation"], set()).add(groups[m["partition_id"]])
+    assert by_gen[max(by_gen)] == {"S"}                  # the last change: order 105 of partition S
+    reached = set().union(*by_gen.values())
+    assert {"N", "S"} <= reached and "X" not in reached      # nothing ever changed in partition X
 
 
 def test_join_filter_articles_are_the_second_processing_group_parents_first(scenario):

@@ -44,7 +44,7 @@ from .changes import (
 )
 from .conflicts import ConflictRecord, ConflictType, log_conflict
 from .decide import ArticleRules
-from .evaluation import evaluate
+from .evaluation import evaluate, partition_generations
 from .generations import enumeration_bound, generation_rows, make_generation, waiting_writers
 from .integrity import check_identity, describe, replica_problems
 from .partitions import PartitionScheme, scheme_of
@@ -643,6 +643,8 @@ class MergeAgent:
                 bound = bounds[source.name]
                 gens = [g for g in generation_rows(source.replica, start, bound)
                         if dest.nickname not in (g["nicknames"] or [])]
+                if partitions is not None and partitions.precomputed and dest.partition_id != ALL_PARTITIONS:
+                    gens = self._partition_generations(source.replica, pubid, dest.partition_id, start, gens)
                 batches, where = make_batches(gens, start, bound, per_batch, source.name, source.nickname)
                 for b in batches:
                     b.partition_id = source.partition_id
@@ -698,6 +700,18 @@ class MergeAgent:
                 plan.links = [x for x in plan.links if x.source.name != name]
                 plan.routes = [r for r in plan.routes if r.source != name]
         return plan
+
+    @staticmethod
+    def _partition_generations(replica: Replica, pubid: str, partition_id: int, start: int,
+                               gens: list[dict]) -> list[dict]:
+        """Of ``gens``, the ones with changes for the partition (generation partition mappings); a
+        generation not evaluated yet is kept."""
+        if not gens:
+            return gens
+        evaluated = int(store.select_rows(replica, "sysmergepublications", {"pubid": pubid})[0]
+                        ["partitions_evaluated"] or 0)
+        mine = partition_generations(replica, pubid, partition_id, start, int(gens[-1]["generation"]))
+        return [g for g in gens if int(g["generation"]) in mine or int(g["generation"]) > evaluated]
 
     # -- Spark ------------------------------------------------------------------------------------
     def _run_isolated(self, plan: DirectionPlan, ctx: ApplyContext, direction: str) -> list[BatchResult] | None:

@@ -32,6 +32,7 @@ from ..errors import ConfigurationError
 from ..filters import partition_column
 from ..metadata import store
 from ..metadata.schema import JSON
+from .changes import ALL_PARTITIONS
 from .generations import enumeration_bound, new_generation
 from .partitions import PartitionScheme
 from .tracking import tracked_article
@@ -117,12 +118,21 @@ def ensure_partitions(replica: Replica, pubid: str, scheme: PartitionScheme, art
         out.append(existing[key])
     if not new or not mappings:
         return out
+    d, groups = replica.dialect, replica.meta("MSmerge_partition_groups")
+    gpm = replica.meta("MSmerge_generation_partition_mappings")
     if store.select_rows(replica, "sysmergepublications", {"pubid": pubid})[0]["partitions_evaluated"] is None:
         # the mappings made here are computed from the rows as they are: generations closed until now
-        # need no evaluation
-        store.update_rows(replica, "sysmergepublications", {"partitions_evaluated": enumeration_bound(replica)},
-                          {"pubid": pubid})
-    d, groups = replica.dialect, replica.meta("MSmerge_partition_groups")
+        # need no evaluation (their changes of unfiltered articles go to every partition)
+        bound = enumeration_bound(replica)
+        store.update_rows(replica, "sysmergepublications", {"partitions_evaluated": bound}, {"pubid": pubid})
+        unfiltered = ", ".join(str(int(a["nickname"])) for a in articles if not scheme.articles[a["name"]].filtered)
+        if unfiltered:
+            replica.execute(
+                f"INSERT INTO {gpm} (pubid, generation, partition_id, changecount) SELECT {d.uuid_param()}, "
+                f"x.generation, {ALL_PARTITIONS}, count(*) FROM (SELECT generation FROM "
+                f"{replica.meta('MSmerge_contents')} WHERE tablenick IN ({unfiltered}) UNION ALL SELECT generation "
+                f"FROM {replica.meta('MSmerge_tombstone')} WHERE tablenick IN ({unfiltered})) AS x "
+                f"WHERE x.generation <= {int(bound)} GROUP BY x.generation", [pubid])
     ids = ", ".join(str(p.partition_id) for p in new)
     for a in articles:
         if not scheme.articles[a["name"]].filtered:
@@ -136,7 +146,24 @@ def ensure_partitions(replica: Replica, pubid: str, scheme: PartitionScheme, art
             f"WHERE {PARTITION_ALIAS}.partition_id IN ({ids})")
         if a.get("partition_options") in NON_OVERLAPPING:
             check_non_overlapping(replica, scheme, a)
+    # the generations that changed the new partitions' rows (a subscription whose watermark is older
+    # than the partition must not skip them)
+    replica.execute(
+        f"INSERT INTO {gpm} (pubid, generation, partition_id, changecount) SELECT {d.uuid_param()}, c.generation, "
+        f"cm.partition_id, count(*) FROM {replica.meta('MSmerge_current_partition_mappings')} cm "
+        f"JOIN {replica.meta('MSmerge_contents')} c ON c.tablenick = cm.tablenick AND c.rowguid = cm.rowguid "
+        f"WHERE cm.partition_id IN ({ids}) GROUP BY c.generation, cm.partition_id", [pubid])
     return out
+
+
+def partition_generations(replica: Replica, pubid: str, partition_id: int, after: int, upto: int) -> set[int]:
+    """The evaluated generations in (after, upto] with changes for ``partition_id`` (its own or every
+    partition's): the ones a download to that partition enumerates."""
+    p = replica.p
+    return {int(g) for (g,) in replica.query(
+        f"SELECT DISTINCT generation FROM {replica.meta('MSmerge_generation_partition_mappings')} "
+        f"WHERE pubid = {replica.dialect.uuid_param()} AND partition_id IN ({int(partition_id)}, {ALL_PARTITIONS}) "
+        f"AND generation > {p} AND generation <= {p}", [pubid, int(after), int(upto)])}
 
 
 class _Evaluator:
@@ -177,7 +204,41 @@ class _Evaluator:
         if self.realign is not None:
             store.update_rows(r, "MSmerge_genhistory", {"changecount": self.result.realigned},
                               {"generation": self.realign})
+        self.record_generations()
         return self.result
+
+    def record_generations(self) -> None:
+        """``MSmerge_generation_partition_mappings`` for the generations of this pass: per generation,
+        the partitions its changes reach (upserts of rows in a partition, deletes of rows that were ever
+        in one, rows that left one) and ``ALL_PARTITIONS`` for changes of unfiltered articles. Written
+        again when a generation is evaluated again (the realignment generation)."""
+        d, gpm = self.d, self.r.meta("MSmerge_generation_partition_mappings")
+        filtered = [int(a["nickname"]) for a in self.articles if self.scheme.articles[a["name"]].filtered]
+        unfiltered = [int(a["nickname"]) for a in self.articles if not self.scheme.articles[a["name"]].filtered]
+        parts = []
+        if filtered:
+            f = ", ".join(str(n) for n in filtered)
+            parts += [
+                f"SELECT c.generation, c.tablenick, c.rowguid, cm.partition_id FROM {self.contents} c CROSS JOIN "
+                f"{self.current} cm WHERE c.tablenick IN ({f}) AND {self.in_range('c.generation')} "
+                f"AND cm.tablenick = c.tablenick AND cm.rowguid = c.rowguid",
+                f"SELECT t.generation, t.tablenick, t.rowguid, pm.partition_id FROM {self.tomb} t CROSS JOIN "
+                f"{self.past} pm WHERE t.tablenick IN ({f}) AND {self.in_range('t.generation')} "
+                f"AND pm.tablenick = t.tablenick AND pm.rowguid = t.rowguid",
+                f"SELECT pm.generation, pm.tablenick, pm.rowguid, pm.partition_id FROM {self.past} pm "
+                f"WHERE pm.tablenick IN ({f}) AND {self.in_range('pm.generation')}"]
+        if unfiltered:
+            u = ", ".join(str(n) for n in unfiltered)
+            parts += [f"SELECT x.generation, x.tablenick, x.rowguid, {ALL_PARTITIONS} FROM {t} x "
+                      f"WHERE x.tablenick IN ({u}) AND {self.in_range('x.generation')}"
+                      for t in (self.contents, self.tomb)]
+        self.r.execute(f"DELETE FROM {gpm} WHERE pubid = {d.uuid_param()} AND {self.in_range('generation')}",
+                       [self.pubid])
+        if parts:
+            self.r.execute(
+                f"INSERT INTO {gpm} (pubid, generation, partition_id, changecount) "
+                f"SELECT {d.uuid_param()}, y.generation, y.partition_id, count(*) FROM "
+                f"({' UNION '.join(parts)}) AS y GROUP BY y.generation, y.partition_id", [self.pubid])
 
     def realign_children(self, a: dict) -> None:
         """Move the rows of ``a`` joined to parent rows whose membership changed in this pass into the

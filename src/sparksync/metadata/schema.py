@@ -247,6 +247,18 @@ TABLES = TABLES + (
         (MetaIndex("MSmerge_past_partition_mappings_part", ("partition_id", "generation")),),
     ),
     MetaTable(
+        "MSmerge_generation_partition_mappings",
+        "One row per closed generation and partition that has changes for it (partition_id 0: changes of "
+        "the publication's unfiltered articles, for every partition), written when the generation's "
+        "partition membership is evaluated (precomputed partitions). A download skips the generations "
+        "that have none for its subscriber's partition. changecount: the rows of that generation for that "
+        "partition.",
+        (C("pubid", GUID, False), C("generation", BIG, False), C("partition_id", INT, False),
+         C("changecount", INT, False)),
+        ("pubid", "generation", "partition_id"),
+        (MetaIndex("MSmerge_generation_partition_mappings_part", ("partition_id", "generation")),),
+    ),
+    MetaTable(
         "MSmerge_partition_changes",
         "Work table of a partition evaluation (emptied when it starts): the rows whose partition "
         "membership it changed, where realignment finds the join-filter children to evaluate again.",
