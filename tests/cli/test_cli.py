@@ -159,9 +159,17 @@ def test_setup_status_and_drift(spark, tmp_path, dbs):
     assert code == 1 and "S1" in out and "Customer" in out and "Extra" in out
 
 
+@pytest.fixture(scope="module")
+def demo(spark, tmp_path_factory):
+    """The demo, run once: its output, and its directory for the commands that follow it."""
+    directory = tmp_path_factory.mktemp("cli") / "demo"
+    code, out = run("demo", "--dir", str(directory))
+    return code, out, directory
+
+
 @pytest.mark.spark
-def test_demo_runs(spark, tmp_path):
-    code, out = run("demo", "--dir", str(tmp_path / "demo"))
+def test_demo_runs(demo):
+    code, out, directory = demo
     assert code == 0
     assert "Store1" in out and "Store2" in out and "Store3" in out
     assert out.count("active") == 6     # three stores and two territory stores (merge), the reporting database
@@ -171,15 +179,16 @@ def test_demo_runs(spark, tmp_path):
     assert "tracer token: HQ -> distributor" in out and "identical: Reporting holds HQ's" in out
     # filtered: each territory store holds its partition, and a customer moved from one to the other
     assert "at Northwest no, at Canada yes" in out and "partitioned: each territory store holds exactly" in out
-    assert (tmp_path / "demo" / "sparksync.toml").is_file()
+    assert "validated (sparksync validate --checksum): the territory stores'" in out
+    assert (directory / "sparksync.toml").is_file()
 
 
 @pytest.mark.spark
-def test_merge_and_conflicts_commands(spark, tmp_path):
-    code, out = run("demo", "--dir", str(tmp_path / "demo"))
+def test_merge_and_conflicts_commands(demo):
+    code, out, directory = demo
     assert code == 0
-    cfg = str(tmp_path / "demo" / "sparksync.toml")
-    with connect(f"sqlite:///{tmp_path / 'demo' / 'store3.db'}") as s:
+    cfg = str(directory / "sparksync.toml")
+    with connect(f"sqlite:///{directory / 'store3.db'}") as s:
         s.execute('UPDATE "Vendor" SET "CreditRating" = 5 WHERE "BusinessEntityID" = 1001')
     result = runner.invoke(app, ["merge", "-c", cfg, "--json", "--subscription", "Store3"])
     assert result.exit_code == 0, result.output
@@ -192,7 +201,7 @@ def test_merge_and_conflicts_commands(spark, tmp_path):
     assert code == 0 and out.count("merge Sales: closing generations") == 2
     # live progress from the Spark tasks, one line per article of each generation batch applied
     assert "download HQ -> Store1 batch 1/1, Vendor: 1 change(s) (1 upd)" in " ".join(out.split())
-    with connect(f"sqlite:///{tmp_path / 'demo' / 'store1.db'}") as s:
+    with connect(f"sqlite:///{directory / 'store1.db'}") as s:
         assert s.scalar('SELECT "CreditRating" FROM "Vendor" WHERE "BusinessEntityID" = 1001') == 5
     code, out = run("conflicts", "-c", cfg, "--article", "Customer")
     assert code == 0 and "1 conflict(s)" in out
@@ -201,3 +210,33 @@ def test_merge_and_conflicts_commands(spark, tmp_path):
     assert {r["conflict_type"] for r in rows} == {1, 4}
     code, out = run("merge", "-c", cfg, "--subscription", "Nope")
     assert code == 2 and "no subscription named 'Nope'" in out
+
+
+@pytest.mark.spark
+def test_validate_command(demo):
+    """After the demo: every merge subscriber validates; one damaged behind the triggers' back (as a
+    restore of an old file would) is listed with the row, exit 1; --repair --yes fixes it."""
+    from sparksync.merge.tracking import agent_writes
+
+    _, _, directory = demo
+    cfg = str(directory / "sparksync.toml")
+    code, out = run("merge", "-c", cfg)            # whatever earlier checks left pending
+    assert code == 0
+    code, out = run("validate", "-c", cfg, "--checksum")
+    assert code == 0 and "differs" not in out and "Northwest" in out and "Store3" in out
+    with connect(f"sqlite:///{directory / 'store2.db'}") as s, s.transaction(), agent_writes(s):
+        s.execute('UPDATE "Vendor" SET "CreditRating" = "CreditRating" % 5 + 1 WHERE "BusinessEntityID" = 1002')
+    code, out = run("validate", "-c", cfg, "--publication", "Sales")     # row counts: a changed value passes
+    assert code == 0
+    result = runner.invoke(app, ["validate", "-c", cfg, "--checksum", "--json", "-s", "Store2"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    (vendor,) = [a for a in report["subscriptions"][0]["articles"] if not a["ok"]]
+    assert vendor["article"] == "Vendor" and vendor["differences"][0]["key"] == "BusinessEntityID=1002"
+    assert vendor["changed"] == 1 and vendor["missing"] == vendor["extra"] == 0
+    code, out = run("validate", "-c", cfg, "--repair", "-s", "Store2")     # no terminal: needs --yes
+    assert code == 2 and "pass --yes" in out
+    code, out = run("validate", "-c", cfg, "--repair", "--yes", "-s", "Store2")
+    assert code == 0 and "repaired 1 row(s)" in out
+    code, out = run("validate", "-c", cfg, "--publication", "Reports")
+    assert code == 2 and "publication Reports is transactional" in out

@@ -12,6 +12,7 @@ from .setup_cmd import setup_command
 from .snapshot_cmd import snapshot_command
 from .status_cmd import status_command
 from .transactional_cmds import distribute_command, logreader_command, schema_change_command, tracer_token_command
+from .validate_cmd import validate_command
 
 app = typer.Typer(
     name="sparksync",
@@ -26,6 +27,7 @@ app.command("status")(status_command)
 app.command("merge")(merge_command)
 app.command("conflicts")(conflicts_command)
 app.command("partitions")(partitions_command)
+app.command("validate")(validate_command)
 app.command("logreader")(logreader_command)
 app.command("distribute")(distribute_command)
 app.command("tracer-token")(tracer_token_command)

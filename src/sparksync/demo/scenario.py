@@ -290,4 +290,16 @@ def _territories(console: Console, topology, report: Reporter) -> bool:
     if not problems:
         console.print("[green]partitioned[/]: each territory store holds exactly its customers, their orders and "
                       "the orders' lines")
-    return not problems and at == {"Northwest": 0, "Canada": 1}
+    from ..merge.validation import validate
+
+    validated = validate(topology, lambda: spark, "Territories", checksum=True)
+    for sv in validated.subscriptions:
+        for a in sv.articles:
+            if not a.ok:
+                console.print(f"[red]  {sv.subscription} {a.article}: {a.publisher_rows} rows in its partition at HQ, "
+                              f"{a.subscriber_rows} at the store, {len(a.differences)} differ[/]")
+    if validated.ok:
+        rows = sum(a.subscriber_rows for sv in validated.subscriptions for a in sv.articles)
+        console.print(f"[green]validated[/] (sparksync validate --checksum): the territory stores' {rows} rows match "
+                      "their partitions at HQ, row counts and checksums")
+    return not problems and at == {"Northwest": 0, "Canada": 1} and validated.ok

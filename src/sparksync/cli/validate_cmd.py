@@ -1,0 +1,88 @@
+"""sparksync validate"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from ..merge.validation import ValidationReport, repair, validate
+from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load, make_spark, reporter
+
+SHOWN = 20          # differing rows printed per article (--json lists them all)
+
+
+def _print(report: ValidationReport) -> None:
+    t = Table("subscription", "article", "rows", *(["checksum", "diff"] if report.checksum else []), "", box=None,
+              caption="rows: at the publisher (the subscriber's partition) / at the subscriber"
+                      + ("; diff: missing / extra / changed rows" if report.checksum else ""))
+    blank = [""] * (2 if report.checksum else 0)
+    for s in report.subscriptions:
+        if s.error is not None:
+            t.add_row(s.subscription, "", "", *blank, f"[bold red]{s.error}[/]", end_section=True)
+            continue
+        for i, a in enumerate(s.articles):
+            checks = [("equal" if a.publisher_checksum == a.subscriber_checksum else "differs"),
+                      f"{a.count('missing')}/{a.count('extra')}/{a.count('changed')}"] if report.checksum else []
+            t.add_row(s.subscription, a.article, f"{a.publisher_rows}/{a.subscriber_rows}", *checks,
+                      "[green]ok[/]" if a.ok else "[bold red]differs[/]", end_section=i == len(s.articles) - 1)
+    console.print(t)
+    for s in report.subscriptions:
+        for a in s.articles:
+            for d in a.differences[:SHOWN]:
+                console.print(f"  {s.subscription} {a.article}: {d.kind} row {d.key} (rowguid {d.rowguid})",
+                              highlight=False)
+            if len(a.differences) > SHOWN or a.more:
+                console.print(f"  {s.subscription} {a.article}: ... and more (--json lists them)", highlight=False)
+        if not s.ok and s.error is None and s.pending:
+            console.print(f"[yellow]{s.subscription} has changes not merged yet ({s.pending_upload or 0} to upload, "
+                          f"{s.pending_download or 0} to download): run 'sparksync merge' and validate again[/]",
+                          highlight=False)
+
+
+@handle_errors
+def validate_command(
+    config: ConfigOption = DEFAULT_CONFIG_PATH,
+    subscription: Annotated[list[str] | None, typer.Option("--subscription", "-s",
+                                                              help="Only this subscription (repeatable).")] = None,
+    publication: Annotated[str | None, typer.Option("--publication", "-p", help="Only this publication.")] = None,
+    checksum: Annotated[bool, typer.Option("--checksum", help="Also compare an order-independent checksum of the "
+                                                              "published columns (computed on Spark) and list the "
+                                                              "rows that differ.")] = False,
+    repair_: Annotated[bool, typer.Option("--repair", help="Write the rows that differ at the subscriber from the "
+                                                           "publisher (publisher wins); implies --checksum.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="With --repair: do not ask.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Check that merge subscribers hold their partition of the publisher's rows: row counts and, with
+    --checksum, checksums and the rows that differ. Exit code 1 when any subscription differs."""
+    topology = load(config)
+    quiet = (lambda m: None) if as_json else reporter
+    report = validate(topology, make_spark(topology), publication, list(subscription) if subscription else None,
+                      checksum or repair_, quiet)
+    if repair_ and not report.ok:
+        if not as_json:
+            _print(report)
+        rows = sum(len(a.differences) for s in report.subscriptions for a in s.articles)
+        if not yes:
+            if as_json or not sys.stdin.isatty():
+                raise typer.BadParameter("repairing needs confirmation: pass --yes", param_hint="--repair")
+            if not typer.confirm(f"Write {rows} row(s) at the subscribers from the publisher?"):
+                raise typer.Exit(1)
+        repaired = repair(topology, report, quiet)
+        done = {s.subscription: s.repaired for s in repaired.subscriptions}
+        report = validate(topology, make_spark(topology), publication, list(subscription) if subscription else None,
+                          True, quiet)
+        for s in report.subscriptions:
+            s.repaired = done.get(s.subscription, 0)
+        if not as_json:
+            console.print(f"repaired {sum(done.values())} row(s); validated again:")
+    if as_json:
+        console.print_json(json.dumps(report.to_dict(), default=str))
+    else:
+        _print(report)
+    if not report.ok:
+        raise typer.Exit(1)
