@@ -198,7 +198,8 @@ class PublicationConfig(_Model):
             strict = sorted(a.table for a in self.articles if a.partition_options in (2, 3))
             if strict:
                 raise ValueError(f"article {', '.join(strict)}: non-overlapping partitions (partition_options 2, 3) "
-                                 "are checked on the partition mappings: they need use_partition_groups = true")
+                                 "are checked when precomputed partitions are evaluated: they need "
+                                 "use_partition_groups = true")
         if self.kind == "transactional":
             wrong = sorted(k for k in self.model_fields_set if k in MERGE_PUBLICATION_KEYS)
             if wrong:

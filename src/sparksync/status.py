@@ -8,7 +8,7 @@ from .config import Topology
 from .dialects import connect
 from .dialects.replica import Replica, redact_url
 from .errors import ReplicaDamaged, SparksyncError
-from .merge.evaluation import describe_partitions
+from .merge.evaluation import describe_partitions, evaluated_at_sync
 from .merge.generations import enumeration_bound, waiting_writers
 from .merge.integrity import check_identity, replica_problems
 from .merge.partitions import scheme_of
@@ -36,9 +36,11 @@ def _count_after(replica: Replica, nicknames: list[int], after: int | None, excl
 
 def _pending_download(pub: Replica, arts: list[dict], scheme, registered: dict) -> int:
     """What the publisher has for a subscription: every change of its unfiltered articles, and of the
-    filtered ones only what concerns its partition (with precomputed partitions; ``scheme`` None:
-    every change, as SetupBelongs evaluates them at the sync)."""
-    filtered = {int(a["nickname"]) for a in arts if scheme is not None and scheme.articles[a["name"]].filtered}
+    filtered ones only what concerns its partition (by their mappings, with precomputed partitions;
+    ``scheme`` None: every change, as SetupBelongs evaluates them at the sync; so for articles with
+    partition_options = 3, which have no mappings)."""
+    filtered = {int(a["nickname"]) for a in arts if scheme is not None and scheme.articles[a["name"]].filtered
+                and int(a["nickname"]) not in evaluated_at_sync(arts, scheme, True)}
     whole = [a["nickname"] for a in arts if int(a["nickname"]) not in filtered]
     n = _count_after(pub, whole, registered["sentgen"], exclude_received_from=registered["replnickname"])
     if filtered and registered.get("partition_id") is not None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.errors import ConfigurationError
+from sparksync.errors import ConfigurationError, SchemaError
 from sparksync.merge.agent import MergeAgent, MergeOptions
 from sparksync.metadata import store
 from sparksync.provision import setup
@@ -129,6 +129,23 @@ def world(request, spark, tmp_path_factory):
     with connect(pub_url) as r:
         w.conflicts = store.select_rows(r, "MSmerge_conflicts_info")
     w.merge("again")
+    # option 3 (no mapping tables: membership evaluated at sync): HQ moves employee 2 from Mike's login
+    # to Pamela's, deletes Mia's and hires one for her; Pamela changes her own row; Mike inserts an
+    # employee of Pamela's login (refused)
+    w.sql("HQ", 'UPDATE "Employee" SET "LoginID" = \'pamela\' WHERE "EmployeeID" = 2',
+          'DELETE FROM "Employee" WHERE "EmployeeID" = 3',
+          'INSERT INTO "Employee" ("EmployeeID", "LoginID", "JobTitle") VALUES (5, \'mia\', \'new\')')
+    w.sql("Pamela", 'UPDATE "Employee" SET "JobTitle" = \'lead\' WHERE "EmployeeID" = 1')
+    w.sql("Mike", 'INSERT INTO "Employee" ("EmployeeID", "LoginID", "JobTitle") VALUES (6, \'pamela\', \'x\')')
+    w.merge("option_3")
+    w.merge("option_3_again")
+    with connect(pub_url) as r:
+        w.conflicts_3 = store.select_rows(r, "MSmerge_conflicts_info")
+        nick = {a["source_table"]: a["nickname"] for a in store.select_rows(r, "sysmergearticles")}
+        w.employee_mappings = sum(len(store.select_rows(r, t, {"tablenick": nick["Employee"]}))
+                                  for t in ("MSmerge_current_partition_mappings", "MSmerge_past_partition_mappings"))
+        w.product_mappings = len(store.select_rows(r, "MSmerge_current_partition_mappings",
+                                                   {"tablenick": nick["Product"]}))
     yield w
     dbs.cleanup()
 
@@ -203,3 +220,52 @@ def test_option_3_with_two_subscriptions_in_one_partition_is_refused_naming_both
     assert "Mia and Pamela" in text and "Employee" in text and "login = 'pamela'" in text
     with connect(pub_url) as r:
         assert store.metadata_version(r) is None          # the publishing transaction rolled back whole
+
+
+def test_option_3_keeps_no_partition_mappings(world):
+    assert world.employee_mappings == 0
+    assert world.product_mappings > 0               # option 2 does
+
+
+def test_option_3_row_moved_to_another_login_moves_between_subscribers(world):
+    s = world.states["option_3"]
+    assert set(s["Pamela"]["Employee"]) == {1, 2} and set(s["Mike"]["Employee"]) == set()
+    assert set(s["Mia"]["Employee"]) == {5} and s["Pamela"]["Employee"][1] == ("pamela", "lead")
+    assert s["HQ"]["Employee"][1] == ("pamela", "lead")
+
+
+def test_option_3_refuses_an_insert_for_another_login(world):
+    s = world.states["option_3"]
+    assert 6 not in s["HQ"]["Employee"] and 6 not in s["Mike"]["Employee"] and 6 not in s["Pamela"]["Employee"]
+    refused = [c for c in world.conflicts_3 if c["reason_code"] == "out_of_partition" and "Mike" in
+               c["origin_datasource"]]
+    assert len(refused) == 1 and "insert refused" in refused[0]["reason_text"]
+    assert world.states["option_3_again"] == world.states["option_3"]
+
+
+def test_option_3_row_in_two_partitions_stops_the_download_with_its_key(spark, dbs, tmp_path):
+    arts = [dict(a) for a in ARTICLES]
+    arts[0] = {**arts[0], "filter": "LoginID = SUSER_SNAME() OR JobTitle = 'cfo'"}
+    pub_url, urls, topology = build(dbs, tmp_path, "postgresql", {"Pamela": "sqlite", "Mike": "sqlite"}, arts)
+    with connect(pub_url) as r:
+        r.execute('UPDATE "Employee" SET "JobTitle" = \'ceo\' WHERE "EmployeeID" = 4')    # no overlap yet
+    setup(topology, lambda: spark)
+    with connect(pub_url) as r:
+        r.execute('UPDATE "Employee" SET "JobTitle" = \'cfo\' WHERE "EmployeeID" = 4')    # now everyone's
+    summary = MergeAgent(topology, spark).run(MergeOptions())
+    errors = [e for s in summary.subscriptions for e in s.errors]
+    assert len(errors) == 2 and all("EmployeeID=4" in e and "partition_options = 3" in e for e in errors)
+    assert 4 not in rows(urls["Mike"])["Employee"] and 4 not in rows(urls["Pamela"])["Employee"]
+
+
+def test_option_3_parent_with_a_child_of_another_option_is_refused(dbs, tmp_path):
+    arts = [*ARTICLES, {"table": "Deal", "join_filters": [{"parent": "Employee",
+                                                           "clause": "Deal.DealID = Employee.EmployeeID"}]}]
+    arts = [a for i, a in enumerate(arts) if i != 2]          # Deal only once: as a child of Employee
+    pub_url, _, topology = build(dbs, tmp_path, "sqlite", {"Pamela": "sqlite"}, arts)
+    with pytest.raises(SchemaError) as e:
+        setup(topology, lambda: pytest.fail("Spark must not start"))
+    assert "article Deal: its join filter parent Employee has partition_options = 3" in e.value.message
+    assert "give Deal partition_options = 3 too" in e.value.message
+    with connect(pub_url) as r:
+        assert store.metadata_version(r) is None

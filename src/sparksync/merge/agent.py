@@ -44,7 +44,7 @@ from .changes import (
 )
 from .conflicts import ConflictRecord, ConflictType, log_conflict
 from .decide import ArticleRules
-from .evaluation import evaluate, partition_generations
+from .evaluation import evaluate, evaluated_at_sync, member_sql, partition_generations
 from .generations import enumeration_bound, generation_rows, make_generation, waiting_writers
 from .integrity import check_identity, describe, replica_problems
 from .partitions import PartitionScheme, scheme_of
@@ -195,8 +195,8 @@ def _change_reads(replica_url: str, label: str, replica: Replica, articles: list
         base = {"source": source, "source_nick": source_nick, "tablenick": art.nickname,
                 "key": list(art.info.primary_key)}
         filtered = partitions is not None and art.nickname in partitions.filtered
-        if filtered and partitions is not None and not partitions.precomputed:
-            # SetupBelongs: upserts are read by setupbelongs.belongs_reads; deletes go to every subscriber
+        if filtered and partitions is not None and art.nickname in partitions.at_sync:
+            # evaluated at sync time: upserts are read by setupbelongs.belongs_reads; deletes go to every subscriber
             deletes = counts(tomb, art.nickname)
             for a_lo, a_hi in (split_ranges(deletes, lo, hi, parts) if deletes else []):
                 out.append(change_read(
@@ -239,12 +239,14 @@ def _change_reads(replica_url: str, label: str, replica: Replica, articles: list
 class PartitionRead:
     """What a filtered publication's download reads: the partitions of the run's subscriptions, the
     nicknames of the filtered articles, and how membership is known: the partition mappings
-    (precomputed) or evaluated by the reads themselves (SetupBelongs, ``setupbelongs.py``)."""
+    (precomputed) or evaluated by the reads themselves (``at_sync``: every filtered article with
+    SetupBelongs, those with partition_options = 3 otherwise; ``setupbelongs.py``)."""
 
     ids: tuple[int, ...]
     filtered: frozenset[int]
     precomputed: bool = True
     scheme: PartitionScheme | None = None
+    at_sync: frozenset[int] = frozenset()     # filtered articles evaluated at sync time (no mappings)
 
     def in_list(self) -> str:
         return ", ".join(str(int(i)) for i in self.ids)
@@ -257,27 +259,23 @@ def _removal_reads(replica_url: str, label: str, replica: Replica, articles: lis
     subscribers (``OP_REMOVE``). Not subject to the generations a subscriber already has: a row a
     subscriber changed out of its partition is removed from it. SetupBelongs: the belongs and
     not-belongs reads of ``setupbelongs.py`` instead."""
-    if not partitions.precomputed:
-        assert partitions.scheme is not None
-        by_name = {a["name"]: a for a in articles}
-        out = []
-        for a in articles:
-            if int(a["nickname"]) not in partitions.filtered:
-                continue
-            base = {"source": source, "source_nick": source_nick, "tablenick": int(a["nickname"]),
+    p = replica.p
+    current, past = replica.meta("MSmerge_current_partition_mappings"), replica.meta("MSmerge_past_partition_mappings")
+    tomb = replica.meta("MSmerge_tombstone")
+    by_name = {a["name"]: a for a in articles}
+    out = []
+    for a in articles:
+        nick = int(a["nickname"])
+        if nick not in partitions.filtered:
+            continue
+        if nick in partitions.at_sync:
+            assert partitions.scheme is not None
+            base = {"source": source, "source_nick": source_nick, "tablenick": nick,
                     "key": list(tracked_article(a).info.primary_key)}
             out += belongs_reads(replica_url, label, replica, partitions.scheme, a, by_name, base,
                                  partitions.in_list(), lo, hi)
             out.append(not_belongs_read(replica_url, label, replica, partitions.scheme, a, by_name, base,
                                         partitions.in_list(), lo, hi))
-        return out
-    p = replica.p
-    current, past = replica.meta("MSmerge_current_partition_mappings"), replica.meta("MSmerge_past_partition_mappings")
-    tomb = replica.meta("MSmerge_tombstone")
-    out = []
-    for a in articles:
-        nick = int(a["nickname"])
-        if nick not in partitions.filtered:
             continue
         base = {"source": source, "source_nick": source_nick, "tablenick": nick, "op": OP_REMOVE,
                 "generation": REMOVE_GENERATION, "partitioned": True}
@@ -295,33 +293,42 @@ def _removal_reads(replica_url: str, label: str, replica: Replica, articles: lis
 
 def _retry_reads(destination: Replica, dest_name: str, source: Replica, source_url: str, label: str, pubid: str,
                  source_name: str, source_nick: int, start: int, partition: int | None = None,
-                 filtered: frozenset[int] = frozenset()) -> list[ReadPartition]:
+                 partitions: PartitionRead | None = None) -> list[ReadPartition]:
     """Changes that failed at ``destination`` before and sit in generations it has passed: read them
     again from the source, for that destination only (newer ones come with the normal batches); a row
-    of a filtered article only while it is in the destination's ``partition``."""
+    of a filtered article only while it is in the destination's ``partition`` (by its mappings, or
+    evaluated for an article evaluated at sync time)."""
     failed = store.select_rows(destination, "MSmerge_failed_changes", {"source_nickname": source_nick})
     if not failed:
         return []
     by_nick: dict[int, list[str]] = {}
     for f in failed:
         by_nick.setdefault(f["tablenick"], []).append(f["rowguid"])
-    arts = {a["nickname"]: tracked_article(a) for a in published_articles(source, pubid)}
+    rows = {a["nickname"]: a for a in published_articles(source, pubid)}
     parts = []
     for nick, guids in by_nick.items():
-        art = arts.get(nick)
-        if art is None:
+        if nick not in rows:
             continue
+        art = tracked_article(rows[nick])
+        member = None
+        if partitions is not None and partition is not None and nick in partitions.filtered:
+            if nick in partitions.at_sync:
+                assert partitions.scheme is not None
+                member = member_sql(source, partitions.scheme, rows[nick], "c.rowguid", str(int(partition)))
+            else:
+                member = (f"EXISTS (SELECT 1 FROM {source.meta('MSmerge_current_partition_mappings')} cm WHERE "
+                          f"cm.tablenick = c.tablenick AND cm.rowguid = c.rowguid AND cm.partition_id = {int(partition)})")
         base = {"source": source_name, "source_nick": source_nick, "tablenick": nick, "target": dest_name,
                 "key": list(art.info.primary_key)}
         for i in range(0, len(guids), RETRY_CHUNK):   # a driver binds at most so many parameters
-            parts += _retry_partitions(source, source_url, label, art, guids[i:i + RETRY_CHUNK], start, base,
-                                       partition if nick in filtered else None)
+            parts += _retry_partitions(source, source_url, label, art, guids[i:i + RETRY_CHUNK], start, base, member)
     return parts
 
 
 def _retry_partitions(source: Replica, source_url: str, label: str, art, guids: list[str], start: int,
-                      base: dict, partition: int | None = None) -> list[ReadPartition]:
-    """The upserts and the deletes of ``guids`` (one article) at the source, in generations up to ``start``."""
+                      base: dict, member: str | None = None) -> list[ReadPartition]:
+    """The upserts and the deletes of ``guids`` (one article) at the source, in generations up to
+    ``start``; ``member``: a condition on the contents row ``c`` an upsert must meet (its partition)."""
     d = source.dialect
     p = d.capabilities.paramstyle
     nick = int(art.nickname)
@@ -329,14 +336,12 @@ def _retry_partitions(source: Replica, source_url: str, label: str, art, guids: 
     cols = [[c.name, c.type.to_dict()] for c in art.info.columns]
     rg = d.quote(art.rowguid_column)
     select = ", ".join(f"t.{d.quote(c.name)}" for c in art.info.columns)
-    mapped = "" if partition is None else (
-        f"JOIN {source.meta('MSmerge_current_partition_mappings')} cm ON cm.tablenick = c.tablenick "
-        f"AND cm.rowguid = c.rowguid AND cm.partition_id = {int(partition)} ")
     return [
         change_read(
             source_url, f"SELECT c.generation, c.rowguid, c.lineage, c.colv, {select} "
             f"FROM {source.meta('MSmerge_contents')} c JOIN {d.table_sql(art.table)} t ON t.{rg} = c.rowguid "
-            f"{mapped}WHERE c.tablenick = {nick} AND c.rowguid IN ({inlist}) AND c.generation <= {p}",
+            f"WHERE c.tablenick = {nick} AND c.rowguid IN ({inlist}) AND c.generation <= {p}"
+            + (f" AND {member}" if member else ""),
             [*guids, start], cols, f"{label}/{art.table} retries", {**base, "op": "upsert"}),
         change_read(
             source_url, f"SELECT generation, rowguid, lineage, NULL FROM {source.meta('MSmerge_tombstone')} "
@@ -486,10 +491,11 @@ class MergeAgent:
         mode = store.select_rows(pub, "sysmergepublications", {"pubid": pubid})[0].get("use_partition_groups")
         precomputed = mode in (None, 1)           # else SetupBelongs: membership evaluated by the reads
         filtered = frozenset(int(a["nickname"]) for a in articles if scheme.articles[a["name"]].filtered)
+        at_sync = evaluated_at_sync(articles, scheme, precomputed)
         base = ApplyContext(pubid=pubid, upload=True, session_id=summary.session_id, publication=pubcfg.name,
                             rules=_rules(pubcfg, pub, articles, str(topo.base_dir)), replicas=_replicas(pub, pubid),
                             destinations={}, article_names={a["nickname"]: a["name"] for a in articles},
-                            filtered=filtered, partition_mappings=precomputed,
+                            filtered=filtered, mapped=filtered - at_sync,
                             refused_out_of_partition=frozenset(int(a["nickname"]) for a in articles
                                                                if int(a["nickname"]) in filtered
                                                                and a.get("partition_options") in (1, 3)))
@@ -526,7 +532,7 @@ class MergeAgent:
             if scheme.filtered:
                 partitions = PartitionRead(
                     tuple(sorted({e.partition_id for e in ends.values() if e.partition_id != ALL_PARTITIONS})),
-                    filtered, precomputed, scheme)
+                    filtered, precomputed, scheme, at_sync)
             if options.exchange in ("both", "download") and synced:
                 self._direction("download", [Link(s.name, sess, publisher, ends[s.name], order)
                                              for order, (s, sess) in enumerate(synced)],
@@ -649,8 +655,7 @@ class MergeAgent:
                 for b in batches:
                     b.partition_id = source.partition_id
                 retry = _retry_reads(dest.replica, dest.name, source.replica, source.url, source.name, pubid,
-                                     source.name, source.nickname, start, dest.partition_id,
-                                     partitions.filtered if partitions is not None else frozenset())
+                                     source.name, source.nickname, start, dest.partition_id, partitions)
             except SparksyncError as e:      # this subscription only: the others still go on
                 link.session.fail(f"{direction}: {e.message}", e)
                 continue
@@ -669,7 +674,7 @@ class MergeAgent:
                 # rows that left its partition: removed in its first batch, whatever generations it has
                 removals[source.name] = (source, min(start, removals.get(source.name, (source, start))[1]))
                 plan.routes.append(Route(source.name, REMOVE_GENERATION, dest.name, link.order, batches[0].seq))
-                if not partitions.precomputed:   # descendants of changed rows: after their parents, last batch
+                if partitions.at_sync:           # descendants of changed rows: after their parents, last batch
                     plan.routes.append(Route(source.name, REALIGN_GENERATION, dest.name, link.order, batches[-1].seq))
             link.batches = batches
             plan.links.append(link)

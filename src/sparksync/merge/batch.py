@@ -226,7 +226,7 @@ class _BatchApplier:
                                           {"generation": g})
                 if refusing:
                     self.refuse_out_of_partition(before)
-                if dest.is_publisher and batch.partition_id and self.ctx.filtered and self.ctx.partition_mappings:
+                if dest.is_publisher and batch.partition_id and self.ctx.mapped:
                     self.held_by_source()
                 failpoints.hit("apply.before_commit", f"{dest.name}:{batch.seq}")
                 write_watermark(replica, dest, batch.source, batch.hi)
@@ -305,9 +305,9 @@ class _BatchApplier:
         if before is None:
             op = "insert"
             delete_row_with_lineage(replica, art, guid, lin.bump(current, dest.nickname), gen, tombstone_type=6)
-            # the delete goes to the partition that holds the row: the subscriber's (past mappings route deletes)
-            store.insert_row(replica, "MSmerge_past_partition_mappings", {
-                "tablenick": nick, "rowguid": guid, "partition_id": batch.partition_id, "generation": gen})
+            if nick in ctx.mapped:   # the delete goes to the subscriber's partition (past mappings route deletes)
+                store.insert_row(replica, "MSmerge_past_partition_mappings", {
+                    "tablenick": nick, "rowguid": guid, "partition_id": batch.partition_id, "generation": gen})
         else:
             op = "update"
             values, lineage_, colv = before
@@ -335,7 +335,7 @@ class _BatchApplier:
         current, contents = replica.meta("MSmerge_current_partition_mappings"), replica.meta("MSmerge_contents")
         u = replica.dialect.uuid_param()
         for nick, cc in self.changes.items():
-            if nick not in self.ctx.filtered:
+            if nick not in self.ctx.mapped:
                 continue
             guids = list(dict.fromkeys(g for g, op in zip(cc.rowguid, cc.op) if op != "delete"))
             for i in range(0, len(guids), 500):

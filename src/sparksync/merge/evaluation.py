@@ -44,6 +44,15 @@ SETTINGS = ("host_name", "login")
 NON_OVERLAPPING = (2, 3)       # partition_options of articles whose rows belong to one partition at most
 
 
+def evaluated_at_sync(articles: list[dict], scheme: PartitionScheme, precomputed: bool) -> frozenset[int]:
+    """Nicknames of the filtered articles whose membership is evaluated at sync time instead of kept in
+    mappings: every filtered article with SetupBelongs (``precomputed`` False); with precomputed
+    partitions, the ones with ``partition_options = 3`` (one subscription per partition: seed 002 uses
+    no mapping tables for them; their join-filter children have 3 too, setup checks)."""
+    return frozenset(int(a["nickname"]) for a in articles if scheme.articles[a["name"]].filtered
+                     and (not precomputed or a.get("partition_options") == 3))
+
+
 class PartitionOverlap(ConfigurationError):
     """A row of a non-overlapping article (partition_options 2 or 3) belongs to two partitions."""
 
@@ -125,7 +134,9 @@ def ensure_partitions(replica: Replica, pubid: str, scheme: PartitionScheme, art
         # need no evaluation (their changes of unfiltered articles go to every partition)
         bound = enumeration_bound(replica)
         store.update_rows(replica, "sysmergepublications", {"partitions_evaluated": bound}, {"pubid": pubid})
-        unfiltered = ", ".join(str(int(a["nickname"])) for a in articles if not scheme.articles[a["name"]].filtered)
+        at_sync = evaluated_at_sync(articles, scheme, True)
+        unfiltered = ", ".join(str(int(a["nickname"])) for a in articles
+                               if not scheme.articles[a["name"]].filtered or int(a["nickname"]) in at_sync)
         if unfiltered:
             replica.execute(
                 f"INSERT INTO {gpm} (pubid, generation, partition_id, changecount) SELECT {d.uuid_param()}, "
@@ -136,6 +147,9 @@ def ensure_partitions(replica: Replica, pubid: str, scheme: PartitionScheme, art
     ids = ", ".join(str(p.partition_id) for p in new)
     for a in articles:
         if not scheme.articles[a["name"]].filtered:
+            continue
+        if int(a["nickname"]) in evaluated_at_sync(articles, scheme, True):   # no mappings: checked as they are
+            check_non_overlapping(replica, scheme, a, mapped=False)
             continue
         art = tracked_article(a)
         joined = scheme.with_partitions(d, a["name"], "m", groups, PARTITION_ALIAS, _as_columns())
@@ -181,6 +195,7 @@ class _Evaluator:
         self.current, self.past = m("MSmerge_current_partition_mappings"), m("MSmerge_past_partition_mappings")
         self.groups, self.scratch = m("MSmerge_partition_groups"), m("MSmerge_partition_changes")
         self.by_name = {a["name"]: a for a in articles}
+        self.at_sync = evaluated_at_sync(articles, scheme, True)
         # articles some join filter starts from: only their membership changes are noted for realignment
         self.parents = {link.parent for x in scheme.articles.values() for link in x.joins}
 
@@ -197,9 +212,10 @@ class _Evaluator:
         for a in self.articles:             # nickname order: parents before their join-filter children
             if not self.scheme.articles[a["name"]].filtered:
                 continue
-            self.result.articles.append(a["name"])
-            self.realign_children(a)
-            self.evaluate_article(a)
+            if int(a["nickname"]) not in self.at_sync:
+                self.result.articles.append(a["name"])
+                self.realign_children(a)
+                self.evaluate_article(a)
             self.check_overlap(a)
         if self.realign is not None:
             store.update_rows(r, "MSmerge_genhistory", {"changecount": self.result.realigned},
@@ -213,8 +229,10 @@ class _Evaluator:
         in one, rows that left one) and ``ALL_PARTITIONS`` for changes of unfiltered articles. Written
         again when a generation is evaluated again (the realignment generation)."""
         d, gpm = self.d, self.r.meta("MSmerge_generation_partition_mappings")
-        filtered = [int(a["nickname"]) for a in self.articles if self.scheme.articles[a["name"]].filtered]
-        unfiltered = [int(a["nickname"]) for a in self.articles if not self.scheme.articles[a["name"]].filtered]
+        # articles evaluated at sync time count as unfiltered here: their changes may concern any partition
+        filtered = [int(a["nickname"]) for a in self.articles if self.scheme.articles[a["name"]].filtered
+                    and int(a["nickname"]) not in self.at_sync]
+        unfiltered = [int(a["nickname"]) for a in self.articles if int(a["nickname"]) not in filtered]
         parts = []
         if filtered:
             f = ", ".join(str(n) for n in filtered)
@@ -316,7 +334,7 @@ class _Evaluator:
         if a.get("partition_options") in NON_OVERLAPPING:
             changed = (f"SELECT c.rowguid FROM {self.contents} c WHERE c.tablenick = {int(a['nickname'])} "
                        f"AND {self.in_range('c.generation')}")
-            check_non_overlapping(self.r, self.scheme, a, changed)
+            check_non_overlapping(self.r, self.scheme, a, changed, mapped=int(a["nickname"]) not in self.at_sync)
 
     def _insert_past(self, select: str, params: list | None = None) -> int:
         past = self.past
@@ -338,27 +356,37 @@ class _Evaluator:
 
 
 
-def check_non_overlapping(replica: Replica, scheme: PartitionScheme, a: dict, rowguids_sql: str | None = None) -> None:
+def check_non_overlapping(replica: Replica, scheme: PartitionScheme, a: dict, rowguids_sql: str | None = None,
+                          mapped: bool = True) -> None:
     """Raise PartitionOverlap naming the first rows of article ``a`` (of ``rowguids_sql``, or all) that
-    are mapped to more than one partition."""
+    are in more than one partition: by the mappings, or (``mapped`` False: an article evaluated at sync
+    time) by evaluating its filters against every partition."""
     art = tracked_article(a)
+    d = replica.dialect
     cur, groups = replica.meta("MSmerge_current_partition_mappings"), replica.meta("MSmerge_partition_groups")
-    only = f" AND cm.rowguid IN ({rowguids_sql})" if rowguids_sql else ""
+    if mapped:
+        members = (f"SELECT cm.rowguid AS g, cm.partition_id FROM {cur} cm WHERE cm.tablenick = {int(art.nickname)}"
+                   + (f" AND cm.rowguid IN ({rowguids_sql})" if rowguids_sql else ""))
+    else:
+        joined = scheme.with_partitions(d, a["name"], "m", groups, PARTITION_ALIAS, _as_columns())
+        rg = f"m.{d.quote(art.rowguid_column)}"
+        members = (f"SELECT DISTINCT {rg} AS g, {PARTITION_ALIAS}.partition_id FROM {d.table_sql(art.table)} AS m "
+                   f"{joined.joins} WHERE {PARTITION_ALIAS}.pubid = {d.uuid_param()}"
+                   + (f" AND {rg} IN ({rowguids_sql})" if rowguids_sql else ""))
+    params = [] if mapped else [str(a["pubid"])]
     # partitions as the article sees them: by the parameters its filters read (two subscriptions that
     # differ only in a login the article does not read are in one partition of it)
     used = sorted(scheme.parameters(a["name"])) or ["host_name"]
     value = " || '|' || ".join(f"coalesce(pg.{p}, '')" for p in used)
-    rows = replica.query(f"SELECT cm.rowguid FROM {cur} cm JOIN {groups} pg ON pg.partition_id = cm.partition_id "
-                         f"WHERE cm.tablenick = {int(art.nickname)}{only} GROUP BY cm.rowguid "
-                         f"HAVING count(DISTINCT {value}) > 1")
+    rows = replica.query(f"SELECT x.g FROM ({members}) AS x JOIN {groups} pg ON pg.partition_id = x.partition_id "
+                         f"GROUP BY x.g HAVING count(DISTINCT {value}) > 1", params)
     if not rows:
         return
-    d = replica.dialect
     names = {p.partition_id: p.describe() for p in partitions(replica, str(a["pubid"]))}
     found = []
     for (guid,) in rows[:3]:
-        pids = sorted(int(p) for (p,) in replica.query(f"SELECT partition_id FROM {cur} WHERE tablenick = "
-                                                       f"{int(art.nickname)} AND rowguid = {d.uuid_param()}", [guid]))
+        pids = sorted(int(p) for (p,) in replica.query(f"SELECT x.partition_id FROM ({members}) AS x WHERE x.g = "
+                                                       f"{d.uuid_param()}", [*params, guid]))
         key = replica.query_one(f"SELECT {', '.join(d.quote(k) for k in art.info.primary_key)} FROM "
                                 f"{d.table_sql(art.table)} WHERE {d.quote(art.rowguid_column)} = {d.uuid_param()}",
                                 [guid])
@@ -411,14 +439,17 @@ def evaluate(replica: Replica, pubid: str, scheme: PartitionScheme, articles: li
 def describe_partitions(replica: Replica, pubid: str, articles: list[dict], scheme: PartitionScheme,
                         counts_known: bool = True) -> list[dict]:
     """Each partition of a publication: its parameters, its subscriptions, and how many rows of each
-    filtered article it holds (current mappings: as of the last evaluation; ``counts_known`` False:
-    SetupBelongs keeps no mappings, the counts are None)."""
+    filtered article it holds (current mappings: as of the last evaluation; None for an article
+    evaluated at sync time, which has no mappings: every one with SetupBelongs, ``counts_known`` False,
+    and those with partition_options = 3)."""
     subs: dict[int, list[str]] = {}
     for s in store.select_rows(replica, "sysmergesubscriptions", {"pubid": pubid, "role": "subscriber"}):
         if s["partition_id"] is not None:
             subs.setdefault(int(s["partition_id"]), []).append(s["name"])
     counts: dict[tuple[int, int], int] = {}
-    nicks = [int(a["nickname"]) for a in articles if scheme.articles[a["name"]].filtered]
+    at_sync = evaluated_at_sync(articles, scheme, counts_known)
+    nicks = [int(a["nickname"]) for a in articles if scheme.articles[a["name"]].filtered
+             and int(a["nickname"]) not in at_sync]
     if nicks:
         for pid, nick, n in replica.query(
                 f"SELECT partition_id, tablenick, count(*) FROM {replica.meta('MSmerge_current_partition_mappings')} "
@@ -428,6 +459,7 @@ def describe_partitions(replica: Replica, pubid: str, articles: list[dict], sche
     for p in partitions(replica, pubid):
         out.append({"partition_id": p.partition_id, "host_name": p.host_name, "login": p.login,
                     "subscriptions": sorted(subs.get(p.partition_id, [])),
-                    "rows": {a["name"]: counts.get((p.partition_id, int(a["nickname"])), 0) if counts_known else None
+                    "rows": {a["name"]: counts.get((p.partition_id, int(a["nickname"])), 0)
+                             if int(a["nickname"]) not in at_sync else None
                              for a in articles if scheme.articles[a["name"]].filtered}})
     return out

@@ -60,7 +60,7 @@ class ApplyContext:
     article_names: dict[int, str] = field(default_factory=dict)
     filtered: frozenset[int] = frozenset()      # nicknames of the filtered articles (filtered publications)
     refused_out_of_partition: frozenset[int] = frozenset()   # ... with partition_options 1 or 3
-    partition_mappings: bool = True             # precomputed partitions (else SetupBelongs: no mappings)
+    mapped: frozenset[int] = frozenset()        # ... whose membership is kept in partition mappings
     # For the Spark stage: (source, generation) -> [(destination, batch seq)], in destination order,
     # and each destination's apply group (the label of its Spark partition).
     routes: dict[tuple[str, int], list[tuple[str, int]]] = field(default_factory=dict)
