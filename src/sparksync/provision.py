@@ -337,6 +337,8 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
                f"{topology.publisher.name}"
                + (f", new: {', '.join(res['created_articles'])}" if res["created_articles"] else ""))
     for plan, res in zip(plans, results):
+        _drop_removed_subscriptions(topology, pub, plan.config.name, res["pubid"], report)
+    for plan, res in zip(plans, results):
         name = plan.config.name
         need = bool(res["created_articles"])
         try:
@@ -366,6 +368,24 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
         finish_registrations(pub, manifest, specs, init)
         _report_init(init, report)
         summary.initialized.extend(init)
+
+
+def _drop_removed_subscriptions(topology: Topology, pub, name: str, pubid: str, report: Reporter) -> None:
+    """Subscriptions registered at the publisher that the configuration no longer has are dropped
+    (SQL Server's sp_dropmergesubscription): their rows at the publisher go, with the failed changes
+    of theirs waiting there for a retry. Their databases are left as they are."""
+    configured = {s.name for s in topology.subscriptions_of(name)}
+    gone = [r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid, "role": "subscriber"})
+            if r["name"] not in configured]
+    if not gone:
+        return
+    with pub.transaction():
+        for r in gone:
+            store.delete_rows(pub, "sysmergesubscriptions", {"pubid": pubid, "name": r["name"]})
+            if not store.select_rows(pub, "sysmergesubscriptions", {"replnickname": r["replnickname"]}):
+                store.delete_rows(pub, "MSmerge_failed_changes", {"source_nickname": r["replnickname"]})
+    report(f"publication {name}: subscription(s) {', '.join(sorted(r['name'] for r in gone))} no longer configured: "
+           "dropped at the publisher (their databases keep their data)")
 
 
 def _report_init(init, report: Reporter) -> None:

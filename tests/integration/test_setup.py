@@ -178,3 +178,30 @@ def test_a_failing_subscriber_is_reported_and_left_untouched(spark, dbs, tmp_pat
     data["subscriptions"][1]["pre_creation_cmd"] = "drop"
     again = setup(parse_topology(data, tmp_path), lambda: spark)
     assert [(r.subscription, r.ok) for r in again.initialized] == [("S2", True)]
+
+
+@pytest.mark.parametrize("pub_kind", ["sqlite", "postgresql"])
+def test_a_subscription_removed_from_the_configuration_is_dropped_at_the_next_setup(pub_kind, spark, dbs, tmp_path):
+    from sparksync.merge.agent import MergeAgent, MergeOptions
+    from sparksync.status import gather_status
+
+    data, topology = build(dbs, tmp_path, pub_kind, ["sqlite", "sqlite"])
+    setup(topology, lambda: spark)
+    S2 = data["subscriptions"][1]
+    with connect(S2["database"]) as s2:
+        s2.execute('UPDATE "Customer" SET "FirstName" = \'never sent\' WHERE "CustomerID" = 1')
+    data["subscriptions"] = data["subscriptions"][:1]
+    smaller = parse_topology(data, tmp_path)
+    messages: list[str] = []
+    setup(smaller, lambda: pytest.fail("nothing to initialize"), messages.append)
+    assert any("S2 no longer configured: dropped at the publisher" in m for m in messages)
+    with connect(data["publisher"]["database"]) as r:
+        names = {x["name"] for x in store.select_rows(r, "sysmergesubscriptions") if x["role"] == "subscriber"}
+    assert names == {"S1"}
+    assert [s["name"] for s in gather_status(smaller)["subscriptions"]] == ["S1"]
+    assert MergeAgent(smaller, spark).run(MergeOptions()).ok
+    with connect(data["publisher"]["database"]) as r:
+        assert r.scalar('SELECT "FirstName" FROM "Customer" WHERE "CustomerID" = 1') != "never sent"
+    messages.clear()
+    setup(smaller, lambda: pytest.fail("nothing to initialize"), messages.append)   # idempotent
+    assert not any("no longer configured" in m for m in messages)
