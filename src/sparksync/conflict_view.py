@@ -42,6 +42,7 @@ def _from(replica: Replica, where: str, topology: Topology, publication: str | N
                 except SparksyncError:
                     losing = None
             out.append({**c, "logged_at": where, "publication": pname, "article": name,
+                        "primary_key": list(art.info.primary_key) if art is not None else [],
                         "conflict_type_name": ConflictType(c["conflict_type"]).label, "losing_row": losing})
     return out
 

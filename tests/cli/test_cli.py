@@ -210,6 +210,16 @@ def test_merge_and_conflicts_commands(demo):
     assert {r["conflict_type"] for r in rows} == {1, 4}
     code, out = run("merge", "-c", cfg, "--subscription", "Nope")
     assert code == 2 and "no subscription named 'Nope'" in out
+    # a conflict resolved again after the fact, once
+    cid = str(rows[0]["conflict_id"])
+    code, out = run("conflicts", "-c", cfg, "--resolve", cid, "--keep", "winner")
+    assert code == 0 and "the winner is kept" in out
+    code, out = run("conflicts", "-c", cfg, "--resolve", cid, "--keep", "winner")
+    assert code == 1 and "was resolved already" in out
+    code, out = run("conflicts", "-c", cfg, "--resolve", cid)
+    assert code == 2 and "--keep" in out
+    listed = json.loads(runner.invoke(app, ["conflicts", "-c", cfg, "--json"]).stdout)
+    assert [r["resolution"] for r in listed if str(r["conflict_id"]) == cid] == ["winner"]
 
 
 @pytest.mark.spark

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from ..conflict_view import list_conflicts, list_failed_changes
+from ..merge.override import resolve_conflict
 from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load
 
 
@@ -19,10 +20,27 @@ def conflicts_command(
     article: Annotated[str | None, typer.Option("--article", "-a", help="Only this article (table).")] = None,
     failed: Annotated[bool, typer.Option("--failed", help="List the failed changes waiting to be tried again "
                                                          "instead (row key, column, value, reason, attempts).")] = False,
+    resolve: Annotated[str | None, typer.Option("--resolve", metavar="ID",
+                                                help="Resolve this conflict again (ID from --json) with --keep.")] = None,
+    keep: Annotated[str | None, typer.Option("--keep", help="With --resolve: winner (confirm) | loser (make the "
+                                                            "losing version the winner everywhere).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """List logged conflicts: type, reason, loser, winner, and the losing row."""
+    """List logged conflicts: type, reason, loser, winner, and the losing row; or resolve one again."""
     topology = load(config)
+    if resolve is not None or keep is not None:
+        if resolve is None or keep not in ("winner", "loser"):
+            raise typer.BadParameter("give --resolve ID with --keep winner or --keep loser", param_hint="--keep")
+        done = resolve_conflict(topology, resolve, keep)
+        if as_json:
+            console.print_json(json.dumps(done, default=str))
+        elif keep == "loser":
+            console.print(f"conflict {done['conflict_id']}: the losing version of {done['article']} row {done['row']} "
+                          f"is now the winner ({done['written_at_publisher']} at the publisher); the next merge "
+                          "sends it everywhere", highlight=False)
+        else:
+            console.print(f"conflict {done['conflict_id']}: the winner is kept", highlight=False)
+        return
     if failed:
         _failed(list_failed_changes(topology, publication, article), as_json)
         return
@@ -34,7 +52,7 @@ def conflicts_command(
     for r in rows:
         t.add_row(str(r["create_time"])[:19], r["logged_at"], r["publication"], r["article"],
                   f"{r['conflict_type']} {r['conflict_type_name']}", r["subscription"], r["origin_datasource"],
-                  r["winner"], r["reason_text"])
+                  r["winner"], r["reason_text"] + (f" (resolved: {r['resolution']} kept)" if r.get("resolution") else ""))
     console.print(t)
     console.print(f"{len(rows)} conflict(s)")
     waiting = list_failed_changes(topology, publication, article)

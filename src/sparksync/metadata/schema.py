@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from ..types import Kind, SqlType
 
 # 2: MSmerge_articlehistory.duration; 3: MSmerge_failed_changes.row_key, column_name, value;
-# 4: filtered publications (article filters, subscription partitions, partition groups and mappings)
+# 4: filtered publications (article filters, subscription partitions, partition groups and mappings);
+#    conflicts resolved after the fact (MSmerge_conflicts_info.resolution, resolved_at)
 SCHEMA_VERSION = 4
 
 INT = SqlType(Kind.INTEGER)
@@ -176,7 +177,9 @@ TABLES = TABLES + (
          C("conflict_type", SMALL, False), C("reason_code", TEXT, False), C("reason_text", TEXT, False),
          C("origin_datasource", TEXT, False, "the replica whose version lost or whose change failed"),
          C("winner", TEXT, False), C("columns", JSON), C("subscription", TEXT, False),
-         C("direction", TEXT, False, "upload | download"), C("session_id", GUID), C("create_time", TS, False)),
+         C("direction", TEXT, False, "upload | download"), C("session_id", GUID), C("create_time", TS, False),
+         C("resolution", TEXT, True, "set by 'sparksync conflicts --resolve': winner (kept) | loser (made the winner)"),
+         C("resolved_at", TS, True)),
         ("conflict_id",),
         (MetaIndex("MSmerge_conflicts_info_nick", ("pubid", "tablenick")),),
     ),

@@ -91,6 +91,7 @@ def _migrate_4(replica: Replica) -> None:
     _add_columns("sysmergearticles", "filter_clause", "join_filters", "partition_options")(replica)
     _add_columns("sysmergesubscriptions", "login", "partition_id")(replica)
     _add_column("MSmerge_articlehistory", "removed")(replica)
+    _add_columns("MSmerge_conflicts_info", "resolution", "resolved_at")(replica)
 
 
 # Migrations: table set -> version -> function(replica) bringing it from version-1 to version. Tables
