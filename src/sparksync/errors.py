@@ -197,6 +197,13 @@ class ReplicaDamaged(Terminal, SparksyncError):
     code = "replica_damaged"
 
 
+class ReplicaBehind(ReplicaDamaged):
+    """A subscriber's database went back in time (restored from an older copy): it lacks changes the
+    publisher recorded as delivered, or would reuse generation numbers the publisher already has."""
+
+    code = "replica_behind"
+
+
 class GenerationBusy(Transient, SparksyncError):
     """A generation could not be settled because transactions that wrote into it are still running."""
 

@@ -381,11 +381,20 @@ def _drop_removed_subscriptions(topology: Topology, pub, name: str, pubid: str, 
         return
     with pub.transaction():
         for r in gone:
-            store.delete_rows(pub, "sysmergesubscriptions", {"pubid": pubid, "name": r["name"]})
-            if not store.select_rows(pub, "sysmergesubscriptions", {"replnickname": r["replnickname"]}):
-                store.delete_rows(pub, "MSmerge_failed_changes", {"source_nickname": r["replnickname"]})
+            drop_registration(pub, pubid, r)
     report(f"publication {name}: subscription(s) {', '.join(sorted(r['name'] for r in gone))} no longer configured: "
            "dropped at the publisher (their databases keep their data)")
+
+
+def drop_registration(pub, pubid: str, registered: dict) -> None:
+    """A merge subscription's rows at the publisher go (inside a transaction): its registration, and the
+    failed changes of its replica waiting there when no other subscription shares that replica. Its
+    nickname is never given again (its generations and lineage keep it)."""
+    nick = int(registered["replnickname"])
+    store.note_nickname(pub, nick)
+    store.delete_rows(pub, "sysmergesubscriptions", {"pubid": pubid, "name": registered["name"]})
+    if not store.select_rows(pub, "sysmergesubscriptions", {"replnickname": nick}):
+        store.delete_rows(pub, "MSmerge_failed_changes", {"source_nickname": nick})
 
 
 def _report_init(init, report: Reporter) -> None:

@@ -10,7 +10,7 @@ from .dialects.replica import Replica, redact_url
 from .errors import ReplicaDamaged, SparksyncError
 from .merge.evaluation import describe_partitions, evaluated_at_sync
 from .merge.generations import enumeration_bound, waiting_writers
-from .merge.integrity import check_identity, replica_problems
+from .merge.integrity import check_identity, check_not_behind, replica_problems
 from .merge.partitions import scheme_of
 from .metadata import store
 
@@ -173,6 +173,7 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                     with connect(topology.resolve_url(s.database), s.name) as sub:
                         store.require_metadata(sub)
                         check_identity(sub, s.name, r)
+                        check_not_behind(sub, s.name, r, prow["pubid"])
                         prow_sub = store.select_rows(sub, "sysmergesubscriptions",
                                                      {"pubid": prow["pubid"], "role": "publisher"})
                         if prow_sub:

@@ -243,7 +243,8 @@ def test_older_metadata_is_refused_until_setup_upgrades_it(kind, dbs):
                                ("sysmergearticles", ("filter_clause", "join_filters", "partition_options")),
                                ("sysmergesubscriptions", ("login", "partition_id")),
                                ("MSmerge_articlehistory", ("removed",)),
-                               ("MSmerge_conflicts_info", ("resolution", "resolved_at"))):
+                               ("MSmerge_conflicts_info", ("resolution", "resolved_at")),
+                               ("MSmerge_replica", ("max_nickname",))):
             for column in columns:
                 r.execute(f"ALTER TABLE {r.meta(table)} DROP COLUMN {column}")
         for table in ("MSmerge_partition_groups", "MSmerge_current_partition_mappings",

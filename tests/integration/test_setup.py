@@ -205,3 +205,37 @@ def test_a_subscription_removed_from_the_configuration_is_dropped_at_the_next_se
     messages.clear()
     setup(smaller, lambda: pytest.fail("nothing to initialize"), messages.append)   # idempotent
     assert not any("no longer configured" in m for m in messages)
+
+
+@pytest.mark.parametrize("pub_kind", ["sqlite", "postgresql"])
+def test_a_database_that_belonged_to_a_dropped_subscription_gets_a_fresh_identity(pub_kind, spark, dbs, tmp_path):
+    """S2 uploads rows, is removed from the configuration; S3 subscribes with S2's database: it must not
+    inherit S2's nickname (the generations S2 uploaded would count as already there) and must end with
+    every row."""
+    from sparksync.merge.agent import MergeAgent, MergeOptions
+    from sparksync.merge.validation import validate
+
+    data, topology = build(dbs, tmp_path, pub_kind, ["sqlite", "sqlite"])
+    setup(topology, lambda: spark)
+    s2_url = data["subscriptions"][1]["database"]
+    with connect(s2_url) as s2:
+        s2.executemany('UPDATE "Customer" SET "FirstName" = ? WHERE "CustomerID" = ?',
+                       [(f"from S2 {i}", i) for i in range(1, 11)])
+    assert MergeAgent(topology, spark).run(MergeOptions()).ok
+    with connect(data["publisher"]["database"]) as r:
+        old = {x["name"]: x["replnickname"] for x in store.select_rows(r, "sysmergesubscriptions")}
+        r.execute('UPDATE "Customer" SET "LastName" = \'later\' WHERE "CustomerID" <= 5')
+    data["subscriptions"] = [data["subscriptions"][0],
+                             {**data["subscriptions"][1], "name": "S3", "database": s2_url}]
+    moved = parse_topology(data, tmp_path)
+    with connect(s2_url) as s2:      # the database is reset to an older state, as a replaced file would be
+        s2.execute('UPDATE "Customer" SET "FirstName" = \'stale\'')
+    setup(moved, lambda: spark)
+    with connect(data["publisher"]["database"]) as r:
+        new = {x["name"]: x["replnickname"] for x in store.select_rows(r, "sysmergesubscriptions")}
+    assert "S2" not in new and new["S3"] not in old.values()
+    assert MergeAgent(moved, spark).run(MergeOptions()).ok
+    report = validate(moved, lambda: spark, checksum=True)
+    assert report.ok, [(s.subscription, [(a.article, a.differences[:3]) for a in s.articles if not a.ok])
+                       for s in report.subscriptions]
+

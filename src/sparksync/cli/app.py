@@ -8,6 +8,7 @@ from .conflicts_cmd import conflicts_command
 from .demo_cmd import demo_command
 from .merge_cmd import merge_command
 from .partitions_cmd import partitions_command
+from .reinit_cmd import reinit_command
 from .setup_cmd import setup_command
 from .snapshot_cmd import snapshot_command
 from .status_cmd import status_command
@@ -28,6 +29,7 @@ app.command("merge")(merge_command)
 app.command("conflicts")(conflicts_command)
 app.command("partitions")(partitions_command)
 app.command("validate")(validate_command)
+app.command("reinit")(reinit_command)
 app.command("logreader")(logreader_command)
 app.command("distribute")(distribute_command)
 app.command("tracer-token")(tracer_token_command)

@@ -46,7 +46,7 @@ from .conflicts import ConflictRecord, ConflictType, log_conflict
 from .decide import ArticleRules
 from .evaluation import evaluate, evaluated_at_sync, member_sql, partition_generations
 from .generations import enumeration_bound, generation_rows, make_generation, waiting_writers
-from .integrity import check_identity, describe, replica_problems
+from .integrity import check_identity, check_not_behind, describe, replica_problems
 from .partitions import PartitionScheme, scheme_of
 from .plan import ApplyContext, BatchInfo, DestinationInfo, Route
 from .resolvers import BUILTIN, PUBLISHER_PRIORITY, Replicas, check_user_resolver
@@ -567,6 +567,7 @@ class MergeAgent:
         try:
             store.require_metadata(rep)
             check_identity(rep, s.name, registered)
+            check_not_behind(rep, s.name, registered, pubid)
             damaged = replica_problems(rep, pubid)
             if damaged:
                 raise ReplicaDamaged(

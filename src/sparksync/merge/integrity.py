@@ -68,6 +68,34 @@ def check_identity(replica: Replica, subscription: str, registered: dict) -> Non
                          "database URL, or reinitialize it", obj=subscription)
 
 
+def check_not_behind(replica: Replica, subscription: str, registered: dict, pubid: str) -> None:
+    """A subscriber must not be behind what the publisher recorded for it (``registered``: its row at
+    the publisher). The publisher records what it sent only after the subscriber committed it, and what
+    it received in the transaction that applied it, so a subscriber is never behind, unless its
+    database went back in time: restored from an older copy, or replaced by one. Merging it then loses
+    changes silently (its new generations reuse numbers the publisher already has; the changes it
+    received since the copy are never sent again), so it is refused, naming ``sparksync reinit``."""
+    from ..errors import ReplicaBehind
+
+    mine = store.select_rows(replica, "sysmergesubscriptions", {"pubid": pubid, "role": "publisher"})
+    received = int(mine[0]["recgen"] or 0) if mine else 0
+    sent_to_it = int(registered.get("sentgen") or 0)
+    open_generation = int(replica.dialect.current_open_generation(replica) or 0)
+    received_from_it = int(registered.get("recgen") or 0)
+    problems = []
+    if sent_to_it > received:
+        problems.append(f"it holds the publisher's changes up to generation {received}, but the publisher "
+                        f"delivered them up to {sent_to_it}")
+    if open_generation and open_generation <= received_from_it:
+        problems.append(f"its newest generation is {open_generation}, but the publisher already received its "
+                        f"generations up to {received_from_it}")
+    if problems:
+        raise ReplicaBehind(f"subscription {subscription}: its database went back in time ({'; '.join(problems)}): "
+                            "it was restored from an older copy or replaced. It was not merged (that would lose "
+                            f"changes silently); run 'sparksync reinit --subscription {subscription}' (changes "
+                            "made there since the copy are discarded)", obj=subscription)
+
+
 def repair_tracking(replica: Replica, pubid: str) -> list[str]:
     """Re-create the tracking triggers of every article of ``pubid`` whose triggers are missing,
     disabled or altered (``setup`` does this). Returns what was repaired. Changes made while the

@@ -12,7 +12,8 @@ from ..types import Kind, SqlType
 
 # 2: MSmerge_articlehistory.duration; 3: MSmerge_failed_changes.row_key, column_name, value;
 # 4: filtered publications (article filters, subscription partitions, partition groups and mappings);
-#    conflicts resolved after the fact (MSmerge_conflicts_info.resolution, resolved_at)
+#    conflicts resolved after the fact (MSmerge_conflicts_info.resolution, resolved_at);
+#    MSmerge_replica.max_nickname
 SCHEMA_VERSION = 4
 
 INT = SqlType(Kind.INTEGER)
@@ -77,7 +78,9 @@ TABLES: tuple[MetaTable, ...] = (
         "writing in the current transaction (SQLite; PostgreSQL uses a transaction-local setting).",
         (C("id", INT, False), C("replica_id", GUID, False), C("replnickname", INT, False),
          C("name", TEXT, False), C("role", TEXT, False, "publisher | subscriber"),
-         C("applying", SMALL, False, "1 while the merge agent writes rows that carry their own lineage")),
+         C("applying", SMALL, False, "1 while the merge agent writes rows that carry their own lineage"),
+         C("max_nickname", INT, True, "the publisher: the highest replica nickname it ever gave (a nickname is "
+           "never given twice: a dropped replica's generations and lineage keep it)")),
         ("id",),
     ),
     MetaTable(

@@ -92,6 +92,7 @@ def _migrate_4(replica: Replica) -> None:
     _add_columns("sysmergesubscriptions", "login", "partition_id")(replica)
     _add_column("MSmerge_articlehistory", "removed")(replica)
     _add_columns("MSmerge_conflicts_info", "resolution", "resolved_at")(replica)
+    _add_column("MSmerge_replica", "max_nickname")(replica)
 
 
 # Migrations: table set -> version -> function(replica) bringing it from version-1 to version. Tables
@@ -260,6 +261,20 @@ def replica_identity(replica: Replica) -> ReplicaIdentity | None:
         return None
     r = rows[0]
     return ReplicaIdentity(r["replica_id"], r["replnickname"], r["name"], r["role"])
+
+
+def note_nickname(replica: Replica, nickname: int) -> None:
+    """The publisher gave (or gave once) ``nickname``: never give it again."""
+    rows = select_rows(replica, "MSmerge_replica", {"id": 1})
+    if rows and int(rows[0].get("max_nickname") or 0) < nickname:
+        update_rows(replica, "MSmerge_replica", {"max_nickname": nickname}, {"id": 1})
+
+
+def next_nickname(replica: Replica) -> int:
+    """A replica nickname the publisher never gave."""
+    rows = select_rows(replica, "MSmerge_replica", {"id": 1})
+    given = int(replica.scalar(f"SELECT coalesce(max(replnickname), 1) FROM {replica.meta('sysmergesubscriptions')}") or 1)
+    return max(given, int((rows[0].get("max_nickname") if rows else None) or 0)) + 1
 
 
 def set_replica_identity(replica: Replica, *, nickname: int, name: str, role: str,

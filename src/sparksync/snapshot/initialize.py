@@ -21,7 +21,7 @@ from ..dialects.model import ForeignKey, TableInfo, describe_drift, from_table_d
 from ..dialects.replica import Replica, redact_url
 from ..errors import ErrorInfo, SchemaDrift, SchemaError, SnapshotError, SparksyncError
 from ..merge.generations import ensure_open_generation
-from ..merge.tracking import TrackedArticle, install_tracking
+from ..merge.tracking import TrackedArticle, install_tracking, remove_tracking, tracked_article
 from ..metadata import store
 from ..names import TableName
 from .manifest import ArticleSnapshot, SnapshotManifest, verify_files
@@ -48,6 +48,9 @@ class SubscriberInit:
     snapshot_dir: str
     login: str | None = None
     partition_id: int | None = None     # filtered publications: the subscription's partition
+    # the replica ids the publisher knows: a database whose replica is not one of them belonged to a
+    # subscription that was dropped, and is taken over with a fresh identity
+    known_replicas: tuple[str, ...] = ()
 
 
 @dataclass
@@ -106,7 +109,7 @@ def register_subscriptions(pub: Replica, topology: Topology, manifest: SnapshotM
     with pub.transaction():
         rows = store.select_rows(pub, "sysmergesubscriptions")
         by_label = {r["database_label"]: r for r in rows if r["role"] == SUBSCRIBER_ROLE}
-        next_nick = max([r["replnickname"] for r in rows] + [1]) + 1
+        next_nick = store.next_nickname(pub)
         for s in subs:
             url = topology.resolve_url(s.database)
             label = redact_url(url)
@@ -124,6 +127,7 @@ def register_subscriptions(pub: Replica, topology: Topology, manifest: SnapshotM
                 else:
                     rid, nick = store.new_guid(), next_nick
                     next_nick += 1
+                    store.note_nickname(pub, nick)
                 subid = store.new_guid()
                 store.insert_row(pub, "sysmergesubscriptions", {
                     "subid": subid, "pubid": manifest.pubid, "name": s.name, "replica_id": rid,
@@ -138,7 +142,8 @@ def register_subscriptions(pub: Replica, topology: Topology, manifest: SnapshotM
                 replnickname=nick, priority=s.effective_priority, subscriber_type=s.subscriber_type_code,
                 host_name=s.host_name, pre_creation_cmd=s.pre_creation_cmd, publisher_name=topology.publisher.name,
                 snapshot_dir=str(snap_dir), login=s.login, partition_id=partitions.get(s.name)))
-    return specs
+        known = tuple(sorted({str(r["replica_id"]) for r in store.select_rows(pub, "sysmergesubscriptions")}))
+    return [replace(spec, known_replicas=known) for spec in specs]
 
 
 def check_subscriber_tables(replica: Replica, manifest: SnapshotManifest) -> None:
@@ -369,6 +374,10 @@ def _already_initialized(sub: Replica, spec: SubscriberInit, manifest: SnapshotM
         raise SchemaError(f"subscription {spec.subscription}: its database is the publisher {ident.name} itself "
                           "(the same database under another address); give the subscription its own database",
                           obj=spec.subscription)
+    if (ident is not None and spec.known_replicas and ident.replica_id not in spec.known_replicas
+            and ident.replica_id != str(spec.replica_id)):
+        _forget_dropped_replica(sub, ident)
+        return None
     if ident is not None and (ident.replica_id != str(spec.replica_id) or ident.nickname != spec.replnickname):
         raise SchemaError(f"subscription {spec.subscription}: its database already belongs to replica {ident.name} "
                           f"(nickname {ident.nickname}); give the subscription its own database, or drop that "
@@ -390,6 +399,20 @@ def _already_initialized(sub: Replica, spec: SubscriberInit, manifest: SnapshotM
     return InitResult(spec.subscription, True, "already initialized", skipped=True,
                       baseline_generation=int(publisher[0]["sentgen"]),
                       snapshot_generation=int(publisher[0]["recgen"]))
+
+
+def _forget_dropped_replica(sub: Replica, ident) -> None:
+    """The database was replica ``ident`` of a subscription the publisher dropped: its tracking and
+    merge metadata go (in one transaction), so that it is initialized as a new replica, with a nickname
+    of its own (keeping the old one would make it skip the generations the old replica had sent)."""
+    from ..metadata.schema import MERGE
+
+    with sub.transaction():
+        for a in store.select_rows(sub, "sysmergearticles"):
+            remove_tracking(sub, tracked_article(a))
+        for table in MERGE.tables:
+            if table.name != store.VERSION_TABLE:
+                sub.execute(f"DELETE FROM {sub.meta(table.name)}")
 
 
 def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path,

@@ -1,0 +1,27 @@
+"""sparksync reinit"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ..reinit import reinitialize
+from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load, make_spark, reporter
+
+
+@handle_errors
+def reinit_command(
+    subscription: Annotated[str, typer.Option("--subscription", "-s", help="The merge subscription to re-create.")],
+    config: ConfigOption = DEFAULT_CONFIG_PATH,
+    upload_first: Annotated[bool, typer.Option("--upload-first", help="Merge its changes to the publisher first, "
+                                                                      "so nothing made there is lost.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Discard its changes that were not uploaded.")] = False,
+) -> None:
+    """Re-create a merge subscription from a snapshot: an expired, damaged or restored subscriber, or one
+    whose database was lost or replaced."""
+    topology = load(config)
+    summary = reinitialize(topology, make_spark(topology), subscription, upload_first, yes, reporter)
+    mine = [r for r in summary.initialized if r.subscription == subscription and r.ok]
+    console.print(f"[green]reinitialized[/] {subscription}: {mine[0].rows if mine else 0} rows from the snapshot; "
+                  "the next merge brings the changes since")

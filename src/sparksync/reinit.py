@@ -1,0 +1,71 @@
+"""``reinit``: a merge subscription re-created from a snapshot (SQL Server's reinitialization).
+
+For a subscriber that is expired, damaged, restored from an older copy, or whose database was lost or
+replaced. With ``upload_first`` its changes are merged to the publisher first (SQL Server's
+``@upload_first``), so nothing made there is lost; without it they are discarded, which must be
+asked for (``discard``) when there are any, or when they cannot be counted. Then its registration at
+the publisher is dropped (its replica nickname is never given again) and ``setup`` initializes it
+as a new replica: its old tracking and metadata go, its tables are loaded from the snapshot, and the
+next merge brings it the changes since.
+"""
+
+from __future__ import annotations
+
+from .config import Topology
+from .dialects import connect
+from .errors import ConfigurationError, NotInitialized, SparksyncError
+from .merge.agent import MergeAgent, MergeOptions
+from .metadata import store
+from .progress import Reporter, silent
+from .provision import SetupSummary, drop_registration, setup
+
+
+class PendingChanges(ConfigurationError):
+    """Reinitializing would discard changes the subscriber has not uploaded, and nobody said so."""
+
+    code = "pending_changes"
+
+
+class ReinitFailed(SparksyncError):
+    code = "reinit_failed"
+
+
+def reinitialize(topology: Topology, spark_factory, subscription: str, upload_first: bool = False,
+                 discard: bool = False, report: Reporter = silent) -> SetupSummary:
+    from .status import gather_status
+
+    s = topology.subscription(subscription)
+    if topology.publication(s.publication).kind != "merge":
+        raise ConfigurationError(f"subscription {subscription} is transactional: reinit re-creates merge "
+                                 "subscriptions", obj=subscription)
+    with connect(topology.publisher_url, topology.publisher.name) as pub:
+        store.require_metadata(pub)
+        prows = store.select_rows(pub, "sysmergepublications", {"name": s.publication})
+        if not prows:
+            raise NotInitialized(f"publication {s.publication} is not published; run 'sparksync setup'",
+                                 obj=s.publication)
+        pubid = prows[0]["pubid"]
+        registered = store.select_rows(pub, "sysmergesubscriptions",
+                                       {"pubid": pubid, "name": subscription, "role": "subscriber"})
+    if registered:
+        if upload_first:
+            summary = MergeAgent(topology, spark_factory(), report).run(
+                MergeOptions("upload", subscriptions=[subscription]))
+            if not summary.ok:
+                errors = "; ".join(e for x in summary.subscriptions for e in x.errors)
+                raise ReinitFailed(f"subscription {subscription}: uploading its changes failed ({errors}); nothing "
+                                   "was reinitialized (without --upload-first its changes are discarded)",
+                                   obj=subscription)
+        else:
+            entry: dict = next((e for e in gather_status(topology)["subscriptions"] if e["name"] == subscription), {})
+            pending = entry.get("pending_upload")
+            if not discard and pending != 0:
+                what = (f"has {pending} change(s) not uploaded" if pending is not None else
+                        f"cannot say which of its changes were uploaded ({entry.get('status', 'unknown')}: "
+                        f"{'; '.join(entry.get('problems', [])) or entry.get('error', '')})")
+                raise PendingChanges(f"subscription {subscription} {what}: --upload-first merges them to the "
+                                     "publisher first; --yes discards them", obj=subscription)
+        with connect(topology.publisher_url, topology.publisher.name) as pub, pub.transaction():
+            drop_registration(pub, pubid, registered[0])
+        report(f"subscription {subscription}: registration dropped at the publisher; initializing it again")
+    return setup(topology, spark_factory, report)

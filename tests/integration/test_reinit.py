@@ -1,0 +1,91 @@
+"""Subscribers that went wrong over time, on real databases: restored from an older copy (refused,
+never silently different), deleted, or with changes to keep; ``reinit`` re-creates each from a
+snapshot, with ``--upload-first`` keeping what was made there."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sparksync.dialects import connect
+from sparksync.merge.agent import MergeAgent, MergeOptions
+from sparksync.merge.validation import validate
+from sparksync.provision import setup
+from sparksync.reinit import PendingChanges, reinitialize
+from tests.integration.test_setup import build
+
+pytestmark = pytest.mark.spark
+
+
+def differences(report) -> list:
+    return [(s.subscription, s.error, [(a.article, a.differences[:3]) for a in s.articles if not a.ok])
+            for s in report.subscriptions if not s.ok]
+
+
+def test_a_subscriber_restored_from_a_backup_is_refused_then_reinitialized(spark, dbs, tmp_path):
+    data, topology = build(dbs, tmp_path, "postgresql", ["sqlite", "postgresql"])
+    setup(topology, lambda: spark)
+    agent = MergeAgent(topology, spark)
+    assert agent.run(MergeOptions()).ok
+    s1_url = data["subscriptions"][0]["database"]
+    s1_file = Path(s1_url.removeprefix("sqlite:///"))
+    shutil.copy(s1_file, tmp_path / "s1-backup.db")
+    with connect(s1_url) as s1:
+        s1.execute('UPDATE "Customer" SET "FirstName" = \'after backup\' WHERE "CustomerID" <= 3')
+    with connect(data["publisher"]["database"]) as hq:
+        hq.execute('UPDATE "Customer" SET "LastName" = \'hq\' WHERE "CustomerID" BETWEEN 3 AND 6')
+    assert agent.run(MergeOptions()).ok
+    shutil.copy(tmp_path / "s1-backup.db", s1_file)                       # the restore
+    with connect(s1_url) as s1:                                           # and life goes on there
+        s1.execute('UPDATE "Customer" SET "FirstName" = \'after restore\' WHERE "CustomerID" = 7')
+    summary = agent.run(MergeOptions())
+    errors = {s.subscription: s.errors for s in summary.subscriptions}
+    assert errors["S2"] == [] and len(errors["S1"]) == 1
+    assert "went back in time" in errors["S1"][0] and "sparksync reinit --subscription S1" in errors["S1"][0]
+    with pytest.raises(PendingChanges, match="S1 cannot say which of its changes were uploaded"):
+        reinitialize(topology, lambda: spark, "S1")
+    reinitialize(topology, lambda: spark, "S1", discard=True)
+    assert agent.run(MergeOptions()).ok
+    report = validate(topology, lambda: spark, checksum=True)
+    assert report.ok, differences(report)
+    with connect(s1_url) as s1:
+        assert s1.scalar('SELECT "FirstName" FROM "Customer" WHERE "CustomerID" = 1') == "after backup"
+        assert s1.scalar('SELECT "LastName" FROM "Customer" WHERE "CustomerID" = 4') == "hq"
+        assert s1.scalar('SELECT "FirstName" FROM "Customer" WHERE "CustomerID" = 7') != "after restore"
+
+
+@pytest.mark.parametrize("pub_kind", ["sqlite", "postgresql"])
+def test_reinit_upload_first_keeps_the_subscribers_changes(pub_kind, spark, dbs, tmp_path):
+    data, topology = build(dbs, tmp_path, pub_kind, ["postgresql", "sqlite"])
+    setup(topology, lambda: spark)
+    s1_url = data["subscriptions"][0]["database"]
+    with connect(s1_url) as s1:
+        s1.execute('UPDATE "Customer" SET "FirstName" = \'kept\' WHERE "CustomerID" = 2')
+    with pytest.raises(PendingChanges, match="S1 has 1 change"):
+        reinitialize(topology, lambda: spark, "S1")
+    with connect(data["publisher"]["database"]) as hq:
+        assert hq.scalar('SELECT "FirstName" FROM "Customer" WHERE "CustomerID" = 2') != "kept"   # nothing changed
+    reinitialize(topology, lambda: spark, "S1", upload_first=True)
+    assert MergeAgent(topology, spark).run(MergeOptions()).ok
+    for url in (data["publisher"]["database"], s1_url, data["subscriptions"][1]["database"]):
+        with connect(url) as r:
+            assert r.scalar('SELECT "FirstName" FROM "Customer" WHERE "CustomerID" = 2') == "kept"
+    report = validate(topology, lambda: spark, checksum=True)
+    assert report.ok, differences(report)
+
+
+def test_a_deleted_subscriber_database_is_recreated(spark, dbs, tmp_path):
+    data, topology = build(dbs, tmp_path, "sqlite", ["sqlite", "sqlite"])
+    setup(topology, lambda: spark)
+    with connect(data["publisher"]["database"]) as hq:
+        hq.execute('UPDATE "Customer" SET "LastName" = \'hq\' WHERE "CustomerID" <= 4')
+    s2_file = Path(data["subscriptions"][1]["database"].removeprefix("sqlite:///"))
+    s2_file.unlink()
+    summary = MergeAgent(topology, spark).run(MergeOptions())
+    assert not summary.ok and any("S2" in e for s in summary.subscriptions for e in s.errors)
+    reinitialize(topology, lambda: spark, "S2", discard=True)
+    assert MergeAgent(topology, spark).run(MergeOptions()).ok
+    report = validate(topology, lambda: spark, checksum=True)
+    assert report.ok, differences(report)
