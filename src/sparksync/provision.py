@@ -98,7 +98,8 @@ def _check_initialized_subscribers(pub, topology: Topology) -> None:
                 try:
                     check_subscriber_tables(sub, manifest)
                 except SparksyncError as e:
-                    problems.append(f"subscription {s.name}: {e.message}")
+                    problems.append(f"subscription {s.name}: {e.message} (a lost or replaced database: "
+                                    f"'sparksync reinit --subscription {s.name}' re-creates it)")
     if problems:
         raise SchemaDrift("subscriber schema drift; nothing was changed:\n" + "\n".join(f"  - {x}" for x in problems))
 

@@ -15,6 +15,7 @@ from .config import Topology
 from .dialects import connect
 from .errors import ConfigurationError, NotInitialized, SparksyncError
 from .merge.agent import MergeAgent, MergeOptions
+from .merge.expiration import expiry
 from .metadata import store
 from .progress import Reporter, silent
 from .provision import SetupSummary, drop_registration, setup
@@ -48,6 +49,11 @@ def reinitialize(topology: Topology, spark_factory, subscription: str, upload_fi
         registered = store.select_rows(pub, "sysmergesubscriptions",
                                        {"pubid": pubid, "name": subscription, "role": "subscriber"})
     if registered:
+        expired = expiry(prows[0].get("retention"), registered[0], store.utcnow())
+        if upload_first and expired is not None:
+            raise ReinitFailed(f"{expired.split(':')[0]}: its changes cannot be uploaded safely (the metadata they "
+                               "would be checked against may be gone); reinit without --upload-first discards them",
+                               obj=subscription)
         if upload_first:
             summary = MergeAgent(topology, spark_factory(), report).run(
                 MergeOptions("upload", subscriptions=[subscription]))
@@ -59,7 +65,7 @@ def reinitialize(topology: Topology, spark_factory, subscription: str, upload_fi
         else:
             entry: dict = next((e for e in gather_status(topology)["subscriptions"] if e["name"] == subscription), {})
             pending = entry.get("pending_upload")
-            if not discard and pending != 0:
+            if not discard and (pending != 0 or expired is not None):
                 what = (f"has {pending} change(s) not uploaded" if pending is not None else
                         f"cannot say which of its changes were uploaded ({entry.get('status', 'unknown')}: "
                         f"{'; '.join(entry.get('problems', [])) or entry.get('error', '')})")

@@ -9,6 +9,7 @@ from .dialects import connect
 from .dialects.replica import Replica, redact_url
 from .errors import ReplicaDamaged, SparksyncError
 from .merge.evaluation import describe_partitions, evaluated_at_sync
+from .merge.expiration import expiry
 from .merge.generations import enumeration_bound, waiting_writers
 from .merge.integrity import check_identity, check_not_behind, replica_problems
 from .merge.partitions import scheme_of
@@ -163,6 +164,11 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                     **({"login": s.login} if s.login is not None else {})}
                 if r is None or r["status"] != 1:
                     entry["status"] = "not initialized"
+                    out["subscriptions"].append(entry)
+                    continue
+                expired = expiry(prow.get("retention"), r, store.utcnow())
+                if expired is not None:
+                    entry.update({"status": "expired", "problems": [expired]})
                     out["subscriptions"].append(entry)
                     continue
                 entry.update({"status": "active", "nickname": r["replnickname"], "partition_id": r["partition_id"],

@@ -89,3 +89,48 @@ def test_a_deleted_subscriber_database_is_recreated(spark, dbs, tmp_path):
     assert MergeAgent(topology, spark).run(MergeOptions()).ok
     report = validate(topology, lambda: spark, checksum=True)
     assert report.ok, differences(report)
+
+
+@pytest.mark.parametrize("pub_kind", ["sqlite", "postgresql"])
+def test_a_subscription_idle_beyond_retention_expires_and_reinit_recovers_it(pub_kind, spark, dbs, tmp_path):
+    """Time passes by moving the recorded last-merge dates back (the clock every replica reads)."""
+    import datetime as dt
+
+    from sparksync.metadata import store
+    from sparksync.reinit import ReinitFailed
+    from sparksync.status import gather_status
+    from sparksync.topology import parse_topology
+
+    data, _ = build(dbs, tmp_path, pub_kind, ["sqlite", "postgresql"])
+    data["publications"][0]["retention"] = 7
+    topology = parse_topology(data, tmp_path)
+    setup(topology, lambda: spark)
+    agent = MergeAgent(topology, spark)
+    assert agent.run(MergeOptions()).ok
+
+    def idle(name: str, days: float) -> None:
+        with connect(data["publisher"]["database"]) as hq:
+            store.update_rows(hq, "sysmergesubscriptions",
+                              {"last_sync_date": store.utcnow() - dt.timedelta(days=days)}, {"name": name})
+
+    idle("S1", 6.9)                                               # within retention: merges
+    idle("S2", 7.5)                                               # beyond: expired
+    with connect(data["subscriptions"][1]["database"]) as s2:
+        s2.execute('UPDATE "Customer" SET "FirstName" = \'stale\' WHERE "CustomerID" = 1')
+    summary = agent.run(MergeOptions())
+    errors = {s.subscription: s.errors for s in summary.subscriptions}
+    assert errors["S1"] == [] and len(errors["S2"]) == 1
+    assert "S2 expired: its last merge was 7 day(s) ago" in errors["S2"][0] and "retention of 7" in errors["S2"][0]
+    assert [p.code for s in summary.subscriptions for p in s.problems] == ["expired"]
+    st = {s["name"]: s for s in gather_status(topology)["subscriptions"]}
+    assert st["S2"]["status"] == "expired" and st["S1"]["status"] == "active"
+    with pytest.raises(ReinitFailed, match="cannot be uploaded safely"):
+        reinitialize(topology, lambda: spark, "S2", upload_first=True)
+    with pytest.raises(PendingChanges):
+        reinitialize(topology, lambda: spark, "S2")
+    reinitialize(topology, lambda: spark, "S2", discard=True)
+    assert agent.run(MergeOptions()).ok
+    report = validate(topology, lambda: spark, checksum=True)
+    assert report.ok, differences(report)
+    with connect(data["publisher"]["database"]) as hq:
+        assert hq.scalar('SELECT "FirstName" FROM "Customer" WHERE "CustomerID" = 1') != "stale"

@@ -45,6 +45,7 @@ from .changes import (
 from .conflicts import ConflictRecord, ConflictType, log_conflict
 from .decide import ArticleRules
 from .evaluation import evaluate, evaluated_at_sync, member_sql, partition_generations
+from .expiration import SubscriptionExpired, expiry
 from .generations import enumeration_bound, generation_rows, make_generation, waiting_writers
 from .integrity import check_identity, check_not_behind, describe, replica_problems
 from .partitions import PartitionScheme, scheme_of
@@ -474,6 +475,7 @@ class MergeAgent:
         pub_rows = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid})}
         sessions: dict[str, SubscriptionSession] = {}
         active = []
+        retention = store.select_rows(pub, "sysmergepublications", {"pubid": pubid})[0].get("retention")
         for s in subs:
             sess = sessions[s.name] = SubscriptionSession(s.name, pubcfg.name)
             summary.subscriptions.append(sess)
@@ -481,6 +483,10 @@ class MergeAgent:
             if r is None or r["status"] != 1:
                 sess.fail(f"subscription {s.name} is not initialized; run 'sparksync setup'",
                           ErrorInfo(NotInitialized.code, "", s.name))
+                continue
+            expired = expiry(retention, r, store.utcnow())
+            if expired is not None:
+                sess.fail(expired, ErrorInfo(SubscriptionExpired.code, "", s.name))
                 continue
             active.append((s, r))
         if not active:
