@@ -18,14 +18,15 @@ from .merge.agent import check_resolvers
 from .merge.evaluation import Partition, ensure_partitions, partition_values
 from .merge.evaluation import partitions as existing_partitions
 from .merge.integrity import check_identity, repair_tracking
-from .merge.publish import apply_publication, plan_publication, scheme_of_plan
+from .merge.publish import apply_publication, plan_publication, remove_articles, scheme_of_plan
 from .merge.tracking import published_articles
 from .metadata import store
-from .names import TableName
 from .progress import Reporter, silent
 from .snapshot.initialize import (
+    ArticleDelivery,
     InitResult,
     check_subscriber_tables,
+    deliver_articles,
     finish_registrations,
     initialize_subscriptions,
     register_subscriptions,
@@ -96,7 +97,9 @@ def _check_initialized_subscribers(pub, topology: Topology) -> None:
                 continue
             with connect(topology.resolve_url(s.database), s.name) as sub:
                 try:
-                    check_subscriber_tables(sub, manifest)
+                    # the articles it holds (one added to the publication is delivered by this setup)
+                    check_subscriber_tables(sub, manifest, {str(r["artid"]) for r in store.select_rows(
+                        sub, "sysmergearticles", {"pubid": manifest.pubid})})
                 except SparksyncError as e:
                     problems.append(f"subscription {s.name}: {e.message} (a lost or replaced database: "
                                     f"'sparksync reinit --subscription {s.name}' re-creates it)")
@@ -139,36 +142,6 @@ def _check_shared_tables(topology: Topology, plans) -> None:
                                     f"{a.publication} and {b.publication} both publish {', '.join(shared)}")
     if problems:
         raise ConfigurationError("merge publications disagree about a shared table; nothing was changed", problems)
-
-
-def _check_initialized_articles(pub, topology: Topology, plans) -> None:
-    """Articles cannot be added to (or dropped from) a merge publication whose subscriptions are
-    initialized: they would need a snapshot of the new article (reinitialization), and until that
-    exists the change is refused before anything is altered."""
-    if store.metadata_version(pub) is None:
-        return
-    problems = []
-    for plan in plans:
-        if plan.existing is None:
-            continue
-        pubid = plan.existing["pubid"]
-        active = sorted(r["name"] for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid})
-                        if r["status"] == 1 and r["role"] == "subscriber")
-        if not active:
-            continue
-        published = {str(TableName(r["source_schema"], r["source_table"]))
-                     for r in store.select_rows(pub, "sysmergearticles", {"pubid": pubid})}
-        wanted = {a.key for a in plan.articles}
-        who = ", ".join(active)
-        for key in sorted(wanted - published):
-            problems.append(f"publication {plan.config.name}: article {key} cannot be added while subscriptions "
-                            f"{who} are initialized (they would need a snapshot of it); remove it from the "
-                            "configuration, or publish it in a new publication")
-        for key in sorted(published - wanted):
-            problems.append(f"publication {plan.config.name}: article {key} cannot be dropped while subscriptions "
-                            f"{who} are initialized; put it back in the configuration")
-    if problems:
-        raise ConfigurationError("the articles of initialized publications changed; nothing was changed", problems)
 
 
 def _repair_tracking(pub, topology: Topology, report: Reporter) -> None:
@@ -220,7 +193,6 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
             check_snapshot_dir(topology)
             _check_initialized_subscribers(pub, topology)
             _check_shared_tables(topology, plans)
-            _check_initialized_articles(pub, topology, plans)
             values = _partition_values(topology, plans)
             results = []
             partitions: dict[str, dict[str, int]] = {}
@@ -353,6 +325,9 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
             summary.snapshots[name] = str(snap_dir)
         subs = topology.subscriptions_of(name)
         rows = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": manifest.pubid})}
+        _change_articles_of_subscribers(topology, pub, manifest, snap_dir,
+                                        [s for s in subs if rows.get(s.name, {}).get("status") == 1], rows,
+                                        spark, summary, report)
         pending = [s for s in subs if rows.get(s.name, {}).get("status") != 1]
         if not pending:
             continue
@@ -385,6 +360,41 @@ def _drop_removed_subscriptions(topology: Topology, pub, name: str, pubid: str, 
             drop_registration(pub, pubid, r)
     report(f"publication {name}: subscription(s) {', '.join(sorted(r['name'] for r in gone))} no longer configured: "
            "dropped at the publisher (their databases keep their data)")
+
+
+def _change_articles_of_subscribers(topology: Topology, pub, manifest, snap_dir, active: list, rows: dict, spark,
+                                    summary: SetupSummary, report: Reporter) -> None:
+    """Initialized subscriptions follow their publication's articles: an article dropped from it is
+    dropped there (its triggers and metadata; the table stays); an article added is delivered from the
+    snapshot, alone (``deliver_articles``, one Spark task per subscription); nothing else changes."""
+    wanted = {str(a.artid) for a in manifest.articles}
+    deliveries = []
+    for s in active:
+        with connect(topology.resolve_url(s.database), s.name) as sub:
+            have = store.select_rows(sub, "sysmergearticles", {"pubid": manifest.pubid})
+            gone = [r for r in have if str(r["artid"]) not in wanted]
+            if gone:
+                with sub.transaction():
+                    removed = remove_articles(sub, manifest.pubid, gone)
+                report(f"subscription {s.name}: article(s) {', '.join(removed)} dropped (the tables stay)")
+            mine = {str(r["artid"]) for r in have}
+            new = tuple(a.name for a in manifest.articles if str(a.artid) not in mine)
+            if new:
+                deliveries.append(ArticleDelivery(s.name, topology.resolve_url(s.database), str(snap_dir), new,
+                                                  s.pre_creation_cmd, rows[s.name].get("partition_id")))
+    if not deliveries:
+        return
+    with pub.transaction():        # first the publisher's record, so that it is never ahead of the subscriber's
+        for d in deliveries:
+            sent = rows[d.subscription].get("sentgen")
+            if sent is not None and int(sent) > manifest.snapshot_generation:
+                store.update_rows(pub, "sysmergesubscriptions", {"sentgen": manifest.snapshot_generation},
+                                  {"subid": rows[d.subscription]["subid"]})
+    report(f"publication {manifest.publication}: delivering new article(s) to {len(deliveries)} subscription(s) "
+           f"from snapshot {manifest.snapshot_id}")
+    results = initialize_subscriptions(spark(), deliveries, task=deliver_articles)
+    _report_init(results, report)
+    summary.initialized.extend(results)
 
 
 def drop_registration(pub, pubid: str, registered: dict) -> None:

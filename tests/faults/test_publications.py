@@ -5,7 +5,8 @@
   subscribers through the publisher.
 * Publications that disagree about a shared table, or one subscriber database receiving the same
   table from two publications, are refused before anything changes.
-* An article added to a publication whose subscriptions are initialized is refused, naming them.
+* An article added to a publication whose subscriptions are initialized is delivered to them; a
+  dropped one loses its tracking there (the table stays).
 * A database subscribed to two publications has each publication's priority.
 """
 
@@ -16,6 +17,7 @@ import pytest
 from sparksync.dialects import connect
 from sparksync.errors import ConfigurationError
 from sparksync.merge.agent import MergeAgent, MergeOptions
+from sparksync.metadata import store
 from sparksync.names import TableName
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
@@ -78,21 +80,22 @@ def test_one_database_receiving_a_table_from_two_publications_is_refused(spark, 
         setup(t, lambda: spark)
 
 
-def test_an_article_added_to_an_initialized_publication_is_refused_before_anything_changes(spark, tmp_path):
+def test_articles_added_to_and_dropped_from_an_initialized_publication_follow_at_the_subscriber(spark, tmp_path):
     url = publisher(tmp_path, "T", "U")
     subs = [{"name": "S", "publication": "A", "database": f"sqlite:///{tmp_path / 's.db'}"}]
     setup(topo(tmp_path, url, [{"name": "A", "articles": [{"table": "T"}]}], subs), lambda: spark)
     grown = topo(tmp_path, url, [{"name": "A", "articles": [{"table": "T"}, {"table": "U"}]}], subs)
-    with pytest.raises(ConfigurationError, match="article U cannot be added while subscriptions S are initialized"):
-        setup(grown, lambda: spark)
-    with connect(url) as r:
-        assert r.reflect(TableName(None, "U")).column("rowguid") is None      # nothing was altered
+    setup(grown, lambda: spark)
+    with connect(url) as p, connect(subs[0]["database"]) as s:
+        assert s.scalar('SELECT count(*) FROM "U"') == p.scalar('SELECT count(*) FROM "U"') > 0
+        assert {a["source_table"] for a in store.select_rows(s, "sysmergearticles")} == {"T", "U"}
     shrunk = topo(tmp_path, url, [{"name": "A", "articles": [{"table": "U"}]}], subs)
-    with pytest.raises(ConfigurationError, match="article T cannot be dropped"):
-        setup(shrunk, lambda: spark)
-    summary = MergeAgent(topo(tmp_path, url, [{"name": "A", "articles": [{"table": "T"}]}], subs), spark).run(
-        MergeOptions())
-    assert summary.ok                                          # the subscription still works
+    setup(shrunk, lambda: spark)
+    for db in (url, subs[0]["database"]):
+        with connect(db) as r:
+            assert {a["source_table"] for a in store.select_rows(r, "sysmergearticles")} == {"U"}
+            assert r.reflect(TableName(None, "T")) is not None                    # the table stays
+    assert MergeAgent(shrunk, spark).run(MergeOptions()).ok                   # the subscription still works
 
 
 def test_a_database_in_two_publications_has_each_publications_priority(spark, tmp_path):

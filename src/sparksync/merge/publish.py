@@ -20,7 +20,7 @@ from ..types import Kind, SqlType
 from . import articles as art
 from .generations import ensure_open_generation
 from .partitions import PartitionScheme, filtered_article
-from .tracking import TrackedArticle, install_tracking
+from .tracking import TrackedArticle, install_tracking, remove_tracking, tracked_article
 
 PUBLISHER_NICKNAME = 1
 DEFAULT_ROWGUID = "rowguid"
@@ -284,4 +284,23 @@ def apply_publication(replica: Replica, topology: Topology, plan: PublicationPla
             created.append(a.key)
         install_tracking(replica, TrackedArticle(artid, a.name, nicknames[a.key], a.rowguid_column,
                                                  a.column_tracking, a.info), ident.nickname)
-    return {"pubid": pubid, "created_articles": created, "nicknames": nicknames}
+    gone = [r for r in store.select_rows(replica, "sysmergearticles", {"pubid": pubid})
+            if str(TableName(r["source_schema"], r["source_table"])) not in set(keys)]
+    removed = remove_articles(replica, pubid, gone)
+    return {"pubid": pubid, "created_articles": created, "removed_articles": removed, "nicknames": nicknames}
+
+
+def remove_articles(replica: Replica, pubid: str, rows: list[dict]) -> list[str]:
+    """Articles (their ``sysmergearticles`` rows) dropped from a publication at one replica, inside a
+    transaction: their rows there, and, when no other publication has the table, its tracking
+    triggers and merge metadata. The tables stay. Returns their names."""
+    for r in rows:
+        store.delete_rows(replica, "sysmergearticles", {"pubid": pubid, "artid": r["artid"]})
+        if store.select_rows(replica, "sysmergearticles", {"source_schema": r["source_schema"],
+                                                           "source_table": r["source_table"]}):
+            continue
+        remove_tracking(replica, tracked_article(r))
+        for table in ("MSmerge_contents", "MSmerge_tombstone", "MSmerge_current_partition_mappings",
+                      "MSmerge_past_partition_mappings", "MSmerge_failed_changes"):
+            replica.execute(f"DELETE FROM {replica.meta(table)} WHERE tablenick = {int(r['nickname'])}")
+    return [r["name"] for r in rows]

@@ -146,10 +146,13 @@ def register_subscriptions(pub: Replica, topology: Topology, manifest: SnapshotM
     return [replace(spec, known_replicas=known) for spec in specs]
 
 
-def check_subscriber_tables(replica: Replica, manifest: SnapshotManifest) -> None:
-    """An initialized subscriber's tables must still match the articles (schema drift check)."""
+def check_subscriber_tables(replica: Replica, manifest: SnapshotManifest, artids: set[str] | None = None) -> None:
+    """An initialized subscriber's tables must still match the articles (schema drift check);
+    ``artids``: only these articles (the ones it holds)."""
     problems = []
     for a in manifest.articles:
+        if artids is not None and str(a.artid) not in artids:
+            continue
         name = destination_name(replica, a)
         info = replica.reflect(name)
         if info is None:
@@ -290,9 +293,10 @@ def verify_snapshot(snap_dir: Path, manifest: SnapshotManifest, partition_id: in
 
 
 def _load_lineage(replica: Replica, snap_dir: Path, manifest: SnapshotManifest, generation: int,
-                  skip: set[str]) -> int:
-    """The rows' lineage (``MSmerge_contents``), checked against the manifest like the rows are; the
-    lineage of rows that were refused here (``skip``: rowguids) is left out."""
+                  skip: set[str], only: set[int] | None = None) -> int:
+    """The rows' lineage (``MSmerge_contents``), checked against the manifest like the rows are (all of
+    it is read); the lineage of rows that were refused here (``skip``: rowguids), and of articles not in
+    ``only`` (nicknames; None: every article), is left out."""
     import json
 
     import pyarrow.dataset as ds
@@ -309,7 +313,7 @@ def _load_lineage(replica: Replica, snap_dir: Path, manifest: SnapshotManifest, 
             digest.add(g)
             read += len(g)
             rows = [(a, b, generation, json.loads(c), json.loads(e) if e is not None else None)
-                    for a, b, c, e in zip(t, g, lin, colv) if str(b) not in skip]
+                    for a, b, c, e in zip(t, g, lin, colv) if str(b) not in skip and (only is None or a in only)]
             store.insert_rows(replica, "MSmerge_contents", ("tablenick", "rowguid", "generation", "lineage", "colv"),
                               rows)
             n += len(rows)
@@ -417,59 +421,22 @@ def _forget_dropped_replica(sub: Replica, ident) -> None:
 
 def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path,
                 manifest: SnapshotManifest) -> tuple[int, int, int]:
-    d = sub.dialect
     arts = sorted(manifest.articles, key=lambda a: a.nickname)
     names = {a.name: destination_name(sub, a) for a in arts}
     check_distinct_tables(sub.label, names)
-    total = 0
     with sub.transaction():
         store.install_metadata(sub)
         ident = store.set_replica_identity(sub, nickname=spec.replnickname, name=spec.subscription,
                                            role=SUBSCRIBER_ROLE, replica_id=spec.replica_id)
-        infos = {a.name: destination_info(sub, a, names) for a in arts}
-        kept = pre_create(sub, [(a.name, names[a.name], infos[a.name]) for a in arts], spec.pre_creation_cmd)
-        for a in arts:
-            if a.name not in kept:
-                for stmt in d.render_create_table(infos[a.name], a.rowguid_column):
-                    sub.execute(stmt)
-            else:
-                sub.execute(d.render_rowguid_index(names[a.name], a.rowguid_column))
-        where = f"snapshot {manifest.snapshot_id} of publication {manifest.publication}"
-        refused: dict[int, list[dict]] = {}
-        for a in arts:
-            path, rows, _, key_digest = a.data(spec.partition_id)
-            loaded = load_parquet(sub, snap_dir / path, names[a.name], infos[a.name], a.rowguid_column)
-            loaded.check(rows, key_digest, f"{where}, article {a.name}"
-                         + (f", partition {spec.partition_id}" if a.partitions is not None else ""))
-            total += loaded.rows
-            if loaded.refused:
-                refused[a.nickname] = loaded.refused
         baseline = int(sub.scalar(f"SELECT coalesce(max(generation), 0) FROM {sub.meta('MSmerge_genhistory')}") or 0) + 1
-        skip = {str(r["keyvalue"]) for rows in refused.values() for r in rows}
-        n_lineage = _load_lineage(sub, snap_dir, manifest, baseline, skip)
-        for a in arts:
-            if a.partitions is not None:    # a filtered article: only the lineage of the partition's rows
-                n_lineage -= _drop_lineage_of_absent_rows(sub, names[a.name], a)
-        _record_refused(sub, refused, manifest.publisher_nickname)
-        store.insert_row(sub, "MSmerge_genhistory", {
-            "generation": baseline, "guidsrc": store.new_guid(), "pubid": manifest.pubid, "genstatus": 2, "settled": 1,
-            "nicknames": sorted({manifest.publisher_nickname, ident.nickname}), "changecount": n_lineage,
-            "coldate": store.utcnow(), "source_nickname": manifest.publisher_nickname,
-            "source_generation": manifest.snapshot_generation})
+        total, refused, infos = _load_articles(sub, snap_dir, manifest, arts, names, baseline, spec.pre_creation_cmd,
+                                               spec.partition_id, ident.nickname)
         ensure_open_generation(sub, ident.nickname)
         store.insert_row(sub, "sysmergepublications", {
             "pubid": manifest.pubid, "name": manifest.publication, "kind": "merge", "publisher": manifest.publisher,
             "generation_leveling_threshold": manifest.generation_leveling_threshold, "retention": manifest.retention,
             "snapshot_generation": manifest.snapshot_generation, "snapshot_time": store.utcnow(),
             "snapshot_dir": str(snap_dir), "created_at": store.utcnow()})
-        for a in arts:
-            store.insert_row(sub, "sysmergearticles", {
-                "pubid": manifest.pubid, "artid": a.artid, "name": a.name, "source_schema": names[a.name].schema,
-                "source_table": names[a.name].name, "nickname": a.nickname, "column_tracking": int(a.column_tracking),
-                "rowguid_column": a.rowguid_column, "rowguid_added": 0, "processing_group": a.processing_group,
-                "dri_related": int(a.dri_related), "related_nicknames": a.related_nicknames,
-                "table_schema": {**a.table_schema, "schema": names[a.name].schema, "name": names[a.name].name},
-                "status": 1})
         now = store.utcnow()
         store.insert_row(sub, "sysmergesubscriptions", {
             "subid": spec.subid, "pubid": manifest.pubid, "name": spec.subscription, "replica_id": ident.replica_id,
@@ -483,11 +450,121 @@ def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path,
             "role": "publisher", "database_label": manifest.publisher, "subscriber_type": 0, "subscription_type": 0,
             "priority": PUBLISHER_PRIORITY, "host_name": None, "sentgen": baseline,
             "recgen": manifest.snapshot_generation, "status": 1, "last_sync_date": now, "created_at": now})
-        for a in arts:
-            install_tracking(sub, TrackedArticle(a.artid, names[a.name], a.nickname, a.rowguid_column,
-                                                 a.column_tracking, infos[a.name]), ident.nickname)
+        _publish_articles(sub, manifest, arts, names, infos, ident.nickname)
         failpoints.hit("init.before_commit", spec.subscription)
-    return total, baseline, sum(len(v) for v in refused.values())
+    return total, baseline, refused
+
+
+def _load_articles(sub: Replica, snap_dir: Path, manifest: SnapshotManifest, arts: list[ArticleSnapshot],
+                   names: dict[str, TableName], generation: int, pre_creation_cmd: str, partition_id: int | None,
+                   nickname: int) -> tuple[int, int, dict[str, TableInfo]]:
+    """Inside a transaction at a subscriber: the tables of ``arts`` created (or kept, by
+    ``pre_creation_cmd``) and loaded from the snapshot (checked against the manifest), their rows'
+    lineage in received ``generation`` (recorded here), rows it cannot hold as failed changes.
+    Returns (rows loaded, rows refused, the tables as created)."""
+    d = sub.dialect
+    infos = {a.name: destination_info(sub, a, names) for a in arts}
+    kept = pre_create(sub, [(a.name, names[a.name], infos[a.name]) for a in arts], pre_creation_cmd)
+    for a in arts:
+        if a.name not in kept:
+            for stmt in d.render_create_table(infos[a.name], a.rowguid_column):
+                sub.execute(stmt)
+        else:
+            sub.execute(d.render_rowguid_index(names[a.name], a.rowguid_column))
+    where = f"snapshot {manifest.snapshot_id} of publication {manifest.publication}"
+    refused: dict[int, list[dict]] = {}
+    total = 0
+    for a in arts:
+        path, rows, _, key_digest = a.data(partition_id)
+        loaded = load_parquet(sub, snap_dir / path, names[a.name], infos[a.name], a.rowguid_column)
+        loaded.check(rows, key_digest, f"{where}, article {a.name}"
+                     + (f", partition {partition_id}" if a.partitions is not None else ""))
+        total += loaded.rows
+        if loaded.refused:
+            refused[a.nickname] = loaded.refused
+    skip = {str(r["keyvalue"]) for rows in refused.values() for r in rows}
+    n_lineage = _load_lineage(sub, snap_dir, manifest, generation, skip, {a.nickname for a in arts})
+    for a in arts:
+        if a.partitions is not None:    # a filtered article: only the lineage of the partition's rows
+            n_lineage -= _drop_lineage_of_absent_rows(sub, names[a.name], a)
+    _record_refused(sub, refused, manifest.publisher_nickname)
+    store.insert_row(sub, "MSmerge_genhistory", {
+        "generation": generation, "guidsrc": store.new_guid(), "pubid": manifest.pubid, "genstatus": 2, "settled": 1,
+        "nicknames": sorted({manifest.publisher_nickname, nickname}), "changecount": n_lineage,
+        "coldate": store.utcnow(), "source_nickname": manifest.publisher_nickname,
+        "source_generation": manifest.snapshot_generation})
+    return total, sum(len(v) for v in refused.values()), infos
+
+
+def _publish_articles(sub: Replica, manifest: SnapshotManifest, arts: list[ArticleSnapshot],
+                      names: dict[str, TableName], infos: dict[str, TableInfo], nickname: int) -> None:
+    """The articles recorded at a subscriber (``sysmergearticles``) and their changes tracked."""
+    for a in arts:
+        store.insert_row(sub, "sysmergearticles", {
+            "pubid": manifest.pubid, "artid": a.artid, "name": a.name, "source_schema": names[a.name].schema,
+            "source_table": names[a.name].name, "nickname": a.nickname, "column_tracking": int(a.column_tracking),
+            "rowguid_column": a.rowguid_column, "rowguid_added": 0, "processing_group": a.processing_group,
+            "dri_related": int(a.dri_related), "related_nicknames": a.related_nicknames,
+            "table_schema": {**a.table_schema, "schema": names[a.name].schema, "name": names[a.name].name},
+            "status": 1})
+        install_tracking(sub, TrackedArticle(a.artid, names[a.name], a.nickname, a.rowguid_column,
+                                             a.column_tracking, infos[a.name]), nickname)
+
+
+@dataclass
+class ArticleDelivery:
+    """Articles added to a publication, for one initialized subscription (picklable)."""
+
+    subscription: str
+    url: str
+    snapshot_dir: str
+    articles: tuple[str, ...]
+    pre_creation_cmd: str
+    partition_id: int | None = None
+
+
+def deliver_articles(spec: ArticleDelivery) -> InitResult:
+    """A Spark task: the articles of ``spec`` loaded at an initialized subscriber from the snapshot (its
+    partition), with their lineage in a received generation and their tracking, in one transaction;
+    the rest of the subscriber is untouched. Its watermark from the publisher goes back to the
+    snapshot's generation if it was past it (the articles' changes since are sent again, and applied
+    once: their lineage says so). Articles it has already are skipped (a setup stopped half-way)."""
+    import json
+
+    t0 = time.perf_counter()
+    try:
+        snap_dir = Path(spec.snapshot_dir)
+        manifest = SnapshotManifest.from_dict(json.loads((snap_dir / "manifest.json").read_text(encoding="utf-8")))
+        with connect(spec.url, spec.subscription) as sub:
+            have = {str(r["artid"]) for r in store.select_rows(sub, "sysmergearticles", {"pubid": manifest.pubid})}
+            arts = [a for a in sorted(manifest.articles, key=lambda a: a.nickname)
+                    if a.name in spec.articles and str(a.artid) not in have]
+            if not arts:
+                return InitResult(spec.subscription, True, "articles delivered already", skipped=True,
+                                  seconds=time.perf_counter() - t0)
+            verify_snapshot(snap_dir, manifest, spec.partition_id)
+            ident = store.replica_identity(sub)
+            if ident is None:
+                raise SchemaError(f"subscription {spec.subscription}: its database has no replica identity; "
+                                  "reinitialize it", obj=spec.subscription)
+            names = {a.name: destination_name(sub, a) for a in arts}
+            with sub.transaction():
+                gen = max(int(sub.scalar(f"SELECT coalesce(max(generation), 0) FROM "
+                                         f"{sub.meta('MSmerge_genhistory')}") or 0),
+                          int(sub.dialect.current_open_generation(sub) or 0)) + 1
+                rows, refused, infos = _load_articles(sub, snap_dir, manifest, arts, names, gen, spec.pre_creation_cmd,
+                                                      spec.partition_id, ident.nickname)
+                _publish_articles(sub, manifest, arts, names, infos, ident.nickname)
+                key = {"pubid": manifest.pubid, "role": "publisher"}
+                publisher = store.select_rows(sub, "sysmergesubscriptions", key)
+                if publisher and int(publisher[0]["recgen"] or 0) > manifest.snapshot_generation:
+                    store.update_rows(sub, "sysmergesubscriptions", {"recgen": manifest.snapshot_generation}, key)
+                failpoints.hit("deliver.before_commit", spec.subscription)
+        return InitResult(spec.subscription, True, f"new article(s) {', '.join(a.name for a in arts)} delivered"
+                          + (f"; {refused} row(s) it cannot hold are failed changes" if refused else ""),
+                          rows=rows, seconds=time.perf_counter() - t0)
+    except Exception as e:  # noqa: BLE001 - reported per subscription, others go on
+        return InitResult.failed(spec.subscription, e, t0)
 
 
 def finish_registrations(pub: Replica, manifest: SnapshotManifest, specs: list[SubscriberInit],
