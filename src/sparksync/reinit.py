@@ -1,12 +1,13 @@
-"""``reinit``: a merge subscription re-created from a snapshot (SQL Server's reinitialization).
+"""``reinit``: a subscription re-created from a snapshot (SQL Server's reinitialization).
 
 For a subscriber that is expired, damaged, restored from an older copy, or whose database was lost or
-replaced. With ``upload_first`` its changes are merged to the publisher first (SQL Server's
+replaced. A merge subscription: with ``upload_first`` its changes are merged to the publisher first (SQL Server's
 ``@upload_first``), so nothing made there is lost; without it they are discarded, which must be
 asked for (``discard``) when there are any, or when they cannot be counted. Then its registration at
 the publisher is dropped (its replica nickname is never given again) and ``setup`` initializes it
 as a new replica: its old tracking and metadata go, its tables are loaded from the snapshot, and the
-next merge brings it the changes since.
+next merge brings it the changes since. A transactional subscription: its registration at the
+distributor goes and ``setup`` snapshots and initializes it again.
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ def reinitialize(topology: Topology, spark_factory, subscription: str, upload_fi
 
     s = topology.subscription(subscription)
     if topology.publication(s.publication).kind != "merge":
-        raise ConfigurationError(f"subscription {subscription} is transactional: reinit re-creates merge "
-                                 "subscriptions", obj=subscription)
+        return _reinitialize_transactional(topology, spark_factory, s, upload_first, report)
     with connect(topology.publisher_url, topology.publisher.name) as pub:
         store.require_metadata(pub)
         prows = store.select_rows(pub, "sysmergepublications", {"name": s.publication})
@@ -74,4 +74,23 @@ def reinitialize(topology: Topology, spark_factory, subscription: str, upload_fi
         with connect(topology.publisher_url, topology.publisher.name) as pub, pub.transaction():
             drop_registration(pub, pubid, registered[0])
         report(f"subscription {subscription}: registration dropped at the publisher; initializing it again")
+    return setup(topology, spark_factory, report)
+
+
+def _reinitialize_transactional(topology: Topology, spark_factory, s, upload_first: bool,
+                                report: Reporter) -> SetupSummary:
+    """A transactional subscription: its registration at the distributor goes, and ``setup`` snapshots
+    and initializes it again (its tables re-created by its ``pre_creation_cmd``). A transactional
+    subscriber sends nothing back, so there is nothing to upload first."""
+    from .transactional import distribution as dst
+
+    if upload_first:
+        raise ConfigurationError(f"subscription {s.name} is transactional: it sends nothing to the publisher, "
+                                 "so --upload-first does not apply", obj=s.name)
+    with connect(topology.distributor_url, "distributor") as dist:
+        publication = dst.require_publication(dist, s.publication)
+        with dist.transaction():
+            store.delete_rows(dist, "MSsubscriptions", {"publication_id": publication.publication_id,
+                                                        "subscription": s.name})
+    report(f"subscription {s.name}: registration dropped at the distributor; initializing it again")
     return setup(topology, spark_factory, report)

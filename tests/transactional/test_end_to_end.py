@@ -3,6 +3,8 @@ subscribers: setup (snapshot), changes by SQL at the publisher, log reader, dist
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sparksync.dialects import connect
@@ -34,3 +36,29 @@ def test_changes_arrive_at_every_subscriber(spark, dbs, tmp_path, publisher, dis
         r.execute('UPDATE "Vendor" SET "Name" = \'edited\' WHERE "VendorID" = 1')
     diffs, _ = compare_transactional(tx.topology, "Purchasing")
     assert [(d.subscription, d.missing, d.extra, d.changed) for d in diffs] == [("Local", 0, 0, 1)]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_lost_subscriber_database_is_named_and_reinit_recovers_it(spark, dbs, tmp_path, kind, pg_admin_url):
+    """Its database is dropped and created empty: the distribution agent names reinit (not 'run
+    setup', which finds the subscription initialized), and reinit snapshots it again."""
+    from sparksync.reinit import reinitialize
+
+    tx = build(dbs, tmp_path, "postgresql", {"Reporting": "postgresql", "Local": kind})
+    setup_topology(tx, spark)
+    url = tx.subscriber_urls["Local"]
+    if kind == "sqlite":                          # lost: created again, empty
+        Path(url.removeprefix("sqlite:///")).unlink()
+    else:
+        name = url.rsplit("/", 1)[1]
+        with connect(pg_admin_url) as admin:
+            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+            admin.execute(f'CREATE DATABASE "{name}"')
+    t = vendor_table("postgresql")
+    tx.publish(f'UPDATE {t} SET "Name" = \'renamed\' WHERE "VendorID" = 2')
+    summary = replicate(tx, spark)
+    errors = [str(s["error"]) for s in summary.to_dict()["subscriptions"] if s["error"]]
+    assert not summary.ok and any("sparksync reinit --subscription Local" in e for e in errors), errors
+    reinitialize(tx.topology, lambda: spark, "Local")
+    assert replicate(tx, spark).ok
+    assert tx.subscriber_rows("Local") == tx.publisher_rows() == tx.subscriber_rows("Reporting")

@@ -12,14 +12,14 @@ from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, l
 
 @handle_errors
 def reinit_command(
-    subscription: Annotated[str, typer.Option("--subscription", "-s", help="The merge subscription to re-create.")],
+    subscription: Annotated[str, typer.Option("--subscription", "-s", help="The subscription to re-create.")],
     config: ConfigOption = DEFAULT_CONFIG_PATH,
     upload_first: Annotated[bool, typer.Option("--upload-first", help="Merge its changes to the publisher first, "
                                                                       "so nothing made there is lost.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Discard its changes that were not uploaded.")] = False,
 ) -> None:
-    """Re-create a merge subscription from a snapshot: an expired, damaged or restored subscriber, or one
-    whose database was lost or replaced."""
+    """Re-create a subscription from a snapshot: an expired, damaged or restored subscriber, or one whose
+    database was lost or replaced (merge or transactional)."""
     topology = load(config)
     summary = reinitialize(topology, make_spark(topology), subscription, upload_first, yes, reporter)
     mine = [r for r in summary.initialized if r.subscription == subscription and r.ok]

@@ -156,7 +156,8 @@ class DistributionAgent:
             at = position(sub, publication, subscription)
         if at is None:
             raise SparksyncError(f"subscription {subscription}: no record of publication {publication} at the "
-                                 "subscriber; run 'sparksync setup'", obj=subscription)
+                                 "subscriber: its database was lost, emptied or replaced; run 'sparksync reinit "
+                                 f"--subscription {subscription}'", obj=subscription)
         return at
 
     def _spark(self, dist, p: dst.Publication, ctx: DeliveryContext, starts: dict[str, int], bound: int) -> list[dict]:

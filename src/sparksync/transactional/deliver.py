@@ -191,7 +191,8 @@ class Delivery:
         rows = store.select_rows(self.main, "MSreplication_subscriptions", self._key())
         if not rows:
             raise SparksyncError(f"subscription {self.sub.name}: {self.main.label} has no record of publication "
-                                 f"{self.ctx.publication}; run 'sparksync setup'", obj=self.sub.name)
+                                 f"{self.ctx.publication}: its database was lost, emptied or replaced; run "
+                                 f"'sparksync reinit --subscription {self.sub.name}'", obj=self.sub.name)
         self.stored_streams = max(r["streams"] for r in rows)
         return {r["stream"]: r["transaction_timestamp"] for r in rows}
 

@@ -244,7 +244,10 @@ class Applier:
 
 def position(sub: Replica, publication: str, subscription: str) -> int | None:
     """The last transaction (xact_seqno) every stream of the subscription has committed, None when
-    the subscriber holds no record of the publication."""
+    the subscriber holds no record of the publication (or no transactional metadata at all: a lost
+    or replaced database)."""
+    if store.table_set_version(sub, TRANSACTIONAL_SUBSCRIBER) is None:
+        return None
     store.require_table_set(sub, TRANSACTIONAL_SUBSCRIBER)
     marks = store.select_rows(sub, "MSreplication_subscriptions", {"publication": publication,
                                                                    "subscription": subscription})
