@@ -37,7 +37,7 @@ def status_command(
     st = gather_status(topology)
     tx = st.get("transactional") or {}
     unreachable = [s for s in st["subscriptions"] + tx.get("subscriptions", [])
-                   if s.get("status") in ("unreachable", "damaged")]
+                   if s.get("status") in ("unreachable", "damaged", "expired")]
     unreachable += [p for p in st["publications"] if p.get("state") == "damaged"]
     if tx.get("distributor", {}).get("state") == "unreachable":
         unreachable.append(tx["distributor"])

@@ -5,8 +5,8 @@ publisher's rows: every row of an unfiltered article) against the rows it holds:
 
 * **row counts**, counted by each database;
 * with ``checksum``, an order-independent **checksum** of the published columns, computed on Spark
-  from both sides: one job per article reads the publisher once per partition of the subscriptions
-  being validated and every subscriber, hashes each row (``xxhash64`` of the values typed by the
+  from both sides: one job reads, for every article, the publisher once per partition of the
+  subscriptions being validated and every subscriber, hashes each row (``xxhash64`` of the values typed by the
   article's schema, so a SQLite and a PostgreSQL replica of the same data agree) and sums the hashes;
   a full outer join on the rowguid names the rows that differ: *missing* (at the publisher, in the
   partition, not at the subscriber), *extra* (at the subscriber only) and *changed*.
@@ -212,23 +212,27 @@ def _publication(topology: Topology, pub: Replica, name: str, subs: list, checks
         return results
     report(f"validate {name}: {len(targets)} subscription(s), {len(articles)} article(s)"
            + (", with checksums (Spark)" if checksum else ", row counts"))
-    spark = spark_factory() if checksum else None
+    work: list[tuple[TrackedArticle, str, list[_Target]]] = []
     for a in articles:
-        art = tracked_article(a)
         missing = [t for t in targets if a["name"] not in t.tables]
         for t in missing:
             t.result.error = f"article {a['name']} is not published at {t.result.subscription}; run 'sparksync setup'"
-        live = [t for t in targets if t not in missing and t.result.error is None]
-        if not live:
-            continue
-        try:
-            if spark is None:
-                _count_article(topology, pub, scheme, art, a["name"], live)
-            else:
-                _checksum_article(spark, topology, pub, scheme, art, a["name"], live)
-        except SparksyncError as e:
-            for t in live:
-                t.result.error = f"article {a['name']}: {e.message}"
+        work.append((tracked_article(a), a["name"], [t for t in targets if t not in missing]))
+    if not checksum:
+        for art, article, live in work:
+            try:
+                _count_article(topology, pub, scheme, art, article, [t for t in live if t.result.error is None])
+            except SparksyncError as e:
+                for t in live:
+                    t.result.error = f"article {article}: {e.message}"
+        return results
+    live_targets = [t for t in targets if t.result.error is None]
+    work = [(art, article, [t for t in live if t in live_targets]) for art, article, live in work]
+    try:
+        _checksums(spark_factory(), topology, pub, scheme, [w for w in work if w[2]])
+    except SparksyncError as e:
+        for t in live_targets:
+            t.result.error = e.message
     return results
 
 
@@ -258,17 +262,19 @@ def _count_article(topology: Topology, pub: Replica, scheme: PartitionScheme, ar
         t.result.articles.append(ArticleValidation(name, counts[key], n))
 
 
-def _checksum_article(spark, topology: Topology, pub: Replica, scheme: PartitionScheme, art: TrackedArticle,
-                      name: str, targets: list[_Target]) -> None:
-    """One Spark job (two actions) for one article: every side read, hashed, compared."""
+def _hashed(spark, topology: Topology, pub: Replica, scheme: PartitionScheme, art: TrackedArticle, name: str,
+            targets: list[_Target], side_of: dict[int, int]):
+    """One article's rows from every side, as (side, k: rowguid, h: hash of the row, pk: its key as
+    JSON): the publisher read once per partition of ``targets`` (negative sides), each subscriber
+    (side ``side_of[id(target)]``). Returns the frame and the (subscriber side, publisher side) pairs."""
     from pyspark.sql import functions as F
 
     cols = list(art.info.columns)
     columns = [[SIDE, SqlType(Kind.INTEGER).to_dict()]] + [[c.name, c.type.to_dict()] for c in cols]
     reads: list[ReadPartition] = []
     pub_side: dict[Any, int] = {}
-    pairs = []                                      # (subscriber side, publisher side)
-    for i, t in enumerate(targets):
+    pairs = []
+    for t in targets:
         key = tuple(sorted(t.params.items())) if t.params is not None else None
         if key not in pub_side:
             pub_side[key] = -1 - len(pub_side)
@@ -277,43 +283,69 @@ def _checksum_article(spark, topology: Topology, pub: Replica, scheme: Partition
                                        [], columns, label=topology.publisher.name, key=list(art.info.primary_key)))
         d = dialect_for_url(t.url)
         select = ", ".join(d.quote(c.name) for c in cols)
-        reads.append(ReadPartition(t.url, f"SELECT {i} AS s, {select} FROM {d.table_sql(t.tables[name].table)}", [],
-                                   columns, label=t.result.subscription, key=list(art.info.primary_key)))
-        pairs.append((i, pub_side[key]))
+        side = side_of[id(t)]
+        reads.append(ReadPartition(t.url, f"SELECT {side} AS s, {select} FROM {d.table_sql(t.tables[name].table)}",
+                                   [], columns, label=t.result.subscription, key=list(art.info.primary_key)))
+        pairs.append((side, pub_side[key]))
     plan = ReadPlan(reads)
     df = spark.read.format("sparksync").schema(plan.spark_schema()).option("plan", plan.to_json()).load()
-    # positional names: a published column may be called anything
-    names = [f"c{k}" for k in range(len(cols))]
+    names = [f"c{k}" for k in range(len(cols))]           # positional: a column may be called anything
     df = df.toDF(SIDE, *names)
-    rg = names[[c.name for c in cols].index(art.rowguid_column)]
-    pk = F.to_json(F.struct(*[F.col(names[[c.name for c in cols].index(k)]).alias(k) for k in art.info.primary_key]))
-    hashed = df.select(F.col(SIDE), F.col(rg).cast("string").alias("k"), F.xxhash64(*[F.col(n) for n in names]).alias("h"),
-                       pk.alias("pk"))
-    pair_df = spark.createDataFrame(pairs, "sub INT, pub INT")
-    expected = hashed.join(F.broadcast(pair_df), hashed[SIDE] == pair_df["pub"]).select(
-        F.col("sub"), F.col("k"), F.col("h").alias("eh"), F.col("pk").alias("epk"))
-    actual = hashed.where(F.col(SIDE) >= 0).select(F.col(SIDE).alias("sub"), F.col("k"), F.col("h").alias("ah"),
-                                                   F.col("pk").alias("apk"))
-    joined = expected.join(actual, ["sub", "k"], "full_outer")
+    at = {c.name: names[i] for i, c in enumerate(cols)}
+    pk = F.to_json(F.struct(*[F.col(at[k]).alias(k) for k in art.info.primary_key]))
+    return df.select(F.col(SIDE), F.col(at[art.rowguid_column]).cast("string").alias("k"),
+                     F.xxhash64(*[F.col(n) for n in names]).alias("h"), pk.alias("pk")), pairs
+
+
+def _checksums(spark, topology: Topology, pub: Replica, scheme: PartitionScheme,
+               work: list[tuple[TrackedArticle, str, list[_Target]]]) -> None:
+    """Checksums and differing rows of every article of ``work`` for its targets, in one Spark job per
+    result (two): the articles' hashed rows in one frame, each subscriber's joined (full outer, on
+    article and rowguid) with the publisher's rows of its partition."""
+    from functools import reduce
+
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    if not work:
+        return
+    side_of: dict[int, int] = {}
+    for _, _, targets in work:
+        for t in targets:
+            side_of.setdefault(id(t), len(side_of))
+    frames, pairs = [], []
+    for j, (art, name, targets) in enumerate(work):
+        frame, art_pairs = _hashed(spark, topology, pub, scheme, art, name, targets, side_of)
+        frames.append(frame.withColumn("a", F.lit(j)))
+        pairs += [(j, sub, pside) for sub, pside in art_pairs]
+    hashed = reduce(lambda x, y: x.unionByName(y), frames)
+    pair_df = spark.createDataFrame(pairs, "pa INT, sub INT, pub INT")
+    expected = hashed.join(F.broadcast(pair_df), (hashed["a"] == pair_df["pa"]) & (hashed[SIDE] == pair_df["pub"])) \
+        .select(hashed["a"], F.col("sub"), F.col("k"), F.col("h").alias("eh"), F.col("pk").alias("epk"))
+    actual = hashed.where(F.col(SIDE) >= 0).select(F.col("a"), F.col(SIDE).alias("sub"), F.col("k"),
+                                                   F.col("h").alias("ah"), F.col("pk").alias("apk"))
+    joined = expected.join(actual, ["a", "sub", "k"], "full_outer")
     dec = "decimal(20,0)"
-    sums = {int(r["sub"]): r for r in joined.groupBy("sub").agg(
+    sums = {(int(r["a"]), int(r["sub"])): r for r in joined.groupBy("a", "sub").agg(
         F.count("eh").alias("en"), F.count("ah").alias("an"),
         F.sum(F.col("eh").cast(dec)).alias("es"), F.sum(F.col("ah").cast(dec)).alias("as_")).collect()}
     kind = (F.when(F.col("ah").isNull(), F.lit(MISSING)).when(F.col("eh").isNull(), F.lit(EXTRA))
             .otherwise(F.lit(CHANGED)))
+    ranked = Window.partitionBy("a", "sub").orderBy("kind", "k")
     diffs = (joined.where(F.col("eh").isNull() | F.col("ah").isNull() | (F.col("eh") != F.col("ah")))
-             .select("sub", "k", kind.alias("kind"), F.coalesce("epk", "apk").alias("pk"))
-             .orderBy("sub", "kind", "k").limit(MAX_LISTED * len(targets) + 1).collect())
-    by_sub: dict[int, list[RowDifference]] = {}
-    for r in diffs:
-        by_sub.setdefault(int(r["sub"]), []).append(RowDifference(r["kind"], r["k"], _key_text(r["pk"])))
-    for i, t in enumerate(targets):
-        s = sums.get(i)
-        found = by_sub.get(i, [])
-        t.result.articles.append(ArticleValidation(
-            name, int(s["en"]) if s else 0, int(s["an"]) if s else 0,
-            str(s["es"] if s and s["es"] is not None else 0), str(s["as_"] if s and s["as_"] is not None else 0),
-            found[:MAX_LISTED], len(found) > MAX_LISTED))
+             .select("a", "sub", "k", kind.alias("kind"), F.coalesce("epk", "apk").alias("pk"))
+             .withColumn("n", F.row_number().over(ranked)).where(F.col("n") <= MAX_LISTED + 1).collect())
+    found: dict[tuple[int, int], list[RowDifference]] = {}
+    for r in sorted(diffs, key=lambda r: (r["a"], r["sub"], r["n"])):
+        found.setdefault((int(r["a"]), int(r["sub"])), []).append(RowDifference(r["kind"], r["k"], _key_text(r["pk"])))
+    for j, (_, name, targets) in enumerate(work):
+        for t in targets:
+            s = sums.get((j, side_of[id(t)]))
+            rows = found.get((j, side_of[id(t)]), [])
+            t.result.articles.append(ArticleValidation(
+                name, int(s["en"]) if s else 0, int(s["an"]) if s else 0,
+                str(s["es"] if s and s["es"] is not None else 0), str(s["as_"] if s and s["as_"] is not None else 0),
+                rows[:MAX_LISTED], len(rows) > MAX_LISTED))
 
 
 def _key_text(pk_json: str | None) -> str:
