@@ -33,13 +33,15 @@ def _print(report: ValidationReport) -> None:
     for s in report.subscriptions:
         for a in s.articles:
             for d in a.differences[:SHOWN]:
-                console.print(f"  {s.subscription} {a.article}: {d.kind} row {d.key} (rowguid {d.rowguid})",
-                              highlight=False)
+                console.print(f"  {s.subscription} {a.article}: {d.kind} row {d.key}"
+                              + (f" (rowguid {d.rowguid})" if d.rowguid else ""), highlight=False)
             if len(a.differences) > SHOWN or a.more:
                 console.print(f"  {s.subscription} {a.article}: ... and more (--json lists them)", highlight=False)
         if not s.ok and s.error is None and s.pending:
-            console.print(f"[yellow]{s.subscription} has changes not merged yet ({s.pending_upload or 0} to upload, "
-                          f"{s.pending_download or 0} to download): run 'sparksync merge' and validate again[/]",
+            what = (f"{s.pending_upload or 0} to upload, {s.pending_download or 0} to download): run 'sparksync merge'"
+                    if s.kind == "merge" else f"{s.pending_download} transaction(s)): run 'sparksync logreader' and "
+                    "'sparksync distribute'")
+            console.print(f"[yellow]{s.subscription} has changes not delivered yet ({what} and validate again[/]",
                           highlight=False)
 
 
@@ -52,13 +54,13 @@ def validate_command(
     checksum: Annotated[bool, typer.Option("--checksum", help="Also compare an order-independent checksum of the "
                                                               "published columns (computed on Spark) and list the "
                                                               "rows that differ.")] = False,
-    repair_: Annotated[bool, typer.Option("--repair", help="Write the rows that differ at the subscriber from the "
-                                                           "publisher (publisher wins); implies --checksum.")] = False,
+    repair_: Annotated[bool, typer.Option("--repair", help="Write the rows that differ at a merge subscriber from "
+                                                           "the publisher (publisher wins); implies --checksum.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="With --repair: do not ask.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Check that merge subscribers hold their partition of the publisher's rows: row counts and, with
-    --checksum, checksums and the rows that differ. Exit code 1 when any subscription differs."""
+    """Check that subscribers hold the publisher's rows (a merge subscriber: its partition of them): row
+    counts and, with --checksum, checksums and the rows that differ. Exit code 1 when any differs."""
     topology = load(config)
     quiet = (lambda m: None) if as_json else reporter
     report = validate(topology, make_spark(topology), publication, list(subscription) if subscription else None,

@@ -1,14 +1,17 @@
-"""Validation of merge subscriptions (SQL Server's ``sp_validatemergesubscription``), and repair.
+"""Validation of subscriptions (SQL Server's ``sp_validatemergesubscription`` and
+``sp_publication_validation``), and repair of merge subscriptions.
 
-For each subscription and article, the rows the subscriber should hold (its partition of the
-publisher's rows: every row of an unfiltered article) against the rows it holds:
+For each subscription and article, the rows the subscriber should hold (a merge subscription: its
+partition of the publisher's rows, every row of an unfiltered article, matched by rowguid; a
+transactional one: the rows of the article's row filter, its published columns, matched by primary
+key) against the rows it holds:
 
 * **row counts**, counted by each database;
 * with ``checksum``, an order-independent **checksum** of the published columns, computed on Spark
   from both sides: one job reads, for every article, the publisher once per partition of the
   subscriptions being validated and every subscriber, hashes each row (``xxhash64`` of the values typed by the
   article's schema, so a SQLite and a PostgreSQL replica of the same data agree) and sums the hashes;
-  a full outer join on the rowguid names the rows that differ: *missing* (at the publisher, in the
+  a full outer join on what matches a row names the rows that differ: *missing* (at the publisher, in the
   partition, not at the subscriber), *extra* (at the subscriber only) and *changed*.
 
 **Repair** (beyond SQL Server, which can only reinitialize): the rows that differ are written at the
@@ -21,14 +24,17 @@ otherwise be a change the next merge delivers).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Topology
 from ..dialects import connect, dialect_for_url
+from ..dialects.model import Column, from_table_dict
 from ..dialects.replica import Replica
 from ..errors import ConfigurationError, NotInitialized, ReplicaDamaged, SparksyncError
 from ..metadata import store
+from ..names import TableName
 from ..progress import Reporter, silent
 from ..rows import row_key
 from ..spark.datasource import ReadPartition, ReadPlan
@@ -52,7 +58,7 @@ class RepairRefused(SparksyncError):
 @dataclass
 class RowDifference:
     kind: str                 # missing | extra | changed
-    rowguid: str
+    rowguid: str              # merge articles ("" for transactional ones, matched by key)
     key: str                  # the row's primary key, e.g. id=4
 
     def to_dict(self) -> dict[str, str]:
@@ -95,6 +101,7 @@ class SubscriptionValidation:
     pending_upload: int | None = None
     pending_download: int | None = None
     repaired: int = 0                            # rows written or removed by a repair
+    kind: str = "merge"                          # of its publication: merge | transactional
 
     @property
     def ok(self) -> bool:
@@ -105,7 +112,7 @@ class SubscriptionValidation:
         return bool(self.pending_upload) or bool(self.pending_download)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"subscription": self.subscription, "publication": self.publication, "ok": self.ok,
+        return {"subscription": self.subscription, "publication": self.publication, "kind": self.kind, "ok": self.ok,
                 "partition": self.partition, "error": self.error, "pending_upload": self.pending_upload,
                 "pending_download": self.pending_download, "repaired": self.repaired,
                 "articles": [a.to_dict() for a in self.articles]}
@@ -131,9 +138,22 @@ class _Target:
 
     result: SubscriptionValidation
     url: str
-    nickname: int
     params: dict[str, str | None] | None         # None: every row (unfiltered publication)
-    tables: dict[str, TrackedArticle] = field(default_factory=dict)
+    tables: dict[str, TableName] = field(default_factory=dict)
+
+
+@dataclass
+class _Check:
+    """One article to compare at its subscriptions: its published columns, what matches a row on both
+    sides (``identity``: the rowguid of a merge article; None: the primary key), and the publisher's
+    query of the rows a subscription should hold."""
+
+    article: str
+    columns: list[Column]
+    primary_key: list[str]
+    identity: str | None
+    publisher_sql: Callable[[_Target], str]
+    targets: list[_Target]
 
 
 def validate(topology: Topology, spark_factory, publication: str | None = None,
@@ -145,33 +165,39 @@ def validate(topology: Topology, spark_factory, publication: str | None = None,
     out = ValidationReport(checksum=checksum)
     spark_factory = functools.cache(spark_factory)        # one session, started when first needed
     with connect(topology.publisher_url, topology.publisher.name) as pub:
-        store.require_metadata(pub)
         for pub_name in dict.fromkeys(s.publication for s in subs):
-            out.subscriptions += _publication(topology, pub, pub_name, [s for s in subs if s.publication == pub_name],
-                                              checksum, spark_factory, report)
+            mine = [s for s in subs if s.publication == pub_name]
+            if topology.publication(pub_name).kind == "merge":
+                store.require_metadata(pub)
+                results, checks = _merge_checks(topology, pub, pub_name, mine)
+            else:
+                results, checks = _transactional_checks(topology, pub, pub_name, mine)
+            out.subscriptions += results
+            live = [c for c in checks if c.targets]
+            if live:
+                report(f"validate {pub_name}: {len({id(t) for c in live for t in c.targets})} subscription(s), "
+                       f"{len(live)} article(s)" + (", with checksums (Spark)" if checksum else ", row counts"))
+                _compare(topology, pub, live, checksum, spark_factory)
     return out
 
 
 def _selected(topology: Topology, publication: str | None, names: list[str] | None) -> list:
-    if publication is not None and topology.publication(publication).kind != "merge":
-        raise ConfigurationError(f"publication {publication} is transactional: validate checks merge "
-                                 "subscriptions (transactional replicas are compared by 'sparksync demo' and "
-                                 "reinitialized by 'sparksync setup')", obj=publication)
+    if publication is not None:
+        topology.publication(publication)            # an unknown one is named
     if names:
         subs = [topology.subscription(n) for n in names]
         for s in subs:
-            if topology.publication(s.publication).kind != "merge":
-                raise ConfigurationError(f"subscription {s.name} is transactional: validate checks merge "
-                                         "subscriptions", obj=s.name)
             if publication is not None and s.publication != publication:
                 raise ConfigurationError(f"subscription {s.name} is not a subscription of {publication}", obj=s.name)
         return subs
-    pubs = [publication] if publication else [p.name for p in topology.publications_of_kind("merge")]
+    pubs = [publication] if publication else [p.name for p in topology.publications]
     return [s for p in pubs for s in topology.subscriptions_of(p)]
 
 
-def _publication(topology: Topology, pub: Replica, name: str, subs: list, checksum: bool, spark_factory,
-                 report: Reporter) -> list[SubscriptionValidation]:
+def _merge_checks(topology: Topology, pub: Replica, name: str, subs: list) -> tuple[list[SubscriptionValidation],
+                                                                                     list[_Check]]:
+    """A merge publication: each subscription against its partition of the publisher's rows, matched by
+    rowguid; its pending changes counted (a difference may be one the next merge delivers)."""
     from ..status import gather_status
 
     prows = store.select_rows(pub, "sysmergepublications", {"name": name})
@@ -196,44 +222,100 @@ def _publication(topology: Topology, pub: Replica, name: str, subs: list, checks
         res.pending_upload, res.pending_download = st.get("pending_upload"), st.get("pending_download")
         params = None
         if scheme.filtered and r.get("partition_id") is not None:
-            part = groups[int(r["partition_id"])]
-            params = part.params
+            params = groups[int(r["partition_id"])].params
             res.partition = ", ".join(f"{k} = {v!r}" for k, v in params.items() if v is not None) or "(none)"
         url = topology.resolve_url(s.database)
         try:
             with connect(url, s.name) as sub:
                 store.require_metadata(sub)
-                tables = {a["name"]: tracked_article(a) for a in published_articles(sub, pubid)}
+                tables = {a["name"]: tracked_article(a).table for a in published_articles(sub, pubid)}
         except SparksyncError as e:
             res.error = e.message
             continue
-        targets.append(_Target(res, url, int(r["replnickname"]), params, tables))
-    if not targets:
-        return results
-    report(f"validate {name}: {len(targets)} subscription(s), {len(articles)} article(s)"
-           + (", with checksums (Spark)" if checksum else ", row counts"))
-    work: list[tuple[TrackedArticle, str, list[_Target]]] = []
+        targets.append(_Target(res, url, params, tables))
+    checks = []
     for a in articles:
-        missing = [t for t in targets if a["name"] not in t.tables]
-        for t in missing:
-            t.result.error = f"article {a['name']} is not published at {t.result.subscription}; run 'sparksync setup'"
-        work.append((tracked_article(a), a["name"], [t for t in targets if t not in missing]))
+        art = tracked_article(a)
+        for t in targets:
+            if a["name"] not in t.tables:
+                t.result.error = (f"article {a['name']} is not published at {t.result.subscription}; "
+                                  "run 'sparksync setup'")
+        checks.append(_Check(a["name"], list(art.info.columns), list(art.info.primary_key), art.rowguid_column,
+                             functools.partial(_partition_rows, pub, scheme, art, a["name"]), targets))
+    return results, checks
+
+
+def _transactional_checks(topology: Topology, pub: Replica, name: str,
+                          subs: list) -> tuple[list[SubscriptionValidation], list[_Check]]:
+    """A transactional publication: each active subscription against the publisher's published rows
+    (row filter) and columns (column filter), matched by primary key."""
+    from ..filters import parse_filter
+    from ..transactional import distribution as dst
+    from ..transactional.status import gather
+
+    status = gather(topology)
+    unread = sum(int(x.get("log_rows") or 0) for x in status["publications"] if x.get("name") == name)
+    waiting = {x["name"]: x.get("pending_transactions") for x in status["subscriptions"]}
+    with connect(topology.distributor_url, "distributor") as dist:
+        p = dst.require_publication(dist, name)
+        active = {x.subscription for x in dst.subscriptions(dist, p.publication_id) if x.status == 1}
+    articles = [a for a in p.articles if a["status"] == 1]
+    targets, results = [], []
+    for s in subs:
+        res = SubscriptionValidation(s.name, name, kind="transactional")
+        results.append(res)
+        if s.name not in active:
+            res.error = f"subscription {s.name} is not initialized; run 'sparksync setup'"
+            continue
+        # transactions not delivered yet: queued at the distributor, or still in the publisher's capture log
+        res.pending_upload, res.pending_download = 0, int(waiting.get(s.name) or 0) + unread
+        url = topology.resolve_url(s.database)
+        d = dialect_for_url(url)
+        targets.append(_Target(res, url, None, {a["name"]: d.destination_table(TableName(a["source_schema"],
+                                                                                         a["source_table"]))
+                                                for a in articles}))
+    checks = []
+    for a in articles:
+        info = from_table_dict(a["table_schema"])
+        where = ""
+        if a["filter"]:
+            where = " WHERE " + parse_filter(a["filter"], info.column_names, a["name"]).sql_for(
+                pub.dialect.capabilities.name, info.columns)
+        d = pub.dialect
+        sql = (f"SELECT {', '.join(d.quote(c.name) for c in info.columns)} FROM "
+               f"{d.table_sql(TableName(a['source_schema'], a['source_table']))}{where}")
+        checks.append(_Check(a["name"], list(info.columns), list(info.primary_key), None,
+                             functools.partial(_same_rows, sql), targets))
+    return results, checks
+
+
+def _same_rows(sql: str, _target: _Target) -> str:
+    """Every transactional subscription holds the same rows: one query for all."""
+    return sql
+
+
+def _compare(topology: Topology, pub: Replica, checks: list[_Check], checksum: bool, spark_factory) -> None:
+    for c in checks:
+        c.targets = [t for t in c.targets if t.result.error is None]
+    checks = [c for c in checks if c.targets]
     if not checksum:
-        for art, article, live in work:
+        for c in checks:
             try:
-                _count_article(topology, pub, scheme, art, article, [t for t in live if t.result.error is None])
+                _count_article(pub, c)
             except SparksyncError as e:
-                for t in live:
-                    t.result.error = f"article {article}: {e.message}"
-        return results
-    live_targets = [t for t in targets if t.result.error is None]
-    work = [(art, article, [t for t in live if t in live_targets]) for art, article, live in work]
+                for t in c.targets:
+                    t.result.error = f"article {c.article}: {e.message}"
+        return
     try:
-        _checksums(spark_factory(), topology, pub, scheme, [w for w in work if w[2]])
+        _checksums(spark_factory(), topology, checks)
     except SparksyncError as e:
-        for t in live_targets:
+        for t in {id(t): t for c in checks for t in c.targets}.values():
             t.result.error = e.message
-    return results
+
+
+def _partition_rows(pub: Replica, scheme: PartitionScheme, art: TrackedArticle, name: str, target: _Target) -> str:
+    """The publisher's rows of article ``name`` a merge subscription should hold: its partition's."""
+    return _publisher_sql(pub, scheme, art, name, target.params)
 
 
 def _publisher_sql(pub: Replica, scheme: PartitionScheme, art: TrackedArticle, name: str,
@@ -245,60 +327,58 @@ def _publisher_sql(pub: Replica, scheme: PartitionScheme, art: TrackedArticle, n
     return f"SELECT {', '.join(d.quote(c) for c in cols)} FROM {d.table_sql(art.table)}"
 
 
-def _count_article(topology: Topology, pub: Replica, scheme: PartitionScheme, art: TrackedArticle, name: str,
-                   targets: list[_Target]) -> None:
+def _count_article(pub: Replica, c: _Check) -> None:
     counts: dict[Any, int] = {}
-    for t in targets:
-        key = tuple(sorted((t.params or {}).items())) if t.params is not None else None
+    for t in c.targets:
+        key = tuple(sorted(t.params.items())) if t.params is not None else None
         if key not in counts:
-            counts[key] = int(pub.scalar(f"SELECT count(*) FROM ({_publisher_sql(pub, scheme, art, name, t.params)}) "
-                                         f"AS x") or 0)
+            counts[key] = int(pub.scalar(f"SELECT count(*) FROM ({c.publisher_sql(t)}) AS x") or 0)
         try:
             with connect(t.url, t.result.subscription) as sub:
-                n = int(sub.scalar(f"SELECT count(*) FROM {sub.dialect.table_sql(t.tables[name].table)}") or 0)
+                n = int(sub.scalar(f"SELECT count(*) FROM {sub.dialect.table_sql(t.tables[c.article])}") or 0)
         except SparksyncError as e:
             t.result.error = e.message
             continue
-        t.result.articles.append(ArticleValidation(name, counts[key], n))
+        t.result.articles.append(ArticleValidation(c.article, counts[key], n))
 
 
-def _hashed(spark, topology: Topology, pub: Replica, scheme: PartitionScheme, art: TrackedArticle, name: str,
-            targets: list[_Target], side_of: dict[int, int]):
-    """One article's rows from every side, as (side, k: rowguid, h: hash of the row, pk: its key as
-    JSON): the publisher read once per partition of ``targets`` (negative sides), each subscriber
-    (side ``side_of[id(target)]``). Returns the frame and the (subscriber side, publisher side) pairs."""
+def _hashed(spark, topology: Topology, c: _Check, side_of: dict[int, int]):
+    """One article's rows from every side, as (side, k: what matches the row, h: hash of the row, pk:
+    its key as JSON): the publisher read once per partition of the targets (negative sides), each
+    subscriber (side ``side_of[id(target)]``). Returns the frame and the (subscriber side, publisher
+    side) pairs."""
     from pyspark.sql import functions as F
 
-    cols = list(art.info.columns)
-    columns = [[SIDE, SqlType(Kind.INTEGER).to_dict()]] + [[c.name, c.type.to_dict()] for c in cols]
+    cols = c.columns
+    columns = [[SIDE, SqlType(Kind.INTEGER).to_dict()]] + [[x.name, x.type.to_dict()] for x in cols]
     reads: list[ReadPartition] = []
     pub_side: dict[Any, int] = {}
     pairs = []
-    for t in targets:
+    for t in c.targets:
         key = tuple(sorted(t.params.items())) if t.params is not None else None
         if key not in pub_side:
             pub_side[key] = -1 - len(pub_side)
-            sql = _publisher_sql(pub, scheme, art, name, t.params)
-            reads.append(ReadPartition(topology.publisher_url, f"SELECT {pub_side[key]} AS s, x.* FROM ({sql}) AS x",
-                                       [], columns, label=topology.publisher.name, key=list(art.info.primary_key)))
+            reads.append(ReadPartition(topology.publisher_url,
+                                       f"SELECT {pub_side[key]} AS s, x.* FROM ({c.publisher_sql(t)}) AS x",
+                                       [], columns, label=topology.publisher.name, key=c.primary_key))
         d = dialect_for_url(t.url)
-        select = ", ".join(d.quote(c.name) for c in cols)
+        select = ", ".join(d.quote(x.name) for x in cols)
         side = side_of[id(t)]
-        reads.append(ReadPartition(t.url, f"SELECT {side} AS s, {select} FROM {d.table_sql(t.tables[name].table)}",
-                                   [], columns, label=t.result.subscription, key=list(art.info.primary_key)))
+        reads.append(ReadPartition(t.url, f"SELECT {side} AS s, {select} FROM {d.table_sql(t.tables[c.article])}",
+                                   [], columns, label=t.result.subscription, key=c.primary_key))
         pairs.append((side, pub_side[key]))
     plan = ReadPlan(reads)
     df = spark.read.format("sparksync").schema(plan.spark_schema()).option("plan", plan.to_json()).load()
     names = [f"c{k}" for k in range(len(cols))]           # positional: a column may be called anything
     df = df.toDF(SIDE, *names)
-    at = {c.name: names[i] for i, c in enumerate(cols)}
-    pk = F.to_json(F.struct(*[F.col(at[k]).alias(k) for k in art.info.primary_key]))
-    return df.select(F.col(SIDE), F.col(at[art.rowguid_column]).cast("string").alias("k"),
-                     F.xxhash64(*[F.col(n) for n in names]).alias("h"), pk.alias("pk")), pairs
+    at = {x.name: names[i] for i, x in enumerate(cols)}
+    pk = F.to_json(F.struct(*[F.col(at[k]).alias(k) for k in c.primary_key]))
+    match = F.col(at[c.identity]).cast("string") if c.identity is not None else pk
+    return df.select(F.col(SIDE), match.alias("k"), F.xxhash64(*[F.col(n) for n in names]).alias("h"),
+                     pk.alias("pk")), pairs
 
 
-def _checksums(spark, topology: Topology, pub: Replica, scheme: PartitionScheme,
-               work: list[tuple[TrackedArticle, str, list[_Target]]]) -> None:
+def _checksums(spark, topology: Topology, work: list[_Check]) -> None:
     """Checksums and differing rows of every article of ``work`` for its targets, in one Spark job per
     result (two): the articles' hashed rows in one frame, each subscriber's joined (full outer, on
     article and rowguid) with the publisher's rows of its partition."""
@@ -310,12 +390,12 @@ def _checksums(spark, topology: Topology, pub: Replica, scheme: PartitionScheme,
     if not work:
         return
     side_of: dict[int, int] = {}
-    for _, _, targets in work:
-        for t in targets:
+    for c in work:
+        for t in c.targets:
             side_of.setdefault(id(t), len(side_of))
     frames, pairs = [], []
-    for j, (art, name, targets) in enumerate(work):
-        frame, art_pairs = _hashed(spark, topology, pub, scheme, art, name, targets, side_of)
+    for j, c in enumerate(work):
+        frame, art_pairs = _hashed(spark, topology, c, side_of)
         frames.append(frame.withColumn("a", F.lit(j)))
         pairs += [(j, sub, pside) for sub, pside in art_pairs]
     hashed = reduce(lambda x, y: x.unionByName(y), frames)
@@ -337,9 +417,12 @@ def _checksums(spark, topology: Topology, pub: Replica, scheme: PartitionScheme,
              .withColumn("n", F.row_number().over(ranked)).where(F.col("n") <= MAX_LISTED + 1).collect())
     found: dict[tuple[int, int], list[RowDifference]] = {}
     for r in sorted(diffs, key=lambda r: (r["a"], r["sub"], r["n"])):
-        found.setdefault((int(r["a"]), int(r["sub"])), []).append(RowDifference(r["kind"], r["k"], _key_text(r["pk"])))
-    for j, (_, name, targets) in enumerate(work):
-        for t in targets:
+        matched_by_rowguid = work[int(r["a"])].identity is not None
+        found.setdefault((int(r["a"]), int(r["sub"])), []).append(
+            RowDifference(r["kind"], r["k"] if matched_by_rowguid else "", _key_text(r["pk"])))
+    for j, c in enumerate(work):
+        name = c.article
+        for t in c.targets:
             s = sums.get((j, side_of[id(t)]))
             rows = found.get((j, side_of[id(t)]), [])
             t.result.articles.append(ArticleValidation(
@@ -366,6 +449,9 @@ def repair(topology: Topology, report_: ValidationReport, progress: Reporter = s
         raise ConfigurationError("repair needs the rows that differ: validate with --checksum")
     todo = [s for s in report_.subscriptions if not s.ok and s.error is None]
     for s in todo:
+        if s.kind != "merge":
+            raise RepairRefused(f"subscription {s.subscription} is transactional: --repair writes merge replicas; "
+                                f"'sparksync reinit --subscription {s.subscription}' re-creates it", obj=s.subscription)
         if s.pending:
             raise RepairRefused(f"subscription {s.subscription} has changes not merged yet ({s.pending_upload or 0} "
                                 f"to upload, {s.pending_download or 0} to download): run 'sparksync merge' first, "
