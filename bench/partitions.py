@@ -9,7 +9,9 @@ run, per partition count:
 
 * tracked DML: the 1% updates (triggers only: mappings are not written by the triggers) and the
   partition evaluation that maintains the mappings afterwards (set-based); the ratio
-  DML / (DML + evaluation) is "tracked DML with mappings vs without";
+  DML / (DML + evaluation) is "tracked DML with mappings vs without" counting the evaluation;
+* the other design (SQL Server's): the same updates with a trigger that also writes the changed rows'
+  mappings, per row, up the join chain (built here for the measurement only); DML / that;
 * the one-subscription merge (close generations, evaluate, download): seconds, and the ratio to the
   same at 10 partitions (the cost of a sync for one partition must not grow with the partition count);
 * with 10 partitions, also one merge of 10 subscriptions (one per partition).
@@ -91,6 +93,35 @@ def measure_setupbelongs(spark, rows: int, partitions: int) -> float:
         return time.perf_counter() - t0
 
 
+def dml_with_mapping_trigger(r, pubid: str, articles: list[dict], orders: int, changed: int) -> float:
+    """The other design, measured and not shipped: the tracking of Orders also writes its partition
+    mappings, per row, in a trigger (as SQL Server's merge triggers do): a changed order's mappings are
+    replaced by its partitions, found up the join chain. Returns the time of the same 1% updates."""
+    from sparksync.merge.evaluation import PARTITION_ALIAS, _as_columns
+    from sparksync.names import quote_literal
+
+    d = r.dialect
+    scheme = scheme_of(articles)
+    orders_article = next(a for a in articles if a["source_table"] == "Orders")
+    nick = int(orders_article["nickname"])
+    current, groups = r.meta("MSmerge_current_partition_mappings"), r.meta("MSmerge_partition_groups")
+    joined = scheme.with_partitions(d, orders_article["name"], "m", groups, PARTITION_ALIAS, _as_columns())
+    r.execute(
+        f'CREATE TRIGGER bench_mappings AFTER UPDATE ON "Orders" BEGIN '
+        f"DELETE FROM {current} WHERE tablenick = {nick} AND rowguid = NEW.rowguid; "
+        f"INSERT INTO {current} (tablenick, rowguid, partition_id) SELECT {nick}, m.rowguid, "
+        f"{PARTITION_ALIAS}.partition_id FROM \"Orders\" AS m {joined.joins} WHERE m.rowguid = NEW.rowguid "
+        f"AND {PARTITION_ALIAS}.pubid = {quote_literal(pubid)}; END")
+    try:
+        t0 = time.perf_counter()
+        with r.transaction():
+            r.executemany('UPDATE "Orders" SET "Total" = "Total" + 1 WHERE "OrderID" = ?',
+                          [(i,) for i in range(1, orders, max(orders // changed, 1))][:changed])
+        return time.perf_counter() - t0
+    finally:
+        r.execute("DROP TRIGGER bench_mappings")
+
+
 def measure(spark, rows: int, partitions: int, subscriptions: int) -> dict[str, float]:
     with TemporaryDirectory() as d:
         pub_url, topology, orders = build(Path(d), rows, partitions, subscriptions)
@@ -113,6 +144,7 @@ def measure(spark, rows: int, partitions: int, subscriptions: int) -> dict[str, 
             t0 = time.perf_counter()
             evaluate(r, prow["pubid"], scheme_of(articles), articles)
             out["evaluation"] = time.perf_counter() - t0
+            out["dml with mapping trigger"] = dml_with_mapping_trigger(r, prow["pubid"], articles, orders, changed)
         with connect(pub_url) as r, r.transaction():      # the same again, for the merge to carry
             r.executemany('UPDATE "Orders" SET "Total" = "Total" + 1 WHERE "OrderID" = ?',
                           [(i,) for i in range(0, orders, max(orders // changed, 1))][:changed])
@@ -144,14 +176,18 @@ def main() -> None:
     print(f"\nfiltered publication, SQLite publisher, {args.rows:,} rows, 1% of the rows changed")
     changed = args.rows // 100
     print(f"  {'partitions':>10}{'setup s':>9}{'DML s':>8}{'eval s':>8}{'eval us/row':>12}{'DML/(DML+eval)':>16}"
+          f"{'trig DML s':>12}{'DML/trig':>10}"
           f"{'merge one s':>13}{'rows down':>11}{'vs first':>10}{'SetupBelongs s':>16}{'SB/precomp':>12}")
     for n, r in results.items():
         print(f"  {n:>10}{r['setup']:>9.1f}{r['dml']:>8.3f}{r['evaluation']:>8.3f}"
               f"{r['evaluation'] / changed * 1e6:>12.1f}{r['dml'] / (r['dml'] + r['evaluation']):>16.2f}"
+              f"{r['dml with mapping trigger']:>12.3f}{r['dml'] / r['dml with mapping trigger']:>10.2f}"
               f"{r['merge one']:>13.2f}{int(r['downloaded']):>11,}{r['merge one'] / base:>10.2f}"
               f"{r['setupbelongs']:>16.2f}{r['setupbelongs'] / r['merge one']:>12.2f}")
     print("  DML: the same tracking triggers as an unfiltered article (mappings are not written by the triggers);")
-    print("  eval: the set-based evaluation that maintains the mappings at the next merge, for those changes")
+    print("  eval: the set-based evaluation that maintains the mappings at the next merge, for those changes;")
+    print("  trig DML: the same updates with the other design, mappings written per row by a trigger (measured")
+    print("  here, not shipped); DML/trig: tracked DML with trigger-written mappings vs without")
     first = results[counts[0]]
     if "merge all" in first:
         print(f"  merge of all 10 subscriptions at {counts[0]} partitions: {first['merge all']:.2f}s "
