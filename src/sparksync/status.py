@@ -40,8 +40,9 @@ def _pending_download(pub: Replica, arts: list[dict], scheme, registered: dict) 
     filtered ones only what concerns its partition (by their mappings, with precomputed partitions;
     ``scheme`` None: every change, as SetupBelongs evaluates them at the sync; so for articles with
     partition_options = 3, which have no mappings)."""
+    at_sync = evaluated_at_sync(arts, scheme, True) if scheme is not None else frozenset()
     filtered = {int(a["nickname"]) for a in arts if scheme is not None and scheme.articles[a["name"]].filtered
-                and int(a["nickname"]) not in evaluated_at_sync(arts, scheme, True)}
+                and int(a["nickname"]) not in at_sync}
     whole = [a["nickname"] for a in arts if int(a["nickname"]) not in filtered]
     n = _count_after(pub, whole, registered["sentgen"], exclude_received_from=registered["replnickname"])
     if filtered and registered.get("partition_id") is not None:

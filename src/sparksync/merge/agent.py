@@ -248,6 +248,7 @@ class PartitionRead:
     precomputed: bool = True
     scheme: PartitionScheme | None = None
     at_sync: frozenset[int] = frozenset()     # filtered articles evaluated at sync time (no mappings)
+    evaluated: int = 0                        # the highest generation whose partition mappings are made
 
     def in_list(self) -> str:
         return ", ".join(str(int(i)) for i in self.ids)
@@ -290,6 +291,16 @@ def _removal_reads(replica_url: str, label: str, replica: Replica, articles: lis
             f"AND NOT EXISTS (SELECT 1 FROM {tomb} t WHERE t.tablenick = pm.tablenick AND t.rowguid = pm.rowguid)",
             [lo, hi], [], f"{label}/{a['name']} partition removals", base))
     return out
+
+
+def _partition_generations(replica: Replica, pubid: str, partition_id: int, start: int, gens: list[dict],
+                           evaluated: int) -> list[dict]:
+    """Of ``gens``, the ones with changes for the partition (generation partition mappings); a
+    generation above ``evaluated`` (not evaluated yet) is kept."""
+    if not gens:
+        return gens
+    mine = partition_generations(replica, pubid, partition_id, start, int(gens[-1]["generation"]))
+    return [g for g in gens if int(g["generation"]) in mine or int(g["generation"]) > evaluated]
 
 
 def _retry_reads(destination: Replica, dest_name: str, source: Replica, source_url: str, label: str, pubid: str,
@@ -461,21 +472,21 @@ class MergeAgent:
             if not prows:
                 raise NotInitialized(f"publication {pubcfg.name} is not published; run 'sparksync setup'")
             prow = prows[0]
-            pubid, threshold = prow["pubid"], prow["generation_leveling_threshold"]
+            pubid = prow["pubid"]
             if not pub.dialect.try_agent_lock(pub, f"merge:{pubid}"):
                 raise SparksyncError(f"publication {pubcfg.name}: another merge agent is running", obj=pubcfg.name)
             try:
-                self._session(pub, pubcfg, pubid, threshold, subs, options, summary)
+                self._session(pub, pubcfg, prow, subs, options, summary)
             finally:
                 pub.dialect.release_agent_lock(pub, f"merge:{pubid}")
 
-    def _session(self, pub: Replica, pubcfg: PublicationConfig, pubid: str, threshold: int,
-                 subs: list[SubscriptionConfig], options: MergeOptions, summary: MergeSummary) -> None:
+    def _session(self, pub: Replica, pubcfg: PublicationConfig, prow: dict, subs: list[SubscriptionConfig],
+                 options: MergeOptions, summary: MergeSummary) -> None:
         topo = self.topology
+        pubid, threshold = prow["pubid"], prow["generation_leveling_threshold"]
         pub_rows = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid})}
         sessions: dict[str, SubscriptionSession] = {}
         active = []
-        retention = store.select_rows(pub, "sysmergepublications", {"pubid": pubid})[0].get("retention")
         for s in subs:
             sess = sessions[s.name] = SubscriptionSession(s.name, pubcfg.name)
             summary.subscriptions.append(sess)
@@ -484,7 +495,7 @@ class MergeAgent:
                 sess.fail(f"subscription {s.name} is not initialized; run 'sparksync setup'",
                           ErrorInfo(NotInitialized.code, "", s.name))
                 continue
-            expired = expiry(retention, r, store.utcnow())
+            expired = expiry(prow.get("retention"), r, store.utcnow())
             if expired is not None:
                 sess.fail(expired, ErrorInfo(SubscriptionExpired.code, "", s.name))
                 continue
@@ -494,8 +505,7 @@ class MergeAgent:
         check_resolvers(topo, pubcfg)
         articles = published_articles(pub, pubid)
         scheme = scheme_of(articles)
-        mode = store.select_rows(pub, "sysmergepublications", {"pubid": pubid})[0].get("use_partition_groups")
-        precomputed = mode in (None, 1)           # else SetupBelongs: membership evaluated by the reads
+        precomputed = prow.get("use_partition_groups") in (None, 1)     # else SetupBelongs: evaluated by the reads
         filtered = frozenset(int(a["nickname"]) for a in articles if scheme.articles[a["name"]].filtered)
         at_sync = evaluated_at_sync(articles, scheme, precomputed)
         base = ApplyContext(pubid=pubid, upload=True, session_id=summary.session_id, publication=pubcfg.name,
@@ -536,9 +546,10 @@ class MergeAgent:
                         sess.fail(f"partition evaluation: {e.message}", e)
                     synced = []
             if scheme.filtered:
+                evaluated = store.select_rows(pub, "sysmergepublications", {"pubid": pubid})[0]["partitions_evaluated"]
                 partitions = PartitionRead(
                     tuple(sorted({e.partition_id for e in ends.values() if e.partition_id != ALL_PARTITIONS})),
-                    filtered, precomputed, scheme, at_sync)
+                    filtered, precomputed, scheme, at_sync, int(evaluated or 0))
             if options.exchange in ("both", "download") and synced:
                 self._direction("download", [Link(s.name, sess, publisher, ends[s.name], order)
                                              for order, (s, sess) in enumerate(synced)],
@@ -657,7 +668,8 @@ class MergeAgent:
                 gens = [g for g in generation_rows(source.replica, start, bound)
                         if dest.nickname not in (g["nicknames"] or [])]
                 if partitions is not None and partitions.precomputed and dest.partition_id != ALL_PARTITIONS:
-                    gens = self._partition_generations(source.replica, pubid, dest.partition_id, start, gens)
+                    gens = _partition_generations(source.replica, pubid, dest.partition_id, start, gens,
+                                                  partitions.evaluated)
                 batches, where = make_batches(gens, start, bound, per_batch, source.name, source.nickname)
                 for b in batches:
                     b.partition_id = source.partition_id
@@ -712,18 +724,6 @@ class MergeAgent:
                 plan.links = [x for x in plan.links if x.source.name != name]
                 plan.routes = [r for r in plan.routes if r.source != name]
         return plan
-
-    @staticmethod
-    def _partition_generations(replica: Replica, pubid: str, partition_id: int, start: int,
-                               gens: list[dict]) -> list[dict]:
-        """Of ``gens``, the ones with changes for the partition (generation partition mappings); a
-        generation not evaluated yet is kept."""
-        if not gens:
-            return gens
-        evaluated = int(store.select_rows(replica, "sysmergepublications", {"pubid": pubid})[0]
-                        ["partitions_evaluated"] or 0)
-        mine = partition_generations(replica, pubid, partition_id, start, int(gens[-1]["generation"]))
-        return [g for g in gens if int(g["generation"]) in mine or int(g["generation"]) > evaluated]
 
     # -- Spark ------------------------------------------------------------------------------------
     def _run_isolated(self, plan: DirectionPlan, ctx: ApplyContext, direction: str) -> list[BatchResult] | None:

@@ -129,12 +129,12 @@ def ensure_partitions(replica: Replica, pubid: str, scheme: PartitionScheme, art
         return out
     d, groups = replica.dialect, replica.meta("MSmerge_partition_groups")
     gpm = replica.meta("MSmerge_generation_partition_mappings")
+    at_sync = evaluated_at_sync(articles, scheme, True)
     if store.select_rows(replica, "sysmergepublications", {"pubid": pubid})[0]["partitions_evaluated"] is None:
         # the mappings made here are computed from the rows as they are: generations closed until now
         # need no evaluation (their changes of unfiltered articles go to every partition)
         bound = enumeration_bound(replica)
         store.update_rows(replica, "sysmergepublications", {"partitions_evaluated": bound}, {"pubid": pubid})
-        at_sync = evaluated_at_sync(articles, scheme, True)
         unfiltered = ", ".join(str(int(a["nickname"])) for a in articles
                                if not scheme.articles[a["name"]].filtered or int(a["nickname"]) in at_sync)
         if unfiltered:
@@ -148,7 +148,7 @@ def ensure_partitions(replica: Replica, pubid: str, scheme: PartitionScheme, art
     for a in articles:
         if not scheme.articles[a["name"]].filtered:
             continue
-        if int(a["nickname"]) in evaluated_at_sync(articles, scheme, True):   # no mappings: checked as they are
+        if int(a["nickname"]) in at_sync:           # no mappings: checked as they are
             check_non_overlapping(replica, scheme, a, mapped=False)
             continue
         art = tracked_article(a)

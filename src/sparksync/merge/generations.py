@@ -59,11 +59,16 @@ def ensure_open_generation(replica: Replica, nickname: int) -> int:
     return new
 
 
+def next_generation(replica: Replica) -> int:
+    """A generation number above every existing one and the open one."""
+    return max(_max_generation(replica), int(replica.dialect.current_open_generation(replica) or 0)) + 1
+
+
 def new_generation(replica: Replica, genstatus: int, nicknames: list[int], pubid: str,
                     source_nick: int | None = None, source_gen: int | None = None) -> int:
     """A closed generation numbered above every existing one and the open one: a batch's received
     changes (genstatus 2, known to ``nicknames``), or resolutions to send back (genstatus 1)."""
-    g = max(_max_generation(replica), int(replica.dialect.current_open_generation(replica) or 0)) + 1
+    g = next_generation(replica)
     store.insert_row(replica, "MSmerge_genhistory", {
         "generation": g, "guidsrc": store.new_guid(), "pubid": pubid, "genstatus": genstatus, "settled": 1,
         "nicknames": sorted(set(nicknames)), "changecount": 0, "coldate": store.utcnow(),

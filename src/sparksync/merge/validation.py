@@ -38,6 +38,7 @@ from ..names import TableName
 from ..progress import Reporter, silent
 from ..rows import row_key
 from ..spark.datasource import ReadPartition, ReadPlan
+from ..status import gather_status
 from ..types import Kind, SqlType, arrow_converter
 from .evaluation import partitions as partitions_of
 from .generations import new_generation
@@ -164,14 +165,15 @@ def validate(topology: Topology, spark_factory, publication: str | None = None,
     subs = _selected(topology, publication, subscriptions)
     out = ValidationReport(checksum=checksum)
     spark_factory = functools.cache(spark_factory)        # one session, started when first needed
+    status = functools.cache(functools.partial(gather_status, topology))   # pending changes, read once
     with connect(topology.publisher_url, topology.publisher.name) as pub:
         for pub_name in dict.fromkeys(s.publication for s in subs):
             mine = [s for s in subs if s.publication == pub_name]
             if topology.publication(pub_name).kind == "merge":
                 store.require_metadata(pub)
-                results, checks = _merge_checks(topology, pub, pub_name, mine)
+                results, checks = _merge_checks(topology, pub, pub_name, mine, status())
             else:
-                results, checks = _transactional_checks(topology, pub, pub_name, mine)
+                results, checks = _transactional_checks(topology, pub, pub_name, mine, status())
             out.subscriptions += results
             live = [c for c in checks if c.targets]
             if live:
@@ -194,12 +196,10 @@ def _selected(topology: Topology, publication: str | None, names: list[str] | No
     return [s for p in pubs for s in topology.subscriptions_of(p)]
 
 
-def _merge_checks(topology: Topology, pub: Replica, name: str, subs: list) -> tuple[list[SubscriptionValidation],
-                                                                                     list[_Check]]:
+def _merge_checks(topology: Topology, pub: Replica, name: str, subs: list,
+                  status: dict) -> tuple[list[SubscriptionValidation], list[_Check]]:
     """A merge publication: each subscription against its partition of the publisher's rows, matched by
     rowguid; its pending changes counted (a difference may be one the next merge delivers)."""
-    from ..status import gather_status
-
     prows = store.select_rows(pub, "sysmergepublications", {"name": name})
     if not prows:
         raise NotInitialized(f"publication {name} is not published; run 'sparksync setup'", obj=name)
@@ -208,7 +208,7 @@ def _merge_checks(topology: Topology, pub: Replica, name: str, subs: list) -> tu
     scheme = scheme_of(articles)
     groups = {p.partition_id: p for p in partitions_of(pub, pubid)}
     registered = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid})}
-    pending = {s["name"]: s for s in gather_status(topology)["subscriptions"] if s.get("publication") == name}
+    pending = {s["name"]: s for s in status["subscriptions"] if s.get("publication") == name}
     targets: list[_Target] = []
     results = []
     for s in subs:
@@ -245,17 +245,15 @@ def _merge_checks(topology: Topology, pub: Replica, name: str, subs: list) -> tu
     return results, checks
 
 
-def _transactional_checks(topology: Topology, pub: Replica, name: str,
-                          subs: list) -> tuple[list[SubscriptionValidation], list[_Check]]:
+def _transactional_checks(topology: Topology, pub: Replica, name: str, subs: list,
+                          status: dict) -> tuple[list[SubscriptionValidation], list[_Check]]:
     """A transactional publication: each active subscription against the publisher's published rows
     (row filter) and columns (column filter), matched by primary key."""
     from ..filters import parse_filter
     from ..transactional import distribution as dst
-    from ..transactional.status import gather
-
-    status = gather(topology)
-    unread = sum(int(x.get("log_rows") or 0) for x in status["publications"] if x.get("name") == name)
-    waiting = {x["name"]: x.get("pending_transactions") for x in status["subscriptions"]}
+    tx = status.get("transactional") or {"publications": [], "subscriptions": []}
+    unread = sum(int(x.get("log_rows") or 0) for x in tx["publications"] if x.get("name") == name)
+    waiting = {x["name"]: x.get("pending_transactions") for x in tx["subscriptions"]}
     with connect(topology.distributor_url, "distributor") as dist:
         p = dst.require_publication(dist, name)
         active = {x.subscription for x in dst.subscriptions(dist, p.publication_id) if x.status == 1}
@@ -299,12 +297,7 @@ def _compare(topology: Topology, pub: Replica, checks: list[_Check], checksum: b
         c.targets = [t for t in c.targets if t.result.error is None]
     checks = [c for c in checks if c.targets]
     if not checksum:
-        for c in checks:
-            try:
-                _count_article(pub, c)
-            except SparksyncError as e:
-                for t in c.targets:
-                    t.result.error = f"article {c.article}: {e.message}"
+        _counts(pub, checks)
         return
     try:
         _checksums(spark_factory(), topology, checks)
@@ -327,19 +320,25 @@ def _publisher_sql(pub: Replica, scheme: PartitionScheme, art: TrackedArticle, n
     return f"SELECT {', '.join(d.quote(c) for c in cols)} FROM {d.table_sql(art.table)}"
 
 
-def _count_article(pub: Replica, c: _Check) -> None:
-    counts: dict[Any, int] = {}
-    for t in c.targets:
+def _counts(pub: Replica, checks: list[_Check]) -> None:
+    """Row counts: the publisher's once per article and partition, each subscriber's over one
+    connection (an unreachable one is its own error)."""
+    expected: dict[tuple[int, Any], int] = {}
+    targets = {id(t): t for c in checks for t in c.targets}
+    for t in targets.values():
+        mine = [(j, c) for j, c in enumerate(checks) if any(x is t for x in c.targets)]
         key = tuple(sorted(t.params.items())) if t.params is not None else None
-        if key not in counts:
-            counts[key] = int(pub.scalar(f"SELECT count(*) FROM ({c.publisher_sql(t)}) AS x") or 0)
+        for j, c in mine:
+            if (j, key) not in expected:
+                expected[(j, key)] = int(pub.scalar(f"SELECT count(*) FROM ({c.publisher_sql(t)}) AS x") or 0)
         try:
             with connect(t.url, t.result.subscription) as sub:
-                n = int(sub.scalar(f"SELECT count(*) FROM {sub.dialect.table_sql(t.tables[c.article])}") or 0)
+                found = [int(sub.scalar(f"SELECT count(*) FROM {sub.dialect.table_sql(t.tables[c.article])}") or 0)
+                         for _, c in mine]
         except SparksyncError as e:
             t.result.error = e.message
             continue
-        t.result.articles.append(ArticleValidation(c.article, counts[key], n))
+        t.result.articles += [ArticleValidation(c.article, expected[(j, key)], n) for (j, c), n in zip(mine, found)]
 
 
 def _hashed(spark, topology: Topology, c: _Check, side_of: dict[int, int]):

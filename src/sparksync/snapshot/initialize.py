@@ -20,7 +20,7 @@ from ..dialects import connect
 from ..dialects.model import ForeignKey, TableInfo, describe_drift, from_table_dict, table_drift
 from ..dialects.replica import Replica, redact_url
 from ..errors import ErrorInfo, SchemaDrift, SchemaError, SnapshotError, SparksyncError
-from ..merge.generations import ensure_open_generation
+from ..merge.generations import ensure_open_generation, next_generation
 from ..merge.tracking import TrackedArticle, install_tracking, remove_tracking, tracked_article
 from ..metadata import store
 from ..names import TableName
@@ -549,9 +549,7 @@ def deliver_articles(spec: ArticleDelivery) -> InitResult:
                                   "reinitialize it", obj=spec.subscription)
             names = {a.name: destination_name(sub, a) for a in arts}
             with sub.transaction():
-                gen = max(int(sub.scalar(f"SELECT coalesce(max(generation), 0) FROM "
-                                         f"{sub.meta('MSmerge_genhistory')}") or 0),
-                          int(sub.dialect.current_open_generation(sub) or 0)) + 1
+                gen = next_generation(sub)
                 rows, refused, infos = _load_articles(sub, snap_dir, manifest, arts, names, gen, spec.pre_creation_cmd,
                                                       spec.partition_id, ident.nickname)
                 _publish_articles(sub, manifest, arts, names, infos, ident.nickname)
