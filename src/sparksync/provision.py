@@ -318,6 +318,14 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
             snap_dir, manifest = current_snapshot(topology.snapshot_root, name)
             if {a.name for a in manifest.articles} != {a.key for a in plan.articles}:
                 need = True
+            cleaned = store.select_rows(pub, "sysmergepublications", {"pubid": res["pubid"]})[0].get("cleanup_generation")
+            registered = {r["name"]: r["status"] for r in store.select_rows(pub, "sysmergesubscriptions",
+                                                                           {"pubid": res["pubid"]})}
+            if (not need and cleaned is not None and manifest.snapshot_generation < int(cleaned)
+                    and any(registered.get(s.name) != 1 for s in topology.subscriptions_of(name))):
+                report(f"publication {name}: snapshot {manifest.snapshot_id} (generation {manifest.snapshot_generation}) "
+                       f"is older than the metadata cleanup (generation {cleaned}): writing a new one")
+                need = True
         except SparksyncError:
             need = True
         if need:

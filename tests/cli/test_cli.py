@@ -260,3 +260,24 @@ def test_validate_command(demo):
     assert code == 1 and "missing row CustomerID=" in out
     code, out = run("validate", "-c", cfg, "--publication", "Reports", "--repair", "--yes")
     assert code == 1 and "is transactional: --repair writes merge replicas" in out
+
+
+@pytest.mark.spark
+def test_cleanup_command(demo):
+    """On the demo (retention 14 days, everything young): nothing is due; the JSON names each replica
+    and what holds it; a transactional or unknown publication is one clear line, exit 2."""
+    _, _, directory = demo
+    cfg = str(directory / "sparksync.toml")
+    result = runner.invoke(app, ["cleanup", "-c", cfg, "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["dry_run"] and summary["ok"]
+    names = [r["replica"] for r in summary["replicas"]]
+    assert names[0] == "HQ" and {"Store1", "Store2", "Store3", "Northwest", "Canada"} <= set(names)
+    assert all(r["total"] == 0 and r["held_by"] for r in summary["replicas"])
+    code, out = run("cleanup", "-c", cfg, "-p", "Territories")
+    assert code == 0 and "through generation" in out and "Northwest" in out and "Store1" not in out
+    code, out = run("cleanup", "-c", cfg, "-p", "Reports")
+    assert code == 2 and "not a merge publication" in out
+    code, out = run("cleanup", "-c", cfg, "-p", "Nope")
+    assert code == 2 and "no publication named 'Nope'" in out

@@ -244,11 +244,12 @@ def test_older_metadata_is_refused_until_setup_upgrades_it(kind, dbs):
                                ("sysmergesubscriptions", ("login", "partition_id")),
                                ("MSmerge_articlehistory", ("removed",)),
                                ("MSmerge_conflicts_info", ("resolution", "resolved_at")),
-                               ("MSmerge_replica", ("max_nickname",))):
+                               ("MSmerge_replica", ("max_nickname",)),
+                               ("sysmergepublications", ("cleanup_generation", "schema_version"))):  # v5
             for column in columns:
                 r.execute(f"ALTER TABLE {r.meta(table)} DROP COLUMN {column}")
         for table in ("MSmerge_partition_groups", "MSmerge_current_partition_mappings",
-                      "MSmerge_past_partition_mappings", "MSmerge_partition_changes"):
+                      "MSmerge_past_partition_mappings", "MSmerge_partition_changes", "sysmergeschemachange"):
             r.execute(f"DROP TABLE {r.meta(table)}")
         store.update_rows(r, "sparksync_metadata_version", {"version": 1}, {"id": 1})
         with pytest.raises(MetadataVersionError, match="older .* run 'sparksync setup'"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from .cleanup_cmd import cleanup_command
 from .conflicts_cmd import conflicts_command
 from .demo_cmd import demo_command
 from .merge_cmd import merge_command
@@ -30,6 +31,7 @@ app.command("conflicts")(conflicts_command)
 app.command("partitions")(partitions_command)
 app.command("validate")(validate_command)
 app.command("reinit")(reinit_command)
+app.command("cleanup")(cleanup_command)
 app.command("logreader")(logreader_command)
 app.command("distribute")(distribute_command)
 app.command("tracer-token")(tracer_token_command)

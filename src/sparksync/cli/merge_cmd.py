@@ -64,6 +64,8 @@ def merge_command(
     polling_interval: Annotated[float, typer.Option("--polling-interval", min=0.0,
                                                     help="Seconds between rounds with --continuous.")] = 60.0,
     rounds: Annotated[int, typer.Option("--rounds", min=0, help="With --continuous: stop after N rounds (0 = never).")] = 0,
+    no_cleanup: Annotated[bool, typer.Option("--no-cleanup", help="Skip the retention cleanup at the end of the "
+                                                                 "session (see 'sparksync cleanup').")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable session summary.")] = False,
 ) -> None:
     """Synchronize subscriptions: upload their changes, then download the publisher's, resolving conflicts."""
@@ -73,7 +75,7 @@ def merge_command(
     check_subscriptions(topology, subscription, "merge", other_command="distribute")
     agent = MergeAgent(topology, make_spark(topology)(), reporter if not as_json else (lambda m: None))
     options = MergeOptions(exchange_type, upload_generations_per_batch, download_generations_per_batch,
-                           list(subscription) if subscription else None)
+                           list(subscription) if subscription else None, cleanup=not no_cleanup)
     n = 0
     failed = False
     while True:

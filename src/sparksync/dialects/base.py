@@ -295,6 +295,12 @@ class Dialect(ABC):
     def lineage_without_sql(self, lineage: str, nickname: int) -> str:
         """A lineage SQL expression without the entry of ``nickname``."""
 
+    def delete_some_sql(self, table_sql: str, where: str, limit: int) -> str:
+        """A DELETE of at most ``limit`` rows of ``table_sql`` matching ``where``: one bounded step of
+        a large cleanup, so that each transaction holds its locks briefly."""
+        return (f"DELETE FROM {table_sql} WHERE rowid IN "
+                f"(SELECT rowid FROM {table_sql} WHERE {where} LIMIT {int(limit)})")
+
     def row_lock_clause(self) -> str:
         """Appended to a SELECT to lock the rows it reads until the transaction ends, where other
         transactions may write at the same time (``concurrent_writers``); empty where the write

@@ -42,6 +42,7 @@ from .changes import (
     RETRY_GENERATION,
     change_read,
 )
+from .cleanup import ReplicaCleanup, clean_replica
 from .conflicts import ConflictRecord, ConflictType, log_conflict
 from .decide import ArticleRules
 from .evaluation import evaluate, evaluated_at_sync, member_sql, partition_generations
@@ -65,6 +66,7 @@ class MergeOptions:
     upload_generations_per_batch: int = DEFAULT_GENERATIONS_PER_BATCH
     download_generations_per_batch: int = DEFAULT_GENERATIONS_PER_BATCH
     subscriptions: list[str] | None = None
+    cleanup: bool = True                         # retention cleanup at the end of the session (-MetadataRetentionCleanup)
 
 
 @dataclass
@@ -121,6 +123,7 @@ class MergeSummary:
     started_at: Any = field(default_factory=store.utcnow)
     # replica -> why changes made there cannot be sent yet (generations waiting for open transactions)
     waiting: dict[str, list[str]] = field(default_factory=dict)
+    cleanup: list[ReplicaCleanup] = field(default_factory=list)    # retention cleanup at the session's end
 
     @property
     def ok(self) -> bool:
@@ -138,6 +141,7 @@ class MergeSummary:
             } for s in self.subscriptions],
             "conflicts": self.conflicts,
             "waiting": self.waiting,
+            "cleanup": [c.to_dict() for c in self.cleanup],
         }
 
 
@@ -554,12 +558,31 @@ class MergeAgent:
                 self._direction("download", [Link(s.name, sess, publisher, ends[s.name], order)
                                              for order, (s, sess) in enumerate(synced)],
                                 options.download_generations_per_batch, pubcfg, base, summary, partitions)
+            if options.cleanup:
+                self._cleanup(publisher, [ends[s.name] for s, sess in synced if sess.ok], pubcfg.name, summary)
         finally:
             for end in ends.values():
                 end.replica.close()
         for s, _ in active:
             sessions[s.name].seconds = time.perf_counter() - started[s.name]
         self._history(pub, pubid, base.article_names, summary, [sessions[s.name] for s, _ in active])
+
+    def _cleanup(self, publisher: Endpoint, subscribers: list[Endpoint], publication: str,
+                 summary: MergeSummary) -> None:
+        """Retention cleanup at the replicas of this session that merged (SQL Server's merge agent does it
+        at the start of a session); a failure is reported, never the session's."""
+        now = store.utcnow()
+        for end in [publisher, *subscribers]:
+            try:
+                result = clean_replica(end.replica, end.name, "publisher" if end.is_publisher else "subscriber", now,
+                                       {publication})
+            except SparksyncError as e:
+                result = ReplicaCleanup(end.name, "publisher" if end.is_publisher else "subscriber", error=e.message)
+            summary.cleanup.append(result)
+            if result.error or result.total:
+                self.report(f"cleanup {end.name}: " + (f"FAILED: {result.error}" if result.error else
+                                                      ", ".join(f"{n} {t}" for t, n in sorted(result.removed.items()))
+                                                      + " removed"))
 
     def _evaluate_partitions(self, pub: Replica, pubid: str, scheme: PartitionScheme, articles: list[dict],
                              threshold: int) -> None:
@@ -884,6 +907,9 @@ class MergeAgent:
                     "download_updates": down.updates, "download_deletes": down.deletes,
                     "download_conflicts": down.conflicts, "retries": up.retries + down.retries,
                     "failed": up.failed + down.failed, "message": redact("; ".join(s.errors)) or None})
+                if s.ok:     # a merge that succeeded, whatever it moved, is what expiration counts from
+                    store.update_rows(pub, "sysmergesubscriptions", {"last_sync_date": now},
+                                      {"pubid": pubid, "name": s.subscription, "role": "subscriber"})
                 for direction in ("upload", "download"):
                     for article, st in getattr(s, direction).items():
                         store.insert_row(pub, "MSmerge_articlehistory", {

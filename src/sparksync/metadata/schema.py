@@ -14,7 +14,9 @@ from ..types import Kind, SqlType
 # 4: filtered publications (article filters, subscription partitions, partition groups and mappings);
 #    conflicts resolved after the fact (MSmerge_conflicts_info.resolution, resolved_at);
 #    MSmerge_replica.max_nickname
-SCHEMA_VERSION = 4
+# 5: metadata cleanup (sysmergepublications.cleanup_generation); merge schema changes (sysmergeschemachange,
+#    sysmergepublications.schema_version)
+SCHEMA_VERSION = 5
 
 INT = SqlType(Kind.INTEGER)
 BIG = SqlType(Kind.BIGINT)
@@ -94,7 +96,11 @@ TABLES: tuple[MetaTable, ...] = (
          C("partitions_evaluated", BIG, True, "filtered publications: the highest generation whose changes' "
            "partition membership is in the partition mappings"),
          C("use_partition_groups", SMALL, True, "filtered publications: 1 (or NULL) precomputed partitions, 0 "
-           "membership evaluated at sync time (SetupBelongs)")),
+           "membership evaluated at sync time (SetupBelongs)"),
+         C("cleanup_generation", BIG, True, "the publisher: the highest generation whose history metadata cleanup "
+           "removed; a snapshot older than it cannot initialize a subscription"),
+         C("schema_version", INT, True, "the last schema change (sysmergeschemachange) made here: at the "
+           "publisher when it was recorded, at a subscriber when it was replayed")),
         ("pubid",),
         (MetaIndex("sysmergepublications_name", ("name",), True),),
     ),
@@ -263,6 +269,21 @@ TABLES = TABLES + (
          C("changecount", INT, False)),
         ("pubid", "generation", "partition_id"),
         (MetaIndex("MSmerge_generation_partition_mappings_part", ("partition_id", "generation")),),
+    ),
+    MetaTable(
+        "sysmergeschemachange",
+        "The publisher: one row per schema change of a merge publication's article (ADD COLUMN, DROP "
+        "COLUMN), in the order they were made; the merge agent replays each at every subscriber whose "
+        "schema_version is lower, before the changes of later generations.",
+        (C("pubid", GUID, False), C("schemaversion", INT, False, "1, 2, ... per publication"),
+         C("artid", GUID, False), C("article", TEXT, False),
+         C("schematype", TEXT, False, "add_column | drop_column"), C("column_name", TEXT, False),
+         C("column_def", JSON, True, "add_column: the column as published (name, type, nullable, default)"),
+         C("table_schema", JSON, False, "the article's published columns after the change"),
+         C("generation", BIG, False, "the publisher's open generation when the change was recorded: rows "
+           "changed from it on may carry the new column"),
+         C("created_at", TS, False)),
+        ("pubid", "schemaversion"),
     ),
     MetaTable(
         "MSmerge_partition_changes",

@@ -102,6 +102,7 @@ MIGRATIONS: dict[str, dict[int, Any]] = {
         2: _add_column("MSmerge_articlehistory", "duration"),
         3: _add_columns("MSmerge_failed_changes", "row_key", "column_name", "value"),
         4: _migrate_4,
+        5: _add_columns("sysmergepublications", "cleanup_generation", "schema_version"),
     },
 }
 

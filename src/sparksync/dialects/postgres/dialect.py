@@ -433,6 +433,10 @@ class PostgresDialect(Dialect):
     def lineage_without_sql(self, lineage: str, nickname: int) -> str:
         return f"({lineage} - '{int(nickname)}')"
 
+    def delete_some_sql(self, table_sql: str, where: str, limit: int) -> str:
+        return (f"DELETE FROM {table_sql} WHERE ctid = ANY(ARRAY("
+                f"SELECT ctid FROM {table_sql} WHERE {where} LIMIT {int(limit)}))")
+
     def row_lock_clause(self) -> str:
         return " FOR UPDATE"
 
