@@ -98,7 +98,7 @@ def _check_initialized_subscribers(pub, topology: Topology) -> None:
             with connect(topology.resolve_url(s.database), s.name) as sub:
                 try:
                     # the articles it holds (one added to the publication is delivered by this setup)
-                    check_subscriber_tables(sub, manifest, {str(r["artid"]) for r in store.select_rows(
+                    check_subscriber_tables(sub, manifest, {str(r["artid"]): r["table_schema"] for r in store.select_rows(
                         sub, "sysmergearticles", {"pubid": manifest.pubid})})
                 except SparksyncError as e:
                     problems.append(f"subscription {s.name}: {e.message} (a lost or replaced database: "
@@ -309,6 +309,8 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
         report(f"publication {plan.config.name}: {len(plan.articles)} article(s) tracked at "
                f"{topology.publisher.name}"
                + (f", new: {', '.join(res['created_articles'])}" if res["created_articles"] else ""))
+        for line in res.get("schema_changes", []):
+            report(f"publication {plan.config.name}: schema change {line}; each subscriber's next merge replays it")
     for plan, res in zip(plans, results):
         _drop_removed_subscriptions(topology, pub, plan.config.name, res["pubid"], report)
     for plan, res in zip(plans, results):
@@ -318,13 +320,17 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
             snap_dir, manifest = current_snapshot(topology.snapshot_root, name)
             if {a.name for a in manifest.articles} != {a.key for a in plan.articles}:
                 need = True
-            cleaned = store.select_rows(pub, "sysmergepublications", {"pubid": res["pubid"]})[0].get("cleanup_generation")
+            prow = store.select_rows(pub, "sysmergepublications", {"pubid": res["pubid"]})[0]
             registered = {r["name"]: r["status"] for r in store.select_rows(pub, "sysmergesubscriptions",
                                                                            {"pubid": res["pubid"]})}
-            if (not need and cleaned is not None and manifest.snapshot_generation < int(cleaned)
-                    and any(registered.get(s.name) != 1 for s in topology.subscriptions_of(name))):
+            cleaned = prow.get("cleanup_generation")
+            stale = (f"is older than the metadata cleanup (generation {cleaned})"
+                     if cleaned is not None and manifest.snapshot_generation < int(cleaned) else
+                     f"predates schema change {prow['schema_version']}"
+                     if manifest.schema_version < int(prow.get("schema_version") or 0) else None)
+            if not need and stale and any(registered.get(s.name) != 1 for s in topology.subscriptions_of(name)):
                 report(f"publication {name}: snapshot {manifest.snapshot_id} (generation {manifest.snapshot_generation}) "
-                       f"is older than the metadata cleanup (generation {cleaned}): writing a new one")
+                       f"{stale}: writing a new one")
                 need = True
         except SparksyncError:
             need = True

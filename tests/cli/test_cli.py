@@ -180,6 +180,11 @@ def test_demo_runs(demo):
     # filtered: each territory store holds its partition, and a customer moved from one to the other
     assert "at Northwest no, at Canada yes" in out and "partitioned: each territory store holds exactly" in out
     assert "validated (sparksync validate --checksum): the territory stores'" in out
+    # a merge schema change: the column added at HQ, replayed at each store, its value there
+    flat = " ".join(out.split())
+    assert "HQ: Vendor: added column Website (schema version 1)" in flat
+    assert "Store3: schema change replayed: Vendor: added column Website" in flat
+    assert "Store3 has Website = https://vendor1001.example" in flat
     assert (directory / "sparksync.toml").is_file()
 
 

@@ -111,7 +111,7 @@ def _seconds(v: float | None) -> str:
 
 @handle_errors
 def tracer_token_command(
-    publication: Annotated[str, typer.Option("--publication", "-p", help="The transactional publication.")],
+    publication: Annotated[str, typer.Option("--publication", "-p", help="The publication (merge or transactional).")],
     config: ConfigOption = DEFAULT_CONFIG_PATH,
     wait: Annotated[float, typer.Option("--wait", min=0.0, help="Seconds to wait for the token to reach every "
                                                                "subscriber (the agents must be running).")] = 30.0,
@@ -147,16 +147,22 @@ def tracer_token_command(
 
 @handle_errors
 def schema_change_command(
-    publication: Annotated[str, typer.Option("--publication", "-p", help="The transactional publication.")],
+    publication: Annotated[str, typer.Option("--publication", "-p", help="The publication (merge or transactional).")],
     article: Annotated[str, typer.Option("--article", "-a", help="The published table.")],
     config: ConfigOption = DEFAULT_CONFIG_PATH,
     add_column: Annotated[str | None, typer.Option("--add-column", help="'Name type': add a nullable column.")] = None,
     drop_column: Annotated[str | None, typer.Option("--drop-column", help="Drop this column.")] = None,
 ) -> None:
     """Add or drop a column of a published table; the change reaches subscribers in order with the data."""
+    from ..merge import schema_changes
     from ..transactional.schema_change import change
 
     topology = load(config)
+    if topology.publication(publication).kind == "merge":
+        for line in schema_changes.change(topology, publication, article, add_column, drop_column):
+            console.print(f"{line} at the publisher; each subscriber's next merge replays it (triggers regenerated)",
+                          highlight=False)
+        return
     content = change(topology, publication, article, add_column, drop_column)
     verb = "added" if content["action"] == "add_column" else "dropped"
     console.print(f"{article}: column {content['column']['name']} {verb} at the publisher; the distribution agent "

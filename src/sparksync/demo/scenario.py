@@ -186,7 +186,7 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
 
     console.rule("[bold]5. sparksync merge: upload from every store, then download to every store (Spark)")
     from ..cli.merge_cmd import _print
-    from ..merge.agent import MergeAgent
+    from ..merge.agent import MergeAgent, MergeOptions
     from ..spark.session import spark_session as _spark
 
     merged = MergeAgent(topology, _spark(topology.spark_master, conf=topology.spark.conf), report).run()
@@ -208,6 +208,25 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
     else:
         console.print(f"[green]identical[/]: HQ and {len(STORES)} stores hold the same {rows} rows in "
                       f"{len(article_names(False))} tables")
+    console.rule("[bold]7b. sparksync schema-change: a column added at HQ reaches every store")
+    from ..merge import schema_changes
+
+    for line in schema_changes.change(topology, "Sales", "Vendor", add="Website text"):
+        console.print(f"  HQ: {line}", highlight=False)
+    with connect(f"sqlite:///{directory / 'hq.db'}") as hq:
+        hq.execute('UPDATE "Vendor" SET "Website" = \'https://vendor1001.example\' WHERE "BusinessEntityID" = 1001')
+    after = MergeAgent(topology, _spark(topology.spark_master, conf=topology.spark.conf), report).run(
+        MergeOptions(subscriptions=[n for n, *_ in STORES]))
+    sites = {}
+    for n, *_ in STORES:
+        with connect(f"sqlite:///{directory / (n.lower() + '.db')}") as st:
+            sites[n] = st.scalar('SELECT "Website" FROM "Vendor" WHERE "BusinessEntityID" = 1001')
+    diffs_after, _ = compare_replicas(topology, "Sales")
+    console.print("  merge replayed the ALTER TABLE at each store before the data: "
+                  + ", ".join(f"{n} has Website = {v}" for n, v in sites.items()), highlight=False)
+    if diffs_after or not after.ok:
+        _print_differences(console, diffs_after)
+    diffs = diffs or diffs_after
     console.rule("[bold]8. Transactional replication: sparksync logreader, then sparksync distribute (Spark)")
     from ..cli.transactional_cmds import _print_distribution
     from ..transactional import tracer

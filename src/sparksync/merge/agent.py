@@ -23,7 +23,7 @@ from .. import failpoints
 from ..config import PublicationConfig, SubscriptionConfig, Topology
 from ..dialects import connect
 from ..dialects.replica import Replica
-from ..errors import ConfigurationError, ErrorInfo, NotInitialized, ReplicaDamaged, SparksyncError
+from ..errors import ConfigurationError, ErrorInfo, NotInitialized, ReplicaDamaged, SchemaDrift, SparksyncError
 from ..metadata import store
 from ..names import TableName
 from ..progress import ProgressListener, Reporter, driver_host, silent
@@ -52,6 +52,7 @@ from .integrity import check_identity, check_not_behind, describe, replica_probl
 from .partitions import PartitionScheme, scheme_of
 from .plan import ApplyContext, BatchInfo, DestinationInfo, Route
 from .resolvers import BUILTIN, PUBLISHER_PRIORITY, Replicas, check_user_resolver
+from .schema_changes import pending, publisher_drift, replay, schema_version
 from .setupbelongs import belongs_reads, not_belongs_read
 from .stream import RESULT_SCHEMA, BatchResult, apply_stream_empty, make_mapper
 from .tracking import published_articles, tracked_article
@@ -520,11 +521,17 @@ class MergeAgent:
                                                                if int(a["nickname"]) in filtered
                                                                and a.get("partition_options") in (1, 3)))
         started = {s.name: time.perf_counter() for s, _ in active}
+        drift = publisher_drift(pub, articles)
+        if drift:
+            raise SchemaDrift(f"publication {pubcfg.name}: the publisher's table(s) changed since they were published: "
+                              f"{', '.join(drift)}; run 'sparksync setup' to replicate the schema change (nothing was "
+                              "merged)", obj=pubcfg.name)
         damaged = replica_problems(pub, pubid)
         if damaged:
             raise ReplicaDamaged(f"publication {pubcfg.name}: the publisher {topo.publisher.name} is damaged: "
                                  f"{describe(damaged)}; nothing was merged (run 'sparksync setup' to repair)",
                                  obj=topo.publisher.name)
+        schema = (pubcfg.name, schema_version(pub, pubid), pending(pub, pubid, 0))
         self.report(f"merge {pubcfg.name}: closing generations at {topo.publisher.name} and {len(active)} subscriber(s)")
         self._report_waits(topo.publisher.name, pub, make_generation(pub, 1, threshold), summary)
         publisher = Endpoint(topo.publisher.name, topo.publisher_url, 1, pub, True)
@@ -532,7 +539,7 @@ class MergeAgent:
         try:
             for s, r in active:
                 try:
-                    ends[s.name] = self._open_subscriber(s, r, pubid, threshold, summary)
+                    ends[s.name] = self._open_subscriber(s, r, pubid, threshold, summary, schema)
                 except SparksyncError as e:
                     sessions[s.name].fail(e.message, e)
             synced = [(s, sessions[s.name]) for s, _ in active if s.name in ends]
@@ -600,8 +607,9 @@ class MergeAgent:
             make_generation(pub, 1, threshold)
 
     def _open_subscriber(self, s: SubscriptionConfig, registered: dict, pubid: str, threshold: int,
-                         summary: MergeSummary) -> Endpoint:
-        """Connect to a subscriber, check it is the registered replica and intact, close its generation."""
+                         summary: MergeSummary, schema: tuple[str, int, list[dict]]) -> Endpoint:
+        """Connect to a subscriber, check it is the registered replica and intact, replay the schema
+        changes it has not had, close its generation."""
         url = self.topology.resolve_url(s.database)
         rep = connect(url, s.name)
         try:
@@ -613,6 +621,12 @@ class MergeAgent:
                 raise ReplicaDamaged(
                     f"subscriber {s.name} is damaged: {describe(damaged)}; its changes may not have been "
                     "recorded, so it was not merged (run 'sparksync setup' to repair its tracking)", obj=s.name)
+            publication, version, changes = schema
+            have = schema_version(rep, pubid)
+            if have < version:
+                for line in replay(rep, pubid, publication, [c for c in changes if int(c["schemaversion"]) > have],
+                                   int(registered["replnickname"])):
+                    self.report(f"{s.name}: schema change replayed: {line}")
             self._report_waits(s.name, rep, make_generation(rep, registered["replnickname"], threshold), summary)
         except BaseException:
             rep.close()

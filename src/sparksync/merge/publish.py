@@ -20,6 +20,8 @@ from ..types import Kind, SqlType
 from . import articles as art
 from .generations import ensure_open_generation
 from .partitions import PartitionScheme, filtered_article
+from .schema_changes import plan_changes
+from .schema_changes import record as record_schema_changes
 from .tracking import TrackedArticle, install_tracking, remove_tracking, tracked_article
 
 PUBLISHER_NICKNAME = 1
@@ -39,6 +41,7 @@ class ArticlePlan:
     filter_clause: str | None = None          # row filter (filtered publications, seed 002)
     join_filters: list[dict] = field(default_factory=list)   # [{parent (article key), clause, unique_key}]
     partition_options: int = 0
+    schema_changes: list[dict] = field(default_factory=list)  # columns added or dropped since it was published
 
     @property
     def join_parents(self) -> list[str]:
@@ -113,13 +116,15 @@ def plan_publication(replica: Replica, pub: PublicationConfig) -> PublicationPla
             key = str(name)
             rg, action = _choose_rowguid(replica, info, a.rowguid_column, where)
             existing = existing_articles.get(key)
+            changes: list[dict] = []
             if existing is not None:
                 published = from_table_dict(existing["table_schema"])
-                drift = describe_drift(published, info)
-                if drift:
-                    raise SchemaDrift(f"{where}: the table changed since it was published: " + "; ".join(drift)
-                                      + ". Schema changes are not replicated yet; restore the table's shape",
-                                      obj=str(name))
+                if describe_drift(published, info):
+                    if plan.existing is None or existing["pubid"] != plan.existing["pubid"]:
+                        raise SchemaDrift(f"{where}: the table changed since another publication published it; "
+                                          "run setup for that publication's configuration first", obj=str(name))
+                    siblings = [r for r in existing_articles.values() if r["pubid"] == existing["pubid"]]
+                    changes = plan_changes(published, info, existing, siblings, d.capabilities.name, where)
                 rg, action = existing["rowguid_column"], "keep"
                 if bool(existing["column_tracking"]) != a.column_tracking:
                     same = plan.existing is not None and existing["pubid"] == plan.existing["pubid"]
@@ -132,7 +137,8 @@ def plan_publication(replica: Replica, pub: PublicationConfig) -> PublicationPla
                 info = TableInfo(info.name, info.columns + (Column(rg, SqlType(Kind.UUID), False),),
                                  info.primary_key, info.foreign_keys, info.unique_columns | {rg})
             infos[key] = info
-            plan.articles.append(ArticlePlan(key, name, info, rg, action, a.column_tracking, [], existing))
+            plan.articles.append(ArticlePlan(key, name, info, rg, action, a.column_tracking, [], existing,
+                                             schema_changes=changes))
         except (SchemaError, InvalidNameError) as e:
             problems.append(e.message)
     if not problems:
@@ -257,7 +263,8 @@ def apply_publication(replica: Replica, topology: Topology, plan: PublicationPla
     groups = art.processing_groups(parents_of, [a.key for a in plan.articles if a.join_filters]
                                    + [p for a in plan.articles for p in a.join_parents])
     related = art.related_articles(parents_of)
-    created = []
+    created: list[str] = []
+    schema_changes: list[str] = []
     for a in plan.articles:
         if a.rowguid_action == "add":
             d.add_rowguid_column(replica, a.name, a.rowguid_column)
@@ -279,6 +286,12 @@ def apply_publication(replica: Replica, topology: Topology, plan: PublicationPla
         }
         if same_pub:
             store.update_rows(replica, "sysmergearticles", row, {"pubid": pubid, "artid": artid})
+            if a.schema_changes:
+                version = record_schema_changes(replica, pubid, pub.name, {**(a.existing or {}), **row}, a.schema_changes,
+                                                a.info)
+                schema_changes.append(f"{a.key}: " + ", ".join(
+                    f"{'added' if c['schematype'] == 'add_column' else 'dropped'} column {c['column_name']}"
+                    for c in a.schema_changes) + f" (schema version {version})")
         else:
             store.insert_row(replica, "sysmergearticles", {"pubid": pubid, "artid": artid, **row})
             created.append(a.key)
@@ -287,7 +300,8 @@ def apply_publication(replica: Replica, topology: Topology, plan: PublicationPla
     gone = [r for r in store.select_rows(replica, "sysmergearticles", {"pubid": pubid})
             if str(TableName(r["source_schema"], r["source_table"])) not in set(keys)]
     removed = remove_articles(replica, pubid, gone)
-    return {"pubid": pubid, "created_articles": created, "removed_articles": removed, "nicknames": nicknames}
+    return {"pubid": pubid, "created_articles": created, "removed_articles": removed, "nicknames": nicknames,
+            "schema_changes": schema_changes}
 
 
 def remove_articles(replica: Replica, pubid: str, rows: list[dict]) -> list[str]:

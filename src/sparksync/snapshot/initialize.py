@@ -146,19 +146,21 @@ def register_subscriptions(pub: Replica, topology: Topology, manifest: SnapshotM
     return [replace(spec, known_replicas=known) for spec in specs]
 
 
-def check_subscriber_tables(replica: Replica, manifest: SnapshotManifest, artids: set[str] | None = None) -> None:
+def check_subscriber_tables(replica: Replica, manifest: SnapshotManifest, held: dict[str, dict] | None = None) -> None:
     """An initialized subscriber's tables must still match the articles (schema drift check);
-    ``artids``: only these articles (the ones it holds)."""
+    ``held``: only these articles (the ones it holds: artid -> table_schema as it has them, after the
+    schema changes replayed there)."""
     problems = []
     for a in manifest.articles:
-        if artids is not None and str(a.artid) not in artids:
+        if held is not None and str(a.artid) not in held:
             continue
         name = destination_name(replica, a)
         info = replica.reflect(name)
         if info is None:
             problems.append(f"table {name} is missing")
             continue
-        problems += [f"table {name}: {p}" for p in table_drift(from_table_dict(a.table_schema), info)]
+        expected = from_table_dict(held[str(a.artid)] if held is not None else a.table_schema)
+        problems += [f"table {name}: {p}" for p in table_drift(expected, info)]
     if problems:
         raise SchemaDrift(f"{replica.label}: subscriber tables drifted from publication {manifest.publication}: "
                           + "; ".join(problems), obj=replica.label)
@@ -436,7 +438,7 @@ def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path,
             "pubid": manifest.pubid, "name": manifest.publication, "kind": "merge", "publisher": manifest.publisher,
             "generation_leveling_threshold": manifest.generation_leveling_threshold, "retention": manifest.retention,
             "snapshot_generation": manifest.snapshot_generation, "snapshot_time": store.utcnow(),
-            "snapshot_dir": str(snap_dir), "created_at": store.utcnow()})
+            "snapshot_dir": str(snap_dir), "created_at": store.utcnow(), "schema_version": manifest.schema_version})
         now = store.utcnow()
         store.insert_row(sub, "sysmergesubscriptions", {
             "subid": spec.subid, "pubid": manifest.pubid, "name": spec.subscription, "replica_id": ident.replica_id,

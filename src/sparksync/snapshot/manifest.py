@@ -76,6 +76,7 @@ class SnapshotManifest:
     contents_rows: int = 0
     contents_files: list[dict] | None = None
     contents_digest: str | None = None
+    schema_version: int = 0          # the publication's last schema change (sysmergeschemachange) it reflects
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)

@@ -169,7 +169,8 @@ def _write(spark, topology: Topology, pub: Replica, publication: str, prow: dict
         publication=publication, pubid=prow["pubid"], snapshot_id=snapshot_id,
         created_at=dt.datetime.now(dt.UTC).isoformat(), publisher=topology.publisher.name,
         publisher_nickname=ident.nickname, publisher_replica_id=ident.replica_id, snapshot_generation=snap_gen,
-        generation_leveling_threshold=prow["generation_leveling_threshold"], retention=prow["retention"])
+        generation_leveling_threshold=prow["generation_leveling_threshold"], retention=prow["retention"],
+        schema_version=int(prow.get("schema_version") or 0))
     scheme = scheme_of(articles)
     try:
         with pub.dialect.consistent_reads(pub, str(pdir / ".work")) as (url, sid, frozen):

@@ -56,8 +56,8 @@ def change(topology: Topology, publication: str, article: str, add: str | None =
     """Add (``add``: "Name type") or drop (``drop``: "Name") a column of an article. Returns the command."""
     pcfg = topology.publication(publication)
     if pcfg.kind != "transactional":
-        raise ConfigurationError(f"publication {publication} is a merge publication; schema changes are for "
-                                 "transactional ones", obj=publication)
+        raise ConfigurationError(f"publication {publication} is a merge publication; its schema changes are "
+                                 "sparksync.merge.schema_changes.change", obj=publication)
     if (add is None) == (drop is None):
         raise ConfigurationError("give exactly one of --add-column and --drop-column")
     with connect(topology.distributor_url, "distributor") as dist, \

@@ -1,0 +1,129 @@
+"""Schema changes of merge articles on real databases: a column added at the publisher with any client
+(with a default that fills the existing rows everywhere), columns added and dropped with
+'sparksync schema-change', a subscriber behind by several changes catching up in order, SQLite and
+PostgreSQL subscribers each altered in their own dialect, and changes that cannot be replicated
+refused with nothing changed."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from sparksync.dialects import connect
+from sparksync.errors import SchemaDrift, SchemaError
+from sparksync.merge import schema_changes
+from sparksync.merge.agent import MergeAgent, MergeOptions
+from sparksync.merge.validation import validate
+from sparksync.metadata import store
+from sparksync.provision import setup
+from tests.integration.test_setup import build
+
+pytestmark = pytest.mark.spark
+
+
+def columns(url: str, table: str) -> list[str]:
+    from sparksync.names import TableName
+
+    with connect(url) as r:
+        info = r.reflect(TableName(None, table))
+        assert info is not None
+        return [c.name for c in info.columns]
+
+
+def check(topology, spark) -> None:
+    report = validate(topology, lambda: spark, checksum=True)
+    assert report.ok, [(s.subscription, s.error, [(a.article, a.differences[:3]) for a in s.articles if not a.ok])
+                       for s in report.subscriptions if not s.ok]
+
+
+@pytest.mark.parametrize("pub_kind", ["sqlite", "postgresql"])
+def test_columns_added_and_dropped_reach_every_subscriber_in_order(pub_kind, spark, dbs, tmp_path):
+    data, topology = build(dbs, tmp_path, pub_kind, ["sqlite", "postgresql"])
+    hq_url, s1_url, s2_url = data["publisher"]["database"], *(s["database"] for s in data["subscriptions"])
+    setup(topology, lambda: spark)
+    agent = MergeAgent(topology, spark)
+    assert agent.run(MergeOptions()).ok
+    # a client adds a column with a default: the existing rows get it at the publisher
+    with connect(hq_url) as hq:
+        hq.execute('ALTER TABLE "Customer" ADD COLUMN "Loyalty" integer DEFAULT 5')
+    with pytest.raises(SchemaDrift, match=r"Customer \(column Loyalty was added\); run 'sparksync setup'"):
+        agent.run(MergeOptions())
+    with connect(s1_url) as s1:                       # meanwhile at a subscriber, without the column
+        s1.execute('UPDATE "Customer" SET "FirstName" = \'s1\' WHERE "CustomerID" = 3')
+    messages: list[str] = []
+    setup(topology, lambda: spark, report=messages.append)
+    assert any("Customer: added column Loyalty (schema version 1)" in m for m in messages), messages
+    with connect(hq_url) as hq:
+        hq.execute('UPDATE "Customer" SET "Loyalty" = 9 WHERE "CustomerID" = 1')
+        hq.execute('INSERT INTO "Customer" ("CustomerID", "FirstName", "LastName", "ModifiedDate", "Loyalty") '
+                   "VALUES (500, 'New', 'Customer', '2024-01-01 00:00:00', 7)")
+    assert agent.run(MergeOptions()).ok
+    for url in (s1_url, s2_url):
+        assert "Loyalty" in columns(url, "Customer")
+        with connect(url) as r:
+            assert r.scalar('SELECT "Loyalty" FROM "Customer" WHERE "CustomerID" = 1') == 9
+            assert r.scalar('SELECT "Loyalty" FROM "Customer" WHERE "CustomerID" = 2') == 5     # the default
+            assert r.scalar('SELECT "Loyalty" FROM "Customer" WHERE "CustomerID" = 500') == 7
+            assert store.select_rows(r, "sysmergepublications", {"name": "Sales"})[0]["schema_version"] == 1
+    with connect(hq_url) as hq:
+        assert hq.scalar('SELECT "FirstName" FROM "Customer" WHERE "CustomerID" = 3') == "s1"
+    # the new column is tracked at a subscriber too (its triggers were regenerated)
+    with connect(s2_url) as s2:
+        s2.execute('UPDATE "Customer" SET "Loyalty" = 11 WHERE "CustomerID" = 4')
+    assert agent.run(MergeOptions()).ok
+    with connect(s1_url) as s1:
+        assert s1.scalar('SELECT "Loyalty" FROM "Customer" WHERE "CustomerID" = 4') == 11
+    check(topology, spark)
+    # two more changes with the command; S2 does not merge in between: it catches up in order
+    (line,) = schema_changes.change(topology, "Sales", "Customer", drop="EmailAddress")
+    assert line.endswith("Customer: dropped column EmailAddress (schema version 2)")
+    assert agent.run(MergeOptions(subscriptions=["S1"])).ok
+    schema_changes.change(topology, "Sales", "Product", add="Note text")
+    with connect(hq_url) as hq:
+        hq.execute('UPDATE "Product" SET "Note" = \'fragile\' WHERE "ProductID" = 2')   # column-tracked article
+    summary = agent.run(MergeOptions())
+    assert summary.ok
+    for url in (s1_url, s2_url):
+        assert "EmailAddress" not in columns(url, "Customer") and "Note" in columns(url, "Product")
+        with connect(url) as r:
+            assert r.scalar('SELECT "Note" FROM "Product" WHERE "ProductID" = 2') == "fragile"
+    check(topology, spark)
+    # a subscriber initialized later gets the new shape from a new snapshot
+    data["subscriptions"].append({"name": "S3", "publication": "Sales", "database": dbs.url("sqlite", "s3")})
+    from sparksync.topology import parse_topology
+
+    topology = parse_topology(data, tmp_path)
+    messages = []
+    setup(topology, lambda: spark, report=messages.append)
+    assert any("predates schema change 3" in m for m in messages), messages
+    assert "Note" in columns(data["subscriptions"][2]["database"], "Product")
+    assert MergeAgent(topology, spark).run(MergeOptions()).ok
+    check(topology, spark)
+
+
+def test_changes_that_cannot_be_replicated_are_refused_and_change_nothing(spark, dbs, tmp_path):
+    data, topology = build(dbs, tmp_path, "postgresql", ["sqlite"])
+    hq_url = data["publisher"]["database"]
+    setup(topology, lambda: spark)
+    for statement, expected, undo in (
+            ('ALTER TABLE "Customer" ALTER COLUMN "FirstName" TYPE varchar(10)', "FirstName changed type",
+             'ALTER TABLE "Customer" ALTER COLUMN "FirstName" TYPE varchar(50)'),
+            ('ALTER TABLE "Customer" ADD COLUMN "Seen" timestamptz DEFAULT now()', "the default now() is not a constant",
+             'ALTER TABLE "Customer" DROP COLUMN "Seen"'),
+    ):
+        with connect(hq_url) as hq:
+            hq.execute(statement)
+        with pytest.raises(SchemaError, match=re.escape(expected) + ".*drop the article from the publication"):
+            setup(topology, lambda: spark)
+        with connect(hq_url) as hq:
+            assert store.select_rows(hq, "sysmergeschemachange") == []
+            hq.execute(undo)
+    with pytest.raises(SchemaError, match="CustomerID was dropped but it is in the primary key"):
+        schema_changes.change(topology, "Sales", "Customer", drop="CustomerID")
+    with pytest.raises(SchemaError, match="CustomerID was dropped but it is in a foreign key"):
+        schema_changes.change(topology, "Sales", "SalesOrderHeader", drop="CustomerID")
+    with pytest.raises(SchemaError, match="column FirstName already exists"):
+        schema_changes.change(topology, "Sales", "Customer", add="FirstName text")
+    assert "FirstName" in columns(data["subscriptions"][0]["database"], "Customer")
+    assert MergeAgent(topology, spark).run(MergeOptions()).ok
