@@ -153,6 +153,8 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                 "snapshot_generation": prow["snapshot_generation"],
                 "snapshot_time": prow["snapshot_time"].isoformat() if prow["snapshot_time"] else None,
                 "generation_leveling_threshold": prow["generation_leveling_threshold"], "articles": articles,
+                "retention": prow["retention"], "schema_version": int(prow.get("schema_version") or 0),
+                "cleanup_generation": prow.get("cleanup_generation"),
                 **filtered})
             nicks = [a["nickname"] for a in arts]
             sub_rows = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": prow["pubid"]})}

@@ -144,14 +144,23 @@ def test_setup_status_and_drift(spark, tmp_path, dbs):
     code, out = run("snapshot", "-c", str(cfg))
     assert code == 0 and "snapshot Sales" in out
 
-    # Drift at the publisher: a column added to a published table is refused by setup and snapshot.
+    # Drift at the publisher: a column added to a published table is a schema change that setup
+    # replicates (snapshot says so first); a renamed column is refused by both, naming the column.
     with connect(url) as r:
         r.execute('ALTER TABLE "Product" ADD COLUMN "Color" TEXT')
+    code, out = run("snapshot", "-c", str(cfg))
+    assert code == 1 and "Product changed since they were published; run 'sparksync setup' first" in out
+    code, out = run("setup", "-c", str(cfg))
+    assert code == 0 and "Product: added column Color (schema version 1)" in " ".join(out.split())
+    with connect(url) as r:
+        r.execute('ALTER TABLE "Product" RENAME COLUMN "ProductLine" TO "Line"')
     for command in ("setup", "snapshot"):
         code, out = run(command, "-c", str(cfg))
-        assert code == 1 and "article Product" in out and "column Color was added" in out
+        flat = " ".join(out.split())
+        assert code == 1 and "article Product" in flat and "column Line was added but" in flat, out
+        assert "a renamed column" in flat and "Traceback" not in flat
     with connect(url) as r:
-        r.execute('ALTER TABLE "Product" DROP COLUMN "Color"')
+        r.execute('ALTER TABLE "Product" RENAME COLUMN "Line" TO "ProductLine"')
     # Drift at a subscriber: setup names the subscriber and the table, and changes nothing.
     with connect(sub_sqlite) as s:
         s.execute('ALTER TABLE "Customer" ADD COLUMN "Extra" TEXT')
@@ -286,3 +295,20 @@ def test_cleanup_command(demo):
     assert code == 2 and "not a merge publication" in out
     code, out = run("cleanup", "-c", cfg, "-p", "Nope")
     assert code == 2 and "no publication named 'Nope'" in out
+
+
+@pytest.mark.spark
+def test_schema_change_command_for_a_merge_publication(demo):
+    _, _, directory = demo
+    cfg = str(directory / "sparksync.toml")
+    code, out = run("schema-change", "-c", cfg, "-p", "Sales", "-a", "Employee", "--drop-column", "BusinessEntityID")
+    assert code == 1 and "BusinessEntityID was dropped but it is in the primary key" in out
+    assert "Traceback" not in out
+    code, out = run("schema-change", "-c", cfg, "-p", "Sales", "-a", "Employee", "--drop-column", "JobTitle")
+    assert code == 0 and "Employee: dropped column JobTitle (schema version 2)" in " ".join(out.split())
+    code, out = run("merge", "-c", cfg, "-s", "Store1")
+    assert code == 0 and "Store1: schema change replayed: Employee: dropped column JobTitle" in " ".join(out.split())
+    with connect(f"sqlite:///{directory / 'store1.db'}") as s:
+        assert "JobTitle" not in [c for (_, c, *_) in s.query('PRAGMA table_info("Employee")')]
+    code, out = run("status", "-c", cfg)
+    assert code == 0

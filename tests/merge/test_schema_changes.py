@@ -127,3 +127,36 @@ def test_changes_that_cannot_be_replicated_are_refused_and_change_nothing(spark,
         schema_changes.change(topology, "Sales", "Customer", add="FirstName text")
     assert "FirstName" in columns(data["subscriptions"][0]["database"], "Customer")
     assert MergeAgent(topology, spark).run(MergeOptions()).ok
+
+
+def test_a_schema_change_of_a_filtered_article_reaches_each_partition(spark, dbs, tmp_path):
+    from sparksync.topology import parse_topology
+
+    data, _ = build(dbs, tmp_path, "postgresql", ["sqlite", "postgresql"])
+    data["publications"][0]["articles"][:4] = [
+        {"table": "Customer", "filter": "Territory = HOST_NAME()"},
+        {"table": "Product", "column_tracking": True},
+        {"table": "SalesOrderHeader", "join_filters": [
+            {"parent": "Customer", "clause": "SalesOrderHeader.CustomerID = Customer.CustomerID", "unique_key": True}]},
+        {"table": "SalesOrderDetail", "join_filters": [
+            {"parent": "SalesOrderHeader", "clause": "SalesOrderDetail.SalesOrderID = SalesOrderHeader.SalesOrderID",
+             "unique_key": True}]}]
+    data["subscriptions"][0]["host_name"], data["subscriptions"][1]["host_name"] = "Canada", "France"
+    topology = parse_topology(data, tmp_path)
+    hq_url, s1_url, s2_url = data["publisher"]["database"], *(s["database"] for s in data["subscriptions"])
+    setup(topology, lambda: spark)
+    agent = MergeAgent(topology, spark)
+    assert agent.run(MergeOptions()).ok
+    with connect(hq_url) as hq:
+        hq.execute('ALTER TABLE "Customer" ADD COLUMN "Segment" text DEFAULT \'retail\'')
+    setup(topology, lambda: spark)
+    with connect(hq_url) as hq:
+        moving = hq.scalar('SELECT min("CustomerID") FROM "Customer" WHERE "Territory" = \'Canada\'')
+        hq.execute(f'UPDATE "Customer" SET "Territory" = \'France\', "Segment" = \'vip\' WHERE "CustomerID" = {moving}')
+    assert agent.run(MergeOptions()).ok
+    with connect(s1_url) as s1, connect(s2_url) as s2:
+        assert s1.scalar(f'SELECT count(*) FROM "Customer" WHERE "CustomerID" = {moving}') == 0
+        assert s2.scalar(f'SELECT "Segment" FROM "Customer" WHERE "CustomerID" = {moving}') == "vip"
+        assert s1.scalar('SELECT count(*) FROM "Customer" WHERE "Segment" = \'retail\'') == s1.scalar(
+            'SELECT count(*) FROM "Customer"') > 0
+    check(topology, spark)

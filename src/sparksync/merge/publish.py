@@ -20,7 +20,7 @@ from ..types import Kind, SqlType
 from . import articles as art
 from .generations import ensure_open_generation
 from .partitions import PartitionScheme, filtered_article
-from .schema_changes import plan_changes
+from .schema_changes import check_added_values, plan_changes
 from .schema_changes import record as record_schema_changes
 from .tracking import TrackedArticle, install_tracking, remove_tracking, tracked_article
 
@@ -125,6 +125,7 @@ def plan_publication(replica: Replica, pub: PublicationConfig) -> PublicationPla
                                           "run setup for that publication's configuration first", obj=str(name))
                     siblings = [r for r in existing_articles.values() if r["pubid"] == existing["pubid"]]
                     changes = plan_changes(published, info, existing, siblings, d.capabilities.name, where)
+                    check_added_values(replica, name, changes, where)
                 rg, action = existing["rowguid_column"], "keep"
                 if bool(existing["column_tracking"]) != a.column_tracking:
                     same = plan.existing is not None and existing["pubid"] == plan.existing["pubid"]

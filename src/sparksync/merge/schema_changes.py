@@ -99,6 +99,25 @@ def plan_changes(published: TableInfo, current: TableInfo, row: dict, others: li
     return changes
 
 
+def check_added_values(replica: Replica, table, changes: list[dict], where: str) -> None:
+    """An added column must hold its default in every existing row: a value written before ``setup``
+    picked the column up was not tracked (the triggers did not know the column), and a renamed column
+    looks like one dropped and one added; either way the values would never reach the subscribers."""
+    d = replica.dialect
+    for ch in changes:
+        if ch["schematype"] != "add_column":
+            continue
+        col, default = d.quote(ch["column_name"]), ch["column_def"]["default"]
+        differs = f"{col} IS NOT NULL" if default in (None, "NULL") else f"({col} IS NULL OR {col} <> {default})"
+        n = int(replica.scalar(f"SELECT count(*) FROM {d.table_sql(table)} WHERE {differs}") or 0)
+        if n:
+            raise SchemaDrift(
+                f"{where}: column {ch['column_name']} was added but {n} existing row(s) hold a value other than its "
+                f"default ({default or 'NULL'}): a renamed column, or values written before 'sparksync setup' picked "
+                "the column up (not tracked); they would not reach the subscribers. Set them back to the default, run "
+                f"setup, then write them again (tracked), or {REINIT}", obj=where)
+
+
 def _filter_columns(row: dict, info: TableInfo, others: list[dict]) -> set[str]:
     """The columns of the article that a filter reads: its row filter, its join filters (its side),
     and the join filters of other articles of which it is the parent."""

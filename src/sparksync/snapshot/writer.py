@@ -21,7 +21,7 @@ from ..config import Topology
 from ..dialects import connect
 from ..dialects.model import from_table_dict
 from ..dialects.replica import Replica
-from ..errors import NotInitialized, SnapshotError
+from ..errors import NotInitialized, SchemaDrift, SnapshotError
 from ..filters import partition_column
 from ..merge.generations import enumeration_bound, make_generation
 from ..merge.partitions import PartitionScheme, scheme_of
@@ -140,7 +140,11 @@ def write_snapshot(spark, topology: Topology, publication: str, report: Reporter
         if not rows:
             raise NotInitialized(f"publication {publication} is not published yet; run 'sparksync setup'", obj=publication)
         prow = rows[0]
-        plan_publication(pub, pubcfg)  # refuses a publication whose tables drifted
+        changed = [a for a in plan_publication(pub, pubcfg).articles if a.schema_changes]  # refuses other drift
+        if changed:
+            raise SchemaDrift(f"publication {publication}: the table(s) of article(s) {', '.join(a.key for a in changed)} "
+                              "changed since they were published; run 'sparksync setup' first (it replicates the "
+                              "schema change)", obj=publication)
         ident = store.replica_identity(pub)
         articles = published_articles(pub, prow["pubid"])
         lock = f"snapshot:{prow['pubid']}"
