@@ -292,8 +292,12 @@ class Dialect(ABC):
         (``lineage.dominates``: a >= b entry by entry, a missing entry counting as 0)."""
 
     @abstractmethod
+    def json_without_key_sql(self, expr: str, key: str) -> str:
+        """A JSON object SQL expression without its member ``key`` (a checked identifier)."""
+
     def lineage_without_sql(self, lineage: str, nickname: int) -> str:
         """A lineage SQL expression without the entry of ``nickname``."""
+        return self.json_without_key_sql(lineage, str(int(nickname)))
 
     def delete_some_sql(self, table_sql: str, where: str, limit: int) -> str:
         """A DELETE of at most ``limit`` rows of ``table_sql`` matching ``where``: one bounded step of

@@ -157,6 +157,7 @@ def record(replica: Replica, pubid: str, publication: str, article: dict, change
             "schematype": ch["schematype"], "column_name": ch["column_name"], "column_def": ch["column_def"],
             "table_schema": to_table_dict(new), "generation": generation, "created_at": store.utcnow()})
         _alter_conflict_table(replica, publication, tracked_article(article), ch)
+        _forget_column_versions(replica, tracked_article(article), ch)
     store.update_rows(replica, "sysmergepublications", {"schema_version": version}, {"pubid": pubid})
     return version
 
@@ -197,6 +198,7 @@ def replay(sub: Replica, pubid: str, publication: str, changes: list[dict], nick
                     sub.execute(f"ALTER TABLE {table} DROP COLUMN {d.quote(name)}")
                 info = replace(art.info, columns=tuple(c for c in art.info.columns if c.name != name))
             _alter_conflict_table(sub, publication, art, ch)
+            _forget_column_versions(sub, art, ch)
             new = TrackedArticle(art.artid, art.table, art.nickname, art.rowguid_column, art.column_tracking, info)
             store.update_rows(sub, "sysmergearticles", {"table_schema": to_table_dict(info)},
                               {"pubid": pubid, "artid": ch["artid"]})
@@ -221,6 +223,15 @@ def _column_sql(replica: Replica, info: TableInfo, col: Column) -> str:
     if not col.nullable:
         sql += " NOT NULL"
     return sql
+
+
+def _forget_column_versions(replica: Replica, art: TrackedArticle, ch: dict) -> None:
+    """A dropped column leaves the column versions (colv) of the article's rows."""
+    if ch["schematype"] != "drop_column" or not art.column_tracking:
+        return
+    contents = replica.meta("MSmerge_contents")
+    replica.execute(f"UPDATE {contents} SET colv = {replica.dialect.json_without_key_sql('colv', ch['column_name'])} "
+                    f"WHERE tablenick = {int(art.nickname)} AND colv IS NOT NULL")
 
 
 def _alter_conflict_table(replica: Replica, publication: str, art: TrackedArticle, ch: dict) -> None:

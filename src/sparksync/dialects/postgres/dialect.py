@@ -430,8 +430,8 @@ class PostgresDialect(Dialect):
         return (f"NOT EXISTS (SELECT 1 FROM jsonb_each_text({b}) e "
                 f"WHERE coalesce(({a} ->> e.key)::bigint, 0) < e.value::bigint)")
 
-    def lineage_without_sql(self, lineage: str, nickname: int) -> str:
-        return f"({lineage} - '{int(nickname)}')"
+    def json_without_key_sql(self, expr: str, key: str) -> str:
+        return f"({expr} - '{key.replace(chr(39), chr(39) * 2)}')"
 
     def delete_some_sql(self, table_sql: str, where: str, limit: int) -> str:
         return (f"DELETE FROM {table_sql} WHERE ctid = ANY(ARRAY("

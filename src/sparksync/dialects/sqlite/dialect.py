@@ -297,8 +297,8 @@ class SQLiteDialect(Dialect):
         return (f"NOT EXISTS (SELECT 1 FROM json_each({b}) e "
                 f"WHERE coalesce(json_extract({a}, '$.\"' || e.key || '\"'), 0) < e.value)")
 
-    def lineage_without_sql(self, lineage: str, nickname: int) -> str:
-        return f"json_remove({lineage}, '$.\"{int(nickname)}\"')"
+    def json_without_key_sql(self, expr: str, key: str) -> str:
+        return f"json_remove({expr}, '$.\"{key.replace(chr(39), chr(39) * 2)}\"')"
 
     def staged_values(self, table: TableName, columns, alias: str, payload: str = "payload") -> tuple[str, list[str]]:
         return "", [self.json_typed(f"{alias}.{payload}", name, t) for name, t in columns]
