@@ -30,5 +30,16 @@ lint: $(STAMP)
 test-unit: $(STAMP)
 	$(VENV)/bin/python -m pytest tests/unit tests/test_docs.py
 
+# Every benchmark (minutes), each writing its tables and chart to docs/benchmarks/, then docs/benchmarks.md.
+bench: $(STAMP)
+	scripts/ensure-services
+	$(VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[bench]'
+	$(VENV)/bin/python bench/tracking_overhead.py
+	$(VENV)/bin/python bench/merge_throughput.py --pg
+	$(VENV)/bin/python bench/transactional_vs_pg_logical.py
+	$(VENV)/bin/python bench/partitions.py
+	$(VENV)/bin/python bench/cleanup.py
+	$(VENV)/bin/python bench/results.py
+
 clean:
 	rm -rf $(VENV) demo-run .pytest_cache

@@ -23,6 +23,8 @@ import uuid
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
+from results import Result
+
 from sparksync.dialects import connect
 from sparksync.merge.cleanup import clean_replica
 from sparksync.merge.generations import make_generation
@@ -145,17 +147,20 @@ def main() -> None:
     finally:
         with psycopg.connect(args.pg, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    print(f"\ncleanup of {args.tombstones:,} tombstones + {args.orphans:,} orphaned contents rows in "
-          f"{GENERATIONS:,} generations, with one-row tracked updates running meanwhile")
-    print("| database | removed | s | rows/s | steps | longest step s | tombstones left | writes during | "
-          "write wait max s (alone) | p99 (alone) | max s (during cleanup) | p99 (during) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for x in results:
-        print(f"| {x['kind']} | {x['removed']:,} | {x['seconds']:.1f} | {x['removed'] / x['seconds']:,.0f} | "
-              f"{x['steps']} | {x['longest_step']:.3f} | {x['left']} | {x['writes']:,} | {x['alone_max']:.4f} | "
-              f"{x['alone_p99']:.4f} | {x['during_max']:.4f} | {x['during_p99']:.4f} |")
-    for x in results:
-        print(f"{x['kind']}: {x['detail']}")
+    result = Result("cleanup", "Retention cleanup of 1M metadata rows, with application writes running",
+                    "bench/cleanup.py")
+    result.table(["database", "removed", "s", "rows/s", "steps", "longest step s", "tombstones left",
+                  "writes during", "write wait max s (alone)", "p99 (alone)", "max s (during cleanup)", "p99 (during)"],
+                 [[x["kind"], x["removed"], x["seconds"], x["removed"] / x["seconds"], x["steps"], x["longest_step"],
+                   x["left"], x["writes"], x["alone_max"], x["alone_p99"], x["during_max"], x["during_p99"]]
+                  for x in results],
+                 f"{args.tombstones:,} tombstones + {args.orphans:,} orphaned contents rows in {GENERATIONS:,} "
+                 "generations; one-row tracked updates run meanwhile (target: no write waits more than 1 s)")
+    result.bars("cleanup.png", "Longest wait of a one-row tracked update", [x["kind"] for x in results],
+                {"alone": [x["alone_max"] for x in results], "during cleanup": [x["during_max"] for x in results]},
+                "seconds", line=1.0, line_label="target: 1 s")
+    result.notes += [f"{x['kind']}: removed {x['detail']}" for x in results]
+    result.save()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import time
 import uuid
 from pathlib import Path
 
+from results import Result
+
 from sparksync.dialects import connect
 from sparksync.merge.agent import MergeAgent, MergeOptions
 from sparksync.provision import setup
@@ -151,10 +153,13 @@ def main() -> None:
         raw = raw_upsert_rate(a.publisher_changes, Path(d))
     print(f"raw bulk upsert into a plain SQLite table: {raw:,.0f} rows/s")
     configs = [("SQLite publisher", None)] + ([("PostgreSQL publisher", a.pg_url)] if a.pg else [])
-    for label, pg in configs:
+    result = Result("merge_throughput", "Merge throughput", "bench/merge_throughput.py" + (" --pg" if a.pg else ""))
+    chart: dict[str, list[float]] = {}
+    phases: list[str] = []
+    for publisher, pg in configs:
         one = run(1, a.publisher_changes, a.subscriber_changes, pg, spark)
         many = run(a.subscribers, a.publisher_changes, a.subscriber_changes, pg, spark)
-        print(f"\n{label}")
+        print(f"\n{publisher}")
         print(f"  {'phase':<54}{'rows':>10}{'seconds':>10}{'rows/s':>12}{'vs raw':>8}")
         labels = {"download": "publisher changes -> every subscriber", "upload": "subscriber changes -> publisher",
                   "spread": "uploaded changes -> the other subscribers"}
@@ -174,6 +179,26 @@ def main() -> None:
         ratio = total["many"] / total["one"]
         print(f"  end-to-end time, {a.subscribers} subscribers vs 1: {ratio:.2f}x (target <= 6x)")
         print(f"  warm round moving one row to {a.subscribers} subscribers: {many['one_row_s']:.2f} s (target <= 1 s)")
+        rows_out: list[list[object]] = []
+        for n, res in ((1, one), (a.subscribers, many)):
+            for phase in ("download", "upload", "spread"):
+                rows, secs = res[f"{phase}_rows"], res[f"{phase}_s"]
+                if rows:
+                    rows_out.append([f"{labels[phase]}, {n} sub(s)", rows, secs, rows / secs, rows / secs / raw])
+        for n, res in ((1, one), (a.subscribers, many)):
+            for phase, what in (("download", "download apply stage, per subscriber"),
+                                ("upload", "upload apply stage, at the publisher")):
+                rate = res[f"{phase}_apply_rate"]
+                rows_out.append([f"{what}, {n} sub(s)", "", "", rate, rate / raw])
+        result.table(["phase", "rows", "seconds", "rows/s", "vs raw"], rows_out,
+                     f"{publisher}; raw bulk upsert into a plain SQLite table: {raw:,.0f} rows/s")
+        result.notes += [f"{publisher}: end-to-end time, {a.subscribers} subscribers vs 1: {ratio:.2f}x (target <= 6x); "
+                         f"warm round moving one row to {a.subscribers} subscribers: {many['one_row_s']:.2f} s "
+                         "(target <= 1 s)."]
+        phases = [r[0] for r in rows_out]
+        chart[publisher] = [float(r[4]) for r in rows_out]
+    result.bars("merge_throughput.png", "Merge phases as a fraction of a raw bulk upsert", phases, chart, "vs raw")
+    result.save()
 
 
 if __name__ == "__main__":

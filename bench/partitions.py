@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
+from results import Result
+
 from sparksync.dialects import connect
 from sparksync.merge.agent import MergeAgent, MergeOptions
 from sparksync.merge.evaluation import evaluate
@@ -192,6 +194,22 @@ def main() -> None:
     if "merge all" in first:
         print(f"  merge of all 10 subscriptions at {counts[0]} partitions: {first['merge all']:.2f}s "
               f"({first['merge all'] / first['merge one']:.2f}x one subscription)")
+    result = Result("partitions", "Filtered merge publications: partitions", "bench/partitions.py")
+    result.table(["partitions", "setup s", "tracked DML s", "evaluation s", "µs / changed row", "DML/(DML+eval)",
+                  "DML with trigger-written mappings s", "DML / that", "one-subscription merge s", "rows down",
+                  "vs first", "SetupBelongs merge s", "SetupBelongs / precomputed"],
+                 [[n, r["setup"], r["dml"], r["evaluation"], r["evaluation"] / changed * 1e6,
+                   r["dml"] / (r["dml"] + r["evaluation"]), r["dml with mapping trigger"],
+                   r["dml"] / r["dml with mapping trigger"], r["merge one"], int(r["downloaded"]), r["merge one"] / base,
+                   r["setupbelongs"], r["setupbelongs"] / r["merge one"]] for n, r in results.items()],
+                 f"SQLite publisher, {args.rows:,} rows, a 3-article join-filter chain, 1% of the rows changed")
+    result.bars("partitions.png", "One-subscription merge after 1% changes", [str(n) for n in counts],
+                {"precomputed partitions": [results[n]["merge one"] for n in counts],
+                 "SetupBelongs": [results[n]["setupbelongs"] for n in counts]}, "seconds")
+    if "merge all" in first:
+        result.notes.append(f"Merge of all 10 subscriptions at {counts[0]} partitions: {first['merge all']:.2f} s "
+                            f"({first['merge all'] / first['merge one']:.2f}x one subscription's first merge).")
+    result.save()
 
 
 if __name__ == "__main__":

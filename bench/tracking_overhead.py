@@ -13,6 +13,8 @@ import uuid
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
+from results import Result
+
 from sparksync.dialects import connect
 from sparksync.merge.publish import apply_publication, plan_publication
 from sparksync.metadata import store
@@ -54,7 +56,7 @@ def workload(r, table: str, n: int) -> dict[str, float]:
     return out
 
 
-def run(kind: str, url: str, n: int) -> None:
+def run(kind: str, url: str, n: int) -> dict[str, tuple[float, float]]:
     with connect(url) as r:
         for t in ("plain", "tracked"):
             r.execute(DDL[kind].format(t=t))
@@ -66,10 +68,7 @@ def run(kind: str, url: str, n: int) -> None:
             apply_publication(r, topo, plan)
         plain = workload(r, "plain", n)
         tracked = workload(r, "tracked", n)
-    print(f"\n{kind}: {n} rows")
-    print(f"  {'operation':<20}{'plain rows/s':>14}{'tracked rows/s':>16}{'ratio':>8}")
-    for op in plain:
-        print(f"  {op:<20}{plain[op]:>14,.0f}{tracked[op]:>16,.0f}{tracked[op] / plain[op]:>8.2f}")
+    return {op: (plain[op], tracked[op]) for op in plain}
 
 
 def main() -> None:
@@ -77,18 +76,27 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=50_000)
     ap.add_argument("--pg", default=os.environ.get("SPARKSYNC_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres"))
     args = ap.parse_args()
+    out = {}
     with TemporaryDirectory() as d:
-        run("sqlite", f"sqlite:///{Path(d) / 'bench.db'}", args.rows)
+        out["SQLite"] = run("sqlite", f"sqlite:///{Path(d) / 'bench.db'}", args.rows)
     import psycopg
 
     name = f"sparksync_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(args.pg, autocommit=True) as c:
         c.execute(f'CREATE DATABASE "{name}"')
     try:
-        run("postgresql", args.pg.rsplit("/", 1)[0] + "/" + name, args.rows)
+        out["PostgreSQL"] = run("postgresql", args.pg.rsplit("/", 1)[0] + "/" + name, args.rows)
     finally:
         with psycopg.connect(args.pg, autocommit=True) as c:
             c.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    result = Result("tracking_overhead", "What change tracking costs", "bench/tracking_overhead.py")
+    result.table(["database", "operation", "plain rows/s", "tracked rows/s", "tracked / plain"],
+                 [[db, op, p, t, t / p] for db, ops in out.items() for op, (p, t) in ops.items()],
+                 f"{args.rows:,} rows; the same DML on an untracked and a published (tracked) table")
+    ops = list(next(iter(out.values())))
+    result.bars("tracking_overhead.png", "Tracked DML as a fraction of untracked DML", ops,
+                {db: [t / p for p, t in res.values()] for db, res in out.items()}, "tracked / plain (1.0 = free)")
+    result.save()
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 
 import psycopg
+from results import Result
 
 from sparksync.provision import setup
 from sparksync.spark.session import spark_session
@@ -189,6 +190,23 @@ def main() -> None:
                           f"{pg / ss[name]:>8.2f}")
                 print(f"  {'':<32}{'':>10}{'(of which log reader)':>28}{ss['logreader']:>10.2f}")
             print("  target: sparksync with 1 stream >= 0.5x of PostgreSQL's rate")
+            result = Result("transactional_vs_pg_logical", "Transactional replication vs PostgreSQL logical replication",
+                            "bench/transactional_vs_pg_logical.py")
+            rows_out: list[list[object]] = []
+            for label, changes, pg, ss in results:
+                rows_out.append([label, changes, "PostgreSQL logical", pg, changes / pg, 1.0])
+                for name, what in (("one", "sparksync, 1 stream"), ("many", f"sparksync, {a.streams} streams")):
+                    rows_out.append(["", "", what, ss[name], changes / ss[name], pg / ss[name]])
+                rows_out.append(["", "", "(of which log reader)", ss["logreader"], "", ""])
+            result.table(["workload", "changes", "system", "seconds", "changes/s", "vs PG"], rows_out,
+                         "catch-up time from the last commit at the publisher to fully applied at the subscriber "
+                         "(sparksync: log reader + distribution agent); target: 1 stream >= 0.5x PostgreSQL's rate")
+            result.bars("transactional_vs_pg_logical.png", "Catch-up rate as a fraction of PostgreSQL's",
+                        [label for label, *_ in results],
+                        {"sparksync, 1 stream": [pg / ss["one"] for _, _, pg, ss in results],
+                         f"sparksync, {a.streams} streams": [pg / ss["many"] for _, _, pg, ss in results]},
+                        "vs PostgreSQL logical replication", line=0.5, line_label="target 0.5x")
+            result.save()
         finally:
             with contextlib.suppress(Exception):
                 builtin.drop(a.pg_url)

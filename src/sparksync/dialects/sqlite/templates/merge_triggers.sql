@@ -22,6 +22,15 @@ NULL
 {%- endif %}
 {%- endmacro %}
 {% set open_gen = "(SELECT generation FROM " ~ genhistory ~ " WHERE genstatus = 0)" %}
+{% set first_lineage = "'{\"" ~ replnick ~ "\":1}'" %}
+{#- A lineage read once per row (a sub-select in FROM: trigger bodies cannot have a WITH clause), and
+    the first version of a row that has none written as a constant. -#}
+{% macro bump_once(x) -%}
+CASE WHEN {{ x }} IS NULL THEN {{ first_lineage }} ELSE {{ bump(x) }} END
+{%- endmacro %}
+{% macro next_once(x) -%}
+CASE WHEN {{ x }} IS NULL THEN 1 ELSE {{ next_version(x) }} END
+{%- endmacro %}
 {% set not_applying = "(SELECT applying FROM " ~ replica_state ~ ") = 0" %}
 DROP TRIGGER IF EXISTS {{ ("MSmerge_ins_" ~ artid) | q }}
 -- statement
@@ -35,11 +44,11 @@ BEGIN
   UPDATE {{ table }} SET {{ rowguid }} = {{ new_guid }}
    WHERE {{ rowguid }} IS NULL AND {% for c in pk %}{{ c | q }} IS NEW.{{ c | q }}{{ " AND " if not loop.last }}{% endfor %};
   INSERT INTO {{ contents }} (tablenick, rowguid, generation, lineage, colv)
-  VALUES ({{ tablenick }},
-          coalesce(NEW.{{ rowguid }}, (SELECT {{ rowguid }} FROM {{ table }} WHERE {% for c in pk %}{{ c | q }} IS NEW.{{ c | q }}{{ " AND " if not loop.last }}{% endfor %})),
-          {{ open_gen }},
-          {{ bump("coalesce((SELECT t.lineage FROM " ~ tombstone ~ " t WHERE t.tablenick = " ~ tablenick ~ " AND t.rowguid = NEW." ~ rowguid ~ "), '{}')") }},
-          {{ colv_all(next_version("coalesce((SELECT t.lineage FROM " ~ tombstone ~ " t WHERE t.tablenick = " ~ tablenick ~ " AND t.rowguid = NEW." ~ rowguid ~ "), '{}')")) }})
+  SELECT {{ tablenick }},
+         coalesce(NEW.{{ rowguid }}, (SELECT {{ rowguid }} FROM {{ table }} WHERE {% for c in pk %}{{ c | q }} IS NEW.{{ c | q }}{{ " AND " if not loop.last }}{% endfor %})),
+         {{ open_gen }}, {{ bump_once("ts.lineage") }}, {{ colv_all(next_once("ts.lineage")) }}
+    FROM (SELECT (SELECT t.lineage FROM {{ tombstone }} t WHERE t.tablenick = {{ tablenick }} AND t.rowguid = NEW.{{ rowguid }}) AS lineage) AS ts
+   WHERE true
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     generation = excluded.generation,
     lineage = {{ bump("lineage") }},
@@ -52,7 +61,7 @@ WHEN {{ not_applying }} AND OLD.{{ rowguid }} IS NOT NULL
   AND ({% for c in columns %}OLD.{{ c.name | q }} IS NOT NEW.{{ c.name | q }}{{ " OR " if not loop.last }}{% endfor %})
 BEGIN
   INSERT INTO {{ contents }} (tablenick, rowguid, generation, lineage, colv)
-  VALUES ({{ tablenick }}, NEW.{{ rowguid }}, {{ open_gen }}, {{ bump("'{}'") }}, {{ colv_update("'{}'", "1") }})
+  VALUES ({{ tablenick }}, NEW.{{ rowguid }}, {{ open_gen }}, {{ first_lineage }}, {{ colv_update("'{}'", "1") }})
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     generation = excluded.generation,
     lineage = {{ bump("lineage") }},
@@ -63,9 +72,9 @@ CREATE TRIGGER {{ ("MSmerge_del_" ~ artid) | q }} AFTER DELETE ON {{ table }}
 WHEN {{ not_applying }} AND OLD.{{ rowguid }} IS NOT NULL
 BEGIN
   INSERT INTO {{ tombstone }} (tablenick, rowguid, type, lineage, generation)
-  VALUES ({{ tablenick }}, OLD.{{ rowguid }}, 1,
-          {{ bump("coalesce((SELECT c.lineage FROM " ~ contents ~ " c WHERE c.tablenick = " ~ tablenick ~ " AND c.rowguid = OLD." ~ rowguid ~ "), '{}')") }},
-          {{ open_gen }})
+  SELECT {{ tablenick }}, OLD.{{ rowguid }}, 1, {{ bump_once("cur.lineage") }}, {{ open_gen }}
+    FROM (SELECT (SELECT c.lineage FROM {{ contents }} c WHERE c.tablenick = {{ tablenick }} AND c.rowguid = OLD.{{ rowguid }}) AS lineage) AS cur
+   WHERE true
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     type = 1, lineage = excluded.lineage, generation = excluded.generation;
   DELETE FROM {{ contents }} WHERE tablenick = {{ tablenick }} AND rowguid = OLD.{{ rowguid }};
