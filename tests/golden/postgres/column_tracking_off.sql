@@ -11,26 +11,26 @@ BEGIN
   g := "sparksync".writer_generation();
 IF (SELECT count(*) FROM new_rows) > 64 THEN
     EXECUTE $s0F9B2C1E12344ABC8DEF000000000001$  INSERT INTO "sparksync"."msmerge_contents" AS c (tablenick, rowguid, generation, lineage, colv)
-  SELECT 30, n."row_guid", $1, "sparksync".lineage_bump(ts.lineage, 7),
+  SELECT 30, n."row_guid", $1, CASE WHEN ts.lineage IS NULL THEN '{"7": 1}'::jsonb ELSE ts.lineage || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(ts.lineage) AS e), 0) + 1) END,
 NULL
     FROM new_rows AS n
     LEFT JOIN "sparksync"."msmerge_tombstone" AS ts ON ts.tablenick = 30 AND ts.rowguid = n."row_guid"
    WHERE n."row_guid" IS NOT NULL
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     generation = EXCLUDED.generation,
-    lineage = "sparksync".lineage_bump(c.lineage, 7),
+    lineage = CASE WHEN c.lineage IS NULL THEN '{"7": 1}'::jsonb ELSE c.lineage || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(c.lineage) AS e), 0) + 1) END,
     colv = EXCLUDED.colv
 $s0F9B2C1E12344ABC8DEF000000000001$ USING g;
   ELSE
   INSERT INTO "sparksync"."msmerge_contents" AS c (tablenick, rowguid, generation, lineage, colv)
-  SELECT 30, n."row_guid", g, "sparksync".lineage_bump(ts.lineage, 7),
+  SELECT 30, n."row_guid", g, CASE WHEN ts.lineage IS NULL THEN '{"7": 1}'::jsonb ELSE ts.lineage || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(ts.lineage) AS e), 0) + 1) END,
 NULL
     FROM new_rows AS n
     LEFT JOIN "sparksync"."msmerge_tombstone" AS ts ON ts.tablenick = 30 AND ts.rowguid = n."row_guid"
    WHERE n."row_guid" IS NOT NULL
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     generation = EXCLUDED.generation,
-    lineage = "sparksync".lineage_bump(c.lineage, 7),
+    lineage = CASE WHEN c.lineage IS NULL THEN '{"7": 1}'::jsonb ELSE c.lineage || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(c.lineage) AS e), 0) + 1) END,
     colv = EXCLUDED.colv
 ;
   END IF;
@@ -54,23 +54,23 @@ BEGIN
   g := "sparksync".writer_generation();
 IF (SELECT count(*) FROM new_rows) > 64 THEN
     EXECUTE $s0F9B2C1E12344ABC8DEF000000000001$  INSERT INTO "sparksync"."msmerge_contents" AS c (tablenick, rowguid, generation, lineage, colv)
-  SELECT 30, n."row_guid", $1, "sparksync".lineage_bump(NULL, 7),
+  SELECT 30, n."row_guid", $1, '{"7": 1}'::jsonb,
 NULL
     FROM new_rows AS n JOIN old_rows AS o ON o."row_guid" = n."row_guid"
    WHERE (o."CustomerID" IS DISTINCT FROM n."CustomerID" OR o."Full Name" IS DISTINCT FROM n."Full Name" OR o."Notes"::text IS DISTINCT FROM n."Notes"::text)
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     generation = EXCLUDED.generation,
-    lineage = "sparksync".lineage_bump(c.lineage, 7),
+    lineage = CASE WHEN c.lineage IS NULL THEN '{"7": 1}'::jsonb ELSE c.lineage || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(c.lineage) AS e), 0) + 1) END,
     colv = NULL$s0F9B2C1E12344ABC8DEF000000000001$ USING g;
   ELSE
   INSERT INTO "sparksync"."msmerge_contents" AS c (tablenick, rowguid, generation, lineage, colv)
-  SELECT 30, n."row_guid", g, "sparksync".lineage_bump(NULL, 7),
+  SELECT 30, n."row_guid", g, '{"7": 1}'::jsonb,
 NULL
     FROM new_rows AS n JOIN old_rows AS o ON o."row_guid" = n."row_guid"
    WHERE (o."CustomerID" IS DISTINCT FROM n."CustomerID" OR o."Full Name" IS DISTINCT FROM n."Full Name" OR o."Notes"::text IS DISTINCT FROM n."Notes"::text)
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     generation = EXCLUDED.generation,
-    lineage = "sparksync".lineage_bump(c.lineage, 7),
+    lineage = CASE WHEN c.lineage IS NULL THEN '{"7": 1}'::jsonb ELSE c.lineage || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(c.lineage) AS e), 0) + 1) END,
     colv = NULL;
   END IF;
   RETURN NULL;
@@ -89,7 +89,7 @@ IF (SELECT count(*) FROM old_rows) > 64 THEN
     RETURNING c.rowguid, c.lineage
   )
   INSERT INTO "sparksync"."msmerge_tombstone" AS t (tablenick, rowguid, type, lineage, generation)
-  SELECT 30, o."row_guid", 1, "sparksync".lineage_bump(gone.lineage, 7), $1
+  SELECT 30, o."row_guid", 1, CASE WHEN gone.lineage IS NULL THEN '{"7": 1}'::jsonb ELSE gone.lineage || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(gone.lineage) AS e), 0) + 1) END, $1
     FROM old_rows AS o LEFT JOIN gone ON gone.rowguid = o."row_guid"
    WHERE o."row_guid" IS NOT NULL
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
@@ -102,7 +102,7 @@ $s0F9B2C1E12344ABC8DEF000000000001$ USING g;
     RETURNING c.rowguid, c.lineage
   )
   INSERT INTO "sparksync"."msmerge_tombstone" AS t (tablenick, rowguid, type, lineage, generation)
-  SELECT 30, o."row_guid", 1, "sparksync".lineage_bump(gone.lineage, 7), g
+  SELECT 30, o."row_guid", 1, CASE WHEN gone.lineage IS NULL THEN '{"7": 1}'::jsonb ELSE gone.lineage || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(gone.lineage) AS e), 0) + 1) END, g
     FROM old_rows AS o LEFT JOIN gone ON gone.rowguid = o."row_guid"
    WHERE o."row_guid" IS NOT NULL
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET

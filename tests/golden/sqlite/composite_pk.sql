@@ -10,11 +10,11 @@ BEGIN
   UPDATE "Order Line" SET "row_guid" = lower(substr(printf('%012x', CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)), 1, 8) || '-' || substr(printf('%012x', CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)), 9, 4) || '-7' || substr(hex(randomblob(2)), 2, 3) || '-' || substr('89ab', 1 + (abs(random()) % 4), 1) || substr(hex(randomblob(2)), 2, 3) || '-' || hex(randomblob(6)))
    WHERE "row_guid" IS NULL AND "OrderID" IS NEW."OrderID" AND "Line No" IS NEW."Line No";
   INSERT INTO "MSmerge_contents" (tablenick, rowguid, generation, lineage, colv)
-  VALUES (40,
-          coalesce(NEW."row_guid", (SELECT "row_guid" FROM "Order Line" WHERE "OrderID" IS NEW."OrderID" AND "Line No" IS NEW."Line No")),
-          (SELECT generation FROM "MSmerge_genhistory" WHERE genstatus = 0),
-          json_set(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 40 AND t.rowguid = NEW."row_guid"), '{}'), '$."7"', coalesce((SELECT max(value) FROM json_each(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 40 AND t.rowguid = NEW."row_guid"), '{}'))), 0) + 1),
-          json_object('OrderID', json_array(7, (coalesce((SELECT max(value) FROM json_each(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 40 AND t.rowguid = NEW."row_guid"), '{}'))), 0) + 1)), 'Line No', json_array(7, (coalesce((SELECT max(value) FROM json_each(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 40 AND t.rowguid = NEW."row_guid"), '{}'))), 0) + 1)), 'Qty', json_array(7, (coalesce((SELECT max(value) FROM json_each(coalesce((SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 40 AND t.rowguid = NEW."row_guid"), '{}'))), 0) + 1))))
+  SELECT 40,
+         coalesce(NEW."row_guid", (SELECT "row_guid" FROM "Order Line" WHERE "OrderID" IS NEW."OrderID" AND "Line No" IS NEW."Line No")),
+         (SELECT generation FROM "MSmerge_genhistory" WHERE genstatus = 0), CASE WHEN ts.l IS NULL THEN '{"7":1}' ELSE json_set(ts.l, '$."7"', coalesce((SELECT max(value) FROM json_each(ts.l)), 0) + 1) END, json_object('OrderID', json_array(7, CASE WHEN ts.l IS NULL THEN 1 ELSE (coalesce((SELECT max(value) FROM json_each(ts.l)), 0) + 1) END), 'Line No', json_array(7, CASE WHEN ts.l IS NULL THEN 1 ELSE (coalesce((SELECT max(value) FROM json_each(ts.l)), 0) + 1) END), 'Qty', json_array(7, CASE WHEN ts.l IS NULL THEN 1 ELSE (coalesce((SELECT max(value) FROM json_each(ts.l)), 0) + 1) END))
+    FROM (SELECT (SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 40 AND t.rowguid = NEW."row_guid") AS l) AS ts
+   WHERE true
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     generation = excluded.generation,
     lineage = json_set(lineage, '$."7"', coalesce((SELECT max(value) FROM json_each(lineage)), 0) + 1),
@@ -27,7 +27,7 @@ WHEN (SELECT applying FROM "MSmerge_replica") = 0 AND OLD."row_guid" IS NOT NULL
   AND (OLD."OrderID" IS NOT NEW."OrderID" OR OLD."Line No" IS NOT NEW."Line No" OR OLD."Qty" IS NOT NEW."Qty")
 BEGIN
   INSERT INTO "MSmerge_contents" (tablenick, rowguid, generation, lineage, colv)
-  VALUES (40, NEW."row_guid", (SELECT generation FROM "MSmerge_genhistory" WHERE genstatus = 0), json_set('{}', '$."7"', coalesce((SELECT max(value) FROM json_each('{}')), 0) + 1), json_patch('{}', json_object('OrderID', CASE WHEN OLD."OrderID" IS NOT NEW."OrderID" THEN json_array(7, 1) ELSE json(json_extract('{}', '$."OrderID"')) END, 'Line No', CASE WHEN OLD."Line No" IS NOT NEW."Line No" THEN json_array(7, 1) ELSE json(json_extract('{}', '$."Line No"')) END, 'Qty', CASE WHEN OLD."Qty" IS NOT NEW."Qty" THEN json_array(7, 1) ELSE json(json_extract('{}', '$."Qty"')) END)))
+  VALUES (40, NEW."row_guid", (SELECT generation FROM "MSmerge_genhistory" WHERE genstatus = 0), '{"7":1}', json_patch('{}', json_object('OrderID', CASE WHEN OLD."OrderID" IS NOT NEW."OrderID" THEN json_array(7, 1) ELSE json(json_extract('{}', '$."OrderID"')) END, 'Line No', CASE WHEN OLD."Line No" IS NOT NEW."Line No" THEN json_array(7, 1) ELSE json(json_extract('{}', '$."Line No"')) END, 'Qty', CASE WHEN OLD."Qty" IS NOT NEW."Qty" THEN json_array(7, 1) ELSE json(json_extract('{}', '$."Qty"')) END)))
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     generation = excluded.generation,
     lineage = json_set(lineage, '$."7"', coalesce((SELECT max(value) FROM json_each(lineage)), 0) + 1),
@@ -38,9 +38,9 @@ CREATE TRIGGER "MSmerge_del_0F9B2C1E12344ABC8DEF000000000001" AFTER DELETE ON "O
 WHEN (SELECT applying FROM "MSmerge_replica") = 0 AND OLD."row_guid" IS NOT NULL
 BEGIN
   INSERT INTO "MSmerge_tombstone" (tablenick, rowguid, type, lineage, generation)
-  VALUES (40, OLD."row_guid", 1,
-          json_set(coalesce((SELECT c.lineage FROM "MSmerge_contents" c WHERE c.tablenick = 40 AND c.rowguid = OLD."row_guid"), '{}'), '$."7"', coalesce((SELECT max(value) FROM json_each(coalesce((SELECT c.lineage FROM "MSmerge_contents" c WHERE c.tablenick = 40 AND c.rowguid = OLD."row_guid"), '{}'))), 0) + 1),
-          (SELECT generation FROM "MSmerge_genhistory" WHERE genstatus = 0))
+  SELECT 40, OLD."row_guid", 1, CASE WHEN cur.l IS NULL THEN '{"7":1}' ELSE json_set(cur.l, '$."7"', coalesce((SELECT max(value) FROM json_each(cur.l)), 0) + 1) END, (SELECT generation FROM "MSmerge_genhistory" WHERE genstatus = 0)
+    FROM (SELECT (SELECT c.lineage FROM "MSmerge_contents" c WHERE c.tablenick = 40 AND c.rowguid = OLD."row_guid") AS l) AS cur
+   WHERE true
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     type = 1, lineage = excluded.lineage, generation = excluded.generation;
   DELETE FROM "MSmerge_contents" WHERE tablenick = 40 AND rowguid = OLD."row_guid";

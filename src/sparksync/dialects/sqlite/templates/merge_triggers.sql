@@ -46,8 +46,8 @@ BEGIN
   INSERT INTO {{ contents }} (tablenick, rowguid, generation, lineage, colv)
   SELECT {{ tablenick }},
          coalesce(NEW.{{ rowguid }}, (SELECT {{ rowguid }} FROM {{ table }} WHERE {% for c in pk %}{{ c | q }} IS NEW.{{ c | q }}{{ " AND " if not loop.last }}{% endfor %})),
-         {{ open_gen }}, {{ bump_once("ts.lineage") }}, {{ colv_all(next_once("ts.lineage")) }}
-    FROM (SELECT (SELECT t.lineage FROM {{ tombstone }} t WHERE t.tablenick = {{ tablenick }} AND t.rowguid = NEW.{{ rowguid }}) AS lineage) AS ts
+         {{ open_gen }}, {{ bump_once("ts.l") }}, {{ colv_all(next_once("ts.l")) }}
+    FROM (SELECT (SELECT t.lineage FROM {{ tombstone }} t WHERE t.tablenick = {{ tablenick }} AND t.rowguid = NEW.{{ rowguid }}) AS l) AS ts
    WHERE true
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     generation = excluded.generation,
@@ -72,8 +72,8 @@ CREATE TRIGGER {{ ("MSmerge_del_" ~ artid) | q }} AFTER DELETE ON {{ table }}
 WHEN {{ not_applying }} AND OLD.{{ rowguid }} IS NOT NULL
 BEGIN
   INSERT INTO {{ tombstone }} (tablenick, rowguid, type, lineage, generation)
-  SELECT {{ tablenick }}, OLD.{{ rowguid }}, 1, {{ bump_once("cur.lineage") }}, {{ open_gen }}
-    FROM (SELECT (SELECT c.lineage FROM {{ contents }} c WHERE c.tablenick = {{ tablenick }} AND c.rowguid = OLD.{{ rowguid }}) AS lineage) AS cur
+  SELECT {{ tablenick }}, OLD.{{ rowguid }}, 1, {{ bump_once("cur.l") }}, {{ open_gen }}
+    FROM (SELECT (SELECT c.lineage FROM {{ contents }} c WHERE c.tablenick = {{ tablenick }} AND c.rowguid = OLD.{{ rowguid }}) AS l) AS cur
    WHERE true
   ON CONFLICT (tablenick, rowguid) DO UPDATE SET
     type = 1, lineage = excluded.lineage, generation = excluded.generation;
