@@ -315,30 +315,24 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
         _drop_removed_subscriptions(topology, pub, plan.config.name, res["pubid"], report)
     for plan, res in zip(plans, results):
         name = plan.config.name
+        subs = topology.subscriptions_of(name)
+        rows = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": res["pubid"]})}
         need = bool(res["created_articles"])
         try:
             snap_dir, manifest = current_snapshot(topology.snapshot_root, name)
+        except SparksyncError:
+            need = True
+        else:
             if {a.name for a in manifest.articles} != {a.key for a in plan.articles}:
                 need = True
-            prow = store.select_rows(pub, "sysmergepublications", {"pubid": res["pubid"]})[0]
-            registered = {r["name"]: r["status"] for r in store.select_rows(pub, "sysmergesubscriptions",
-                                                                           {"pubid": res["pubid"]})}
-            cleaned = prow.get("cleanup_generation")
-            stale = (f"is older than the metadata cleanup (generation {cleaned})"
-                     if cleaned is not None and manifest.snapshot_generation < int(cleaned) else
-                     f"predates schema change {prow['schema_version']}"
-                     if manifest.schema_version < int(prow.get("schema_version") or 0) else None)
-            if not need and stale and any(registered.get(s.name) != 1 for s in topology.subscriptions_of(name)):
+            stale = _stale_snapshot(store.select_rows(pub, "sysmergepublications", {"pubid": res["pubid"]})[0], manifest)
+            if not need and stale and any(rows.get(s.name, {}).get("status") != 1 for s in subs):
                 report(f"publication {name}: snapshot {manifest.snapshot_id} (generation {manifest.snapshot_generation}) "
                        f"{stale}: writing a new one")
                 need = True
-        except SparksyncError:
-            need = True
         if need:
             snap_dir, manifest = write_snapshot(spark(), topology, name, report)
             summary.snapshots[name] = str(snap_dir)
-        subs = topology.subscriptions_of(name)
-        rows = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": manifest.pubid})}
         _change_articles_of_subscribers(topology, pub, manifest, snap_dir,
                                         [s for s in subs if rows.get(s.name, {}).get("status") == 1], rows,
                                         spark, summary, report)
@@ -358,6 +352,17 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
         finish_registrations(pub, manifest, specs, init)
         _report_init(init, report)
         summary.initialized.extend(init)
+
+
+def _stale_snapshot(prow: dict, manifest) -> str | None:
+    """Why the current snapshot cannot initialize a subscription any more: a metadata cleanup went past
+    it (the deletes since are forgotten), or a schema change came after it."""
+    cleaned = prow.get("cleanup_generation")
+    if cleaned is not None and manifest.snapshot_generation < int(cleaned):
+        return f"is older than the metadata cleanup (generation {cleaned})"
+    if manifest.schema_version < int(prow.get("schema_version") or 0):
+        return f"predates schema change {prow['schema_version']}"
+    return None
 
 
 def _drop_removed_subscriptions(topology: Topology, pub, name: str, pubid: str, report: Reporter) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import uuid
 from pathlib import Path
 
 from sparksync.dialects import connect
@@ -27,6 +30,52 @@ TABLES = {
     "ItemEarlier": {"resolver": "earlier_wins", "resolver_column": "ts"},
     "ItemAvg": {"resolver": "averaging", "resolver_column": "n", "column_tracking": True},
 }
+def client_exec(url: str, sql: str, via_client: bool) -> None:
+    """Run ``sql`` at ``url``: through the sqlite3 shell or psql when ``via_client`` (and it is installed),
+    as another application would, else through sparksync's own connection."""
+    if via_client and url.startswith("sqlite") and shutil.which("sqlite3"):
+        subprocess.run(["sqlite3", url.removeprefix("sqlite:///")], input=sql + ";\n", text=True, check=True,
+                       capture_output=True)
+    elif via_client and url.startswith("postgresql") and shutil.which("psql"):
+        subprocess.run(["psql", url, "-q", "-v", "ON_ERROR_STOP=1"], input=sql + ";\n", text=True, check=True,
+                       capture_output=True)
+    else:
+        with connect(url) as r:
+            r.execute(sql)
+
+
+def existing_ids(url: str, table: str) -> list[int]:
+    with connect(url) as r:
+        return [i for (i,) in r.query(f'SELECT "id" FROM "{table}" ORDER BY "id"')]
+
+
+def make_databases(kinds: dict[str, str], tmp: Path, pg_admin_url: str, prefix: str,
+                   created: list[str]) -> dict[str, str]:
+    """A database per replica (``kinds``: name -> sqlite | postgresql); PostgreSQL ones are appended
+    to ``created`` so that ``drop_databases`` removes them."""
+    import psycopg
+
+    urls = {}
+    for who, kind in kinds.items():
+        if kind == "sqlite":
+            urls[who] = f"sqlite:///{tmp / (prefix + who + '.db')}"
+        else:
+            name = f"sst_{prefix}_{who.lower()}_{uuid.uuid4().hex[:8]}"
+            with psycopg.connect(pg_admin_url, autocommit=True) as c:
+                c.execute(f'CREATE DATABASE "{name}"')
+            created.append(name)
+            urls[who] = pg_admin_url.rsplit("/", 1)[0] + "/" + name
+    return urls
+
+
+def drop_databases(pg_admin_url: str, created: list[str]) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_admin_url, autocommit=True) as c:
+        for name in created:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 SUBS = [("S1", "global", 75.0), ("S2", "global", 50.0), ("S3", "local", None), ("S4", "local", None)]
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,6 +24,7 @@ from sparksync.merge.agent import MergeAgent, MergeOptions
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
 from sparksync.validate import compare_replicas
+from tests.merge.harness import client_exec, drop_databases, existing_ids, make_databases
 
 pytestmark = pytest.mark.spark
 
@@ -47,21 +46,9 @@ steps = st.lists(st.one_of(dml, dml, dml, merge), min_size=8, max_size=20)
 
 @pytest.fixture(scope="module")
 def world(spark, tmp_path_factory, pg_admin_url):
-    import uuid
-
-    import psycopg
-
     tmp = tmp_path_factory.mktemp("convergence")
-    urls, created = {}, []
-    for who, kind in KINDS.items():
-        if kind == "sqlite":
-            urls[who] = f"sqlite:///{tmp / (who + '.db')}"
-        else:
-            name = f"sst_conv_{who.lower()}_{uuid.uuid4().hex[:8]}"
-            with psycopg.connect(pg_admin_url, autocommit=True) as c:
-                c.execute(f'CREATE DATABASE "{name}"')
-            created.append(name)
-            urls[who] = pg_admin_url.rsplit("/", 1)[0] + "/" + name
+    created: list[str] = []
+    urls = make_databases(KINDS, tmp, pg_admin_url, "conv", created)
     with connect(urls["P"]) as r:
         for t in TABLES:
             r.execute(f'CREATE TABLE "{t}" ("id" integer PRIMARY KEY, "v" text, "n" integer)')
@@ -77,26 +64,7 @@ def world(spark, tmp_path_factory, pg_admin_url):
     yield topo, urls, MergeAgent(topo, spark)
     print(f"\nconvergence: {ran['examples']} examples, {ran['ops']} DML statements, {ran['merges']} merges, "
           f"{ran['crashes']} injected crashes")
-    with psycopg.connect(pg_admin_url, autocommit=True) as c:
-        for name in created:
-            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def _exec(url: str, sql: str, via_client: bool) -> None:
-    if via_client and url.startswith("sqlite") and shutil.which("sqlite3"):
-        subprocess.run(["sqlite3", url.removeprefix("sqlite:///")], input=sql + ";\n", text=True, check=True,
-                       capture_output=True)
-    elif via_client and url.startswith("postgresql") and shutil.which("psql"):
-        subprocess.run(["psql", url, "-q", "-v", "ON_ERROR_STOP=1"], input=sql + ";\n", text=True, check=True,
-                       capture_output=True)
-    else:
-        with connect(url) as r:
-            r.execute(sql)
-
-
-def _existing(url: str, table: str) -> list[int]:
-    with connect(url) as r:
-        return [i for (i,) in r.query(f'SELECT "id" FROM "{table}" ORDER BY "id"')]
+    drop_databases(pg_admin_url, created)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, database=None,
@@ -130,25 +98,25 @@ def test_random_workloads_converge(world, plan):
         ran["ops"] += 1
         if op == "insert":
             i = next(ids)
-            _exec(url, f'INSERT INTO "{table}" ("id", "v", "n") VALUES ({i}, \'{who}-ins\', 1)', via_client)
+            client_exec(url, f'INSERT INTO "{table}" ("id", "v", "n") VALUES ({i}, \'{who}-ins\', 1)', via_client)
             writers.setdefault((table, i), set()).add(who)
             last[(table, i, "v")] = f"{who}-ins"
             last[(table, i, "n")] = 1
             continue
-        rows = _existing(url, table)
+        rows = existing_ids(url, table)
         if not rows:
             continue
         i = rows[pick % len(rows)]
         writers.setdefault((table, i), set()).add(who)
         if op == "delete":
-            _exec(url, f'DELETE FROM "{table}" WHERE "id" = {i}', via_client)
+            client_exec(url, f'DELETE FROM "{table}" WHERE "id" = {i}', via_client)
             deleted.add((table, i))
         elif op == "update_v":
             val = f"{who}-{pick}"
-            _exec(url, f'UPDATE "{table}" SET "v" = \'{val}\' WHERE "id" = {i}', via_client)
+            client_exec(url, f'UPDATE "{table}" SET "v" = \'{val}\' WHERE "id" = {i}', via_client)
             last[(table, i, "v")] = val
         else:
-            _exec(url, f'UPDATE "{table}" SET "n" = {pick} WHERE "id" = {i}', via_client)
+            client_exec(url, f'UPDATE "{table}" SET "n" = {pick} WHERE "id" = {i}', via_client)
             last[(table, i, "n")] = pick
     for _ in range(2):   # a full round, then one more so resolutions made at the publisher reach everyone
         assert agent.run(MergeOptions()).ok

@@ -15,9 +15,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import shutil
-import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
@@ -36,6 +33,7 @@ from sparksync.provision import setup
 from sparksync.reinit import reinitialize
 from sparksync.topology import parse_topology
 from sparksync.validate import compare_replicas
+from tests.merge.harness import client_exec, drop_databases, existing_ids, make_databases
 from tests.merge.test_cleanup import advance
 
 pytestmark = pytest.mark.spark
@@ -64,19 +62,9 @@ steps = st.lists(st.one_of(dml, dml, dml, merge, merge, clock, clean, schema), m
 
 @pytest.fixture(scope="module")
 def world(spark, tmp_path_factory, pg_admin_url):
-    import psycopg
-
     tmp = tmp_path_factory.mktemp("lifecycle")
-    urls, created = {}, []
-    for who, kind in KINDS.items():
-        if kind == "sqlite":
-            urls[who] = f"sqlite:///{tmp / (who + '.db')}"
-        else:
-            name = f"sst_life_{who.lower()}_{uuid.uuid4().hex[:8]}"
-            with psycopg.connect(pg_admin_url, autocommit=True) as c:
-                c.execute(f'CREATE DATABASE "{name}"')
-            created.append(name)
-            urls[who] = pg_admin_url.rsplit("/", 1)[0] + "/" + name
+    created: list[str] = []
+    urls = make_databases(KINDS, tmp, pg_admin_url, "life", created)
     with connect(urls["P"]) as r:
         for t in TABLES:
             r.execute(f'CREATE TABLE "{t}" ("id" integer PRIMARY KEY, "v" text, "n" integer)')
@@ -93,21 +81,7 @@ def world(spark, tmp_path_factory, pg_admin_url):
     print(f"\nlifecycle: {ran['examples']} examples, {ran['ops']} DML statements, {ran['merges']} merges, "
           f"{ran['crashes']} injected crashes, {ran['days']} days passed, {ran['cleanups']} cleanups removing "
           f"{ran['removed']} rows, {ran['schema_changes']} schema changes, {ran['reinits']} reinitializations")
-    with psycopg.connect(pg_admin_url, autocommit=True) as c:
-        for name in created:
-            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def _exec(url: str, sql: str, via_client: bool) -> None:
-    if via_client and url.startswith("sqlite") and shutil.which("sqlite3"):
-        subprocess.run(["sqlite3", url.removeprefix("sqlite:///")], input=sql + ";\n", text=True, check=True,
-                       capture_output=True)
-    elif via_client and url.startswith("postgresql") and shutil.which("psql"):
-        subprocess.run(["psql", url, "-q", "-v", "ON_ERROR_STOP=1"], input=sql + ";\n", text=True, check=True,
-                       capture_output=True)
-    else:
-        with connect(url) as r:
-            r.execute(sql)
+    drop_databases(pg_admin_url, created)
 
 
 def _columns(url: str, table: str) -> list[str]:
@@ -115,11 +89,6 @@ def _columns(url: str, table: str) -> list[str]:
         info = r.reflect(TableName(None, table))
         assert info is not None
         return [c.name for c in info.columns]
-
-
-def _existing(url: str, table: str) -> list[int]:
-    with connect(url) as r:
-        return [i for (i,) in r.query(f'SELECT "id" FROM "{table}" ORDER BY "id"')]
 
 
 def _reinit_expired(topo, spark, reinitialized: set[str]) -> None:
@@ -177,7 +146,7 @@ def test_random_lifecycles_converge(world, plan):
                 continue
             name = f"x{next(columns)}"
             if how == "client_add":
-                _exec(urls["P"], f'ALTER TABLE "{table}" ADD COLUMN "{name}" integer DEFAULT {pick}', True)
+                client_exec(urls["P"], f'ALTER TABLE "{table}" ADD COLUMN "{name}" integer DEFAULT {pick}', True)
                 setup(topo, lambda: spark)
             else:
                 schema_changes.change(topo, "Pub", table, add=f"{name} integer")
@@ -188,25 +157,25 @@ def test_random_lifecycles_converge(world, plan):
             ran["ops"] += 1
             if op == "insert":
                 i = next(ids)
-                _exec(url, f'INSERT INTO "{table}" ("id", "v", "n") VALUES ({i}, \'{who}-ins\', 1)', via_client)
+                client_exec(url, f'INSERT INTO "{table}" ("id", "v", "n") VALUES ({i}, \'{who}-ins\', 1)', via_client)
                 writers.setdefault((table, i), set()).add(who)
                 last[(table, i)] = f"{who}-ins"
                 continue
-            rows = _existing(url, table)
+            rows = existing_ids(url, table)
             if not rows:
                 continue
             i = rows[pick % len(rows)]
             writers.setdefault((table, i), set()).add(who)
             if op == "delete":
-                _exec(url, f'DELETE FROM "{table}" WHERE "id" = {i}', via_client)
+                client_exec(url, f'DELETE FROM "{table}" WHERE "id" = {i}', via_client)
                 deleted.add((table, i))
             elif op == "update":
                 last[(table, i)] = f"{who}-{pick}"
-                _exec(url, f'UPDATE "{table}" SET "v" = \'{who}-{pick}\' WHERE "id" = {i}', via_client)
+                client_exec(url, f'UPDATE "{table}" SET "v" = \'{who}-{pick}\' WHERE "id" = {i}', via_client)
             else:
                 extra = [c for c in _columns(url, table) if c.startswith("x")]
                 if extra:       # a column this replica has (a subscriber may not have replayed it yet)
-                    _exec(url, f'UPDATE "{table}" SET "{extra[pick % len(extra)]}" = {pick} WHERE "id" = {i}',
+                    client_exec(url, f'UPDATE "{table}" SET "{extra[pick % len(extra)]}" = {pick} WHERE "id" = {i}',
                           via_client)
     _reinit_expired(topo, spark, reinitialized)
     for _ in range(2):

@@ -16,9 +16,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import shutil
-import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
@@ -31,6 +28,7 @@ from sparksync.failpoints import InjectedFault
 from sparksync.merge.agent import MergeAgent, MergeOptions
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
+from tests.merge.harness import client_exec, drop_databases, make_databases
 
 pytestmark = pytest.mark.spark
 
@@ -56,18 +54,7 @@ TABLES = {"SalesPerson": ("SalesPersonID", '"Territory"'), "Customer": ("Custome
 
 
 def _world(spark, tmp, pg_admin_url, mode: str, created: list[str]):
-    import psycopg
-
-    urls = {}
-    for who, kind in KINDS.items():
-        if kind == "sqlite":
-            urls[who] = f"sqlite:///{tmp / (mode + who + '.db')}"
-        else:
-            name = f"sst_part_{mode}_{who.lower()}_{uuid.uuid4().hex[:8]}"
-            with psycopg.connect(pg_admin_url, autocommit=True) as c:
-                c.execute(f'CREATE DATABASE "{name}"')
-            created.append(name)
-            urls[who] = pg_admin_url.rsplit("/", 1)[0] + "/" + name
+    urls = make_databases(KINDS, tmp, pg_admin_url, f"part_{mode}", created)
     with connect(urls["P"]) as r:
         r.execute('CREATE TABLE "SalesPerson" ("SalesPersonID" integer PRIMARY KEY, "Territory" text)')
         r.execute('CREATE TABLE "Customer" ("CustomerID" integer PRIMARY KEY, "SalesPersonID" integer, "Name" text)')
@@ -97,28 +84,13 @@ def _world(spark, tmp, pg_admin_url, mode: str, created: list[str]):
 
 @pytest.fixture(scope="module")
 def worlds(spark, tmp_path_factory, pg_admin_url):
-    import psycopg
 
     tmp = tmp_path_factory.mktemp("partition_property")
     created: list[str] = []
     yield {mode: _world(spark, tmp, pg_admin_url, mode, created) for mode in ("precomputed", "setupbelongs")}
     print(f"\npartitions: {ran['examples']} examples, {ran['ops']} DML statements, {ran['merges']} merges, "
           f"{ran['crashes']} injected crashes, {ran['checks']} partition checks, both modes")
-    with psycopg.connect(pg_admin_url, autocommit=True) as c:
-        for name in created:
-            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def _run(url: str, sql: str, via_client: bool) -> None:
-    if via_client and url.startswith("sqlite") and shutil.which("sqlite3"):
-        subprocess.run(["sqlite3", url.removeprefix("sqlite:///")], input=sql + ";\n", text=True, check=True,
-                       capture_output=True)
-    elif via_client and url.startswith("postgresql") and shutil.which("psql"):
-        subprocess.run(["psql", url, "-q", "-v", "ON_ERROR_STOP=1"], input=sql + ";\n", text=True, check=True,
-                       capture_output=True)
-    else:
-        with connect(url) as r:
-            r.execute(sql)
+    drop_databases(pg_admin_url, created)
 
 
 def _rows(url: str) -> dict[str, dict[int, object]]:
@@ -152,7 +124,7 @@ def _dml(urls: dict[str, str], who: str, op: str, pick: int, territory: str, via
 
     def run(sql: str, via: bool) -> None:
         for u in [urls, *also]:
-            _run(u[who], sql, via)
+            client_exec(u[who], sql, via)
 
     people, customers, orders, visits = (sorted(held[t]) for t in TABLES)
     ran["ops"] += 1

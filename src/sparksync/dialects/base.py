@@ -94,7 +94,11 @@ class Dialect(ABC):
         return f"{self.quote(name.schema)}.{self.quote(name.name)}"
 
     @abstractmethod
-    def metadata_table_sql(self, name: str) -> str: ...
+    def metadata_table_name(self, name: str) -> TableName:
+        """Where a replication metadata table lives here (reflect it with this)."""
+
+    def metadata_table_sql(self, name: str) -> str:
+        return self.table_sql(self.metadata_table_name(name))
 
     @abstractmethod
     def metadata_table_exists(self, replica: Replica, name: str) -> bool: ...

@@ -22,7 +22,7 @@ from dataclasses import replace
 import sqlglot
 from sqlglot import exp
 
-from ..dialects.model import Column, TableInfo, from_table_dict, to_table_dict
+from ..dialects.model import Column, TableInfo, to_table_dict
 from ..dialects.replica import Replica
 from ..errors import SchemaDrift
 from ..filters import parse_filter
@@ -240,26 +240,14 @@ def _alter_conflict_table(replica: Replica, publication: str, art: TrackedArticl
     name = conflict_table_name(publication, art)
     if not d.metadata_table_exists(replica, name):
         return
-    have = {c.name for c in (replica.reflect(_conflict_table_name(replica, name)) or TableInfo(art.table, (), ())).columns}
+    info = replica.reflect(d.metadata_table_name(name))
+    have = {c.name for c in info.columns} if info is not None else set()
     col = ch["column_name"]
     if ch["schematype"] == "add_column" and col not in have:
         t = SqlType.from_dict(ch["column_def"]["type"])
         replica.execute(f"ALTER TABLE {d.metadata_table_sql(name)} ADD COLUMN {d.quote(col)} {d.render_type(t)}")
     elif ch["schematype"] == "drop_column" and col in have:
         replica.execute(f"ALTER TABLE {d.metadata_table_sql(name)} DROP COLUMN {d.quote(col)}")
-
-
-def _conflict_table_name(replica: Replica, name: str):
-    from ..names import TableName
-
-    d = replica.dialect
-    if d.capabilities.supports_schemas:
-        return TableName("sparksync", name.lower())
-    return TableName(None, name)
-
-
-def published_info(row: dict) -> TableInfo:
-    return from_table_dict(row["table_schema"])
 
 
 def publisher_drift(publisher: Replica, articles: list[dict]) -> list[str]:

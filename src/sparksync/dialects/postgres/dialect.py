@@ -149,8 +149,8 @@ class PostgresDialect(Dialect):
     def resolve_name(self, name: TableName) -> TableName:
         return name if name.schema is not None else TableName("public", name.name)
 
-    def metadata_table_sql(self, name: str) -> str:
-        return f"{self.quote(METADATA_SCHEMA)}.{self.quote(name.lower())}"
+    def metadata_table_name(self, name: str) -> TableName:
+        return TableName(METADATA_SCHEMA, name.lower())
 
     def metadata_table_exists(self, replica: Replica, name: str) -> bool:
         return bool(replica.scalar("SELECT to_regclass(%s) IS NOT NULL", (self.metadata_table_sql(name),)))

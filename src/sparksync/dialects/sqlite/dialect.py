@@ -154,8 +154,8 @@ class SQLiteDialect(Dialect):
             f"table {name}: SQLite has no schemas; name the table without '{name.schema}.'", obj=str(name)
         )
 
-    def metadata_table_sql(self, name: str) -> str:
-        return self.quote(name)
+    def metadata_table_name(self, name: str) -> TableName:
+        return TableName(None, name)
 
     def metadata_table_exists(self, replica: Replica, name: str) -> bool:
         return replica.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)) > 0
