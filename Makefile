@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/tracking_overhead.py
 	$(VENV)/bin/python bench/merge_throughput.py --pg
 	$(VENV)/bin/python bench/transactional_vs_pg_logical.py
+	$(VENV)/bin/python bench/tracer_latency.py
 	$(VENV)/bin/python bench/partitions.py
 	$(VENV)/bin/python bench/cleanup.py
 	$(VENV)/bin/python bench/results.py

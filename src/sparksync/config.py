@@ -227,9 +227,11 @@ class SubscriptionConfig(_Model):
     login: str | None = Field(None, description="what SUSER_SNAME() is for this subscription")
     pre_creation_cmd: Literal["drop", "delete", "none"] = "drop"
     # transactional subscriptions (the distribution agent)
-    commit_batch_size: int = Field(100, ge=1, le=10_000, description="transactions per commit at the subscriber")
-    commit_batch_threshold: int = Field(1000, ge=1, le=10_000, description="commands per commit")
+    commit_batch_size: int = Field(1000, ge=1, le=100_000, description="transactions per commit at the subscriber")
+    commit_batch_threshold: int = Field(10_000, ge=1, le=1_000_000, description="commands per commit")
     subscription_streams: int = Field(1, ge=1, le=64, description="parallel connections applying commands")
+    subscription_streams_threshold: int = Field(
+        5000, ge=0, le=1_000_000, description="commands per stream below which a batch is applied over one connection")
     skip_errors: list[str] = Field(default_factory=list, description="error numbers to log and skip")
 
     @field_validator("skip_errors")
@@ -271,7 +273,8 @@ TRANSACTIONAL_ARTICLE_KEYS = {"ins_cmd", "upd_cmd", "del_cmd", "columns"}
 MERGE_PUBLICATION_KEYS = {"generation_leveling_threshold", "retention", "conflict_logging", "use_partition_groups",
                           "partitions"}
 MERGE_SUBSCRIPTION_KEYS = {"subscriber_type", "priority", "host_name", "login"}
-TRANSACTIONAL_SUBSCRIPTION_KEYS = {"commit_batch_size", "commit_batch_threshold", "subscription_streams", "skip_errors"}
+TRANSACTIONAL_SUBSCRIPTION_KEYS = {"commit_batch_size", "commit_batch_threshold", "subscription_streams",
+                                   "subscription_streams_threshold", "skip_errors"}
 
 
 class Topology(_Model):

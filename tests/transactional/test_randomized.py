@@ -31,7 +31,7 @@ from sparksync.transactional.logreader import run_logreader
 pytestmark = pytest.mark.spark
 
 EXAMPLES = int(os.environ.get("SPARKSYNC_TX_RANDOM_EXAMPLES", "5"))
-SUBS = {"Streams": ("postgresql", {"subscription_streams": 3}), "Lite": ("sqlite", {}),
+SUBS = {"Streams": ("postgresql", {"subscription_streams": 3, "subscription_streams_threshold": 0}), "Lite": ("sqlite", {}),
         "Plain": ("postgresql", {})}
 ids = itertools.count(10_000)
 ran = {"examples": 0, "transactions": 0, "passes": 0, "crashes": 0}

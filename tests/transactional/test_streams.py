@@ -26,7 +26,9 @@ def _stream(key: int) -> int:
 
 def _topology(dbs, tmp_path, **sub):
     return build(dbs, tmp_path, "postgresql", {"Reporting": "postgresql"},
-                 subscription={"Reporting": {"subscription_streams": STREAMS, **sub}}, seed_ids=range(1, 41))
+                 # streams for every batch, however small (the default leaves small batches to one connection)
+                 subscription={"Reporting": {"subscription_streams": STREAMS, "subscription_streams_threshold": 0,
+                                             **sub}}, seed_ids=range(1, 41))
 
 
 def test_independent_rows_apply_over_every_stream(spark, dbs, tmp_path, pg_admin_url):
@@ -37,12 +39,29 @@ def test_independent_rows_apply_over_every_stream(spark, dbs, tmp_path, pg_admin
     summary = replicate(tx, spark)
     (s,) = summary.subscriptions
     assert s.ok and s.fallbacks == 0 and s.transactions == 42        # 40 updates, one insert, one delete statement
+    assert s.parallel == s.batches == 1
     assert len({_stream(i) for i in range(1, 41)}) == STREAMS          # the work really was spread
     assert tx.subscriber_rows("Reporting") == tx.publisher_rows()
     with connect(tx.subscriber_urls["Reporting"]) as r:
         rows = store.select_rows(r, "MSreplication_subscriptions", {"subscription": "Reporting"})
         assert sorted(x["stream"] for x in rows) == [0, 1, 2, 3]
         assert {x["transaction_timestamp"] for x in rows} == {s.last_seqno}
+
+
+def test_a_batch_under_the_streams_threshold_goes_over_one_connection(spark, dbs, tmp_path, pg_admin_url):
+    tx = _topology(dbs, tmp_path, subscription_streams_threshold=11)      # streams for 4 x 11 = 44 commands or more
+    setup_topology(tx, spark)
+    tx.publish(*[f'UPDATE {T} SET "Name" = \'a{i}\' WHERE "VendorID" = {i}' for i in range(1, 41)])
+    (small,) = replicate(tx, spark).subscriptions
+    assert small.ok and (small.commands, small.batches, small.parallel, small.fallbacks) == (40, 1, 0, 0)
+    tx.publish(*[f'UPDATE {T} SET "Name" = \'b{i}\' WHERE "VendorID" = {i % 40 + 1}' for i in range(50)])
+    (big,) = replicate(tx, spark).subscriptions
+    assert big.ok and (big.commands, big.batches, big.parallel, big.fallbacks) == (50, 1, 1, 0)
+    assert tx.subscriber_rows("Reporting") == tx.publisher_rows()
+    with connect(tx.subscriber_urls["Reporting"]) as r:        # every stream's position moved both times
+        rows = store.select_rows(r, "MSreplication_subscriptions", {"subscription": "Reporting"})
+        assert sorted(x["stream"] for x in rows) == [0, 1, 2, 3]
+        assert {x["transaction_timestamp"] for x in rows} == {big.last_seqno}
 
 
 def test_the_primary_key_chain_of_seed_001_falls_back_to_one_connection(spark, dbs, tmp_path, pg_admin_url):
@@ -55,7 +74,7 @@ def test_the_primary_key_chain_of_seed_001_falls_back_to_one_connection(spark, d
                f'UPDATE {T} SET "VendorID" = {c} WHERE "VendorID" = {b}')
     summary = replicate(tx, spark)
     (s,) = summary.subscriptions
-    assert s.ok and s.fallbacks == 1 and s.errors == []
+    assert s.ok and s.fallbacks == 1 and s.parallel == 0 and s.errors == []
     assert tx.subscriber_rows("Reporting") == tx.publisher_rows()
     ids = [r[0] for r in tx.subscriber_rows("Reporting")]
     assert c in ids and a not in ids and b not in ids

@@ -57,7 +57,8 @@ def test_defaults():
     d["publications"][0]["articles"] = [{"table": "Vendor"}]
     topo = parse_topology(d, Path("/tmp"))
     s = topo.subscription("Reporting")
-    assert (s.commit_batch_size, s.commit_batch_threshold, s.subscription_streams, s.skip_errors) == (100, 1000, 1, [])
+    assert (s.commit_batch_size, s.commit_batch_threshold, s.subscription_streams, s.subscription_streams_threshold,
+            s.skip_errors) == (1000, 10_000, 1, 5000, [])
 
 
 def test_a_transactional_publication_needs_a_distributor():
@@ -121,7 +122,8 @@ def test_sqlite_subscribers_have_no_procedures_and_one_writer():
 
 @pytest.mark.parametrize("field,value,expect", [
     ("commit_batch_size", 0, "greater than or equal to 1"),
-    ("commit_batch_threshold", 10_001, "less than or equal to 10000"),
+    ("commit_batch_threshold", 1_000_001, "less than or equal to 1000000"),
+    ("subscription_streams_threshold", -1, "greater than or equal to 0"),
     ("subscription_streams", 65, "less than or equal to 64"),
     ("skip_errors", ["dup"], "is not an error number"),
 ])

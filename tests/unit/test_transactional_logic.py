@@ -139,3 +139,18 @@ def test_slot_names_are_valid_and_distinct():
     a, b = slot_name("db1", "Purchasing"), slot_name("db2", "Purchasing")
     assert a != b and a.startswith("sparksync_purchasing_") and a == a.lower() and len(a) <= 63
 
+
+
+def test_continuous_agents_pause_only_after_a_round_that_found_nothing(monkeypatch):
+    """A backlog is worked off round after round without pauses; an idle agent waits the polling
+    interval; --rounds stops it; without --continuous there is one round."""
+    from sparksync.cli import transactional_cmds
+
+    slept: list[float] = []
+    monkeypatch.setattr(transactional_cmds.time, "sleep", slept.append)
+    rounds = transactional_cmds._Rounds(True, 5.0, 5)
+    found = [True, True, False, True, False]
+    for n in rounds:
+        rounds.busy = found[n]
+    assert slept == [5.0]                   # after the third round only (the fifth is the last)
+    assert list(transactional_cmds._Rounds(False, 5.0, 0)) == [0]

@@ -23,20 +23,33 @@ from .common import (
     reporter,
 )
 
-Continuous = Annotated[bool, typer.Option("--continuous", help="Keep running: read or deliver every polling interval.")]
-Polling = Annotated[float, typer.Option("--polling-interval", min=0.0, help="Seconds between rounds with --continuous.")]
+Continuous = Annotated[bool, typer.Option("--continuous", help="Keep running: a round right after a round that "
+                                                                "found work, else after the polling interval.")]
+Polling = Annotated[float, typer.Option("--polling-interval", min=0.0,
+                                        help="With --continuous: seconds to wait after a round that found nothing.")]
 Rounds = Annotated[int, typer.Option("--rounds", min=0, help="With --continuous: stop after N rounds (0 = never).")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 
-def _rounds(continuous: bool, polling: float, rounds: int):
-    n = 0
-    while True:
-        yield n
-        n += 1
-        if not continuous or (rounds and n >= rounds):
-            return
-        time.sleep(polling)
+class _Rounds:
+    """The rounds of an agent: one, or (``--continuous``) until stopped or ``rounds`` ran. Like SQL
+    Server's continuous agents, the next round starts at once when the last one found work (a backlog
+    is worked off without pauses) and after ``polling`` seconds when it found none."""
+
+    def __init__(self, continuous: bool, polling: float, rounds: int):
+        self.continuous, self.polling, self.rounds = continuous, polling, rounds
+        self.busy = False          # set by the caller: the round just run found work
+
+    def __iter__(self):
+        n = 0
+        while True:
+            self.busy = False
+            yield n
+            n += 1
+            if not self.continuous or (self.rounds and n >= self.rounds):
+                return
+            if not self.busy:
+                time.sleep(self.polling)
 
 
 @handle_errors
@@ -52,9 +65,11 @@ def logreader_command(
     topology = load(config)
     for p in publication or []:
         topology.publication(p)
-    for _ in _rounds(continuous, polling_interval, rounds):
+    rounds_ = _Rounds(continuous, polling_interval, rounds)
+    for _ in rounds_:
         runs = run_logreader(topology, list(publication) if publication else None, read_batch,
                              reporter if not as_json else (lambda m: None))
+        rounds_.busy = any(r.transactions for r in runs)
         if as_json:
             console.print_json(json.dumps([r.to_dict() for r in runs], default=str))
         else:
@@ -66,11 +81,11 @@ def logreader_command(
 
 
 def _print_distribution(summary: DistributeSummary) -> None:
-    t = Table("publication", "subscription", "transactions", "commands", "batches", "fallbacks", "skipped",
+    t = Table("publication", "subscription", "transactions", "commands", "batches", "on streams", "fallbacks", "skipped",
               "last xact_seqno", "seconds", "status", box=None)
     for s in summary.subscriptions:
         t.add_row(s.publication, s.subscription, f"{s.transactions:,}", f"{s.commands:,}", str(s.batches),
-                  str(s.fallbacks), str(s.skipped), str(s.last_seqno if s.last_seqno is not None else "-"),
+                  str(s.parallel), str(s.fallbacks), str(s.skipped), str(s.last_seqno if s.last_seqno is not None else "-"),
                   f"{s.seconds:.2f}", "ok" if s.ok else "[bold red]error[/]")
     console.print(t)
     for s in summary.subscriptions:
@@ -94,8 +109,10 @@ def distribute_command(
     check_subscriptions(topology, subscription, "transactional", other_command="merge")
     agent = DistributionAgent(topology, make_spark(topology)(), reporter if not as_json else (lambda m: None))
     failed = False
-    for _ in _rounds(continuous, polling_interval, rounds):
+    rounds_ = _Rounds(continuous, polling_interval, rounds)
+    for _ in rounds_:
         summary = agent.run(DistributeOptions(list(subscription) if subscription else None))
+        rounds_.busy = summary.ok and any(s.transactions for s in summary.subscriptions)
         failed = failed or not summary.ok
         if as_json:
             console.print_json(json.dumps(summary.to_dict(), default=str))

@@ -142,7 +142,7 @@ class DistributionAgent:
             targets[s.name] = SubscriptionTarget(
                 s.name, url, s.name, topo.publisher.name, s.subscription_streams, s.commit_batch_size,
                 s.commit_batch_threshold, list(s.skip_errors), article_targets(dialect_for_url(url), p.articles),
-                r.sync_point)
+                r.sync_point, s.subscription_streams_threshold)
             self.report(f"distribute {p.name} -> {s.name}: {run.pending_before:,} transaction(s) after "
                         f"xact_seqno {start}")
         if targets and bound is not None:        # (targets: only when something is pending below bound)

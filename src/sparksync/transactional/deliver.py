@@ -5,7 +5,9 @@ connections (subscription streams).
 A commit batch is ``commit_batch_size`` transactions or ``commit_batch_threshold`` commands, which
 ever comes first; a transaction is never split. With one stream the batch is one transaction at
 the subscriber, and ``MSreplication_subscriptions`` (stream 0) moves to the batch's last
-``xact_seqno`` inside it. With N streams each command goes to the stream its row's primary key
+``xact_seqno`` inside it. A batch of fewer than N x ``subscription_streams_threshold`` commands goes
+the same way (there N connections' round trips and commits cost more than they save). With N
+streams and a bigger batch each command goes to the stream its row's primary key
 hashes to (the key before the change: every command of a row stays in one stream, in order), the
 streams apply in parallel, each on its own connection, and each commits its part together with its
 own watermark row once every stream has succeeded. When any stream fails (seed 001: an update of a
@@ -43,7 +45,7 @@ from .capture import seen_by_snapshot
 from .subscriber import Applier, ArticleTarget, Command, error_number, skippable
 
 RESULT_SCHEMA = ("subscription STRING, status STRING, transactions BIGINT, commands BIGINT, batches BIGINT, "
-                 "fallbacks BIGINT, skipped BIGINT, first_seqno BIGINT, last_seqno BIGINT, errors STRING, "
+                 "parallel BIGINT, fallbacks BIGINT, skipped BIGINT, first_seqno BIGINT, last_seqno BIGINT, errors STRING, "
                  "tokens STRING, message STRING, seconds DOUBLE, error STRING")
 RESULT_COLUMNS = result_columns(RESULT_SCHEMA)
 STREAM_LOCK_TIMEOUT = "2s"      # a stream waiting on another stream's lock gives up: the batch falls back
@@ -61,6 +63,7 @@ class SubscriptionTarget:
     skip_errors: list[str]
     targets: dict[int, ArticleTarget]
     sync_point: dict | None
+    streams_threshold: int = 0               # a batch under streams x this many commands: one connection
 
 
 @dataclass
@@ -78,7 +81,8 @@ class DeliveryResult:
     transactions: int = 0
     commands: int = 0
     batches: int = 0
-    fallbacks: int = 0
+    parallel: int = 0                        # batches applied over the subscription streams
+    fallbacks: int = 0                       # batches that failed on the streams, applied over one connection
     skipped: int = 0
     first_seqno: int | None = None
     last_seqno: int | None = None
@@ -299,16 +303,21 @@ class Delivery:
         seq = self.result.batches
         t0 = time.perf_counter()
         single = (self.sub.streams == 1 or hi <= self.behind_to
+                  or len(commands) < self.sub.streams * self.sub.streams_threshold
                   or any(c.type not in ("ins", "upd", "del", "token") for c in commands))
         saved = dict(self.sub.targets)
         counted = (len(self.result.errors), self.result.skipped)
 
+        streamed = [False]
+
         def attempt() -> None:
+            streamed[0] = False
             if single:
                 self._single(commands, hi)
                 return
             try:
                 self._parallel(commands, hi)
+                streamed[0] = True
             except StreamFailed:
                 self.result.fallbacks += 1
                 self._single(commands, hi)
@@ -336,6 +345,7 @@ class Delivery:
         self.stored_streams = self.sub.streams
         res = self.result
         res.batches += 1
+        res.parallel += streamed[0]
         res.transactions += len(batch)
         res.commands += len(commands)
         res.first_seqno = batch[0][0] if res.first_seqno is None else res.first_seqno

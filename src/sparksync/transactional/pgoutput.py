@@ -158,7 +158,8 @@ class _Reader:
 
 
 _I16, _I32, _U32 = struct.Struct("!h"), struct.Struct("!i"), struct.Struct("!I")
-_BEGIN, _COMMIT = struct.Struct("!QqI"), struct.Struct("!QQq")
+BEGIN, COMMIT = struct.Struct("!QqI"), struct.Struct("!QQq")      # after the tag (Commit: and its flags byte)
+BEGIN_LENGTH, COMMIT_LENGTH = 1 + BEGIN.size, 2 + COMMIT.size
 _T, _B, _N, _U = ord("t"), ord("b"), ord("n"), ord("u")
 
 
@@ -234,11 +235,11 @@ def parse(data: bytes) -> Any:
         if kind == "I":
             return Insert(relid, new)
         return Update(relid, new, old, key)
-    if kind == "B" and len(buf) >= 21:
-        lsn, micros, xid = _BEGIN.unpack_from(buf, 1)
+    if kind == "B" and len(buf) >= BEGIN_LENGTH:
+        lsn, micros, xid = BEGIN.unpack_from(buf, 1)
         return Begin(lsn, PG_EPOCH + dt.timedelta(microseconds=micros), xid)
-    if kind == "C" and len(buf) >= 26:
-        commit, end, micros = _COMMIT.unpack_from(buf, 2)
+    if kind == "C" and len(buf) >= COMMIT_LENGTH:
+        commit, end, micros = COMMIT.unpack_from(buf, 2)
         return Commit(commit, end, PG_EPOCH + dt.timedelta(microseconds=micros))
     r = _Reader(buf)
     r.byte()

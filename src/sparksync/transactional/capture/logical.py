@@ -22,6 +22,7 @@ import struct
 import time
 import zlib
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any, NoReturn
 
 from ...dialects.model import TableInfo, from_table_dict
@@ -234,7 +235,7 @@ class _Shape:
         return StoredCommand(aid, "upd", xid, self.row(new, old), self.changed(old, new), self.rowhash(old))
 
 
-_INSERT, _UPDATE, _DELETE = ord("I"), ord("U"), ord("D")
+_INSERT, _UPDATE, _DELETE, _BEGIN, _COMMIT = ord("I"), ord("U"), ord("D"), ord("B"), ord("C")
 
 
 class LogicalCapture:
@@ -299,19 +300,21 @@ class LogicalCapture:
                             self._unknown(shape)
                         yield shape.command(bytes(data), xid)
                     continue
-                m = po.parse(data)
-                if isinstance(m, po.Begin):
-                    skip = after is not None and m.final_lsn <= after
-                    xid = m.xid
+                if first == _BEGIN and len(data) >= po.BEGIN_LENGTH:      # a transaction each: also fast
+                    final_lsn, micros, xid = po.BEGIN.unpack_from(data, 1)
+                    skip = after is not None and final_lsn <= after
                     if not skip:
                         open_txn = True
-                        yield Begin(m.final_lsn, str(m.xid), m.commit_time)
-                elif isinstance(m, po.Commit):
-                    self._pending_end = m.end_lsn
+                        yield Begin(final_lsn, str(xid), po.PG_EPOCH + timedelta(microseconds=micros))
+                    continue
+                if first == _COMMIT and len(data) >= po.COMMIT_LENGTH:
+                    self._pending_end = po.COMMIT.unpack_from(data, 2)[1]
                     if not skip:
                         open_txn = False
                         yield End()
-                elif isinstance(m, po.Relation):
+                    continue
+                m = po.parse(data)
+                if isinstance(m, po.Relation):
                     art = self.by_table.get((m.namespace, m.name))
                     self.relations[m.relid] = _Shape(art, m.columns) if art is not None else f"{m.namespace}.{m.name}"
                 elif skip:
