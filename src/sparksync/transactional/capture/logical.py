@@ -41,6 +41,7 @@ TRACER_PREFIX = "sparksync.tracer"
 DDL_PREFIX = "sparksync.ddl"
 MARKER_PREFIXES = {"token": TRACER_PREFIX, "ddl": DDL_PREFIX}
 FETCH = 2_000
+DECODING_WORK_MEM = "256MB"     # per log reader session, while it reads (a peek decodes in the reading backend)
 XIP_WAIT_SECONDS = 600          # how long a snapshot waits for transactions that were running when it began
 
 
@@ -265,6 +266,9 @@ class LogicalCapture:
         raw = r.raw
         try:
             raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            # decoding runs in this backend: a transaction bigger than logical_decoding_work_mem (64MB by
+            # default, ~500,000 narrow rows) is spilled to disk and read back; this session may use more
+            raw.execute(f"SET LOCAL logical_decoding_work_mem = '{DECODING_WORK_MEM}'")
             with raw.cursor(name="sparksync_logreader") as cur:
                 cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', "
                             "'publication_names', %s, 'messages', 'true')",
