@@ -15,7 +15,7 @@ every 10 ms) for ``--seconds``. Meanwhile:
 
 The two systems are measured one after the other (never both loads at once on this machine).
 
-    .venv/bin/python bench/tracer_latency.py [--rate 1000] [--seconds 30] [--every 0.5] [--polling 1]
+    .venv/bin/python bench/tracer_latency.py [--rate 1000] [--seconds 30] [--every 0.5] [--polling 1 0.1]
 """
 
 from __future__ import annotations
@@ -147,6 +147,7 @@ def builtin(admin: str, tag: str, rate: int, seconds: float, period: float) -> t
 
 def ours(admin: str, tag: str, rate: int, seconds: float, period: float, polling: float, work: Path
          ) -> tuple[list[float], float, list[float]]:
+    work.mkdir()
     pub, sub = make_db(admin, f"bench_tlspub_{tag}", True), make_db(admin, f"bench_tlssub_{tag}", False)
     cfg = work / "sparksync.toml"
     cfg.write_text(f'''
@@ -212,15 +213,20 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=1000, help="transactions per second at the publisher")
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--every", type=float, default=0.5, help="seconds between tracer tokens / markers")
-    ap.add_argument("--polling", type=float, default=1.0, help="the agents' --polling-interval")
+    ap.add_argument("--polling", type=float, nargs="+", default=[1.0, 0.1],
+                    help="the agents' --polling-interval (one sparksync run each)")
     ap.add_argument("--pg-url", default=os.environ.get("SPARKSYNC_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres"))
     a = ap.parse_args()
     tag = uuid.uuid4().hex[:8]
-    dbs = [f"bench_tlpub_{tag}", f"bench_tlsub_{tag}", f"bench_tlspub_{tag}", f"bench_tlssub_{tag}"]
+    dbs = [f"bench_tlpub_{tag}", f"bench_tlsub_{tag}"]
+    runs = []
     try:
         with tempfile.TemporaryDirectory() as d:
             pg, pg_rate = builtin(a.pg_url, tag, a.rate, a.seconds, a.every)
-            ss, ss_rate, to_dist = ours(a.pg_url, tag, a.rate, a.seconds, a.every, a.polling, Path(d))
+            for k, polling in enumerate(a.polling):
+                dbs += [f"bench_tlspub_{tag}{k}", f"bench_tlssub_{tag}{k}"]
+                runs.append((polling, *ours(a.pg_url, f"{tag}{k}", a.rate, a.seconds, a.every, polling,
+                                            Path(d) / str(k))))
     finally:
         with psycopg.connect(a.pg_url, autocommit=True) as c:
             for db in dbs:
@@ -228,18 +234,20 @@ def main() -> None:
                           (db,))
                 c.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
     result = Result("tracer_latency", "Latency under a sustained load (continuous agents)", "bench/tracer_latency.py")
-    rows = []
-    for system, lat, rate in (("PostgreSQL logical (marker rows)", pg, pg_rate),
-                              (f"sparksync, continuous agents, polling {a.polling:g} s (tracer tokens)", ss, ss_rate)):
-        rows.append([system, f"{rate:,.0f}", len(lat), statistics.median(lat), percentile(lat, 99), max(lat)])
-    rows.append(["(sparksync publisher -> distributor)", "", len(to_dist), statistics.median(to_dist),
-                 percentile(to_dist, 99), max(to_dist)])
+    rows = [["PostgreSQL logical (marker rows)", f"{pg_rate:,.0f}", len(pg), statistics.median(pg),
+             percentile(pg, 99), max(pg)]]
+    for polling, ss, ss_rate, to_dist in runs:
+        rows.append([f"sparksync, continuous agents, polling {polling:g} s (tracer tokens)", f"{ss_rate:,.0f}",
+                     len(ss), statistics.median(ss), percentile(ss, 99), max(ss)])
+        rows.append(["(of which publisher -> distributor)", "", len(to_dist), statistics.median(to_dist),
+                     percentile(to_dist, 99), max(to_dist)])
     result.table(["system", "load txn/s", "tokens", "p50 s", "p99 s", "max s"], rows,
                  f"one-row UPDATE transactions at {a.rate:,}/s for {a.seconds:g} s; a token or marker every "
                  f"{a.every:g} s; latency from its commit at the publisher to its commit at the subscriber")
     result.bars("tracer_latency.png", "Publisher -> subscriber latency under load",
                 ["p50", "p99"], {"PostgreSQL logical": [statistics.median(pg), percentile(pg, 99)],
-                                 "sparksync": [statistics.median(ss), percentile(ss, 99)]}, "seconds")
+                                 **{f"sparksync, polling {polling:g} s": [statistics.median(ss), percentile(ss, 99)]
+                                    for polling, ss, _, _ in runs}}, "seconds")
     result.save()
 
 
