@@ -3,7 +3,9 @@ logical replication under the same load.
 
 One table (``item``: id, v, s) at two PostgreSQL publishers on the local server. A procedure on
 the server commits one-row UPDATEs at a steady rate (``--rate`` transactions per second, paced
-every 10 ms) for ``--seconds``. Meanwhile:
+every 10 ms) for ``--warmup`` + ``--seconds``; latency is sampled during the last ``--seconds`` (the
+steady state: agents that were idle when the load began first work off what piled up meanwhile).
+Meanwhile:
 
 - PostgreSQL's own subscription applies them; every ``--every`` seconds the bench inserts a marker
   row whose ``t`` is the publisher's ``clock_timestamp()``; a trigger at the subscriber (ENABLE
@@ -15,7 +17,7 @@ every 10 ms) for ``--seconds``. Meanwhile:
 
 The two systems are measured one after the other (never both loads at once on this machine).
 
-    .venv/bin/python bench/tracer_latency.py [--rate 1000] [--seconds 30] [--every 0.5] [--polling 1 0.1]
+    .venv/bin/python bench/tracer_latency.py [--rate 1000] [--seconds 30] [--warmup 5] [--every 0.5] [--polling 1 0.1]
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ def percentile(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, max(0, round(p / 100 * len(s)) - 1))]
 
 
-def builtin(admin: str, tag: str, rate: int, seconds: float, period: float) -> tuple[list[float], float]:
+def builtin(admin: str, tag: str, rate: int, seconds: float, warmup: float, period: float) -> tuple[list[float], float]:
     pub, sub = make_db(admin, f"bench_tlpub_{tag}", True), make_db(admin, f"bench_tlsub_{tag}", False)
     with psycopg.connect(sub, autocommit=True) as c:
         c.execute(STAMP)
@@ -124,7 +126,8 @@ def builtin(admin: str, tag: str, rate: int, seconds: float, period: float) -> t
         while c.execute("SELECT count(*) FROM pg_subscription_rel WHERE srsubstate <> 'r'").fetchone()[0]:
             time.sleep(0.1)
     try:
-        worker = load(pub, rate, seconds)
+        worker = load(pub, rate, warmup + seconds)
+        time.sleep(warmup)
         with psycopg.connect(pub, autocommit=True) as c:
             n = every(period, worker, lambda i: c.execute("INSERT INTO marker VALUES (%s, clock_timestamp())", (i,)))
         worker.join()
@@ -137,7 +140,7 @@ def builtin(admin: str, tag: str, rate: int, seconds: float, period: float) -> t
             lat = [r[0] for r in c.execute("SELECT extract(epoch FROM arrived - t)::float8 FROM marker")]
         with psycopg.connect(pub, autocommit=True) as c:
             done = c.execute("SELECT n FROM load_done").fetchone()[0]
-        return lat, done / seconds
+        return lat, done / (warmup + seconds)
     finally:
         with psycopg.connect(sub, autocommit=True) as c:
             c.execute("ALTER SUBSCRIPTION bench DISABLE")
@@ -145,7 +148,7 @@ def builtin(admin: str, tag: str, rate: int, seconds: float, period: float) -> t
             c.execute("DROP SUBSCRIPTION bench")
 
 
-def ours(admin: str, tag: str, rate: int, seconds: float, period: float, polling: float, work: Path
+def ours(admin: str, tag: str, rate: int, seconds: float, warmup: float, period: float, polling: float, work: Path
          ) -> tuple[list[float], float, list[float]]:
     work.mkdir()
     pub, sub = make_db(admin, f"bench_tlspub_{tag}", True), make_db(admin, f"bench_tlssub_{tag}", False)
@@ -183,7 +186,8 @@ database = "{sub}"
             if time.monotonic() > deadline or any(a.poll() is not None for a in agents):
                 raise RuntimeError(f"the agents did not deliver a first token; see {work}/*.log")
             time.sleep(0.2)
-        worker = load(pub, rate, seconds)
+        worker = load(pub, rate, warmup + seconds)
+        time.sleep(warmup)
         ids: list[str] = []
         every(period, worker, lambda i: ids.append(tracer.post(topology, "Bench")))
         worker.join()
@@ -198,7 +202,7 @@ database = "{sub}"
         to_dist = [r.publisher_to_distributor for r in reports]
         with psycopg.connect(pub, autocommit=True) as c:
             done = c.execute("SELECT n FROM load_done").fetchone()[0]
-        return lat, done / seconds, [x for x in to_dist if x is not None]
+        return lat, done / (warmup + seconds), [x for x in to_dist if x is not None]
     finally:
         for a in agents:
             a.terminate()
@@ -212,6 +216,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rate", type=int, default=1000, help="transactions per second at the publisher")
     ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--warmup", type=float, default=5, help="seconds of load before sampling starts")
     ap.add_argument("--every", type=float, default=0.5, help="seconds between tracer tokens / markers")
     ap.add_argument("--polling", type=float, nargs="+", default=[1.0, 0.1],
                     help="the agents' --polling-interval (one sparksync run each)")
@@ -222,10 +227,10 @@ def main() -> None:
     runs = []
     try:
         with tempfile.TemporaryDirectory() as d:
-            pg, pg_rate = builtin(a.pg_url, tag, a.rate, a.seconds, a.every)
+            pg, pg_rate = builtin(a.pg_url, tag, a.rate, a.seconds, a.warmup, a.every)
             for k, polling in enumerate(a.polling):
                 dbs += [f"bench_tlspub_{tag}{k}", f"bench_tlssub_{tag}{k}"]
-                runs.append((polling, *ours(a.pg_url, f"{tag}{k}", a.rate, a.seconds, a.every, polling,
+                runs.append((polling, *ours(a.pg_url, f"{tag}{k}", a.rate, a.seconds, a.warmup, a.every, polling,
                                             Path(d) / str(k))))
     finally:
         with psycopg.connect(a.pg_url, autocommit=True) as c:
@@ -242,8 +247,9 @@ def main() -> None:
         rows.append(["(of which publisher -> distributor)", "", len(to_dist), statistics.median(to_dist),
                      percentile(to_dist, 99), max(to_dist)])
     result.table(["system", "load txn/s", "tokens", "p50 s", "p99 s", "max s"], rows,
-                 f"one-row UPDATE transactions at {a.rate:,}/s for {a.seconds:g} s; a token or marker every "
-                 f"{a.every:g} s; latency from its commit at the publisher to its commit at the subscriber")
+                 f"one-row UPDATE transactions at {a.rate:,}/s; after {a.warmup:g} s of load, a token or marker every "
+                 f"{a.every:g} s for {a.seconds:g} s; latency from its commit at the publisher to its commit at the "
+                 "subscriber")
     result.bars("tracer_latency.png", "Publisher -> subscriber latency under load",
                 ["p50", "p99"], {"PostgreSQL logical": [statistics.median(pg), percentile(pg, 99)],
                                  **{f"sparksync, polling {polling:g} s": [statistics.median(ss), percentile(ss, 99)]

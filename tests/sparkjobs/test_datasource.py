@@ -76,3 +76,41 @@ def test_a_value_that_does_not_fit_names_table_and_column(spark, dbs):
     with pytest.raises(Exception) as e:
         df.collect()
     assert "t[0,10)" in str(e.value) and "column small" in str(e.value)
+
+
+def _count_ids():
+    """A consuming function (made here: Spark pickles it by value, the tests are no module a worker
+    can import): one result row per partition, its rows' count and smallest id."""
+    def consume(batches):
+        import pyarrow as pa
+
+        ids = [i for b in batches for i in b.column("id").to_pylist()]
+        yield pa.RecordBatch.from_pylist([{"n": len(ids), "lo": min(ids, default=None)}],
+                                         schema=pa.schema([("n", pa.int64()), ("lo", pa.int64())]))
+    return consume
+
+
+def test_map_partitions_reads_each_partition_inside_its_own_task(spark, dbs):
+    from sparksync.spark.datasource import map_partitions
+
+    url = dbs.url("sqlite", "mapped")
+    with connect(url) as r:
+        r.execute(DDL["sqlite"])
+        r.executemany("INSERT INTO t (id, name) VALUES (?, ?)", [(i, f"n{i}") for i in range(1, 26)])
+    df = map_partitions(spark, plan_for(url, [(1, 11), (11, 100), (200, 300)], "?"), _count_ids(), "n BIGINT, lo BIGINT")
+    assert df.rdd.getNumPartitions() == 3
+    assert sorted((r.n, r.lo) for r in df.collect()) == [(0, None), (10, 1), (15, 11)]
+
+
+def test_map_partitions_fails_with_the_typed_error_of_a_read(spark, dbs):
+    from sparksync.spark.datasource import map_partitions
+    from sparksync.spark.failures import recover
+
+    url = dbs.url("sqlite", "mapped_bad")
+    with connect(url) as r:
+        r.execute(DDL["sqlite"])
+        r.execute("INSERT INTO t (id, small) VALUES (1, 'not a number')")
+    with pytest.raises(Exception) as e:
+        map_partitions(spark, plan_for(url, [(0, 10)], "?"), _count_ids(), "n BIGINT, lo BIGINT").collect()
+    error = recover(e.value)
+    assert error is not None and error.code == "value" and "t[0,10)" in error.message and "column small" in error.message

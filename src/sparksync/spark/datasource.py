@@ -8,6 +8,12 @@ as the ``plan`` option; each partition opens its own connection inside ``read()`
 are fixed at planning time, a retried task reads the same rows. Usage::
 
     spark.read.format("sparksync").schema(ddl).option("plan", plan.to_json()).load()
+
+When every row of a partition goes to one Python function anyway (the distribution agent applies
+each subscription's commands in the task that reads them), :func:`map_partitions` runs that function
+on each partition's rows read inside its own task instead: no Data Source planning (Python workers
+the JVM forks per query, a few tenths of a second each time) and no trip of the rows through the JVM
+and back.
 """
 
 from __future__ import annotations
@@ -82,26 +88,53 @@ class ReplicaReader(DataSourceReader):
     def partitions(self):
         return ReadPlan.from_json(self.plan_json).partitions
 
-    @reporting_failures
-    def read(self, partition: ReadPartition):
+    def read(self, partition: InputPartition):
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from ..dialects import connect
-        from ..types import SqlType, ValueError_, rows_to_record_batch
+        assert isinstance(partition, ReadPartition)
+        return read_partition(partition, to_arrow_schema(self.schema, timezone="UTC"))
 
-        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
-        if partition.reader:
-            module, _, function = partition.reader.partition(":")
-            yield from getattr(importlib.import_module(module), function)(partition, arrow_schema)
-            return
-        columns = [(n, SqlType.from_dict(t)) for n, t in partition.columns]
-        replica = connect(partition.url, partition.label or None)
-        try:
-            for rows in replica.dialect.stream(replica, partition.sql, partition.params, FETCH_ROWS,
-                                               snapshot=partition.snapshot):
-                try:
-                    yield rows_to_record_batch(rows, columns, arrow_schema, partition.label, partition.key)
-                except ValueError_ as e:
-                    raise TaskFailed(ErrorInfo("value", str(e), partition.label)) from None
-        finally:
-            replica.close()
+
+@reporting_failures
+def read_partition(partition: ReadPartition, arrow_schema):
+    """One partition's rows, as Arrow batches of ``arrow_schema`` (inside a Spark task)."""
+    from ..dialects import connect
+    from ..types import SqlType, ValueError_, rows_to_record_batch
+
+    if partition.reader:
+        module, _, function = partition.reader.partition(":")
+        yield from getattr(importlib.import_module(module), function)(partition, arrow_schema)
+        return
+    columns = [(n, SqlType.from_dict(t)) for n, t in partition.columns]
+    replica = connect(partition.url, partition.label or None)
+    try:
+        for rows in replica.dialect.stream(replica, partition.sql, partition.params, FETCH_ROWS,
+                                           snapshot=partition.snapshot):
+            try:
+                yield rows_to_record_batch(rows, columns, arrow_schema, partition.label, partition.key)
+            except ValueError_ as e:
+                raise TaskFailed(ErrorInfo("value", str(e), partition.label)) from None
+    finally:
+        replica.close()
+
+
+def map_partitions(spark, plan: ReadPlan, consume, result_schema: str):
+    """A DataFrame of ``consume(batches)``'s output over every partition of ``plan``: one Spark task
+    per partition reads its rows (Arrow batches of the plan's schema) and hands them to ``consume``.
+    The partitions are fixed here, on the driver, so a retried task reads the same rows."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType, _parse_datatype_string
+
+    struct = _parse_datatype_string(plan.spark_schema())
+    assert isinstance(struct, StructType)
+    arrow_schema = to_arrow_schema(struct, timezone="UTC")
+    plan_json = plan.to_json()
+    n = len(plan.partitions)
+
+    def task(ids):
+        partitions = ReadPlan.from_json(plan_json).partitions
+        for batch in ids:
+            for i in batch.column(0).to_pylist():
+                yield from consume(read_partition(partitions[i], arrow_schema))
+
+    return spark.range(0, n, 1, n).mapInArrow(task, result_schema)

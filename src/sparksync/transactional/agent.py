@@ -2,13 +2,11 @@
 subscriptions, on Spark.
 
 Per publication: every active subscription's position is read at the subscriber (where it is
-written, with the commands); the commands after the lowest position, up to the last stored
-transaction (fixed when the run is planned, so a re-run task reads the same rows), are read from the
-distribution database through the Python Data Source in ranges of about the same size, joined with
-the subscriptions that still need them, and sent to apply groups (at most one per core; one
-subscription lives in one group); each group's task delivers to its subscriptions one after another
-(``deliver.py``), so subscriptions run in parallel across groups. The driver then records history,
-errors and tracer tokens at the distributor and runs retention cleanup.
+written, with the commands); one Spark task per subscription reads its commands after that position,
+up to the last stored transaction (fixed when the run is planned, so a re-run task reads the same
+rows), from the distribution database, in commit order, and delivers them (``deliver.py``):
+subscriptions run in parallel, each in order. The driver then records history, errors and tracer
+tokens at the distributor and runs retention cleanup.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from ..errors import NotInitialized, SparksyncError
 from ..metadata import store
 from ..progress import ProgressListener, Reporter, driver_host, silent
 from ..redaction import redact
-from ..spark.datasource import ReadPartition, ReadPlan
+from ..spark.datasource import ReadPartition, ReadPlan, map_partitions
 from ..types import Kind, SqlType
 from . import distribution as dst
 from .deliver import RESULT_SCHEMA, DeliveryContext, DeliveryResult, SubscriptionTarget
@@ -161,20 +159,19 @@ class DistributionAgent:
         return at
 
     def _spark(self, dist, p: dst.Publication, ctx: DeliveryContext, starts: dict[str, int], bound: int) -> list[dict]:
-        """One read partition per subscription (its pending commands, in order, through the Data Source),
-        applied by the same task without a shuffle: subscriptions are delivered in parallel, each in
-        commit order."""
+        """One task per subscription reads its pending commands, in order, and applies them
+        (``map_partitions``: no Data Source planning, the commands never pass through the JVM):
+        subscriptions are delivered in parallel, each in commit order."""
         spark = self.spark
         sql = dst.commands_query(dist, ordered=True)
         url = self.topology.distributor_url
         order = sorted(starts)
         parts = [ReadPartition(url, sql, [s, p.publication_id, starts[s], dst.LAST_COMMAND, bound, dst.LAST_COMMAND],
                                COMMAND_COLUMNS, None, f"{p.name} -> {s}") for s in order]
-        commands = spark.read.format("sparksync").schema(ReadPlan(parts).spark_schema()) \
-            .option("plan", ReadPlan(parts).to_json()).load()
         with ProgressListener(self._progress_line, driver_host(spark)) as listener:
             ctx.progress = listener.address
-            rows = commands.mapInArrow(make_mapper(ctx), RESULT_SCHEMA)
+            # each task reads its subscription's commands itself: they never travel through the JVM
+            rows = map_partitions(spark, ReadPlan(parts), make_mapper(ctx), RESULT_SCHEMA)
             return [r.asDict() for r in rows.collect()]
 
     def _progress_line(self, e: dict) -> None:
