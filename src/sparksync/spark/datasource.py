@@ -12,8 +12,8 @@ are fixed at planning time, a retried task reads the same rows. Usage::
 When every row of a partition goes to one Python function anyway (the distribution agent applies
 each subscription's commands in the task that reads them), :func:`map_partitions` runs that function
 on each partition's rows read inside its own task instead: no Data Source planning (Python workers
-the JVM forks per query, a few tenths of a second each time) and no trip of the rows through the JVM
-and back.
+the JVM forks per query, a few tenths of a second each time), and the rows go from the database
+driver to the function as tuples, never through Arrow and the JVM.
 """
 
 from __future__ import annotations
@@ -118,16 +118,25 @@ def read_partition(partition: ReadPartition, arrow_schema):
         replica.close()
 
 
-def map_partitions(spark, plan: ReadPlan, consume, result_schema: str):
-    """A DataFrame of ``consume(batches)``'s output over every partition of ``plan``: one Spark task
-    per partition reads its rows (Arrow batches of the plan's schema) and hands them to ``consume``.
-    The partitions are fixed here, on the driver, so a retried task reads the same rows."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType, _parse_datatype_string
+@reporting_failures
+def read_rows(partition: ReadPartition):
+    """One partition's rows as the database driver gives them: lists of tuples, in the order of the
+    query's columns (inside a Spark task)."""
+    from ..dialects import connect
 
-    struct = _parse_datatype_string(plan.spark_schema())
-    assert isinstance(struct, StructType)
-    arrow_schema = to_arrow_schema(struct, timezone="UTC")
+    replica = connect(partition.url, partition.label or None)
+    try:
+        yield from replica.dialect.stream(replica, partition.sql, partition.params, FETCH_ROWS,
+                                          snapshot=partition.snapshot)
+    finally:
+        replica.close()
+
+
+def map_partitions(spark, plan: ReadPlan, consume, result_schema: str):
+    """A DataFrame of ``consume(chunks)``'s output (Arrow batches of ``result_schema``) over every
+    partition of ``plan``: one Spark task per partition reads its rows (:func:`read_rows`, read ahead
+    by a thread) and hands them to ``consume``. The partitions are fixed here, on the driver, so a
+    retried task reads the same rows."""
     plan_json = plan.to_json()
     n = len(plan.partitions)
 
@@ -135,6 +144,55 @@ def map_partitions(spark, plan: ReadPlan, consume, result_schema: str):
         partitions = ReadPlan.from_json(plan_json).partitions
         for batch in ids:
             for i in batch.column(0).to_pylist():
-                yield from consume(read_partition(partitions[i], arrow_schema))
+                yield from consume(prefetched(read_rows(partitions[i])))
 
     return spark.range(0, n, 1, n).mapInArrow(task, result_schema)
+
+
+def prefetched(batches, depth: int = 4):
+    """``batches``, read ahead by a thread (at most ``depth`` waiting), so reading the next batch
+    overlaps with what the consumer does with this one (mostly waiting on its database). An error of
+    the read is raised to the consumer where the batch would have come; a consumer that stops early
+    stops the reader."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+    end = object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for b in batches:
+                if not put(b):
+                    return
+            put(end)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
+            put(e)
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()              # a reader stopped early closes its connection now, in its thread
+
+    reader = threading.Thread(target=read, name="sparksync-prefetch", daemon=True)
+    reader.start()
+    try:
+        while True:
+            item = q.get()
+            if item is end:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        reader.join()

@@ -1,30 +1,31 @@
-"""The Spark side of the distribution agent: one task reads one apply group's commands, sorted by
-subscription and commit order (``mapInArrow``), and delivers them one subscription after another,
-a :class:`~sparksync.transactional.deliver.Delivery` each. One result row per subscription
-(``deliver.RESULT_SCHEMA``); a subscription that fails is reported and the next one goes on."""
+"""The Spark side of the distribution agent: a task reads its subscriptions' commands, in
+subscription and commit order (``spark.datasource.map_partitions``), and delivers them one
+subscription after another, a :class:`~sparksync.transactional.deliver.Delivery` each. One result
+row per subscription (``deliver.RESULT_SCHEMA``); a subscription that fails is reported and the next
+one goes on."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from ..spark.results import result_arrow_schema
 from .deliver import RESULT_SCHEMA, Delivery, DeliveryContext, DeliveryResult
 from .subscriber import Command
 
 
-def deliver_stream(ctx: DeliveryContext, batches: Iterable) -> Iterator[dict]:
-    """The commands of one apply group (Arrow batches sorted by subscription, xact_seqno, command_id):
-    one :class:`Delivery` per subscription, one after another. Yields one result per subscription; a
-    subscription that fails (even by an injected crash) is reported and the next one goes on."""
+def deliver_stream(ctx: DeliveryContext, chunks: Iterable[Sequence[Sequence]]) -> Iterator[dict]:
+    """The commands of a task (chunks of rows: subscription, then :class:`Command`'s fields, sorted by
+    subscription, xact_seqno, command_id): one :class:`Delivery` per subscription, one after another.
+    Yields one result per subscription; a subscription that fails (even by an injected crash) is
+    reported and the next one goes on."""
     current = CurrentSubscription(ctx)
-    for b in batches:
-        cols = {n: b.column(n).to_pylist() for n in ("subscription", *Command._fields)}
-        for sub, cmd in zip(cols["subscription"], map(Command, *(cols[n] for n in Command._fields))):
-            if sub != current.name:
+    for rows in chunks:
+        for row in rows:
+            if row[0] != current.name:
                 yield from current.close()
-                current.open(sub)
-            current.command(cmd)
+                current.open(row[0])
+            current.command(Command(*row[1:]))
     yield from current.close()
 
 
@@ -90,11 +91,11 @@ class CurrentSubscription:
 
 
 def make_mapper(ctx: DeliveryContext):
-    def mapper(batches):
+    def mapper(chunks):
         import pyarrow as pa
 
         schema = result_arrow_schema(RESULT_SCHEMA)
-        rows = list(deliver_stream(ctx, batches))
+        rows = list(deliver_stream(ctx, chunks))
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=schema)
 
