@@ -35,6 +35,7 @@ bench: $(STAMP)
 	scripts/ensure-services
 	$(VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[bench]'
 	$(VENV)/bin/python bench/tracking_overhead.py
+	$(VENV)/bin/python bench/tracking_floor.py
 	$(VENV)/bin/python bench/merge_throughput.py --pg
 	$(VENV)/bin/python bench/transactional_vs_pg_logical.py
 	$(VENV)/bin/python bench/tracer_latency.py
