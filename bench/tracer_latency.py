@@ -35,12 +35,12 @@ from pathlib import Path
 
 import psycopg
 from results import Result
+from transactional_vs_pg_logical import make_db as make_item_db
 
 from sparksync.topology import load_config
 from sparksync.transactional import tracer
 
 ROWS = 10_000
-TABLE = "CREATE TABLE item (id integer PRIMARY KEY, v integer NOT NULL, s text NOT NULL)"
 MARKER = "CREATE TABLE marker (id integer PRIMARY KEY, t timestamptz NOT NULL, arrived timestamptz)"
 PACED = """CREATE OR REPLACE PROCEDURE paced(rate integer, seconds float8) LANGUAGE plpgsql AS $$
 DECLARE
@@ -64,20 +64,12 @@ STAMP = """CREATE FUNCTION stamp() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN NEW.arrived := clock_timestamp(); RETURN NEW; END $$"""
 
 
-def url(base: str, db: str) -> str:
-    return base.rsplit("/", 1)[0] + "/" + db
-
-
 def make_db(admin: str, name: str, with_rows: bool) -> str:
-    with psycopg.connect(admin, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
-    u = url(admin, name)
+    """The transactional benchmark's database (``item``), with the marker tables and the paced load."""
+    u = make_item_db(admin, name, ROWS if with_rows else 0)
     with psycopg.connect(u, autocommit=True) as c:
-        c.execute(TABLE)
         c.execute(MARKER)
         c.execute("CREATE TABLE load_done (n integer)")
-        if with_rows:
-            c.execute("INSERT INTO item SELECT g, 0, md5(g::text) FROM generate_series(1, %s) g", (ROWS,))
         c.execute(PACED)
     return u
 

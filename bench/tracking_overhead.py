@@ -71,24 +71,30 @@ def run(kind: str, url: str, n: int) -> dict[str, tuple[float, float]]:
     return {op: (plain[op], tracked[op]) for op in plain}
 
 
+def on_both(run, rows: int, pg_admin: str) -> dict[str, dict[str, tuple[float, float]]]:
+    """``run(kind, url, rows)`` on a new SQLite file and a new PostgreSQL database (dropped after)."""
+    import psycopg
+
+    out = {}
+    with TemporaryDirectory() as d:
+        out["SQLite"] = run("sqlite", f"sqlite:///{Path(d) / 'bench.db'}", rows)
+    name = f"sparksync_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_admin, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    try:
+        out["PostgreSQL"] = run("postgresql", pg_admin.rsplit("/", 1)[0] + "/" + name, rows)
+    finally:
+        with psycopg.connect(pg_admin, autocommit=True) as c:
+            c.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=50_000)
     ap.add_argument("--pg", default=os.environ.get("SPARKSYNC_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres"))
     args = ap.parse_args()
-    out = {}
-    with TemporaryDirectory() as d:
-        out["SQLite"] = run("sqlite", f"sqlite:///{Path(d) / 'bench.db'}", args.rows)
-    import psycopg
-
-    name = f"sparksync_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(args.pg, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
-    try:
-        out["PostgreSQL"] = run("postgresql", args.pg.rsplit("/", 1)[0] + "/" + name, args.rows)
-    finally:
-        with psycopg.connect(args.pg, autocommit=True) as c:
-            c.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    out = on_both(run, args.rows, args.pg)
     result = Result("tracking_overhead", "What change tracking costs", "bench/tracking_overhead.py")
     result.table(["database", "operation", "plain rows/s", "tracked rows/s", "tracked / plain"],
                  [[db, op, p, t, t / p] for db, ops in out.items() for op, (p, t) in ops.items()],

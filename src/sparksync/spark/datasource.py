@@ -98,7 +98,6 @@ class ReplicaReader(DataSourceReader):
 @reporting_failures
 def read_partition(partition: ReadPartition, arrow_schema):
     """One partition's rows, as Arrow batches of ``arrow_schema`` (inside a Spark task)."""
-    from ..dialects import connect
     from ..types import SqlType, ValueError_, rows_to_record_batch
 
     if partition.reader:
@@ -106,22 +105,22 @@ def read_partition(partition: ReadPartition, arrow_schema):
         yield from getattr(importlib.import_module(module), function)(partition, arrow_schema)
         return
     columns = [(n, SqlType.from_dict(t)) for n, t in partition.columns]
-    replica = connect(partition.url, partition.label or None)
-    try:
-        for rows in replica.dialect.stream(replica, partition.sql, partition.params, FETCH_ROWS,
-                                           snapshot=partition.snapshot):
-            try:
-                yield rows_to_record_batch(rows, columns, arrow_schema, partition.label, partition.key)
-            except ValueError_ as e:
-                raise TaskFailed(ErrorInfo("value", str(e), partition.label)) from None
-    finally:
-        replica.close()
+    for rows in _stream(partition):
+        try:
+            yield rows_to_record_batch(rows, columns, arrow_schema, partition.label, partition.key)
+        except ValueError_ as e:
+            raise TaskFailed(ErrorInfo("value", str(e), partition.label)) from None
 
 
 @reporting_failures
 def read_rows(partition: ReadPartition):
     """One partition's rows as the database driver gives them: lists of tuples, in the order of the
     query's columns (inside a Spark task)."""
+    yield from _stream(partition)
+
+
+def _stream(partition: ReadPartition):
+    """The partition's query, in chunks of rows, on a connection of its own."""
     from ..dialects import connect
 
     replica = connect(partition.url, partition.label or None)

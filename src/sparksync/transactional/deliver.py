@@ -308,19 +308,18 @@ class Delivery:
         saved = dict(self.sub.targets)
         counted = (len(self.result.errors), self.result.skipped)
 
-        streamed = [False]
-
-        def attempt() -> None:
-            streamed[0] = False
+        def attempt() -> bool:
+            """Apply the batch; True when it went over the streams."""
             if single:
                 self._single(commands, hi)
-                return
+                return False
             try:
                 self._parallel(commands, hi)
-                streamed[0] = True
+                return True
             except StreamFailed:
                 self.result.fallbacks += 1
                 self._single(commands, hi)
+                return False
 
         def again(e: SparksyncError, n: int) -> None:
             # rolled back: a schema change of the batch is undone too, and so are the skipped commands
@@ -332,7 +331,7 @@ class Delivery:
             self.bulk = BulkApplier(self.main, self.sub.targets)
 
         try:
-            with_retries(attempt, on_retry=again)
+            streamed = with_retries(attempt, on_retry=again)
         except SparksyncError as e:
             self._stop(e, commands)
             return
@@ -345,7 +344,7 @@ class Delivery:
         self.stored_streams = self.sub.streams
         res = self.result
         res.batches += 1
-        res.parallel += streamed[0]
+        res.parallel += streamed
         res.transactions += len(batch)
         res.commands += len(commands)
         res.first_seqno = batch[0][0] if res.first_seqno is None else res.first_seqno
