@@ -166,6 +166,7 @@ def validate(topology: Topology, spark_factory, publication: str | None = None,
     out = ValidationReport(checksum=checksum)
     spark_factory = functools.cache(spark_factory)        # one session, started when first needed
     status = functools.cache(functools.partial(gather_status, topology))   # pending changes, read once
+    work: list[_Check] = []
     with connect(topology.publisher_url, topology.publisher.name) as pub:
         for pub_name in dict.fromkeys(s.publication for s in subs):
             mine = [s for s in subs if s.publication == pub_name]
@@ -179,7 +180,8 @@ def validate(topology: Topology, spark_factory, publication: str | None = None,
             if live:
                 report(f"validate {pub_name}: {len({id(t) for c in live for t in c.targets})} subscription(s), "
                        f"{len(live)} article(s)" + (", with checksums (Spark)" if checksum else ", row counts"))
-                _compare(topology, pub, live, checksum, spark_factory)
+                work += live
+        _compare(topology, pub, work, checksum, spark_factory)    # every publication's articles at once
     return out
 
 
@@ -378,11 +380,13 @@ def _hashed(spark, topology: Topology, c: _Check, side_of: dict[int, int]):
 
 
 def _checksums(spark, topology: Topology, work: list[_Check]) -> None:
-    """Checksums and differing rows of every article of ``work`` for its targets, in one Spark job per
-    result (two): the articles' hashed rows in one frame, each subscriber's joined (full outer, on
-    article and rowguid) with the publisher's rows of its partition."""
+    """Checksums and differing rows of every article of ``work`` (every publication validated) for its
+    targets, in one Spark job per result (two, on the rows read once and kept): the articles' hashed
+    rows in one frame, each subscriber's joined (full outer, on article and rowguid) with the
+    publisher's rows of its partition."""
     from functools import reduce
 
+    from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -397,23 +401,27 @@ def _checksums(spark, topology: Topology, work: list[_Check]) -> None:
         frame, art_pairs = _hashed(spark, topology, c, side_of)
         frames.append(frame.withColumn("a", F.lit(j)))
         pairs += [(j, sub, pside) for sub, pside in art_pairs]
-    hashed = reduce(lambda x, y: x.unionByName(y), frames)
-    pair_df = spark.createDataFrame(pairs, "pa INT, sub INT, pub INT")
-    expected = hashed.join(F.broadcast(pair_df), (hashed["a"] == pair_df["pa"]) & (hashed[SIDE] == pair_df["pub"])) \
-        .select(hashed["a"], F.col("sub"), F.col("k"), F.col("h").alias("eh"), F.col("pk").alias("epk"))
-    actual = hashed.where(F.col(SIDE) >= 0).select(F.col("a"), F.col(SIDE).alias("sub"), F.col("k"),
-                                                   F.col("h").alias("ah"), F.col("pk").alias("apk"))
-    joined = expected.join(actual, ["a", "sub", "k"], "full_outer")
-    dec = "decimal(20,0)"
-    sums = {(int(r["a"]), int(r["sub"])): r for r in joined.groupBy("a", "sub").agg(
-        F.count("eh").alias("en"), F.count("ah").alias("an"),
-        F.sum(F.col("eh").cast(dec)).alias("es"), F.sum(F.col("ah").cast(dec)).alias("as_")).collect()}
-    kind = (F.when(F.col("ah").isNull(), F.lit(MISSING)).when(F.col("eh").isNull(), F.lit(EXTRA))
-            .otherwise(F.lit(CHANGED)))
-    ranked = Window.partitionBy("a", "sub").orderBy("kind", "k")
-    diffs = (joined.where(F.col("eh").isNull() | F.col("ah").isNull() | (F.col("eh") != F.col("ah")))
-             .select("a", "sub", "k", kind.alias("kind"), F.coalesce("epk", "apk").alias("pk"))
-             .withColumn("n", F.row_number().over(ranked)).where(F.col("n") <= MAX_LISTED + 1).collect())
+    # read once (the two results below would each read every replica again), released after
+    hashed = reduce(lambda x, y: x.unionByName(y), frames).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        pair_df = spark.createDataFrame(pairs, "pa INT, sub INT, pub INT")
+        expected = hashed.join(F.broadcast(pair_df), (hashed["a"] == pair_df["pa"]) & (hashed[SIDE] == pair_df["pub"])) \
+            .select(hashed["a"], F.col("sub"), F.col("k"), F.col("h").alias("eh"), F.col("pk").alias("epk"))
+        actual = hashed.where(F.col(SIDE) >= 0).select(F.col("a"), F.col(SIDE).alias("sub"), F.col("k"),
+                                                       F.col("h").alias("ah"), F.col("pk").alias("apk"))
+        joined = expected.join(actual, ["a", "sub", "k"], "full_outer")
+        dec = "decimal(20,0)"
+        sums = {(int(r["a"]), int(r["sub"])): r for r in joined.groupBy("a", "sub").agg(
+            F.count("eh").alias("en"), F.count("ah").alias("an"),
+            F.sum(F.col("eh").cast(dec)).alias("es"), F.sum(F.col("ah").cast(dec)).alias("as_")).collect()}
+        kind = (F.when(F.col("ah").isNull(), F.lit(MISSING)).when(F.col("eh").isNull(), F.lit(EXTRA))
+                .otherwise(F.lit(CHANGED)))
+        ranked = Window.partitionBy("a", "sub").orderBy("kind", "k")
+        diffs = (joined.where(F.col("eh").isNull() | F.col("ah").isNull() | (F.col("eh") != F.col("ah")))
+                 .select("a", "sub", "k", kind.alias("kind"), F.coalesce("epk", "apk").alias("pk"))
+                 .withColumn("n", F.row_number().over(ranked)).where(F.col("n") <= MAX_LISTED + 1).collect())
+    finally:
+        hashed.unpersist()
     found: dict[tuple[int, int], list[RowDifference]] = {}
     for r in sorted(diffs, key=lambda r: (r["a"], r["sub"], r["n"])):
         matched_by_rowguid = work[int(r["a"])].identity is not None
