@@ -161,3 +161,49 @@ def test_an_unreachable_subscriber_is_its_own_error(world, spark, tmp_path):
     errors = {s.subscription: s.error for s in report.subscriptions}
     assert errors["StoreN"] is None and errors["StoreN2"] is None and errors["StoreS"]
     assert not report.ok and report.subscriptions[0].articles
+
+
+def test_a_value_that_does_not_fit_its_column_fails_only_its_replica(world, spark):
+    """A SQLite replica holding text in an INTEGER column (a hand edit, a damaged import): that
+    subscription fails with the row and the column named, the others are validated; a bad value at
+    the publisher fails the subscriptions whose partition holds the row, with the same message.
+    Never an exception, never a pass."""
+    topo, sc = world["topology"], world["sc"]
+    sqlite_sub = next(n for n in ("StoreN", "StoreS", "StoreN2") if sc.urls[n].startswith("sqlite"))
+
+    def with_bad_value(url: str):
+        with connect(url) as r:
+            key, before = r.query('SELECT "OrderID", "Total" FROM "Orders" ORDER BY 1 LIMIT 1')[0]
+        untracked(url, f'UPDATE "Orders" SET "Total" = \'lots\' WHERE "OrderID" = {key}')
+        try:
+            return key, validate(topo, lambda: spark, checksum=True)
+        finally:
+            untracked(url, f'UPDATE "Orders" SET "Total" = {int(before)} WHERE "OrderID" = {key}')
+
+    other = next(n for n in ("StoreN", "StoreS", "StoreN2") if n != sqlite_sub)    # and a table gone there
+    untracked(sc.urls[other], 'ALTER TABLE "Visit" RENAME TO "Visit_moved"')
+    try:
+        key, report = with_bad_value(sc.urls[sqlite_sub])
+    finally:
+        untracked(sc.urls[other], 'ALTER TABLE "Visit_moved" RENAME TO "Visit"')
+    errors = {s.subscription: s.error for s in report.subscriptions}
+    assert f"OrderID={key}" in errors[sqlite_sub] and "Total" in errors[sqlite_sub]
+    assert "'lots'" in errors[sqlite_sub] and not report.ok
+    assert errors[other].startswith(f"{other}, article ") and "Visit" in errors[other]
+    assert "no such table" in errors[other] or "does not exist" in errors[other]
+    for s in report.subscriptions:
+        if s.subscription not in (sqlite_sub, other):
+            assert s.error is None and s.ok and s.articles, s.to_dict()
+        else:               # its other articles were compared
+            assert {a.article.split(".")[-1] for a in s.articles} >= {"SalesPerson", "Customer"}, s.to_dict()
+    if world["kind"] != "sqlite":
+        return
+    key, report = with_bad_value(sc.pub_url)       # read once per partition: only its partition's subscribers fail
+    holders = set()
+    for name, url in sc.urls.items():
+        with connect(url) as r:
+            if r.scalar(f'SELECT count(*) FROM "Orders" WHERE "OrderID" = {key}'):
+                holders.add(name)
+    assert holders and not report.ok
+    for s in report.subscriptions:
+        assert (f"OrderID={key}" in (s.error or "")) == (s.subscription in holders), s.to_dict()

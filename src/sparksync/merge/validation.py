@@ -46,6 +46,8 @@ from .partitions import PartitionScheme, scheme_of
 from .tracking import TrackedArticle, agent_writes, published_articles, tracked_article, write_row_with_lineage
 
 SIDE = "sparksync_side"
+READ_ERROR = "sparksync_read_error"     # why a side's rows could not be read (one row), else NULL
+READER = "sparksync.merge.validation:read_side"
 MAX_LISTED = 10_000          # differing rows collected per article (more: reinitialize)
 MISSING, EXTRA, CHANGED = "missing", "extra", "changed"
 
@@ -351,7 +353,8 @@ def _hashed(spark, topology: Topology, c: _Check, side_of: dict[int, int]):
     from pyspark.sql import functions as F
 
     cols = c.columns
-    columns = [[SIDE, SqlType(Kind.INTEGER).to_dict()]] + [[x.name, x.type.to_dict()] for x in cols]
+    columns = [[SIDE, SqlType(Kind.INTEGER).to_dict()], [READ_ERROR, SqlType(Kind.TEXT).to_dict()]] + \
+        [[x.name, x.type.to_dict()] for x in cols]
     reads: list[ReadPartition] = []
     pub_side: dict[Any, int] = {}
     pairs = []
@@ -360,23 +363,26 @@ def _hashed(spark, topology: Topology, c: _Check, side_of: dict[int, int]):
         if key not in pub_side:
             pub_side[key] = -1 - len(pub_side)
             reads.append(ReadPartition(topology.publisher_url,
-                                       f"SELECT {pub_side[key]} AS s, x.* FROM ({c.publisher_sql(t)}) AS x",
-                                       [], columns, label=topology.publisher.name, key=c.primary_key))
+                                       f"SELECT {pub_side[key]} AS s, NULL AS e, x.* FROM ({c.publisher_sql(t)}) AS x",
+                                       [], columns, label=topology.publisher.name, key=c.primary_key,
+                                       reader=READER, constants={"side": pub_side[key], "article": c.article}))
         d = dialect_for_url(t.url)
         select = ", ".join(d.quote(x.name) for x in cols)
         side = side_of[id(t)]
-        reads.append(ReadPartition(t.url, f"SELECT {side} AS s, {select} FROM {d.table_sql(t.tables[c.article])}",
-                                   [], columns, label=t.result.subscription, key=c.primary_key))
+        reads.append(ReadPartition(t.url, f"SELECT {side} AS s, NULL AS e, {select} FROM "
+                                   f"{d.table_sql(t.tables[c.article])}", [], columns,
+                                   label=t.result.subscription, key=c.primary_key,
+                                   reader=READER, constants={"side": side, "article": c.article}))
         pairs.append((side, pub_side[key]))
     plan = ReadPlan(reads)
     df = spark.read.format("sparksync").schema(plan.spark_schema()).option("plan", plan.to_json()).load()
     names = [f"c{k}" for k in range(len(cols))]           # positional: a column may be called anything
-    df = df.toDF(SIDE, *names)
+    df = df.toDF(SIDE, READ_ERROR, *names)
     at = {x.name: names[i] for i, x in enumerate(cols)}
     pk = F.to_json(F.struct(*[F.col(at[k]).alias(k) for k in c.primary_key]))
     match = F.col(at[c.identity]).cast("string") if c.identity is not None else pk
-    return df.select(F.col(SIDE), match.alias("k"), F.xxhash64(*[F.col(n) for n in names]).alias("h"),
-                     pk.alias("pk")), pairs
+    return df.select(F.col(SIDE), F.col(READ_ERROR), match.alias("k"),
+                     F.xxhash64(*[F.col(n) for n in names]).alias("h"), pk.alias("pk")), pairs
 
 
 def _checksums(spark, topology: Topology, work: list[_Check]) -> None:
@@ -402,8 +408,11 @@ def _checksums(spark, topology: Topology, work: list[_Check]) -> None:
         frames.append(frame.withColumn("a", F.lit(j)))
         pairs += [(j, sub, pside) for sub, pside in art_pairs]
     # read once (the two results below would each read every replica again), released after
-    hashed = reduce(lambda x, y: x.unionByName(y), frames).persist(StorageLevel.MEMORY_AND_DISK)
+    read = reduce(lambda x, y: x.unionByName(y), frames).persist(StorageLevel.MEMORY_AND_DISK)
     try:
+        failed = {(int(r["a"]), int(r[SIDE])): r[READ_ERROR] for r in
+                  read.where(F.col(READ_ERROR).isNotNull()).select("a", SIDE, READ_ERROR).collect()}
+        hashed = read.where(F.col(READ_ERROR).isNull()) if failed else read
         pair_df = spark.createDataFrame(pairs, "pa INT, sub INT, pub INT")
         expected = hashed.join(F.broadcast(pair_df), (hashed["a"] == pair_df["pa"]) & (hashed[SIDE] == pair_df["pub"])) \
             .select(hashed["a"], F.col("sub"), F.col("k"), F.col("h").alias("eh"), F.col("pk").alias("epk"))
@@ -421,21 +430,54 @@ def _checksums(spark, topology: Topology, work: list[_Check]) -> None:
                  .select("a", "sub", "k", kind.alias("kind"), F.coalesce("epk", "apk").alias("pk"))
                  .withColumn("n", F.row_number().over(ranked)).where(F.col("n") <= MAX_LISTED + 1).collect())
     finally:
-        hashed.unpersist()
+        read.unpersist()
     found: dict[tuple[int, int], list[RowDifference]] = {}
     for r in sorted(diffs, key=lambda r: (r["a"], r["sub"], r["n"])):
         matched_by_rowguid = work[int(r["a"])].identity is not None
         found.setdefault((int(r["a"]), int(r["sub"])), []).append(
             RowDifference(r["kind"], r["k"] if matched_by_rowguid else "", _key_text(r["pk"])))
+    pub_side_of = {(j, sub): pside for j, sub, pside in pairs}
     for j, c in enumerate(work):
         name = c.article
         for t in c.targets:
-            s = sums.get((j, side_of[id(t)]))
+            side = side_of[id(t)]
+            error = failed.get((j, side)) or failed.get((j, pub_side_of[(j, side)]))
+            if error is not None:          # this side's rows, or its partition's at the publisher: unread
+                t.result.error = t.result.error or error
+                continue
+            s = sums.get((j, side))
             rows = found.get((j, side_of[id(t)]), [])
             t.result.articles.append(ArticleValidation(
                 name, int(s["en"]) if s else 0, int(s["an"]) if s else 0,
                 str(s["es"] if s and s["es"] is not None else 0), str(s["as_"] if s and s["as_"] is not None else 0),
                 rows[:MAX_LISTED], len(rows) > MAX_LISTED))
+
+
+def read_side(partition: ReadPartition, arrow_schema):
+    """One side's rows of one article (inside a Spark task), as Arrow batches: its side number, no
+    error, its columns. A read that fails (a value that does not fit its column, a table gone, a
+    database that went away) ends with one row holding the side and why, so the job goes on and
+    only the subscriptions that needed those rows fail validation, each with the reason."""
+    import pyarrow as pa
+
+    from ..spark.datasource import _stream
+    from ..types import ValueError_, rows_to_record_batch
+
+    columns = [(n, SqlType.from_dict(t)) for n, t in partition.columns]
+    where = f"{partition.label}, article {partition.constants['article']}"
+    try:
+        for rows in _stream(partition):
+            yield rows_to_record_batch(rows, columns, arrow_schema, where, partition.key)
+    except ValueError_ as e:
+        reason = str(e)
+    except SparksyncError as e:
+        cause = e.__cause__
+        reason = f"{where}: {str(cause).splitlines()[0] if cause else e.message}"
+    else:
+        return
+    yield pa.record_batch([pa.array([partition.constants["side"]], arrow_schema.field(0).type),
+                           pa.array([reason], arrow_schema.field(1).type)] +
+                          [pa.nulls(1, f.type) for f in list(arrow_schema)[2:]], schema=arrow_schema)
 
 
 def _key_text(pk_json: str | None) -> str:
