@@ -13,7 +13,7 @@ distributor goes and ``setup`` snapshots and initializes it again.
 from __future__ import annotations
 
 from .config import Topology
-from .dialects import connect
+from .dialects import connect, dialect_for_url
 from .errors import ConfigurationError, NotInitialized, SparksyncError
 from .merge.agent import MergeAgent, MergeOptions
 from .merge.expiration import expiry
@@ -74,7 +74,19 @@ def reinitialize(topology: Topology, spark_factory, subscription: str, upload_fi
         with connect(topology.publisher_url, topology.publisher.name) as pub, pub.transaction():
             drop_registration(pub, pubid, registered[0])
         report(f"subscription {subscription}: registration dropped at the publisher; initializing it again")
+    _set_aside_if_damaged(topology, s, report)
     return setup(topology, spark_factory, report)
+
+
+def _set_aside_if_damaged(topology: Topology, s, report: Reporter) -> None:
+    """A subscriber database that cannot be used at all (a corrupt SQLite file) is moved aside, kept,
+    and a new one is created by the setup that follows."""
+    url = topology.resolve_url(s.database)
+    d = dialect_for_url(url)
+    why = d.damage(url)
+    if why is not None:
+        where = d.set_aside(url)
+        report(f"subscription {s.name}: its database is damaged ({why}); moved to {where}, a new one is created")
 
 
 def _reinitialize_transactional(topology: Topology, spark_factory, s, upload_first: bool,
@@ -93,4 +105,5 @@ def _reinitialize_transactional(topology: Topology, spark_factory, s, upload_fir
             store.delete_rows(dist, "MSsubscriptions", {"publication_id": publication.publication_id,
                                                         "subscription": s.name})
     report(f"subscription {s.name}: registration dropped at the distributor; initializing it again")
+    _set_aside_if_damaged(topology, s, report)
     return setup(topology, spark_factory, report)

@@ -76,7 +76,13 @@ def test_reinit_upload_first_keeps_the_subscribers_changes(pub_kind, spark, dbs,
     assert report.ok, differences(report)
 
 
-def test_a_deleted_subscriber_database_is_recreated(spark, dbs, tmp_path):
+def test_a_deleted_or_damaged_subscriber_database_is_recreated(spark, dbs, tmp_path):
+    """S2's file deleted: the merge names it, reinit creates it again. S1's file damaged (pages
+    overwritten, as a failing disk would): the merge names it as damaged and the others merge; reinit
+    refuses without --yes (its changes cannot be counted), and with it moves the file aside (kept)
+    and initializes a new one."""
+    from sparksync.reinit import PendingChanges
+
     data, topology = build(dbs, tmp_path, "sqlite", ["sqlite", "sqlite"])
     setup(topology, lambda: spark)
     with connect(data["publisher"]["database"]) as hq:
@@ -86,6 +92,23 @@ def test_a_deleted_subscriber_database_is_recreated(spark, dbs, tmp_path):
     summary = MergeAgent(topology, spark).run(MergeOptions())
     assert not summary.ok and any("S2" in e for s in summary.subscriptions for e in s.errors)
     reinitialize(topology, lambda: spark, "S2", discard=True)
+    assert MergeAgent(topology, spark).run(MergeOptions()).ok
+
+    s1_file = Path(data["subscriptions"][0]["database"].removeprefix("sqlite:///"))
+    with open(s1_file, "r+b") as f:              # every page after the first two overwritten
+        f.seek(2 * 4096)
+        f.write(b"\xde\xad" * (max(s1_file.stat().st_size - 2 * 4096, 4096) // 2))
+    with connect(data["publisher"]["database"]) as hq:
+        hq.execute('UPDATE "Customer" SET "LastName" = \'again\' WHERE "CustomerID" <= 2')
+    summary = MergeAgent(topology, spark).run(MergeOptions())
+    errors = {s.subscription: s.errors for s in summary.subscriptions}
+    assert any("damaged" in e for e in errors["S1"]) and errors["S2"] == [], errors
+    with pytest.raises(PendingChanges):
+        reinitialize(topology, lambda: spark, "S1")
+    reinitialize(topology, lambda: spark, "S1", discard=True)
+    (kept,) = [p for p in s1_file.parent.iterdir()
+               if p.name.startswith(s1_file.name + ".damaged-") and not p.name.endswith(("-wal", "-shm"))]
+    assert kept.stat().st_size > 0
     assert MergeAgent(topology, spark).run(MergeOptions()).ok
     report = validate(topology, lambda: spark, checksum=True)
     assert report.ok, differences(report)

@@ -41,7 +41,8 @@ def _print(summary: MergeSummary) -> None:
                       f"{c['tablenick']} row {c['rowguid']}: {c['reason_text']}", highlight=False)
     for s in summary.subscriptions:
         for e in s.errors:
-            console.print(f"[bold red]{s.subscription}:[/] {e}", highlight=False)
+            text = str(e).removeprefix(f"{s.subscription}: ")      # a replica's error often names it already
+            console.print(f"[bold red]{s.subscription}:[/] {text}", highlight=False)
 
 
 def _moved(st: DirectionStats) -> str:

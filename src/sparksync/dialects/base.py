@@ -274,6 +274,17 @@ class Dialect(ABC):
     def uuid_param(self) -> str:
         return self.capabilities.paramstyle
 
+    # -- damaged databases --------------------------------------------------------------------
+    def damage(self, url: str) -> str | None:
+        """Why the database at ``url`` cannot be used at all (a file whose pages are corrupt), or None.
+        A server database is never damaged in this sense: its server answers or it does not."""
+        return None
+
+    def set_aside(self, url: str) -> str:
+        """Move a damaged database out of the way, keeping it (a new one is created at ``url``); returns
+        where it went."""
+        raise NotImplementedError(f"{self.capabilities.product} databases are not set aside")
+
     # -- set-based apply (merge/staging.py) -------------------------------------------------
     @abstractmethod
     def staging_table_ddl(self, table: str) -> str:

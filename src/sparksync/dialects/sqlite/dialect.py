@@ -18,6 +18,7 @@ from ...errors import (
     ConstraintViolation,
     DatabaseError,
     InvalidNameError,
+    ReplicaDamaged,
     SchemaError,
     SparksyncError,
     ValueRejected,
@@ -112,6 +113,29 @@ class SQLiteDialect(Dialect):
             raise ConnectionFailed(f"cannot open SQLite database {path}: {exc}", obj=path) from exc
         return Replica(self, raw, url, label or path)
 
+    def damage(self, url: str) -> str | None:
+        path = sqlite_path(url)
+        if path == ":memory:" or not Path(path).is_file():
+            return None
+        try:
+            raw = sqlite3.connect(path, isolation_level=None)
+            try:
+                found = [r[0] for r in raw.execute("PRAGMA quick_check(3)").fetchall()]
+            finally:
+                raw.close()
+        except sqlite3.DatabaseError as exc:
+            return str(exc)
+        return None if found == ["ok"] else "; ".join(found)
+
+    def set_aside(self, url: str) -> str:
+        path = sqlite_path(url)
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        target = f"{path}.damaged-{stamp}"
+        for suffix in ("", "-wal", "-shm"):         # the write-ahead log belongs to the same database
+            if Path(path + suffix).exists():
+                os.replace(path + suffix, target + suffix)
+        return target
+
     def execute(self, raw, sql, params):
         return raw.execute(sql, tuple(params))
 
@@ -137,6 +161,9 @@ class SQLiteDialect(Dialect):
                 kind = ("foreign_key" if "foreign key" in low else "not_null" if "not null" in low
                         else "check" if "check" in low else "unique")
             return ConstraintViolation(f"{context}: {msg}", kind=kind, native_code=name or None)
+        if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or "malformed" in low or "not a database" in low:
+            return ReplicaDamaged(f"{context}: {msg}: the SQLite file is damaged; restore it from a backup "
+                                  "(a subscriber's can instead be reinitialized: 'sparksync reinit')")
         if isinstance(exc, sqlite3.OperationalError):
             if "locked" in low or "busy" in low:
                 return DatabaseError(f"{context}: {msg}", transient=True, native_code="SQLITE_BUSY")
