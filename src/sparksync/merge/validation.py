@@ -37,17 +37,16 @@ from ..metadata import store
 from ..names import TableName
 from ..progress import Reporter, silent
 from ..rows import row_key
-from ..spark.datasource import ReadPartition, ReadPlan
 from ..status import gather_status
-from ..types import Kind, SqlType, arrow_converter
+from ..types import Kind, arrow_converter
 from .evaluation import partitions as partitions_of
 from .generations import new_generation
 from .partitions import PartitionScheme, scheme_of
 from .tracking import TrackedArticle, agent_writes, published_articles, tracked_article, write_row_with_lineage
+from .validation_read import SideRead, decode, read_frame
 
 SIDE = "sparksync_side"
 READ_ERROR = "sparksync_read_error"     # why a side's rows could not be read (one row), else NULL
-READER = "sparksync.merge.validation:read_side"
 MAX_LISTED = 10_000          # differing rows collected per article (more: reinitialize)
 MISSING, EXTRA, CHANGED = "missing", "extra", "changed"
 
@@ -345,44 +344,26 @@ def _counts(pub: Replica, checks: list[_Check]) -> None:
         t.result.articles += [ArticleValidation(c.article, expected[(j, key)], n) for (j, c), n in zip(mine, found)]
 
 
-def _hashed(spark, topology: Topology, c: _Check, side_of: dict[int, int]):
-    """One article's rows from every side, as (side, k: what matches the row, h: hash of the row, pk:
-    its key as JSON): the publisher read once per partition of the targets (negative sides), each
-    subscriber (side ``side_of[id(target)]``). Returns the frame and the (subscriber side, publisher
-    side) pairs."""
-    from pyspark.sql import functions as F
-
-    cols = c.columns
-    columns = [[SIDE, SqlType(Kind.INTEGER).to_dict()], [READ_ERROR, SqlType(Kind.TEXT).to_dict()]] + \
-        [[x.name, x.type.to_dict()] for x in cols]
-    reads: list[ReadPartition] = []
+def _side_reads(topology: Topology, j: int, c: _Check, side_of: dict[int, int]) -> tuple[list[SideRead], list]:
+    """Article ``j``'s reads: the publisher once per partition of the targets (negative sides), each
+    subscriber (side ``side_of[id(target)]``); and the (subscriber side, publisher side) pairs."""
+    cols = [[x.name, x.type.to_dict()] for x in c.columns]
+    reads: list[SideRead] = []
     pub_side: dict[Any, int] = {}
     pairs = []
     for t in c.targets:
         key = tuple(sorted(t.params.items())) if t.params is not None else None
         if key not in pub_side:
             pub_side[key] = -1 - len(pub_side)
-            reads.append(ReadPartition(topology.publisher_url,
-                                       f"SELECT {pub_side[key]} AS s, NULL AS e, x.* FROM ({c.publisher_sql(t)}) AS x",
-                                       [], columns, label=topology.publisher.name, key=c.primary_key,
-                                       reader=READER, constants={"side": pub_side[key], "article": c.article}))
+            reads.append(SideRead(j, pub_side[key], c.article, topology.publisher_url, c.publisher_sql(t),
+                                  topology.publisher.name, cols, c.primary_key, c.identity))
         d = dialect_for_url(t.url)
-        select = ", ".join(d.quote(x.name) for x in cols)
+        select = ", ".join(d.quote(x.name) for x in c.columns)
         side = side_of[id(t)]
-        reads.append(ReadPartition(t.url, f"SELECT {side} AS s, NULL AS e, {select} FROM "
-                                   f"{d.table_sql(t.tables[c.article])}", [], columns,
-                                   label=t.result.subscription, key=c.primary_key,
-                                   reader=READER, constants={"side": side, "article": c.article}))
+        reads.append(SideRead(j, side, c.article, t.url, f"SELECT {select} FROM {d.table_sql(t.tables[c.article])}",
+                              t.result.subscription, cols, c.primary_key, c.identity))
         pairs.append((side, pub_side[key]))
-    plan = ReadPlan(reads)
-    df = spark.read.format("sparksync").schema(plan.spark_schema()).option("plan", plan.to_json()).load()
-    names = [f"c{k}" for k in range(len(cols))]           # positional: a column may be called anything
-    df = df.toDF(SIDE, READ_ERROR, *names)
-    at = {x.name: names[i] for i, x in enumerate(cols)}
-    pk = F.to_json(F.struct(*[F.col(at[k]).alias(k) for k in c.primary_key]))
-    match = F.col(at[c.identity]).cast("string") if c.identity is not None else pk
-    return df.select(F.col(SIDE), F.col(READ_ERROR), match.alias("k"),
-                     F.xxhash64(*[F.col(n) for n in names]).alias("h"), pk.alias("pk")), pairs
+    return reads, pairs
 
 
 def _checksums(spark, topology: Topology, work: list[_Check]) -> None:
@@ -390,8 +371,6 @@ def _checksums(spark, topology: Topology, work: list[_Check]) -> None:
     targets, in one Spark job per result (two, on the rows read once and kept): the articles' hashed
     rows in one frame, each subscriber's joined (full outer, on article and rowguid) with the
     publisher's rows of its partition."""
-    from functools import reduce
-
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -402,13 +381,14 @@ def _checksums(spark, topology: Topology, work: list[_Check]) -> None:
     for c in work:
         for t in c.targets:
             side_of.setdefault(id(t), len(side_of))
-    frames, pairs = [], []
+    reads, pairs = [], []
     for j, c in enumerate(work):
-        frame, art_pairs = _hashed(spark, topology, c, side_of)
-        frames.append(frame.withColumn("a", F.lit(j)))
+        art_reads, art_pairs = _side_reads(topology, j, c, side_of)
+        reads += art_reads
         pairs += [(j, sub, pside) for sub, pside in art_pairs]
     # read once (the two results below would each read every replica again), released after
-    read = reduce(lambda x, y: x.unionByName(y), frames).persist(StorageLevel.MEMORY_AND_DISK)
+    read = read_frame(spark, reads).select(
+        "a", SIDE, READ_ERROR, "k", F.xxhash64("row").alias("h"), "pk").persist(StorageLevel.MEMORY_AND_DISK)
     try:
         failed = {(int(r["a"]), int(r[SIDE])): r[READ_ERROR] for r in
                   read.where(F.col(READ_ERROR).isNotNull()).select("a", SIDE, READ_ERROR).collect()}
@@ -435,7 +415,7 @@ def _checksums(spark, topology: Topology, work: list[_Check]) -> None:
     for r in sorted(diffs, key=lambda r: (r["a"], r["sub"], r["n"])):
         matched_by_rowguid = work[int(r["a"])].identity is not None
         found.setdefault((int(r["a"]), int(r["sub"])), []).append(
-            RowDifference(r["kind"], r["k"] if matched_by_rowguid else "", _key_text(r["pk"])))
+            RowDifference(r["kind"], r["k"] if matched_by_rowguid else "", _key_text(work[int(r["a"])], r["pk"])))
     pub_side_of = {(j, sub): pside for j, sub, pside in pairs}
     for j, c in enumerate(work):
         name = c.article
@@ -453,40 +433,12 @@ def _checksums(spark, topology: Topology, work: list[_Check]) -> None:
                 rows[:MAX_LISTED], len(rows) > MAX_LISTED))
 
 
-def read_side(partition: ReadPartition, arrow_schema):
-    """One side's rows of one article (inside a Spark task), as Arrow batches: its side number, no
-    error, its columns. A read that fails (a value that does not fit its column, a table gone, a
-    database that went away) ends with one row holding the side and why, so the job goes on and
-    only the subscriptions that needed those rows fail validation, each with the reason."""
-    import pyarrow as pa
-
-    from ..spark.datasource import _stream
-    from ..types import ValueError_, rows_to_record_batch
-
-    columns = [(n, SqlType.from_dict(t)) for n, t in partition.columns]
-    where = f"{partition.label}, article {partition.constants['article']}"
-    try:
-        for rows in _stream(partition):
-            yield rows_to_record_batch(rows, columns, arrow_schema, where, partition.key)
-    except ValueError_ as e:
-        reason = str(e)
-    except SparksyncError as e:
-        cause = e.__cause__
-        reason = f"{where}: {str(cause).splitlines()[0] if cause else e.message}"
-    else:
-        return
-    yield pa.record_batch([pa.array([partition.constants["side"]], arrow_schema.field(0).type),
-                           pa.array([reason], arrow_schema.field(1).type)] +
-                          [pa.nulls(1, f.type) for f in list(arrow_schema)[2:]], schema=arrow_schema)
-
-
-def _key_text(pk_json: str | None) -> str:
-    import json
-
-    if not pk_json:
-        return ""
-    values = json.loads(pk_json)
-    return row_key(list(values), list(values), list(values.values()))
+def _key_text(c: _Check, pk: str | None) -> str:
+    """'OrderID=100' from a row's encoded key."""
+    kinds = {x.name: x.type.kind for x in c.columns}
+    values: list[Any] = [int(v) if v is not None and kinds[k] in (Kind.SMALLINT, Kind.INTEGER, Kind.BIGINT) else v
+                         for k, v in zip(c.primary_key, decode(pk))]
+    return row_key(c.primary_key, c.primary_key, values) if pk else ""
 
 
 # -- repair -----------------------------------------------------------------------------------------
