@@ -310,3 +310,23 @@ def test_schema_change_command_for_a_merge_publication(demo):
         assert "JobTitle" not in [c for (_, c, *_) in s.query('PRAGMA table_info("Employee")')]
     code, out = run("status", "-c", cfg)
     assert code == 0
+
+
+@pytest.mark.spark
+def test_reinit_command_recreates_a_damaged_transactional_subscriber(demo):
+    """The reporting database's SQLite file damaged (pages overwritten): distribute names it as damaged;
+    reinit keeps the damaged file aside, initializes a new one from a snapshot, and says the next
+    distribute brings what follows; the new one validates."""
+    _, _, directory = demo
+    cfg = str(directory / "sparksync.toml")
+    path = directory / "reporting.db"
+    with open(path, "r+b") as f:
+        f.seek(2 * 4096)
+        f.write(b"\xde\xad" * (max(path.stat().st_size - 2 * 4096, 4096) // 2))
+    code, out = run("distribute", "-c", cfg)
+    assert code == 1 and "Reporting: " in out and "the SQLite file is damaged" in out and "Reporting: Reporting:" not in out
+    code, out = run("reinit", "-c", cfg, "-s", "Reporting")
+    assert code == 0 and "its database is damaged" in out and "the next distribute brings the changes since" in out
+    assert [p for p in directory.iterdir() if p.name.startswith("reporting.db.damaged-") and p.suffix != ".db-wal"]
+    code, out = run("validate", "-c", cfg, "-p", "Reports", "--checksum")
+    assert code == 0 and "Reporting" in out and "differs" not in out

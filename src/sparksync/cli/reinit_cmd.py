@@ -23,5 +23,7 @@ def reinit_command(
     topology = load(config)
     summary = reinitialize(topology, make_spark(topology), subscription, upload_first, yes, reporter)
     mine = [r for r in summary.initialized if r.subscription == subscription and r.ok]
+    agent = "merge" if topology.publication(topology.subscription(subscription).publication).kind == "merge" \
+        else "distribute"
     console.print(f"[green]reinitialized[/] {subscription}: {mine[0].rows if mine else 0} rows from the snapshot; "
-                  "the next merge brings the changes since")
+                  f"the next {agent} brings the changes since")

@@ -94,7 +94,8 @@ def _print_distribution(summary: DistributeSummary) -> None:
                 console.print(f"  {s.subscription}: skipped transaction {e['xact_seqno']} command {e['command_id']}: "
                               f"error {e['error_code']}: {e['message']}", highlight=False)
         if not s.ok:
-            console.print(f"[bold red]{s.subscription}:[/] {s.message}", highlight=False)
+            text = s.message.removeprefix(f"{s.subscription}: ")      # a replica's error often names it already
+            console.print(f"[bold red]{s.subscription}:[/] {text}", highlight=False)
 
 
 @handle_errors

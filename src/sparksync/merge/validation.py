@@ -43,7 +43,7 @@ from .evaluation import partitions as partitions_of
 from .generations import new_generation
 from .partitions import PartitionScheme, scheme_of
 from .tracking import TrackedArticle, agent_writes, published_articles, tracked_article, write_row_with_lineage
-from .validation_read import SideRead, decode, read_frame
+from .validation_read import SideRead, decode, read_frame, tasks_of
 
 SIDE = "sparksync_side"
 READ_ERROR = "sparksync_read_error"     # why a side's rows could not be read (one row), else NULL
@@ -182,7 +182,7 @@ def validate(topology: Topology, spark_factory, publication: str | None = None,
                 report(f"validate {pub_name}: {len({id(t) for c in live for t in c.targets})} subscription(s), "
                        f"{len(live)} article(s)" + (", with checksums (Spark)" if checksum else ", row counts"))
                 work += live
-        _compare(topology, pub, work, checksum, spark_factory)    # every publication's articles at once
+        _compare(topology, pub, work, checksum, spark_factory, report)    # every publication's articles at once
     return out
 
 
@@ -295,7 +295,8 @@ def _same_rows(sql: str, _target: _Target) -> str:
     return sql
 
 
-def _compare(topology: Topology, pub: Replica, checks: list[_Check], checksum: bool, spark_factory) -> None:
+def _compare(topology: Topology, pub: Replica, checks: list[_Check], checksum: bool, spark_factory,
+             report: Reporter = silent) -> None:
     for c in checks:
         c.targets = [t for t in c.targets if t.result.error is None]
     checks = [c for c in checks if c.targets]
@@ -303,7 +304,7 @@ def _compare(topology: Topology, pub: Replica, checks: list[_Check], checksum: b
         _counts(pub, checks)
         return
     try:
-        _checksums(spark_factory(), topology, checks)
+        _checksums(spark_factory(), topology, checks, report)
     except SparksyncError as e:
         for t in {id(t): t for c in checks for t in c.targets}.values():
             t.result.error = e.message
@@ -366,7 +367,7 @@ def _side_reads(topology: Topology, j: int, c: _Check, side_of: dict[int, int]) 
     return reads, pairs
 
 
-def _checksums(spark, topology: Topology, work: list[_Check]) -> None:
+def _checksums(spark, topology: Topology, work: list[_Check], report: Reporter = silent) -> None:
     """Checksums and differing rows of every article of ``work`` (every publication validated) for its
     targets, in one Spark job per result (two, on the rows read once and kept): the articles' hashed
     rows in one frame, each subscriber's joined (full outer, on article and rowguid) with the
@@ -386,12 +387,17 @@ def _checksums(spark, topology: Topology, work: list[_Check]) -> None:
         art_reads, art_pairs = _side_reads(topology, j, c, side_of)
         reads += art_reads
         pairs += [(j, sub, pside) for sub, pside in art_pairs]
+    tasks = len(tasks_of(reads))
+    report(f"checksums: reading {len(reads)} article cop{'y' if len(reads) == 1 else 'ies'} from "
+           f"{len({r.url for r in reads})} database(s) in {tasks} Spark task(s)")
     # read once (the two results below would each read every replica again), released after
     read = read_frame(spark, reads).select(
         "a", SIDE, READ_ERROR, "k", F.xxhash64("row").alias("h"), "pk").persist(StorageLevel.MEMORY_AND_DISK)
     try:
         failed = {(int(r["a"]), int(r[SIDE])): r[READ_ERROR] for r in
                   read.where(F.col(READ_ERROR).isNotNull()).select("a", SIDE, READ_ERROR).collect()}
+        report(f"checksums: read{f' ({len(failed)} read(s) failed)' if failed else ''}; comparing each "
+               "subscriber with its partition of the publisher's rows")
         hashed = read.where(F.col(READ_ERROR).isNull()) if failed else read
         pair_df = spark.createDataFrame(pairs, "pa INT, sub INT, pub INT")
         expected = hashed.join(F.broadcast(pair_df), (hashed["a"] == pair_df["pa"]) & (hashed[SIDE] == pair_df["pub"])) \
