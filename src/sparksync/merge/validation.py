@@ -43,10 +43,8 @@ from .evaluation import partitions as partitions_of
 from .generations import new_generation
 from .partitions import PartitionScheme, scheme_of
 from .tracking import TrackedArticle, agent_writes, published_articles, tracked_article, write_row_with_lineage
-from .validation_read import SideRead, decode, read_frame, tasks_of
+from .validation_read import READ_ERROR, SIDE, SideRead, decode, read_frame, tasks_of
 
-SIDE = "sparksync_side"
-READ_ERROR = "sparksync_read_error"     # why a side's rows could not be read (one row), else NULL
 MAX_LISTED = 10_000          # differing rows collected per article (more: reinitialize)
 MISSING, EXTRA, CHANGED = "missing", "extra", "changed"
 
@@ -369,9 +367,9 @@ def _side_reads(topology: Topology, j: int, c: _Check, side_of: dict[int, int]) 
 
 def _checksums(spark, topology: Topology, work: list[_Check], report: Reporter = silent) -> None:
     """Checksums and differing rows of every article of ``work`` (every publication validated) for its
-    targets, in one Spark job per result (two, on the rows read once and kept): the articles' hashed
-    rows in one frame, each subscriber's joined (full outer, on article and rowguid) with the
-    publisher's rows of its partition."""
+    targets: every side's rows read once and kept (:mod:`.validation_read`), then a Spark job per
+    result (the reads that failed, the sums, the differing rows), each subscriber's rows joined (full
+    outer, on article and rowguid or key) with the publisher's rows of its partition."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F

@@ -20,7 +20,10 @@ from typing import Any
 from ..spark.datasource import ReadPartition
 
 READS_PER_TASK = 8
-SCHEMA = "a INT, sparksync_side INT, sparksync_read_error STRING, k STRING, row STRING, pk STRING"
+SIDE = "sparksync_side"                 # whose rows: a subscriber's number, or negative: the publisher's
+READ_ERROR = "sparksync_read_error"     # why a side's rows could not be read (one row), else NULL
+COLUMNS = ["a", SIDE, READ_ERROR, "k", "row", "pk"]
+SCHEMA = f"a INT, {SIDE} INT, {READ_ERROR} STRING, k STRING, row STRING, pk STRING"
 
 
 @dataclass
@@ -81,7 +84,7 @@ def read_side(r: SideRead):
             k = pk if r.identity is None else batch.column(names.index(r.identity)).cast(pa.string())
             yield pa.record_batch([pa.array([r.a] * n, pa.int32()), pa.array([r.side] * n, pa.int32()),
                                    pa.nulls(n, pa.string()), k, encode(batch.columns), pk],
-                                  names=["a", "sparksync_side", "sparksync_read_error", "k", "row", "pk"])
+                                  names=COLUMNS)
     except ValueError_ as e:
         reason = str(e)
     except SparksyncError as e:
@@ -91,7 +94,7 @@ def read_side(r: SideRead):
         return
     yield pa.record_batch([pa.array([r.a], pa.int32()), pa.array([r.side], pa.int32()), pa.array([reason]),
                            pa.nulls(1, pa.string()), pa.nulls(1, pa.string()), pa.nulls(1, pa.string())],
-                          names=["a", "sparksync_side", "sparksync_read_error", "k", "row", "pk"])
+                          names=COLUMNS)
 
 
 def encode(arrays) -> Any:
