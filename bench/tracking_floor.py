@@ -12,11 +12,7 @@ design's gain is known before it is built (docs/benchmarks.md keeps the latest r
 
 from __future__ import annotations
 
-import argparse
-import os
-
-from results import Result
-from tracking_overhead import DDL, on_both, workload
+from tracking_overhead import DDL, main_with, workload
 
 from sparksync.dialects import connect
 
@@ -50,23 +46,12 @@ def run(kind: str, url: str, n: int) -> dict[str, tuple[float, float]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=50_000)
-    ap.add_argument("--pg", default=os.environ.get("SPARKSYNC_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres"))
-    a = ap.parse_args()
-    out = on_both(run, a.rows, a.pg)
-    result = Result("tracking_floor", "The floor of lean change tracking (a trigger that only logs the changed row)",
-                    "bench/tracking_floor.py")
-    result.table(["database", "operation", "plain rows/s", "lean-logged rows/s", "lean / plain"],
-                 [[db, op, p, t, t / p] for db, ops in out.items() for op, (p, t) in ops.items()],
-                 f"{a.rows:,} rows; tracking_overhead's DML on an untracked table and on one whose trigger only "
-                 "appends (table, row, operation) to an unindexed log (SQLite: a row trigger; PostgreSQL: a "
-                 "statement trigger over the transition table). Compare with tracked / plain in 'What change "
-                 "tracking costs'")
-    ops = list(next(iter(out.values())))
-    result.bars("tracking_floor.png", "Lean change tracking: DML rate vs untracked", ops,
-                {db: [t / p for p, t in res.values()] for db, res in out.items()}, "lean / plain")
-    result.save()
+    main_with(run, "tracking_floor", "The floor of lean change tracking (a trigger that only logs the changed row)",
+              "lean-logged", "lean / plain",
+              "tracking_overhead's DML on an untracked table and on one whose trigger only appends (table, row, "
+              "operation) to an unindexed log (SQLite: a row trigger; PostgreSQL: a statement trigger over the "
+              "transition table). Compare with tracked / plain in 'What change tracking costs'",
+              "Lean change tracking: DML rate vs untracked")
 
 
 if __name__ == "__main__":

@@ -89,20 +89,29 @@ def on_both(run, rows: int, pg_admin: str) -> dict[str, dict[str, tuple[float, f
     return out
 
 
-def main() -> None:
+def main_with(run, name: str, title: str, variant: str, ratio: str, caption: str, chart_title: str) -> None:
+    """Parse ``--rows`` / ``--pg``, run ``run`` on both databases (:func:`on_both`) and save, as
+    ``name``, the table (plain and ``variant`` rows/s, their ``ratio``) and the chart of the ratios."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=50_000)
     ap.add_argument("--pg", default=os.environ.get("SPARKSYNC_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres"))
     args = ap.parse_args()
     out = on_both(run, args.rows, args.pg)
-    result = Result("tracking_overhead", "What change tracking costs", "bench/tracking_overhead.py")
-    result.table(["database", "operation", "plain rows/s", "tracked rows/s", "tracked / plain"],
+    result = Result(name, title, f"bench/{name}.py")
+    result.table(["database", "operation", "plain rows/s", f"{variant} rows/s", ratio],
                  [[db, op, p, t, t / p] for db, ops in out.items() for op, (p, t) in ops.items()],
-                 f"{args.rows:,} rows; the same DML on an untracked and a published (tracked) table")
+                 f"{args.rows:,} rows; {caption}")
     ops = list(next(iter(out.values())))
-    result.bars("tracking_overhead.png", "Tracked DML as a fraction of untracked DML", ops,
-                {db: [t / p for p, t in res.values()] for db, res in out.items()}, "tracked / plain (1.0 = free)")
+    result.bars(f"{name}.png", chart_title, ops,
+                {db: [t / p for p, t in res.values()] for db, res in out.items()},
+                 ratio + (" (1.0 = free)" if variant == "tracked" else ""))
     result.save()
+
+
+def main() -> None:
+    main_with(run, "tracking_overhead", "What change tracking costs", "tracked", "tracked / plain",
+              "the same DML on an untracked and a published (tracked) table",
+              "Tracked DML as a fraction of untracked DML")
 
 
 if __name__ == "__main__":

@@ -37,4 +37,4 @@ def test_reads_are_grouped_by_database_in_bounded_tasks():
     reads = [SideRead(a, s, "T", url, "SELECT 1", url) for a in range(10) for s, url in ((0, "u1"), (-1, "pub"))]
     tasks = tasks_of(reads)
     assert sorted(len(t) for t in tasks) == [2, 2, 8, 8]
-    assert all(len({r["url"] for r in t}) == 1 for t in tasks)
+    assert all(len({r.url for r in t}) == 1 for t in tasks)

@@ -14,10 +14,10 @@ ends that read with one row naming the side and why; the task goes on with its o
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..spark.datasource import ReadPartition
+from ..spark.datasource import ReadPartition, per_task, stream_rows
 
 READS_PER_TASK = 8
 SIDE = "sparksync_side"                 # whose rows: a subscriber's number, or negative: the publisher's
@@ -42,26 +42,17 @@ class SideRead:
     identity: str | None = None                     # the rowguid column: what matches a row (else its key)
 
 
-def tasks_of(reads: list[SideRead]) -> list[list[dict[str, Any]]]:
+def tasks_of(reads: list[SideRead]) -> list[list[SideRead]]:
     """The reads grouped by database, in chunks of at most READS_PER_TASK: one Spark task each."""
     by_url: dict[str, list[SideRead]] = {}
     for r in reads:
         by_url.setdefault(r.url, []).append(r)
-    return [[asdict(r) for r in group[i:i + READS_PER_TASK]]
-            for group in by_url.values() for i in range(0, len(group), READS_PER_TASK)]
+    return [group[i:i + READS_PER_TASK] for group in by_url.values() for i in range(0, len(group), READS_PER_TASK)]
 
 
 def read_frame(spark, reads: list[SideRead]):
     """A DataFrame of SCHEMA over every read: one task per chunk of :func:`tasks_of`."""
-    tasks = tasks_of(reads)
-
-    def run(ids):
-        for batch in ids:
-            for i in batch.column(0).to_pylist():
-                for r in tasks[i]:
-                    yield from read_side(SideRead(**r))
-
-    return spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(run, SCHEMA)
+    return per_task(spark, tasks_of(reads), lambda task: (b for r in task for b in read_side(r)), SCHEMA)
 
 
 def read_side(r: SideRead):
@@ -69,32 +60,29 @@ def read_side(r: SideRead):
     import pyarrow as pa
 
     from ..errors import SparksyncError
-    from ..spark.datasource import _stream
     from ..types import SqlType, ValueError_, rows_to_record_batch
+
+    def out(n: int, error=None, k=None, row=None, pk=None) -> pa.RecordBatch:
+        none = pa.nulls(n, pa.string())
+        return pa.record_batch([pa.array([r.a] * n, pa.int32()), pa.array([r.side] * n, pa.int32()),
+                                none if error is None else pa.array([error]), none if k is None else k,
+                                none if row is None else row, none if pk is None else pk], names=COLUMNS)
 
     columns = [(n, SqlType.from_dict(t)) for n, t in r.columns]
     typed = pa.schema([pa.field(n, t.to_arrow()) for n, t in columns])
     names = [n for n, _ in columns]
     where = f"{r.label}, article {r.article}"
     try:
-        for rows in _stream(ReadPartition(r.url, r.sql, [], r.columns, label=r.label, key=r.key)):
+        for rows in stream_rows(ReadPartition(r.url, r.sql, [], r.columns, label=r.label, key=r.key)):
             batch = rows_to_record_batch(rows, columns, typed, where, r.key)
-            n = batch.num_rows
-            pk = encode([batch.column(names.index(k)) for k in r.key]) if r.key else pa.nulls(n, pa.string())
+            pk = encode([batch.column(names.index(k)) for k in r.key]) if r.key else None
             k = pk if r.identity is None else batch.column(names.index(r.identity)).cast(pa.string())
-            yield pa.record_batch([pa.array([r.a] * n, pa.int32()), pa.array([r.side] * n, pa.int32()),
-                                   pa.nulls(n, pa.string()), k, encode(batch.columns), pk],
-                                  names=COLUMNS)
+            yield out(batch.num_rows, k=k, row=encode(batch.columns), pk=pk)
     except ValueError_ as e:
-        reason = str(e)
+        yield out(1, error=str(e))
     except SparksyncError as e:
         cause = e.__cause__
-        reason = f"{where}: {str(cause).splitlines()[0] if cause else e.message}"
-    else:
-        return
-    yield pa.record_batch([pa.array([r.a], pa.int32()), pa.array([r.side], pa.int32()), pa.array([reason]),
-                           pa.nulls(1, pa.string()), pa.nulls(1, pa.string()), pa.nulls(1, pa.string())],
-                          names=COLUMNS)
+        yield out(1, error=f"{where}: {str(cause).splitlines()[0] if cause else e.message}")
 
 
 def encode(arrays) -> Any:

@@ -105,7 +105,7 @@ def read_partition(partition: ReadPartition, arrow_schema):
         yield from getattr(importlib.import_module(module), function)(partition, arrow_schema)
         return
     columns = [(n, SqlType.from_dict(t)) for n, t in partition.columns]
-    for rows in _stream(partition):
+    for rows in stream_rows(partition):
         try:
             yield rows_to_record_batch(rows, columns, arrow_schema, partition.label, partition.key)
         except ValueError_ as e:
@@ -116,11 +116,12 @@ def read_partition(partition: ReadPartition, arrow_schema):
 def read_rows(partition: ReadPartition):
     """One partition's rows as the database driver gives them: lists of tuples, in the order of the
     query's columns (inside a Spark task)."""
-    yield from _stream(partition)
+    yield from stream_rows(partition)
 
 
-def _stream(partition: ReadPartition):
-    """The partition's query, in chunks of rows, on a connection of its own."""
+def stream_rows(partition: ReadPartition):
+    """The partition's query, in chunks of rows, on a connection of its own; a failure is the
+    dialect's typed error (callers inside a task decide how it crosses Spark)."""
     from ..dialects import connect
 
     replica = connect(partition.url, partition.label or None)
@@ -136,14 +137,18 @@ def map_partitions(spark, plan: ReadPlan, consume, result_schema: str):
     partition of ``plan``: one Spark task per partition reads its rows (:func:`read_rows`, read ahead
     by a thread) and hands them to ``consume``. The partitions are fixed here, on the driver, so a
     retried task reads the same rows."""
-    plan_json = plan.to_json()
-    n = len(plan.partitions)
+    return per_task(spark, plan.partitions, lambda p: consume(prefetched(read_rows(p))), result_schema)
+
+
+def per_task(spark, items: list, run, result_schema: str):
+    """A DataFrame of ``run(item)``'s output (Arrow batches of ``result_schema``), one Spark task per
+    item of ``items`` (picklable; fixed here, on the driver, so a retried task does the same work)."""
+    n = len(items)
 
     def task(ids):
-        partitions = ReadPlan.from_json(plan_json).partitions
         for batch in ids:
             for i in batch.column(0).to_pylist():
-                yield from consume(prefetched(read_rows(partitions[i])))
+                yield from run(items[i])
 
     return spark.range(0, n, 1, n).mapInArrow(task, result_schema)
 
