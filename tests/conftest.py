@@ -93,20 +93,42 @@ def kind(request) -> str:
     return request.param
 
 
+class Failpoints:
+    """Arm failpoints for one test: ``failpoints("apply.before_commit S1:0")``; a point armed with
+    ``!pause`` is awaited with ``failpoints.wait_paused(name, key)`` and let go with ``resume``."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __call__(self, *points: str) -> None:
+        from sparksync import failpoints as fp
+
+        fp.arm(self.path, *points)
+
+    def wait_paused(self, name: str, key: str = "", timeout: float = 120.0) -> None:
+        from sparksync import failpoints as fp
+
+        fp.wait_paused(self.path, name, key, timeout)
+
+    def resume(self, name: str, key: str = "") -> None:
+        from sparksync import failpoints as fp
+
+        fp.resume(self.path, name, key)
+
+    def clear(self) -> None:
+        import glob
+
+        for f in [self.path, *glob.glob(self.path + ".paused.*")]:
+            if os.path.exists(f):
+                os.remove(f)
+
+
 @pytest.fixture
 def failpoints():
-    """Arm failpoints for one test: ``failpoints("apply.before_commit S1:0")``."""
-    from sparksync import failpoints as fp
-
-    if os.path.exists(FAILPOINTS_FILE):
-        os.remove(FAILPOINTS_FILE)
-
-    def arm(*points: str) -> None:
-        fp.arm(FAILPOINTS_FILE, *points)
-
-    yield arm
-    if os.path.exists(FAILPOINTS_FILE):
-        os.remove(FAILPOINTS_FILE)
+    fp = Failpoints(FAILPOINTS_FILE)
+    fp.clear()
+    yield fp
+    fp.clear()
 
 
 @pytest.fixture(scope="session")

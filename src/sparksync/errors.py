@@ -68,6 +68,13 @@ class ErrorInfo:
     def first_line(self) -> str:
         return self.message.splitlines()[0] if self.message else self.code
 
+    def recorded(self) -> str:
+        """The text a history row keeps of it: a typed error's message, the first line of anything else
+        (not its traceback), without a password."""
+        from .redaction import redact
+
+        return redact(self.first_line() if self.code == self.INTERNAL else self.message)
+
 
 class ReportedError(SparksyncError):
     """An error reported by a Spark task (an :class:`ErrorInfo`), raised again on the driver."""

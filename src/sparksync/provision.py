@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import failpoints
+from . import failpoints, locks
 from .config import Topology
 from .dialects import connect
 from .errors import ConfigurationError, SchemaDrift, SparksyncError
@@ -41,6 +41,7 @@ class SetupSummary:
     published: dict[str, list[str]] = field(default_factory=dict)      # publication -> new articles
     snapshots: dict[str, str] = field(default_factory=dict)             # publication -> snapshot folder
     initialized: list[InitResult] = field(default_factory=list)
+    caught_up: dict[str, int] = field(default_factory=dict)            # reinit: subscription -> changes since the snapshot
 
     @property
     def failures(self) -> list[InitResult]:
@@ -184,7 +185,8 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
     tx_pubs = topology.publications_of_kind("transactional")
     dist = _connect_distributor(topology) if tx_pubs else None
     try:
-        with connect(topology.publisher_url, topology.publisher.name) as pub:
+        with locks.hold(topology, "setup", [p.name for p in topology.publications], report), \
+                connect(topology.publisher_url, topology.publisher.name) as pub:
             for p in merge_pubs:
                 check_resolvers(topology, p)
             plans = [plan_publication(pub, p) for p in merge_pubs]   # raises before any change

@@ -12,6 +12,7 @@ distributor goes and ``setup`` snapshots and initializes it again.
 
 from __future__ import annotations
 
+from . import locks
 from .config import Topology
 from .dialects import connect, dialect_for_url
 from .errors import ConfigurationError, NotInitialized, SparksyncError
@@ -34,6 +35,14 @@ class ReinitFailed(SparksyncError):
 
 def reinitialize(topology: Topology, spark_factory, subscription: str, upload_first: bool = False,
                  discard: bool = False, report: Reporter = silent) -> SetupSummary:
+    topology.subscription(subscription)
+    # reinit ends with a setup: it holds setup's locks from the start (what it counts stays true)
+    with locks.hold(topology, "reinit", [p.name for p in topology.publications], report):
+        return _reinitialize(topology, spark_factory, subscription, upload_first, discard, report)
+
+
+def _reinitialize(topology: Topology, spark_factory, subscription: str, upload_first: bool, discard: bool,
+                  report: Reporter) -> SetupSummary:
     from .status import gather_status
 
     s = topology.subscription(subscription)
@@ -48,7 +57,11 @@ def reinitialize(topology: Topology, spark_factory, subscription: str, upload_fi
         pubid = prows[0]["pubid"]
         registered = store.select_rows(pub, "sysmergesubscriptions",
                                        {"pubid": pubid, "name": subscription, "role": "subscriber"})
-    if registered:
+    if registered and registered[0]["status"] != 1:
+        # registered but never initialized: an initialization (by setup, or a reinit killed half-way) was
+        # interrupted; nothing there was made under this registration, so nothing to upload or discard
+        report(f"subscription {subscription}: its initialization was interrupted; finishing it")
+    elif registered:
         expired = expiry(prows[0].get("retention"), registered[0], store.utcnow())
         if upload_first and expired is not None:
             raise ReinitFailed(f"{expired.split(':')[0]}: its changes cannot be uploaded safely (the metadata they "
@@ -75,7 +88,26 @@ def reinitialize(topology: Topology, spark_factory, subscription: str, upload_fi
             drop_registration(pub, pubid, registered[0])
         report(f"subscription {subscription}: registration dropped at the publisher; initializing it again")
     _set_aside_if_damaged(topology, s, report)
-    return setup(topology, spark_factory, report)
+    done = setup(topology, spark_factory, report)
+    _catch_up(topology, spark_factory, subscription, done, report)
+    return done
+
+
+def _catch_up(topology: Topology, spark_factory, subscription: str, summary: SetupSummary, report: Reporter) -> None:
+    """Bring the new replica up to date before reinit returns: the snapshot is older than what the
+    publisher has (at the least, what --upload-first just uploaded), and an application writing at the
+    subscriber before the next merge would be editing old versions of its rows, so its writes would
+    meet them as conflicts. A failure here is the next merge's to retry (the replica is initialized)."""
+    merged = MergeAgent(topology, spark_factory(), report).run(MergeOptions("download", subscriptions=[subscription]))
+    session = merged.subscriptions[0] if merged.subscriptions else None
+    if session is not None and session.ok:
+        down = session.total("download")
+        summary.caught_up[subscription] = down.inserts + down.updates + down.deletes
+        report(f"subscription {subscription}: brought up to date with {summary.caught_up[subscription]} change(s) "
+               "made since the snapshot")
+    else:
+        report(f"subscription {subscription}: initialized, but the merge that brings it the changes since the snapshot "
+               f"failed ({'; '.join(session.errors) if session else 'no session'}); the next merge brings them")
 
 
 def _set_aside_if_damaged(topology: Topology, s, report: Reporter) -> None:

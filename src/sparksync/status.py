@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from .config import Topology
@@ -14,11 +15,15 @@ from .merge.generations import enumeration_bound, waiting_writers
 from .merge.integrity import check_identity, check_not_behind, replica_problems
 from .merge.partitions import scheme_of
 from .metadata import store
+from .metadata.history import age_seconds, agent_state, iso
 
 
-def _count_after(replica: Replica, nicknames: list[int], after: int | None, exclude_received_from: int | None = None) -> int:
+def _count_after(replica: Replica, nicknames: list[int], after: int | None,
+                 exclude_received_from: int | None = None) -> tuple[int, int | None]:
+    """Changes of the articles ``nicknames`` in generations after ``after`` (leaving out those received
+    from ``exclude_received_from``), and the lowest generation holding one."""
     if not nicknames:
-        return 0
+        return 0, None
     p = replica.p
     nick_list = ", ".join(str(int(n)) for n in nicknames)
     gh = replica.meta("MSmerge_genhistory")
@@ -27,36 +32,55 @@ def _count_after(replica: Replica, nicknames: list[int], after: int | None, excl
     if exclude_received_from is not None:
         excl = f" AND generation NOT IN (SELECT generation FROM {gh} WHERE genstatus = 2 AND source_nickname = {p})"
         params.append(exclude_received_from)
-    total = 0
+    total, lowest = 0, None
     for t in ("MSmerge_contents", "MSmerge_tombstone"):
-        total += int(replica.scalar(
-            f"SELECT count(*) FROM {replica.meta(t)} WHERE tablenick IN ({nick_list}) AND generation > {p}{excl}",
-            params) or 0)
-    return total
+        n, g = replica.aggregate(
+            f"SELECT count(*), min(generation) FROM {replica.meta(t)} WHERE tablenick IN ({nick_list}) "
+            f"AND generation > {p}{excl}", params)
+        total += int(n or 0)
+        lowest = _lower(lowest, g)
+    return total, lowest
 
 
-def _pending_download(pub: Replica, arts: list[dict], scheme, registered: dict) -> int:
+def _lower(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(int(a), int(b))
+
+
+def _generation_time(replica: Replica, generation: int | None) -> Any:
+    """About when the changes of ``generation`` were made: when it was closed, or for the open
+    generation, when it was opened (it has been collecting changes since); for an open generation
+    of an older version, when the one before it closed."""
+    if generation is None:
+        return None
+    gh, p = replica.meta("MSmerge_genhistory"), replica.p
+    return replica.scalar(f"SELECT coalesce((SELECT coldate FROM {gh} WHERE generation = {p}), "
+                          f"(SELECT max(coldate) FROM {gh} WHERE generation < {p}))", [int(generation), int(generation)])
+
+
+def _pending_download(pub: Replica, arts: list[dict], scheme, registered: dict) -> tuple[int, int | None]:
     """What the publisher has for a subscription: every change of its unfiltered articles, and of the
     filtered ones only what concerns its partition (by their mappings, with precomputed partitions;
     ``scheme`` None: every change, as SetupBelongs evaluates them at the sync; so for articles with
-    partition_options = 3, which have no mappings)."""
+    partition_options = 3, which have no mappings); and the lowest generation holding one."""
     at_sync = evaluated_at_sync(arts, scheme, True) if scheme is not None else frozenset()
     filtered = {int(a["nickname"]) for a in arts if scheme is not None and scheme.articles[a["name"]].filtered
                 and int(a["nickname"]) not in at_sync}
     whole = [a["nickname"] for a in arts if int(a["nickname"]) not in filtered]
-    n = _count_after(pub, whole, registered["sentgen"], exclude_received_from=registered["replnickname"])
+    n, lowest = _count_after(pub, whole, registered["sentgen"], exclude_received_from=registered["replnickname"])
     if filtered and registered.get("partition_id") is not None:
-        n += _count_for_partition(pub, sorted(filtered), registered["sentgen"], int(registered["partition_id"]),
-                                  registered["replnickname"])
-    return n
+        m, g = _count_for_partition(pub, sorted(filtered), registered["sentgen"], int(registered["partition_id"]),
+                                    registered["replnickname"])
+        n, lowest = n + m, _lower(lowest, g)
+    return n, lowest
 
 
 def _count_for_partition(replica: Replica, nicknames: list[int], after: int | None, partition_id: int,
-                         exclude_received_from: int | None) -> int:
+                         exclude_received_from: int | None) -> tuple[int, int | None]:
     """Changes of filtered articles after ``after`` for one partition (as of the last partition
-    evaluation): upserts of rows in it, deletes and removals of rows that left it."""
+    evaluation): upserts of rows in it, deletes and removals of rows that left it; and the lowest
+    generation holding one."""
     if not nicknames:
-        return 0
+        return 0, None
     p = replica.p
     nick_list = ", ".join(str(int(n)) for n in nicknames)
     gh, cur, past = (replica.meta(t) for t in ("MSmerge_genhistory", "MSmerge_current_partition_mappings",
@@ -65,16 +89,16 @@ def _count_for_partition(replica: Replica, nicknames: list[int], after: int | No
     if exclude_received_from is not None:
         excl = f" AND x.generation NOT IN (SELECT generation FROM {gh} WHERE genstatus = 2 AND source_nickname = {p})"
         params.append(exclude_received_from)
-    ups = replica.scalar(
-        f"SELECT count(*) FROM {replica.meta('MSmerge_contents')} x JOIN {cur} cm ON cm.tablenick = x.tablenick "
-        f"AND cm.rowguid = x.rowguid AND cm.partition_id = {int(partition_id)} "
+    ups, g1 = replica.aggregate(
+        f"SELECT count(*), min(x.generation) FROM {replica.meta('MSmerge_contents')} x JOIN {cur} cm "
+        f"ON cm.tablenick = x.tablenick AND cm.rowguid = x.rowguid AND cm.partition_id = {int(partition_id)} "
         f"WHERE x.tablenick IN ({nick_list}) AND x.generation > {p}{excl}", params)
-    gone = replica.scalar(
-        f"SELECT count(DISTINCT x.rowguid) FROM {past} x WHERE x.partition_id = {int(partition_id)} "
+    gone, g2 = replica.aggregate(
+        f"SELECT count(DISTINCT x.rowguid), min(x.generation) FROM {past} x WHERE x.partition_id = {int(partition_id)} "
         f"AND x.tablenick IN ({nick_list}) AND x.generation > {p} AND NOT EXISTS (SELECT 1 FROM {cur} cm "
         f"WHERE cm.tablenick = x.tablenick AND cm.rowguid = x.rowguid AND cm.partition_id = x.partition_id)",
         [int(after or 0)])
-    return int(ups or 0) + int(gone or 0)
+    return int(ups or 0) + int(gone or 0), _lower(g1, g2)
 
 
 def _failed_count(replica: Replica, source_nick: int | None) -> int:
@@ -94,11 +118,43 @@ def _waiting(replica: Replica) -> list[str]:
 
 
 def gather_status(topology: Topology) -> dict[str, Any]:
+    """Every publication and subscription: watermarks, what is pending and since when, the last run of
+    each agent and its error; ``ok`` is False (``problems`` says why) while anything is stopped,
+    damaged, unreachable, expired or inactive."""
     out = _merge_status(topology)
     if topology.publications_of_kind("transactional"):
         from .transactional.status import gather
 
         out["transactional"] = gather(topology)
+    now = dt.datetime.now(dt.UTC)
+    out["time"] = now.isoformat()
+    out["problems"] = _problems(out, now)
+    out["ok"] = not out["problems"]
+    return out
+
+
+BAD_STATES = ("stopped", "damaged", "unreachable", "expired", "inactive")
+
+
+def _problems(st: dict[str, Any], now: dt.datetime) -> list[str]:
+    """One line per publication, subscription or database that is not replicating; and every
+    ``oldest_*`` timestamp gets its age in seconds beside it (``*_age``)."""
+    out = []
+    tx = st.get("transactional") or {}
+    for d in (st["publisher"], tx.get("distributor") or {}):
+        if d.get("state") == "unreachable":
+            out.append(f"{d.get('name', 'distributor')}: unreachable: {d.get('error', '')}")
+    for kind, entries in (("publication", st["publications"] + tx.get("publications", [])),
+                          ("subscription", st["subscriptions"] + tx.get("subscriptions", []))):
+        for e in entries:
+            for k in [k for k in e if k.startswith("oldest_")]:
+                e[f"{k}_age"] = age_seconds(e[k], now)
+            state = e.get("state") if kind == "publication" else e.get("status")
+            if state not in BAD_STATES:
+                continue
+            why = "; ".join(e.get("problems", [])) or e.get("error") or e.get("last_error") or e.get("message") or ""
+            since = f" since {e['stopped_since']}" if e.get("stopped_since") else ""
+            out.append(f"{kind} {e['name']}: {state}{since}" + (f": {why}" if why else ""))
     return out
 
 
@@ -115,6 +171,7 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                 if topology.publication(s.publication).kind == "merge":
                     out["subscriptions"].append({"name": s.name, "publication": s.publication, "status": "not set up"})
             return out
+        store.require_metadata(pub)             # older metadata: 'run sparksync setup to upgrade it'
         ident = store.replica_identity(pub)
         pub_nick = ident.nickname if ident else None     # None: damaged, reported by replica_problems
         out["publisher"].update({
@@ -143,13 +200,16 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                     "rows": pub.scalar(f"SELECT count(*) FROM {pub.table_sql(t)}"),
                 })
             damaged = replica_problems(pub, prow["pubid"])
+            snapshots = agent_state(pub, "MSsnapshot_history", f"pubid = {pub.dialect.uuid_param()}", [prow["pubid"]],
+                                    ("succeeded",))
             scheme = scheme_of(arts)
             precomputed = prow.get("use_partition_groups") in (None, 1)
             filtered = ({"partitions": describe_partitions(pub, prow["pubid"], arts, scheme, precomputed)}
                         if scheme.filtered else {})
             out["publications"].append({
                 "name": pcfg.name, "pubid": prow["pubid"], "kind": prow["kind"],
-                "state": "damaged" if damaged else "published", **({"problems": damaged} if damaged else {}),
+                "state": "damaged" if damaged else "stopped" if "stopped_since" in snapshots else "published",
+                **({"problems": damaged} if damaged else {}), **({"agent": "snapshot", **snapshots} if snapshots else {}),
                 "snapshot_generation": prow["snapshot_generation"],
                 "snapshot_time": prow["snapshot_time"].isoformat() if prow["snapshot_time"] else None,
                 "generation_leveling_threshold": prow["generation_leveling_threshold"], "articles": articles,
@@ -174,10 +234,15 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                     entry.update({"status": "expired", "problems": [expired]})
                     out["subscriptions"].append(entry)
                     continue
-                entry.update({"status": "active", "nickname": r["replnickname"], "partition_id": r["partition_id"],
+                runs = agent_state(pub, "MSmerge_sessions", f"pubid = {pub.dialect.uuid_param()} AND subscription = {pub.p}",
+                                   [prow["pubid"], s.name], ("succeeded",))
+                pending, lowest = _pending_download(pub, arts, scheme if precomputed else None, r)
+                entry.update({"status": "stopped" if "stopped_since" in runs else "active",
+                              "nickname": r["replnickname"], "partition_id": r["partition_id"],
                               "publisher_sentgen": r["sentgen"], "publisher_recgen": r["recgen"],
-                              "pending_download": _pending_download(pub, arts, scheme if precomputed else None, r),
-                              "failed_upload": _failed_count(pub, r["replnickname"])})
+                              "pending_download": pending,
+                              "oldest_pending_download": iso(_generation_time(pub, lowest)),
+                              "failed_upload": _failed_count(pub, r["replnickname"]), **runs})
                 try:
                     with connect(topology.resolve_url(s.database), s.name) as sub:
                         store.require_metadata(sub)
@@ -189,8 +254,10 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                             entry["subscriber_recgen"] = prow_sub[0]["recgen"]
                             entry["subscriber_sentgen"] = prow_sub[0]["sentgen"]
                         entry["open_generation"] = sub.dialect.current_open_generation(sub)
-                        entry["pending_upload"] = _count_after(sub, nicks, entry.get("subscriber_sentgen"),
-                                                               exclude_received_from=pub_nick)
+                        up, lowest = _count_after(sub, nicks, entry.get("subscriber_sentgen"),
+                                                  exclude_received_from=pub_nick)
+                        entry["pending_upload"] = up
+                        entry["oldest_pending_upload"] = iso(_generation_time(sub, lowest))
                         entry["failed_download"] = _failed_count(sub, pub_nick)
                         waiting = _waiting(sub)
                         if waiting:

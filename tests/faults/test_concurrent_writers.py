@@ -1,11 +1,16 @@
 """Writes committed while a merge applies are never overwritten (issue 9, "lost updates").
 
-A client (psql / the sqlite3 shell) holds a transaction that updated row 4 at the publisher while a
-merge uploads a subscriber's change of the same row. The merge waits for the row; when the client
-commits, the client's write is seen: with row tracking it is a conflict, logged, the publisher's
-version winning; with column tracking both column edits are kept. Never the silent loss of the
-committed write. Then, with a transaction held open, the merge says which generation waits for which
-backend, and the first merge after the writer ends converges.
+A merge reads a subscriber's change of row 4 and stops (failpoint ``apply.before_begin``, ``!pause``)
+just before its transaction at the publisher; a client (psql / the sqlite3 shell) then updates row 4
+there and holds its transaction open; the merge goes on and must wait for it: on PostgreSQL the test
+sees it blocked by the client's backend (``pg_blocking_pids``), on SQLite the client holds the
+database's write lock, which the merge's next statement needs. When the client commits, the client's
+write is seen: with row tracking it is a conflict, logged, the publisher's version winning; with
+column tracking both column edits are kept. Never the silent loss of the committed write. Then, with a
+transaction held open, the merge says which generation waits for which backend (SQLite: the merge,
+stopped where it closes the publisher's generation while the client holds the write lock, waits for
+it and sends its write), and the first merge after the writer ends converges. Every wait is on an
+event (a failpoint reached, a lock seen held or waited for), never on a sleep.
 """
 
 from __future__ import annotations
@@ -53,15 +58,41 @@ class Holder:
         kind = world.kinds["P"]
         if kind == "sqlite":
             cmd = ["sqlite3", world.urls["P"][len("sqlite:///"):]]
-            begin = "BEGIN IMMEDIATE;"
+            begin, probe = "BEGIN IMMEDIATE;", "SELECT 'held';"
         else:
             cmd = ["psql", world.urls["P"], "-q", "-tA", "-v", "ON_ERROR_STOP=1"]
-            begin = "BEGIN;"
+            begin, probe = "BEGIN;", "SELECT 'held ' || pg_backend_pid();"
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, env={**os.environ, "PGAPPNAME": "holder"})
-        self.proc.stdin.write(f"{begin}\n{statements}\nSELECT 'held';\n")
+        self.proc.stdin.write(f"{begin}\n{statements}\n{probe}\n")
         self.proc.stdin.flush()
-        assert self.proc.stdout.readline().strip().endswith("held")
+        line = self.proc.stdout.readline().strip()
+        assert line.startswith("held"), (line, self.proc.stderr.read() if self.proc.poll() is not None else "")
+        self.pid = int(line.split()[1]) if kind != "sqlite" else None
+
+    def holds_write_lock(self) -> bool:
+        """SQLite: the database's one write lock is taken (by this session: it is open and uncommitted)."""
+        import sqlite3
+
+        probe = sqlite3.connect(self.world.urls["P"][len("sqlite:///"):], timeout=0, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            return "locked" in str(e) or "busy" in str(e)
+        finally:
+            probe.close()
+        return False
+
+    def wait_until_waited_for(self, seconds: float = 60) -> None:
+        """PostgreSQL: until another backend is blocked by this session's locks."""
+        deadline = time.monotonic() + seconds
+        with connect(self.world.urls["P"]) as r:
+            while time.monotonic() < deadline:
+                if r.scalar("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                            [self.pid]):
+                    return
+                time.sleep(0.05)
+        raise AssertionError("the merge never waited for the held row")
 
     def commit(self) -> None:
         self.proc.stdin.write("COMMIT;\n")
@@ -70,35 +101,45 @@ class Holder:
 
 
 def _merge_in_background(world, **kw):
-    out = {}
-    t = threading.Thread(target=lambda: out.setdefault("summary", world.merge(**kw)))
+    out: dict = {}
+
+    def run():
+        try:
+            out["summary"] = world.merge(**kw)
+        except BaseException as e:  # noqa: BLE001 - re-raised by the test
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
     t.start()
     return t, out
 
 
-def _wait_until_blocked(world, seconds: float = 60) -> None:
-    """Until the merge is waiting for the holder's lock (PostgreSQL), or a moment (SQLite's busy wait)."""
-    if world.kinds["P"] == "sqlite":
-        time.sleep(3)
-        return
-    deadline = time.time() + seconds
-    with connect(world.urls["P"]) as r:
-        while time.time() < deadline:
-            if r.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND datname = current_database()"):
-                return
-            time.sleep(0.1)
-    raise AssertionError("the merge never waited for the held row")
-
-
-def test_a_write_committed_while_the_merge_waits_is_a_conflict_not_an_overwrite(world):
-    world.sql("S", 'UPDATE "TR" SET "b" = \'sub-b\' WHERE "id" = 4', 'UPDATE "TC" SET "b" = \'sub-b\' WHERE "id" = 4')
-    holder = Holder(world, 'UPDATE "TR" SET "a" = \'hq-a\' WHERE "id" = 4; UPDATE "TC" SET "a" = \'hq-a\' WHERE "id" = 4;')
-    thread, out = _merge_in_background(world, exchange="upload")
-    _wait_until_blocked(world)
-    holder.commit()
+def _finished(thread, out):
     thread.join(timeout=120)
-    summary = out["summary"]
+    assert not thread.is_alive(), "the merge did not finish"
+    if "error" in out:
+        raise out["error"]
+    return out["summary"]
+
+
+def test_a_write_committed_while_the_merge_waits_is_a_conflict_not_an_overwrite(world, failpoints):
+    world.sql("S", 'UPDATE "TR" SET "b" = \'sub-b\' WHERE "id" = 4', 'UPDATE "TC" SET "b" = \'sub-b\' WHERE "id" = 4')
+    failpoints("apply.before_begin P:0 !pause")
+    thread, out = _merge_in_background(world, exchange="upload")
+    holder = None
+    try:
+        failpoints.wait_paused("apply.before_begin", "P:0")   # S's changes read, nothing at P locked yet
+        holder = Holder(world, 'UPDATE "TR" SET "a" = \'hq-a\' WHERE "id" = 4; '
+                               'UPDATE "TC" SET "a" = \'hq-a\' WHERE "id" = 4;')
+        if world.kinds["P"] == "sqlite":
+            assert holder.holds_write_lock()                  # the merge's transaction must wait for it
+    finally:
+        failpoints.resume("apply.before_begin", "P:0")
+    assert holder is not None
+    if world.kinds["P"] != "sqlite":
+        holder.wait_until_waited_for()                        # the merge is blocked on row 4
+    holder.commit()
+    summary = _finished(thread, out)
     assert summary.ok, [s.errors for s in summary.subscriptions]
     # row tracking: the committed hq-a is kept, the subscriber's version lost a logged conflict
     assert (world.value("P", "TR", 4, "a"), world.value("P", "TR", 4, "b")) == ("hq-a", "b4")
@@ -113,18 +154,22 @@ def test_a_write_committed_while_the_merge_waits_is_a_conflict_not_an_overwrite(
         assert (world.value(who, "TC", 4, "a"), world.value(who, "TC", 4, "b")) == ("hq-a", "sub-b")
 
 
-def test_a_generation_held_by_an_open_transaction_is_named_and_the_next_merge_converges(world):
+def test_a_generation_held_by_an_open_transaction_is_named_and_the_next_merge_converges(world, failpoints):
     from sparksync.merge.generations import make_generation
 
     if world.kinds["P"] == "sqlite":
         # One writer at a time: the merge waits for the open transaction, then sends its write.
         holder = Holder(world, 'UPDATE "TR" SET "a" = \'late\' WHERE "id" = 7;')
+        failpoints("generation.make P !pause")
         thread, out = _merge_in_background(world)
-        time.sleep(2)
-        assert thread.is_alive()                           # waiting for the write lock
+        try:
+            failpoints.wait_paused("generation.make", "P")    # about to close the publisher's generation
+            assert holder.holds_write_lock()                  # which needs the lock the client holds
+        finally:
+            failpoints.resume("generation.make", "P")
         holder.commit()
-        thread.join(timeout=120)
-        assert out["summary"].ok and not out["summary"].waiting
+        summary = _finished(thread, out)
+        assert summary.ok and not summary.waiting
         assert world.value("S", "TR", 7, "a") == "late" and world.value("G", "TR", 7, "a") == "late"
         return
 

@@ -29,16 +29,34 @@ def _writer(url: str, kind: str, stop: threading.Event, done: list) -> None:
             time.sleep(0.002)
 
 
+def _commit_when_waited_for(url: str, held, setup_done: threading.Event, seen: list) -> None:
+    """Commit ``held`` once another backend (setup) is seen waiting for it (``pg_blocking_pids``), or
+    when setup is over without having waited (``seen`` stays empty: the test fails)."""
+    pid = held.scalar("SELECT pg_backend_pid()")
+    try:
+        with connect(url) as r:
+            while not setup_done.is_set():
+                if r.scalar("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", [pid]):
+                    seen.append(pid)
+                    break
+                setup_done.wait(0.05)
+    finally:
+        held.execute("COMMIT")
+
+
 @pytest.mark.parametrize("publisher", ["postgresql", "sqlite"])
 def test_writes_during_the_snapshot_arrive_once(spark, dbs, tmp_path, pg_admin_url, publisher):
     tx = build(dbs, tmp_path, publisher, {"R": "postgresql", "L": "sqlite"}, seed_ids=range(1, 200))
-    held = None
+    held = committer = None
+    setup_done, waited_for = threading.Event(), []
     if publisher == "postgresql":
-        # a transaction open when the snapshot is taken, committed while setup waits for it
+        # a transaction open when setup starts capturing, committed while setup waits for it (seen waiting)
         held = connect(tx.publisher_url)
         held.execute("BEGIN")
         held.execute(vendor_rows(publisher, [900]))
-        threading.Timer(2.0, lambda: held.execute("COMMIT")).start()
+        committer = threading.Thread(target=_commit_when_waited_for,
+                                     args=(tx.publisher_url, held, setup_done, waited_for))
+        committer.start()
     stop, done = threading.Event(), []
     writer = threading.Thread(target=_writer, args=(tx.publisher_url, publisher, stop, done))
     writer.start()
@@ -46,11 +64,15 @@ def test_writes_during_the_snapshot_arrive_once(spark, dbs, tmp_path, pg_admin_u
         setup_topology(tx, spark)
     finally:
         stop.set()
+        setup_done.set()
         writer.join()
+        if committer is not None:
+            committer.join()
         if held is not None:
-            time.sleep(0.1)
             held.close()
     assert len(done) > 10
+    if publisher == "postgresql":
+        assert waited_for, "setup never waited for the open transaction"
     summary = replicate(tx, spark)
     assert summary.ok, summary.to_dict()
     assert all(s.errors == [] for s in summary.subscriptions)

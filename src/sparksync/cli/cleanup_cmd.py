@@ -8,8 +8,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from ..locks import DEFAULT_WAIT
 from ..merge.cleanup import CleanupSummary, cleanup
-from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load, reporter
+from .common import DEFAULT_CONFIG_PATH, ConfigOption, LockTimeoutOption, console, handle_errors, load, reporter
 
 
 def _print(summary: CleanupSummary) -> None:
@@ -31,6 +32,7 @@ def cleanup_command(
                                                     help="Only the replicas of this merge publication.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be removed; remove nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    lock_timeout: LockTimeoutOption = DEFAULT_WAIT,
 ) -> None:
     """Remove merge metadata that no replica needs any more: tombstones, generation history and partition
     mappings older than the publication's retention and received by every subscription that has not

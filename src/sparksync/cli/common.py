@@ -12,6 +12,7 @@ from typing import IO, Annotated, cast
 import typer
 from rich.console import Console
 
+from .. import locks
 from ..config import DEFAULT_CONFIG, Topology
 from ..errors import ConfigurationError, SparksyncError
 from ..redaction import RedactingStream
@@ -20,9 +21,13 @@ from ..topology import load_config
 
 # Everything the CLI prints goes through the redaction: no password reaches a terminal or a log.
 # (RedactingStream forwards everything else to the real stream: rich sees a terminal as a terminal.)
-console = Console(file=cast(IO[str], RedactingStream(lambda: sys.stdout)))
-err_console = Console(file=cast(IO[str], RedactingStream(lambda: sys.stderr)), stderr=True)
+# soft_wrap: a message is one line, whatever the width (a log, a pipe)
+console = Console(file=cast(IO[str], RedactingStream(lambda: sys.stdout)), soft_wrap=True)
+err_console = Console(file=cast(IO[str], RedactingStream(lambda: sys.stderr)), stderr=True, soft_wrap=True)
 
+LockTimeoutOption = Annotated[float, typer.Option(
+    "--lock-timeout", min=0.0, help="Seconds to wait for a publication's lock held by another command "
+    "(0: refuse at once, naming the holder).")]
 ConfigOption = Annotated[Path, typer.Option("--config", "-c", help="Topology configuration file (TOML).",
                                             show_default=True)]
 DEFAULT_CONFIG_PATH = Path(DEFAULT_CONFIG)
@@ -38,7 +43,8 @@ def load(config: Path) -> Topology:
 
 # Exit codes by error code: the configuration and the command line are the user's to fix (2, like a
 # usage error); everything else that stops a command is 1. Interrupted: 130.
-EXIT_CODES = {"config": 2, "invalid_name": 2}
+# A lock held by another command past --lock-timeout: 75 (EX_TEMPFAIL), nothing was done; try later.
+EXIT_CODES = {"config": 2, "invalid_name": 2, "busy": 75}
 
 
 def exit_code(error: SparksyncError) -> int:
@@ -47,12 +53,15 @@ def exit_code(error: SparksyncError) -> int:
 
 def handle_errors(fn):
     """Run a command: typed errors (raised here or reported by a Spark task) become one message and
-    the exit code of their code, never a traceback."""
+    the exit code of their code, never a traceback. A command with a ``lock_timeout`` parameter waits
+    that long for a held lock (``locks.waiting``), saying so on stderr."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        _fit_output()
         try:
-            return fn(*args, **kwargs)
+            with locks.waiting(kwargs.get("lock_timeout"), reporter):
+                return fn(*args, **kwargs)
         except (typer.Exit, typer.TyperException):
             raise           # a usage error is printed by typer with the command's usage, exit 2
         except KeyboardInterrupt:
@@ -71,6 +80,16 @@ def handle_errors(fn):
             raise typer.Exit(1) from None
 
     return wrapper
+
+
+WIDE = 250          # columns of output that is not a terminal (a log, a pipe, `| less`): tables are not cut
+
+
+def _fit_output() -> None:
+    """Tables as wide as they need when the output is not a terminal (rich would cut them at 80
+    columns); a terminal's own width otherwise."""
+    for c in (console, err_console):
+        c.width = None if c.is_terminal else WIDE  # type: ignore[assignment]
 
 
 def check_subscriptions(topology: Topology, names: list[str] | None, kind: str, other_command: str) -> None:

@@ -9,8 +9,9 @@ import typer
 from rich.table import Table
 
 from ..conflict_view import list_conflicts, list_failed_changes
+from ..locks import DEFAULT_WAIT
 from ..merge.override import resolve_conflict
-from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load
+from .common import DEFAULT_CONFIG_PATH, ConfigOption, LockTimeoutOption, console, handle_errors, load
 
 
 @handle_errors
@@ -25,6 +26,7 @@ def conflicts_command(
     keep: Annotated[str | None, typer.Option("--keep", help="With --resolve: winner (confirm) | loser (make the "
                                                             "losing version the winner everywhere).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    lock_timeout: LockTimeoutOption = DEFAULT_WAIT,
 ) -> None:
     """List logged conflicts: type, reason, loser, winner, and the losing row; or resolve one again."""
     topology = load(config)

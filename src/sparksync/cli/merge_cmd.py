@@ -9,10 +9,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from ..locks import DEFAULT_WAIT, LockBusy
 from ..merge.agent import DEFAULT_GENERATIONS_PER_BATCH, DirectionStats, MergeAgent, MergeOptions, MergeSummary
 from .common import (
     DEFAULT_CONFIG_PATH,
     ConfigOption,
+    LockTimeoutOption,
     check_subscriptions,
     console,
     handle_errors,
@@ -68,6 +70,7 @@ def merge_command(
     no_cleanup: Annotated[bool, typer.Option("--no-cleanup", help="Skip the retention cleanup at the end of the "
                                                                  "session (see 'sparksync cleanup').")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable session summary.")] = False,
+    lock_timeout: LockTimeoutOption = DEFAULT_WAIT,
 ) -> None:
     """Synchronize subscriptions: upload their changes, then download the publisher's, resolving conflicts."""
     if exchange_type not in ("both", "upload", "download"):
@@ -80,7 +83,17 @@ def merge_command(
     n = 0
     failed = False
     while True:
-        summary = agent.run(options)
+        try:
+            summary = agent.run(options)
+        except LockBusy as e:
+            if not continuous:
+                raise
+            reporter(f"{e.message}; trying again next round")    # another command's turn, not a failure
+            n += 1
+            if rounds and n >= rounds:
+                break
+            time.sleep(polling_interval)
+            continue
         n += 1
         failed = failed or not summary.ok
         if as_json:

@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
+from ..locks import DEFAULT_WAIT
 from ..reinit import reinitialize
-from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load, make_spark, reporter
+from .common import DEFAULT_CONFIG_PATH, ConfigOption, LockTimeoutOption, console, handle_errors, load, make_spark, reporter
 
 
 @handle_errors
@@ -17,13 +18,19 @@ def reinit_command(
     upload_first: Annotated[bool, typer.Option("--upload-first", help="Merge its changes to the publisher first, "
                                                                       "so nothing made there is lost.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Discard its changes that were not uploaded.")] = False,
+    lock_timeout: LockTimeoutOption = DEFAULT_WAIT,
 ) -> None:
     """Re-create a subscription from a snapshot: an expired, damaged or restored subscriber, or one whose
     database was lost or replaced (merge or transactional)."""
     topology = load(config)
     summary = reinitialize(topology, make_spark(topology), subscription, upload_first, yes, reporter)
     mine = [r for r in summary.initialized if r.subscription == subscription and r.ok]
+    rows = mine[0].rows if mine else 0
+    if subscription in summary.caught_up:
+        console.print(f"[green]reinitialized[/] {subscription}: {rows} rows from the snapshot, then "
+                      f"{summary.caught_up[subscription]} change(s) made since", highlight=False)
+        return
     agent = "merge" if topology.publication(topology.subscription(subscription).publication).kind == "merge" \
         else "distribute"
-    console.print(f"[green]reinitialized[/] {subscription}: {mine[0].rows if mine else 0} rows from the snapshot; "
-                  f"the next {agent} brings the changes since")
+    console.print(f"[green]reinitialized[/] {subscription}: {rows} rows from the snapshot; "
+                  f"the next {agent} brings the changes since", highlight=False)

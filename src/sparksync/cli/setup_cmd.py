@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from ..locks import DEFAULT_WAIT
 from ..provision import setup
-from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load, make_spark, reporter
+from .common import DEFAULT_CONFIG_PATH, ConfigOption, LockTimeoutOption, console, handle_errors, load, make_spark, reporter
 
 
 @handle_errors
-def setup_command(config: ConfigOption = DEFAULT_CONFIG_PATH) -> None:
+def setup_command(config: ConfigOption = DEFAULT_CONFIG_PATH, lock_timeout: LockTimeoutOption = DEFAULT_WAIT) -> None:
     """Publish, track, snapshot and initialize subscribers (idempotent: safe to run again)."""
     topology = load(config)
     summary = setup(topology, make_spark(topology), reporter)

@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
+from ..locks import DEFAULT_WAIT
 from ..provision import check_snapshot_dir, snapshot
-from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load, make_spark, reporter
+from .common import DEFAULT_CONFIG_PATH, ConfigOption, LockTimeoutOption, console, handle_errors, load, make_spark, reporter
 
 
 @handle_errors
@@ -15,6 +16,7 @@ def snapshot_command(
     config: ConfigOption = DEFAULT_CONFIG_PATH,
     publication: Annotated[list[str] | None, typer.Option("--publication", "-p",
                                                              help="Only this publication (repeatable).")] = None,
+    lock_timeout: LockTimeoutOption = DEFAULT_WAIT,
 ) -> None:
     """(Re)write the publication's snapshot: each article as Parquet, plus the rows' lineage."""
     topology = load(config)

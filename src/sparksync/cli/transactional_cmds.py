@@ -9,12 +9,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from ..locks import DEFAULT_WAIT, LockBusy
 from ..transactional import tracer
 from ..transactional.agent import DistributeOptions, DistributeSummary, DistributionAgent
 from ..transactional.logreader import READ_BATCH, run_logreader
 from .common import (
     DEFAULT_CONFIG_PATH,
     ConfigOption,
+    LockTimeoutOption,
     check_subscriptions,
     console,
     handle_errors,
@@ -40,6 +42,13 @@ class _Rounds:
         self.continuous, self.polling, self.rounds = continuous, polling, rounds
         self.busy = False          # set by the caller: the round just run found work
 
+    def skip(self, busy: LockBusy) -> None:
+        """A lock held by another command past the lock timeout: another command's turn, not a failure
+        of a continuous agent (it tries again next round); a single run stops with the error."""
+        if not self.continuous:
+            raise busy
+        reporter(f"{busy.message}; trying again next round")
+
     def __iter__(self):
         n = 0
         while True:
@@ -60,6 +69,7 @@ def logreader_command(
     read_batch: Annotated[int, typer.Option("--read-batch", min=1, help="Changes per read (whole transactions).")] =
     READ_BATCH,
     continuous: Continuous = False, polling_interval: Polling = 5.0, rounds: Rounds = 0, as_json: Json = False,
+    lock_timeout: LockTimeoutOption = DEFAULT_WAIT,
 ) -> None:
     """Move committed transactions from the publisher's log to the distribution database."""
     topology = load(config)
@@ -67,8 +77,12 @@ def logreader_command(
         topology.publication(p)
     rounds_ = _Rounds(continuous, polling_interval, rounds)
     for _ in rounds_:
-        runs = run_logreader(topology, list(publication) if publication else None, read_batch,
-                             reporter if not as_json else (lambda m: None))
+        try:
+            runs = run_logreader(topology, list(publication) if publication else None, read_batch,
+                                 reporter if not as_json else (lambda m: None))
+        except LockBusy as e:
+            rounds_.skip(e)
+            continue
         rounds_.busy = any(r.transactions for r in runs)
         if as_json:
             console.print_json(json.dumps([r.to_dict() for r in runs], default=str))
@@ -104,6 +118,7 @@ def distribute_command(
     subscription: Annotated[list[str] | None, typer.Option("--subscription", "-s",
                                                               help="Only this subscription (repeatable).")] = None,
     continuous: Continuous = False, polling_interval: Polling = 5.0, rounds: Rounds = 0, as_json: Json = False,
+    lock_timeout: LockTimeoutOption = DEFAULT_WAIT,
 ) -> None:
     """Deliver queued commands to the subscriptions of transactional publications."""
     topology = load(config)
@@ -112,7 +127,11 @@ def distribute_command(
     failed = False
     rounds_ = _Rounds(continuous, polling_interval, rounds)
     for _ in rounds_:
-        summary = agent.run(DistributeOptions(list(subscription) if subscription else None))
+        try:
+            summary = agent.run(DistributeOptions(list(subscription) if subscription else None))
+        except LockBusy as e:
+            rounds_.skip(e)
+            continue
         rounds_.busy = summary.ok and any(s.transactions for s in summary.subscriptions)
         failed = failed or not summary.ok
         if as_json:
@@ -170,6 +189,7 @@ def schema_change_command(
     config: ConfigOption = DEFAULT_CONFIG_PATH,
     add_column: Annotated[str | None, typer.Option("--add-column", help="'Name type': add a nullable column.")] = None,
     drop_column: Annotated[str | None, typer.Option("--drop-column", help="Drop this column.")] = None,
+    lock_timeout: LockTimeoutOption = DEFAULT_WAIT,
 ) -> None:
     """Add or drop a column of a published table; the change reaches subscribers in order with the data."""
     from ..merge import schema_changes

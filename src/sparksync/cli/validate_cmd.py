@@ -9,8 +9,18 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from ..locks import DEFAULT_WAIT
 from ..merge.validation import ValidationReport, repair, validate
-from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load, make_spark, reporter
+from .common import (
+    DEFAULT_CONFIG_PATH,
+    ConfigOption,
+    LockTimeoutOption,
+    console,
+    handle_errors,
+    load,
+    make_spark,
+    reporter,
+)
 
 SHOWN = 20          # differing rows printed per article (--json lists them all)
 
@@ -58,6 +68,7 @@ def validate_command(
                                                            "the publisher (publisher wins); implies --checksum.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="With --repair: do not ask.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    lock_timeout: LockTimeoutOption = DEFAULT_WAIT,
 ) -> None:
     """Check that subscribers hold the publisher's rows (a merge subscriber: its partition of them): row
     counts and, with --checksum, checksums and the rows that differ. Exit code 1 when any differs."""
@@ -76,12 +87,20 @@ def validate_command(
                 raise typer.Exit(1)
         repaired = repair(topology, report, quiet)
         done = {s.subscription: s.repaired for s in repaired.subscriptions}
+        left = {s.subscription: s.skipped for s in repaired.subscriptions}
         report = validate(topology, make_spark(topology), publication, list(subscription) if subscription else None,
                           True, quiet)
         for s in report.subscriptions:
-            s.repaired = done.get(s.subscription, 0)
+            s.repaired, s.skipped = done.get(s.subscription, 0), left.get(s.subscription, [])
         if not as_json:
-            console.print(f"repaired {sum(done.values())} row(s); validated again:")
+            skipped = [(name, x) for name, xs in left.items() for x in xs]
+            console.print(f"repaired {sum(done.values())} row(s)"
+                          + (f"; left {len(skipped)} row(s) as they are (the reason below)" if skipped else "")
+                          + "; validated again:", highlight=False)
+            for name, x in skipped[:SHOWN]:
+                console.print(f"  {name} {x.article}: row {x.key} left: {x.reason}", highlight=False)
+            if len(skipped) > SHOWN:
+                console.print(f"  ... and {len(skipped) - SHOWN} more (--json lists them)", highlight=False)
     if as_json:
         console.print_json(json.dumps(report.to_dict(), default=str))
     else:

@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import SchemaError, SparksyncError
 from ..names import TableName, quote_ident
 from ..types import Kind, SqlType
+from .agent_locks import AgentLock
 from .model import TableInfo
 from .replica import Replica
 
@@ -413,11 +414,9 @@ class Dialect(ABC):
         return []
 
     @abstractmethod
-    def try_agent_lock(self, replica: Replica, key: str) -> bool:
-        """Take a lock that only one agent at a time can hold for ``key`` (until released or closed)."""
-
-    @abstractmethod
-    def release_agent_lock(self, replica: Replica, key: str) -> None: ...
+    def agent_lock(self, url: str, key: str) -> AgentLock:
+        """The lock named ``key`` in the database at ``url``, which one process at a time holds
+        (``agent_locks.py``; who takes which: ``sparksync/locks.py``)."""
 
     def unstorable(self, t: SqlType, value: Any) -> str | None:
         """Why this database cannot hold ``value`` (a logical value of type ``t``) exactly, or None.

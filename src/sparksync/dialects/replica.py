@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SparksyncError
+from ..errors import ConnectionFailed, SparksyncError
 from ..names import TableName
 from ..redaction import redact
 from .model import TableInfo
@@ -42,7 +42,7 @@ class Replica:
         except SparksyncError:
             raise
         except Exception as exc:  # noqa: BLE001 - translated, cause kept
-            raise self.dialect.translate_error(exc, f"{self.label}: {_first_line(sql)}") from exc
+            raise self._error(exc, f"{self.label}: {_first_line(sql)}") from exc
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> int | None:
         """Run ``sql`` once per row; returns the rows affected in all (None where the driver cannot say)."""
@@ -51,7 +51,7 @@ class Replica:
         except SparksyncError:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise self.dialect.translate_error(exc, f"{self.label}: {_first_line(sql)}") from exc
+            raise self._error(exc, f"{self.label}: {_first_line(sql)}") from exc
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         try:
@@ -59,7 +59,7 @@ class Replica:
         except SparksyncError:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise self.dialect.translate_error(exc, f"{self.label}: {_first_line(sql)}") from exc
+            raise self._error(exc, f"{self.label}: {_first_line(sql)}") from exc
 
     def query_one(self, sql: str, params: Sequence[Any] = ()) -> tuple | None:
         rows = self.query(sql, params)
@@ -82,21 +82,35 @@ class Replica:
         if self._in_tx:
             yield self
             return
-        self.execute(self.dialect.begin_write_sql)
-        self._in_tx = True
+        self.begin()
         try:
             yield self
         except BaseException:
-            self._in_tx = False
-            with contextlib.suppress(Exception):
-                self.dialect.rollback(self.raw)
+            self.rollback()
             raise
         else:
-            self._in_tx = False
-            try:
-                self.dialect.commit(self.raw)
-            except Exception as exc:  # noqa: BLE001
-                raise self.dialect.translate_error(exc, f"{self.label}: commit") from exc
+            self.commit()
+
+    def begin(self) -> None:
+        """Open a write transaction that the caller ends with :meth:`commit` or :meth:`rollback`:
+        for a transaction no one ``with`` block can hold (a subscription's streams, each on its own
+        connection, commit together once all of them have succeeded). Prefer :meth:`transaction`."""
+        self.execute(self.dialect.begin_write_sql)
+        self._in_tx = True
+
+    def commit(self) -> None:
+        """Commit the open transaction; a failure is a typed error (transient when the connection was lost)."""
+        self._in_tx = False
+        try:
+            self.dialect.commit(self.raw)
+        except Exception as exc:  # noqa: BLE001
+            raise self._error(exc, f"{self.label}: commit") from exc
+
+    def rollback(self) -> None:
+        """Roll the open transaction back (nothing to do on a lost connection: the server did)."""
+        self._in_tx = False
+        with contextlib.suppress(Exception):
+            self.dialect.rollback(self.raw)
 
     @property
     def in_transaction(self) -> bool:
@@ -118,9 +132,41 @@ class Replica:
     def reflect(self, name: TableName) -> TableInfo | None:
         return self.dialect.reflect_table(self, name)
 
+    # -- the connection ---------------------------------------------------------------------
+    @property
+    def lost(self) -> bool:
+        """The connection is gone (the server ended it, the network dropped it, or it was closed):
+        every statement on it fails the same way until :meth:`reconnect`."""
+        return bool(getattr(self.raw, "closed", False) or getattr(self.raw, "broken", False))
+
+    def reconnect(self) -> None:
+        """A new connection to the same database in place of this one (same URL and label). What the
+        old one held is gone: its open transaction (rolled back by the server, unless its commit got
+        through before the connection was lost), session settings, temporary tables."""
+        fresh = self.dialect.connect(self.url, self.label)
+        self.close()
+        self.raw, self._in_tx = fresh.raw, False
+
+    def revive(self) -> bool:
+        """:meth:`reconnect` if the connection was lost; True when it was (raises ``ConnectionFailed``,
+        a transient error, while the database cannot be reached)."""
+        if not self.lost:
+            return False
+        self.reconnect()
+        return True
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.raw.close()
+
+    def _error(self, exc: Exception, context: str) -> SparksyncError:
+        """The driver's error, translated by the dialect. On a connection that is lost it is transient,
+        whatever the server said last (an administrator's command, a crash of another backend): a
+        reconnection may well succeed."""
+        error = self.dialect.translate_error(exc, context)
+        if not error.transient and self.lost:
+            return ConnectionFailed(error.message, obj=error.obj)
+        return error
 
     def __enter__(self) -> Replica:
         return self

@@ -15,11 +15,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .. import failpoints
+from .. import failpoints, locks
 from ..config import PublicationConfig, SubscriptionConfig, Topology
 from ..dialects import connect
 from ..dialects.replica import Replica
@@ -471,19 +472,38 @@ class MergeAgent:
     def _publication(self, pubcfg: PublicationConfig, subs: list[SubscriptionConfig], options: MergeOptions,
                      summary: MergeSummary) -> None:
         topo = self.topology
-        with connect(topo.publisher_url, topo.publisher.name) as pub:
+        with locks.hold(topo, "merge", [pubcfg.name], self.report), \
+                connect(topo.publisher_url, topo.publisher.name) as pub:
             store.require_metadata(pub)
             prows = store.select_rows(pub, "sysmergepublications", {"name": pubcfg.name})
             if not prows:
                 raise NotInitialized(f"publication {pubcfg.name} is not published; run 'sparksync setup'")
-            prow = prows[0]
-            pubid = prow["pubid"]
-            if not pub.dialect.try_agent_lock(pub, f"merge:{pubid}"):
-                raise SparksyncError(f"publication {pubcfg.name}: another merge agent is running", obj=pubcfg.name)
             try:
-                self._session(pub, pubcfg, prow, subs, options, summary)
-            finally:
-                pub.dialect.release_agent_lock(pub, f"merge:{pubid}")
+                self._session(pub, pubcfg, prows[0], subs, options, summary)
+            except Exception as e:
+                self._failed_history(pub, prows[0]["pubid"], subs, summary, e)
+                raise
+
+    def _failed_history(self, pub: Replica, pubid: str, subs: list[SubscriptionConfig], summary: MergeSummary,
+                        error: Exception) -> None:
+        """A session that stopped before its end (the publisher damaged or drifted, a resolver that cannot
+        be loaded, a failed Spark job): one failed session row per subscription, with the error, so
+        ``status`` shows them stopped and why. Best effort: the error itself is what the caller sees."""
+        message = ErrorInfo.of(error).recorded()
+        now = store.utcnow()
+        with contextlib.suppress(Exception), pub.transaction():
+            recorded = {r["subscription"] for r in store.select_rows(pub, "MSmerge_sessions",
+                                                                    {"session_id": summary.session_id})}
+            for s in subs:
+                if s.name in recorded:
+                    continue
+                store.insert_row(pub, "MSmerge_sessions", {
+                    "session_id": summary.session_id, "subscription": s.name, "pubid": pubid,
+                    "start_time": summary.started_at, "end_time": now,
+                    "duration": (now - summary.started_at).total_seconds(), "status": "failed",
+                    **{f"{d}_{k}": 0 for d in ("upload", "download") for k in ("inserts", "updates", "deletes",
+                                                                                  "conflicts")},
+                    "retries": 0, "failed": 0, "message": message})
 
     def _session(self, pub: Replica, pubcfg: PublicationConfig, prow: dict, subs: list[SubscriptionConfig],
                  options: MergeOptions, summary: MergeSummary) -> None:

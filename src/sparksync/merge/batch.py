@@ -194,6 +194,7 @@ class _BatchApplier:
 
     def run(self) -> None:
         replica, dest, batch, outcome = self.replica, self.dest, self.batch, self.outcome
+        failpoints.hit("apply.before_begin", f"{dest.name}:{batch.seq}")   # tests: changes read, nothing locked
         with replica.transaction():
             wm = read_watermark(replica, dest, batch.source)
             if wm is not None and wm >= batch.hi and not batch.retry:

@@ -25,10 +25,12 @@ snapshot older than it cannot initialize subscriptions, ``setup`` writes a new o
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import time
 from dataclasses import dataclass, field
 
+from .. import locks
 from ..config import Topology
 from ..dialects import connect
 from ..dialects.replica import Replica
@@ -247,15 +249,16 @@ def cleanup(topology: Topology, publication: str | None = None, dry_run: bool = 
             if url not in seen:
                 seen.add(url)
                 targets.append((s.name, url, "subscriber"))
-    for name, url, role in targets:
-        try:
-            with connect(url, name) as replica:
-                store.require_metadata(replica)
-                result = clean_replica(replica, name, role, now, names, dry_run, orphans)
-        except SparksyncError as e:
-            result = ReplicaCleanup(name, role, error=e.message)
-        summary.replicas.append(result)
-        report(f"cleanup {name}: " + (f"FAILED: {result.error}" if result.error else _describe(result, dry_run)))
+    with contextlib.nullcontext() if dry_run else locks.hold(topology, "cleanup", sorted(names), report):
+        for name, url, role in targets:
+            try:
+                with connect(url, name) as replica:
+                    store.require_metadata(replica)
+                    result = clean_replica(replica, name, role, now, names, dry_run, orphans)
+            except SparksyncError as e:
+                result = ReplicaCleanup(name, role, error=e.message)
+            summary.replicas.append(result)
+            report(f"cleanup {name}: " + (f"FAILED: {result.error}" if result.error else _describe(result, dry_run)))
     return summary
 
 

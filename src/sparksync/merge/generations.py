@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from .. import failpoints
 from ..dialects.replica import Replica
 from ..metadata import store
 
@@ -36,7 +37,7 @@ def _max_generation(replica: Replica) -> int:
 def _insert_open(replica: Replica, generation: int, nickname: int, pubid: str | None = None) -> None:
     store.insert_row(replica, "MSmerge_genhistory", {
         "generation": generation, "guidsrc": store.new_guid(), "pubid": pubid, "genstatus": 0, "settled": 1,
-        "nicknames": [nickname], "changecount": 0, "coldate": None,
+        "nicknames": [nickname], "changecount": 0, "coldate": store.utcnow(),   # opened now; closing sets it again
     })
 
 
@@ -130,6 +131,7 @@ def _close(replica: Replica, generation: int, threshold: int, genstatus: int, ni
 
 def make_generation(replica: Replica, nickname: int, threshold: int = 1000) -> MakeGenerationResult:
     """Close the open generation if it holds changes (sp_MSmakegeneration), then settle older ones."""
+    failpoints.hit("generation.make", replica.label)     # tests: just before this replica's write lock is needed
     d = replica.dialect
     result = MakeGenerationResult()
     # Settle older generations first: leveling one of them numbers its chunks above the open

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import locks
 from ..config import Topology
 from ..conflict_view import list_conflicts
 from ..dialects import connect
@@ -37,11 +38,22 @@ def resolve_conflict(topology: Topology, conflict_id: str, keep: str) -> dict[st
     """Resolve conflict ``conflict_id`` (as listed by ``sparksync conflicts``) by keeping ``keep``."""
     if keep not in KEEP:
         raise ConfigurationError(f"--keep must be winner or loser, not {keep!r}")
+    c = _find(topology, conflict_id)
+    # Decided under the publication's lock: two overrides of one conflict, or one beside a merge that
+    # moves its row, never both write.
+    with locks.hold(topology, "conflicts --resolve", [c["publication"]]):
+        return _resolve(topology, _find(topology, conflict_id), conflict_id, keep)
+
+
+def _find(topology: Topology, conflict_id: str) -> dict[str, Any]:
     found = [r for r in list_conflicts(topology) if str(r["conflict_id"]) == conflict_id.strip().lower()]
     if not found:
         raise ConflictNotResolvable(f"no conflict with ID {conflict_id} (sparksync conflicts --json lists their IDs)",
                                     obj=conflict_id)
-    c = found[0]
+    return found[0]
+
+
+def _resolve(topology: Topology, c: dict[str, Any], conflict_id: str, keep: str) -> dict[str, Any]:
     if c.get("resolution"):
         raise ConflictNotResolvable(f"conflict {conflict_id} was resolved already (kept the {c['resolution']}, "
                                     f"{c['resolved_at']})", obj=conflict_id)

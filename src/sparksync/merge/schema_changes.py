@@ -270,6 +270,7 @@ def change(topology, publication: str, article: str, add: str | None = None, dro
     triggers go, the table is altered (``add``: "Name type", a nullable column; ``drop``: "Name"), and
     the publication is published again, which records the change and regenerates the triggers. A
     change that cannot be replicated rolls back whole. Returns what was recorded."""
+    from .. import locks
     from ..dialects import connect
     from ..errors import ConfigurationError, SchemaError
     from ..names import TableName, check_identifier
@@ -279,7 +280,8 @@ def change(topology, publication: str, article: str, add: str | None = None, dro
     pcfg = topology.publication(publication)
     if (add is None) == (drop is None):
         raise ConfigurationError("give exactly one of --add-column and --drop-column")
-    with connect(topology.publisher_url, topology.publisher.name) as pub:
+    with locks.hold(topology, "schema-change", [publication]), \
+            connect(topology.publisher_url, topology.publisher.name) as pub:
         store.require_metadata(pub)
         d = pub.dialect
         prows = store.select_rows(pub, "sysmergepublications", {"name": publication})

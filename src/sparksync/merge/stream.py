@@ -101,16 +101,21 @@ def apply_stream(ctx: ApplyContext, batches: Iterable) -> Iterator[dict]:
             replica = replicas.get(dest_name)
             if replica is None:
                 replica = replicas[dest_name] = connect(dest.url, dest.name)
-            articles = _articles(replica, ctx.pubid)
+            # a connection lost on the way (a server restart, a terminated backend) is opened again
+            # before the next try; a batch whose commit got through is then skipped by its watermark
+            reconnect = [replica]
+            articles = with_retries(functools.partial(_articles, replica, ctx.pubid), connections=reconnect)
             for b in dest.batches[source]:
                 if b.seq >= seq or done.get((dest_name, source), -1) >= b.seq:
                     continue
-                out = with_retries(functools.partial(apply_batch, replica, ctx, dest, b, {}, articles))
+                out = with_retries(functools.partial(apply_batch, replica, ctx, dest, b, {}, articles),
+                                   connections=reconnect)
                 done[(dest_name, source)] = b.seq
                 yield _result(dest_name, source, b.seq, out)
             batch = next(b for b in dest.batches[source] if b.seq == seq)
             changes = _by_article(slices)
-            out = with_retries(lambda: apply_batch(replica, ctx, dest, batch, changes, articles))
+            out = with_retries(functools.partial(apply_batch, replica, ctx, dest, batch, changes, articles),
+                               connections=reconnect)
             done[(dest_name, source)] = seq
             yield _result(dest_name, source, seq, out)
         except Exception as e:  # noqa: BLE001 - one destination's failure must not stop the others

@@ -18,27 +18,34 @@ key) against the rows it holds:
 subscriber from the publisher (publisher wins), as changes received from the publisher (never
 uploaded back), and the extra rows removed with their metadata, in one transaction per subscriber;
 parents before children. Only for a subscription with nothing pending either way (a difference may
-otherwise be a change the next merge delivers).
+otherwise be a change the next merge delivers). Applications keep writing meanwhile: inside that
+transaction the rows are locked, then looked at again, and a row changed at the subscriber since
+validation (not uploaded yet, or in a version the publisher's row does not include) is left as it is,
+reported in ``skipped`` (the next merge uploads it); a row and its lineage are read from the
+publisher by one statement.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import failpoints, locks
 from ..config import Topology
 from ..dialects import connect, dialect_for_url
 from ..dialects.model import Column, from_table_dict
 from ..dialects.replica import Replica
-from ..errors import ConfigurationError, NotInitialized, ReplicaDamaged, SparksyncError
+from ..errors import CHANGE_REJECTED, ConfigurationError, NotInitialized, ReplicaDamaged, SparksyncError
 from ..metadata import store
 from ..names import TableName
 from ..progress import Reporter, silent
 from ..rows import row_key
 from ..status import gather_status
 from ..types import Kind, arrow_converter
+from . import lineage as lin
 from .evaluation import partitions as partitions_of
 from .generations import new_generation
 from .partitions import PartitionScheme, scheme_of
@@ -47,6 +54,10 @@ from .validation_read import READ_ERROR, SIDE, SideRead, decode, read_frame, tas
 
 MAX_LISTED = 10_000          # differing rows collected per article (more: reinitialize)
 MISSING, EXTRA, CHANGED = "missing", "extra", "changed"
+# why a repair left a row as it is (``SkippedRow.reason``)
+SKIPPED_PENDING = "changed at the subscriber since validation, not uploaded yet: the next merge uploads it"
+SKIPPED_NEWER = "changed at the subscriber since validation: it holds a version the publisher's does not include"
+SKIPPED_REFUSED = "refused by the subscriber"
 
 
 class RepairRefused(SparksyncError):
@@ -63,6 +74,19 @@ class RowDifference:
 
     def to_dict(self) -> dict[str, str]:
         return {"kind": self.kind, "rowguid": self.rowguid, "key": self.key}
+
+
+@dataclass
+class SkippedRow:
+    """A row a repair left as it is, and why (``SKIPPED_*``)."""
+
+    article: str
+    key: str
+    rowguid: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"article": self.article, "key": self.key, "rowguid": self.rowguid, "reason": self.reason}
 
 
 @dataclass
@@ -102,6 +126,7 @@ class SubscriptionValidation:
     pending_download: int | None = None
     repaired: int = 0                            # rows written or removed by a repair
     kind: str = "merge"                          # of its publication: merge | transactional
+    skipped: list[SkippedRow] = field(default_factory=list)   # rows a repair left (changed since validation)
 
     @property
     def ok(self) -> bool:
@@ -115,7 +140,7 @@ class SubscriptionValidation:
         return {"subscription": self.subscription, "publication": self.publication, "kind": self.kind, "ok": self.ok,
                 "partition": self.partition, "error": self.error, "pending_upload": self.pending_upload,
                 "pending_download": self.pending_download, "repaired": self.repaired,
-                "articles": [a.to_dict() for a in self.articles]}
+                "skipped": [x.to_dict() for x in self.skipped], "articles": [a.to_dict() for a in self.articles]}
 
 
 @dataclass
@@ -449,7 +474,8 @@ def _key_text(c: _Check, pk: str | None) -> str:
 
 def repair(topology: Topology, report_: ValidationReport, progress: Reporter = silent) -> ValidationReport:
     """Write the rows that differ at each subscriber of ``report_`` (a checksum validation) from the
-    publisher; remove its extra rows. Returns ``report_`` with ``repaired`` counted."""
+    publisher; remove its extra rows. Returns ``report_`` with ``repaired`` counted and, in
+    ``skipped``, the rows left as they are because they changed at the subscriber since validation."""
     if not report_.checksum:
         raise ConfigurationError("repair needs the rows that differ: validate with --checksum")
     todo = [s for s in report_.subscriptions if not s.ok and s.error is None]
@@ -464,7 +490,9 @@ def repair(topology: Topology, report_: ValidationReport, progress: Reporter = s
         if any(a.more for a in s.articles):
             raise RepairRefused(f"subscription {s.subscription}: more than {MAX_LISTED} rows of an article differ; "
                                 "reinitialize it instead", obj=s.subscription)
-    with connect(topology.publisher_url, topology.publisher.name) as pub:
+    # under the publications' merge agent locks: no merge, snapshot or reinit moves these rows meanwhile
+    with locks.hold(topology, "validate --repair", sorted({s.publication for s in todo}), progress), \
+            connect(topology.publisher_url, topology.publisher.name) as pub:
         for s in todo:
             progress(f"repair {s.subscription}: {sum(len(a.differences) for a in s.articles)} row(s)")
             s.repaired = _repair_one(topology, pub, s)
@@ -472,32 +500,78 @@ def repair(topology: Topology, report_: ValidationReport, progress: Reporter = s
 
 
 def _repair_one(topology: Topology, pub: Replica, s: SubscriptionValidation) -> int:
+    """Repair one subscriber; rows changed there since validation are left to the next merge
+    (``s.skipped``). Returns the rows written or removed.
+
+    1. the publisher's version of each row to write: its values and lineage read by one statement;
+    2. in the subscriber's transaction, the rows locked (``Dialect.row_lock_clause``), then their state
+       read: the merge apply's lock-then-classify order, so a write committed before the lock is seen;
+    3. a row with a change at the subscriber not uploaded yet (:func:`_local_state`), or one the
+       subscriber holds in a version the publisher's does not include, is left as it is; the others
+       are written (received from the publisher, never uploaded back) or removed."""
     prow = store.select_rows(pub, "sysmergepublications", {"name": s.publication})[0]
     pubid = prow["pubid"]
     pub_articles = {a["name"]: a for a in published_articles(pub, pubid)}
     pub_nick = _nickname(pub)
+    received = store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid, "name": s.subscription,
+                                                                "role": "subscriber"})
+    pub_recgen = received[0]["recgen"] if received else None
+    order = sorted(s.articles, key=lambda a: int(pub_articles[a.article]["nickname"]))
+    versions = {a.article: _publisher_rows(pub, tracked_article(pub_articles[a.article]),
+                                           [d.rowguid for d in a.differences if d.kind != EXTRA], s.subscription)
+                for a in order}
     cfg = topology.subscription(s.subscription)
     done = 0
+    s.skipped = []
     with connect(topology.resolve_url(cfg.database), s.subscription) as sub:
         sub_articles = {a["name"]: tracked_article(a) for a in published_articles(sub, pubid)}
         sub_nick = _nickname(sub)
-        order = sorted(s.articles, key=lambda a: int(pub_articles[a.article]["nickname"]))
+        failpoints.hit("repair.before_write", s.subscription)
         with sub.transaction(), agent_writes(sub):
+            failpoints.hit("repair.before_lock", s.subscription)
+            sent = store.select_rows(sub, "sysmergesubscriptions", {"pubid": pubid, "role": "publisher"})
+            # what the publisher has of this subscriber: as the merge negotiates it, the lower watermark
+            since = min((int(v) for v in (sent[0]["sentgen"] if sent else None, pub_recgen) if v is not None),
+                        default=0)
+            local = {a.article: _local_state(sub, sub_articles[a.article], [d.rowguid for d in a.differences],
+                                             since, pub_nick) for a in order}
             gen = new_generation(sub, 2, [pub_nick, sub_nick], pubid, pub_nick)
+
+            def leave(a: ArticleValidation, d: RowDifference, reason: str) -> bool:
+                s.skipped.append(SkippedRow(a.article, d.key, d.rowguid, reason))
+                return False
+
+            def may_write(a: ArticleValidation, d: RowDifference, theirs: dict | None) -> bool:
+                here = local[a.article].get(_guid_key(d.rowguid))
+                if here is not None and here.pending:
+                    return leave(a, d, SKIPPED_PENDING)
+                if theirs is not None and here is not None and not lin.dominates(theirs, here.lineage):
+                    return leave(a, d, SKIPPED_NEWER)
+                return True
+
             for a in reversed(order):                     # children first: their parents may go
-                extra = [d.rowguid for d in a.differences if d.kind == EXTRA]
+                extra = [d.rowguid for d in a.differences if d.kind == EXTRA and may_write(a, d, None)]
                 done += _remove(sub, sub_articles[a.article], extra)
             for a in order:                               # parents first
-                art = tracked_article(pub_articles[a.article])
+                art = sub_articles[a.article]
                 for d in a.differences:
                     if d.kind == EXTRA:
                         continue
-                    row, lineage, colv = _publisher_row(pub, art, d.rowguid)
-                    if row is None:                       # deleted at the publisher since validation
-                        done += _remove(sub, sub_articles[a.article], [d.rowguid])
+                    row, lineage, colv = versions[a.article].get(_guid_key(d.rowguid)) or (None, {}, None)
+                    if not may_write(a, d, None if row is None else lin.parse(lineage)):
                         continue
-                    write_row_with_lineage(sub, sub_articles[a.article], row, lineage, gen, colv)
-                    done += 1
+                    sub.execute("SAVEPOINT sparksync_repair")
+                    try:
+                        if row is None:                   # deleted at the publisher since validation
+                            done += _remove(sub, art, [d.rowguid])
+                        else:
+                            write_row_with_lineage(sub, art, row, lineage, gen, colv)
+                            done += 1
+                        sub.execute("RELEASE SAVEPOINT sparksync_repair")
+                    except CHANGE_REJECTED as e:          # e.g. its parent is one of the rows left
+                        sub.execute("ROLLBACK TO SAVEPOINT sparksync_repair")
+                        sub.execute("RELEASE SAVEPOINT sparksync_repair")
+                        leave(a, d, f"{SKIPPED_REFUSED}: {e.message}")
             store.update_rows(sub, "MSmerge_genhistory", {"changecount": done}, {"generation": gen})
     return done
 
@@ -510,27 +584,84 @@ def _nickname(replica: Replica) -> int:
     return int(ident.nickname)
 
 
-def _publisher_row(pub: Replica, art: TrackedArticle, rowguid: str) -> tuple[dict | None, dict, Any]:
-    import json
+def _guid_key(rowguid: Any) -> str:
+    return str(rowguid).lower()
 
+
+def _chunks(items: list[str], n: int = 500) -> Iterator[list[str]]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
+def _publisher_rows(pub: Replica, art: TrackedArticle, rowguids: list[str],
+                    subscription: str) -> dict[str, tuple[dict, dict, Any]]:
+    """The publisher's version of these rows: rowguid -> (values, lineage, colv), each row and its
+    lineage read by one statement (one snapshot: a write committed meanwhile is in both or neither).
+    A row the publisher no longer has is not in the result."""
     d = pub.dialect
     cols = list(art.info.columns)
-    row = pub.query_one(f"SELECT {', '.join(d.quote(c.name) for c in cols)} FROM {d.table_sql(art.table)} "
-                        f"WHERE {d.quote(art.rowguid_column)} = {d.uuid_param()}", [rowguid])
-    if row is None:
-        return None, {}, None
-    meta = pub.query_one(f"SELECT lineage, colv FROM {pub.meta('MSmerge_contents')} WHERE tablenick = "
-                         f"{int(art.nickname)} AND rowguid = {d.uuid_param()}", [rowguid])
-    lineage = json.loads(meta[0]) if meta and isinstance(meta[0], str) else (meta[0] if meta and meta[0] else {})
-    colv = (json.loads(meta[1]) if isinstance(meta[1], str) else meta[1]) if meta else None
-    return {c.name: arrow_converter(c.type)(v) for c, v in zip(cols, row)}, lineage, colv
+    rg = d.quote(art.rowguid_column)
+    out: dict[str, tuple[dict, dict, Any]] = {}
+    for chunk in _chunks(rowguids):
+        found = pub.query(
+            f"SELECT {', '.join('t.' + d.quote(c.name) for c in cols)}, c.lineage, c.colv "
+            f"FROM {d.table_sql(art.table)} t LEFT JOIN {pub.meta('MSmerge_contents')} c "
+            f"ON c.tablenick = {int(art.nickname)} AND c.rowguid = t.{rg} "
+            f"WHERE t.{rg} IN ({', '.join([d.uuid_param()] * len(chunk))})", chunk)
+        failpoints.hit("repair.publisher_read", subscription)
+        for r in found:
+            row = {c.name: arrow_converter(c.type)(v) for c, v in zip(cols, r)}
+            lineage, colv = r[len(cols)], r[len(cols) + 1]
+            out[_guid_key(row[art.rowguid_column])] = (
+                row, {str(k): int(v) for k, v in lin.parse(lineage).items()},
+                json.loads(colv) if isinstance(colv, str) else colv)
+    return out
+
+
+@dataclass
+class _Local:
+    """A row's state at the subscriber, read after it is locked."""
+
+    lineage: dict[int, int]          # of its contents row, or of its tombstone when it is not there
+    pending: bool                    # changed here and not uploaded yet
+
+
+def _local_state(sub: Replica, art: TrackedArticle, rowguids: list[str], since: int,
+                 pub_nick: int) -> dict[str, _Local]:
+    """Lock these rows (where other transactions write at the same time) and read their metadata:
+    rowguid -> state, for the rows the subscriber has any metadata of. A row is *pending* when its
+    contents or tombstone row is in a generation above ``since`` (what the publisher has received of
+    this subscriber) that is not a generation received from the publisher: a change made here that
+    the next merge uploads (what ``status`` counts as pending_upload)."""
+    d, p = sub.dialect, sub.p
+    t, rg = d.table_sql(art.table), d.quote(art.rowguid_column)
+    nick = int(art.nickname)
+    gh = sub.meta("MSmerge_genhistory")
+    present: set[str] = set()
+    meta: dict[str, dict[str, tuple[Any, bool]]] = {}
+    for chunk in _chunks(sorted(rowguids)):
+        inlist = ", ".join([d.uuid_param()] * len(chunk))
+        present |= {_guid_key(g) for (g,) in sub.query(
+            f"SELECT {rg} FROM {t} WHERE {rg} IN ({inlist}) ORDER BY {rg}{d.row_lock_clause()}", chunk)}
+        for table in ("MSmerge_contents", "MSmerge_tombstone"):
+            for g, lineage, pending in sub.query(
+                    f"SELECT x.rowguid, x.lineage, CASE WHEN x.generation > {p} AND NOT EXISTS (SELECT 1 FROM {gh} g "
+                    f"WHERE g.generation = x.generation AND g.genstatus = 2 AND g.source_nickname = {p}) "
+                    f"THEN 1 ELSE 0 END FROM {sub.meta(table)} x WHERE x.tablenick = {nick} AND x.rowguid IN ({inlist})",
+                    [since, pub_nick, *chunk]):
+                meta.setdefault(_guid_key(g), {})[table] = (lineage, bool(pending))
+    out = {}
+    for g, m in meta.items():
+        contents, tomb = m.get("MSmerge_contents"), m.get("MSmerge_tombstone")
+        mine = contents if g in present or tomb is None else tomb
+        out[g] = _Local(lin.parse(mine[0]) if mine else {}, any(x[1] for x in m.values()))
+    return out
 
 
 def _remove(sub: Replica, art: TrackedArticle, rowguids: list[str]) -> int:
     """Rows the subscriber should not hold: gone with their metadata (not a delete: nothing to upload)."""
     d, n = sub.dialect, 0
-    for i in range(0, len(rowguids), 500):
-        chunk = rowguids[i:i + 500]
+    for chunk in _chunks(rowguids):
         inlist = ", ".join([d.uuid_param()] * len(chunk))
         cur = sub.execute(f"DELETE FROM {d.table_sql(art.table)} WHERE {d.quote(art.rowguid_column)} IN ({inlist})",
                           chunk)

@@ -16,7 +16,8 @@ from ..types import Kind, SqlType
 #    MSmerge_replica.max_nickname
 # 5: metadata cleanup (sysmergepublications.cleanup_generation); merge schema changes (sysmergeschemachange,
 #    sysmergepublications.schema_version)
-SCHEMA_VERSION = 5
+# 6: MSsnapshot_history (every snapshot run, the failed ones with their error)
+SCHEMA_VERSION = 6
 
 INT = SqlType(Kind.INTEGER)
 BIG = SqlType(Kind.BIGINT)
@@ -152,7 +153,8 @@ TABLES: tuple[MetaTable, ...] = (
         "settled when no transaction that wrote into it is still running.",
         (C("generation", BIG, False), C("guidsrc", GUID, False), C("pubid", GUID),
          C("genstatus", SMALL, False), C("settled", SMALL, False), C("nicknames", JSON, False),
-         C("changecount", INT, False), C("coldate", TS),
+         C("changecount", INT, False),
+         C("coldate", TS, True, "when the generation was opened (as SQL Server's), then when it was closed"),
          C("source_nickname", INT, True, "replica the generation came from (received generations)"),
          C("source_generation", BIG, True, "the generation's number at that replica")),
         ("generation",),
@@ -202,6 +204,17 @@ TABLES = TABLES + (
          C("download_deletes", INT, False), C("download_conflicts", INT, False), C("retries", INT, False),
          C("failed", INT, False), C("message", TEXT)),
         ("session_id", "subscription"),
+        (MetaIndex("MSmerge_sessions_time", ("pubid", "subscription", "start_time")),),
+    ),
+    MetaTable(
+        "MSsnapshot_history",
+        "One row per snapshot run of a merge publication (SQL Server's snapshot agent history): when, "
+        "the snapshot written, or the error that stopped it.",
+        (C("run_id", GUID, False), C("pubid", GUID, False), C("start_time", TS, False), C("end_time", TS, False),
+         C("status", TEXT, False, "succeeded | failed"), C("snapshot_id", TEXT, True, "the snapshot folder written"),
+         C("generation", BIG, True, "the snapshot generation"), C("seconds", REAL, False), C("message", TEXT)),
+        ("run_id",),
+        (MetaIndex("MSsnapshot_history_time", ("pubid", "start_time")),),
     ),
     MetaTable(
         "MSmerge_articlehistory",
@@ -298,7 +311,8 @@ MERGE = TableSet("merge replication", 1, SCHEMA_VERSION, TABLES)
 
 # -- transactional replication -----------------------------------------------------------------------
 
-DISTRIBUTION_VERSION = 1
+# 2: MSlogreader_history.status (failed runs are recorded, with their error)
+DISTRIBUTION_VERSION = 2
 DISTRIBUTION = TableSet("distribution database", 2, DISTRIBUTION_VERSION, (
     MetaTable(
         "MSpublications",
@@ -380,7 +394,9 @@ DISTRIBUTION = TableSet("distribution database", 2, DISTRIBUTION_VERSION, (
         "One row per log reader run.",
         (C("run_id", GUID, False), C("publication_id", GUID, False), C("start_time", TS, False),
          C("end_time", TS, False), C("transactions", INT, False), C("commands", INT, False),
-         C("first_seqno", BIG), C("last_seqno", BIG), C("seconds", REAL, False), C("message", TEXT)),
+         C("first_seqno", BIG), C("last_seqno", BIG), C("seconds", REAL, False),
+         C("message", TEXT, True, "why the run failed"),
+         C("status", TEXT, True, "succeeded | failed (NULL: a run recorded before version 2, which succeeded)")),
         ("run_id", "publication_id"),
     ),
     MetaTable(

@@ -12,7 +12,7 @@ from typing import Any
 from ..dialects.replica import Replica
 from ..errors import MetadataVersionError, NotInitialized
 from ..types import Kind
-from .schema import MERGE, TABLE_SETS, TABLES_BY_NAME, MetaTable, TableSet
+from .schema import DISTRIBUTION, MERGE, TABLE_SETS, TABLES_BY_NAME, MetaTable, TableSet
 
 
 def utcnow() -> dt.datetime:
@@ -103,6 +103,10 @@ MIGRATIONS: dict[str, dict[int, Any]] = {
         3: _add_columns("MSmerge_failed_changes", "row_key", "column_name", "value"),
         4: _migrate_4,
         5: _add_columns("sysmergepublications", "cleanup_generation", "schema_version"),
+        6: lambda replica: None,            # MSsnapshot_history: a new table
+    },
+    DISTRIBUTION.name: {
+        2: _add_column("MSlogreader_history", "status"),
     },
 }
 

@@ -12,16 +12,17 @@ sends them again; applying them is idempotent (lineage), so nothing is missed or
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import shutil
 from pathlib import Path
 
-from .. import failpoints
+from .. import failpoints, locks
 from ..config import Topology
 from ..dialects import connect
 from ..dialects.model import from_table_dict
 from ..dialects.replica import Replica
-from ..errors import NotInitialized, SchemaDrift, SnapshotError
+from ..errors import ErrorInfo, NotInitialized, SchemaDrift, SnapshotError
 from ..filters import partition_column
 from ..merge.generations import enumeration_bound, make_generation
 from ..merge.partitions import PartitionScheme, scheme_of
@@ -134,31 +135,48 @@ def write_snapshot(spark, topology: Topology, publication: str, report: Reporter
     pubcfg = topology.publication(publication)
     timer = Timer()
     root = topology.snapshot_root
-    with connect(topology.publisher_url, topology.publisher.name) as pub:
+    with locks.hold(topology, "snapshot", [publication], report), \
+            connect(topology.publisher_url, topology.publisher.name) as pub:
         store.require_metadata(pub)
         rows = store.select_rows(pub, "sysmergepublications", {"name": publication})
         if not rows:
             raise NotInitialized(f"publication {publication} is not published yet; run 'sparksync setup'", obj=publication)
         prow = rows[0]
-        changed = [a for a in plan_publication(pub, pubcfg).articles if a.schema_changes]  # refuses other drift
-        if changed:
-            raise SchemaDrift(f"publication {publication}: the table(s) of article(s) {', '.join(a.key for a in changed)} "
-                              "changed since they were published; run 'sparksync setup' first (it replicates the "
-                              "schema change)", obj=publication)
-        ident = store.replica_identity(pub)
-        articles = published_articles(pub, prow["pubid"])
-        lock = f"snapshot:{prow['pubid']}"
-        if not pub.dialect.try_agent_lock(pub, lock):
-            raise SnapshotError(f"publication {publication}: another snapshot of it is being written", obj=publication)
+        started = store.utcnow()
         try:
-            return _write(spark, topology, pub, publication, prow, ident, articles, root, report, timer)
-        finally:
-            pub.dialect.release_agent_lock(pub, lock)
+            changed = [a for a in plan_publication(pub, pubcfg).articles if a.schema_changes]  # refuses other drift
+            if changed:
+                raise SchemaDrift(f"publication {publication}: the table(s) of article(s) "
+                                  f"{', '.join(a.key for a in changed)} changed since they were published; run "
+                                  "'sparksync setup' first (it replicates the schema change)", obj=publication)
+            ident = store.replica_identity(pub)
+            articles = published_articles(pub, prow["pubid"])
+            out = _write(spark, topology, pub, publication, prow, ident, articles, root, report, timer)
+        except Exception as e:
+            _history(pub, prow["pubid"], started, None, e)
+            raise
+        _history(pub, prow["pubid"], started, out[1])
+        return out
+
+
+def _history(pub: Replica, pubid: str, started: dt.datetime, manifest: SnapshotManifest | None,
+             error: Exception | None = None) -> None:
+    """One MSsnapshot_history row: the snapshot written, or why the run failed (``status`` shows it).
+    A failed run's row is best effort: the error itself is what the caller sees."""
+    message = ErrorInfo.of(error).recorded() if error is not None else None
+    now = store.utcnow()
+    row = {"run_id": store.new_guid(), "pubid": pubid, "start_time": started, "end_time": now,
+           "status": "failed" if error is not None else "succeeded",
+           "snapshot_id": manifest.snapshot_id if manifest else None,
+           "generation": manifest.snapshot_generation if manifest else None,
+           "seconds": (now - started).total_seconds(), "message": message}
+    with contextlib.suppress(Exception) if error is not None else contextlib.nullcontext(), pub.transaction():
+        store.insert_row(pub, "MSsnapshot_history", row)
 
 
 def _write(spark, topology: Topology, pub: Replica, publication: str, prow: dict, ident, articles: list[dict],
            root: Path, report: Reporter, timer: Timer) -> tuple[Path, SnapshotManifest]:
-    """Write the snapshot (the caller holds the publication's snapshot lock)."""
+    """Write the snapshot (the caller holds the publication's merge agent lock)."""
     pdir = publication_dir(root, publication)
     stale = remove_stale(pdir, current_id(root, publication))
     if stale:

@@ -11,13 +11,15 @@ tokens at the distributor and runs retention cleanup.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import locks
 from ..config import Topology
 from ..dialects import connect, dialect_for_url
-from ..errors import NotInitialized, SparksyncError
+from ..errors import ErrorInfo, NotInitialized, SparksyncError
 from ..metadata import store
 from ..progress import ProgressListener, Reporter, driver_host, silent
 from ..redaction import redact
@@ -89,26 +91,28 @@ class DistributionAgent:
     def _publication(self, name: str, subs, summary: DistributeSummary) -> None:
         topo = self.topology
         started = store.utcnow()
-        with connect(topo.distributor_url, "distributor") as dist:
+        with locks.hold(topo, "distribute", [name], self.report), connect(topo.distributor_url, "distributor") as dist:
             dst.require(dist)
             p = dst.require_publication(dist, name)
-            if not dist.dialect.try_agent_lock(dist, f"distribute:{p.publication_id}"):
-                raise SparksyncError(f"publication {name}: another distribution agent is running", obj=name)
             try:
                 runs = self._deliver(dist, p, subs)
-                summary.subscriptions += runs
-                self._record(dist, p, runs, started, summary.run_id)
-                d = topo.distributor_config
-                c = dst.cleanup(dist, p.publication_id, d.min_distretention, d.max_distretention, d.history_retention)
-                summary.cleanup[name] = {"transactions": c.transactions, "commands": c.commands,
-                                         "deactivated": c.deactivated}
-                if c.transactions:
-                    self.report(f"distribute {name}: cleanup removed {c.transactions:,} delivered transaction(s)")
-                for s in c.deactivated:
-                    self.report(f"distribute {name}: subscription {s} is inactive (commands it needed expired); "
-                                "reinitialize it with 'sparksync setup'")
-            finally:
-                dist.dialect.release_agent_lock(dist, f"distribute:{p.publication_id}")
+            except Exception as e:     # the pass stopped as a whole (a failed Spark job): each subscription's run
+                failed = [SubscriptionRun(s.name, status="error", message=ErrorInfo.of(e).recorded(), publication=name)
+                          for s in subs]
+                with contextlib.suppress(Exception):
+                    self._record(dist, p, failed, started, summary.run_id)
+                raise
+            summary.subscriptions += runs
+            self._record(dist, p, runs, started, summary.run_id)
+            d = topo.distributor_config
+            c = dst.cleanup(dist, p.publication_id, d.min_distretention, d.max_distretention, d.history_retention)
+            summary.cleanup[name] = {"transactions": c.transactions, "commands": c.commands,
+                                     "deactivated": c.deactivated}
+            if c.transactions:
+                self.report(f"distribute {name}: cleanup removed {c.transactions:,} delivered transaction(s)")
+            for s in c.deactivated:
+                self.report(f"distribute {name}: subscription {s} is inactive (commands it needed expired); "
+                            "reinitialize it with 'sparksync setup'")
 
     def _deliver(self, dist, p: dst.Publication, subs) -> list[SubscriptionRun]:
         topo = self.topology

@@ -16,13 +16,17 @@ all streams roll back and the batch is applied again over one connection. A cras
 streams' commits leaves their watermarks apart; the next run finishes that batch first, each stream
 skipping what it already committed.
 
-Errors: a command that fails with a number in ``skip_errors`` is logged and skipped; any other
-failure rolls the batch back and stops this subscription (the others go on).
+Errors: a command that fails with a number in ``skip_errors`` is logged and skipped; a transient
+failure (a deadlock, a lock timeout, a lost connection) tries the batch again, on new connections
+where they were lost; any other failure rolls the batch back and stops this subscription (the
+others go on). A commit that fails is a typed error like any statement's: a stream whose commit
+fails after others committed leaves the batch half committed, and the next try (or the fallback to
+one connection) applies what the subscriber's watermarks say is left (:meth:`Delivery._still_pending`),
+as does a try after a lost connection, whose commit may have gone through.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -116,7 +120,12 @@ class DeliveryResult:
 
 
 class StreamFailed(Exception):
-    """One stream of a multi-stream batch failed: every stream rolled back."""
+    """One stream of a multi-stream batch failed: every stream rolled back, or (``committed``) its
+    commit failed after earlier streams had committed their part."""
+
+    def __init__(self, message: str, committed: bool = False):
+        super().__init__(message)
+        self.committed = committed
 
 
 def route(target: ArticleTarget, c: Command, streams: int) -> int:
@@ -279,11 +288,21 @@ class Delivery:
         fails, the result claims no position, so the distributor keeps every command."""
         if not self.result.batches:
             return
-        try:
-            failpoints.hit("distribute.make_durable", self.sub.name)
+
+        lost = False
+
+        def durable() -> None:
+            nonlocal lost
+            lost = self.main.revive() or lost
             self.main.dialect.restore_commit_durability(self.main)
             with self.main.transaction():
                 store.update_rows(self.main, "MSreplication_subscriptions", {"time": store.utcnow()}, self._key(0))
+            if lost:    # a new connection's synchronous commit covers the earlier commits the server still has
+                self._check_kept(self.result.last_seqno or 0)
+
+        try:
+            failpoints.hit("distribute.make_durable", self.sub.name)
+            with_retries(durable)
         except Exception as e:  # noqa: BLE001 - reported through the result, never as a success
             self.result.last_seqno = None
             self.result.fail(e, f"the batches applied could not be made durable ({ErrorInfo.of(e).message}); they "
@@ -307,18 +326,34 @@ class Delivery:
                   or any(c.type not in ("ins", "upd", "del", "token") for c in commands))
         saved = dict(self.sub.targets)
         counted = (len(self.result.errors), self.result.skipped)
+        tried = False
+        floor = self.done_to                 # every stream has every command up to here
 
         def attempt() -> bool:
-            """Apply the batch; True when it went over the streams."""
-            if single:
-                self._single(commands, hi)
+            """Apply the batch, or what a failed try left of it; True when it went over the streams."""
+            nonlocal tried
+            todo: list[Command] | None = commands
+            if self._revive() or tried:
+                # a failed try may have committed part of the batch (some streams) or all of it (a
+                # commit that got through before its connection was lost): the watermarks say
+                todo = self._still_pending(commands, hi, floor)
+                self.applier = Applier(self.main, self.sub.targets, self._schema_change)
+                self.bulk = BulkApplier(self.main, self.sub.targets)
+            tried = True
+            if todo is None:
+                return False
+            if single or hi <= self.behind_to:
+                self._single(todo, hi)
                 return False
             try:
-                self._parallel(commands, hi)
+                self._parallel(todo, hi)
                 return True
-            except StreamFailed:
+            except StreamFailed as e:
                 self.result.fallbacks += 1
-                self._single(commands, hi)
+                if e.committed:
+                    todo = self._still_pending(commands, hi, floor)
+                if todo is not None:
+                    self._single(todo, hi)
                 return False
 
         def again(e: SparksyncError, n: int) -> None:
@@ -327,8 +362,6 @@ class Delivery:
             self.result.skipped = counted[1]
             self.sub.targets.clear()
             self.sub.targets.update(saved)
-            self.applier = Applier(self.main, self.sub.targets, self._schema_change)
-            self.bulk = BulkApplier(self.main, self.sub.targets)
 
         try:
             streamed = with_retries(attempt, on_retry=again)
@@ -358,6 +391,43 @@ class Delivery:
                                           "last_seqno": hi, "seconds": time.perf_counter() - t0,
                                           "fallback": self.result.fallbacks})
 
+    def _revive(self) -> bool:
+        """Open again, with this delivery's session settings, the connections that were lost (a server
+        restart, a terminated backend); True when one was."""
+        revived = self.main.revive()
+        if revived:
+            self.main.dialect.relax_commit_durability(self.main)
+            self.main_in_streams = False          # its lock timeout is set again with the streams'
+        if any(r.lost for r in self.extra):       # the streams' connections are made again when needed
+            for r in self.extra:
+                r.close()
+            self.extra, self.stream_appliers = [], []
+            revived = True
+        return revived
+
+    def _still_pending(self, commands: list[Command], hi: int, floor: int) -> list[Command] | None:
+        """After a failed try, the watermarks as the subscriber has them, and the commands of the batch
+        they do not cover: all of them, or those of the streams that did not commit (:meth:`_pending`);
+        None when the whole batch was committed. ``floor``: what every stream had before the batch."""
+        self._check_kept(floor)
+        self.done_to, self.behind_to = min(self.watermarks.values()), max(self.watermarks.values())
+        if self.done_to >= hi:
+            self._recorded_schemas()              # a schema change of the batch is committed too
+            return None
+        return [c for c in commands if self._pending(c)]
+
+    def _check_kept(self, upto: int) -> None:
+        """Read the watermarks again (after a failed try, or a lost connection): the subscriber must still
+        have every batch committed up to ``upto``. Batches are committed without waiting for the disk, so a
+        server that restarted may have lost the last ones, with the watermarks they moved: then this
+        delivery stops and claims no position, and the next run delivers them again."""
+        self.watermarks = self._read_watermarks()
+        if min(self.watermarks.values()) < upto:
+            self.result.last_seqno = None
+            raise SparksyncError(f"subscription {self.sub.name}: {self.main.label} no longer has batches it committed "
+                                 "(its server restarted before they reached the disk); they are delivered again by "
+                                 "the next run", obj=self.sub.name)
+
     def _single(self, commands: list[Command], hi: int) -> None:
         """The batch in one transaction on one connection: fast (runs of one statement), and when
         anything fails, again one command at a time to find it (skipping what skip_errors allows)."""
@@ -372,7 +442,8 @@ class Delivery:
         except failpoints.InjectedFault:
             raise
         except SparksyncError:
-            pass
+            if self.main.lost:
+                raise                             # tried again on a new connection (flush)
         # rolled back: a schema change of the batch is undone too
         self.sub.targets.clear()
         self.sub.targets.update(saved)
@@ -418,7 +489,7 @@ class Delivery:
         def work(k: int) -> None:
             r, (applier, bulk) = conns[k]
             try:
-                r.execute(r.dialect.begin_write_sql)
+                r.begin()
                 _fast(applier, bulk, parts[k])
                 self._write_watermarks(r, hi, [k])
             except BaseException as e:  # noqa: BLE001 - every stream's outcome is collected
@@ -429,15 +500,24 @@ class Delivery:
             list(pool.map(work, range(n)))
         if errors:
             for r, _ in conns:
-                with contextlib.suppress(Exception):
-                    r.dialect.rollback(r.raw)
+                r.rollback()
             k = min(errors)
             if isinstance(errors[k], failpoints.InjectedFault):
                 raise errors[k]
             raise StreamFailed(f"stream {k}: {errors[k]}")
         failpoints.hit("distribute.before_commit", f"{self.sub.name}:{seq}")
         for k, (r, _) in enumerate(conns):
-            r.dialect.commit(r.raw)
+            try:
+                r.commit()
+            except SparksyncError as e:
+                # streams 0..k-1 committed their part: the later ones roll theirs back, and the rest
+                # of the batch is applied by the next try (a transient failure, e.g. a lost connection)
+                # or over one connection
+                for later, _ in conns[k + 1:]:
+                    later.rollback()
+                if e.transient:
+                    raise
+                raise StreamFailed(f"stream {k}: {e}", committed=k > 0) from e
             failpoints.hit("distribute.stream_committed", f"{self.sub.name}:{seq}:{k}")
 
     def _stop(self, e: SparksyncError, commands: list[Command]) -> None:

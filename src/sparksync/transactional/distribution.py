@@ -187,6 +187,13 @@ def pending(dist: Replica, publication_id: str, after: int) -> int:
                            f"{dist.dialect.uuid_param()} AND xact_seqno > {dist.p}", [publication_id, after]) or 0)
 
 
+def oldest_pending(dist: Replica, publication_id: str, after: int) -> Any:
+    """When the oldest transaction after xact_seqno ``after`` was committed at the publisher (None: none)."""
+    return dist.scalar(f"SELECT min(coalesce(publisher_commit, entry_time)) FROM {dist.meta('MSrepl_transactions')} "
+                       f"WHERE publication_id = {dist.dialect.uuid_param()} AND xact_seqno > {dist.p}",
+                       [publication_id, after])
+
+
 def record_errors(dist: Replica, publication_id: str, subscription: str, errors: Iterable[dict]) -> None:
     now = store.utcnow()
     store.insert_rows(dist, "MSrepl_errors", _ERROR_COLUMNS, (

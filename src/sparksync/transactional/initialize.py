@@ -24,6 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .. import locks
 from ..config import PublicationConfig, SubscriptionConfig, Topology
 from ..dialects import connect, dialect_for_url
 from ..dialects.model import from_table_dict
@@ -230,18 +231,11 @@ def initialize_subscriptions(spark, topology: Topology, pub: PublicationConfig, 
     """Register, snapshot and initialize ``subs`` (subscriptions not active yet)."""
     if not subs:
         return []
-    with connect(topology.publisher_url, topology.publisher.name) as holder:
-        lock = f"snapshot:{publication.publication_id}"
-        if not holder.dialect.try_agent_lock(holder, lock):
-            raise SnapshotError(f"publication {pub.name}: another setup is initializing its subscriptions",
-                                obj=pub.name)
-        try:
-            stale = remove_stale(publication_dir(topology.snapshot_root, pub.name), None)
-            if stale:
-                report(f"publication {pub.name}: removed {len(stale)} snapshot folder(s) of an interrupted setup")
-            return _initialize_all(spark, topology, pub, publication, subs, report)
-        finally:
-            holder.dialect.release_agent_lock(holder, lock)
+    with locks.hold(topology, "setup", [pub.name], report):
+        stale = remove_stale(publication_dir(topology.snapshot_root, pub.name), None)
+        if stale:
+            report(f"publication {pub.name}: removed {len(stale)} snapshot folder(s) of an interrupted setup")
+        return _initialize_all(spark, topology, pub, publication, subs, report)
 
 
 def _initialize_all(spark, topology: Topology, pub: PublicationConfig, publication: dst.Publication,

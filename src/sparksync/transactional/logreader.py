@@ -10,17 +10,19 @@ confirmation, reads the batch again and skips what the position already covers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
 
-from .. import failpoints
+from .. import failpoints, locks
 from ..config import Topology
 from ..dialects import connect
+from ..errors import ErrorInfo
 from ..metadata import store
 from ..progress import Reporter, silent
 from . import distribution as dst
-from .capture import Begin, End, capture_method
+from .capture import Begin, End, capture_method, seen_by_snapshot
 from .distribution import StoredCommand, TransactionInfo
 
 READ_BATCH = 100_000       # changes per read (whole transactions: a bigger one is read whole)
@@ -46,59 +48,84 @@ def read_publication(topology: Topology, name: str, read_batch: int = READ_BATCH
     run = LogReaderRun(name)
     t0 = time.perf_counter()
     started = store.utcnow()
-    with connect(topology.distributor_url, "distributor") as dist, \
+    with locks.hold(topology, "logreader", [name], report), \
+            connect(topology.distributor_url, "distributor") as dist, \
             connect(topology.publisher_url, topology.publisher.name) as pub:
         dst.require(dist)
         p = dst.require_publication(dist, name)
-        capture = capture_method(pub).reader(pub, p, [a for a in p.articles if a["status"] == 1], read_batch)
-        after = p.logreader_seqno
-        horizon = capture.horizon()      # one run reads what was committed when it started, and stops
-        while True:
-            with dist.transaction():
-                writer = dst.TransactionWriter(dist, p.publication_id)
-                current: TransactionInfo | None = None
-                tokens: list[tuple[dict, TransactionInfo]] = []
-                for ev in capture.read_batch(after):
-                    if type(ev) is StoredCommand:          # the common event first
-                        assert current is not None         # commands come between Begin and End
-                        current.commands += 1
-                        writer.command(current.xact_seqno, current.commands, ev)
-                        if ev.type == "token":
-                            tokens.append((json.loads(ev.after or "{}"), current))
-                    elif isinstance(ev, Begin):
-                        current = TransactionInfo(ev.xact_seqno, ev.xact_id, ev.publisher_commit)
-                    elif isinstance(ev, End):
-                        if current is not None and current.commands:
-                            writer.transaction(current)
-                        current = None
-                for token, txn in tokens:
-                    store.insert_row(dist, "MStracer_tokens", {
-                        "tracer_id": token["tracer_id"], "publication_id": p.publication_id,
-                        "posted_time": token.get("posted"), "publisher_commit": txn.publisher_commit,
-                        "distributor_commit": store.utcnow(), "xact_seqno": txn.xact_seqno})
-                    run.tokens.append(token["tracer_id"])
-                writer.finish(writer.last)
-                failpoints.hit("logreader.before_commit", name)
-            failpoints.hit("logreader.before_confirm", name)
-            if writer.transactions:
-                run.batches += 1
-                run.transactions += writer.transactions
-                run.commands += writer.commands
-                run.first_seqno = run.first_seqno if run.first_seqno is not None else writer.first
-                run.last_seqno = writer.last
-                after = writer.last
-                report(f"logreader {name}: {writer.transactions:,} transaction(s), {writer.commands:,} "
-                       f"command(s) stored (xact_seqno up to {writer.last})")
-            if not capture.confirm() or (after is not None and after >= horizon):
-                break
+        try:
+            _read(pub, dist, p, run, read_batch, report)
+        except Exception as e:
+            run.seconds = time.perf_counter() - t0
+            _history(dist, p.publication_id, run, started, e)
+            raise
         run.seconds = time.perf_counter() - t0
-        with dist.transaction():
-            store.insert_row(dist, "MSlogreader_history", {
-                "run_id": store.new_guid(), "publication_id": p.publication_id, "start_time": started,
-                "end_time": store.utcnow(), "transactions": run.transactions, "commands": run.commands,
-                "first_seqno": run.first_seqno, "last_seqno": run.last_seqno, "seconds": run.seconds,
-                "message": None})
+        _history(dist, p.publication_id, run, started)
     return run
+
+
+def _read(pub, dist, p: dst.Publication, run: LogReaderRun, read_batch: int, report: Reporter) -> None:
+    name = p.name
+    subs = [s for s in dst.subscriptions(dist, p.publication_id) if s.status in (0, 1)]   # not the inactive
+
+    def needed_by(xact_seqno: int, origin: int | None) -> list[str]:
+        """The subscriptions whose snapshot does not hold this transaction: they need its changes."""
+        return [s.subscription for s in subs if not seen_by_snapshot(s.sync_point, xact_seqno, origin)]
+
+    capture = capture_method(pub).reader(pub, p, [a for a in p.articles if a["status"] == 1], read_batch, needed_by)
+    after = p.logreader_seqno
+    horizon = capture.horizon()      # one run reads what was committed when it started, and stops
+    while True:
+        with dist.transaction():
+            writer = dst.TransactionWriter(dist, p.publication_id)
+            current: TransactionInfo | None = None
+            tokens: list[tuple[dict, TransactionInfo]] = []
+            for ev in capture.read_batch(after):
+                if type(ev) is StoredCommand:          # the common event first
+                    assert current is not None         # commands come between Begin and End
+                    current.commands += 1
+                    writer.command(current.xact_seqno, current.commands, ev)
+                    if ev.type == "token":
+                        tokens.append((json.loads(ev.after or "{}"), current))
+                elif isinstance(ev, Begin):
+                    current = TransactionInfo(ev.xact_seqno, ev.xact_id, ev.publisher_commit)
+                elif isinstance(ev, End):
+                    if current is not None and current.commands:
+                        writer.transaction(current)
+                    current = None
+            for token, txn in tokens:
+                store.insert_row(dist, "MStracer_tokens", {
+                    "tracer_id": token["tracer_id"], "publication_id": p.publication_id,
+                    "posted_time": token.get("posted"), "publisher_commit": txn.publisher_commit,
+                    "distributor_commit": store.utcnow(), "xact_seqno": txn.xact_seqno})
+                run.tokens.append(token["tracer_id"])
+            writer.finish(writer.last)
+            failpoints.hit("logreader.before_commit", name)
+        failpoints.hit("logreader.before_confirm", name)
+        if writer.transactions:
+            run.batches += 1
+            run.transactions += writer.transactions
+            run.commands += writer.commands
+            run.first_seqno = run.first_seqno if run.first_seqno is not None else writer.first
+            run.last_seqno = writer.last
+            after = writer.last
+            report(f"logreader {name}: {writer.transactions:,} transaction(s), {writer.commands:,} "
+                   f"command(s) stored (xact_seqno up to {writer.last})")
+        if not capture.confirm() or (after is not None and after >= horizon):
+            break
+
+
+def _history(dist, publication_id: str, run: LogReaderRun, started, error: Exception | None = None) -> None:
+    """One MSlogreader_history row per run: what it stored, or (status failed) the error that stopped it,
+    so ``status`` shows the publication stopped, since when and why. A failed run's row is best effort:
+    the error itself is what the caller sees."""
+    message = ErrorInfo.of(error).recorded() if error is not None else None
+    row = {"run_id": store.new_guid(), "publication_id": publication_id, "start_time": started,
+           "end_time": store.utcnow(), "transactions": run.transactions, "commands": run.commands,
+           "first_seqno": run.first_seqno, "last_seqno": run.last_seqno, "seconds": run.seconds,
+           "status": "failed" if error is not None else "succeeded", "message": message}
+    with contextlib.suppress(Exception) if error is not None else contextlib.nullcontext(), dist.transaction():
+        store.insert_row(dist, "MSlogreader_history", row)
 
 
 def run_logreader(topology: Topology, publications: list[str] | None = None, read_batch: int = READ_BATCH,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .. import locks
 from ..config import Topology
 from ..dialects import connect
 from ..dialects.model import Column, from_table_dict, to_table_dict
@@ -60,7 +61,8 @@ def change(topology: Topology, publication: str, article: str, add: str | None =
                                  "sparksync.merge.schema_changes.change", obj=publication)
     if (add is None) == (drop is None):
         raise ConfigurationError("give exactly one of --add-column and --drop-column")
-    with connect(topology.distributor_url, "distributor") as dist, \
+    with locks.hold(topology, "schema-change", [publication]), \
+            connect(topology.distributor_url, "distributor") as dist, \
             connect(topology.publisher_url, topology.publisher.name) as pub:
         p = dst.require_publication(dist, publication)
         d = pub.dialect

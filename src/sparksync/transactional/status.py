@@ -10,6 +10,7 @@ from ..dialects import connect
 from ..dialects.replica import redact_url
 from ..errors import SparksyncError
 from ..metadata import store
+from ..metadata.history import agent_state, iso
 from ..metadata.schema import DISTRIBUTION
 from . import distribution as dst
 from .capture import capture_method
@@ -52,6 +53,12 @@ def gather(topology: Topology) -> dict[str, Any]:
                                                     a["del_cmd"] or "default"]}
                                       for a in p.articles if a["status"] == 1]}
                 entry.update(_publisher_side(pubdb, p))
+                reader = agent_state(dist, "MSlogreader_history", f"publication_id = {u}", [p.publication_id],
+                                     ("succeeded",))
+                if reader:
+                    entry.update({"agent": "logreader", **reader})
+                    if "stopped_since" in reader:
+                        entry["state"] = "stopped"
                 out["publications"].append(entry)
                 subs = {s.subscription: s for s in dst.subscriptions(dist, p.publication_id)}
                 for s in topology.subscriptions_of(pcfg.name):
@@ -63,11 +70,18 @@ def gather(topology: Topology) -> dict[str, Any]:
                     if r is not None and r.message:
                         e["message"] = r.message
                     if r is not None and r.status == 1:
+                        runs = agent_state(dist, "MSdistribution_history",
+                                           f"publication_id = {u} AND subscription = {dist.p}",
+                                           [p.publication_id, s.name], ("ok",))
+                        e.update(runs)
+                        if "stopped_since" in runs:
+                            e["status"] = "stopped"
                         try:
                             with connect(topology.resolve_url(s.database), s.name) as sub:
                                 at = position(sub, p.name, s.name)
                             e["subscriber_seqno"] = at
                             e["pending_transactions"] = dst.pending(dist, p.publication_id, at or 0)
+                            e["oldest_pending"] = iso(dst.oldest_pending(dist, p.publication_id, at or 0))
                         except SparksyncError as ex:
                             e["status"], e["error"] = "unreachable", ex.message
                     out["subscriptions"].append(e)

@@ -19,6 +19,7 @@ from ...errors import (
 from ...names import TableName, quote_literal
 from ...redaction import url_password
 from ...types import Kind, SqlType, decimal_type
+from ..agent_locks import AgentLock
 from ..base import Capabilities, Dialect
 from ..model import Column, ForeignKey, TableInfo
 from ..replica import Replica, redact_url
@@ -298,11 +299,10 @@ class PostgresDialect(Dialect):
             raise self.translate_error(exc, f"{replica.label}: load {table_sql}") from exc
         return n
 
-    def try_agent_lock(self, replica: Replica, key: str) -> bool:
-        return bool(replica.scalar("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS + 1, key)))
+    def agent_lock(self, url: str, key: str) -> AgentLock:
+        from .agent_lock import AdvisoryLock
 
-    def release_agent_lock(self, replica: Replica, key: str) -> None:
-        replica.scalar("SELECT pg_advisory_unlock(%s, hashtext(%s))", (LOCK_CLASS + 1, key))
+        return AdvisoryLock(url, key)
 
     _SNAPSHOT_ID = re.compile(r"^[0-9A-Fa-f-]+$")
 
@@ -311,6 +311,7 @@ class PostgresDialect(Dialect):
         import psycopg
 
         raw = replica.raw
+        ended = False
         try:
             raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             if snapshot:
@@ -326,10 +327,13 @@ class PostgresDialect(Dialect):
                         break
                     yield rows
             raw.execute("COMMIT")
+            ended = True
         except psycopg.Error as exc:
-            with contextlib.suppress(Exception):
-                raw.execute("ROLLBACK")
             raise self.translate_error(exc, f"{replica.label}: {sql[:80]}") from exc
+        finally:
+            if not ended:     # a failure, or a consumer that stopped early (GeneratorExit): no transaction left open
+                with contextlib.suppress(Exception):
+                    raw.execute("ROLLBACK")
 
     @contextlib.contextmanager
     def consistent_reads(self, replica: Replica, workdir: str):

@@ -25,6 +25,7 @@ from ...errors import (
 )
 from ...names import TableName
 from ...types import Kind, SqlType, canonical_real, decimal_type
+from ..agent_locks import AgentLock
 from ..base import Capabilities, Dialect
 from ..model import Column, ForeignKey, TableInfo
 from ..replica import Replica
@@ -433,34 +434,11 @@ class SQLiteDialect(Dialect):
     def try_claim_generation(self, replica: Replica, generation: int) -> bool:
         return True  # the caller holds SQLite's write lock: no other writer exists
 
-    def try_agent_lock(self, replica: Replica, key: str) -> bool:
-        """An exclusive lock on a file next to the database (released when the process ends)."""
-        import fcntl
-        import hashlib
+    def agent_lock(self, url: str, key: str) -> AgentLock:
+        from .agent_lock import FileLock, ProcessLock
 
-        path = sqlite_path(replica.url)
-        if path == ":memory:":
-            return True
-        lock_path = f"{path}.{hashlib.sha1(key.encode()).hexdigest()[:12]}.lock"
-        fh = open(lock_path, "a+")  # noqa: SIM115 - held until release
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            fh.close()
-            return False
-        locks = replica.__dict__.setdefault("_agent_locks", {})
-        locks[key] = (fh, lock_path)
-        return True
-
-    def release_agent_lock(self, replica: Replica, key: str) -> None:
-        import fcntl
-
-        fh, lock_path = replica.__dict__.get("_agent_locks", {}).pop(key, (None, None))
-        if fh is not None:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            fh.close()
-            with contextlib.suppress(OSError):
-                os.remove(lock_path)
+        path = sqlite_path(url)
+        return ProcessLock(key) if path == ":memory:" else FileLock(path, key)
 
     def stream(self, replica, sql, params, batch_rows, snapshot=None, lenient_text=False):
         # SQLite stores whatever bytes a client wrote as TEXT; the driver's default decoding fails the
@@ -469,6 +447,7 @@ class SQLiteDialect(Dialect):
         before = raw.text_factory
         if lenient_text:
             raw.text_factory = _lenient_text
+        cur = None
         try:
             cur = raw.execute(sql, tuple(params))
             while True:
@@ -480,6 +459,11 @@ class SQLiteDialect(Dialect):
             raise self.translate_error(exc, f"{replica.label}: {sql[:80]}") from exc
         finally:
             raw.text_factory = before
+            if cur is not None:
+                # an unfinished statement holds its read snapshot (and the write-ahead log) open: a
+                # consumer that stopped early ends it here, not whenever the cursor is collected
+                with contextlib.suppress(sqlite3.Error):
+                    cur.close()
 
     @contextlib.contextmanager
     def consistent_reads(self, replica: Replica, workdir: str):

@@ -17,7 +17,7 @@ dialect's capability ``supports_logical_decoding``.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -87,8 +87,11 @@ class CaptureMethod(Protocol):
     def backlog(self, replica: Replica, publication) -> dict:
         """What the publisher holds for the log reader (for status)."""
 
-    def reader(self, replica: Replica, publication, articles: list[dict], read_batch: int) -> Capture:
-        """``publication``: distribution.Publication; ``articles``: its MSarticles rows."""
+    def reader(self, replica: Replica, publication, articles: list[dict], read_batch: int,
+               needed_by: Callable[[int, int | None], list[str]] | None = None) -> Capture:
+        """``publication``: distribution.Publication; ``articles``: its MSarticles rows; ``needed_by``:
+        (xact_seqno, origin) -> the subscriptions whose snapshot does not hold that transaction (a
+        change the capture cannot read faithfully is passed over when none needs it)."""
 
 
 def capture_method(replica: Replica) -> CaptureMethod:

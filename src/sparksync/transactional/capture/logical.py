@@ -21,7 +21,7 @@ import re
 import struct
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -222,16 +222,12 @@ class _Shape:
             return StoredCommand(aid, "ins", xid, self.row(new), None, self.rowhash(new))
         if kind == "D":
             if old is None:
-                raise SchemaError(f"a delete of {self.article.table} arrived without its before image: its REPLICA "
-                                  "IDENTITY was not FULL when it was made; run 'sparksync setup' and reinitialize "
-                                  "the subscriptions", obj=str(self.article.table))
+                raise NoBeforeImage("delete", str(self.article.table))
             return StoredCommand(aid, "del", xid, None, self.row(old), self.rowhash(old))
         if old is None:
             # REPLICA IDENTITY FULL sends every update's before image; without it a subscriber could
             # not find (or check) the row: never a silent guess
-            raise SchemaError(f"an update of {self.article.table} arrived without its before image: its REPLICA "
-                              "IDENTITY was not FULL when it was made; run 'sparksync setup' and reinitialize the "
-                              "subscriptions", obj=str(self.article.table))
+            raise NoBeforeImage("update", str(self.article.table))
         assert new is not None                  # read_change refuses an update without its new tuple
         return StoredCommand(aid, "upd", xid, self.row(new, old), self.changed(old, new), self.rowhash(old))
 
@@ -239,8 +235,28 @@ class _Shape:
 _INSERT, _UPDATE, _DELETE, _BEGIN, _COMMIT = ord("I"), ord("U"), ord("D"), ord("B"), ord("C")
 
 
+class NoBeforeImage(SchemaError):
+    """An update or delete in the log without its before image: made while its table's REPLICA IDENTITY
+    was not FULL (changed behind sparksync's back). SCALL's changed columns and XCALL's before image
+    cannot be made from it, so it is never delivered as a guess."""
+
+    def __init__(self, what: str, table: str):
+        super().__init__(f"{'an' if what == 'update' else 'a'} {what} of {table} arrived without its before image",
+                         obj=table)
+        self.what, self.table = what, table
+
+
+def identity_advice(publication: str) -> str:
+    """How to recover from a REPLICA IDENTITY that was changed after setup (docs/failures.md)."""
+    return (f"run 'sparksync setup' to put REPLICA IDENTITY FULL back; the updates and deletes made meanwhile are in "
+            f"the log without their before image, so the log reader stops at the first of them until every "
+            f"subscription of {publication} is reinitialized ('sparksync reinit -s NAME': their new snapshots "
+            "hold those changes), then passes them")
+
+
 class LogicalCapture:
-    def __init__(self, replica: Replica, publication, articles: list[dict], read_batch: int):
+    def __init__(self, replica: Replica, publication, articles: list[dict], read_batch: int,
+                 needed_by: Callable[[int, int | None], list[str]] | None = None):
         if not publication.slot:
             raise ConfigurationError(f"publication {publication.name}: no replication slot recorded; run 'sparksync setup'")
         self.replica = replica
@@ -249,12 +265,12 @@ class LogicalCapture:
         self.by_table = {(a.table.schema, a.table.name): a for a in map(_Article, articles)}
         self.relations: dict[int, _Shape | str] = {}     # relation id -> its shape, or the name of a non-article
         self._pending_end: int | None = None
+        self.needed_by = needed_by
         changed = not_full_identity(replica, [a.table for a in self.by_table.values()])
         if changed:
             raise SchemaError(f"publication {publication.name}: REPLICA IDENTITY of {', '.join(changed)} is no longer "
-                              "FULL (it was changed after setup), so updates and deletes lose their before image; "
-                              "run 'sparksync setup' to restore it (and reinitialize the subscriptions if rows were "
-                              "changed meanwhile)", obj=publication.name)
+                              "FULL (it was changed after setup), so its updates and deletes lose their before image: "
+                              f"{identity_advice(publication.name)}", obj=publication.name)
 
     def read_batch(self, after: int | None) -> Iterator[Any]:
         r = self.replica
@@ -264,6 +280,7 @@ class LogicalCapture:
         self._pending_end = None
         self.relations = {}    # each peek is a new decoding session: relations are sent again
         raw = r.raw
+        ended = False
         try:
             raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             # decoding runs in this backend: a transaction bigger than logical_decoding_work_mem (64MB by
@@ -276,20 +293,23 @@ class LogicalCapture:
                              r.dialect.quote(self.publication.pg_publication)))   # an identifier list: quoted
                 yield from self._events(cur, after)
             raw.execute("COMMIT")
+            ended = True
         except SparksyncError:
-            self._rollback()
             raise
         except Exception as exc:  # noqa: BLE001
-            self._rollback()
             raise r.dialect.translate_error(exc, f"{r.label}: read slot {self.publication.slot}") from exc
-
-    def _rollback(self) -> None:
-        with contextlib.suppress(Exception):
-            self.replica.raw.execute("ROLLBACK")
+        finally:
+            if not ended:
+                # a failure, or a consumer that stopped early (GeneratorExit): no transaction left
+                # open, and nothing to confirm (what was read may not be stored)
+                self._pending_end = None
+                with contextlib.suppress(Exception):
+                    raw.execute("ROLLBACK")
 
     def _events(self, cur, after: int | None) -> Iterator[Any]:
         skip = False
         xid = None
+        final_lsn = 0
         open_txn = False
         while True:
             rows = cur.fetchmany(FETCH)
@@ -302,7 +322,10 @@ class LogicalCapture:
                         shape = self.relations.get(struct.unpack_from("!I", data, 1)[0])
                         if not isinstance(shape, _Shape):
                             self._unknown(shape)
-                        yield shape.command(bytes(data), xid)
+                        try:
+                            yield shape.command(bytes(data), xid)
+                        except NoBeforeImage as e:
+                            self._without_before_image(e, final_lsn, xid)
                     continue
                 if first == _BEGIN and len(data) >= po.BEGIN_LENGTH:      # a transaction each: also fast
                     final_lsn, micros, xid = po.BEGIN.unpack_from(data, 1)
@@ -350,6 +373,18 @@ class LogicalCapture:
                     if isinstance(shape, _Shape) and shape.article.id == art.id:   # (str: not an article)
                         self.relations[relid] = _Shape(art, shape.cols)
                 yield StoredCommand(art.id, "ddl", xid, json.dumps(content), None)
+
+    def _without_before_image(self, e: NoBeforeImage, xact_seqno: int, xid: int | None) -> None:
+        """A change without its before image: passed over when every subscription's snapshot holds its
+        transaction (they were reinitialized after it: delivering it would be skipped everywhere), else
+        the log reader stops here, naming the subscriptions that need it."""
+        needing = self.needed_by(xact_seqno, xid) if self.needed_by is not None else ["(unknown)"]
+        if not needing:
+            return
+        raise SchemaError(f"publication {self.publication.name}: {e.message} (transaction {xid}, LSN "
+                          f"{po.lsn_text(xact_seqno)}): its REPLICA IDENTITY was not FULL when it was made; "
+                          f"subscription(s) {', '.join(needing)} still need it; {identity_advice(self.publication.name)}",
+                          obj=self.publication.name)
 
     def _unknown(self, relation: str | None) -> NoReturn:
         """A change of a relation that is not an article: never dropped silently."""
@@ -414,10 +449,29 @@ class LogicalDecoding:
     def backlog(self, replica: Replica, publication) -> dict:
         row = replica.query_one("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
                                 "FROM pg_replication_slots WHERE slot_name = %s", (publication.slot,))
-        return {"slot_lag_bytes": int(row[0]) if row else None, "slot_present": row is not None}
+        out = {"slot_lag_bytes": int(row[0]) if row else None, "slot_present": row is not None}
+        if row and int(row[0]) > 0:
+            out["oldest_unread"] = self._oldest_unread(replica, publication)
+        return out
 
-    def reader(self, replica: Replica, publication, articles: list[dict], read_batch: int) -> LogicalCapture:
-        return LogicalCapture(replica, publication, articles, read_batch)
+    @staticmethod
+    def _oldest_unread(replica: Replica, publication) -> Any:
+        """The commit time of the first transaction left in the slot for this publication (peeked: the
+        slot does not move), or None: nothing of it, or the log reader is reading the slot right now."""
+        try:
+            row = replica.query_one(
+                "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, 1, 'proto_version', '1', "
+                "'publication_names', %s) LIMIT 1", (publication.slot, replica.dialect.quote(publication.pg_publication)))
+        except SparksyncError:
+            return None
+        if row is None or len(row[0]) < po.BEGIN_LENGTH or row[0][0] != _BEGIN:
+            return None
+        _, micros, _ = po.BEGIN.unpack_from(row[0], 1)
+        return po.PG_EPOCH + timedelta(microseconds=micros)
+
+    def reader(self, replica: Replica, publication, articles: list[dict], read_batch: int,
+               needed_by=None) -> LogicalCapture:
+        return LogicalCapture(replica, publication, articles, read_batch, needed_by)
 
 
 def _xid_precedes(a: int, b: int) -> bool:

@@ -208,10 +208,13 @@ class TriggerLog:
     def backlog(self, replica: Replica, publication) -> dict:
         if store.table_set_version(replica, PUBLISHER_LOG) is None:
             return {"log_rows": 0}
-        return {"log_rows": int(replica.scalar(f"SELECT count(*) FROM {replica.meta('MSrepl_log')} "
-                                               "WHERE publication = ?", (publication.name,)) or 0)}
+        n, oldest = replica.aggregate(f"SELECT count(*), min(time) FROM {replica.meta('MSrepl_log')} "
+                                      "WHERE publication = ?", (publication.name,))
+        return {"log_rows": int(n or 0), "oldest_unread": oldest}
 
-    def reader(self, replica: Replica, publication, articles: list[dict], read_batch: int) -> TriggerCapture:
+    def reader(self, replica: Replica, publication, articles: list[dict], read_batch: int,
+               needed_by=None) -> TriggerCapture:
+        # the capture triggers log every change whole: there is never one it cannot read
         return TriggerCapture(replica, publication, articles, read_batch)
 
 
