@@ -11,6 +11,7 @@ import os
 import threading
 from typing import IO
 
+from ...errors import ConnectionFailed
 from ..agent_locks import LockHolder
 
 
@@ -26,7 +27,10 @@ class FileLock:
     def try_acquire(self, holder: LockHolder) -> bool:
         assert self._fh is None, "already held"
         while True:
-            fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release
+            try:
+                fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release
+            except OSError as e:      # no such folder, no right to write there: said, not a traceback
+                raise ConnectionFailed(f"cannot take the agent lock {self.path}: {e.strerror}", obj=self.path) from None
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
