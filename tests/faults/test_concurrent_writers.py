@@ -189,3 +189,33 @@ def test_a_generation_held_by_an_open_transaction_is_named_and_the_next_merge_co
     for who in ("S", "G"):
         assert world.value(who, "TR", 7, "a") == "late"
     assert "waiting" not in gather_status(world.topology)["publisher"]
+
+
+@pytest.mark.parametrize("world", ["postgresql"], indirect=True)    # SQLite: one writer at a time
+def test_setup_run_again_never_deadlocks_an_application_transaction(world):
+    """``setup`` run again (as ``reinit`` and ``schema-change`` do) while an application transaction that
+    wrote a published table is open: setup changes nothing, so it takes no lock that application writes
+    wait for (it used to lock the metadata tables with CREATE INDEX IF NOT EXISTS, then wait for the
+    application's table: the application's next write, whose trigger writes the metadata, deadlocked)."""
+    from sparksync.provision import setup
+
+    holder = Holder(world, 'UPDATE "TR" SET "a" = \'app-1\' WHERE "id" = 2;')
+    done: dict = {}
+
+    def run():
+        try:
+            done["summary"] = setup(world.topology, lambda: world.spark)
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            done["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(120)               # nothing to change: it ends without waiting for the application
+    assert not thread.is_alive() and "error" not in done, done
+    holder.proc.stdin.write('UPDATE "TR" SET "b" = \'app-2\' WHERE "id" = 2;\nUPDATE "TC" SET "a" = \'app-3\' '
+                            "WHERE \"id\" = 2;\n")
+    holder.commit()                # fails (ON_ERROR_STOP) if any of its statements deadlocked
+    assert world.merge().ok
+    for who in ("P", "S", "G"):
+        assert (world.value(who, "TR", 2, "a"), world.value(who, "TR", 2, "b"), world.value(who, "TC", 2, "a")) == \
+            ("app-1", "app-2", "app-3")

@@ -208,9 +208,18 @@ class Dialect(ABC):
     def serial_primary_key(self, column: str) -> str:
         """A column definition: an integer primary key the database numbers in insert order."""
 
+    def rowguid_index_name(self, table: TableName, rowguid: str) -> str:
+        return f"MSmerge_idx_{table.slug}_{rowguid}"[:63]
+
     def render_rowguid_index(self, table: TableName, rowguid: str) -> str:
-        idx = self.quote(f"MSmerge_idx_{table.slug}_{rowguid}"[:63])
+        idx = self.quote(self.rowguid_index_name(table, rowguid))
         return f"CREATE UNIQUE INDEX IF NOT EXISTS {idx} ON {self.table_sql(table)} ({self.quote(rowguid)})"
+
+    @abstractmethod
+    def index_exists(self, replica: Replica, schema: str | None, name: str) -> bool:
+        """Whether index ``name`` exists (in ``schema``; None: the default one). Asked before a
+        ``CREATE INDEX IF NOT EXISTS``, which on PostgreSQL locks the table against writes even when the
+        index is there: a setup run again must not stop (or deadlock with) application writes."""
 
     # -- values -----------------------------------------------------------------------------
     def to_db(self, t: SqlType, value: Any) -> Any:

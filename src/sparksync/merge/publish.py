@@ -271,7 +271,8 @@ def apply_publication(replica: Replica, topology: Topology, plan: PublicationPla
             d.add_rowguid_column(replica, a.name, a.rowguid_column)
         elif a.rowguid_action == "adopt":
             d.adopt_rowguid_column(replica, a.name, a.rowguid_column)
-        replica.execute(d.render_rowguid_index(a.name, a.rowguid_column))
+        if not d.index_exists(replica, a.name.schema, d.rowguid_index_name(a.name, a.rowguid_column)):
+            replica.execute(d.render_rowguid_index(a.name, a.rowguid_column))
         same_pub = a.existing is not None and a.existing["pubid"] == pubid
         artid = a.existing["artid"] if a.existing is not None else store.new_guid()
         row = {

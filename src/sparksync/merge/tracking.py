@@ -60,8 +60,13 @@ def trigger_context(replica: Replica, article: TrackedArticle, replica_nickname:
 
 
 def install_tracking(replica: Replica, article: TrackedArticle, replica_nickname: int) -> None:
-    """(Re)create the insert, update and delete triggers of one article. Idempotent."""
-    for stmt in replica.dialect.render_merge_triggers(trigger_context(replica, article, replica_nickname)):
+    """(Re)create the insert, update and delete triggers of one article, unless they are exactly what
+    would be installed: re-creating a trigger locks its table against writes until the transaction
+    ends, which a setup run again must not do to a live publisher. Idempotent."""
+    d, ctx = replica.dialect, trigger_context(replica, article, replica_nickname)
+    if not d.tracking_problems(replica, ctx):
+        return
+    for stmt in d.render_merge_triggers(ctx):
         replica.execute(stmt)
 
 

@@ -25,7 +25,9 @@ def new_guid() -> str:
 
 # -- DDL ------------------------------------------------------------------------------------------
 
-def render_metadata_ddl(replica: Replica, table: MetaTable) -> list[str]:
+def render_metadata_ddl(replica: Replica, table: MetaTable, missing_only: bool = False) -> list[str]:
+    """CREATE TABLE / CREATE INDEX of one metadata table (``missing_only``: no CREATE INDEX of an index
+    that exists, which would lock the table against writes for the rest of the transaction)."""
     d = replica.dialect
     cols = []
     for c in table.columns:
@@ -37,7 +39,10 @@ def render_metadata_ddl(replica: Replica, table: MetaTable) -> list[str]:
         cols.append("PRIMARY KEY (" + ", ".join(d.quote(c) for c in table.primary_key) + ")")
     stmts = [f"CREATE TABLE IF NOT EXISTS {d.metadata_table_sql(table.name)} (\n  " + ",\n  ".join(cols) + "\n)"]
     for idx in table.indexes:
-        idx_name = d.quote(idx.name.lower() if d.capabilities.supports_schemas else idx.name)
+        plain = idx.name.lower() if d.capabilities.supports_schemas else idx.name
+        if missing_only and d.index_exists(replica, d.metadata_table_name(table.name).schema, plain):
+            continue
+        idx_name = d.quote(plain)
         stmts.append(
             f"CREATE {'UNIQUE ' if idx.unique else ''}INDEX IF NOT EXISTS {idx_name} ON "
             f"{d.metadata_table_sql(table.name)} (" + ", ".join(d.quote(c) for c in idx.columns) + ")"
@@ -120,7 +125,7 @@ def install_table_set(replica: Replica, tables: TableSet) -> int:
             f"(supports {tables.version}); upgrade sparksync", obj=replica.label)
     replica.dialect.install_support_objects(replica)
     for table in (TABLES_BY_NAME[VERSION_TABLE], *tables.tables):
-        for stmt in render_metadata_ddl(replica, table):
+        for stmt in render_metadata_ddl(replica, table, missing_only=True):
             replica.execute(stmt)
     if current is None:
         insert_row(replica, VERSION_TABLE, {"id": tables.version_id, "version": tables.version, "updated_at": utcnow()})

@@ -162,6 +162,10 @@ class PostgresDialect(Dialect):
         return Jsonb(value)
 
     # -- catalog ----------------------------------------------------------------------------
+    def index_exists(self, replica: Replica, schema: str | None, name: str) -> bool:
+        return bool(replica.scalar("SELECT count(*) FROM pg_catalog.pg_indexes WHERE schemaname = "
+                                   "coalesce(%s, current_schema()) AND indexname = %s", (schema, name)))
+
     def _oid(self, replica: Replica, name: TableName) -> int | None:
         return replica.scalar(
             "SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "

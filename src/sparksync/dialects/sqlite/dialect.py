@@ -434,6 +434,9 @@ class SQLiteDialect(Dialect):
     def try_claim_generation(self, replica: Replica, generation: int) -> bool:
         return True  # the caller holds SQLite's write lock: no other writer exists
 
+    def index_exists(self, replica: Replica, schema: str | None, name: str) -> bool:
+        return bool(replica.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ?", (name,)))
+
     def agent_lock(self, url: str, key: str) -> AgentLock:
         from .agent_lock import FileLock, ProcessLock
 
