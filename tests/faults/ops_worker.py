@@ -1,33 +1,29 @@
-"""A process that runs sparksync commands for ``test_operations_randomized``, one JSON line per command
-on stdin (the command, and the file holding the topology's configuration data and folder), one JSON
-line per result on stdout, with one warm Spark session: killed with SIGKILL in the middle of a command
-(a failpoint armed with ``!kill``) as an operator's ``kill -9`` would, then started again.
+"""The commands ``test_operations_randomized`` runs, and a process that runs one of them to be killed.
+
+``operations(topology, spark)`` gives each command as a function of its JSON arguments returning a JSON
+result; the test runs them in its own process, except the one chosen to die: that one goes to
+``python -m tests.faults.ops_worker`` (one JSON line per command on stdin, the command and the file
+holding the topology's configuration data and folder; one JSON result line on stdout), which a failpoint
+armed with ``!kill`` kills with SIGKILL in the middle of it, as an operator's ``kill -9`` would.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 
-def main() -> None:
-    from sparksync import locks
+def operations(topology, spark) -> dict[str, Callable[[dict], dict]]:
     from sparksync.merge.agent import MergeAgent, MergeOptions
     from sparksync.merge.cleanup import cleanup
     from sparksync.merge.override import resolve_conflict
     from sparksync.merge.schema_changes import change
     from sparksync.merge.validation import repair, validate
-    from sparksync.provision import snapshot
+    from sparksync.provision import setup, snapshot
     from sparksync.reinit import reinitialize
-    from sparksync.spark.session import spark_session
-    from sparksync.topology import parse_topology
-
-    spark = spark_session("local[2]", app_name="ops-worker", conf={"spark.sql.shuffle.partitions": "2",
-                                                                   "spark.default.parallelism": "2"})
-    topologies: dict[str, object] = {}
-    topology: Any = None
 
     def merge(_: dict) -> dict:
         s = MergeAgent(topology, spark).run(MergeOptions())
@@ -52,34 +48,44 @@ def main() -> None:
         return {"ok": True, "recorded": change(topology, "Pub", "K", add=f"{cmd['column']} text")}
 
     def do_setup(_: dict) -> dict:
-        from sparksync.provision import setup
-
         setup(topology, lambda: spark)
         return {"ok": True}
 
     def reinit(cmd: dict) -> dict:
-        said: list[str] = []
-        reinitialize(topology, lambda: spark, cmd["subscription"], upload_first=True, report=said.append)
-        return {"ok": True, "said": said}
+        reinitialize(topology, lambda: spark, cmd["subscription"], upload_first=True)
+        return {"ok": True}
 
     def resolve(cmd: dict) -> dict:
         return {"ok": True, **resolve_conflict(topology, cmd["conflict_id"], "loser")}
 
-    ops = {"merge": merge, "snapshot": do_snapshot, "cleanup": do_cleanup, "repair": do_repair,
-           "schema-change": schema_change, "reinit": reinit, "resolve": resolve, "setup": do_setup}
+    return {"merge": merge, "snapshot": do_snapshot, "cleanup": do_cleanup, "repair": do_repair,
+            "schema-change": schema_change, "reinit": reinit, "resolve": resolve, "setup": do_setup}
+
+
+def run(ops: dict[str, Callable[[dict], dict]], cmd: dict) -> dict:
+    """One command, as a user would run it (waiting for a held lock); its error as data."""
+    from sparksync import locks
+
+    try:
+        with locks.waiting(120):
+            return ops[cmd["op"]](cmd)
+    except Exception as e:  # noqa: BLE001 - the test reads it
+        return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+
+
+def main() -> None:
+    from sparksync.spark.session import spark_session
+    from sparksync.topology import parse_topology
+
+    spark = spark_session("local[2]", app_name="ops-worker", conf={"spark.sql.shuffle.partitions": "2",
+                                                                   "spark.default.parallelism": "2"})
+    spark.range(1).count()                    # warm: the command to be killed starts at once
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
-        if cmd["spec"] not in topologies:
-            spec = json.loads(Path(cmd["spec"]).read_text(encoding="utf-8"))
-            topologies[cmd["spec"]] = parse_topology(spec["data"], Path(spec["base"]))
-        topology = topologies[cmd["spec"]]
-        try:
-            with locks.waiting(120):
-                out = ops[cmd["op"]](cmd)
-        except Exception as e:  # noqa: BLE001 - the test reads it
-            out = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-        print(json.dumps(out, default=str), flush=True)
+        spec: dict[str, Any] = json.loads(Path(cmd["spec"]).read_text(encoding="utf-8"))
+        print(json.dumps(run(operations(parse_topology(spec["data"], Path(spec["base"])), spark), cmd), default=str),
+              flush=True)
 
 
 if __name__ == "__main__":

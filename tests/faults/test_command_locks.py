@@ -21,8 +21,10 @@ import threading
 import time
 
 import pytest
+from typer.testing import CliRunner
 
 from sparksync import locks
+from sparksync.cli.app import app
 from sparksync.dialects import connect, dialect_for_url
 from sparksync.dialects.agent_locks import LockHolder
 from sparksync.merge.agent import MergeAgent, MergeOptions
@@ -132,14 +134,25 @@ def live_writes(world):
 
 def converged(world, made: list[int]) -> None:
     """One merge (upload, then download of everything, the uploads included) and every replica holds
-    the same rows, every live write included."""
+    the same rows, with every live write made so far by any test of the module (``made``: this test's,
+    checked now; each test's writes are checked again by the module's last test)."""
+    _written.setdefault(world.kinds["P"], []).extend(made)
     summary = world.merge()
     assert summary.ok, [s.errors for s in summary.subscriptions]
     diffs, _ = compare_replicas(world.topology, "Pub")
     assert not diffs, diffs
-    for i in made:
+    for i in _written[world.kinds["P"]]:
         for who in ("P", "S", "G"):
             assert world.exists(who, "T", i), f"row {i} written live is missing at {who}"
+
+
+_written: dict[str, list[int]] = {}      # publisher dialect -> the live writes of the module's tests
+
+
+def later(world, made: list[int]) -> None:
+    """This test's live writes, checked by the next convergence (the module's last test at the latest):
+    the commands of the pair did not need a merge to be checked."""
+    _written.setdefault(world.kinds["P"], []).extend(made)
 
 
 def merge_cmd(world):
@@ -176,7 +189,7 @@ def test_merge_and_snapshot(world, failpoints):
     a, b = run_pair(world, failpoints, merge_cmd(world),
                     ("snapshot", lambda rep: snapshot(world.topology, world.spark, ["Pub"], rep)), write)
     assert a.error is None and b.error is None, (a.error, b.error)
-    converged(world, made)
+    later(world, made)
 
 
 def test_merge_and_setup(world, failpoints):
@@ -184,7 +197,7 @@ def test_merge_and_setup(world, failpoints):
     a, b = run_pair(world, failpoints, ("setup", lambda rep: setup(world.topology, lambda: world.spark, rep)),
                     merge_cmd(world), write)
     assert a.error is None and b.error is None, (a.error, b.error)
-    converged(world, made)
+    later(world, made)
 
 
 def test_merge_and_cleanup(world, failpoints):
@@ -193,7 +206,7 @@ def test_merge_and_cleanup(world, failpoints):
                     write)
     assert a.error is None and b.error is None, (a.error, b.error)
     assert all(r.error is None for r in b.result.replicas)
-    converged(world, made)
+    later(world, made)
 
 
 def test_merge_and_reinit(world, failpoints):
@@ -244,7 +257,7 @@ def test_merge_with_merge(world, failpoints):
     write, made = live_writes(world)
     a, b = run_pair(world, failpoints, merge_cmd(world), merge_cmd(world), write)
     assert a.error is None and b.error is None, (a.error, b.error)
-    converged(world, made)
+    later(world, made)
 
 
 def test_snapshot_with_snapshot_and_setup_with_setup(world, failpoints):
@@ -255,7 +268,6 @@ def test_snapshot_with_snapshot_and_setup_with_setup(world, failpoints):
     run = lambda rep: setup(world.topology, lambda: world.spark, rep)  # noqa: E731
     a, b = run_pair(world, failpoints, ("setup", run), ("setup", run))
     assert a.error is None and b.error is None, (a.error, b.error)
-    converged(world, [])
 
 
 def test_cleanup_with_cleanup(world, failpoints):
@@ -281,7 +293,6 @@ def test_repair_with_repair(world, failpoints):
                     ("validate --repair", lambda rep: repair(world.topology, report, rep)))
     assert a.error is None and b.error is None, (a.error, b.error)
     assert world.value("G", "T", 5, "b") == world.value("P", "T", 5, "b")
-    converged(world, [])
 
 
 def test_schema_change_with_schema_change(world, failpoints):
@@ -292,6 +303,7 @@ def test_schema_change_with_schema_change(world, failpoints):
     converged(world, [])
     for who in ("P", "S", "G"):
         assert (world.value(who, "C", 1, c1), world.value(who, "C", 1, c2)) == (None, None)
+
 
 
 def test_conflict_override_with_itself(world, failpoints):
@@ -318,7 +330,7 @@ sys.stdin.read()
 
 
 def test_a_held_lock_is_refused_by_name_and_a_killed_holder_leaves_none(world, tmp_path):
-    """``--lock-timeout 0`` (the CLI, a process of its own): exit 75 naming the holder's command and pid;
+    """``--lock-timeout 0``: exit 75 naming the holder (a process of its own): its command and pid;
     the holder killed with kill -9: the lock is free at once (the kernel or the server dropped it)."""
     r = locks.resources(world.topology, "cleanup", ["Pub"])[0]
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, r.url, r.key], stdin=subprocess.PIPE,
@@ -327,11 +339,10 @@ def test_a_held_lock_is_refused_by_name_and_a_killed_holder_leaves_none(world, t
         assert holder.stdout.readline().strip() == "held"
         cfg = tmp_path / "sparksync.toml"
         cfg.write_text(_toml(world.data), encoding="utf-8")
-        out = subprocess.run([sys.executable, "-m", "sparksync.cli.app", "cleanup", "-c", str(cfg), "--lock-timeout", "0"],
-                             capture_output=True, text=True, timeout=120)
-        assert out.returncode == 75, out
-        assert f"held by merge (pid {holder.pid} on " in out.stderr and "nothing was done" in out.stderr, out.stderr
-        assert "Traceback" not in out.stderr
+        out = CliRunner().invoke(app, ["cleanup", "-c", str(cfg), "--lock-timeout", "0"])
+        assert out.exit_code == 75, out.output
+        assert f"held by merge (pid {holder.pid} on " in out.output and "nothing was done" in out.output, out.output
+        assert "Traceback" not in out.output
         lock = dialect_for_url(r.url).agent_lock(r.url, r.key)
         assert not lock.try_acquire(LockHolder.me("test"))
         holder.send_signal(signal.SIGKILL)
@@ -363,7 +374,14 @@ def test_a_wait_that_times_out_changes_nothing(world):
         assert not world.exists("S", "T", i)          # nothing merged
     finally:
         lock.release()
-    converged(world, [i])
+    later(world, [i])
+
+
+def test_every_live_write_of_every_pair_is_at_every_replica(world):
+    """The module's last check on each topology: one merge, and every write made live during any pair
+    (and the row the timed-out merge left) is at every replica, which hold the same rows."""
+    assert len(_written[world.kinds["P"]]) > 20
+    converged(world, [])
 
 
 def _toml(data: dict) -> str:

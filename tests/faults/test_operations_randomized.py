@@ -2,12 +2,12 @@
 
 Writers keep inserting and updating rows at the publisher and at both subscribers through the
 databases' own clients (``sqlite3``, ``psql``), each one writing its own rows, while merge, snapshot,
-cleanup, validate --repair, schema-change, reinit --upload-first and conflict override (each once, in
-an order and with targets drawn from a seed: ``SPARKSYNC_SEED``) run in a process of their own
-(``ops_worker.py``), which is killed with SIGKILL in the middle of one of them (a failpoint armed with
-``!kill``) and started again. At the end every write each writer saw committed is at every replica
-with its last value, every overridden conflict has the losing version everywhere, and the replicas
-are identical."""
+cleanup, validate --repair, schema-change, reinit --upload-first and conflict override run (each once,
+in an order and with targets drawn from a seed: ``SPARKSYNC_SEED``). One of them runs in a process of
+its own (``ops_worker.py``) and is killed with SIGKILL in the middle of it by a failpoint armed with
+``!kill``; what the operator would do next follows (a killed reinit is run again). At the end every
+write each writer saw committed is at every replica with its last value, every overridden conflict has
+the losing version everywhere, and the replicas are identical."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ from sparksync.merge.tracking import agent_writes
 from sparksync.validate import compare_replicas
 
 from .harness import Cluster, PgDatabases
+from .ops_worker import operations
+from .ops_worker import run as run_here
 
 pytestmark = pytest.mark.spark
 
@@ -108,7 +110,7 @@ class Writer(threading.Thread):
                     assert wrote, f"writer {self.who}: insert of row {i} wrote nothing"
                 if wrote:
                     self.expected[i] = v
-                self.stop.wait(0.02)            # an application's pace, not a load test
+                self.stop.wait(0.05)            # an application's pace, not a load test
         except BaseException as e:  # noqa: BLE001 - read by the test
             self.error = e
         finally:
@@ -124,44 +126,48 @@ class Writer(threading.Thread):
         self.go.set()
 
 
-class Worker:
-    """``ops_worker.py`` in a process of its own, shared by the module's runs; started again after a kill."""
+class Doomed:
+    """``ops_worker.py`` in a process of its own, for the command that is killed: started ahead (its JVM
+    starts while the test goes on), used once, killed."""
 
     def __init__(self):
         self.proc: subprocess.Popen | None = None
         self.kills = 0
 
-    def _start(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.faults.ops_worker"], cwd=ROOT,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        assert json.loads(self.proc.stdout.readline()) == {"ready": True}
+    def start(self) -> None:
+        if self.proc is None:
+            self.proc = subprocess.Popen([sys.executable, "-m", "tests.faults.ops_worker"], cwd=ROOT,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                         text=True)
 
     def run(self, spec: Path, op: str, **kw) -> dict | None:
-        """The command's result; None when the process was killed in the middle of it."""
-        if self.proc is None or self.proc.poll() is not None:
-            self._start()
+        """The command's result; None when the process was killed in the middle of it (as it should)."""
+        self.start()
         assert self.proc is not None
+        assert json.loads(self.proc.stdout.readline()) == {"ready": True}
         self.proc.stdin.write(json.dumps({"spec": str(spec), "op": op, **kw}) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
-        if not line:                                  # killed (SIGKILL from a failpoint)
-            assert self.proc.wait(60) == -9, self.proc.returncode
-            self.kills += 1
-            self.proc = None
-            return None
-        return json.loads(line)
+        if line:
+            self.close()
+            return json.loads(line)
+        assert self.proc.wait(60) == -9, self.proc.returncode      # killed (SIGKILL from a failpoint)
+        self.kills += 1
+        self.proc = None
+        return None
 
     def close(self) -> None:
         if self.proc is not None:
             self.proc.stdin.close()
             self.proc.wait(60)
+            self.proc = None
 
 
 @pytest.fixture(scope="module")
-def worker():
-    w = Worker()
-    yield w
-    w.close()
+def doomed():
+    d = Doomed()
+    yield d
+    d.close()
 
 
 KILL_POINTS = {
@@ -174,7 +180,8 @@ KILL_POINTS = {
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
-def test_operations_with_live_writers_and_kills(kind, spark, tmp_path, pg_admin_url, failpoints, worker):
+def test_operations_with_live_writers_and_kills(kind, spark, tmp_path, pg_admin_url, failpoints, doomed):
+    doomed.start()                               # its JVM starts while the topology is built
     seed = int(os.environ.get("SPARKSYNC_SEED", "20"))
     rng = random.Random(f"{seed}-{kind}")
     pg = PgDatabases(pg_admin_url)
@@ -184,10 +191,17 @@ def test_operations_with_live_writers_and_kills(kind, spark, tmp_path, pg_admin_
                                                                      ("G", 3_000_000))}
     spec = tmp_path / "topology.json"
     spec.write_text(json.dumps({"data": world.data, "base": str(world.tmp)}), encoding="utf-8")
-    kills_before = worker.kills
+    here = operations(world.topology, spark)
+    kills_before = doomed.kills
+    kill_now = False
 
     def run(op: str, **kw) -> dict | None:
-        return worker.run(spec, op, **kw)
+        """In this process, as a command run from a shell; the one armed to die in a process of its own."""
+        nonlocal kill_now
+        if kill_now:
+            kill_now = False
+            return doomed.run(spec, op, **kw)
+        return run_here(here, {"op": op, **kw})
 
     overridden: dict[int, str] = {}
     done: list[str] = []
@@ -198,16 +212,18 @@ def test_operations_with_live_writers_and_kills(kind, spark, tmp_path, pg_admin_
         killable = [i for i, op in enumerate(plan) if op in KILL_POINTS]
         kills = set(rng.sample(killable, min(KILLS, len(killable))))    # commands that die in the middle
         for step, op in enumerate(plan):
-            t0, killed_before = time.monotonic(), worker.kills
+            t0, killed_before = time.monotonic(), doomed.kills
             who = rng.choice(["S", "G"])
             if step in kills:
                 failpoints(f"{rng.choice(KILL_POINTS[op]).format(who=who)} !kill")
+                kill_now = op != "repair"       # repair: its merge first, here; then the repair dies
             if op == "repair":                  # a row changed at a subscriber behind sparksync's back
                 with connect(world.urls[who]) as r, r.transaction(), agent_writes(r):
                     r.execute(f"UPDATE \"K\" SET \"b\" = 'diverged-{step}' WHERE \"id\" = {rng.randint(21, 40)}")
                 for w in writers.values():      # validate --repair refuses a subscription with changes pending
                     w.pause()                   # (its rows may be in flight); races with writers: test_repair_races
                 run("merge")
+                kill_now = step in kills
                 out = run("repair")
                 for w in writers.values():
                     w.resume()
@@ -234,7 +250,7 @@ def test_operations_with_live_writers_and_kills(kind, spark, tmp_path, pg_admin_
                 overridden[i] = f"s-{step}"
             else:
                 out = run(op)
-            done.append(f"{op}{' (killed)' if worker.kills > killed_before else ''} {time.monotonic() - t0:.1f}s")
+            done.append(f"{op}{' (killed)' if doomed.kills > killed_before else ''} {time.monotonic() - t0:.1f}s")
             assert out is None or out["ok"], (op, out)
             failpoints.clear()
             for w in writers.values():
@@ -244,7 +260,7 @@ def test_operations_with_live_writers_and_kills(kind, spark, tmp_path, pg_admin_
         for w in writers.values():
             w.join(120)
             assert w.error is None, w.error
-        assert worker.kills - kills_before == len(kills), done     # every command armed to die did
+        assert doomed.kills - kills_before == len(kills), done     # every command armed to die did
         out = run("merge")
         assert out["ok"], (out, done)
         out = run("repair")                       # what a killed repair left diverged

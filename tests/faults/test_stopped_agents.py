@@ -9,11 +9,11 @@ And the case that found it: a published table's replica identity switched to an 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from typer.testing import CliRunner
 
+from sparksync.cli.app import app
 from sparksync.dialects import connect
 from sparksync.errors import SchemaError
 from sparksync.metadata import store
@@ -45,15 +45,15 @@ def world(spark, tmp_path_factory, pg_admin_url):
 
 
 def cli_status(topology_data: dict, tmp_path) -> tuple[int, dict, str]:
+    """``sparksync status`` and ``status --json``: their exit code (the same), the JSON and the text."""
     cfg = tmp_path / "sparksync.toml"
     cfg.write_text(_toml(topology_data), encoding="utf-8")
-    js = subprocess.run([sys.executable, "-m", "sparksync.cli.app", "status", "-c", str(cfg), "--json"],
-                        capture_output=True, text=True, timeout=120)
-    text = subprocess.run([sys.executable, "-m", "sparksync.cli.app", "status", "-c", str(cfg)],
-                          capture_output=True, text=True, timeout=120)
-    assert js.returncode == text.returncode, (js, text)
-    assert "Traceback" not in js.stderr + text.stderr
-    return js.returncode, json.loads(js.stdout), text.stdout
+    runner = CliRunner()
+    js = runner.invoke(app, ["status", "-c", str(cfg), "--json"])
+    text = runner.invoke(app, ["status", "-c", str(cfg)])
+    assert js.exit_code == text.exit_code, (js.output, text.output)
+    assert "Traceback" not in js.output + text.output
+    return js.exit_code, json.loads(js.stdout), text.output
 
 
 def test_a_merge_that_stops_is_recorded_and_status_says_stopped_until_one_succeeds(world, tmp_path):
