@@ -128,7 +128,8 @@ def gather_status(topology: Topology) -> dict[str, Any]:
         out["transactional"] = gather(topology)
     now = dt.datetime.now(dt.UTC)
     out["time"] = now.isoformat()
-    out["problems"] = _problems(out, now)
+    _add_ages(out, now)
+    out["problems"] = _problems(out)
     out["ok"] = not out["problems"]
     return out
 
@@ -136,25 +137,33 @@ def gather_status(topology: Topology) -> dict[str, Any]:
 BAD_STATES = ("stopped", "damaged", "unreachable", "expired", "inactive")
 
 
-def _problems(st: dict[str, Any], now: dt.datetime) -> list[str]:
-    """One line per publication, subscription or database that is not replicating; and every
-    ``oldest_*`` timestamp gets its age in seconds beside it (``*_age``)."""
-    out = []
+def _entries(st: dict[str, Any]) -> list[tuple[str, dict]]:
+    """Every publication and subscription entry, merge and transactional: (kind, entry)."""
     tx = st.get("transactional") or {}
-    for d in (st["publisher"], tx.get("distributor") or {}):
-        if d.get("state") == "unreachable":
-            out.append(f"{d.get('name', 'distributor')}: unreachable: {d.get('error', '')}")
-    for kind, entries in (("publication", st["publications"] + tx.get("publications", [])),
-                          ("subscription", st["subscriptions"] + tx.get("subscriptions", []))):
-        for e in entries:
-            for k in [k for k in e if k.startswith("oldest_")]:
-                e[f"{k}_age"] = age_seconds(e[k], now)
-            state = e.get("state") if kind == "publication" else e.get("status")
-            if state not in BAD_STATES:
-                continue
-            why = "; ".join(e.get("problems", [])) or e.get("error") or e.get("last_error") or e.get("message") or ""
-            since = f" since {e['stopped_since']}" if e.get("stopped_since") else ""
-            out.append(f"{kind} {e['name']}: {state}{since}" + (f": {why}" if why else ""))
+    return [("publication", e) for e in st["publications"] + tx.get("publications", [])] + \
+        [("subscription", e) for e in st["subscriptions"] + tx.get("subscriptions", [])]
+
+
+def _add_ages(st: dict[str, Any], now: dt.datetime) -> None:
+    """Beside every ``oldest_*`` timestamp, its age in seconds (``oldest_*_age``)."""
+    for _, e in _entries(st):
+        for k in [k for k in e if k.startswith("oldest_")]:
+            e[f"{k}_age"] = age_seconds(e[k], now)
+
+
+def _problems(st: dict[str, Any]) -> list[str]:
+    """One line per database, publication or subscription that is not replicating, and why."""
+    out = []
+    distributor = (st.get("transactional") or {}).get("distributor") or {}
+    if distributor.get("state") == "unreachable":
+        out.append(f"distributor: unreachable: {distributor.get('error', '')}")
+    for kind, e in _entries(st):
+        state = e.get("state") if kind == "publication" else e.get("status")
+        if state not in BAD_STATES:
+            continue
+        why = "; ".join(e.get("problems", [])) or e.get("error") or e.get("last_error") or e.get("message") or ""
+        since = f" since {e['stopped_since']}" if e.get("stopped_since") else ""
+        out.append(f"{kind} {e['name']}: {state}{since}" + (f": {why}" if why else ""))
     return out
 
 
