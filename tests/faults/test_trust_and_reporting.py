@@ -118,7 +118,7 @@ def test_no_part_of_a_password_is_printed(world, tmp_path, pg_admin_url):
 
 def test_the_spark_plan_of_a_change_read_holds_no_password(spark):
     from sparksync.merge.changes import change_read
-    from sparksync.spark.datasource import ReadPlan
+    from sparksync.spark.reads import ReadPlan
 
     plan = ReadPlan([change_read("postgresql://u:Sup3rSecretX@127.0.0.1/db", "SELECT 1", [], [], "x",
                                  {"source": "S", "source_nick": 2, "tablenick": 1, "op": "delete"})])

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.spark.datasource import ReadPartition, ReadPlan
+from sparksync.spark.reads import ReadPartition, ReadPlan
 from sparksync.types import Kind, SqlType, decimal_type
 
 pytestmark = pytest.mark.spark
@@ -91,7 +91,7 @@ def _count_ids():
 
 
 def test_map_partitions_reads_each_partition_inside_its_own_task(spark, dbs):
-    from sparksync.spark.datasource import map_partitions
+    from sparksync.spark.reads import map_partitions
 
     url = dbs.url("sqlite", "mapped")
     with connect(url) as r:
@@ -103,8 +103,8 @@ def test_map_partitions_reads_each_partition_inside_its_own_task(spark, dbs):
 
 
 def test_map_partitions_fails_with_the_typed_error_of_a_read(spark, dbs):
-    from sparksync.spark.datasource import map_partitions
     from sparksync.spark.failures import recover
+    from sparksync.spark.reads import map_partitions
 
     url = dbs.url("sqlite", "mapped_bad")
     with connect(url):
@@ -115,7 +115,7 @@ def test_map_partitions_fails_with_the_typed_error_of_a_read(spark, dbs):
     assert error is not None and "no such table: t" in error.message, e.value
 
 def test_prefetched_batches_keep_their_order_raise_read_errors_and_stop_with_the_consumer():
-    from sparksync.spark.datasource import prefetched
+    from sparksync.spark.reads import prefetched
 
     assert list(prefetched(iter(range(100)), depth=2)) == list(range(100))
 

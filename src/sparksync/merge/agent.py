@@ -29,9 +29,9 @@ from ..metadata import store
 from ..names import TableName
 from ..progress import ProgressListener, Reporter, driver_host, silent
 from ..redaction import redact
-from ..spark.datasource import ReadPartition, ReadPlan
 from ..spark.failures import recover, spark_error_message
 from ..spark.partitioning import group_labels, split_ranges
+from ..spark.reads import ReadPartition, ReadPlan
 from .batch import ArticleStats
 from .changes import (
     ALL_PARTITIONS,

@@ -13,7 +13,7 @@ from ..rows import RowCodec, diagnose_row, json_text, row_key
 from ..types import SqlType
 
 if TYPE_CHECKING:
-    from ..spark.datasource import ReadPartition
+    from ..spark.reads import ReadPartition
 
 FETCH_ROWS = 10_000
 READER = "sparksync.merge.changes:read_changes"      # ReadPartition.reader of change reads
@@ -103,7 +103,7 @@ def failed_row_json(column: str, reason: str, value: str, key: str) -> str:
 def change_read(url: str, sql: str, params: list, columns: list, label: str, constants: dict) -> ReadPartition:
     """A Data Source partition reading changes (``read_changes``) with ``sql``: (generation, rowguid,
     lineage, colv, <columns>...), each row a change of ``constants`` (source, tablenick, op...)."""
-    from ..spark.datasource import ReadPartition
+    from ..spark.reads import ReadPartition
 
     return ReadPartition(url, sql, params, columns, None, label, reader=READER, schema=CHANGE_SCHEMA,
                          constants=constants)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ..dialects.replica import Replica
 from ..filters import partition_column
-from ..spark.datasource import ReadPartition
+from ..spark.reads import ReadPartition
 from .changes import OP_REMOVE, REALIGN_GENERATION, REMOVE_GENERATION, change_read
 from .evaluation import PARTITION_ALIAS, SETTINGS, member_sql
 from .partitions import PartitionScheme

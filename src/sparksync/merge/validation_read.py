@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..spark.datasource import ReadPartition, per_task, stream_rows
+from ..spark.reads import ReadPartition, per_task, stream_rows
 
 READS_PER_TASK = 8
 SIDE = "sparksync_side"                 # whose rows: a subscriber's number, or negative: the publisher's

@@ -31,7 +31,7 @@ from ..merge.tracking import published_articles
 from ..metadata import store
 from ..metadata.schema import GUID, INT, JSON
 from ..progress import Reporter, Timer, silent
-from ..spark.datasource import ReadPartition, ReadPlan
+from ..spark.reads import ReadPartition, ReadPlan
 from .manifest import (
     ArticleSnapshot,
     SnapshotManifest,

@@ -23,7 +23,7 @@ from ..errors import ErrorInfo, NotInitialized, SparksyncError
 from ..metadata import store
 from ..progress import ProgressListener, Reporter, driver_host, silent
 from ..redaction import redact
-from ..spark.datasource import ReadPartition, ReadPlan, map_partitions
+from ..spark.reads import ReadPartition, ReadPlan, map_partitions
 from ..types import Kind, SqlType
 from . import distribution as dst
 from .deliver import RESULT_SCHEMA, DeliveryContext, DeliveryResult, SubscriptionTarget

@@ -41,7 +41,7 @@ from ..snapshot import initialize as snapshot_init
 from ..snapshot.initialize import InitResult, check_distinct_tables, load_parquet, pre_create
 from ..snapshot.manifest import new_snapshot_id, publication_dir, remove_stale, verify_files
 from ..snapshot.writer import read_partitions, seal, write_parquet
-from ..spark.datasource import ReadPlan
+from ..spark.reads import ReadPlan
 from . import distribution as dst
 from .calls import procedure_statements
 from .capture import capture_method

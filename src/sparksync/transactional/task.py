@@ -1,5 +1,5 @@
 """The Spark side of the distribution agent: a task reads its subscriptions' commands, in
-subscription and commit order (``spark.datasource.map_partitions``), and delivers them one
+subscription and commit order (``spark.reads.map_partitions``), and delivers them one
 subscription after another, a :class:`~sparksync.transactional.deliver.Delivery` each. One result
 row per subscription (``deliver.RESULT_SCHEMA``); a subscription that fails is reported and the next
 one goes on."""
