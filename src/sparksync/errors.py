@@ -61,10 +61,6 @@ class ErrorInfo:
     def from_dict(cls, d: dict) -> ErrorInfo:
         return cls(str(d["code"]), str(d["message"]), d.get("object"), bool(d.get("transient", False)))
 
-    def raise_(self) -> None:
-        """Raise it again on the driver, as a :class:`ReportedError` with the same code."""
-        raise ReportedError(self)
-
     def first_line(self) -> str:
         return self.message.splitlines()[0] if self.message else self.code
 
@@ -210,8 +206,3 @@ class ReplicaBehind(ReplicaDamaged):
 
     code = "replica_behind"
 
-
-class GenerationBusy(Transient, SparksyncError):
-    """A generation could not be settled because transactions that wrote into it are still running."""
-
-    code = "generation_busy"

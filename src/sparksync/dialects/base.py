@@ -222,10 +222,6 @@ class Dialect(ABC):
         index is there: a setup run again must not stop (or deadlock with) application writes."""
 
     # -- values -----------------------------------------------------------------------------
-    def to_db(self, t: SqlType, value: Any) -> Any:
-        """A Python/Arrow value converted for this driver's parameters."""
-        return value
-
     def db_converters(self, types: Sequence[SqlType]):
         convs = [self._converter(t) for t in types]
         return convs
@@ -449,6 +445,3 @@ class Dialect(ABC):
         if not self.capabilities.float_holds_nan:
             out.append('"NaN"')
         return tuple(out)
-
-    def kinds_supported(self) -> frozenset[Kind]:
-        return frozenset(Kind)

@@ -16,6 +16,15 @@ if TYPE_CHECKING:
     from .base import Dialect
 
 
+IN_LIST = 500     # values bound in one IN (...) list: far below every driver's parameter limit
+
+
+def in_chunks(items: Sequence[Any], n: int = IN_LIST) -> Iterator[list]:
+    """``items`` in lists of at most ``n``: one statement each (``... IN ({placeholders})``)."""
+    for i in range(0, len(items), n):
+        yield list(items[i:i + n])
+
+
 def redact_url(url: str) -> str:
     """The URL (or text holding URLs) with every password replaced by ``***`` (``redaction.redact``)."""
     return redact(url)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .. import failpoints, locks
-from ..config import PublicationConfig, SubscriptionConfig, Topology
+from ..config import PUBLISHER_PRIORITY, PublicationConfig, SubscriptionConfig, Topology
 from ..dialects import connect
 from ..dialects.replica import Replica
 from ..errors import ConfigurationError, ErrorInfo, NotInitialized, ReplicaDamaged, SchemaDrift, SparksyncError
@@ -52,7 +52,7 @@ from .generations import enumeration_bound, generation_rows, make_generation, wa
 from .integrity import check_identity, check_not_behind, describe, replica_problems
 from .partitions import PartitionScheme, scheme_of
 from .plan import ApplyContext, BatchInfo, DestinationInfo, Route
-from .resolvers import BUILTIN, PUBLISHER_PRIORITY, Replicas, check_user_resolver
+from .resolvers import BUILTIN, Replicas, check_user_resolver
 from .schema_changes import pending, publisher_drift, replay, schema_version
 from .setupbelongs import belongs_reads, not_belongs_read
 from .stream import RESULT_SCHEMA, BatchResult, apply_stream_empty, make_mapper

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import failpoints
-from ..dialects.replica import Replica
+from ..dialects.replica import Replica, in_chunks
 from ..errors import CHANGE_REJECTED, SparksyncError
 from ..metadata import store
 from ..progress import send_progress
@@ -40,6 +40,7 @@ from .tracking import (
     TrackedArticle,
     agent_writes,
     delete_row_with_lineage,
+    forget_rows,
     published_articles,
     write_row_with_lineage,
 )
@@ -83,8 +84,7 @@ def _prefetch(replica: Replica, article: TrackedArticle, rowguids: list[str]) ->
     d = replica.dialect
     contents, tombs, present = {}, {}, set()
     u = d.uuid_param()
-    for i in range(0, len(rowguids), 500):
-        chunk = rowguids[i:i + 500]
+    for chunk in in_chunks(rowguids):
         inlist = ", ".join([u] * len(chunk))
         for g, l_, c in replica.query(
                 f"SELECT rowguid, lineage, colv FROM {replica.meta('MSmerge_contents')} "
@@ -285,8 +285,7 @@ class _BatchApplier:
             if cond is None:
                 continue
             out = []
-            for i in range(0, len(guids), 500):
-                chunk = guids[i:i + 500]
+            for chunk in in_chunks(guids):
                 out += [str(g) for (g,) in replica.query(
                     f"SELECT m.{d.quote(art.rowguid_column)} FROM {d.table_sql(art.table)} AS m "
                     f"WHERE m.{d.quote(art.rowguid_column)} IN ({', '.join([d.uuid_param()] * len(chunk))}) "
@@ -339,8 +338,7 @@ class _BatchApplier:
             if nick not in self.ctx.mapped:
                 continue
             guids = list(dict.fromkeys(g for g, op in zip(cc.rowguid, cc.op) if op != "delete"))
-            for i in range(0, len(guids), 500):
-                chunk = guids[i:i + 500]
+            for chunk in in_chunks(guids):
                 replica.execute(
                     f"INSERT INTO {current} (tablenick, rowguid, partition_id) SELECT c.tablenick, c.rowguid, {pid} "
                     f"FROM {contents} c WHERE c.tablenick = {int(nick)} AND c.rowguid IN ({', '.join([u] * len(chunk))}) "
@@ -350,17 +348,7 @@ class _BatchApplier:
     def remove(self, w: _Work, st: ArticleStats) -> None:
         """Rows that left this subscriber's partition: gone from it with their metadata, recorded
         nowhere (not a delete: the rows live on in other partitions)."""
-        replica, art = self.replica, w.art
-        d = replica.dialect
-        for i in range(0, len(w.removals), 500):
-            chunk = w.removals[i:i + 500]
-            inlist = ", ".join([d.uuid_param()] * len(chunk))
-            cur = replica.execute(f"DELETE FROM {d.table_sql(art.table)} WHERE {d.quote(art.rowguid_column)} "
-                                  f"IN ({inlist})", chunk)
-            st.removed += max(getattr(cur, "rowcount", 0), 0)
-            for table in ("MSmerge_contents", "MSmerge_failed_changes"):
-                replica.execute(f"DELETE FROM {replica.meta(table)} WHERE tablenick = {int(art.nickname)} "
-                                f"AND rowguid IN ({inlist})", chunk)
+        st.removed += forget_rows(self.replica, w.art, w.removals)
 
     def one_row(self, w: _Work, st: ArticleStats) -> None:
         inc, decision = w.decided
@@ -615,10 +603,6 @@ def _forged(inc: Incoming, local: Local, ctx: ApplyContext) -> Failure | None:
         return None
     claims = ", ".join(f"version {v} of {ctx.replicas.name(n)} (publisher has {known.get(n, 0)})" for n, v in over)
     return Failure(f"refused: its lineage claims {claims}, which the publisher never had")
-
-
-def _db_value(value, conv):
-    return value if value is None or conv is None else conv(value)
 
 
 def _count(st: ArticleStats, decision: Decision, existed: bool) -> None:

@@ -23,7 +23,7 @@ from ..errors import ConfigurationError
 from ..metadata import store
 from ..rows import row_key
 from .conflicts import ConflictType
-from .tracking import TrackedArticle, published_articles, tracked_article
+from .tracking import TrackedArticle, published_articles, tracked_article, upsert_by_rowguid
 
 KEEP = ("winner", "loser")
 
@@ -97,21 +97,7 @@ def _article(pub: Replica, c: dict) -> TrackedArticle:
 def _write(pub: Replica, art: TrackedArticle, row: dict[str, Any]) -> str:
     """The losing row, written by the application's path (tracked): an update, or an insert when the
     row is gone (it lost to a delete)."""
-    d = pub.dialect
-    cols = [c for c in art.info.columns if c.name in row]
-    convs = dict(zip((c.name for c in cols), d.db_converters([c.type for c in cols])))
-    val = {n: v if v is None or convs[n] is None else convs[n](v) for n, v in row.items() if n in convs}
-    rg = art.rowguid_column
-    t = d.table_sql(art.table)
-    others = [c.name for c in cols if c.name != rg]
-    cur = pub.execute(f"UPDATE {t} SET " + ", ".join(f"{d.quote(n)} = {pub.p}" for n in others)
-                      + f" WHERE {d.quote(rg)} = {d.uuid_param()}", [val[n] for n in others] + [str(row[rg])])
-    if getattr(cur, "rowcount", 0) > 0:
-        return "update"
-    names = [c.name for c in cols]
-    pub.execute(f"INSERT INTO {t} ({', '.join(d.quote(n) for n in names)}) VALUES ({', '.join([pub.p] * len(names))})",
-                [val[n] for n in names])
-    return "insert"
+    return upsert_by_rowguid(pub, art, row)
 
 
 def _delete(pub: Replica, art: TrackedArticle, rowguid: str) -> str:

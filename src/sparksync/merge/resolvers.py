@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import PUBLISHER_PRIORITY
 from ..errors import ConfigurationError, SparksyncError
 from .lineage import Lineage, last_writer
 
-PUBLISHER_PRIORITY = 100.0
 BUILTIN = ("default", "subscriber_wins", "later_wins", "earlier_wins", "maximum", "minimum", "additive", "averaging")
 NEEDS_COLUMN = ("later_wins", "earlier_wins", "maximum", "minimum", "additive", "averaging")
 COLUMN_TRACKING_ONLY = ("additive", "averaging")

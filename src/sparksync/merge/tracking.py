@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..dialects.model import TableInfo, from_table_dict
-from ..dialects.replica import Replica
+from ..dialects.replica import Replica, in_chunks
 from ..errors import SparksyncError
 from ..metadata import store
 from ..names import TableName
@@ -100,34 +100,55 @@ def write_row_with_lineage(replica: Replica, article: TrackedArticle, row: Mappi
     Must run inside :func:`agent_writes`. Returns ``"insert"`` or ``"update"``. A row whose primary key
     already belongs to another rowguid raises ConstraintViolation (a failed change, not an overwrite).
     """
-    d = replica.dialect
-    rg = article.rowguid_column
-    guid = str(row[rg])
-    types = {c.name: c.type for c in article.info.columns}
-    cols = [c for c in row if c != rg]
-    conv = {c: d.db_converters([types[c]])[0] for c in row}
-    val = {c: row[c] if row[c] is None or conv[c] is None else conv[c](row[c]) for c in row}
-    t = d.table_sql(article.table)
-    p = replica.p
-    cur = None
-    if cols:
-        cur = replica.execute(
-            f"UPDATE {t} SET " + ", ".join(f"{d.quote(c)} = {p}" for c in cols) + f" WHERE {d.quote(rg)} = {p}",
-            [val[c] for c in cols] + [guid])
-    updated = cur is not None and getattr(cur, "rowcount", 0) > 0
-    if not updated:
-        if replica.scalar(f"SELECT count(*) FROM {t} WHERE {d.quote(rg)} = {p}", [guid]):
-            updated = True  # no columns besides rowguid
-        else:
-            allc = [rg, *cols]
-            replica.execute(
-                f"INSERT INTO {t} (" + ", ".join(d.quote(c) for c in allc) + ") VALUES (" + ", ".join([p] * len(allc)) + ")",
-                [guid] + [val[c] for c in cols])
+    action = upsert_by_rowguid(replica, article, row)
+    guid = str(row[article.rowguid_column])
     lin = {str(k): int(v) for k, v in lineage.items()}
     _upsert_metadata(replica, "MSmerge_contents", {"tablenick": article.nickname, "rowguid": guid},
                      {"generation": generation, "lineage": lin, "colv": dict(colv) if colv is not None else None})
     store.delete_rows(replica, "MSmerge_tombstone", {"tablenick": article.nickname, "rowguid": guid})
-    return "update" if updated else "insert"
+    return action
+
+
+def upsert_by_rowguid(replica: Replica, article: TrackedArticle, row: Mapping[str, Any]) -> str:
+    """Update the row that has ``row``'s rowguid to ``row``'s values (the article's columns it names), or
+    insert it when there is none: ``"update"`` or ``"insert"``. Tracked or not is the caller's
+    (inside :func:`agent_writes`, or as an application's write). A primary key that belongs to another
+    rowguid raises ConstraintViolation."""
+    d = replica.dialect
+    rg = article.rowguid_column
+    guid = str(row[rg])
+    types = {c.name: c.type for c in article.info.columns}
+    names = [c for c in row if c in types]
+    convs = dict(zip(names, d.db_converters([types[c] for c in names])))
+    val = {c: row[c] if row[c] is None or convs[c] is None else convs[c](row[c]) for c in names}
+    t, u = d.table_sql(article.table), d.uuid_param()
+    others = [c for c in names if c != rg]
+    if others:
+        cur = replica.execute(f"UPDATE {t} SET " + ", ".join(f"{d.quote(c)} = {replica.p}" for c in others)
+                              + f" WHERE {d.quote(rg)} = {u}", [val[c] for c in others] + [guid])
+        if getattr(cur, "rowcount", 0) > 0:
+            return "update"
+    elif replica.scalar(f"SELECT count(*) FROM {t} WHERE {d.quote(rg)} = {u}", [guid]):
+        return "update"                      # no column besides the rowguid: nothing to set
+    replica.execute(f"INSERT INTO {t} (" + ", ".join(d.quote(c) for c in [rg, *others]) + ") VALUES ("
+                    + ", ".join([u] + [replica.p] * len(others)) + ")", [guid] + [val[c] for c in others])
+    return "insert"
+
+
+def forget_rows(replica: Replica, article: TrackedArticle, rowguids: Sequence[str]) -> int:
+    """Rows this replica should not hold (they left its partition, or a repair found them extra): gone
+    with every piece of metadata about them here — contents, tombstone, failed changes — and recorded
+    nowhere: not a delete, nothing to send. Inside :func:`agent_writes`. Returns the rows deleted."""
+    d, n = replica.dialect, 0
+    for chunk in in_chunks(list(rowguids)):
+        inlist = ", ".join([d.uuid_param()] * len(chunk))
+        cur = replica.execute(f"DELETE FROM {d.table_sql(article.table)} WHERE {d.quote(article.rowguid_column)} "
+                              f"IN ({inlist})", chunk)
+        n += max(getattr(cur, "rowcount", 0), 0)
+        for table in ("MSmerge_contents", "MSmerge_tombstone", "MSmerge_failed_changes"):
+            replica.execute(f"DELETE FROM {replica.meta(table)} WHERE tablenick = {int(article.nickname)} "
+                            f"AND rowguid IN ({inlist})", chunk)
+    return n
 
 
 def delete_row_with_lineage(replica: Replica, article: TrackedArticle, rowguid: str,

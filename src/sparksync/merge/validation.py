@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +37,7 @@ from .. import failpoints, locks
 from ..config import Topology
 from ..dialects import connect, dialect_for_url
 from ..dialects.model import Column, from_table_dict
-from ..dialects.replica import Replica
+from ..dialects.replica import Replica, in_chunks
 from ..errors import CHANGE_REJECTED, ConfigurationError, NotInitialized, ReplicaDamaged, SparksyncError
 from ..metadata import store
 from ..names import TableName
@@ -49,7 +49,14 @@ from . import lineage as lin
 from .evaluation import partitions as partitions_of
 from .generations import new_generation
 from .partitions import PartitionScheme, scheme_of
-from .tracking import TrackedArticle, agent_writes, published_articles, tracked_article, write_row_with_lineage
+from .tracking import (
+    TrackedArticle,
+    agent_writes,
+    forget_rows,
+    published_articles,
+    tracked_article,
+    write_row_with_lineage,
+)
 from .validation_read import READ_ERROR, SIDE, SideRead, decode, read_frame, tasks_of
 
 MAX_LISTED = 10_000          # differing rows collected per article (more: reinitialize)
@@ -551,7 +558,7 @@ def _repair_one(topology: Topology, pub: Replica, s: SubscriptionValidation) -> 
 
             for a in reversed(order):                     # children first: their parents may go
                 extra = [d.rowguid for d in a.differences if d.kind == EXTRA and may_write(a, d, None)]
-                done += _remove(sub, sub_articles[a.article], extra)
+                done += forget_rows(sub, sub_articles[a.article], extra)
             for a in order:                               # parents first
                 art = sub_articles[a.article]
                 for d in a.differences:
@@ -563,7 +570,7 @@ def _repair_one(topology: Topology, pub: Replica, s: SubscriptionValidation) -> 
                     sub.execute("SAVEPOINT sparksync_repair")
                     try:
                         if row is None:                   # deleted at the publisher since validation
-                            done += _remove(sub, art, [d.rowguid])
+                            done += forget_rows(sub, art, [d.rowguid])
                         else:
                             write_row_with_lineage(sub, art, row, lineage, gen, colv)
                             done += 1
@@ -588,11 +595,6 @@ def _guid_key(rowguid: Any) -> str:
     return str(rowguid).lower()
 
 
-def _chunks(items: list[str], n: int = 500) -> Iterator[list[str]]:
-    for i in range(0, len(items), n):
-        yield items[i:i + n]
-
-
 def _publisher_rows(pub: Replica, art: TrackedArticle, rowguids: list[str],
                     subscription: str) -> dict[str, tuple[dict, dict, Any]]:
     """The publisher's version of these rows: rowguid -> (values, lineage, colv), each row and its
@@ -602,7 +604,7 @@ def _publisher_rows(pub: Replica, art: TrackedArticle, rowguids: list[str],
     cols = list(art.info.columns)
     rg = d.quote(art.rowguid_column)
     out: dict[str, tuple[dict, dict, Any]] = {}
-    for chunk in _chunks(rowguids):
+    for chunk in in_chunks(rowguids):
         found = pub.query(
             f"SELECT {', '.join('t.' + d.quote(c.name) for c in cols)}, c.lineage, c.colv "
             f"FROM {d.table_sql(art.table)} t LEFT JOIN {pub.meta('MSmerge_contents')} c "
@@ -639,7 +641,7 @@ def _local_state(sub: Replica, art: TrackedArticle, rowguids: list[str], since: 
     gh = sub.meta("MSmerge_genhistory")
     present: set[str] = set()
     meta: dict[str, dict[str, tuple[Any, bool]]] = {}
-    for chunk in _chunks(sorted(rowguids)):
+    for chunk in in_chunks(sorted(rowguids)):
         inlist = ", ".join([d.uuid_param()] * len(chunk))
         present |= {_guid_key(g) for (g,) in sub.query(
             f"SELECT {rg} FROM {t} WHERE {rg} IN ({inlist}) ORDER BY {rg}{d.row_lock_clause()}", chunk)}
@@ -658,15 +660,3 @@ def _local_state(sub: Replica, art: TrackedArticle, rowguids: list[str], since: 
     return out
 
 
-def _remove(sub: Replica, art: TrackedArticle, rowguids: list[str]) -> int:
-    """Rows the subscriber should not hold: gone with their metadata (not a delete: nothing to upload)."""
-    d, n = sub.dialect, 0
-    for chunk in _chunks(rowguids):
-        inlist = ", ".join([d.uuid_param()] * len(chunk))
-        cur = sub.execute(f"DELETE FROM {d.table_sql(art.table)} WHERE {d.quote(art.rowguid_column)} IN ({inlist})",
-                          chunk)
-        n += max(getattr(cur, "rowcount", 0), 0)
-        for table in ("MSmerge_contents", "MSmerge_tombstone", "MSmerge_failed_changes"):
-            sub.execute(f"DELETE FROM {sub.meta(table)} WHERE tablenick = {int(art.nickname)} AND rowguid IN ({inlist})",
-                        chunk)
-    return n
