@@ -71,9 +71,24 @@ def _sources(module: str) -> list[Path]:
     return sorted(SRC.rglob(f"{module}.py"))
 
 
-def _class_sources(cls: str) -> list[str]:
-    return [t for t in (p.read_text(encoding="utf-8") for p in SRC.rglob("*.py")) if _defines(t, cls)
-            and re.search(rf"^class {re.escape(cls)}\b", t, re.M)]
+def _class_members(cls: str) -> set[str] | None:
+    """The names defined in the body of every class ``cls`` of the sources (methods, properties, nested
+    classes, fields and class attributes); None when no class has that name."""
+    import ast
+
+    found: set[str] | None = None
+    for p in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name == cls:
+                found = found or set()
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                        found.add(item.name)
+                    elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        found.add(item.target.id)
+                    elif isinstance(item, ast.Assign):
+                        found.update(t.id for t in item.targets if isinstance(t, ast.Name))
+    return found
 
 
 def _resolves(dotted: str, in_file: Path | None = None) -> bool:
@@ -81,12 +96,11 @@ def _resolves(dotted: str, in_file: Path | None = None) -> bool:
     if in_file is not None and "." not in dotted:
         return _defines(in_file.read_text(encoding="utf-8"), dotted)
     owner, _, name = dotted.rpartition(".")
+    members = _class_members(owner) if owner.lstrip("_")[:1].isupper() else None
+    if members is not None:                   # Class.member: a member of that class, not any name of its file
+        return name in members
     files = _sources(owner)
-    if files:
-        return any(_defines(p.read_text(encoding="utf-8"), name) for p in files)
-    if in_file is not None and re.search(rf"^class {re.escape(owner)}\b", in_file.read_text(encoding="utf-8"), re.M):
-        return _defines(in_file.read_text(encoding="utf-8"), name)
-    return any(_defines(t, name) for t in _class_sources(owner))
+    return any(_defines(p.read_text(encoding="utf-8"), name) for p in files)
 
 
 def test_architecture_names_functions_that_exist():
