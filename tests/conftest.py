@@ -1,4 +1,5 @@
 """Shared fixtures: real SQLite files, throw-away PostgreSQL databases, one SparkSession per run.
+Their machinery, and every topology builder the tests share, is in tests/support.
 
 PostgreSQL tests are not optional: under CI=true a test that cannot reach the server fails instead
 of skipping (`make test` starts the server first, see scripts/ensure-services).
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -18,26 +18,22 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # Failpoints reach the Spark Python workers through the environment they inherit (see failpoints.py).
 FAILPOINTS_FILE = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"sparksync-failpoints-{os.getpid()}")
 os.environ["SPARKSYNC_FAILPOINTS"] = FAILPOINTS_FILE
+# tests.support is imported by its package name: the repository root on the path even when pytest is
+# not started as `python -m pytest` from there
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
 
-PG_ADMIN_URL = os.environ.get("SPARKSYNC_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+from tests.support.databases import PG_ADMIN_URL, databases, pg_problem  # noqa: E402
+from tests.support.failpoints import Failpoints  # noqa: E402
+
 IN_CI = os.environ.get("CI", "").lower() == "true"
 DB_KINDS = ["sqlite", "postgresql"]
 
 
-def _pg_problem() -> str | None:
-    try:
-        import psycopg
-
-        with psycopg.connect(PG_ADMIN_URL, connect_timeout=5) as c:
-            c.execute("SELECT 1")
-        return None
-    except Exception as e:  # noqa: BLE001
-        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-
-
 @pytest.fixture(scope="session")
 def pg_admin_url() -> str:
-    problem = _pg_problem()
+    problem = pg_problem(PG_ADMIN_URL)
     if problem:
         msg = f"PostgreSQL is not reachable at {PG_ADMIN_URL}: {problem} (run scripts/ensure-services)"
         if IN_CI:
@@ -46,44 +42,11 @@ def pg_admin_url() -> str:
     return PG_ADMIN_URL
 
 
-class Databases:
-    """Creates databases for one test and drops the PostgreSQL ones afterwards."""
-
-    def __init__(self, tmp_path: Path, request):
-        self.tmp_path = tmp_path
-        self.request = request
-        self.pg_created: list[str] = []
-
-    def url(self, kind: str, name: str = "db") -> str:
-        if kind == "sqlite":
-            return f"sqlite:///{self.tmp_path / (name + '.db')}"
-        admin = self.request.getfixturevalue("pg_admin_url")
-        import psycopg
-
-        dbname = f"sst_{name.lower()}_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(admin, autocommit=True) as c:
-            c.execute(f'CREATE DATABASE "{dbname}"')
-        self.pg_created.append(dbname)
-        return admin.rsplit("/", 1)[0] + "/" + dbname
-
-    def cleanup(self) -> None:
-        if not self.pg_created:
-            return
-        import psycopg
-
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as c:
-            for db in self.pg_created:
-                # a logical replication slot keeps its database (and the server's log): drop it first
-                c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s",
-                          (db,))
-                c.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-
-
 @pytest.fixture
 def dbs(tmp_path, request):
-    d = Databases(tmp_path, request)
-    yield d
-    d.cleanup()
+    """Databases for one test (tests/support/databases.py), dropped after it."""
+    with databases(tmp_path, lambda: request.getfixturevalue("pg_admin_url")) as d:
+        yield d
 
 
 @pytest.fixture(params=DB_KINDS)
@@ -91,36 +54,6 @@ def kind(request) -> str:
     if request.param == "postgresql":
         request.getfixturevalue("pg_admin_url")
     return request.param
-
-
-class Failpoints:
-    """Arm failpoints for one test: ``failpoints("apply.before_commit S1:0")``; a point armed with
-    ``!pause`` is awaited with ``failpoints.wait_paused(name, key)`` and let go with ``resume``."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __call__(self, *points: str) -> None:
-        from sparksync import failpoints as fp
-
-        fp.arm(self.path, *points)
-
-    def wait_paused(self, name: str, key: str = "", timeout: float = 120.0) -> None:
-        from sparksync import failpoints as fp
-
-        fp.wait_paused(self.path, name, key, timeout)
-
-    def resume(self, name: str, key: str = "") -> None:
-        from sparksync import failpoints as fp
-
-        fp.resume(self.path, name, key)
-
-    def clear(self) -> None:
-        import glob
-
-        for f in [self.path, *glob.glob(self.path + ".paused.*")]:
-            if os.path.exists(f):
-                os.remove(f)
 
 
 @pytest.fixture

@@ -6,30 +6,23 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from sparksync.cli.app import app
 from sparksync.demo.adventureworks import create_demo_database
 from sparksync.dialects import connect
 from sparksync.metadata import store
-
-runner = CliRunner()
-
-
-def run(*args: str):
-    result = runner.invoke(app, list(args))
-    out = result.output   # stdout and stderr, interleaved as a user sees them
-    assert "Traceback" not in out
-    return result.exit_code, " ".join(out.split())
+from tests.support.cli import run, runner
+from tests.support.config import write_config
 
 
-def write_config(path: Path, pub_url: str, articles: list[str], subs: list[tuple[str, str]] = (), extra: str = "") -> Path:
-    arts = "\n".join(f'  [[publications.articles]]\n  table = "{a}"' for a in articles)
-    ss = "\n".join(f'[[subscriptions]]\nname = "{n}"\npublication = "Sales"\ndatabase = "{u}"' for n, u in subs)
-    cfg = path / "sparksync.toml"
-    cfg.write_text(f'[publisher]\nname = "HQ"\ndatabase = "{pub_url}"\nsnapshot_dir = "{path / "snap"}"\n'
-                   f'[[publications]]\nname = "Sales"\n{arts}\n{ss}\n{extra}', encoding="utf-8")
-    return cfg
+def sales_config(path: Path, pub_url: str, articles: list[str], subs: list[tuple[str, str]] = ()) -> Path:
+    """A sparksync.toml in ``path``: publisher HQ at ``pub_url``, merge publication Sales of ``articles``,
+    subscriptions ``subs`` (name, database URL)."""
+    return write_config(path, {
+        "publisher": {"name": "HQ", "database": pub_url, "snapshot_dir": str(path / "snap")},
+        "publications": [{"name": "Sales", "articles": [{"table": a} for a in articles]}],
+        "subscriptions": [{"name": n, "publication": "Sales", "database": u} for n, u in subs],
+    })
 
 
 @pytest.mark.parametrize("command", ["setup", "snapshot", "status", "demo"])
@@ -90,14 +83,14 @@ def _untouched(url: str) -> None:
 ])
 def test_bad_articles_change_nothing(tmp_path, articles, expected):
     url = _demo_publisher(tmp_path)
-    code, out = run("setup", "-c", str(write_config(tmp_path, url, articles)))
+    code, out = run("setup", "-c", str(sales_config(tmp_path, url, articles)))
     assert code == 1 and expected in out
     _untouched(url)
 
 
 def test_names_with_quotes_are_refused(tmp_path):
     url = _demo_publisher(tmp_path)
-    code, out = run("setup", "-c", str(write_config(tmp_path, url, ['Cust\\"omer'])))
+    code, out = run("setup", "-c", str(sales_config(tmp_path, url, ['Cust"omer'])))
     assert code == 2 and "is not allowed in replicated names" in out
     _untouched(url)
 
@@ -105,13 +98,13 @@ def test_names_with_quotes_are_refused(tmp_path):
 def test_unreachable_databases_change_nothing_and_hide_passwords(tmp_path, pg_admin_url):
     url = _demo_publisher(tmp_path)
     secret = "postgresql://postgres:hunter2@127.0.0.1:1/nowhere"
-    code, out = run("setup", "-c", str(write_config(tmp_path, url, ["Customer"], [("S1", secret)])))
+    code, out = run("setup", "-c", str(sales_config(tmp_path, url, ["Customer"], [("S1", secret)])))
     assert code == 2 and "S1" in out and "cannot connect" in out
     assert "hunter2" not in out and "***" in out
     _untouched(url)
-    code, out = run("status", "-c", str(write_config(tmp_path, secret, ["Customer"])))
+    code, out = run("status", "-c", str(sales_config(tmp_path, secret, ["Customer"])))
     assert code == 1 and "hunter2" not in out
-    code, out = run("status", "-c", str(write_config(tmp_path, "sqlite:////no/such/folder/hq.db", ["Customer"])))
+    code, out = run("status", "-c", str(sales_config(tmp_path, "sqlite:////no/such/folder/hq.db", ["Customer"])))
     assert code == 1 and "/no/such/folder" in out
 
 
@@ -120,7 +113,7 @@ def test_setup_status_and_drift(spark, tmp_path, dbs):
     url = _demo_publisher(tmp_path)
     sub_sqlite = dbs.url("sqlite", "s1")
     sub_pg = dbs.url("postgresql", "s2")
-    cfg = write_config(tmp_path, url, ["Customer", "Product", "SalesOrderHeader", "SalesOrderDetail"],
+    cfg = sales_config(tmp_path, url, ["Customer", "Product", "SalesOrderHeader", "SalesOrderDetail"],
                        [("S1", sub_sqlite), ("S2", sub_pg)])
     code, out = run("status", "-c", str(cfg))
     assert code == 0 and "not set up" in out

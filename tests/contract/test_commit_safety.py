@@ -15,8 +15,7 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.merge.generations import enumeration_bound, make_generation
-
-from .helpers import make_tables, publish
+from tests.support.publishing import make_tables, publish
 
 
 def enumerate_window(r, after: int, upto: int) -> list[str]:

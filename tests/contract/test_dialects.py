@@ -9,8 +9,7 @@ from sparksync.errors import ConstraintViolation, DatabaseError
 from sparksync.merge.tracking import published_articles
 from sparksync.metadata import store
 from sparksync.names import TableName
-
-from .helpers import contents, make_tables, publish, tombstones
+from tests.support.publishing import contents, make_tables, publish, tombstones
 
 ODD_NAMES = {
     "sqlite": ['CREATE TABLE "Order Lines" ("line no" INTEGER PRIMARY KEY, "unit price" NUMERIC(8,2), "Ünïcode" TEXT)'],

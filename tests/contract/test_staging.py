@@ -29,9 +29,8 @@ from sparksync.merge.tracking import (
 )
 from sparksync.names import TableName
 from sparksync.rows import RowCodec
-from tests.integration.test_type_fidelity import COLS, ROWS
-
-from .helpers import publish
+from tests.support.all_types import COLS, ROWS
+from tests.support.publishing import publish
 
 NICKS = (1, 10, 20)
 REPLICAS = Replicas(publisher=1, priority={1: PUBLISHER_PRIORITY, 10: 50.0, 20: 40.0}, local=frozenset(),

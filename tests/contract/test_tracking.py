@@ -20,8 +20,7 @@ from sparksync.merge.tracking import (
 from sparksync.metadata import store
 from sparksync.metadata.schema import SCHEMA_VERSION
 from sparksync.names import TableName
-
-from .helpers import contents, make_tables, publish, rowguid_of, tombstones
+from tests.support.publishing import contents, make_tables, publish, rowguid_of, tombstones
 
 ARTICLES = [{"table": "Child"}, {"table": "Parent", "column_tracking": True}]
 

@@ -17,8 +17,8 @@ import pytest
 
 from sparksync.conflict_view import list_conflicts, list_failed_changes
 from sparksync.status import gather_status
-
-from .harness import Cluster, PgDatabases, session
+from tests.support.cluster import Cluster, session
+from tests.support.databases import databases
 
 pytestmark = pytest.mark.spark
 
@@ -50,10 +50,9 @@ def expected_failures(pub_kind: str) -> list[tuple[int, str, str, str]]:
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def world(request, spark, tmp_path_factory, pg_admin_url):
-    pg = PgDatabases(pg_admin_url)
     tmp = tmp_path_factory.mktemp(f"bad-{request.param}")
-    try:
-        c = Cluster(spark, tmp, pg, request.param, {"L": "sqlite", "G": "postgresql"}, ddl,
+    with databases(tmp, pg_admin_url) as dbs:
+        c = Cluster(spark, dbs, request.param, {"L": "sqlite", "G": "postgresql"}, ddl,
                     [{"table": "Bad"}], {"conflict_logging": "publisher"})
         c.shell("L", """
             UPDATE "Bad" SET "t" = 'a' || char(0) || 'b' WHERE "id" = 1;
@@ -74,8 +73,6 @@ def world(request, spark, tmp_path_factory, pg_admin_url):
         c.conflicts_after_first = len(c.conflicts("P"))
         c.second = c.merge()
         yield c
-    finally:
-        pg.drop()
 
 
 def test_the_merge_completes_for_every_subscription(world):

@@ -36,8 +36,10 @@ from sparksync.merge.validation import repair, validate
 from sparksync.provision import setup, snapshot
 from sparksync.reinit import reinitialize
 from sparksync.validate import compare_replicas
-
-from .harness import Cluster, PgDatabases
+from tests.support.cluster import Cluster
+from tests.support.config import write_config
+from tests.support.databases import databases
+from tests.support.transactional import build, replicate, setup_topology, vendor_rows, vendor_table
 
 pytestmark = pytest.mark.spark
 
@@ -55,12 +57,9 @@ def ddl(kind: str) -> list[str]:
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def world(request, spark, tmp_path_factory, pg_admin_url):
-    pg = PgDatabases(pg_admin_url)
-    try:
-        yield Cluster(spark, tmp_path_factory.mktemp(f"locks-{request.param}"), pg, request.param,
+    with databases(tmp_path_factory.mktemp(f"locks-{request.param}"), pg_admin_url) as dbs:
+        yield Cluster(spark, dbs, request.param,
                       {"S": "sqlite", "G": "postgresql"}, ddl, [{"table": "T"}, {"table": "C", "column_tracking": True}])
-    finally:
-        pg.drop()
 
 
 class Command(threading.Thread):
@@ -337,8 +336,7 @@ def test_a_held_lock_is_refused_by_name_and_a_killed_holder_leaves_none(world, t
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        cfg = tmp_path / "sparksync.toml"
-        cfg.write_text(_toml(world.data), encoding="utf-8")
+        cfg = write_config(tmp_path, world.data)
         out = CliRunner().invoke(app, ["cleanup", "-c", str(cfg), "--lock-timeout", "0"])
         assert out.exit_code == 75, out.output
         assert f"held by merge (pid {holder.pid} on " in out.output and "nothing was done" in out.output, out.output
@@ -384,57 +382,18 @@ def test_every_live_write_of_every_pair_is_at_every_replica(world):
     converged(world, [])
 
 
-def _toml(data: dict) -> str:
-    """Configuration data as TOML: tables, arrays of tables (nested once), scalars and lists."""
-    import json
-
-    def scalars(d: dict) -> str:
-        return "".join(f"{k} = {json.dumps(v)}\n" for k, v in d.items() if not _tables(v))
-
-    out = []
-    for key, value in data.items():
-        for item in (value if isinstance(value, list) else [value]):
-            out.append((f"[[{key}]]" if isinstance(value, list) else f"[{key}]") + "\n" + scalars(item))
-            for sub, rows in item.items():
-                if _tables(rows):
-                    out += [f"[[{key}.{sub}]]\n" + scalars(r) for r in rows]
-    return "\n".join(out)
-
-
-def _tables(v) -> bool:
-    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
-
-
 # -- transactional: the log reader with a schema change, the distribution agent with a reinit ----------
-
-class _ModuleDbs:
-    """``harness.build``'s database factory for a module: SQLite files in one folder, PostgreSQL
-    databases dropped when the module ends."""
-
-    def __init__(self, tmp, pg: PgDatabases):
-        self.tmp, self.pg = tmp, pg
-
-    def url(self, kind: str, name: str = "db") -> str:
-        return f"sqlite:///{self.tmp / (name + '.db')}" if kind == "sqlite" else self.pg.url(name)
-
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def tx(request, spark, tmp_path_factory, pg_admin_url):
-    from tests.transactional.harness import build, setup_topology
-
-    pg = PgDatabases(pg_admin_url)
     tmp = tmp_path_factory.mktemp(f"txlocks-{request.param}")
-    try:
-        t = build(_ModuleDbs(tmp, pg), tmp, request.param, {"R1": "sqlite", "R2": "postgresql"})
+    with databases(tmp, pg_admin_url) as dbs:
+        t = build(dbs, tmp, request.param, {"R1": "sqlite", "R2": "postgresql"})
         setup_topology(t, spark)
         yield t
-    finally:
-        pg.drop()
 
 
 def _tx_converged(tx, spark) -> None:
-    from tests.transactional.harness import replicate
-
     assert replicate(tx, spark).ok
     for name in ("R1", "R2"):
         assert tx.subscriber_rows(name) == tx.publisher_rows(), name
@@ -443,7 +402,6 @@ def _tx_converged(tx, spark) -> None:
 def test_logreader_and_schema_change(tx, spark, failpoints):
     from sparksync.transactional.logreader import run_logreader
     from sparksync.transactional.schema_change import change as tx_change
-    from tests.transactional.harness import vendor_rows, vendor_table
 
     tx.publish(vendor_rows(tx.publisher_kind, [101, 102]))
     a, b = run_pair(tx, failpoints, ("logreader", lambda rep: run_logreader(tx.topology, report=rep)),
@@ -461,7 +419,6 @@ def test_logreader_and_schema_change(tx, spark, failpoints):
 def test_distribute_and_reinit(tx, spark, failpoints):
     from sparksync.transactional.agent import DistributeOptions, DistributionAgent
     from sparksync.transactional.logreader import run_logreader
-    from tests.transactional.harness import vendor_rows
 
     tx.publish(vendor_rows(tx.publisher_kind, [201, 202]))
     run_logreader(tx.topology)

@@ -24,8 +24,8 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.status import gather_status
-
-from .harness import Cluster, PgDatabases, session
+from tests.support.cluster import Cluster, session
+from tests.support.databases import databases
 
 pytestmark = pytest.mark.spark
 
@@ -41,13 +41,10 @@ def ddl(kind: str) -> list[str]:
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def world(request, spark, tmp_path_factory, pg_admin_url):
-    pg = PgDatabases(pg_admin_url)
-    try:
-        yield Cluster(spark, tmp_path_factory.mktemp(f"conc-{request.param}"), pg, request.param,
+    with databases(tmp_path_factory.mktemp(f"conc-{request.param}"), pg_admin_url) as dbs:
+        yield Cluster(spark, dbs, request.param,
                       {"S": "sqlite", "G": "postgresql"}, ddl,
                       [{"table": "TR"}, {"table": "TC", "column_tracking": True}])
-    finally:
-        pg.drop()
 
 
 class Holder:

@@ -20,7 +20,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from .harness import Cluster, PgDatabases
+from tests.support.cluster import Cluster
+from tests.support.databases import databases
 
 pytestmark = pytest.mark.spark
 
@@ -37,12 +38,9 @@ def ddl(kind: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def world(spark, tmp_path_factory, pg_admin_url):
-    pg = PgDatabases(pg_admin_url)
-    try:
-        yield Cluster(spark, tmp_path_factory.mktemp("disjoint"), pg, "sqlite", {"L": "sqlite", "G": "postgresql"},
+    with databases(tmp_path_factory.mktemp("disjoint"), pg_admin_url) as dbs:
+        yield Cluster(spark, dbs, "sqlite", {"L": "sqlite", "G": "postgresql"},
                       ddl, [{"table": "D", "column_tracking": True}])
-    finally:
-        pg.drop()
 
 
 write = st.tuples(st.just("write"), st.sampled_from(sorted(OWNER)), st.integers(1, ROWS), st.booleans())

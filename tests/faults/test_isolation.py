@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from sparksync.cli.app import app
 from sparksync.dialects import connect
 from sparksync.status import gather_status
-
-from .harness import Cluster, PgDatabases, session
-from .test_snapshot_and_setup import toml
+from tests.support.cluster import Cluster, session
+from tests.support.config import write_config
+from tests.support.databases import databases
 
 pytestmark = pytest.mark.spark
 
@@ -29,16 +29,11 @@ def ddl(kind: str) -> list[str]:
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def world(request, spark, tmp_path_factory, pg_admin_url):
-    pg = PgDatabases(pg_admin_url)
-    try:
-        c = Cluster(spark, tmp_path_factory.mktemp(f"iso-{request.param}"), pg, request.param,
+    with databases(tmp_path_factory.mktemp(f"iso-{request.param}"), pg_admin_url) as dbs:
+        c = Cluster(spark, dbs, request.param,
                     {"SL": "sqlite", "SG": "postgresql", "BL": "sqlite", "BG": "postgresql"}, ddl, [{"table": "T"}])
-        cfg = c.tmp / "sparksync.toml"
-        cfg.write_text(toml(c.data), encoding="utf-8")
-        c.config = cfg
+        c.config = write_config(c.tmp, c.data)
         yield c
-    finally:
-        pg.drop()
 
 
 def _everyone_writes(world, round_: int) -> None:

@@ -19,8 +19,8 @@ import time
 import pytest
 
 from sparksync.validate import compare_replicas
-
-from .harness import Cluster, PgDatabases
+from tests.support.cluster import Cluster
+from tests.support.databases import databases
 
 pytestmark = pytest.mark.spark
 
@@ -70,12 +70,9 @@ class Writer(threading.Thread):
 
 @pytest.fixture(scope="module")
 def world(spark, tmp_path_factory, pg_admin_url):
-    pg = PgDatabases(pg_admin_url)
-    try:
-        yield Cluster(spark, tmp_path_factory.mktemp("live"), pg, "postgresql", {"G": "postgresql", "L": "sqlite"},
+    with databases(tmp_path_factory.mktemp("live"), pg_admin_url) as dbs:
+        yield Cluster(spark, dbs, "postgresql", {"G": "postgresql", "L": "sqlite"},
                       ddl, [{"table": "W", "column_tracking": True}])
-    finally:
-        pg.drop()
 
 
 def test_no_write_of_any_writer_is_lost_while_merges_run(world):

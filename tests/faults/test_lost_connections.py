@@ -18,7 +18,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -30,9 +29,9 @@ from sparksync.transactional.agent import DistributeOptions, DistributionAgent
 from sparksync.transactional.capture import capture_method
 from sparksync.transactional.logreader import run_logreader
 from sparksync.transactional.subscriber import position
-from tests.transactional.harness import TxTopology, build, setup_topology, vendor_rows
-
-from .harness import Cluster, PgDatabases, session
+from tests.support.cluster import Cluster, session
+from tests.support.databases import databases
+from tests.support.transactional import TxTopology, build, setup_topology, vendor_rows
 
 pytestmark = pytest.mark.spark
 
@@ -104,14 +103,11 @@ def _merge_ddl(kind: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def merge_world(spark, tmp_path_factory, pg_admin_url) -> Iterator[Cluster]:
-    pg = PgDatabases(pg_admin_url)
-    try:
-        c = Cluster(spark, tmp_path_factory.mktemp("lost-merge"), pg, "postgresql", {"S1": "postgresql"},
+    with databases(tmp_path_factory.mktemp("lost-merge"), pg_admin_url) as dbs:
+        c = Cluster(spark, dbs, "postgresql", {"S1": "postgresql"},
                     _merge_ddl, [{"table": "T"}])
         _log_applied(c.urls["S1"], '"T"', "id")
         yield c
-    finally:
-        pg.drop()
 
 
 def _rows(url: str, sql: str) -> list[tuple]:
@@ -139,32 +135,19 @@ def test_the_apply_task_reconnects_after_its_backend_is_terminated_mid_batch(mer
 
 # -- transactional: the delivery ------------------------------------------------------------------
 
-class _ModuleDatabases:
-    """``dbs`` for a module: SQLite files in a folder, PostgreSQL databases dropped at the end."""
-
-    def __init__(self, tmp: Path, pg: PgDatabases):
-        self.tmp, self.pg = tmp, pg
-
-    def url(self, kind: str, name: str = "db") -> str:
-        return f"sqlite:///{self.tmp / (name + '.db')}" if kind == "sqlite" else self.pg.url(name)
-
-
 @pytest.fixture(scope="module")
 def tx_world(spark, tmp_path_factory, pg_admin_url) -> Iterator[TxTopology]:
     """A PostgreSQL publisher; subscriber ``One`` applies over one connection, ``Streams`` over two
     subscription streams for every batch."""
-    pg = PgDatabases(pg_admin_url)
     tmp = tmp_path_factory.mktemp("lost-tx")
-    try:
-        tx = build(_ModuleDatabases(tmp, pg), tmp, "postgresql", {"One": "postgresql", "Streams": "postgresql"},
+    with databases(tmp, pg_admin_url) as dbs:
+        tx = build(dbs, tmp, "postgresql", {"One": "postgresql", "Streams": "postgresql"},
                    subscription={"Streams": {"subscription_streams": 2, "subscription_streams_threshold": 0}},
                    seed_ids=range(1, 41))
         setup_topology(tx, spark)
         for name in tx.subscriber_urls:
             _log_applied(tx.subscriber_urls[name], VENDOR, "VendorID")
         yield tx
-    finally:
-        pg.drop()
 
 
 def _changes(tx: TxTopology, tag: str, new: range, deleted: int) -> Counter:

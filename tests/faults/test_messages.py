@@ -12,8 +12,7 @@ from sparksync.metadata import store
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
 from sparksync.transactional.schema_change import parse_column_definition
-
-from .test_snapshot_and_setup import toml
+from tests.support.config import write_config
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -40,9 +39,8 @@ def test_add_column_refuses_what_is_not_replicated(text, why):
 
 
 def test_an_unknown_exchange_type_is_a_usage_error(tmp_path):
-    cfg = tmp_path / "sparksync.toml"
-    cfg.write_text(toml({"publisher": {"name": "P", "database": "sqlite:///p.db"},
-                         "publications": [{"name": "Pub", "articles": [{"table": "T"}]}], "subscriptions": []}))
+    cfg = write_config(tmp_path, {"publisher": {"name": "P", "database": "sqlite:///p.db"},
+                                  "publications": [{"name": "Pub", "articles": [{"table": "T"}]}], "subscriptions": []})
     result = CliRunner().invoke(app, ["merge", "-c", str(cfg), "--exchange-type", "sideways"])
     assert result.exit_code == 2 and "use both, upload or download" in result.output
     assert "SPARKSYNC_DEBUG" not in result.output

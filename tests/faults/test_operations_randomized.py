@@ -4,7 +4,7 @@ Writers keep inserting and updating rows at the publisher and at both subscriber
 databases' own clients (``sqlite3``, ``psql``), each one writing its own rows, while merge, snapshot,
 cleanup, validate --repair, schema-change, reinit --upload-first and conflict override run (each once,
 in an order and with targets drawn from a seed: ``SPARKSYNC_SEED``). One of them runs in a process of
-its own (``ops_worker.py``) and is killed with SIGKILL in the middle of it by a failpoint armed with
+its own (tests/support/ops_worker.py) and is killed with SIGKILL in the middle of it by a failpoint armed with
 ``!kill``; what the operator would do next follows (a killed reinit is run again). At the end every
 write each writer saw committed is at every replica with its last value, every overridden conflict has
 the losing version everywhere, and the replicas are identical."""
@@ -27,10 +27,10 @@ from sparksync.dialects import connect, dialect_for_url
 from sparksync.dialects.agent_locks import LockHolder
 from sparksync.merge.tracking import agent_writes
 from sparksync.validate import compare_replicas
-
-from .harness import Cluster, PgDatabases
-from .ops_worker import operations
-from .ops_worker import run as run_here
+from tests.support.cluster import Cluster
+from tests.support.databases import Databases
+from tests.support.ops_worker import operations
+from tests.support.ops_worker import run as run_here
 
 pytestmark = pytest.mark.spark
 
@@ -127,7 +127,7 @@ class Writer(threading.Thread):
 
 
 class Doomed:
-    """``ops_worker.py`` in a process of its own, for the command that is killed: started ahead (its JVM
+    """tests/support/ops_worker.py in a process of its own, for the command that is killed: started ahead (its JVM
     starts while the test goes on), used once, killed."""
 
     def __init__(self):
@@ -136,7 +136,7 @@ class Doomed:
 
     def start(self) -> None:
         if self.proc is None:
-            self.proc = subprocess.Popen([sys.executable, "-m", "tests.faults.ops_worker"], cwd=ROOT,
+            self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.ops_worker"], cwd=ROOT,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                          text=True)
 
@@ -184,8 +184,8 @@ def test_operations_with_live_writers_and_kills(kind, spark, tmp_path, pg_admin_
     doomed.start()                               # its JVM starts while the topology is built
     seed = int(os.environ.get("SPARKSYNC_SEED", "20"))
     rng = random.Random(f"{seed}-{kind}")
-    pg = PgDatabases(pg_admin_url)
-    world = Cluster(spark, tmp_path, pg, kind, {"S": "sqlite", "G": "postgresql"}, ddl,
+    dbs = Databases(tmp_path, pg_admin_url)
+    world = Cluster(spark, dbs, kind, {"S": "sqlite", "G": "postgresql"}, ddl,
                     [{"table": "W"}, {"table": "K", "column_tracking": True}])
     writers = {who: Writer(world, who, base, seed) for who, base in (("P", 1_000_000), ("S", 2_000_000),
                                                                      ("G", 3_000_000))}
@@ -290,4 +290,4 @@ def test_operations_with_live_writers_and_kills(kind, spark, tmp_path, pg_admin_
             assert lock.try_acquire(LockHolder.me("test")), f"{r.describe()} still held after the kills"
             lock.release()
     finally:
-        pg.drop()
+        dbs.drop()

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparksync.conflict_view import list_failed_changes
-
-from .harness import Cluster, PgDatabases
+from tests.support.cluster import Cluster
+from tests.support.databases import databases
 
 pytestmark = pytest.mark.spark
 
@@ -46,12 +46,9 @@ def ddl(kind: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def world(spark, tmp_path_factory, pg_admin_url):
-    pg = PgDatabases(pg_admin_url)
-    try:
-        yield Cluster(spark, tmp_path_factory.mktemp("poison"), pg, "sqlite", {"L": "sqlite", "G": "postgresql"},
+    with databases(tmp_path_factory.mktemp("poison"), pg_admin_url) as dbs:
+        yield Cluster(spark, dbs, "sqlite", {"L": "sqlite", "G": "postgresql"},
                       ddl, [{"table": "R"}])
-    finally:
-        pg.drop()
 
 
 write = st.tuples(st.just("write"), st.sampled_from(sorted(OWNER)),

@@ -28,8 +28,9 @@ from sparksync.dialects import connect
 from sparksync.merge.tracking import agent_writes
 from sparksync.merge.validation import SKIPPED_PENDING, repair, validate
 from sparksync.validate import compare_replicas
-
-from .harness import Cluster, PgDatabases
+from tests.support.cluster import Cluster
+from tests.support.config import write_config
+from tests.support.databases import databases
 
 pytestmark = pytest.mark.spark
 
@@ -44,12 +45,9 @@ def ddl(kind: str) -> list[str]:
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def world(request, spark, tmp_path_factory, pg_admin_url):
-    pg = PgDatabases(pg_admin_url)
-    try:
-        yield Cluster(spark, tmp_path_factory.mktemp(f"repair-{request.param}"), pg, request.param,
+    with databases(tmp_path_factory.mktemp(f"repair-{request.param}"), pg_admin_url) as dbs:
+        yield Cluster(spark, dbs, request.param,
                       {"S": request.param}, ddl, [{"table": "T"}])
-    finally:
-        pg.drop()
 
 
 def damage(world, *ids: int) -> None:
@@ -183,11 +181,7 @@ def test_the_cli_says_which_rows_it_left_and_why(world, failpoints, tmp_path):
 
     from sparksync.cli.app import app
 
-    cfg = tmp_path / "sparksync.toml"
-    cfg.write_text(f'[publisher]\nname = "P"\ndatabase = "{world.urls["P"]}"\nsnapshot_dir = "{world.tmp / "snap"}"\n'
-                   '[[publications]]\nname = "Pub"\n  [[publications.articles]]\n  table = "T"\n'
-                   f'[[subscriptions]]\nname = "S"\npublication = "Pub"\ndatabase = "{world.urls["S"]}"\n',
-                   encoding="utf-8")
+    cfg = write_config(tmp_path, world.data)
     damage(world, 7, 8)
     failpoints("repair.before_write S !pause")
     out = {}

@@ -11,8 +11,8 @@ from sparksync.errors import ConfigurationError
 from sparksync.metadata import store
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
-
-from .harness import Cluster, session
+from tests.support.cluster import Cluster, session
+from tests.support.databases import Databases
 
 pytestmark = pytest.mark.spark
 
@@ -44,7 +44,7 @@ def ddl(kind: str) -> list[str]:
 def world(spark, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("resolvers")
     (tmp / "site_resolvers.py").write_text(RESOLVERS, encoding="utf-8")    # next to the config, not on the path
-    return Cluster(spark, tmp, None, "sqlite", {"S": "sqlite"}, ddl,
+    return Cluster(spark, Databases(tmp), "sqlite", {"S": "sqlite"}, ddl,
                    [{"table": "R", "resolver": "site_resolvers:pick_longer"},
                     {"table": "X", "resolver": "site_resolvers:explode"}])
 

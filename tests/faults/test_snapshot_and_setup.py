@@ -24,8 +24,8 @@ from sparksync.metadata import store
 from sparksync.provision import setup, snapshot
 from sparksync.snapshot.manifest import current_snapshot
 from sparksync.topology import parse_topology
-
-from .harness import PgDatabases
+from tests.support.config import write_config
+from tests.support.databases import Databases, databases
 
 pytestmark = pytest.mark.spark
 ROWS = 102
@@ -37,26 +37,12 @@ def make_publisher(url: str) -> None:
         r.executemany('INSERT INTO "T" VALUES (?, ?)', [(i, f"v{i}") for i in range(1, ROWS + 1)])
 
 
-def toml(data: dict) -> str:
-    def value(v):
-        return f'"{v}"' if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v)
-
-    out = ["[publisher]"] + [f"{k} = {value(v)}" for k, v in data["publisher"].items()]
-    for p in data["publications"]:
-        out += ["", "[[publications]]"] + [f"{k} = {value(v)}" for k, v in p.items() if k != "articles"]
-        for a in p["articles"]:
-            out += ["", "  [[publications.articles]]"] + [f"  {k} = {value(v)}" for k, v in a.items()]
-    for s in data["subscriptions"]:
-        out += ["", "[[subscriptions]]"] + [f"{k} = {value(v)}" for k, v in s.items()]
-    return "\n".join(out) + "\n"
-
-
 class World:
-    def __init__(self, spark, tmp: Path, pg: PgDatabases):
-        self.spark, self.tmp = spark, tmp
-        self.pub_url = f"sqlite:///{tmp / 'pub.db'}"
+    def __init__(self, spark, dbs: Databases):
+        self.spark, self.tmp = spark, dbs.folder
+        self.pub_url = dbs.url("sqlite", "pub")
         make_publisher(self.pub_url)
-        self.sub_urls = {"A": f"sqlite:///{tmp / 'a.db'}", "B": pg.url("b"), "C": f"sqlite:///{tmp / 'c.db'}"}
+        self.sub_urls = {"A": dbs.url("sqlite", "a"), "B": dbs.url("postgresql", "b"), "C": dbs.url("sqlite", "c")}
 
     def data(self, subs: list[str]) -> dict:
         return {"publisher": {"name": "P", "database": self.pub_url, "snapshot_dir": str(self.tmp / "snap")},
@@ -67,8 +53,7 @@ class World:
         return parse_topology(self.data(subs), self.tmp)
 
     def cli(self, subs: list[str], *args: str, failpoint: str | None = None) -> subprocess.CompletedProcess:
-        cfg = self.tmp / "sparksync.toml"
-        cfg.write_text(toml(self.data(subs)), encoding="utf-8")
+        cfg = write_config(self.tmp, self.data(subs))
         env = {**os.environ, "SPARK_MASTER": "local[1]"}
         fp_file = self.tmp / "failpoints"
         if failpoint:
@@ -97,14 +82,11 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(spark, tmp_path_factory, pg_admin_url):
-    pg = PgDatabases(pg_admin_url)
-    try:
-        w = World(spark, tmp_path_factory.mktemp("snapdamage"), pg)
+    with databases(tmp_path_factory.mktemp("snapdamage"), pg_admin_url) as dbs:
+        w = World(spark, dbs)
         setup(w.topology(["A"]), lambda: spark)
         assert w.rows_at("A") == ROWS
         yield w
-    finally:
-        pg.drop()
 
 
 def _setup_fails(world, subs: list[str], *needles: str) -> str:

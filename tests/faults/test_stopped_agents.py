@@ -22,9 +22,10 @@ from sparksync.reinit import reinitialize
 from sparksync.status import gather_status
 from sparksync.transactional.agent import DistributeOptions, DistributionAgent
 from sparksync.transactional.logreader import run_logreader
-
-from .harness import Cluster, PgDatabases
-from .test_command_locks import _ModuleDbs, _toml
+from tests.support.cluster import Cluster
+from tests.support.config import write_config
+from tests.support.databases import databases
+from tests.support.transactional import build, setup_topology, vendor_rows, vendor_table
 
 pytestmark = pytest.mark.spark
 
@@ -36,18 +37,14 @@ def ddl(kind: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def world(spark, tmp_path_factory, pg_admin_url):
-    pg = PgDatabases(pg_admin_url)
-    try:
-        yield Cluster(spark, tmp_path_factory.mktemp("stopped"), pg, "postgresql", {"S": "sqlite", "G": "postgresql"},
+    with databases(tmp_path_factory.mktemp("stopped"), pg_admin_url) as dbs:
+        yield Cluster(spark, dbs, "postgresql", {"S": "sqlite", "G": "postgresql"},
                       ddl, [{"table": "T"}])
-    finally:
-        pg.drop()
 
 
 def cli_status(topology_data: dict, tmp_path) -> tuple[int, dict, str]:
     """``sparksync status`` and ``status --json``: their exit code (the same), the JSON and the text."""
-    cfg = tmp_path / "sparksync.toml"
-    cfg.write_text(_toml(topology_data), encoding="utf-8")
+    cfg = write_config(tmp_path, topology_data)
     runner = CliRunner()
     js = runner.invoke(app, ["status", "-c", str(cfg), "--json"])
     text = runner.invoke(app, ["status", "-c", str(cfg)])
@@ -112,21 +109,14 @@ def test_a_failed_snapshot_is_recorded_and_shown(world, failpoints):
 
 @pytest.fixture(scope="module")
 def tx(spark, tmp_path_factory, pg_admin_url):
-    from tests.transactional.harness import build, setup_topology
-
-    pg = PgDatabases(pg_admin_url)
     tmp = tmp_path_factory.mktemp("stopped-tx")
-    try:
-        t = build(_ModuleDbs(tmp, pg), tmp, "postgresql", {"R1": "sqlite", "R2": "postgresql"})
+    with databases(tmp, pg_admin_url) as dbs:
+        t = build(dbs, tmp, "postgresql", {"R1": "sqlite", "R2": "postgresql"})
         setup_topology(t, spark)
         yield t
-    finally:
-        pg.drop()
 
 
 def test_a_failed_distribution_run_is_recorded_and_the_next_one_clears_it(tx, spark, failpoints):
-    from tests.transactional.harness import vendor_rows
-
     tx.publish(vendor_rows("postgresql", [301]))
     run_logreader(tx.topology)
     failpoints("distribute.before_commit R1:0")
@@ -145,8 +135,6 @@ def test_a_drifted_replica_identity_stops_the_log_reader_loudly_and_setup_restor
     """PostgreSQL's 100_bugs.pl case: REPLICA IDENTITY switched to an index after setup, an update
     committed. The log reader refuses, naming the table and what to do; the failed run is recorded;
     status says the publication stopped, since when, why, and how old the oldest unread change is."""
-    from tests.transactional.harness import vendor_table
-
     t = vendor_table("postgresql")
     tx.publish(f'CREATE UNIQUE INDEX "vendor_account" ON {t} ("AccountNumber")',
                f'ALTER TABLE {t} REPLICA IDENTITY USING INDEX "vendor_account"',

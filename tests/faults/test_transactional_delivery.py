@@ -9,7 +9,7 @@ import pytest
 from sparksync.dialects import connect
 from sparksync.transactional.agent import DistributeOptions, DistributionAgent
 from sparksync.transactional.logreader import run_logreader
-from tests.transactional.harness import build, setup_topology
+from tests.support.transactional import build, replicate, setup_topology
 
 pytestmark = pytest.mark.spark
 
@@ -57,8 +57,6 @@ LOWER_VENDOR = ['CREATE SCHEMA IF NOT EXISTS purchasing',
 def test_procedure_names_follow_postgresql_identifier_rules(spark, dbs, tmp_path, pg_admin_url):
     """Issue 9, case 16: the seed's name written for table purchasing.vendor is the generated procedure;
     an unqualified custom procedure created in public is found through the subscriber's search_path."""
-    from tests.transactional.harness import replicate
-
     tx = build(dbs, tmp_path, "postgresql", {"S": "postgresql"}, seed_ids=None, extra_tables=LOWER_VENDOR,
                articles=[{"table": "purchasing.vendor", "upd_cmd": "XCALL sp_MSupd_PurchasingVendor",
                           "del_cmd": "CALL My_Delete"}])

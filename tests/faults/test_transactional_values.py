@@ -11,7 +11,8 @@ import pytest
 from sparksync.dialects import connect
 from sparksync.errors import SparksyncError
 from sparksync.transactional.logreader import run_logreader
-from tests.transactional.harness import build, replicate, setup_topology
+from tests.support.databases import databases
+from tests.support.transactional import build, replicate, setup_topology
 
 pytestmark = pytest.mark.spark
 
@@ -36,15 +37,8 @@ def pg_text(url: str) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def world(spark, tmp_path_factory, pg_admin_url):
-    from tests.conftest import Databases
-
-    class _Req:
-        def getfixturevalue(self, name):
-            return pg_admin_url
-
     tmp = tmp_path_factory.mktemp("txvalues")
-    dbs = Databases(tmp, _Req())
-    try:
+    with databases(tmp, pg_admin_url) as dbs:
         tx = build(dbs, tmp, "postgresql", {"PG": "postgresql", "LITE": "sqlite"},
                    articles=[{"table": "public.V"}], extra_tables=VALUES_DDL, seed_ids=None,
                    subscription={"LITE": {"skip_errors": ["22000"]}})
@@ -52,8 +46,6 @@ def world(spark, tmp_path_factory, pg_admin_url):
         tx.publish(*CHANGES)
         tx.summary = replicate(tx, spark)
         yield tx
-    finally:
-        dbs.cleanup()
 
 
 def test_the_log_reader_and_the_distribution_agent_complete(world):
@@ -86,14 +78,7 @@ def test_sqlite_gets_the_documented_mapping_and_nan_is_a_logged_error(world):
 
 
 def test_the_snapshot_and_the_log_store_the_same_float4(world, spark, tmp_path, pg_admin_url):
-    from tests.conftest import Databases
-
-    class _Req:
-        def getfixturevalue(self, name):
-            return pg_admin_url
-
-    dbs = Databases(tmp_path, _Req())
-    try:
+    with databases(tmp_path, pg_admin_url) as dbs:
         tx = build(dbs, tmp_path, "postgresql", {"LITE": "sqlite"}, articles=[{"table": "public.V"}],
                    extra_tables=VALUES_DDL + ["INSERT INTO \"V\" (\"id\", \"r\") VALUES (1, 1.1)"], seed_ids=None)
         setup_topology(tx, spark)                                     # row 1 by the snapshot
@@ -101,8 +86,6 @@ def test_the_snapshot_and_the_log_store_the_same_float4(world, spark, tmp_path, 
         assert replicate(tx, spark).ok                                # row 2 by the log
         with connect(tx.subscriber_urls["LITE"]) as r:
             assert [v for (v,) in r.query('SELECT "r" FROM "V" ORDER BY "id"')] == [1.1, 1.1]
-    finally:
-        dbs.cleanup()
 
 
 def test_generated_columns_are_refused_with_advice(spark, dbs, tmp_path, pg_admin_url):

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 from sparksync.cli.app import app
 from sparksync.dialects import connect
 from sparksync.metadata import store
-
-from .harness import Cluster, session
-from .test_snapshot_and_setup import toml
+from tests.support.cluster import Cluster, session
+from tests.support.config import write_config
+from tests.support.databases import Databases
 
 pytestmark = pytest.mark.spark
 
@@ -33,7 +33,7 @@ def ddl(kind: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def world(spark, tmp_path_factory):
-    return Cluster(spark, tmp_path_factory.mktemp("trust"), None, "sqlite",
+    return Cluster(spark, Databases(tmp_path_factory.mktemp("trust")), "sqlite",
                    {"S1": {"kind": "sqlite", "subscriber_type": "global", "priority": 60}, "S2": "sqlite"}, ddl,
                    [{"table": "T"}, {"table": "U"}], {"conflict_logging": "both"})
 
@@ -106,8 +106,7 @@ def test_no_part_of_a_password_is_printed(world, tmp_path, pg_admin_url):
     data = {**world.data, "subscriptions": world.data["subscriptions"] + [{
         "name": "Remote", "publication": "Pub",
         "database": pg_admin_url.replace("://postgres@", "://postgres:sec@retPW@")}]}
-    cfg = tmp_path / "sparksync.toml"
-    cfg.write_text(toml(data), encoding="utf-8")
+    cfg = write_config(tmp_path, data)
     for command in (["status"], ["status", "--json"], ["setup"], ["merge", "--subscription", "Remote"],
                     ["conflicts"]):
         result = CliRunner().invoke(app, [*command, "-c", str(cfg)])

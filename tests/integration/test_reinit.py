@@ -14,7 +14,7 @@ from sparksync.merge.agent import MergeAgent, MergeOptions
 from sparksync.merge.validation import validate
 from sparksync.provision import setup
 from sparksync.reinit import PendingChanges, reinitialize
-from tests.integration.test_setup import build
+from tests.support.demo_topology import build
 
 pytestmark = pytest.mark.spark
 

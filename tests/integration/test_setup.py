@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from sparksync.demo.adventureworks import article_names, create_demo_database
 from sparksync.dialects import connect
 from sparksync.dialects.model import from_table_dict
 from sparksync.merge.generations import enumeration_bound
@@ -16,6 +13,7 @@ from sparksync.provision import SetupFailed, setup
 from sparksync.snapshot.manifest import current_snapshot
 from sparksync.topology import parse_topology
 from sparksync.types import arrow_converter
+from tests.support.demo_topology import build
 
 pytestmark = pytest.mark.spark
 
@@ -23,23 +21,6 @@ TOPOLOGIES = [
     ("sqlite", ["sqlite", "postgresql"]),
     ("postgresql", ["sqlite", "postgresql"]),
 ]
-
-
-def build(dbs, tmp_path: Path, pub_kind: str, sub_kinds: list[str], **demo):
-    pub_url = dbs.url(pub_kind, "hq")
-    with connect(pub_url) as r:
-        create_demo_database(r, customers=20, products=8, orders=30, vendors=4, employees=5, **demo)
-        supports = r.dialect.capabilities.supports_schemas
-    data = {
-        "publisher": {"name": "HQ", "database": pub_url, "snapshot_dir": str(tmp_path / "snap")},
-        "publications": [{"name": "Sales", "articles": [
-            {"table": n, **({"column_tracking": True} if n == "Product" else {})} for n in article_names(supports)]}],
-        "subscriptions": [
-            {"name": f"S{i}", "publication": "Sales", "database": dbs.url(k, f"s{i}"),
-             **({"subscriber_type": "global", "priority": 50.0 + i} if i % 2 else {})}
-            for i, k in enumerate(sub_kinds, 1)],
-    }
-    return data, parse_topology(data, tmp_path)
 
 
 def normalized_rows(r, table: TableName, info) -> dict[str, tuple]:

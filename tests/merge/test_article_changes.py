@@ -13,7 +13,7 @@ from sparksync.metadata import store
 from sparksync.names import TableName
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
-from tests.merge.test_filtered_publications import Scenario, build, publication
+from tests.support.filtered import Scenario, build, publication
 
 pytestmark = pytest.mark.spark
 

@@ -13,7 +13,8 @@ from sparksync.conflict_view import list_conflicts
 from sparksync.merge.agent import MergeAgent
 from sparksync.merge.override import ConflictNotResolvable, resolve_conflict
 from sparksync.provision import setup
-from tests.merge.test_filtered_publications import Scenario, build
+from tests.support.databases import databases
+from tests.support.filtered import Scenario, build
 
 PAIRS = {"sqlite_publisher": ("sqlite", {"StoreN": "postgresql", "StoreS": "sqlite"}),
          "postgresql_publisher": ("postgresql", {"StoreN": "sqlite", "StoreS": "postgresql"})}
@@ -27,39 +28,36 @@ def conflict_of(topology, table: str) -> dict:
 
 @pytest.fixture(scope="module", params=list(PAIRS))
 def world(request, spark, tmp_path_factory):
-    from tests.conftest import Databases
-
     tmp = tmp_path_factory.mktemp(request.param)
-    dbs = Databases(tmp, request)
-    pub_kind, kinds = PAIRS[request.param]
-    pub_url, urls, topology = build(dbs, tmp, pub_kind, kinds, UNFILTERED)
-    setup(topology, lambda: spark)
-    sc = Scenario(pub_url, urls, MergeAgent(topology, spark))
-    w: dict = {"sc": sc, "topology": topology}
-    # update-update: the publisher wins, StoreN's name loses
-    sc.sql("HQ", 'UPDATE "Customer" SET "Name" = \'hq\' WHERE "CustomerID" = 10')
-    sc.sql("StoreN", 'UPDATE "Customer" SET "Name" = \'store\' WHERE "CustomerID" = 10')
-    # update-delete: the publisher's delete wins over StoreN's update
-    sc.sql("HQ", 'DELETE FROM "Orders" WHERE "OrderID" = 101')
-    sc.sql("StoreN", 'UPDATE "Orders" SET "Total" = 77 WHERE "OrderID" = 101')
-    # update-update that stays as resolved
-    sc.sql("HQ", 'UPDATE "SalesPerson" SET "Name" = \'hq\' WHERE "SalesPersonID" = 2')
-    sc.sql("StoreS", 'UPDATE "SalesPerson" SET "Name" = \'store\' WHERE "SalesPersonID" = 2')
-    sc.merge("conflicts")
-    w["customer"], w["order"], w["person"] = (conflict_of(topology, t) for t in ("Customer", "Orders", "SalesPerson"))
-    w["kept_customer"] = resolve_conflict(topology, str(w["customer"]["conflict_id"]), "loser")
-    w["kept_order"] = resolve_conflict(topology, str(w["order"]["conflict_id"]), "loser")
-    w["kept_person"] = resolve_conflict(topology, str(w["person"]["conflict_id"]), "winner")
-    sc.merge("overridden")
-    with pytest.raises(ConflictNotResolvable) as again:
-        resolve_conflict(topology, str(w["customer"]["conflict_id"]), "winner")
-    w["again"] = again.value
-    with pytest.raises(ConflictNotResolvable) as unknown:
-        resolve_conflict(topology, "00000000-0000-0000-0000-000000000000", "loser")
-    w["unknown"] = unknown.value
-    w["listed"] = {str(c["conflict_id"]): c for c in list_conflicts(topology)}
-    yield w
-    dbs.cleanup()
+    with databases(tmp, lambda: request.getfixturevalue("pg_admin_url")) as dbs:
+        pub_kind, kinds = PAIRS[request.param]
+        pub_url, urls, topology = build(dbs, tmp, pub_kind, kinds, UNFILTERED)
+        setup(topology, lambda: spark)
+        sc = Scenario(pub_url, urls, MergeAgent(topology, spark))
+        w: dict = {"sc": sc, "topology": topology}
+        # update-update: the publisher wins, StoreN's name loses
+        sc.sql("HQ", 'UPDATE "Customer" SET "Name" = \'hq\' WHERE "CustomerID" = 10')
+        sc.sql("StoreN", 'UPDATE "Customer" SET "Name" = \'store\' WHERE "CustomerID" = 10')
+        # update-delete: the publisher's delete wins over StoreN's update
+        sc.sql("HQ", 'DELETE FROM "Orders" WHERE "OrderID" = 101')
+        sc.sql("StoreN", 'UPDATE "Orders" SET "Total" = 77 WHERE "OrderID" = 101')
+        # update-update that stays as resolved
+        sc.sql("HQ", 'UPDATE "SalesPerson" SET "Name" = \'hq\' WHERE "SalesPersonID" = 2')
+        sc.sql("StoreS", 'UPDATE "SalesPerson" SET "Name" = \'store\' WHERE "SalesPersonID" = 2')
+        sc.merge("conflicts")
+        w["customer"], w["order"], w["person"] = (conflict_of(topology, t) for t in ("Customer", "Orders", "SalesPerson"))
+        w["kept_customer"] = resolve_conflict(topology, str(w["customer"]["conflict_id"]), "loser")
+        w["kept_order"] = resolve_conflict(topology, str(w["order"]["conflict_id"]), "loser")
+        w["kept_person"] = resolve_conflict(topology, str(w["person"]["conflict_id"]), "winner")
+        sc.merge("overridden")
+        with pytest.raises(ConflictNotResolvable) as again:
+            resolve_conflict(topology, str(w["customer"]["conflict_id"]), "winner")
+        w["again"] = again.value
+        with pytest.raises(ConflictNotResolvable) as unknown:
+            resolve_conflict(topology, "00000000-0000-0000-0000-000000000000", "loser")
+        w["unknown"] = unknown.value
+        w["listed"] = {str(c["conflict_id"]): c for c in list_conflicts(topology)}
+        yield w
 
 
 def test_the_publisher_won_both_conflicts_first(world):

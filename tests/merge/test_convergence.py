@@ -24,7 +24,8 @@ from sparksync.merge.agent import MergeAgent, MergeOptions
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
 from sparksync.validate import compare_replicas
-from tests.merge.harness import client_exec, drop_databases, existing_ids, make_databases
+from tests.support.clients import client_exec, existing_ids
+from tests.support.databases import databases
 
 pytestmark = pytest.mark.spark
 
@@ -47,24 +48,23 @@ steps = st.lists(st.one_of(dml, dml, dml, merge), min_size=8, max_size=20)
 @pytest.fixture(scope="module")
 def world(spark, tmp_path_factory, pg_admin_url):
     tmp = tmp_path_factory.mktemp("convergence")
-    created: list[str] = []
-    urls = make_databases(KINDS, tmp, pg_admin_url, "conv", created)
-    with connect(urls["P"]) as r:
-        for t in TABLES:
-            r.execute(f'CREATE TABLE "{t}" ("id" integer PRIMARY KEY, "v" text, "n" integer)')
-            r.executemany(f'INSERT INTO "{t}" VALUES (%s, %s, %s)', [(i, f"v{i}", 0) for i in range(1, 31)])
-    topo = parse_topology({
-        "publisher": {"name": "P", "database": urls["P"], "snapshot_dir": str(tmp / "snap")},
-        "publications": [{"name": "Pub", "articles": [{"table": t, **o} for t, o in TABLES.items()]}],
-        "subscriptions": [{"name": "S1", "publication": "Pub", "database": urls["S1"], "subscriber_type": "global",
-                           "priority": 60}, {"name": "S2", "publication": "Pub", "database": urls["S2"]},
-                          {"name": "S3", "publication": "Pub", "database": urls["S3"]}],
-    }, tmp)
-    setup(topo, lambda: spark)
-    yield topo, urls, MergeAgent(topo, spark)
-    print(f"\nconvergence: {ran['examples']} examples, {ran['ops']} DML statements, {ran['merges']} merges, "
-          f"{ran['crashes']} injected crashes")
-    drop_databases(pg_admin_url, created)
+    with databases(tmp, pg_admin_url) as dbs:
+        urls = dbs.urls(KINDS, "conv")
+        with connect(urls["P"]) as r:
+            for t in TABLES:
+                r.execute(f'CREATE TABLE "{t}" ("id" integer PRIMARY KEY, "v" text, "n" integer)')
+                r.executemany(f'INSERT INTO "{t}" VALUES (%s, %s, %s)', [(i, f"v{i}", 0) for i in range(1, 31)])
+        topo = parse_topology({
+            "publisher": {"name": "P", "database": urls["P"], "snapshot_dir": str(tmp / "snap")},
+            "publications": [{"name": "Pub", "articles": [{"table": t, **o} for t, o in TABLES.items()]}],
+            "subscriptions": [{"name": "S1", "publication": "Pub", "database": urls["S1"], "subscriber_type": "global",
+                               "priority": 60}, {"name": "S2", "publication": "Pub", "database": urls["S2"]},
+                              {"name": "S3", "publication": "Pub", "database": urls["S3"]}],
+        }, tmp)
+        setup(topo, lambda: spark)
+        yield topo, urls, MergeAgent(topo, spark)
+        print(f"\nconvergence: {ran['examples']} examples, {ran['ops']} DML statements, {ran['merges']} merges, "
+              f"{ran['crashes']} injected crashes")
 
 
 @settings(max_examples=EXAMPLES, deadline=None, database=None,

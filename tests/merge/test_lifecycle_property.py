@@ -33,8 +33,9 @@ from sparksync.provision import setup
 from sparksync.reinit import reinitialize
 from sparksync.topology import parse_topology
 from sparksync.validate import compare_replicas
-from tests.merge.harness import client_exec, drop_databases, existing_ids, make_databases
-from tests.merge.test_cleanup import advance
+from tests.support.clients import client_exec, existing_ids
+from tests.support.clock import advance
+from tests.support.databases import databases
 
 pytestmark = pytest.mark.spark
 
@@ -63,25 +64,24 @@ steps = st.lists(st.one_of(dml, dml, dml, merge, merge, clock, clean, schema), m
 @pytest.fixture(scope="module")
 def world(spark, tmp_path_factory, pg_admin_url):
     tmp = tmp_path_factory.mktemp("lifecycle")
-    created: list[str] = []
-    urls = make_databases(KINDS, tmp, pg_admin_url, "life", created)
-    with connect(urls["P"]) as r:
-        for t in TABLES:
-            r.execute(f'CREATE TABLE "{t}" ("id" integer PRIMARY KEY, "v" text, "n" integer)')
-            r.executemany(f'INSERT INTO "{t}" VALUES (?, ?, ?)', [(i, f"v{i}", 0) for i in range(1, 31)])
-    topo = parse_topology({
-        "publisher": {"name": "P", "database": urls["P"], "snapshot_dir": str(tmp / "snap")},
-        "publications": [{"name": "Pub", "retention": RETENTION,
-                          "articles": [{"table": t, **o} for t, o in TABLES.items()]}],
-        "subscriptions": [{"name": "S1", "publication": "Pub", "database": urls["S1"], "subscriber_type": "global",
-                           "priority": 60}, {"name": "S2", "publication": "Pub", "database": urls["S2"]}],
-    }, tmp)
-    setup(topo, lambda: spark)
-    yield topo, urls, spark
-    print(f"\nlifecycle: {ran['examples']} examples, {ran['ops']} DML statements, {ran['merges']} merges, "
-          f"{ran['crashes']} injected crashes, {ran['days']} days passed, {ran['cleanups']} cleanups removing "
-          f"{ran['removed']} rows, {ran['schema_changes']} schema changes, {ran['reinits']} reinitializations")
-    drop_databases(pg_admin_url, created)
+    with databases(tmp, pg_admin_url) as dbs:
+        urls = dbs.urls(KINDS, "life")
+        with connect(urls["P"]) as r:
+            for t in TABLES:
+                r.execute(f'CREATE TABLE "{t}" ("id" integer PRIMARY KEY, "v" text, "n" integer)')
+                r.executemany(f'INSERT INTO "{t}" VALUES (?, ?, ?)', [(i, f"v{i}", 0) for i in range(1, 31)])
+        topo = parse_topology({
+            "publisher": {"name": "P", "database": urls["P"], "snapshot_dir": str(tmp / "snap")},
+            "publications": [{"name": "Pub", "retention": RETENTION,
+                              "articles": [{"table": t, **o} for t, o in TABLES.items()]}],
+            "subscriptions": [{"name": "S1", "publication": "Pub", "database": urls["S1"], "subscriber_type": "global",
+                               "priority": 60}, {"name": "S2", "publication": "Pub", "database": urls["S2"]}],
+        }, tmp)
+        setup(topo, lambda: spark)
+        yield topo, urls, spark
+        print(f"\nlifecycle: {ran['examples']} examples, {ran['ops']} DML statements, {ran['merges']} merges, "
+              f"{ran['crashes']} injected crashes, {ran['days']} days passed, {ran['cleanups']} cleanups removing "
+              f"{ran['removed']} rows, {ran['schema_changes']} schema changes, {ran['reinits']} reinitializations")
 
 
 def _columns(url: str, table: str) -> list[str]:

@@ -6,8 +6,7 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.merge.generations import make_generation
-
-from .harness import Topo
+from tests.support.merge_topology import Topo
 
 pytestmark = pytest.mark.spark
 

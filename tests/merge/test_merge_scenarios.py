@@ -22,9 +22,8 @@ from sparksync.merge.agent import MergeSummary, SubscriptionSession
 from sparksync.merge.conflicts import ConflictType
 from sparksync.metadata import store
 from sparksync.names import TableName
-from tests.faults.harness import PgDatabases
-
-from .harness import TABLES, Topo
+from tests.support.databases import databases
+from tests.support.merge_topology import TABLES, Topo
 
 pytestmark = pytest.mark.spark
 
@@ -94,29 +93,12 @@ def capture(t: Topo, summary: MergeSummary) -> State:
     return State(summary, rows, columns, conflicts, nicknames)
 
 
-class ModuleDatabases:
-    """SQLite files in the module's folder, PostgreSQL databases dropped when the module is done."""
-
-    def __init__(self, tmp, pg: PgDatabases | None):
-        self.tmp, self.pg = tmp, pg
-
-    def url(self, kind: str, name: str) -> str:
-        if kind == "sqlite":
-            return f"sqlite:///{self.tmp / (name + '.db')}"
-        assert self.pg is not None
-        return self.pg.url(name)
-
-
 @pytest.fixture(scope="module", params=PAIRS, ids=lambda p: f"{p[0]}_to_{p[1]}")
 def world(request, spark, tmp_path_factory):
     pub_kind, sub_kind = request.param
-    pg = PgDatabases(request.getfixturevalue("pg_admin_url")) if "postgresql" in request.param else None
     tmp = tmp_path_factory.mktemp(f"scenarios-{pub_kind}-{sub_kind}")
-    try:
-        yield Topo(spark, ModuleDatabases(tmp, pg), tmp, pub_kind, sub_kind)
-    finally:
-        if pg is not None:
-            pg.drop()
+    with databases(tmp, lambda: request.getfixturevalue("pg_admin_url")) as dbs:
+        yield Topo(spark, dbs, tmp, pub_kind, sub_kind)
 
 
 @pytest.fixture(scope="module")

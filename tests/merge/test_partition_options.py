@@ -17,6 +17,7 @@ from sparksync.merge.agent import MergeAgent, MergeOptions
 from sparksync.metadata import store
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
+from tests.support.databases import databases
 
 pytestmark = pytest.mark.spark
 
@@ -109,45 +110,42 @@ PAIRS = {"sqlite_to_sqlite": ("sqlite", {"Pamela": "sqlite", "Mike": "sqlite", "
 
 @pytest.fixture(scope="module", params=list(PAIRS))
 def world(request, spark, tmp_path_factory):
-    from tests.conftest import Databases
-
     tmp = tmp_path_factory.mktemp(request.param)
-    dbs = Databases(tmp, request)
-    pub_kind, kinds = PAIRS[request.param]
-    pub_url, urls, topology = build(dbs, tmp, pub_kind, kinds)
-    setup(topology, lambda: spark)
-    w = World(pub_url, urls, MergeAgent(topology, spark))
-    w.merge("setup")
-    # option 1: Pamela inserts a route of line R (Mike's) and moves route 30 to line R: both refused
-    w.sql("Pamela", 'INSERT INTO "Route" ("RouteID", "ProductLine", "Name") VALUES (32, \'R\', \'new\')',
-          'UPDATE "Route" SET "ProductLine" = \'R\' WHERE "RouteID" = 30')
-    # option 2: Pamela inserts a product of line R: kept at HQ, goes to Mike, leaves Pamela
-    w.sql("Pamela", 'INSERT INTO "Product" ("ProductID", "ProductLine", "ListPrice") VALUES (13, \'R\', 70)')
-    # option 0: a deal becomes cheap: it enters every partition
-    w.sql("HQ", 'UPDATE "Deal" SET "ListPrice" = 60 WHERE "DealID" = 22')
-    w.merge("subscriber_changes")
-    with connect(pub_url) as r:
-        w.conflicts = store.select_rows(r, "MSmerge_conflicts_info")
-    w.merge("again")
-    # option 3 (no mapping tables: membership evaluated at sync): HQ moves employee 2 from Mike's login
-    # to Pamela's, deletes Mia's and hires one for her; Pamela changes her own row; Mike inserts an
-    # employee of Pamela's login (refused)
-    w.sql("HQ", 'UPDATE "Employee" SET "LoginID" = \'pamela\' WHERE "EmployeeID" = 2',
-          'DELETE FROM "Employee" WHERE "EmployeeID" = 3',
-          'INSERT INTO "Employee" ("EmployeeID", "LoginID", "JobTitle") VALUES (5, \'mia\', \'new\')')
-    w.sql("Pamela", 'UPDATE "Employee" SET "JobTitle" = \'lead\' WHERE "EmployeeID" = 1')
-    w.sql("Mike", 'INSERT INTO "Employee" ("EmployeeID", "LoginID", "JobTitle") VALUES (6, \'pamela\', \'x\')')
-    w.merge("option_3")
-    w.merge("option_3_again")
-    with connect(pub_url) as r:
-        w.conflicts_3 = store.select_rows(r, "MSmerge_conflicts_info")
-        nick = {a["source_table"]: a["nickname"] for a in store.select_rows(r, "sysmergearticles")}
-        w.employee_mappings = sum(len(store.select_rows(r, t, {"tablenick": nick["Employee"]}))
-                                  for t in ("MSmerge_current_partition_mappings", "MSmerge_past_partition_mappings"))
-        w.product_mappings = len(store.select_rows(r, "MSmerge_current_partition_mappings",
-                                                   {"tablenick": nick["Product"]}))
-    yield w
-    dbs.cleanup()
+    with databases(tmp, lambda: request.getfixturevalue("pg_admin_url")) as dbs:
+        pub_kind, kinds = PAIRS[request.param]
+        pub_url, urls, topology = build(dbs, tmp, pub_kind, kinds)
+        setup(topology, lambda: spark)
+        w = World(pub_url, urls, MergeAgent(topology, spark))
+        w.merge("setup")
+        # option 1: Pamela inserts a route of line R (Mike's) and moves route 30 to line R: both refused
+        w.sql("Pamela", 'INSERT INTO "Route" ("RouteID", "ProductLine", "Name") VALUES (32, \'R\', \'new\')',
+              'UPDATE "Route" SET "ProductLine" = \'R\' WHERE "RouteID" = 30')
+        # option 2: Pamela inserts a product of line R: kept at HQ, goes to Mike, leaves Pamela
+        w.sql("Pamela", 'INSERT INTO "Product" ("ProductID", "ProductLine", "ListPrice") VALUES (13, \'R\', 70)')
+        # option 0: a deal becomes cheap: it enters every partition
+        w.sql("HQ", 'UPDATE "Deal" SET "ListPrice" = 60 WHERE "DealID" = 22')
+        w.merge("subscriber_changes")
+        with connect(pub_url) as r:
+            w.conflicts = store.select_rows(r, "MSmerge_conflicts_info")
+        w.merge("again")
+        # option 3 (no mapping tables: membership evaluated at sync): HQ moves employee 2 from Mike's login
+        # to Pamela's, deletes Mia's and hires one for her; Pamela changes her own row; Mike inserts an
+        # employee of Pamela's login (refused)
+        w.sql("HQ", 'UPDATE "Employee" SET "LoginID" = \'pamela\' WHERE "EmployeeID" = 2',
+              'DELETE FROM "Employee" WHERE "EmployeeID" = 3',
+              'INSERT INTO "Employee" ("EmployeeID", "LoginID", "JobTitle") VALUES (5, \'mia\', \'new\')')
+        w.sql("Pamela", 'UPDATE "Employee" SET "JobTitle" = \'lead\' WHERE "EmployeeID" = 1')
+        w.sql("Mike", 'INSERT INTO "Employee" ("EmployeeID", "LoginID", "JobTitle") VALUES (6, \'pamela\', \'x\')')
+        w.merge("option_3")
+        w.merge("option_3_again")
+        with connect(pub_url) as r:
+            w.conflicts_3 = store.select_rows(r, "MSmerge_conflicts_info")
+            nick = {a["source_table"]: a["nickname"] for a in store.select_rows(r, "sysmergearticles")}
+            w.employee_mappings = sum(len(store.select_rows(r, t, {"tablenick": nick["Employee"]}))
+                                      for t in ("MSmerge_current_partition_mappings", "MSmerge_past_partition_mappings"))
+            w.product_mappings = len(store.select_rows(r, "MSmerge_current_partition_mappings",
+                                                       {"tablenick": nick["Product"]}))
+        yield w
 
 
 def test_every_subscriber_holds_its_partition_after_every_merge(world):

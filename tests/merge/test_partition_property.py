@@ -28,7 +28,8 @@ from sparksync.failpoints import InjectedFault
 from sparksync.merge.agent import MergeAgent, MergeOptions
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
-from tests.merge.harness import client_exec, drop_databases, make_databases
+from tests.support.clients import client_exec
+from tests.support.databases import Databases, databases
 
 pytestmark = pytest.mark.spark
 
@@ -53,8 +54,8 @@ TABLES = {"SalesPerson": ("SalesPersonID", '"Territory"'), "Customer": ("Custome
           "Orders": ("OrderID", '"CustomerID"'), "Visit": ("VisitID", '"CustomerID", "SalesPersonID"')}
 
 
-def _world(spark, tmp, pg_admin_url, mode: str, created: list[str]):
-    urls = make_databases(KINDS, tmp, pg_admin_url, f"part_{mode}", created)
+def _world(spark, tmp, dbs: Databases, mode: str):
+    urls = dbs.urls(KINDS, f"part_{mode}")
     with connect(urls["P"]) as r:
         r.execute('CREATE TABLE "SalesPerson" ("SalesPersonID" integer PRIMARY KEY, "Territory" text)')
         r.execute('CREATE TABLE "Customer" ("CustomerID" integer PRIMARY KEY, "SalesPersonID" integer, "Name" text)')
@@ -86,11 +87,10 @@ def _world(spark, tmp, pg_admin_url, mode: str, created: list[str]):
 def worlds(spark, tmp_path_factory, pg_admin_url):
 
     tmp = tmp_path_factory.mktemp("partition_property")
-    created: list[str] = []
-    yield {mode: _world(spark, tmp, pg_admin_url, mode, created) for mode in ("precomputed", "setupbelongs")}
-    print(f"\npartitions: {ran['examples']} examples, {ran['ops']} DML statements, {ran['merges']} merges, "
-          f"{ran['crashes']} injected crashes, {ran['checks']} partition checks, both modes")
-    drop_databases(pg_admin_url, created)
+    with databases(tmp, pg_admin_url) as dbs:
+        yield {mode: _world(spark, tmp, dbs, mode) for mode in ("precomputed", "setupbelongs")}
+        print(f"\npartitions: {ran['examples']} examples, {ran['ops']} DML statements, {ran['merges']} merges, "
+              f"{ran['crashes']} injected crashes, {ran['checks']} partition checks, both modes")
 
 
 def _rows(url: str) -> dict[str, dict[int, object]]:

@@ -16,7 +16,8 @@ from sparksync.merge.agent import MergeAgent, MergeOptions
 from sparksync.merge.tracking import agent_writes
 from sparksync.merge.validation import RepairRefused, repair, validate
 from sparksync.provision import setup
-from tests.merge.test_filtered_publications import Scenario, build
+from tests.support.databases import databases
+from tests.support.filtered import Scenario, build
 
 PAIRS = {
     "sqlite_publisher": ("sqlite", {"StoreN": "postgresql", "StoreS": "sqlite", "StoreN2": "sqlite"}),
@@ -38,49 +39,46 @@ def by_article(result, subscription: str) -> dict:
 
 @pytest.fixture(scope="module", params=list(PAIRS))
 def world(request, spark, tmp_path_factory):
-    from tests.conftest import Databases
-
     tmp = tmp_path_factory.mktemp(request.param)
-    dbs = Databases(tmp, request)
-    pub_kind, sub_kinds = PAIRS[request.param]
-    pub_url, urls, topology = build(dbs, tmp, pub_kind, sub_kinds)
-    setup(topology, lambda: spark)
-    sc = Scenario(pub_url, urls, MergeAgent(topology, spark))
-    sc.merge("initial")
-    assert sc.leaks == []
-    w = {"sc": sc, "topology": topology, "kind": pub_kind}
-    w["clean_counts"] = validate(topology, lambda: spark)
-    w["clean"] = validate(topology, lambda: spark, checksum=True)
-    # damage, untracked: StoreN loses order 100 (missing), gets customer 11 of partition S (extra, a
-    # leak) and a changed name; StoreS gets an order total changed
-    guid11 = None
-    with connect(pub_url) as p:
-        guid11 = str(p.scalar('SELECT "rowguid" FROM "Customer" WHERE "CustomerID" = 11'))
-    untracked(urls["StoreN"], 'DELETE FROM "Orders" WHERE "OrderID" = 100',
-              'UPDATE "Customer" SET "Name" = \'damaged\' WHERE "CustomerID" = 12')
-    with connect(urls["StoreN"]) as r, r.transaction(), agent_writes(r):
-        r.execute(f'INSERT INTO "Customer" ("CustomerID", "SalesPersonID", "Name", "rowguid") '
-                  f"VALUES (11, 2, 'c11', {r.dialect.uuid_param()})", [guid11])
-    untracked(urls["StoreS"], 'UPDATE "Orders" SET "Total" = 999 WHERE "OrderID" = 102')
-    w["damaged_counts"] = validate(topology, lambda: spark)
-    w["damaged"] = validate(topology, lambda: spark, checksum=True)
-    # a tracked change at StoreS: pending, so its repair is refused until it is merged
-    sc.sql("StoreS", 'UPDATE "SalesPerson" SET "Name" = \'pending\' WHERE "SalesPersonID" = 2')
-    pending = validate(topology, lambda: spark, checksum=True)
-    w["pending"] = pending
-    with pytest.raises(RepairRefused) as refused:
-        repair(topology, pending)
-    w["refused"] = refused.value
-    sc.merge("pending_merged")
-    w["before_repair"] = validate(topology, lambda: spark, checksum=True)
-    w["repaired"] = repair(topology, w["before_repair"])
-    w["after_repair"] = validate(topology, lambda: spark, checksum=True)
-    summary = sc.agent.run(MergeOptions())
-    w["merge_after_repair"] = summary
-    sc.leaks = []                  # the damage was seen by the merges in between: only the end state counts
-    sc.record("after_repair_merge")
-    yield w
-    dbs.cleanup()
+    with databases(tmp, lambda: request.getfixturevalue("pg_admin_url")) as dbs:
+        pub_kind, sub_kinds = PAIRS[request.param]
+        pub_url, urls, topology = build(dbs, tmp, pub_kind, sub_kinds)
+        setup(topology, lambda: spark)
+        sc = Scenario(pub_url, urls, MergeAgent(topology, spark))
+        sc.merge("initial")
+        assert sc.leaks == []
+        w = {"sc": sc, "topology": topology, "kind": pub_kind}
+        w["clean_counts"] = validate(topology, lambda: spark)
+        w["clean"] = validate(topology, lambda: spark, checksum=True)
+        # damage, untracked: StoreN loses order 100 (missing), gets customer 11 of partition S (extra, a
+        # leak) and a changed name; StoreS gets an order total changed
+        guid11 = None
+        with connect(pub_url) as p:
+            guid11 = str(p.scalar('SELECT "rowguid" FROM "Customer" WHERE "CustomerID" = 11'))
+        untracked(urls["StoreN"], 'DELETE FROM "Orders" WHERE "OrderID" = 100',
+                  'UPDATE "Customer" SET "Name" = \'damaged\' WHERE "CustomerID" = 12')
+        with connect(urls["StoreN"]) as r, r.transaction(), agent_writes(r):
+            r.execute(f'INSERT INTO "Customer" ("CustomerID", "SalesPersonID", "Name", "rowguid") '
+                      f"VALUES (11, 2, 'c11', {r.dialect.uuid_param()})", [guid11])
+        untracked(urls["StoreS"], 'UPDATE "Orders" SET "Total" = 999 WHERE "OrderID" = 102')
+        w["damaged_counts"] = validate(topology, lambda: spark)
+        w["damaged"] = validate(topology, lambda: spark, checksum=True)
+        # a tracked change at StoreS: pending, so its repair is refused until it is merged
+        sc.sql("StoreS", 'UPDATE "SalesPerson" SET "Name" = \'pending\' WHERE "SalesPersonID" = 2')
+        pending = validate(topology, lambda: spark, checksum=True)
+        w["pending"] = pending
+        with pytest.raises(RepairRefused) as refused:
+            repair(topology, pending)
+        w["refused"] = refused.value
+        sc.merge("pending_merged")
+        w["before_repair"] = validate(topology, lambda: spark, checksum=True)
+        w["repaired"] = repair(topology, w["before_repair"])
+        w["after_repair"] = validate(topology, lambda: spark, checksum=True)
+        summary = sc.agent.run(MergeOptions())
+        w["merge_after_repair"] = summary
+        sc.leaks = []                  # the damage was seen by the merges in between: only the end state counts
+        sc.record("after_repair_merge")
+        yield w
 
 
 def test_clean_replicas_validate_by_count_and_checksum(world):

@@ -10,38 +10,22 @@ import pytest
 
 from sparksync.cli.app import app
 from sparksync.dialects import connect
-from tests.cli.test_cli import run, runner
-
-from .harness import VENDOR_DDL, vendor_rows
+from tests.support.cli import run, runner
+from tests.support.config import write_config
+from tests.support.transactional import VENDOR_DDL, vendor_rows
 
 pytestmark = pytest.mark.spark
 
 
-def _config(tmp: Path, pub: str, sub: str, dist: str, article: str = "", subscription: str = "") -> Path:
-    cfg = tmp / "sparksync.toml"
-    cfg.write_text(f'''
-[distributor]
-database = "{dist}"
-
-[publisher]
-name = "HQ"
-database = "{pub}"
-snapshot_dir = "{tmp / 'snap'}"
-
-[[publications]]
-name = "Purchasing"
-kind = "transactional"
-  [[publications.articles]]
-  table = "Purchasing.Vendor"
-  {article}
-
-[[subscriptions]]
-name = "Reporting"
-publication = "Purchasing"
-database = "{sub}"
-{subscription}
-''', encoding="utf-8")
-    return cfg
+def _config(tmp: Path, pub: str, sub: str, dist: str, article: dict | None = None,
+            subscription: dict | None = None) -> Path:
+    return write_config(tmp, {
+        "distributor": {"database": dist},
+        "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap")},
+        "publications": [{"name": "Purchasing", "kind": "transactional",
+                          "articles": [{"table": "Purchasing.Vendor", **(article or {})}]}],
+        "subscriptions": [{"name": "Reporting", "publication": "Purchasing", "database": sub, **(subscription or {})}],
+    })
 
 
 def test_the_agents_through_the_cli(spark, dbs, tmp_path, pg_admin_url):
@@ -50,8 +34,8 @@ def test_the_agents_through_the_cli(spark, dbs, tmp_path, pg_admin_url):
         for s in VENDOR_DDL["postgresql"]:
             r.execute(s)
         r.execute(vendor_rows("postgresql", range(1, 6)))
-    cfg = str(_config(tmp_path, pub, sub, f"sqlite:///{tmp_path / 'dist.db'}", 'upd_cmd = "MCALL sp_MSupd_PurchasingVendor"',
-                      "subscription_streams = 2"))
+    cfg = str(_config(tmp_path, pub, sub, f"sqlite:///{tmp_path / 'dist.db'}",
+                      {"upd_cmd": "MCALL sp_MSupd_PurchasingVendor"}, {"subscription_streams": 2}))
     code, out = run("setup", "-c", cfg)
     assert code == 0 and "1 subscription(s) initialized" in out and "logical decoding" in out
     with connect(pub) as r:
@@ -94,11 +78,11 @@ def test_bad_input_changes_nothing(dbs, tmp_path, pg_admin_url):
     dist = tmp_path / "dist.db"
     # a SQLite subscriber cannot take procedure calls: a configuration error (exit 2)
     cfg = str(_config(tmp_path, pub, f"sqlite:///{tmp_path / 's.db'}", f"sqlite:///{dist}",
-                      'upd_cmd = "XCALL sp_MSupd_PurchasingVendor"'))
+                      {"upd_cmd": "XCALL sp_MSupd_PurchasingVendor"}))
     code, out = run("setup", "-c", cfg)
     assert code == 2 and "has no stored procedures" in out and "subscriptions[0] (Reporting)" in out
     # an unknown column in the filter: one message naming the article, nothing changed
-    cfg = str(_config(tmp_path, pub, f"sqlite:///{tmp_path / 's.db'}", f"sqlite:///{dist}", 'filter = "Activ = 1"'))
+    cfg = str(_config(tmp_path, pub, f"sqlite:///{tmp_path / 's.db'}", f"sqlite:///{dist}", {"filter": "Activ = 1"}))
     code, out = run("setup", "-c", cfg)
     assert code == 1 and "article Purchasing.Vendor: filter 'Activ = 1': no published column Activ" in out
     # an unreachable distributor (with a password, which is never shown)

@@ -8,8 +8,7 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.metadata import store
-
-from .harness import build, replicate, setup_topology, vendor_rows
+from tests.support.transactional import build, replicate, setup_topology, vendor_rows
 
 pytestmark = pytest.mark.spark
 T = '"Purchasing"."Vendor"'

@@ -9,8 +9,7 @@ import pytest
 from sparksync.dialects import connect
 from sparksync.transactional.agent import DistributionAgent
 from sparksync.transactional.logreader import run_logreader
-
-from .harness import build, setup_topology, vendor_rows, vendor_table
+from tests.support.transactional import build, setup_topology, vendor_rows, vendor_table
 
 pytestmark = pytest.mark.spark
 

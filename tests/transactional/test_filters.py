@@ -9,8 +9,7 @@ import pytest
 from sparksync.dialects import connect
 from sparksync.errors import SchemaError
 from sparksync.names import TableName
-
-from .harness import build, replicate, setup_topology, vendor_rows, vendor_table
+from tests.support.transactional import build, replicate, setup_topology, vendor_rows, vendor_table
 
 pytestmark = pytest.mark.spark
 PUBLISHED = ["VendorID", "AccountNumber", "Name", "CreditRating", "ActiveFlag"]

@@ -11,8 +11,7 @@ from sparksync.metadata import store
 from sparksync.transactional import distribution as dst
 from sparksync.transactional.logreader import run_logreader
 from sparksync.transactional.pgoutput import lsn_int
-
-from .harness import build, replicate, setup_topology, vendor_rows, vendor_table
+from tests.support.transactional import build, replicate, setup_topology, vendor_rows, vendor_table
 
 pytestmark = pytest.mark.spark
 

@@ -15,8 +15,7 @@ from sparksync.rows import RowCodec
 from sparksync.transactional.calls import effective_command, parse_command, procedure_statements
 from sparksync.transactional.subscriber import Applier, ArticleTarget, Command, error_number
 from sparksync.types import Kind, SqlType
-
-from .harness import VENDOR_DDL
+from tests.support.transactional import VENDOR_DDL
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "postgres" / "vendor_procedures.sql"
 VENDOR = TableName("Purchasing", "Vendor")

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sparksync.dialects import connect
-
-from .harness import build, replicate, setup_topology, vendor_rows
+from tests.support.transactional import build, replicate, setup_topology, vendor_rows
 
 pytestmark = pytest.mark.spark
 

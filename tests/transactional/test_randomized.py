@@ -27,6 +27,7 @@ from sparksync.provision import setup
 from sparksync.topology import parse_topology
 from sparksync.transactional.agent import DistributionAgent
 from sparksync.transactional.logreader import run_logreader
+from tests.support.databases import databases
 
 pytestmark = pytest.mark.spark
 
@@ -47,44 +48,27 @@ steps = st.lists(st.one_of(transaction, transaction, deliver), min_size=6, max_s
 
 @pytest.fixture(scope="module")
 def world(spark, tmp_path_factory, pg_admin_url):
-    import uuid
-
-    import psycopg
-
     tmp = tmp_path_factory.mktemp("txrandom")
-    created = []
-
-    def pg(name: str) -> str:
-        db = f"sst_txr_{name}_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(pg_admin_url, autocommit=True) as c:
-            c.execute(f'CREATE DATABASE "{db}"')
-        created.append(db)
-        return pg_admin_url.rsplit("/", 1)[0] + "/" + db
-
-    pub = pg("pub")
-    with connect(pub) as r:
-        r.execute('CREATE TABLE "Item" ("id" integer PRIMARY KEY, "v" text, "n" integer)')
-        r.executemany('INSERT INTO "Item" VALUES (%s, %s, %s)', [(i, f"v{i}", 0) for i in range(1, 41)])
-    urls = {n: (pg(n.lower()) if kind == "postgresql" else f"sqlite:///{tmp / (n + '.db')}")
-            for n, (kind, _) in SUBS.items()}
-    article = {"table": "Item"}
-    data = {
-        "distributor": {"database": f"sqlite:///{tmp / 'distribution.db'}"},
-        "publisher": {"name": "P", "database": pub, "snapshot_dir": str(tmp / "snap")},
-        "publications": [{"name": "Pub", "kind": "transactional", "articles": [article]}],
-        "subscriptions": [{"name": n, "publication": "Pub", "database": urls[n], **extra}
-                          for n, (_, extra) in SUBS.items()],
-    }
-    data["subscriptions"][2]["commit_batch_size"] = 2
-    topo = parse_topology(data, tmp)
-    setup(topo, lambda: spark)
-    yield topo, pub, urls, data, tmp, spark
-    print(f"\ntransactional random: {ran['examples']} examples, {ran['transactions']} transactions, "
-          f"{ran['passes']} agent passes, {ran['crashes']} injected crashes")
-    with psycopg.connect(pg_admin_url, autocommit=True) as c:
-        for db in created:
-            c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s", (db,))
-            c.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    with databases(tmp, pg_admin_url) as dbs:
+        pub = dbs.url("postgresql", "txr_pub")
+        with connect(pub) as r:
+            r.execute('CREATE TABLE "Item" ("id" integer PRIMARY KEY, "v" text, "n" integer)')
+            r.executemany('INSERT INTO "Item" VALUES (%s, %s, %s)', [(i, f"v{i}", 0) for i in range(1, 41)])
+        urls = {n: dbs.url(kind, n) for n, (kind, _) in SUBS.items()}
+        article = {"table": "Item"}
+        data = {
+            "distributor": {"database": f"sqlite:///{tmp / 'distribution.db'}"},
+            "publisher": {"name": "P", "database": pub, "snapshot_dir": str(tmp / "snap")},
+            "publications": [{"name": "Pub", "kind": "transactional", "articles": [article]}],
+            "subscriptions": [{"name": n, "publication": "Pub", "database": urls[n], **extra}
+                              for n, (_, extra) in SUBS.items()],
+        }
+        data["subscriptions"][2]["commit_batch_size"] = 2
+        topo = parse_topology(data, tmp)
+        setup(topo, lambda: spark)
+        yield topo, pub, urls, data, tmp, spark
+        print(f"\ntransactional random: {ran['examples']} examples, {ran['transactions']} transactions, "
+              f"{ran['passes']} agent passes, {ran['crashes']} injected crashes")
 
 
 def _rows(url: str) -> list[tuple]:

@@ -9,8 +9,7 @@ from sparksync.dialects import connect
 from sparksync.errors import SchemaError
 from sparksync.names import TableName
 from sparksync.transactional.schema_change import change
-
-from .harness import build, replicate, setup_topology, vendor_article, vendor_rows, vendor_table
+from tests.support.transactional import build, replicate, setup_topology, vendor_article, vendor_rows, vendor_table
 
 pytestmark = pytest.mark.spark
 

@@ -11,8 +11,7 @@ from sparksync.dialects import connect
 from sparksync.metadata import store
 from sparksync.transactional.deliver import route
 from sparksync.transactional.subscriber import ArticleTarget, Command
-
-from .harness import build, replicate, setup_topology, vendor_rows
+from tests.support.transactional import build, replicate, setup_topology, vendor_rows
 
 pytestmark = pytest.mark.spark
 T = '"Purchasing"."Vendor"'

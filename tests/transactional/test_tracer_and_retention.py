@@ -14,8 +14,7 @@ from sparksync.transactional import distribution as dst
 from sparksync.transactional import tracer
 from sparksync.transactional.agent import DistributeOptions, DistributionAgent
 from sparksync.transactional.logreader import run_logreader
-
-from .harness import build, replicate, setup_topology, vendor_rows, vendor_table
+from tests.support.transactional import build, replicate, setup_topology, vendor_rows, vendor_table
 
 pytestmark = pytest.mark.spark
 

@@ -1,10 +1,9 @@
-"""Builds a small topology (publisher + four subscribers) for merge tests and checks convergence."""
+"""The merge topology of the conflict matrix: a publisher and four subscribers (global S1 at priority 75
+and S2 at 50, local S3 and S4), one table per resolver (``TABLES``) and a parent/child pair; and the
+check that every replica converged."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import uuid
 from pathlib import Path
 
 from sparksync.dialects import connect
@@ -17,6 +16,8 @@ from sparksync.snapshot.manifest import current_snapshot
 from sparksync.topology import parse_topology
 from sparksync.types import arrow_converter
 
+from .databases import Databases
+
 TABLES = {
     "Item": {},
     "ItemCol": {"column_tracking": True},
@@ -24,56 +25,12 @@ TABLES = {
     "ItemMax": {"resolver": "maximum", "resolver_column": "n"},
     "ItemLater": {"resolver": "later_wins", "resolver_column": "ts"},
     "ItemAdd": {"resolver": "additive", "resolver_column": "n", "column_tracking": True},
-    "ItemUser": {"resolver": "tests.merge.resolvers_for_tests:concat"},
+    "ItemUser": {"resolver": "tests.support.resolvers:concat"},
     "ItemComp": {"compensate_for_errors": True},
     "ItemMin": {"resolver": "minimum", "resolver_column": "n"},
     "ItemEarlier": {"resolver": "earlier_wins", "resolver_column": "ts"},
     "ItemAvg": {"resolver": "averaging", "resolver_column": "n", "column_tracking": True},
 }
-def client_exec(url: str, sql: str, via_client: bool) -> None:
-    """Run ``sql`` at ``url``: through the sqlite3 shell or psql when ``via_client`` (and it is installed),
-    as another application would, else through sparksync's own connection."""
-    if via_client and url.startswith("sqlite") and shutil.which("sqlite3"):
-        subprocess.run(["sqlite3", url.removeprefix("sqlite:///")], input=sql + ";\n", text=True, check=True,
-                       capture_output=True)
-    elif via_client and url.startswith("postgresql") and shutil.which("psql"):
-        subprocess.run(["psql", url, "-q", "-v", "ON_ERROR_STOP=1"], input=sql + ";\n", text=True, check=True,
-                       capture_output=True)
-    else:
-        with connect(url) as r:
-            r.execute(sql)
-
-
-def existing_ids(url: str, table: str) -> list[int]:
-    with connect(url) as r:
-        return [i for (i,) in r.query(f'SELECT "id" FROM "{table}" ORDER BY "id"')]
-
-
-def make_databases(kinds: dict[str, str], tmp: Path, pg_admin_url: str, prefix: str,
-                   created: list[str]) -> dict[str, str]:
-    """A database per replica (``kinds``: name -> sqlite | postgresql); PostgreSQL ones are appended
-    to ``created`` so that ``drop_databases`` removes them."""
-    import psycopg
-
-    urls = {}
-    for who, kind in kinds.items():
-        if kind == "sqlite":
-            urls[who] = f"sqlite:///{tmp / (prefix + who + '.db')}"
-        else:
-            name = f"sst_{prefix}_{who.lower()}_{uuid.uuid4().hex[:8]}"
-            with psycopg.connect(pg_admin_url, autocommit=True) as c:
-                c.execute(f'CREATE DATABASE "{name}"')
-            created.append(name)
-            urls[who] = pg_admin_url.rsplit("/", 1)[0] + "/" + name
-    return urls
-
-
-def drop_databases(pg_admin_url: str, created: list[str]) -> None:
-    import psycopg
-
-    with psycopg.connect(pg_admin_url, autocommit=True) as c:
-        for name in created:
-            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 SUBS = [("S1", "global", 75.0), ("S2", "global", 50.0), ("S3", "local", None), ("S4", "local", None)]
@@ -97,7 +54,10 @@ FK_DDL = {
 
 
 class Topo:
-    def __init__(self, spark, dbs, tmp_path: Path, pub_kind: str, sub_kind: str, logging: str = "publisher",
+    """Publisher ``P`` (``pub_kind``) with 20 rows in each of ``tables``, subscribers S1-S4 (``sub_kind``),
+    set up; ``tmp_path`` holds the snapshots."""
+
+    def __init__(self, spark, dbs: Databases, tmp_path: Path, pub_kind: str, sub_kind: str, logging: str = "publisher",
                  tables: list[str] | None = None, with_fk: bool = True):
         self.spark = spark
         self.pub_url = dbs.url(pub_kind, "pub")

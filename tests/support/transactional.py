@@ -1,5 +1,6 @@
-"""Building transactional topologies on real databases for the tests: a publisher (SQLite or
-PostgreSQL) with seed 001's Purchasing.Vendor table, a distribution database, subscribers."""
+"""Transactional topologies on real databases: a publisher (SQLite or PostgreSQL) with seed 001's
+Purchasing.Vendor table, a distribution database, subscribers; set up, and replicated by one pass of
+the log reader and of the distribution agent."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from sparksync.provision import setup
 from sparksync.topology import parse_topology
 from sparksync.transactional.agent import DistributeOptions, DistributionAgent
 from sparksync.transactional.logreader import run_logreader
+
+from .databases import Databases
 
 # seed 001's Vendor (AdventureWorks), in each dialect; VendorID is an ordinary key here
 VENDOR_DDL = {
@@ -73,7 +76,7 @@ class TxTopology:
                 r.execute(s)
 
 
-def build(dbs, tmp_path: Path, publisher: str, subscribers: dict[str, str], *, distributor: str = "sqlite",
+def build(dbs: Databases, tmp_path: Path, publisher: str, subscribers: dict[str, str], *, distributor: str = "sqlite",
           article: dict | None = None, subscription: dict | None = None, seed_ids=range(1, 11),
           extra_tables: list[str] | None = None, articles: list[dict] | None = None) -> TxTopology:
     """``subscribers``: name -> kind. ``article``: extra keys for the Vendor article."""

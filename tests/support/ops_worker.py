@@ -2,7 +2,7 @@
 
 ``operations(topology, spark)`` gives each command as a function of its JSON arguments returning a JSON
 result; the test runs them in its own process, except the one chosen to die: that one goes to
-``python -m tests.faults.ops_worker`` (one JSON line per command on stdin, the command and the file
+``python -m tests.support.ops_worker`` (one JSON line per command on stdin, the command and the file
 holding the topology's configuration data and folder; one JSON result line on stdout), which a failpoint
 armed with ``!kill`` kills with SIGKILL in the middle of it, as an operator's ``kill -9`` would.
 """

@@ -1,4 +1,5 @@
-"""Small helpers for the contract tests: create tables, publish, read metadata."""
+"""A merge publication made without Spark, for the contract tests: tables created (``PARENT_CHILD``),
+published and tracked (``publish``), the tracking metadata read back (``contents``, ``tombstones``)."""
 
 from __future__ import annotations
 

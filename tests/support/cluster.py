@@ -1,11 +1,7 @@
-"""A small merge topology for fault-injection tests: any tables, any dialect per replica, built once per
-module (``module_cluster``) so many named checks share one setup."""
+"""A small merge topology for fault-injection tests: any tables, any dialect per replica, usually built
+once per module so that many named checks share one setup."""
 
 from __future__ import annotations
-
-import subprocess
-import uuid
-from pathlib import Path
 
 from sparksync.dialects import connect
 from sparksync.merge.agent import MergeAgent, MergeOptions
@@ -13,44 +9,23 @@ from sparksync.metadata import store
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
 
-
-class PgDatabases:
-    """Throw-away PostgreSQL databases for a module (the function-scoped ``dbs`` fixture is too short)."""
-
-    def __init__(self, admin_url: str):
-        self.admin = admin_url
-        self.created: list[str] = []
-
-    def url(self, name: str) -> str:
-        import psycopg
-
-        db = f"sst_{name.lower()}_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(self.admin, autocommit=True) as c:
-            c.execute(f'CREATE DATABASE "{db}"')
-        self.created.append(db)
-        return self.admin.rsplit("/", 1)[0] + "/" + db
-
-    def drop(self) -> None:
-        import psycopg
-
-        with psycopg.connect(self.admin, autocommit=True) as c:
-            for db in self.created:
-                c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s",
-                          (db,))
-                c.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+from .clients import shell
+from .databases import Databases
 
 
 class Cluster:
-    """A publisher and subscribers of one merge publication ``Pub``.
+    """A publisher and subscribers of one merge publication ``Pub``, in ``dbs`` (its folder holds the
+    SQLite files and the snapshots).
 
     ``ddl(kind)`` returns the publisher's CREATE/INSERT statements; ``articles`` the article entries;
     ``subs``: name -> database kind (or a dict of subscription keys with ``kind``)."""
 
-    def __init__(self, spark, tmp: Path, pg: PgDatabases | None, pub_kind: str, subs: dict, ddl, articles: list[dict],
+    def __init__(self, spark, dbs: Databases, pub_kind: str, subs: dict, ddl, articles: list[dict],
                  publication: dict | None = None):
-        self.spark, self.tmp = spark, tmp
+        self.spark, self.tmp = spark, dbs.folder
+        tmp = self.tmp
         self.kinds = {"P": pub_kind}
-        self.urls = {"P": self._url(pub_kind, "pub", pg)}
+        self.urls = {"P": dbs.url(pub_kind, "pub")}
         with connect(self.urls["P"]) as r:
             for stmt in ddl(pub_kind):
                 r.execute(stmt)
@@ -59,7 +34,7 @@ class Cluster:
             spec = {"kind": spec} if isinstance(spec, str) else dict(spec)
             kind = spec.pop("kind")
             self.kinds[name] = kind
-            self.urls[name] = self._url(kind, name, pg)
+            self.urls[name] = dbs.url(kind, name.lower())
             sub_entries.append({"name": name, "publication": "Pub", "database": self.urls[name], **spec})
         self.data = {
             "publisher": {"name": "P", "database": self.urls["P"], "snapshot_dir": str(tmp / "snap")},
@@ -70,12 +45,6 @@ class Cluster:
         self.setup_summary = setup(self.topology, lambda: spark)
         self.agent = MergeAgent(self.topology, spark)
 
-    def _url(self, kind: str, name: str, pg: PgDatabases | None) -> str:
-        if kind == "sqlite":
-            return f"sqlite:///{self.tmp / (name.lower() + '.db')}"
-        assert pg is not None
-        return pg.url(name)
-
     # -- acting -----------------------------------------------------------------------------------
     def sql(self, who: str, *statements: str) -> None:
         with connect(self.urls[who]) as r:
@@ -84,12 +53,7 @@ class Cluster:
 
     def shell(self, who: str, script: str) -> None:
         """Run SQL through the database's own command-line client (sqlite3 / psql)."""
-        if self.kinds[who] == "sqlite":
-            path = self.urls[who][len("sqlite:///"):]
-            subprocess.run(["sqlite3", path], input=script, text=True, check=True, capture_output=True)
-        else:
-            subprocess.run(["psql", self.urls[who], "-v", "ON_ERROR_STOP=1", "-q"], input=script, text=True,
-                           check=True, capture_output=True)
+        shell(self.urls[who], script)
 
     def merge(self, **kw):
         return self.agent.run(MergeOptions(**kw))
@@ -134,4 +98,5 @@ class Cluster:
 
 
 def session(summary, name: str):
+    """The session of subscription ``name`` in a merge summary."""
     return next(s for s in summary.subscriptions if s.subscription == name)
