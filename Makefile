@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check --upgrade pip
-	$(VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
+	$(VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[spark,test]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -17,14 +17,16 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/sparksync demo --dir demo-run
 
-# The gates first (ruff, mypy: seconds), then the whole suite (the slowest tests are listed at the end).
+# The gates first (ruff, mypy, the import layers: seconds), then the whole suite in two processes (pytest-xdist;
+# a module and its topology stay in one process), the slowest tests listed at the end.
 test: lint
 	scripts/ensure-services
-	$(VENV)/bin/python -m pytest --durations=12
+	$(VENV)/bin/python -m pytest -n 2 --dist loadscope --durations=12
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench scripts
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # Pure logic: no database server, no JVM (tests/unit/conftest.py refuses both). Seconds.
 test-unit: $(STAMP)

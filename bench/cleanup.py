@@ -26,9 +26,9 @@ from tempfile import TemporaryDirectory
 from results import Result
 
 from sparksync.dialects import connect
-from sparksync.merge.cleanup import clean_replica
-from sparksync.merge.generations import make_generation
-from sparksync.merge.publish import apply_publication, plan_publication
+from sparksync.merge.maintenance.cleanup import clean_replica
+from sparksync.merge.publish.publication import apply_publication, plan_publication
+from sparksync.merge.tracking.generations import make_generation
 from sparksync.metadata import store
 from sparksync.topology import parse_topology
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from results import Result
 
 from sparksync.dialects import connect
-from sparksync.merge.agent import MergeAgent, MergeOptions
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
 from sparksync.provision import setup
 from sparksync.spark.session import spark_session
 from sparksync.topology import parse_topology

@@ -33,11 +33,12 @@ from tempfile import TemporaryDirectory
 from results import Result
 
 from sparksync.dialects import connect
-from sparksync.merge.agent import MergeAgent, MergeOptions
-from sparksync.merge.evaluation import evaluate
-from sparksync.merge.generations import make_generation
-from sparksync.merge.partitions import scheme_of
-from sparksync.merge.tracking import published_articles
+from sparksync.merge.partitions.evaluation import evaluate
+from sparksync.merge.partitions.scheme import scheme_of
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
+from sparksync.merge.tracking.articles import published_articles
+from sparksync.merge.tracking.generations import make_generation
 from sparksync.metadata import store
 from sparksync.provision import setup
 from sparksync.spark.session import spark_session
@@ -99,7 +100,7 @@ def dml_with_mapping_trigger(r, pubid: str, articles: list[dict], orders: int, c
     """The other design, measured and not shipped: the tracking of Orders also writes its partition
     mappings, per row, in a trigger (as SQL Server's merge triggers do): a changed order's mappings are
     replaced by its partitions, found up the join chain. Returns the time of the same 1% updates."""
-    from sparksync.merge.evaluation import PARTITION_ALIAS, _as_columns
+    from sparksync.merge.partitions.evaluation import PARTITION_ALIAS, _as_columns
     from sparksync.names import quote_literal
 
     d = r.dialect

@@ -16,7 +16,7 @@ from tempfile import TemporaryDirectory
 from results import Result
 
 from sparksync.dialects import connect
-from sparksync.merge.publish import apply_publication, plan_publication
+from sparksync.merge.publish.publication import apply_publication, plan_publication
 from sparksync.metadata import store
 from sparksync.topology import parse_topology
 

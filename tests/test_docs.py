@@ -3,6 +3,8 @@ gives both set-up commands and points to every page of docs/; docs/ARCHITECTURE.
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
 from pathlib import Path
 
@@ -71,41 +73,50 @@ def _sources(module: str) -> list[Path]:
     return sorted(SRC.rglob(f"{module}.py"))
 
 
-def _class_members(cls: str) -> set[str] | None:
-    """The names defined in the body of every class ``cls`` of the sources (methods, properties, nested
-    classes, fields and class attributes); None when no class has that name."""
-    import ast
+@functools.cache
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
 
-    found: set[str] | None = None
+
+@functools.cache
+def _classes() -> dict[str, set[str]]:
+    """Every class of the sources by name -> the names defined in its body (methods, properties, nested
+    classes, fields and class attributes), classes of one name together. Parsed once."""
+    found: dict[str, set[str]] = {}
     for p in SRC.rglob("*.py"):
-        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ClassDef) and node.name == cls:
-                found = found or set()
+        for node in ast.walk(ast.parse(_text(p))):
+            if isinstance(node, ast.ClassDef):
+                names = found.setdefault(node.name, set())
                 for item in node.body:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                        found.add(item.name)
+                        names.add(item.name)
                     elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
-                        found.add(item.target.id)
+                        names.add(item.target.id)
                     elif isinstance(item, ast.Assign):
-                        found.update(t.id for t in item.targets if isinstance(t, ast.Name))
+                        names.update(t.id for t in item.targets if isinstance(t, ast.Name))
     return found
+
+
+def _class_members(cls: str) -> set[str] | None:
+    """The names defined in the body of every class ``cls`` of the sources; None when no class has that name."""
+    return _classes().get(cls)
 
 
 def _resolves(dotted: str, in_file: Path | None = None) -> bool:
     """``module.name``, ``Class.member`` or (with ``in_file``) a bare name of that file."""
     if in_file is not None and "." not in dotted:
-        return _defines(in_file.read_text(encoding="utf-8"), dotted)
+        return _defines(_text(in_file), dotted)
     owner, _, name = dotted.rpartition(".")
     members = _class_members(owner) if owner.lstrip("_")[:1].isupper() else None
     if members is not None:                   # Class.member: a member of that class, not any name of its file
         return name in members
     files = _sources(owner)
-    return any(_defines(p.read_text(encoding="utf-8"), name) for p in files)
+    return any(_defines(_text(p), name) for p in files)
 
 
 def test_architecture_names_functions_that_exist():
     """Every ``module.function`` / ``Class.method`` named, and every name listed after a file
-    (`` `merge/agent.py` (`MergeAgent`, `make_batches`) ``), is defined where the page says."""
+    (`` `merge/session/agent.py` (`MergeAgent`, `make_batches`) ``), is defined where the page says."""
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
     missing, checked = [], 0
     for m in re.finditer(r"`((?:[a-z_]+/)*[a-z_0-9]+)\.py` \(([^)]*)\)", text):

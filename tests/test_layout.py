@@ -1,5 +1,5 @@
-"""The tests' own layout: no test module imports another (nor a conftest); what tests share lives in
-tests/support, with the fixtures of tests/conftest.py on top of it.
+"""The repository's layout: no module of the package is over 600 lines; no test module imports another (nor
+a conftest), and what tests share lives in tests/support, with the fixtures of tests/conftest.py on top of it.
 
 A test module imported by another is imported twice (once by pytest, once under the importer's name),
 its module-level code runs twice, and the two files' fixtures, constants and builders are tied together
@@ -74,6 +74,17 @@ def imports_of_test_modules(path: Path, source: str) -> list[str]:
 
 def _python_files() -> list[Path]:
     return sorted(p for p in TESTS.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+MAX_LINES = 600
+
+
+def test_no_module_of_the_package_is_over_600_lines():
+    """A module over 600 lines holds more than one job: split it by what it does (docs/ARCHITECTURE.md)."""
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines())
+             for p in (ROOT / "src" / "sparksync").rglob("*.py")}
+    assert len(sizes) > 100
+    assert not {p: n for p, n in sizes.items() if n > MAX_LINES}, sorted(sizes.items(), key=lambda x: -x[1])[:5]
 
 
 def test_no_test_module_imports_another():

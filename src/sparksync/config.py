@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import ConfigurationError, InvalidNameError
-from .names import TableName, check_identifier
-from .redaction import register_url
+from sparksync.errors import ConfigurationError, InvalidNameError
+from sparksync.names import TableName, check_identifier
+from sparksync.redaction import register_url
 
 DEFAULT_CONFIG = "sparksync.toml"
 PUBLISHER_PRIORITY = 100.0

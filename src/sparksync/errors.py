@@ -16,6 +16,8 @@ from __future__ import annotations
 import traceback
 from dataclasses import dataclass
 
+from sparksync.redaction import redact
+
 
 class SparksyncError(Exception):
     """Base class of every error sparksync raises on purpose."""
@@ -67,7 +69,6 @@ class ErrorInfo:
     def recorded(self) -> str:
         """The text a history row keeps of it: a typed error's message, the first line of anything else
         (not its traceback), without a password."""
-        from .redaction import redact
 
         return redact(self.first_line() if self.code == self.INTERNAL else self.message)
 
@@ -103,6 +104,13 @@ class ConfigurationError(Terminal, SparksyncError):
         if self.problems:
             message = message + "\n" + "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(message, obj=obj)
+
+
+class SparkUnavailable(Terminal, SparksyncError):
+    """A command that runs Spark jobs where Spark cannot start: pyspark is not installed (a device
+    installs ``sparksync`` without it) or no Java is found."""
+
+    code = "spark_unavailable"
 
 
 class InvalidNameError(ConfigurationError):

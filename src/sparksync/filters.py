@@ -25,8 +25,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from .errors import ConfigurationError
-from .types import Kind
+from sparksync.errors import ConfigurationError
+from sparksync.types import Kind
 
 _STATEMENTS = (exp.Select, exp.Subquery, exp.Query, exp.Insert, exp.Update, exp.Delete, exp.Drop, exp.Create,
                exp.Command, exp.Alter, exp.Placeholder, exp.Parameter, exp.Star)
@@ -36,16 +36,18 @@ _NON_DETERMINISTIC_PREFIXES = ("Current", "Rand", "Uuid")     # now(), random(),
 # The parameter functions of a filter (SQL Server's) -> the subscription setting that gives their value.
 PARAMETER_FUNCTIONS = {"HOST_NAME": "host_name", "SUSER_SNAME": "login"}
 
-_SQLGLOT_DIALECT = {"postgresql": "postgres", "sqlite": "sqlite"}    # Capabilities.name -> sqlglot's
-
 
 class FilterError(ConfigurationError):
     code = "filter"
 
 
-def sqlglot_dialect(database: str) -> str:
-    """sqlglot's name of a database (``Capabilities.name``): what ``render`` takes."""
-    return _SQLGLOT_DIALECT[database]
+@dataclass(frozen=True)
+class SqlFlavor:
+    """What rendering a filter needs to know of the database it runs on (a dialect's capability
+    ``Capabilities.sql``): this module never asks which database it is."""
+
+    sqlglot: str                    # sqlglot's name of the database's SQL ("postgres", "sqlite")
+    typed_booleans: bool = False    # a boolean column has a boolean type: it compares with TRUE/FALSE, not 0/1
 
 
 def _parameter(node: exp.Expr) -> str | None:
@@ -88,10 +90,11 @@ class RowFilter:
     columns: frozenset[str]
     parameters: frozenset[str] = frozenset()
 
-    def render(self, dialect: str, row: str | None = None, booleans: Sequence[str] = (),
+    def render(self, sql: SqlFlavor, row: str | None = None, booleans: Sequence[str] = (),
                params: Params | None = None) -> str:
-        """SQL for ``dialect`` ("postgres" | "sqlite"); ``row`` qualifies every column (``NEW``).
-        ``booleans``: boolean columns, whose comparisons with 0/1 become TRUE/FALSE on PostgreSQL.
+        """SQL for a database of flavor ``sql``; ``row`` qualifies every column (``NEW``).
+        ``booleans``: boolean columns, whose comparisons with 0/1 become TRUE/FALSE where the database
+        has a boolean type (``SqlFlavor.typed_booleans``).
         ``params``: the subscription's values of the parameter functions (``{"host_name": "N"}``)."""
         bools = {b.lower() for b in booleans}
         values = params or {}
@@ -102,7 +105,7 @@ class RowFilter:
                                   table=exp.to_identifier(row, quoted=False) if row else None)
             if isinstance(node, exp.Anonymous):
                 return _bind(node, values, f"filter {self.text!r}")
-            if dialect == "postgres" and isinstance(node, (exp.EQ, exp.NEQ)):
+            if sql.typed_booleans and isinstance(node, (exp.EQ, exp.NEQ)):
                 col, lit = node.this, node.expression
                 if isinstance(lit, exp.Column):
                     col, lit = lit, col
@@ -113,13 +116,12 @@ class RowFilter:
                     node.set("expression", exp.Boolean(this=lit.this == "1"))
             return node
 
-        return self.tree.transform(fix).sql(dialect=dialect)
+        return self.tree.transform(fix).sql(dialect=sql.sqlglot)
 
-    def sql_for(self, database: str, columns: Sequence, params: Params | None = None) -> str:
-        """The condition for a query on a ``database`` (``Capabilities.name``) over a table with
-        ``columns`` (its boolean columns compare with TRUE/FALSE where the database wants them to)."""
-        return self.render(sqlglot_dialect(database), booleans=[c.name for c in columns if c.type.kind is Kind.BOOLEAN],
-                           params=params)
+    def sql_for(self, sql: SqlFlavor, columns: Sequence, params: Params | None = None) -> str:
+        """The condition for a query on a database of flavor ``sql`` over a table with ``columns`` (its
+        boolean columns compare with TRUE/FALSE where the database wants them to)."""
+        return self.render(sql, booleans=[c.name for c in columns if c.type.kind is Kind.BOOLEAN], params=params)
 
 
 def _parse_one(text: str, what: str, where: str) -> exp.Expr:
@@ -191,16 +193,16 @@ class JoinFilter:
     parent_columns: frozenset[str]
     pairs: tuple[tuple[str, str], ...]
 
-    def render(self, dialect: str, child: str, parent: str) -> str:
-        """SQL for ``dialect`` with the child's columns qualified by ``child`` and the parent's by
-        ``parent`` (table aliases of the query the clause goes into)."""
+    def render(self, sql: SqlFlavor, child: str, parent: str) -> str:
+        """SQL for a database of flavor ``sql`` with the child's columns qualified by ``child`` and the
+        parent's by ``parent`` (table aliases of the query the clause goes into)."""
         def fix(node: exp.Expr) -> exp.Expr:
             if isinstance(node, exp.Column):
                 side = child if node.table == "child" else parent
                 return exp.column(exp.to_identifier(node.name, quoted=True), table=exp.to_identifier(side, quoted=True))
             return node
 
-        return self.tree.transform(fix).sql(dialect=dialect)
+        return self.tree.transform(fix).sql(dialect=sql.sqlglot)
 
 
 def _table_matches(col: exp.Column, table: str) -> bool:

@@ -25,12 +25,13 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from . import failpoints
-from .config import Topology
-from .dialects import dialect_for_url
-from .dialects.agent_locks import AgentLock, LockHolder
-from .errors import SparksyncError, Terminal
-from .progress import Reporter, silent
+from sparksync import failpoints
+from sparksync.config import Topology
+from sparksync.dialects import dialect_for_url
+from sparksync.dialects.agent_locks import AgentLock, LockHolder
+from sparksync.dialects.protocols import Locks
+from sparksync.errors import SparksyncError, Terminal
+from sparksync.progress import Reporter, silent
 
 DEFAULT_WAIT = 60.0           # seconds a command waits for a held lock
 POLL = 0.1                    # seconds between two tries
@@ -159,7 +160,8 @@ def _one(r: Resource, command: str, wait: float, deadline: float, report: Report
             n, lock = _held.locks[slot]
             _held.locks[slot] = (n - 1, lock)
         return
-    lock = dialect_for_url(r.url).agent_lock(r.url, r.key)
+    dialect: Locks = dialect_for_url(r.url)
+    lock = dialect.agent_lock(r.url, r.key)
     try:
         _acquire(lock, r, command, wait, deadline, report)
     except BaseException:

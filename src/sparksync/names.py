@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .errors import InvalidNameError
+from sparksync.errors import InvalidNameError
 
 MAX_IDENTIFIER_LENGTH = 63  # PostgreSQL's NAMEDATALEN - 1; SQLite has no limit, we keep one rule.
 _FORBIDDEN = re.compile(r"[\"'`\\;\x00-\x1f\x7f-\x9f\[\]]")

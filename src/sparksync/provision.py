@@ -10,30 +10,43 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import failpoints, locks
-from .config import Topology
-from .dialects import connect
-from .errors import ConfigurationError, SchemaDrift, SparksyncError
-from .merge.agent import check_resolvers
-from .merge.evaluation import Partition, ensure_partitions, partition_values
-from .merge.evaluation import partitions as existing_partitions
-from .merge.integrity import check_identity, repair_tracking
-from .merge.publish import apply_publication, plan_publication, remove_articles, scheme_of_plan
-from .merge.tracking import published_articles
-from .metadata import store
-from .progress import Reporter, silent
-from .snapshot.initialize import (
+from sparksync import failpoints, locks
+from sparksync.config import Topology
+from sparksync.dialects import connect
+from sparksync.errors import ConfigurationError, SchemaDrift, SparksyncError
+from sparksync.merge.conflicts.resolvers import check_resolvers
+from sparksync.merge.maintenance.integrity import check_identity, repair_tracking
+from sparksync.merge.partitions.evaluation import Partition, ensure_partitions, partition_values
+from sparksync.merge.partitions.evaluation import partitions as existing_partitions
+from sparksync.merge.publish.publication import apply_publication, plan_publication, remove_articles, scheme_of_plan
+from sparksync.merge.snapshot.initialize import (
     ArticleDelivery,
-    InitResult,
     check_subscriber_tables,
     deliver_articles,
     finish_registrations,
-    initialize_subscriptions,
+    initialize_subscriber,
     register_subscriptions,
 )
-from .snapshot.manifest import current_snapshot
-from .snapshot.writer import write_snapshot
-from .transactional.publish import plan_transactional
+from sparksync.merge.snapshot.writer import write_snapshot
+from sparksync.merge.tracking.articles import published_articles
+from sparksync.metadata import store
+from sparksync.metadata.records import (
+    ArticleRow,
+    DistSubscriptionRow,
+    FailedChangeRow,
+    PartitionOptions,
+    PublicationRow,
+    Role,
+    SubscriptionRow,
+)
+from sparksync.progress import Reporter, silent
+from sparksync.snapshot.load import InitResult, initialize_in_parallel
+from sparksync.snapshot.manifest import current_snapshot
+from sparksync.transactional import distribution as dst
+from sparksync.transactional.initialize import initialize_subscriptions as init_tx
+from sparksync.transactional.initialize import install_procedures
+from sparksync.transactional.publish import apply_transactional, plan_transactional
+from sparksync.transactional.subscriber import article_targets
 
 
 @dataclass
@@ -84,23 +97,23 @@ def _check_initialized_subscribers(pub, topology: Topology) -> None:
         return
     problems = []
     for p in topology.publications_of_kind("merge"):
-        rows = store.select_rows(pub, "sysmergepublications", {"name": p.name})
-        if not rows:
+        prow = store.select_one(pub, PublicationRow, {"name": p.name})
+        if prow is None:
             continue
         try:
             _, manifest = current_snapshot(topology.snapshot_root, p.name)
         except SparksyncError:
             continue
-        active = {r["name"] for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": rows[0]["pubid"]})
-                  if r["status"] == 1 and r["role"] == "subscriber"}
+        active = {r.name for r in store.select(pub, SubscriptionRow, {"pubid": prow.pubid})
+                  if r.active and r.role is Role.SUBSCRIBER}
         for s in topology.subscriptions_of(p.name):
             if s.name not in active:
                 continue
             with connect(topology.resolve_url(s.database), s.name) as sub:
                 try:
                     # the articles it holds (one added to the publication is delivered by this setup)
-                    check_subscriber_tables(sub, manifest, {str(r["artid"]): r["table_schema"] for r in store.select_rows(
-                        sub, "sysmergearticles", {"pubid": manifest.pubid})})
+                    check_subscriber_tables(sub, manifest, {r.artid: r.table_schema for r in store.select(
+                        sub, ArticleRow, {"pubid": manifest.pubid})})
                 except SparksyncError as e:
                     problems.append(f"subscription {s.name}: {e.message} (a lost or replaced database: "
                                     f"'sparksync reinit --subscription {s.name}' re-creates it)")
@@ -152,15 +165,15 @@ def _repair_tracking(pub, topology: Topology, report: Reporter) -> None:
     if store.metadata_version(pub) is None:
         return
     for p in topology.publications_of_kind("merge"):
-        rows = store.select_rows(pub, "sysmergepublications", {"name": p.name})
-        if not rows:
+        prow = store.select_one(pub, PublicationRow, {"name": p.name})
+        if prow is None:
             continue
-        pubid = rows[0]["pubid"]
+        pubid = prow.pubid
         for what in repair_tracking(pub, pubid):
             report(f"publication {p.name}: WARNING: tracking of {what} at the publisher was re-created; changes "
                    "made there while it was broken were not recorded")
-        active = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid})
-                  if r["status"] == 1 and r["role"] == "subscriber"}
+        active = {r.name: r for r in store.select(pub, SubscriptionRow, {"pubid": pubid})
+                  if r.active and r.role is Role.SUBSCRIBER}
         for s in topology.subscriptions_of(p.name):
             if s.name not in active:
                 continue
@@ -268,19 +281,19 @@ def _make_partitions(pub, pubid: str, plan, values: dict, report: Reporter) -> d
     articles = published_articles(pub, pubid)
     known = {p.partition_id for p in existing_partitions(pub, pubid)}
     keys = list(values)
-    registered = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid})
-                  if r["role"] == "subscriber" and r["status"] == 1 and r["partition_id"] is not None}
+    registered = {r.name: r.partition_id for r in store.select(pub, SubscriptionRow, {"pubid": pubid})
+                  if r.role is Role.SUBSCRIBER and r.active and r.partition_id is not None}
     by_id = {p.partition_id: p for p in existing_partitions(pub, pubid)}
-    moved = [f"subscription {k}: its partition is {by_id[registered[k]['partition_id']].describe()}, the configuration "
+    moved = [f"subscription {k}: its partition is {by_id[registered[k]].describe()}, the configuration "
              f"now says {Partition(0, v['host_name'], v['login']).describe()}"
              for k, v in values.items() if isinstance(k, str) and k in registered
-             and by_id[registered[k]["partition_id"]].params != v]
+             and by_id[registered[k]].params != v]
     if moved:
         raise ConfigurationError("an initialized subscription cannot change partition (host_name, login): "
                                  "reinitialize it; nothing was changed", moved)
     shared = []
     for a in plan.articles:
-        if a.partition_options != 3:
+        if a.partition_options != PartitionOptions.NON_OVERLAPPING_SINGLE:
             continue
         # one subscription per partition, as the article sees partitions: by the parameters it reads
         used = sorted(scheme.parameters(a.key))
@@ -318,7 +331,8 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
     for plan, res in zip(plans, results):
         name = plan.config.name
         subs = topology.subscriptions_of(name)
-        rows = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": res["pubid"]})}
+        rows = {r.name: r for r in store.select(pub, SubscriptionRow, {"pubid": res["pubid"]})}
+        initialized = {name for name, r in rows.items() if r.active}
         need = bool(res["created_articles"])
         try:
             snap_dir, manifest = current_snapshot(topology.snapshot_root, name)
@@ -327,8 +341,8 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
         else:
             if {a.name for a in manifest.articles} != {a.key for a in plan.articles}:
                 need = True
-            stale = _stale_snapshot(store.select_rows(pub, "sysmergepublications", {"pubid": res["pubid"]})[0], manifest)
-            if not need and stale and any(rows.get(s.name, {}).get("status") != 1 for s in subs):
+            stale = _stale_snapshot(store.select(pub, PublicationRow, {"pubid": res["pubid"]})[0], manifest)
+            if not need and stale and any(s.name not in initialized for s in subs):
                 report(f"publication {name}: snapshot {manifest.snapshot_id} (generation {manifest.snapshot_generation}) "
                        f"{stale}: writing a new one")
                 need = True
@@ -336,9 +350,9 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
             snap_dir, manifest = write_snapshot(spark(), topology, name, report)
             summary.snapshots[name] = str(snap_dir)
         _change_articles_of_subscribers(topology, pub, manifest, snap_dir,
-                                        [s for s in subs if rows.get(s.name, {}).get("status") == 1], rows,
+                                        [s for s in subs if s.name in initialized], rows,
                                         spark, summary, report)
-        pending = [s for s in subs if rows.get(s.name, {}).get("status") != 1]
+        pending = [s for s in subs if s.name not in initialized]
         if not pending:
             continue
         parts = partitions.get(name, {})
@@ -349,21 +363,21 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
             summary.snapshots[name] = str(snap_dir)
         specs = register_subscriptions(pub, topology, manifest, snap_dir, pending, parts)
         report(f"publication {name}: initializing {len(specs)} subscription(s) from snapshot {manifest.snapshot_id}")
-        init = initialize_subscriptions(spark(), specs)
+        init = initialize_in_parallel(spark(), specs, initialize_subscriber)
         failpoints.hit("setup.before_finish", name)
         finish_registrations(pub, manifest, specs, init)
         _report_init(init, report)
         summary.initialized.extend(init)
 
 
-def _stale_snapshot(prow: dict, manifest) -> str | None:
+def _stale_snapshot(prow: PublicationRow, manifest) -> str | None:
     """Why the current snapshot cannot initialize a subscription any more: a metadata cleanup went past
     it (the deletes since are forgotten), or a schema change came after it."""
-    cleaned = prow.get("cleanup_generation")
-    if cleaned is not None and manifest.snapshot_generation < int(cleaned):
+    cleaned = prow.cleanup_generation
+    if cleaned is not None and manifest.snapshot_generation < cleaned:
         return f"is older than the metadata cleanup (generation {cleaned})"
-    if manifest.schema_version < int(prow.get("schema_version") or 0):
-        return f"predates schema change {prow['schema_version']}"
+    if manifest.schema_version < (prow.schema_version or 0):
+        return f"predates schema change {prow.schema_version}"
     return None
 
 
@@ -372,18 +386,19 @@ def _drop_removed_subscriptions(topology: Topology, pub, name: str, pubid: str, 
     (SQL Server's sp_dropmergesubscription): their rows at the publisher go, with the failed changes
     of theirs waiting there for a retry. Their databases are left as they are."""
     configured = {s.name for s in topology.subscriptions_of(name)}
-    gone = [r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": pubid, "role": "subscriber"})
-            if r["name"] not in configured]
+    gone = [r for r in store.select(pub, SubscriptionRow, {"pubid": pubid, "role": Role.SUBSCRIBER})
+            if r.name not in configured]
     if not gone:
         return
     with pub.transaction():
         for r in gone:
             drop_registration(pub, pubid, r)
-    report(f"publication {name}: subscription(s) {', '.join(sorted(r['name'] for r in gone))} no longer configured: "
+    report(f"publication {name}: subscription(s) {', '.join(sorted(r.name for r in gone))} no longer configured: "
            "dropped at the publisher (their databases keep their data)")
 
 
-def _change_articles_of_subscribers(topology: Topology, pub, manifest, snap_dir, active: list, rows: dict, spark,
+def _change_articles_of_subscribers(topology: Topology, pub, manifest, snap_dir, active: list,
+                                    rows: dict[str, SubscriptionRow], spark,
                                     summary: SetupSummary, report: Reporter) -> None:
     """Initialized subscriptions follow their publication's articles: an article dropped from it is
     dropped there (its triggers and metadata; the table stays); an article added is delivered from the
@@ -392,41 +407,41 @@ def _change_articles_of_subscribers(topology: Topology, pub, manifest, snap_dir,
     deliveries = []
     for s in active:
         with connect(topology.resolve_url(s.database), s.name) as sub:
-            have = store.select_rows(sub, "sysmergearticles", {"pubid": manifest.pubid})
-            gone = [r for r in have if str(r["artid"]) not in wanted]
+            have = store.select(sub, ArticleRow, {"pubid": manifest.pubid})
+            gone = [r for r in have if r.artid not in wanted]
             if gone:
                 with sub.transaction():
                     removed = remove_articles(sub, manifest.pubid, gone)
                 report(f"subscription {s.name}: article(s) {', '.join(removed)} dropped (the tables stay)")
-            mine = {str(r["artid"]) for r in have}
+            mine = {r.artid for r in have}
             new = tuple(a.name for a in manifest.articles if str(a.artid) not in mine)
             if new:
                 deliveries.append(ArticleDelivery(s.name, topology.resolve_url(s.database), str(snap_dir), new,
-                                                  s.pre_creation_cmd, rows[s.name].get("partition_id")))
+                                                  s.pre_creation_cmd, rows[s.name].partition_id))
     if not deliveries:
         return
     with pub.transaction():        # first the publisher's record, so that it is never ahead of the subscriber's
         for d in deliveries:
-            sent = rows[d.subscription].get("sentgen")
-            if sent is not None and int(sent) > manifest.snapshot_generation:
-                store.update_rows(pub, "sysmergesubscriptions", {"sentgen": manifest.snapshot_generation},
-                                  {"subid": rows[d.subscription]["subid"]})
+            sent = rows[d.subscription].sentgen
+            if sent is not None and sent > manifest.snapshot_generation:
+                store.update(pub, SubscriptionRow, {"sentgen": manifest.snapshot_generation},
+                             {"subid": rows[d.subscription].subid})
     report(f"publication {manifest.publication}: delivering new article(s) to {len(deliveries)} subscription(s) "
            f"from snapshot {manifest.snapshot_id}")
-    results = initialize_subscriptions(spark(), deliveries, task=deliver_articles)
+    results = initialize_in_parallel(spark(), deliveries, deliver_articles)
     _report_init(results, report)
     summary.initialized.extend(results)
 
 
-def drop_registration(pub, pubid: str, registered: dict) -> None:
+def drop_registration(pub, pubid: str, registered: SubscriptionRow) -> None:
     """A merge subscription's rows at the publisher go (inside a transaction): its registration, and the
     failed changes of its replica waiting there when no other subscription shares that replica. Its
     nickname is never given again (its generations and lineage keep it)."""
-    nick = int(registered["replnickname"])
+    nick = registered.replnickname
     store.note_nickname(pub, nick)
-    store.delete_rows(pub, "sysmergesubscriptions", {"pubid": pubid, "name": registered["name"]})
-    if not store.select_rows(pub, "sysmergesubscriptions", {"replnickname": nick}):
-        store.delete_rows(pub, "MSmerge_failed_changes", {"source_nickname": nick})
+    store.delete(pub, SubscriptionRow, {"pubid": pubid, "name": registered.name})
+    if not store.select(pub, SubscriptionRow, {"replnickname": nick}):
+        store.delete(pub, FailedChangeRow, {"source_nickname": nick})
 
 
 def _report_init(init, report: Reporter) -> None:
@@ -438,11 +453,6 @@ def _report_init(init, report: Reporter) -> None:
 def _setup_transactional(topology: Topology, pub, dist, plans, spark, summary: SetupSummary, report: Reporter) -> None:
     """Capture at the publisher, the publication at the distributor, new subscriptions snapshotted and
     initialized; active ones get their procedures (re)created (a changed call syntax takes effect)."""
-    from .transactional import distribution as dst
-    from .transactional.initialize import initialize_subscriptions as init_tx
-    from .transactional.initialize import install_procedures
-    from .transactional.publish import apply_transactional
-    from .transactional.subscriber import article_targets
 
     for plan in plans:
         name = plan.config.name
@@ -456,10 +466,10 @@ def _setup_transactional(topology: Topology, pub, dist, plans, spark, summary: S
         if gone:   # no longer configured: retention must not keep commands for them
             with dist.transaction():
                 for g in gone:
-                    store.delete_rows(dist, "MSsubscriptions", {"publication_id": publication.publication_id,
-                                                                "subscription": g})
+                    store.delete(dist, DistSubscriptionRow, {"publication_id": publication.publication_id,
+                                                             "subscription": g})
             report(f"publication {name}: subscription(s) {', '.join(gone)} removed from the distributor")
-        pending = [s for s in subs if rows.get(s.name) is None or rows[s.name].status != 1]
+        pending = [s for s in subs if rows.get(s.name) is None or not rows[s.name].active]
         for s in subs:
             if s in pending:
                 continue

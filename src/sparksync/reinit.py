@@ -12,15 +12,20 @@ distributor goes and ``setup`` snapshots and initializes it again.
 
 from __future__ import annotations
 
-from . import locks
-from .config import Topology
-from .dialects import connect, dialect_for_url
-from .errors import ConfigurationError, NotInitialized, SparksyncError
-from .merge.agent import MergeAgent, MergeOptions
-from .merge.expiration import expiry
-from .metadata import store
-from .progress import Reporter, silent
-from .provision import SetupSummary, drop_registration, setup
+from sparksync import locks
+from sparksync.config import Topology
+from sparksync.dialects import connect, dialect_for_url
+from sparksync.dialects.protocols import Files
+from sparksync.errors import ConfigurationError, NotInitialized, SparksyncError
+from sparksync.merge.maintenance.expiration import expiry
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
+from sparksync.metadata import store
+from sparksync.metadata.records import DistSubscriptionRow, PublicationRow, Role, SubscriptionRow
+from sparksync.progress import Reporter, silent
+from sparksync.provision import SetupSummary, drop_registration, setup
+from sparksync.status import gather_status
+from sparksync.transactional import distribution as dst
 
 
 class PendingChanges(ConfigurationError):
@@ -43,26 +48,25 @@ def reinitialize(topology: Topology, spark_factory, subscription: str, upload_fi
 
 def _reinitialize(topology: Topology, spark_factory, subscription: str, upload_first: bool, discard: bool,
                   report: Reporter) -> SetupSummary:
-    from .status import gather_status
 
     s = topology.subscription(subscription)
     if topology.publication(s.publication).kind != "merge":
         return _reinitialize_transactional(topology, spark_factory, s, upload_first, report)
     with connect(topology.publisher_url, topology.publisher.name) as pub:
         store.require_metadata(pub)
-        prows = store.select_rows(pub, "sysmergepublications", {"name": s.publication})
-        if not prows:
+        prow = store.select_one(pub, PublicationRow, {"name": s.publication})
+        if prow is None:
             raise NotInitialized(f"publication {s.publication} is not published; run 'sparksync setup'",
                                  obj=s.publication)
-        pubid = prows[0]["pubid"]
-        registered = store.select_rows(pub, "sysmergesubscriptions",
-                                       {"pubid": pubid, "name": subscription, "role": "subscriber"})
-    if registered and registered[0]["status"] != 1:
+        pubid = prow.pubid
+        registered = store.select_one(pub, SubscriptionRow,
+                                      {"pubid": pubid, "name": subscription, "role": Role.SUBSCRIBER})
+    if registered is not None and not registered.active:
         # registered but never initialized: an initialization (by setup, or a reinit killed half-way) was
         # interrupted; nothing there was made under this registration, so nothing to upload or discard
         report(f"subscription {subscription}: its initialization was interrupted; finishing it")
-    elif registered:
-        expired = expiry(prows[0].get("retention"), registered[0], store.utcnow())
+    elif registered is not None:
+        expired = expiry(prow.retention, registered, store.utcnow())
         if upload_first and expired is not None:
             raise ReinitFailed(f"{expired.split(':')[0]}: its changes cannot be uploaded safely (the metadata they "
                                "would be checked against may be gone); reinit without --upload-first discards them",
@@ -85,7 +89,7 @@ def _reinitialize(topology: Topology, spark_factory, subscription: str, upload_f
                 raise PendingChanges(f"subscription {subscription} {what}: --upload-first merges them to the "
                                      "publisher first; --yes discards them", obj=subscription)
         with connect(topology.publisher_url, topology.publisher.name) as pub, pub.transaction():
-            drop_registration(pub, pubid, registered[0])
+            drop_registration(pub, pubid, registered)
         report(f"subscription {subscription}: registration dropped at the publisher; initializing it again")
     _set_aside_if_damaged(topology, s, report)
     done = setup(topology, spark_factory, report)
@@ -114,7 +118,7 @@ def _set_aside_if_damaged(topology: Topology, s, report: Reporter) -> None:
     """A subscriber database that cannot be used at all (a corrupt SQLite file) is moved aside, kept,
     and a new one is created by the setup that follows."""
     url = topology.resolve_url(s.database)
-    d = dialect_for_url(url)
+    d: Files = dialect_for_url(url)
     why = d.damage(url)
     if why is not None:
         where = d.set_aside(url)
@@ -126,7 +130,6 @@ def _reinitialize_transactional(topology: Topology, spark_factory, s, upload_fir
     """A transactional subscription: its registration at the distributor goes, and ``setup`` snapshots
     and initializes it again (its tables re-created by its ``pre_creation_cmd``). A transactional
     subscriber sends nothing back, so there is nothing to upload first."""
-    from .transactional import distribution as dst
 
     if upload_first:
         raise ConfigurationError(f"subscription {s.name} is transactional: it sends nothing to the publisher, "
@@ -134,8 +137,8 @@ def _reinitialize_transactional(topology: Topology, spark_factory, s, upload_fir
     with connect(topology.distributor_url, "distributor") as dist:
         publication = dst.require_publication(dist, s.publication)
         with dist.transaction():
-            store.delete_rows(dist, "MSsubscriptions", {"publication_id": publication.publication_id,
-                                                        "subscription": s.name})
+            store.delete(dist, DistSubscriptionRow, {"publication_id": publication.publication_id,
+                                                     "subscription": s.name})
     report(f"subscription {s.name}: registration dropped at the distributor; initializing it again")
     _set_aside_if_damaged(topology, s, report)
     return setup(topology, spark_factory, report)

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from .errors import SparksyncError
+from sparksync.errors import SparksyncError
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from json.encoder import encode_basestring as _json_string  # a str as JSONEncoder(ensure_ascii=False) writes it
 from typing import Any
 
-from .types import Kind, SqlType, ValueError_, arrow_converter
+from sparksync.types import Kind, SqlType, ValueError_, arrow_converter
 
 
 def _jsonable(v: Any, t: SqlType) -> Any:
@@ -45,7 +45,7 @@ class RowCodec:
     """One article's rows to and from the change JSON, with each column's converter built once.
 
     The JSON is strict (no NaN/Infinity literals), so either database's JSON functions can read it:
-    the set-based apply (``merge/staging.py``) extracts values from it in SQL.
+    the set-based apply (``merge/apply/staging.py``) extracts values from it in SQL.
     """
 
     def __init__(self, columns: Sequence[tuple[str, SqlType]]):

@@ -5,17 +5,20 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from .config import Topology
-from .dialects import connect
-from .dialects.replica import Replica, redact_url
-from .errors import ReplicaDamaged, SparksyncError
-from .merge.evaluation import describe_partitions, evaluated_at_sync
-from .merge.expiration import expiry
-from .merge.generations import enumeration_bound, waiting_writers
-from .merge.integrity import check_identity, check_not_behind, replica_problems
-from .merge.partitions import scheme_of
-from .metadata import store
-from .metadata.history import age_seconds, agent_state, iso
+from sparksync.config import Topology
+from sparksync.dialects import connect
+from sparksync.dialects.replica import Replica, redact_url
+from sparksync.errors import ReplicaDamaged, SparksyncError
+from sparksync.merge.maintenance.expiration import expiry
+from sparksync.merge.maintenance.integrity import check_identity, check_not_behind, replica_problems
+from sparksync.merge.partitions.evaluation import describe_partitions, evaluated_at_sync
+from sparksync.merge.partitions.scheme import scheme_of
+from sparksync.merge.tracking.generations import enumeration_bound, waiting_writers
+from sparksync.metadata import store
+from sparksync.metadata.history import age_seconds, agent_state, iso
+from sparksync.metadata.records import ArticleRow, GenStatus, PublicationRow, Role, SubscriptionRow
+from sparksync.names import TableName
+from sparksync.transactional.status import gather
 
 
 def _count_after(replica: Replica, nicknames: list[int], after: int | None,
@@ -30,7 +33,8 @@ def _count_after(replica: Replica, nicknames: list[int], after: int | None,
     excl = ""
     params: list[Any] = [int(after or 0)]
     if exclude_received_from is not None:
-        excl = f" AND generation NOT IN (SELECT generation FROM {gh} WHERE genstatus = 2 AND source_nickname = {p})"
+        excl = (f" AND generation NOT IN (SELECT generation FROM {gh} WHERE genstatus = {GenStatus.RECEIVED:d} "
+                f"AND source_nickname = {p})")
         params.append(exclude_received_from)
     total, lowest = 0, None
     for t in ("MSmerge_contents", "MSmerge_tombstone"):
@@ -57,19 +61,19 @@ def _generation_time(replica: Replica, generation: int | None) -> Any:
                           f"(SELECT max(coldate) FROM {gh} WHERE generation < {p}))", [int(generation), int(generation)])
 
 
-def _pending_download(pub: Replica, arts: list[dict], scheme, registered: dict) -> tuple[int, int | None]:
+def _pending_download(pub: Replica, arts: list[ArticleRow], scheme, registered: SubscriptionRow) -> tuple[int, int | None]:
     """What the publisher has for a subscription: every change of its unfiltered articles, and of the
     filtered ones only what concerns its partition (by their mappings, with precomputed partitions;
     ``scheme`` None: every change, as SetupBelongs evaluates them at the sync; so for articles with
     partition_options = 3, which have no mappings); and the lowest generation holding one."""
     at_sync = evaluated_at_sync(arts, scheme, True) if scheme is not None else frozenset()
-    filtered = {int(a["nickname"]) for a in arts if scheme is not None and scheme.articles[a["name"]].filtered
-                and int(a["nickname"]) not in at_sync}
-    whole = [a["nickname"] for a in arts if int(a["nickname"]) not in filtered]
-    n, lowest = _count_after(pub, whole, registered["sentgen"], exclude_received_from=registered["replnickname"])
-    if filtered and registered.get("partition_id") is not None:
-        m, g = _count_for_partition(pub, sorted(filtered), registered["sentgen"], int(registered["partition_id"]),
-                                    registered["replnickname"])
+    filtered = {a.nickname for a in arts if scheme is not None and scheme.articles[a.name].filtered
+                and a.nickname not in at_sync}
+    whole = [a.nickname for a in arts if a.nickname not in filtered]
+    n, lowest = _count_after(pub, whole, registered.sentgen, exclude_received_from=registered.replnickname)
+    if filtered and registered.partition_id is not None:
+        m, g = _count_for_partition(pub, sorted(filtered), registered.sentgen, registered.partition_id,
+                                    registered.replnickname)
         n, lowest = n + m, _lower(lowest, g)
     return n, lowest
 
@@ -87,7 +91,8 @@ def _count_for_partition(replica: Replica, nicknames: list[int], after: int | No
                                                 "MSmerge_past_partition_mappings"))
     excl, params = "", [int(after or 0)]
     if exclude_received_from is not None:
-        excl = f" AND x.generation NOT IN (SELECT generation FROM {gh} WHERE genstatus = 2 AND source_nickname = {p})"
+        excl = (f" AND x.generation NOT IN (SELECT generation FROM {gh} WHERE genstatus = {GenStatus.RECEIVED:d} "
+                f"AND source_nickname = {p})")
         params.append(exclude_received_from)
     ups, g1 = replica.aggregate(
         f"SELECT count(*), min(x.generation) FROM {replica.meta('MSmerge_contents')} x JOIN {cur} cm "
@@ -113,7 +118,7 @@ def _waiting(replica: Replica) -> list[str]:
     """Closed generations that cannot be sent yet, and the open transactions they wait for."""
     gh = replica.meta("MSmerge_genhistory")
     unsettled = [int(g) for (g,) in replica.query(
-        f"SELECT generation FROM {gh} WHERE genstatus > 0 AND settled = 0 ORDER BY generation")]
+        f"SELECT generation FROM {gh} WHERE genstatus > {GenStatus.OPEN:d} AND settled = 0 ORDER BY generation")]
     return [w.describe() for w in waiting_writers(replica, unsettled)]
 
 
@@ -123,7 +128,6 @@ def gather_status(topology: Topology) -> dict[str, Any]:
     damaged, unreachable, expired or inactive."""
     out = _merge_status(topology)
     if topology.publications_of_kind("transactional"):
-        from .transactional.status import gather
 
         out["transactional"] = gather(topology)
     now = dt.datetime.now(dt.UTC)
@@ -189,44 +193,43 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
         waiting = _waiting(pub)
         if waiting:
             out["publisher"]["waiting"] = waiting
-        pub_rows = {r["name"]: r for r in store.select_rows(pub, "sysmergepublications")}
+        pub_rows = {r.name: r for r in store.select(pub, PublicationRow)}
         for pcfg in topology.publications_of_kind("merge"):
             prow = pub_rows.get(pcfg.name)
             if prow is None:
                 out["publications"].append({"name": pcfg.name, "state": "not published"})
                 continue
-            arts = store.select_rows(pub, "sysmergearticles", {"pubid": prow["pubid"]}, order_by=("nickname",))
+            arts = store.select(pub, ArticleRow, {"pubid": prow.pubid}, order_by=("nickname",))
             articles = []
             for a in arts:
-                from .names import TableName
 
-                t = TableName(a["source_schema"], a["source_table"])
+                t = TableName(a.source_schema, a.source_table)
                 articles.append({
-                    "name": a["name"], "nickname": a["nickname"], "processing_group": a["processing_group"],
-                    "column_tracking": bool(a["column_tracking"]), "rowguid_column": a["rowguid_column"],
-                    "related_nicknames": a["related_nicknames"],
+                    "name": a.name, "nickname": a.nickname, "processing_group": a.processing_group,
+                    "column_tracking": bool(a.column_tracking), "rowguid_column": a.rowguid_column,
+                    "related_nicknames": a.related_nicknames,
                     "triggers": len(pub.dialect.list_merge_triggers(pub, t)),
                     "rows": pub.scalar(f"SELECT count(*) FROM {pub.table_sql(t)}"),
                 })
-            damaged = replica_problems(pub, prow["pubid"])
-            snapshots = agent_state(pub, "MSsnapshot_history", f"pubid = {pub.dialect.uuid_param()}", [prow["pubid"]],
+            damaged = replica_problems(pub, prow.pubid)
+            snapshots = agent_state(pub, "MSsnapshot_history", f"pubid = {pub.dialect.uuid_param()}", [prow.pubid],
                                     ("succeeded",))
             scheme = scheme_of(arts)
-            precomputed = prow.get("use_partition_groups") in (None, 1)
-            filtered = ({"partitions": describe_partitions(pub, prow["pubid"], arts, scheme, precomputed)}
+            precomputed = prow.precomputed
+            filtered = ({"partitions": describe_partitions(pub, prow.pubid, arts, scheme, precomputed)}
                         if scheme.filtered else {})
             out["publications"].append({
-                "name": pcfg.name, "pubid": prow["pubid"], "kind": prow["kind"],
+                "name": pcfg.name, "pubid": prow.pubid, "kind": prow.kind,
                 "state": "damaged" if damaged else "stopped" if "stopped_since" in snapshots else "published",
                 **({"problems": damaged} if damaged else {}), **({"agent": "snapshot", **snapshots} if snapshots else {}),
-                "snapshot_generation": prow["snapshot_generation"],
-                "snapshot_time": prow["snapshot_time"].isoformat() if prow["snapshot_time"] else None,
-                "generation_leveling_threshold": prow["generation_leveling_threshold"], "articles": articles,
-                "retention": prow["retention"], "schema_version": int(prow.get("schema_version") or 0),
-                "cleanup_generation": prow.get("cleanup_generation"),
+                "snapshot_generation": prow.snapshot_generation,
+                "snapshot_time": prow.snapshot_time.isoformat() if prow.snapshot_time else None,
+                "generation_leveling_threshold": prow.generation_leveling_threshold, "articles": articles,
+                "retention": prow.retention, "schema_version": prow.schema_version or 0,
+                "cleanup_generation": prow.cleanup_generation,
                 **filtered})
-            nicks = [a["nickname"] for a in arts]
-            sub_rows = {r["name"]: r for r in store.select_rows(pub, "sysmergesubscriptions", {"pubid": prow["pubid"]})}
+            nicks = [a.nickname for a in arts]
+            sub_rows = {r.name: r for r in store.select(pub, SubscriptionRow, {"pubid": prow.pubid})}
             for s in topology.subscriptions_of(pcfg.name):
                 r = sub_rows.get(s.name)
                 entry: dict[str, Any] = {
@@ -234,34 +237,33 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                     "database": redact_url(topology.resolve_url(s.database)),
                     "subscriber_type": s.subscriber_type, "priority": s.effective_priority, "host_name": s.host_name,
                     **({"login": s.login} if s.login is not None else {})}
-                if r is None or r["status"] != 1:
+                if r is None or not r.active:
                     entry["status"] = "not initialized"
                     out["subscriptions"].append(entry)
                     continue
-                expired = expiry(prow.get("retention"), r, store.utcnow())
+                expired = expiry(prow.retention, r, store.utcnow())
                 if expired is not None:
                     entry.update({"status": "expired", "problems": [expired]})
                     out["subscriptions"].append(entry)
                     continue
                 runs = agent_state(pub, "MSmerge_sessions", f"pubid = {pub.dialect.uuid_param()} AND subscription = {pub.p}",
-                                   [prow["pubid"], s.name], ("succeeded",))
+                                   [prow.pubid, s.name], ("succeeded",))
                 pending, lowest = _pending_download(pub, arts, scheme if precomputed else None, r)
                 entry.update({"status": "stopped" if "stopped_since" in runs else "active",
-                              "nickname": r["replnickname"], "partition_id": r["partition_id"],
-                              "publisher_sentgen": r["sentgen"], "publisher_recgen": r["recgen"],
+                              "nickname": r.replnickname, "partition_id": r.partition_id,
+                              "publisher_sentgen": r.sentgen, "publisher_recgen": r.recgen,
                               "pending_download": pending,
                               "oldest_pending_download": iso(_generation_time(pub, lowest)),
-                              "failed_upload": _failed_count(pub, r["replnickname"]), **runs})
+                              "failed_upload": _failed_count(pub, r.replnickname), **runs})
                 try:
                     with connect(topology.resolve_url(s.database), s.name) as sub:
                         store.require_metadata(sub)
                         check_identity(sub, s.name, r)
-                        check_not_behind(sub, s.name, r, prow["pubid"])
-                        prow_sub = store.select_rows(sub, "sysmergesubscriptions",
-                                                     {"pubid": prow["pubid"], "role": "publisher"})
-                        if prow_sub:
-                            entry["subscriber_recgen"] = prow_sub[0]["recgen"]
-                            entry["subscriber_sentgen"] = prow_sub[0]["sentgen"]
+                        check_not_behind(sub, s.name, r, prow.pubid)
+                        prow_sub = store.select_one(sub, SubscriptionRow, {"pubid": prow.pubid, "role": Role.PUBLISHER})
+                        if prow_sub is not None:
+                            entry["subscriber_recgen"] = prow_sub.recgen
+                            entry["subscriber_sentgen"] = prow_sub.sentgen
                         entry["open_generation"] = sub.dialect.current_open_generation(sub)
                         up, lowest = _count_after(sub, nicks, entry.get("subscriber_sentgen"),
                                                   exclude_received_from=pub_nick)
@@ -271,7 +273,7 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                         waiting = _waiting(sub)
                         if waiting:
                             entry["waiting"] = waiting
-                        damaged = replica_problems(sub, prow["pubid"])
+                        damaged = replica_problems(sub, prow.pubid)
                         if damaged:
                             entry["status"] = "damaged"
                             entry["problems"] = damaged

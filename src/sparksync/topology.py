@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .config import (
+from sparksync.config import (
     DEFAULT_CONFIG,
     MERGE_SUBSCRIPTION_KEYS,
     TRANSACTIONAL_SUBSCRIPTION_KEYS,
@@ -18,10 +18,11 @@ from .config import (
     read_config,
     validate_structure,
 )
-from .dialects import dialect_for_url
-from .errors import ConfigurationError, InvalidNameError
-from .merge.resolvers import BUILTIN, check_resolver
-from .transactional.calls import CommandSyntaxError, effective_command, parse_command
+from sparksync.dialects import dialect_for_url
+from sparksync.errors import ConfigurationError, InvalidNameError
+from sparksync.merge.conflicts.resolvers import BUILTIN, check_resolver
+from sparksync.names import TableName
+from sparksync.transactional.calls import CommandSyntaxError, effective_command, parse_command
 
 
 def parse_topology(data: dict[str, Any], base_dir: Path, source: str = "config") -> Topology:
@@ -43,7 +44,6 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Topology:
 
 def _article_problems(data: dict[str, Any]) -> list[str]:
     """Each article's call syntaxes (every bad one at once) and resolver settings."""
-    from .names import TableName
 
     problems: list[str] = []
     pubs = list_at(data, "publications")

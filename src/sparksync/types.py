@@ -58,11 +58,6 @@ class SqlType:
         return self.kind.value
 
     @property
-    def unconstrained(self) -> bool:
-        """A DECIMAL without precision: its values travel as text, digit for digit."""
-        return self.kind is Kind.DECIMAL and self.precision is None
-
-    @property
     def family(self) -> str:
         return _FAMILY.get(self.kind, self.kind.value)
 

@@ -233,7 +233,7 @@ def test_merge_and_conflicts_commands(demo):
 def test_validate_command(demo):
     """After the demo: every merge subscriber validates; one damaged behind the triggers' back (as a
     restore of an old file would) is listed with the row, exit 1; --repair --yes fixes it."""
-    from sparksync.merge.tracking import agent_writes
+    from sparksync.merge.tracking.articles import agent_writes
 
     _, _, directory = demo
     cfg = str(directory / "sparksync.toml")

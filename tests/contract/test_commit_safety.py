@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.merge.generations import enumeration_bound, make_generation
+from sparksync.merge.tracking.generations import enumeration_bound, make_generation
 from tests.support.publishing import make_tables, publish
 
 

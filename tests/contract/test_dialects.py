@@ -6,7 +6,7 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.errors import ConstraintViolation, DatabaseError
-from sparksync.merge.tracking import published_articles
+from sparksync.merge.tracking.articles import published_articles
 from sparksync.metadata import store
 from sparksync.names import TableName
 from tests.support.publishing import contents, make_tables, publish, tombstones
@@ -47,7 +47,7 @@ def test_an_existing_unique_guid_column_is_used_as_the_rowguid(kind, dbs):
         info = r.reflect(TableName.parse("Doc"))
         assert [c.name for c in info.columns] == ["id", "guid", "body"]   # no rowguid column added
         (a,) = published_articles(r, res["pubid"])
-        assert a["rowguid_column"] == "guid" and a["rowguid_added"] == 0
+        assert a.rowguid_column == "guid" and a.rowguid_added == 0
         guids = dict(r.query('SELECT "id", "guid" FROM "Doc"'))
         assert str(guids[1]) == "6f9619ff-8b86-d011-b42d-00c04fc964ff"    # canonical lower case
         assert guids[2] is not None                                         # filled
@@ -66,16 +66,6 @@ def test_configured_rowguid_column_must_be_a_unique_guid(kind, dbs):
         publish(url, [{"table": "Doc", "rowguid_column": "body"}])
     with connect(url) as r:
         assert store.metadata_version(r) is None
-
-
-def test_upsert_inserts_then_updates(kind, dbs):
-    url = dbs.url(kind, "ups")
-    make_tables(url, kind)
-    with connect(url) as r:
-        sql = r.dialect.render_upsert(TableName.parse("Parent"), ["id", "name"], ["id"])
-        r.execute(sql, [1, "a"])
-        r.execute(sql, [1, "b"])
-        assert r.query('SELECT "id", "name" FROM "Parent"') == [(1, "b")]
 
 
 def test_constraint_errors_are_terminal_and_typed(kind, dbs):

@@ -1,4 +1,4 @@
-"""The set-based apply (merge/staging.py) against real SQLite files and a real PostgreSQL server.
+"""The set-based apply (merge/apply/staging.py) against real SQLite files and a real PostgreSQL server.
 
 Two properties make it safe to skip Python for plain changes:
 
@@ -16,11 +16,11 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.dialects.model import Column, TableInfo
-from sparksync.merge import lineage as lin
-from sparksync.merge.decide import ArticleRules, Incoming, Local, decide
-from sparksync.merge.resolvers import PUBLISHER_PRIORITY, Replicas
-from sparksync.merge.staging import Staging
-from sparksync.merge.tracking import (
+from sparksync.merge.apply.decide import ArticleRules, Incoming, Local, decide
+from sparksync.merge.apply.staging import Staging
+from sparksync.merge.conflicts.resolvers import PUBLISHER_PRIORITY, Replicas
+from sparksync.merge.tracking import lineage as lin
+from sparksync.merge.tracking.articles import (
     agent_writes,
     delete_row_with_lineage,
     published_articles,
@@ -42,7 +42,7 @@ def _random_lineage(rng: random.Random) -> dict[int, int]:
 
 
 def _articles(r, pubid):
-    return {a["source_table"]: tracked_article(a) for a in published_articles(r, pubid)}
+    return {a.source_table: tracked_article(a) for a in published_articles(r, pubid)}
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

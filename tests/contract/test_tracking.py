@@ -9,14 +9,14 @@ import uuid
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.merge.generations import make_generation
-from sparksync.merge.tracking import (
+from sparksync.merge.tracking.articles import (
     agent_writes,
     delete_row_with_lineage,
     published_articles,
     tracked_article,
     write_row_with_lineage,
 )
+from sparksync.merge.tracking.generations import make_generation
 from sparksync.metadata import store
 from sparksync.metadata.schema import SCHEMA_VERSION
 from sparksync.names import TableName
@@ -55,8 +55,8 @@ def test_publish_adds_rowguid_metadata_and_triggers(published, kind):
         # existing rows are not changes: nothing tracked yet
         assert contents(r) == [] and tombstones(r) == []
         arts = published_articles(r, res["pubid"])
-        assert [a["processing_group"] for a in arts] == [1, 1]
-        assert all(a["dri_related"] == 1 for a in arts)
+        assert [a.processing_group for a in arts] == [1, 1]
+        assert all(a.dri_related == 1 for a in arts)
 
 
 def test_publish_is_idempotent(published):
@@ -123,7 +123,7 @@ def test_bulk_statement_is_tracked_row_by_row(published):
 def test_agent_writes_carry_their_lineage_and_do_not_echo(published):
     url, res = published
     with connect(url) as r:
-        art = [tracked_article(a) for a in published_articles(r, res["pubid"]) if a["source_table"] == "Parent"][0]
+        art = [tracked_article(a) for a in published_articles(r, res["pubid"]) if a.source_table == "Parent"][0]
         guid = str(uuid.uuid4())
         with r.transaction():
             with agent_writes(r):
@@ -155,7 +155,7 @@ def test_agent_write_with_taken_primary_key_is_a_failed_change(published):
 
     url, res = published
     with connect(url) as r:
-        art = [tracked_article(a) for a in published_articles(r, res["pubid"]) if a["source_table"] == "Parent"][0]
+        art = [tracked_article(a) for a in published_articles(r, res["pubid"]) if a.source_table == "Parent"][0]
         with pytest.raises(ConstraintViolation) as e:
             with r.transaction():
                 with agent_writes(r):

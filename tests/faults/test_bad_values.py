@@ -15,7 +15,7 @@ import math
 
 import pytest
 
-from sparksync.conflict_view import list_conflicts, list_failed_changes
+from sparksync.merge.conflicts.view import list_conflicts, list_failed_changes
 from sparksync.status import gather_status
 from tests.support.cluster import Cluster, session
 from tests.support.databases import databases

@@ -27,15 +27,17 @@ from sparksync import locks
 from sparksync.cli.app import app
 from sparksync.dialects import connect, dialect_for_url
 from sparksync.dialects.agent_locks import LockHolder
-from sparksync.merge.agent import MergeAgent, MergeOptions
-from sparksync.merge.cleanup import cleanup
-from sparksync.merge.override import ConflictNotResolvable, resolve_conflict
-from sparksync.merge.schema_changes import change
-from sparksync.merge.tracking import agent_writes
-from sparksync.merge.validation import repair, validate
+from sparksync.merge.conflicts.override import ConflictNotResolvable, resolve_conflict
+from sparksync.merge.maintenance.cleanup import cleanup
+from sparksync.merge.publish.schema_change import change
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
+from sparksync.merge.tracking.articles import agent_writes
 from sparksync.provision import setup, snapshot
 from sparksync.reinit import reinitialize
-from sparksync.validate import compare_replicas
+from sparksync.validation.compare import compare_replicas
+from sparksync.validation.repair import repair
+from sparksync.validation.subscriptions import validate
 from tests.support.cluster import Cluster
 from tests.support.config import write_config
 from tests.support.databases import databases

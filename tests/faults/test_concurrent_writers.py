@@ -152,7 +152,7 @@ def test_a_write_committed_while_the_merge_waits_is_a_conflict_not_an_overwrite(
 
 
 def test_a_generation_held_by_an_open_transaction_is_named_and_the_next_merge_converges(world, failpoints):
-    from sparksync.merge.generations import make_generation
+    from sparksync.merge.tracking.generations import make_generation
 
     if world.kinds["P"] == "sqlite":
         # One writer at a time: the merge waits for the open transaction, then sends its write.

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from sparksync.validate import compare_replicas
+from sparksync.validation.compare import compare_replicas
 from tests.support.cluster import Cluster
 from tests.support.databases import databases
 

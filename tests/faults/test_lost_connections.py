@@ -312,7 +312,7 @@ def test_a_slot_read_closed_early_leaves_no_transaction(tx_world):
     tx.publish(*[f'UPDATE {VENDOR} SET "CreditRating" = 1 WHERE "VendorID" = {i}' for i in range(1, 6)])
     with connect(tx.topology.distributor_url) as dist, connect(tx.publisher_url) as pub:
         p = dst.require_publication(dist, "Purchasing")
-        reader = capture_method(pub).reader(pub, p, [a for a in p.articles if a["status"] == 1], 1000)
+        reader = capture_method(pub).reader(pub, p, [a for a in p.articles if a.active], 1000)
         events = reader.read_batch(p.logreader_seqno)
         first = [next(events) for _ in range(3)]          # Begin and two of the five updates
         assert len(first) == 3

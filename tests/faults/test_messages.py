@@ -7,11 +7,11 @@ from typer.testing import CliRunner
 
 from sparksync.cli.app import app
 from sparksync.dialects import connect
+from sparksync.dialects.model import parse_column_definition
 from sparksync.errors import ConfigurationError
 from sparksync.metadata import store
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
-from sparksync.transactional.schema_change import parse_column_definition
 from tests.support.config import write_config
 
 

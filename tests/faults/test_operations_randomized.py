@@ -25,8 +25,8 @@ import pytest
 from sparksync import locks
 from sparksync.dialects import connect, dialect_for_url
 from sparksync.dialects.agent_locks import LockHolder
-from sparksync.merge.tracking import agent_writes
-from sparksync.validate import compare_replicas
+from sparksync.merge.tracking.articles import agent_writes
+from sparksync.validation.compare import compare_replicas
 from tests.support.cluster import Cluster
 from tests.support.databases import Databases
 from tests.support.ops_worker import operations

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparksync.conflict_view import list_failed_changes
+from sparksync.merge.conflicts.view import list_failed_changes
 from tests.support.cluster import Cluster
 from tests.support.databases import databases
 

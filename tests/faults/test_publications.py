@@ -16,7 +16,8 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.errors import ConfigurationError
-from sparksync.merge.agent import MergeAgent, MergeOptions
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
 from sparksync.metadata import store
 from sparksync.names import TableName
 from sparksync.provision import setup

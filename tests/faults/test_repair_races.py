@@ -25,9 +25,11 @@ import threading
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.merge.tracking import agent_writes
-from sparksync.merge.validation import SKIPPED_PENDING, repair, validate
-from sparksync.validate import compare_replicas
+from sparksync.merge.tracking.articles import agent_writes
+from sparksync.validation.compare import compare_replicas
+from sparksync.validation.repair import repair
+from sparksync.validation.report import SKIPPED_PENDING
+from sparksync.validation.subscriptions import validate
 from tests.support.cluster import Cluster
 from tests.support.config import write_config
 from tests.support.databases import databases

@@ -19,7 +19,8 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.errors import SparksyncError
-from sparksync.merge.agent import MergeAgent, MergeOptions
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
 from sparksync.metadata import store
 from sparksync.provision import setup, snapshot
 from sparksync.snapshot.manifest import current_snapshot

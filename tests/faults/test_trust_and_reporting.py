@@ -85,14 +85,13 @@ def test_batches_are_counted_once_per_batch_not_per_article(world):
 
 
 def test_failed_changes_are_retried_in_chunks(world, monkeypatch):
-    from sparksync.merge import agent
-
+    from sparksync.merge.session import enumeration
     with connect(world.urls["S2"]) as r:
         for i in range(10, 17):
             r.execute(f"UPDATE \"T\" SET \"n\" = 'not a number {i}' WHERE \"id\" = {i}")
     assert world.merge().ok
     assert len([f for f in world.failed("P") if f["row_key"] in {f"id={i}" for i in range(10, 17)}]) == 7
-    monkeypatch.setattr(agent, "RETRY_CHUNK", 3)
+    monkeypatch.setattr(enumeration, "RETRY_CHUNK", 3)
     assert world.merge().ok
     attempts = [f["attempts"] for f in world.failed("P") if f["row_key"] in {f"id={i}" for i in range(10, 17)}]
     assert attempts == [2] * 7
@@ -116,7 +115,7 @@ def test_no_part_of_a_password_is_printed(world, tmp_path, pg_admin_url):
 
 
 def test_the_spark_plan_of_a_change_read_holds_no_password(spark):
-    from sparksync.merge.changes import change_read
+    from sparksync.merge.session.changes import change_read
     from sparksync.spark.reads import ReadPlan
 
     plan = ReadPlan([change_read("postgresql://u:Sup3rSecretX@127.0.0.1/db", "SELECT 1", [], [], "x",

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.merge.agent import MergeAgent, MergeOptions
-from sparksync.merge.validation import validate
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
 from sparksync.provision import setup
 from sparksync.reinit import PendingChanges, reinitialize
+from sparksync.validation.subscriptions import validate
 from tests.support.demo_topology import build
 
 pytestmark = pytest.mark.spark

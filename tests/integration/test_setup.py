@@ -6,7 +6,7 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.dialects.model import from_table_dict
-from sparksync.merge.generations import enumeration_bound
+from sparksync.merge.tracking.generations import enumeration_bound
 from sparksync.metadata import store
 from sparksync.names import TableName
 from sparksync.provision import SetupFailed, setup
@@ -106,7 +106,7 @@ def test_setup_is_idempotent_and_adds_a_new_subscription(spark, dbs, tmp_path):
 
 def test_changes_around_the_snapshot_are_neither_missed_nor_torn(spark, dbs, tmp_path, monkeypatch, kind):
     """Writes during the snapshot are not in it (consistent view) and sit above the snapshot generation."""
-    import sparksync.snapshot.writer as writer
+    import sparksync.merge.snapshot.writer as writer
 
     data, topo = build(dbs, tmp_path, kind, ["sqlite"])
     real_write = writer.write_parquet
@@ -131,7 +131,7 @@ def test_changes_around_the_snapshot_are_neither_missed_nor_torn(spark, dbs, tmp
         assert s.scalar('SELECT count(*) FROM "SalesOrderHeader" WHERE "SalesOrderID" = 5000') == 0
         assert s.scalar('SELECT count(*) FROM "SalesOrderDetail" WHERE "SalesOrderID" = 5000') == 0
     with connect(topo.publisher_url) as p:
-        from sparksync.merge.generations import make_generation
+        from sparksync.merge.tracking.generations import make_generation
 
         make_generation(p, 1)
         gens = [c["generation"] for c in store.select_rows(p, "MSmerge_contents")]
@@ -163,7 +163,8 @@ def test_a_failing_subscriber_is_reported_and_left_untouched(spark, dbs, tmp_pat
 
 @pytest.mark.parametrize("pub_kind", ["sqlite", "postgresql"])
 def test_a_subscription_removed_from_the_configuration_is_dropped_at_the_next_setup(pub_kind, spark, dbs, tmp_path):
-    from sparksync.merge.agent import MergeAgent, MergeOptions
+    from sparksync.merge.session.agent import MergeAgent
+    from sparksync.merge.session.summary import MergeOptions
     from sparksync.status import gather_status
 
     data, topology = build(dbs, tmp_path, pub_kind, ["sqlite", "sqlite"])
@@ -193,8 +194,9 @@ def test_a_database_that_belonged_to_a_dropped_subscription_gets_a_fresh_identit
     """S2 uploads rows, is removed from the configuration; S3 subscribes with S2's database: it must not
     inherit S2's nickname (the generations S2 uploaded would count as already there) and must end with
     every row."""
-    from sparksync.merge.agent import MergeAgent, MergeOptions
-    from sparksync.merge.validation import validate
+    from sparksync.merge.session.agent import MergeAgent
+    from sparksync.merge.session.summary import MergeOptions
+    from sparksync.validation.subscriptions import validate
 
     data, topology = build(dbs, tmp_path, pub_kind, ["sqlite", "sqlite"])
     setup(topology, lambda: spark)

@@ -7,12 +7,13 @@ from __future__ import annotations
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.merge.agent import MergeAgent, MergeOptions
-from sparksync.merge.validation import validate
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
 from sparksync.metadata import store
 from sparksync.names import TableName
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
+from sparksync.validation.subscriptions import validate
 from tests.support.filtered import Scenario, build, publication
 
 pytestmark = pytest.mark.spark

@@ -12,13 +12,14 @@ import datetime as dt
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.merge.agent import MergeAgent, MergeOptions
-from sparksync.merge.cleanup import cleanup
-from sparksync.merge.validation import validate
+from sparksync.merge.maintenance.cleanup import cleanup
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
 from sparksync.metadata import store
 from sparksync.provision import setup
 from sparksync.reinit import reinitialize
 from sparksync.topology import parse_topology
+from sparksync.validation.subscriptions import validate
 from tests.support.clock import advance
 from tests.support.demo_topology import build
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from sparksync.conflict_view import list_conflicts
-from sparksync.merge.agent import MergeAgent
-from sparksync.merge.override import ConflictNotResolvable, resolve_conflict
+from sparksync.merge.conflicts.override import ConflictNotResolvable, resolve_conflict
+from sparksync.merge.conflicts.view import list_conflicts
+from sparksync.merge.session.agent import MergeAgent
 from sparksync.provision import setup
 from tests.support.databases import databases
 from tests.support.filtered import Scenario, build

@@ -24,15 +24,16 @@ from hypothesis import strategies as st
 from sparksync import failpoints as fp
 from sparksync.dialects import connect
 from sparksync.failpoints import InjectedFault
-from sparksync.merge import schema_changes
-from sparksync.merge.agent import MergeAgent, MergeOptions
-from sparksync.merge.cleanup import cleanup
-from sparksync.merge.validation import validate
+from sparksync.merge.maintenance.cleanup import cleanup
+from sparksync.merge.publish import schema_change as merge_schema_change
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
 from sparksync.names import TableName
 from sparksync.provision import setup
 from sparksync.reinit import reinitialize
 from sparksync.topology import parse_topology
-from sparksync.validate import compare_replicas
+from sparksync.validation.compare import compare_replicas
+from sparksync.validation.subscriptions import validate
 from tests.support.clients import client_exec, existing_ids
 from tests.support.clock import advance
 from tests.support.databases import databases
@@ -141,7 +142,7 @@ def test_random_lifecycles_converge(world, plan):
             extra = [c for c in _columns(urls["P"], table) if c.startswith("x")]
             if how == "command_drop":
                 if extra:
-                    schema_changes.change(topo, "Pub", table, drop=extra[pick % len(extra)])
+                    merge_schema_change.change(topo, "Pub", table, drop=extra[pick % len(extra)])
                     ran["schema_changes"] += 1
                 continue
             name = f"x{next(columns)}"
@@ -149,7 +150,7 @@ def test_random_lifecycles_converge(world, plan):
                 client_exec(urls["P"], f'ALTER TABLE "{table}" ADD COLUMN "{name}" integer DEFAULT {pick}', True)
                 setup(topo, lambda: spark)
             else:
-                schema_changes.change(topo, "Pub", table, add=f"{name} integer")
+                merge_schema_change.change(topo, "Pub", table, add=f"{name} integer")
             ran["schema_changes"] += 1
         else:
             who, table, op, pick, via_client = step

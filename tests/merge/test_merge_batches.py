@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.merge.conflicts import ConflictType
-from sparksync.merge.generations import make_generation
+from sparksync.merge.conflicts.model import ConflictType
+from sparksync.merge.tracking.generations import make_generation
 from tests.support.merge_topology import Topo
 
 pytestmark = pytest.mark.spark

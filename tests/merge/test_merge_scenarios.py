@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.merge.agent import MergeSummary, SubscriptionSession
-from sparksync.merge.conflicts import ConflictType
+from sparksync.merge.conflicts.model import ConflictType
+from sparksync.merge.session.summary import MergeSummary, SubscriptionSession
 from sparksync.metadata import store
 from sparksync.names import TableName
 from tests.support.databases import databases

@@ -8,7 +8,7 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.filters import FilterError, parse_filter, parse_join_filter
-from sparksync.merge.partitions import FilteredArticle, JoinLink, PartitionScheme
+from sparksync.merge.partitions.scheme import FilteredArticle, JoinLink, PartitionScheme
 from sparksync.names import TableName
 
 SCHEMA = {

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from sparksync import failpoints as fp
 from sparksync.dialects import connect
 from sparksync.failpoints import InjectedFault
-from sparksync.merge.agent import MergeAgent, MergeOptions
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
 from tests.support.clients import client_exec

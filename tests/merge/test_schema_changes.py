@@ -12,11 +12,12 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.errors import SchemaDrift, SchemaError
-from sparksync.merge import schema_changes
-from sparksync.merge.agent import MergeAgent, MergeOptions
-from sparksync.merge.validation import validate
+from sparksync.merge.publish import schema_change as merge_schema_change
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
 from sparksync.metadata import store
 from sparksync.provision import setup
+from sparksync.validation.subscriptions import validate
 from tests.support.demo_topology import build
 
 pytestmark = pytest.mark.spark
@@ -77,10 +78,10 @@ def test_columns_added_and_dropped_reach_every_subscriber_in_order(spark, dbs, t
         assert s1.scalar('SELECT "Loyalty" FROM "Customer" WHERE "CustomerID" = 4') == 11
     check(topology, spark)
     # two more changes with the command; S2 does not merge in between: it catches up in order
-    (line,) = schema_changes.change(topology, "Sales", "Customer", drop="EmailAddress")
+    (line,) = merge_schema_change.change(topology, "Sales", "Customer", drop="EmailAddress")
     assert line.endswith("Customer: dropped column EmailAddress (schema version 2)")
     assert agent.run(MergeOptions(subscriptions=["S1"])).ok
-    schema_changes.change(topology, "Sales", "Product", add="Note text")
+    merge_schema_change.change(topology, "Sales", "Product", add="Note text")
     with connect(hq_url) as hq:
         hq.execute('UPDATE "Product" SET "Note" = \'fragile\' WHERE "ProductID" = 2')   # column-tracked article
     summary = agent.run(MergeOptions())
@@ -91,7 +92,7 @@ def test_columns_added_and_dropped_reach_every_subscriber_in_order(spark, dbs, t
             assert r.scalar('SELECT "Note" FROM "Product" WHERE "ProductID" = 2') == "fragile"
     check(topology, spark)
     # a dropped column of a column-tracked article leaves the column versions (colv) everywhere
-    schema_changes.change(topology, "Sales", "Product", drop="Note")
+    merge_schema_change.change(topology, "Sales", "Product", drop="Note")
     assert agent.run(MergeOptions()).ok
     for url in (hq_url, s1_url, s2_url):
         with connect(url) as r:
@@ -129,11 +130,11 @@ def test_changes_that_cannot_be_replicated_are_refused_and_change_nothing(spark,
             assert store.select_rows(hq, "sysmergeschemachange") == []
             hq.execute(undo)
     with pytest.raises(SchemaError, match="CustomerID was dropped but it is in the primary key"):
-        schema_changes.change(topology, "Sales", "Customer", drop="CustomerID")
+        merge_schema_change.change(topology, "Sales", "Customer", drop="CustomerID")
     with pytest.raises(SchemaError, match="CustomerID was dropped but it is in a foreign key"):
-        schema_changes.change(topology, "Sales", "SalesOrderHeader", drop="CustomerID")
+        merge_schema_change.change(topology, "Sales", "SalesOrderHeader", drop="CustomerID")
     with pytest.raises(SchemaError, match="column FirstName already exists"):
-        schema_changes.change(topology, "Sales", "Customer", add="FirstName text")
+        merge_schema_change.change(topology, "Sales", "Customer", add="FirstName text")
     assert "FirstName" in columns(data["subscriptions"][0]["database"], "Customer")
     assert MergeAgent(topology, spark).run(MergeOptions()).ok
 

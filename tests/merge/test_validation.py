@@ -12,10 +12,13 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.errors import ConfigurationError
-from sparksync.merge.agent import MergeAgent, MergeOptions
-from sparksync.merge.tracking import agent_writes
-from sparksync.merge.validation import RepairRefused, repair, validate
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
+from sparksync.merge.tracking.articles import agent_writes
 from sparksync.provision import setup
+from sparksync.validation.repair import repair
+from sparksync.validation.report import RepairRefused
+from sparksync.validation.subscriptions import validate
 from tests.support.databases import databases
 from tests.support.filtered import Scenario, build
 

@@ -4,7 +4,8 @@ once per module so that many named checks share one setup."""
 from __future__ import annotations
 
 from sparksync.dialects import connect
-from sparksync.merge.agent import MergeAgent, MergeOptions
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
 from sparksync.metadata import store
 from sparksync.provision import setup
 from sparksync.topology import parse_topology

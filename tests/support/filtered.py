@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparksync.dialects import connect
-from sparksync.merge.agent import MergeAgent, MergeOptions
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
 from sparksync.topology import parse_topology
 
 from .databases import Databases

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from sparksync.dialects import connect
 from sparksync.dialects.model import from_table_dict
-from sparksync.merge.agent import MergeAgent, MergeOptions
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
 from sparksync.metadata import store
 from sparksync.names import TableName
 from sparksync.provision import setup

@@ -17,13 +17,15 @@ from typing import Any
 
 
 def operations(topology, spark) -> dict[str, Callable[[dict], dict]]:
-    from sparksync.merge.agent import MergeAgent, MergeOptions
-    from sparksync.merge.cleanup import cleanup
-    from sparksync.merge.override import resolve_conflict
-    from sparksync.merge.schema_changes import change
-    from sparksync.merge.validation import repair, validate
+    from sparksync.merge.conflicts.override import resolve_conflict
+    from sparksync.merge.maintenance.cleanup import cleanup
+    from sparksync.merge.publish.schema_change import change
+    from sparksync.merge.session.agent import MergeAgent
+    from sparksync.merge.session.summary import MergeOptions
     from sparksync.provision import setup, snapshot
     from sparksync.reinit import reinitialize
+    from sparksync.validation.repair import repair
+    from sparksync.validation.subscriptions import validate
 
     def merge(_: dict) -> dict:
         s = MergeAgent(topology, spark).run(MergeOptions())

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sparksync.dialects import connect
-from sparksync.merge.publish import apply_publication, plan_publication
+from sparksync.merge.publish.publication import apply_publication, plan_publication
 from sparksync.metadata import store
 from sparksync.topology import parse_topology
 

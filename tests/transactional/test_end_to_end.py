@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.validate import compare_transactional
+from sparksync.validation.compare import compare_transactional
 from tests.support.transactional import build, replicate, setup_topology, vendor_rows, vendor_table
 
 pytestmark = pytest.mark.spark

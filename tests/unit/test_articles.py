@@ -1,4 +1,4 @@
-"""Unit tests for sparksync.merge.articles: DRI order, nicknames, processing groups."""
+"""Unit tests for sparksync.merge.publish.processing_order: DRI order, nicknames, processing groups."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparksync.merge.articles import (
+from sparksync.merge.publish.processing_order import (
     NICKNAME_STEP,
     assign_nicknames,
     dri_edges,

@@ -1,7 +1,7 @@
-"""The core runs where Spark and Java are not (the device side of web synchronization): the apply core,
-the dialects, the metadata and the foundations import nothing of pyspark, and the CLI imports it only
-inside the commands that run Spark jobs. Checked in a process where pyspark cannot be imported and no
-``java`` is on the PATH."""
+"""The core runs where Spark and Java are not (the device side of web synchronization): no module but the
+Data Source imports pyspark when it is imported (the Spark jobs import it inside the functions that run
+them), and the CLI runs every command's help, and status, without it. Checked in a process where pyspark
+cannot be imported and no ``java`` is on the PATH."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 BLOCK = textwrap.dedent("""
     import sys
@@ -21,11 +22,14 @@ BLOCK = textwrap.dedent("""
     sys.meta_path.insert(0, NoSpark())
 """)
 
-CORE = ["sparksync.merge.batch", "sparksync.merge.staging", "sparksync.merge.decide", "sparksync.merge.lineage",
-        "sparksync.merge.tracking", "sparksync.merge.generations", "sparksync.merge.stream", "sparksync.merge.watermarks",
-        "sparksync.merge.conflicts", "sparksync.merge.resolvers", "sparksync.dialects.sqlite.dialect",
-        "sparksync.dialects.postgres.dialect", "sparksync.metadata.store", "sparksync.locks", "sparksync.status",
-        "sparksync.transactional.deliver", "sparksync.transactional.subscriber", "sparksync.cli.app"]
+SRC = Path(__file__).resolve().parents[2] / "src"
+# Every module of the package loads without pyspark, but the Data Source (a pyspark class, loaded by the
+# Spark session when it starts): the apply core, dialects, metadata, foundations, features, entry points
+# and the CLI alike, the merge agent and validation included (they import pyspark inside the functions
+# that run Spark).
+CORE = sorted(".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+              for p in (SRC / "sparksync").rglob("*.py"))
+SPARK_ONLY = {"sparksync.spark.datasource"}
 
 
 def _run(code: str, tmp_path) -> subprocess.CompletedProcess:
@@ -36,7 +40,7 @@ def _run(code: str, tmp_path) -> subprocess.CompletedProcess:
 
 
 def test_the_core_imports_nothing_of_spark(tmp_path):
-    out = _run("import importlib\n" + "".join(f"importlib.import_module({m!r})\n" for m in CORE)
+    out = _run("import importlib\n" + "".join(f"importlib.import_module({m!r})\n" for m in CORE if m not in SPARK_ONLY)
                + "assert not [m for m in sys.modules if m.startswith(('pyspark', 'py4j'))]\nprint('ok')\n", tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
@@ -63,3 +67,19 @@ def test_the_cli_runs_without_spark_or_java(tmp_path):
     """)
     out = _run(code, tmp_path)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr
+
+
+def test_a_command_that_runs_spark_jobs_says_what_to_install(tmp_path):
+    """Where pyspark is not installed (a device), a command that needs Spark stops with one message naming
+    the extra to install, not a traceback."""
+    code = textwrap.dedent("""
+        from sparksync.cli.app import app
+        from typer.testing import CliRunner
+
+        result = CliRunner().invoke(app, ["demo", "--dir", "d"])
+        assert result.exit_code == 1, (result.exit_code, result.output)
+        print(result.output)
+    """)
+    out = _run(code, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "pip install 'sparksync[spark]'" in out.stdout and "Traceback" not in out.stdout, out.stdout

@@ -4,23 +4,30 @@ from __future__ import annotations
 
 import pytest
 
-from sparksync.filters import FilterError, parse_filter, parse_join_filter
+from sparksync.dialects.postgres.dialect import PostgresDialect
+from sparksync.dialects.sqlite.dialect import SQLiteDialect
+from sparksync.filters import FilterError, SqlFlavor, parse_filter, parse_join_filter
 
 COLS = ["VendorID", "ActiveFlag", "CreditRating", "Name"]
+POSTGRES = PostgresDialect.capabilities.sql       # what each dialect tells the filters of its SQL
+SQLITE = SQLiteDialect.capabilities.sql
 
 
 def test_render_for_postgres_and_sqlite_triggers():
     f = parse_filter("activeflag = 1 AND CreditRating <= 3", COLS, "P, article V")
     assert f.columns == {"ActiveFlag", "CreditRating"}
-    assert f.render("postgres", booleans=["ActiveFlag"]) == '"ActiveFlag" = TRUE AND "CreditRating" <= 3'
-    assert f.render("sqlite", "NEW") == 'NEW."ActiveFlag" = 1 AND NEW."CreditRating" <= 3'
-    assert f.render("postgres") == '"ActiveFlag" = 1 AND "CreditRating" <= 3'
+    assert f.render(POSTGRES, booleans=["ActiveFlag"]) == '"ActiveFlag" = TRUE AND "CreditRating" <= 3'
+    assert f.render(SQLITE, "NEW") == 'NEW."ActiveFlag" = 1 AND NEW."CreditRating" <= 3'
+    assert f.render(POSTGRES) == '"ActiveFlag" = 1 AND "CreditRating" <= 3'
+    # what decides is the capability, never the database's name
+    assert f.render(SqlFlavor("sqlite", typed_booleans=True), booleans=["ActiveFlag"]).startswith('"ActiveFlag" = TRUE')
+    assert f.render(SqlFlavor("postgres"), booleans=["ActiveFlag"]).startswith('"ActiveFlag" = 1')
 
 
 def test_functions_like_in_between_null():
     f = parse_filter("lower(Name) LIKE 'a%' AND VendorID IN (1, 2) AND CreditRating BETWEEN 1 AND 3 "
                      "AND Name IS NOT NULL", COLS, "x")
-    assert 'LOWER("Name") LIKE' in f.render("sqlite")
+    assert 'LOWER("Name") LIKE' in f.render(SQLITE)
 
 
 @pytest.mark.parametrize("text,msg", [
@@ -43,7 +50,7 @@ def test_bad_filters_name_the_article(text, msg):
 
 def test_quotes_in_a_filter_cannot_escape():
     f = parse_filter("Name = 'x\"; DROP TABLE t; --'", COLS, "x")
-    assert f.render("postgres") == '"Name" = \'x"; DROP TABLE t; --\''
+    assert f.render(POSTGRES) == '"Name" = \'x"; DROP TABLE t; --\''
 
 
 # -- parameterized row filters (merge partitions, seed 002) -----------------------------------------------
@@ -58,7 +65,7 @@ def _kept(f, params, rows):
     db = sqlite3.connect(":memory:")
     db.execute('CREATE TABLE p ("ProductID" INTEGER PRIMARY KEY, "ProductLine" TEXT, "ListPrice" REAL, "LoginID" TEXT)')
     db.executemany("INSERT INTO p VALUES (?, ?, ?, ?)", rows)
-    return [r[0] for r in db.execute(f'SELECT "ProductID" FROM p WHERE {f.render("sqlite", params=params)} '
+    return [r[0] for r in db.execute(f'SELECT "ProductID" FROM p WHERE {f.render(SQLITE, params=params)} '
                                      'ORDER BY 1')]
 
 
@@ -84,13 +91,13 @@ def test_suser_sname_reads_the_login_and_a_quote_in_a_value_stays_a_value():
     assert f.parameters == {"login"}
     assert _kept(f, {"login": "adventure-works\\pamela0"}, ROWS) == [1]
     assert _kept(f, {"login": "o'brien"}, ROWS) == [4]
-    assert "'o''brien'" in f.render("postgres", params={"login": "o'brien"})
+    assert "'o''brien'" in f.render(POSTGRES, params={"login": "o'brien"})
 
 
 def test_a_parameter_without_its_value_is_refused_by_name():
     f = parse_filter("ProductLine = HOST_NAME()", PRODUCT, "x", parameters=True)
     with pytest.raises(FilterError, match=r"calls HOST_NAME\(\), which needs the subscription's host_name"):
-        f.render("sqlite", params={"login": "x"})
+        f.render(SQLITE, params={"login": "x"})
 
 
 def test_transactional_filters_refuse_parameters():
@@ -122,14 +129,14 @@ def test_join_filter_equi_pairs_and_rendering():
                           "SalesPerson", SALESPERSON, "Sales, article Customer")
     assert j.pairs == (("SalesPersonID", "SalesPersonID"),)
     assert j.child_columns == {"SalesPersonID"} and j.parent_columns == {"SalesPersonID"}
-    assert j.render("postgres", "c", "p") == '"c"."SalesPersonID" = "p"."SalesPersonID"'
+    assert j.render(POSTGRES, "c", "p") == '"c"."SalesPersonID" = "p"."SalesPersonID"'
 
 
 def test_join_filter_with_schemas_and_a_non_equi_condition():
     j = parse_join_filter("Sales.Customer.SalesPersonID = SalesPerson.SalesPersonID AND Customer.Name <> 'x'",
                           "Sales.Customer", CUSTOMER, "Sales.SalesPerson", SALESPERSON, "x")
     assert j.pairs == ()                       # not only equalities: no shortcut
-    assert j.render("sqlite", "c", "p") == '"c"."SalesPersonID" = "p"."SalesPersonID" AND "c"."Name" <> \'x\''
+    assert j.render(SQLITE, "c", "p") == '"c"."SalesPersonID" = "p"."SalesPersonID" AND "c"."Name" <> \'x\''
 
 
 def test_join_filter_evaluates_in_a_real_join():
@@ -142,7 +149,7 @@ def test_join_filter_evaluates_in_a_real_join():
     db.execute('CREATE TABLE cu ("CustomerID" INTEGER PRIMARY KEY, "SalesPersonID" INTEGER, "Name" TEXT)')
     db.executemany("INSERT INTO sp VALUES (?, ?)", [(1, "N"), (2, "S")])
     db.executemany("INSERT INTO cu VALUES (?, ?, ?)", [(10, 1, "a"), (11, 2, "b"), (12, 1, "c"), (13, None, "d")])
-    rows = db.execute(f'SELECT "c"."CustomerID" FROM cu AS "c" JOIN sp AS "p" ON {j.render("sqlite", "c", "p")} '
+    rows = db.execute(f'SELECT "c"."CustomerID" FROM cu AS "c" JOIN sp AS "p" ON {j.render(SQLITE, "c", "p")} '
                       'WHERE "p"."Territory" = \'N\' ORDER BY 1').fetchall()
     assert rows == [(10,), (12,)]
 

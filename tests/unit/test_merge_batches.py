@@ -1,4 +1,4 @@
-"""Unit tests for sparksync.merge.agent.make_batches: generation batches covering (start, bound]."""
+"""Unit tests for sparksync.merge.session.enumeration.make_batches: generation batches covering (start, bound]."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparksync.merge.agent import make_batches
-from sparksync.merge.plan import BatchInfo
+from sparksync.merge.session.enumeration import make_batches
+from sparksync.merge.session.plan import BatchInfo
 
 
 def gens(*numbers, nicks=None):

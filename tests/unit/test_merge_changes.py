@@ -1,4 +1,4 @@
-"""Unit tests for sparksync.merge.changes: a row's values as JSON text and back, for every Kind."""
+"""Unit tests for sparksync.merge.session.changes: a row's values as JSON text and back, for every Kind."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparksync.merge.changes import CHANGE_COLUMNS, CHANGE_SCHEMA
+from sparksync.merge.session.changes import CHANGE_COLUMNS, CHANGE_SCHEMA
 from sparksync.rows import decode_row, encode_row, json_text
 from sparksync.types import Kind, SqlType
 
@@ -242,7 +242,7 @@ def test_encoder_writes_ints_in_decimal_columns_like_the_converter(value):
 
 
 def test_rows_holding_finds_exactly_the_rows_with_a_marker():
-    from sparksync.merge.batch import _rows_holding
+    from sparksync.merge.apply.classify import _rows_holding
 
     rows = ['{"a":"x"}', None, '{"a":"NaN"}', '{"f":"NaN","b":"\\\\u0000"}', "", '{"a":"\\\\u0000"}']
     assert _rows_holding(rows, ('"NaN"',)) == [2, 3]

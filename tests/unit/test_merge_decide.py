@@ -1,4 +1,4 @@
-"""Unit tests for sparksync.merge.decide: what to do with one incoming change at a destination.
+"""Unit tests for sparksync.merge.apply.decide: what to do with one incoming change at a destination.
 
 Nicknames: the publisher is 1, the subscriber under test is 2, two more subscribers are 3 and 4.
 ``upload=True``: the destination is the publisher, the change comes from subscriber 2.
@@ -12,10 +12,10 @@ import types
 
 import pytest
 
-from sparksync.merge import lineage as lin
-from sparksync.merge.conflicts import ConflictType
-from sparksync.merge.decide import ArticleRules, Decision, Incoming, Local, decide
-from sparksync.merge.resolvers import Replicas
+from sparksync.merge.apply.decide import ArticleRules, Decision, Incoming, Local, decide
+from sparksync.merge.conflicts.model import ConflictType
+from sparksync.merge.conflicts.resolvers import Replicas
+from sparksync.merge.tracking import lineage as lin
 
 PUB, S, S3, S4 = 1, 2, 3, 4
 G = "6f9619ff-8b86-d011-b42d-00c04fc964ff"

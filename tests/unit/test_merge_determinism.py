@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparksync.merge import lineage as lin
-from sparksync.merge.conflicts import ConflictType
-from sparksync.merge.decide import ArticleRules, Incoming, Local, decide
-from sparksync.merge.resolvers import PUBLISHER_PRIORITY, Replicas
+from sparksync.merge.apply.decide import ArticleRules, Incoming, Local, decide
+from sparksync.merge.conflicts.model import ConflictType
+from sparksync.merge.conflicts.resolvers import PUBLISHER_PRIORITY, Replicas
+from sparksync.merge.tracking import lineage as lin
 
 PUB, S = 1, 2
 OTHERS = (3, 4)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparksync.merge import lineage as lin
-from sparksync.merge.decide import ArticleRules, Incoming, Local, decide
-from sparksync.merge.resolvers import Replicas
+from sparksync.merge.apply.decide import ArticleRules, Incoming, Local, decide
+from sparksync.merge.conflicts.resolvers import Replicas
+from sparksync.merge.tracking import lineage as lin
 
 PUB = 1
 SUBS = (2, 3, 4)

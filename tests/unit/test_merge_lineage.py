@@ -1,4 +1,4 @@
-"""Unit tests for sparksync.merge.lineage: version vectors {replica nickname: version}."""
+"""Unit tests for sparksync.merge.tracking.lineage: version vectors {replica nickname: version}."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparksync.merge import lineage as lin
-from sparksync.merge.lineage import Relation
+from sparksync.merge.tracking import lineage as lin
+from sparksync.merge.tracking.lineage import Relation
 
 SETTINGS = settings(max_examples=200, deadline=None, database=None)
 

@@ -1,4 +1,4 @@
-"""Unit tests for sparksync.merge.resolvers: priorities and the built-in and user resolvers."""
+"""Unit tests for sparksync.merge.conflicts.resolvers: priorities and the built-in and user resolvers."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparksync.errors import ConfigurationError
-from sparksync.merge.resolvers import (
+from sparksync.merge.conflicts.resolvers import (
     BUILTIN,
     PUBLISHER_PRIORITY,
     Replicas,
@@ -297,7 +297,7 @@ def test_user_resolver_results(fn, winner, values):
 
 
 def test_user_resolver_bad_result_is_an_error():
-    from sparksync.merge.resolvers import ResolverFailed
+    from sparksync.merge.conflicts.resolvers import ResolverFailed
 
     with pytest.raises(ResolverFailed, match="42"):
         resolve(f"{M}:bad", None, pub({"a": 1}), sub({"a": 2}), "update")
@@ -320,7 +320,7 @@ def test_load_callable_errors(path):
 
 def test_unknown_resolver_name_at_run_time_fails_that_change():
     # setup refuses it first (check_resolver_importable); at run time it is one failed change
-    from sparksync.merge.resolvers import ResolverFailed
+    from sparksync.merge.conflicts.resolvers import ResolverFailed
 
     with pytest.raises(ResolverFailed, match="cannot be imported"):
         resolve("no_such_resolver", None, pub({"a": 1}), sub({"a": 2}), "update")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from sparksync.merge.changes import by_article
-from sparksync.merge.stream import _for_target, _runs
+from sparksync.merge.session.changes import by_article
+from sparksync.merge.session.stream import _for_target, _runs
 
 
 def _batch(rows: list[dict]) -> pa.RecordBatch:

@@ -1,4 +1,4 @@
-"""Validation's row encoding (merge/validation_read.py): one text per row that Spark hashes, the same
+"""Validation's row encoding (validation/reads.py): one text per row that Spark hashes, the same
 for the same typed values read from SQLite or PostgreSQL, never the same for different rows."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import decimal
 
 import pyarrow as pa
 
-from sparksync.merge.validation_read import SideRead, decode, encode, tasks_of
+from sparksync.validation.reads import SideRead, decode, encode, tasks_of
 
 
 def rows(*columns):

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import typer
 
-from .cleanup_cmd import cleanup_command
-from .conflicts_cmd import conflicts_command
-from .demo_cmd import demo_command
-from .merge_cmd import merge_command
-from .partitions_cmd import partitions_command
-from .reinit_cmd import reinit_command
-from .setup_cmd import setup_command
-from .snapshot_cmd import snapshot_command
-from .status_cmd import status_command
-from .transactional_cmds import distribute_command, logreader_command, schema_change_command, tracer_token_command
-from .validate_cmd import validate_command
+from sparksync.cli.cleanup_cmd import cleanup_command
+from sparksync.cli.conflicts_cmd import conflicts_command
+from sparksync.cli.demo_cmd import demo_command
+from sparksync.cli.merge_cmd import merge_command
+from sparksync.cli.partitions_cmd import partitions_command
+from sparksync.cli.reinit_cmd import reinit_command
+from sparksync.cli.setup_cmd import setup_command
+from sparksync.cli.snapshot_cmd import snapshot_command
+from sparksync.cli.status_cmd import status_command
+from sparksync.cli.transactional_cmds import (
+    distribute_command,
+    logreader_command,
+    schema_change_command,
+    tracer_token_command,
+)
+from sparksync.cli.validate_cmd import validate_command
 
 app = typer.Typer(
     name="sparksync",

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..locks import DEFAULT_WAIT
-from ..merge.cleanup import CleanupSummary, cleanup
-from .common import DEFAULT_CONFIG_PATH, ConfigOption, LockTimeoutOption, console, handle_errors, load, reporter
+from sparksync.cli.common import DEFAULT_CONFIG_PATH, ConfigOption, LockTimeoutOption, console, handle_errors, load, reporter
+from sparksync.locks import DEFAULT_WAIT
+from sparksync.merge.maintenance.cleanup import CleanupSummary, cleanup
 
 
 def _print(summary: CleanupSummary) -> None:

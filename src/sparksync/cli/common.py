@@ -11,13 +11,14 @@ from typing import IO, Annotated, cast
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from .. import locks
-from ..config import DEFAULT_CONFIG, Topology
-from ..errors import ConfigurationError, SparksyncError
-from ..redaction import RedactingStream
-from ..spark.failures import recover, spark_error_message
-from ..topology import load_config
+from sparksync import locks
+from sparksync.config import DEFAULT_CONFIG, Topology
+from sparksync.errors import ConfigurationError, SparksyncError
+from sparksync.redaction import RedactingStream
+from sparksync.spark.failures import recover, spark_error_message
+from sparksync.topology import load_config
 
 # Everything the CLI prints goes through the redaction: no password reaches a terminal or a log.
 # (RedactingStream forwards everything else to the real stream: rich sees a terminal as a terminal.)
@@ -34,7 +35,7 @@ DEFAULT_CONFIG_PATH = Path(DEFAULT_CONFIG)
 
 
 def reporter(message: str) -> None:
-    err_console.print(f"[dim]{dt.datetime.now():%H:%M:%S}[/] {message}", highlight=False)
+    err_console.print(f"[dim]{dt.datetime.now():%H:%M:%S}[/] {escape(message)}", highlight=False)
 
 
 def load(config: Path) -> Topology:
@@ -70,12 +71,12 @@ def handle_errors(fn):
         except Exception as e:  # noqa: BLE001
             error = recover(e)
             if error is not None:
-                err_console.print(f"[bold red]error:[/] {error.message}", highlight=False)
+                err_console.print(f"[bold red]error:[/] {escape(error.message)}", highlight=False)
                 raise typer.Exit(exit_code(error)) from None
             if os.environ.get("SPARKSYNC_DEBUG"):
                 raise
             msg = spark_error_message(e)
-            err_console.print(f"[bold red]error:[/] {msg or f'{type(e).__name__}: {e}'}", highlight=False)
+            err_console.print(f"[bold red]error:[/] {escape(msg or f'{type(e).__name__}: {e}')}", highlight=False)
             err_console.print("[dim](set SPARKSYNC_DEBUG=1 to see the traceback)[/]")
             raise typer.Exit(1) from None
 
@@ -105,7 +106,7 @@ def check_subscriptions(topology: Topology, names: list[str] | None, kind: str, 
 def make_spark(topology: Topology):
     def factory():
         reporter(f"starting Spark ({topology.spark_master})")
-        from ..spark.session import spark_session
+        from sparksync.spark.session import spark_session
 
         return spark_session(topology.spark_master, conf=topology.spark.conf)
 

@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..conflict_view import list_conflicts, list_failed_changes
-from ..locks import DEFAULT_WAIT
-from ..merge.override import resolve_conflict
-from .common import DEFAULT_CONFIG_PATH, ConfigOption, LockTimeoutOption, console, handle_errors, load
+from sparksync.cli.common import DEFAULT_CONFIG_PATH, ConfigOption, LockTimeoutOption, console, handle_errors, load
+from sparksync.locks import DEFAULT_WAIT
+from sparksync.merge.conflicts.override import resolve_conflict
+from sparksync.merge.conflicts.view import list_conflicts, list_failed_changes
 
 
 @handle_errors

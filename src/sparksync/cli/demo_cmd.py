@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from ..demo.scenario import run_demo
-from .common import console, handle_errors, reporter
+from sparksync.cli.common import console, handle_errors, reporter
+from sparksync.demo.scenario import run_demo
 
 
 @handle_errors

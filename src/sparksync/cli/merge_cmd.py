@@ -7,11 +7,10 @@ import time
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from ..locks import DEFAULT_WAIT, LockBusy
-from ..merge.agent import DEFAULT_GENERATIONS_PER_BATCH, DirectionStats, MergeAgent, MergeOptions, MergeSummary
-from .common import (
+from sparksync.cli.common import (
     DEFAULT_CONFIG_PATH,
     ConfigOption,
     LockTimeoutOption,
@@ -22,6 +21,9 @@ from .common import (
     make_spark,
     reporter,
 )
+from sparksync.locks import DEFAULT_WAIT, LockBusy
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import DEFAULT_GENERATIONS_PER_BATCH, DirectionStats, MergeOptions, MergeSummary
 
 
 def _print(summary: MergeSummary) -> None:
@@ -44,7 +46,7 @@ def _print(summary: MergeSummary) -> None:
     for s in summary.subscriptions:
         for e in s.errors:
             text = str(e).removeprefix(f"{s.subscription}: ")      # a replica's error often names it already
-            console.print(f"[bold red]{s.subscription}:[/] {text}", highlight=False)
+            console.print(f"[bold red]{s.subscription}:[/] {escape(text)}", highlight=False)
 
 
 def _moved(st: DirectionStats) -> str:

@@ -7,14 +7,15 @@ from typing import Annotated
 
 import typer
 
-from ..dialects import connect
-from ..errors import ConfigurationError, NotInitialized
-from ..merge.evaluation import describe_partitions
-from ..merge.partitions import scheme_of
-from ..merge.tracking import published_articles
-from ..metadata import store
-from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load
-from .status_cmd import print_partitions
+from sparksync.cli.common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load
+from sparksync.cli.status_cmd import print_partitions
+from sparksync.dialects import connect
+from sparksync.errors import ConfigurationError, NotInitialized
+from sparksync.merge.partitions.evaluation import describe_partitions
+from sparksync.merge.partitions.scheme import scheme_of
+from sparksync.merge.tracking.articles import published_articles
+from sparksync.metadata import store
+from sparksync.metadata.records import PublicationRow
 
 
 @handle_errors
@@ -34,14 +35,13 @@ def partitions_command(
     with connect(topology.publisher_url, topology.publisher.name) as pub:
         store.require_metadata(pub)
         for p in pubs:
-            rows = store.select_rows(pub, "sysmergepublications", {"name": p.name})
-            if not rows:
+            prow = store.select_one(pub, PublicationRow, {"name": p.name})
+            if prow is None:
                 raise NotInitialized(f"publication {p.name} is not published; run 'sparksync setup'", obj=p.name)
-            articles = published_articles(pub, rows[0]["pubid"])
+            articles = published_articles(pub, prow.pubid)
             scheme = scheme_of(articles)
             if scheme.filtered:
-                out[p.name] = describe_partitions(pub, rows[0]["pubid"], articles, scheme,
-                                                  rows[0].get("use_partition_groups") in (None, 1))
+                out[p.name] = describe_partitions(pub, prow.pubid, articles, scheme, prow.precomputed)
     if as_json:
         console.print_json(json.dumps(out))
         return

@@ -12,13 +12,14 @@ from pathlib import Path
 import typer.main
 from typer.core import TyperGroup
 
+from sparksync.cli.app import app
+
 BEGIN = "<!-- BEGIN GENERATED: python -m sparksync.cli.reference -->"
 END = "<!-- END GENERATED -->"
 
 
 def render_reference() -> str:
     """Markdown: every command with its usage, summary and options (as ``--help`` prints them)."""
-    from .app import app
 
     group = typer.main.get_command(app)
     assert isinstance(group, TyperGroup)            # the app has subcommands

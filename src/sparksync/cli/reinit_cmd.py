@@ -6,9 +6,18 @@ from typing import Annotated
 
 import typer
 
-from ..locks import DEFAULT_WAIT
-from ..reinit import reinitialize
-from .common import DEFAULT_CONFIG_PATH, ConfigOption, LockTimeoutOption, console, handle_errors, load, make_spark, reporter
+from sparksync.cli.common import (
+    DEFAULT_CONFIG_PATH,
+    ConfigOption,
+    LockTimeoutOption,
+    console,
+    handle_errors,
+    load,
+    make_spark,
+    reporter,
+)
+from sparksync.locks import DEFAULT_WAIT
+from sparksync.reinit import reinitialize
 
 
 @handle_errors

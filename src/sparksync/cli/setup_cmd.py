@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from ..locks import DEFAULT_WAIT
-from ..provision import setup
-from .common import DEFAULT_CONFIG_PATH, ConfigOption, LockTimeoutOption, console, handle_errors, load, make_spark, reporter
+from sparksync.cli.common import (
+    DEFAULT_CONFIG_PATH,
+    ConfigOption,
+    LockTimeoutOption,
+    console,
+    handle_errors,
+    load,
+    make_spark,
+    reporter,
+)
+from sparksync.locks import DEFAULT_WAIT
+from sparksync.provision import setup
 
 
 @handle_errors

@@ -9,8 +9,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..status import gather_status
-from .common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load
+from sparksync.cli.common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load
+from sparksync.status import gather_status
 
 
 def _fmt(v) -> str:

@@ -7,13 +7,10 @@ import time
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from ..locks import DEFAULT_WAIT, LockBusy
-from ..transactional import tracer
-from ..transactional.agent import DistributeOptions, DistributeSummary, DistributionAgent
-from ..transactional.logreader import READ_BATCH, run_logreader
-from .common import (
+from sparksync.cli.common import (
     DEFAULT_CONFIG_PATH,
     ConfigOption,
     LockTimeoutOption,
@@ -24,6 +21,12 @@ from .common import (
     make_spark,
     reporter,
 )
+from sparksync.locks import DEFAULT_WAIT, LockBusy
+from sparksync.merge.publish import schema_change as merge_schema_change
+from sparksync.transactional import tracer
+from sparksync.transactional.agent import DistributeOptions, DistributeSummary, DistributionAgent
+from sparksync.transactional.logreader import READ_BATCH, run_logreader
+from sparksync.transactional.schema_change import change
 
 Continuous = Annotated[bool, typer.Option("--continuous", help="Keep running: a round right after a round that "
                                                                 "found work, else after the polling interval.")]
@@ -109,7 +112,7 @@ def _print_distribution(summary: DistributeSummary) -> None:
                               f"error {e['error_code']}: {e['message']}", highlight=False)
         if not s.ok:
             text = s.message.removeprefix(f"{s.subscription}: ")      # a replica's error often names it already
-            console.print(f"[bold red]{s.subscription}:[/] {text}", highlight=False)
+            console.print(f"[bold red]{s.subscription}:[/] {escape(text)}", highlight=False)
 
 
 @handle_errors
@@ -192,12 +195,10 @@ def schema_change_command(
     lock_timeout: LockTimeoutOption = DEFAULT_WAIT,
 ) -> None:
     """Add or drop a column of a published table; the change reaches subscribers in order with the data."""
-    from ..merge import schema_changes
-    from ..transactional.schema_change import change
 
     topology = load(config)
     if topology.publication(publication).kind == "merge":
-        for line in schema_changes.change(topology, publication, article, add_column, drop_column):
+        for line in merge_schema_change.change(topology, publication, article, add_column, drop_column):
             console.print(f"{line} at the publisher; each subscriber's next merge replays it (triggers regenerated)",
                           highlight=False)
         return

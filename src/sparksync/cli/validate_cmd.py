@@ -9,9 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..locks import DEFAULT_WAIT
-from ..merge.validation import ValidationReport, repair, validate
-from .common import (
+from sparksync.cli.common import (
     DEFAULT_CONFIG_PATH,
     ConfigOption,
     LockTimeoutOption,
@@ -21,6 +19,10 @@ from .common import (
     make_spark,
     reporter,
 )
+from sparksync.locks import DEFAULT_WAIT
+from sparksync.validation.repair import repair
+from sparksync.validation.report import ValidationReport
+from sparksync.validation.subscriptions import validate
 
 SHOWN = 20          # differing rows printed per article (--json lists them all)
 

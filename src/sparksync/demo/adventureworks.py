@@ -12,10 +12,10 @@ import random
 from decimal import Decimal
 from typing import Any
 
-from ..dialects.model import Column, ForeignKey, TableInfo
-from ..dialects.replica import Replica
-from ..names import TableName
-from ..types import Kind, SqlType, decimal_type
+from sparksync.dialects.model import Column, ForeignKey, TableInfo
+from sparksync.dialects.replica import Replica
+from sparksync.names import TableName
+from sparksync.types import Kind, SqlType, decimal_type
 
 _INT, _SMALL = SqlType(Kind.INTEGER), SqlType(Kind.SMALLINT)
 _TS, _DATE, _BOOL = SqlType(Kind.TIMESTAMP), SqlType(Kind.DATE), SqlType(Kind.BOOLEAN)

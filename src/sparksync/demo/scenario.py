@@ -23,14 +23,27 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from ..dialects import connect
-from ..progress import Reporter
-from ..provision import setup
-from ..topology import load_config
-from .adventureworks import article_names, create_demo_database
+from sparksync.cli.merge_cmd import _print
+from sparksync.cli.partitions_cmd import partitions_command
+from sparksync.cli.status_cmd import status_command
+from sparksync.cli.transactional_cmds import _print_distribution
+from sparksync.demo.adventureworks import article_names, create_demo_database
+from sparksync.dialects import connect
+from sparksync.merge.conflicts.view import list_conflicts
+from sparksync.merge.publish import schema_change as merge_schema_change
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
+from sparksync.progress import Reporter
+from sparksync.provision import setup
+from sparksync.topology import load_config
+from sparksync.transactional import tracer
+from sparksync.transactional.agent import DistributionAgent
+from sparksync.transactional.logreader import run_logreader
+from sparksync.validation.compare import compare_replicas, compare_transactional
+from sparksync.validation.subscriptions import validate
 
 if TYPE_CHECKING:
-    from ..merge.agent import MergeSummary
+    from sparksync.merge.session.summary import MergeSummary
 
 STORES = [("Store1", "global", 75.0, "M"), ("Store2", "global", 50.0, "R"), ("Store3", "local", None, "T")]
 TERRITORY_STORES = [("Northwest", "Northwest"), ("Canada", "Canada")]    # filtered: (subscription, host_name)
@@ -150,7 +163,7 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
 
     console.rule("[bold]2. sparksync setup: publish, track, snapshot (Spark), initialize three stores (Spark)")
     topology = load_config(cfg)
-    from ..spark.session import spark_session
+    from sparksync.spark.session import spark_session
 
     summary = setup(topology, lambda: spark_session(topology.spark_master, conf=topology.spark.conf), report)
     for r in summary.initialized:
@@ -179,28 +192,23 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
     console.print(f"Store3 ({via}): renamed product 3")
 
     console.rule("[bold]4. sparksync status: every change is tracked and waiting to be merged")
-    from ..cli.status_cmd import status_command
 
     with contextlib.suppress(SystemExit):
         status_command(cfg, False)
 
     console.rule("[bold]5. sparksync merge: upload from every store, then download to every store (Spark)")
-    from ..cli.merge_cmd import _print
-    from ..merge.agent import MergeAgent, MergeOptions
-    from ..spark.session import spark_session as _spark
+    from sparksync.spark.session import spark_session as _spark
 
     merged = MergeAgent(topology, _spark(topology.spark_master, conf=topology.spark.conf), report).run()
     _print(merged)
 
     console.rule("[bold]6. sparksync conflicts: how each conflict was resolved")
-    from ..conflict_view import list_conflicts
 
     for c in list_conflicts(topology):
         console.print(f"  {c['article']}: {c['conflict_type_name']} between {c['origin_datasource']} (lost) and "
                       f"{c['winner']} (won): {c['reason_text']}", highlight=False)
 
     console.rule("[bold]7. Every replica holds identical data")
-    from ..validate import compare_replicas
 
     diffs, rows = compare_replicas(topology, "Sales")
     if diffs:
@@ -209,9 +217,7 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
         console.print(f"[green]identical[/]: HQ and {len(STORES)} stores hold the same {rows} rows in "
                       f"{len(article_names(False))} tables")
     console.rule("[bold]7b. sparksync schema-change: a column added at HQ reaches every store")
-    from ..merge import schema_changes
-
-    for line in schema_changes.change(topology, "Sales", "Vendor", add="Website text"):
+    for line in merge_schema_change.change(topology, "Sales", "Vendor", add="Website text"):
         console.print(f"  HQ: {line}", highlight=False)
     with connect(f"sqlite:///{directory / 'hq.db'}") as hq:
         hq.execute('UPDATE "Vendor" SET "Website" = \'https://vendor1001.example\' WHERE "BusinessEntityID" = 1001')
@@ -228,11 +234,6 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
         _print_differences(console, diffs_after)
     diffs = diffs or diffs_after
     console.rule("[bold]8. Transactional replication: sparksync logreader, then sparksync distribute (Spark)")
-    from ..cli.transactional_cmds import _print_distribution
-    from ..transactional import tracer
-    from ..transactional.agent import DistributionAgent
-    from ..transactional.logreader import run_logreader
-    from ..validate import compare_transactional
 
     token = tracer.post(topology, "Reports")
     for run in run_logreader(topology, report=report):
@@ -280,10 +281,7 @@ def _partition_check(topology) -> list[str]:
 
 
 def _territories(console: Console, topology, report: Reporter) -> bool:
-    from ..cli.merge_cmd import _print
-    from ..cli.partitions_cmd import partitions_command
-    from ..merge.agent import MergeAgent, MergeOptions
-    from ..spark.session import spark_session
+    from sparksync.spark.session import spark_session
 
     console.rule("[bold]9. A filtered publication: each territory's store holds only its own customers")
     with contextlib.suppress(SystemExit):
@@ -309,7 +307,6 @@ def _territories(console: Console, topology, report: Reporter) -> bool:
     if not problems:
         console.print("[green]partitioned[/]: each territory store holds exactly its customers, their orders and "
                       "the orders' lines")
-    from ..merge.validation import validate
 
     validated = validate(topology, lambda: spark, "Territories", checksum=True)
     for sv in validated.subscriptions:

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
-from ..errors import ConfigurationError
-from ..redaction import redact
-from .base import Dialect
-from .replica import Replica
+from typing import TYPE_CHECKING
+
+from sparksync.dialects.protocols import Dialect
+from sparksync.dialects.replica import Replica
+from sparksync.errors import ConfigurationError
+from sparksync.redaction import redact
+
+if TYPE_CHECKING:
+    from sparksync.dialects.postgres.dialect import PostgresDialect
+    from sparksync.dialects.sqlite.dialect import SQLiteDialect
 
 
 def dialect_for_url(url: str) -> Dialect:
     scheme = url.split(":", 1)[0].lower()
     if scheme == "sqlite":
-        from .sqlite.dialect import SQLiteDialect
+        from sparksync.dialects.sqlite.dialect import SQLiteDialect
 
         return SQLiteDialect()
     if scheme in ("postgresql", "postgres"):
-        from .postgres.dialect import PostgresDialect
+        from sparksync.dialects.postgres.dialect import PostgresDialect
 
         return PostgresDialect()
     raise ConfigurationError(f"unsupported database URL {redact(url)!r}: use sqlite:/// or postgresql://")
@@ -24,6 +30,41 @@ def dialect_for_url(url: str) -> Dialect:
 def connect(url: str, label: str | None = None) -> Replica:
     """Open a replica database by URL."""
     return dialect_for_url(url).connect(url, label)
+
+
+if TYPE_CHECKING:
+    from sparksync.dialects.protocols import (
+        Catalog,
+        DataMovement,
+        Ddl,
+        Driver,
+        Files,
+        Locks,
+        MergeHooks,
+        MergeStaging,
+        Naming,
+        StagedRows,
+        TransactionalHooks,
+        ValueChecks,
+    )
+
+    def _satisfies_every_protocol(d: SQLiteDialect | PostgresDialect) -> None:
+        """Never run: mypy checks that each dialect is each concern's protocol (and so a ``Dialect``)."""
+        driver: Driver = d
+        naming: Naming = d
+        catalog: Catalog = d
+        ddl: Ddl = d
+        data_movement: DataMovement = d
+        staged_rows: StagedRows = d
+        merge_staging: MergeStaging = d
+        merge_hooks: MergeHooks = d
+        transactional: TransactionalHooks = d
+        files: Files = d
+        locks: Locks = d
+        value_checks: ValueChecks = d
+        dialect: Dialect = d
+        del driver, naming, catalog, ddl, data_movement, staged_rows, merge_staging, merge_hooks, transactional
+        del files, locks, value_checks, dialect
 
 
 __all__ = ["connect", "dialect_for_url"]

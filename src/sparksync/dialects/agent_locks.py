@@ -51,7 +51,7 @@ class LockHolder:
 
 
 class AgentLock(Protocol):
-    """One named lock in one database (made by ``Dialect.agent_lock``)."""
+    """One named lock in one database (made by ``Locks.agent_lock``)."""
 
     def try_acquire(self, holder: LockHolder) -> bool:
         """Take the lock if it is free (never waits); True when this process now holds it."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..names import TableName
-from ..types import SqlType
+from sparksync.errors import ConfigurationError
+from sparksync.names import TableName, check_identifier
+from sparksync.types import SqlType
 
 
 @dataclass(frozen=True)
@@ -116,3 +117,29 @@ def table_drift(expected: TableInfo, actual: TableInfo) -> list[str]:
     for what, cols in (("missing column", missing), ("unexpected column", extra), ("changed type of column", wrong)):
         out += [f"{what} {c}" for c in cols]
     return out
+
+
+def parse_column_definition(text: str, where: str) -> tuple[str, str]:
+    """``--add-column`` text -> (name, type). One column with a type and nothing else: a second
+    statement, NOT NULL, DEFAULT, PRIMARY KEY, CHECK, REFERENCES or COLLATE are refused (a replicated
+    schema change adds a plain nullable column), never silently dropped."""
+    import sqlglot
+    from sqlglot import exp
+
+    usage = f"{where}: --add-column takes 'name type', e.g. 'Email varchar(100)'"
+    if text.split():
+        check_identifier(text.split()[0], "column name")     # a quote or a control character: said as such
+    try:
+        statements = sqlglot.parse(f"CREATE TABLE t ({text})", read="postgres")
+    except sqlglot.errors.SqlglotError:
+        raise ConfigurationError(f"{usage}; {text!r} is not one column definition") from None
+    columns = statements[0].this.expressions if len(statements) == 1 and statements[0] else []
+    if len(columns) != 1 or not isinstance(columns[0], exp.ColumnDef) or columns[0].args.get("kind") is None:
+        raise ConfigurationError(f"{usage}; {text!r} is not one column definition")
+    column = columns[0]
+    constraints = column.args.get("constraints") or []
+    if constraints:
+        what = ", ".join(c.sql("postgres") for c in constraints)
+        raise ConfigurationError(f"{where}: --add-column {text!r}: {what} is not replicated; a schema change adds a "
+                                 "nullable column with a type and nothing else")
+    return column.name, column.args["kind"].sql("postgres")

@@ -7,13 +7,13 @@ import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConnectionFailed, SparksyncError
-from ..names import TableName
-from ..redaction import redact
-from .model import TableInfo
+from sparksync.dialects.model import TableInfo
+from sparksync.errors import ConnectionFailed, SparksyncError
+from sparksync.names import TableName
+from sparksync.redaction import redact
 
 if TYPE_CHECKING:
-    from .base import Dialect
+    from sparksync.dialects.protocols import Dialect
 
 
 IN_LIST = 500     # values bound in one IN (...) list: far below every driver's parameter limit

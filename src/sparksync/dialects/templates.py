@@ -7,7 +7,7 @@ from pathlib import Path
 
 import jinja2
 
-from ..names import quote_ident, quote_literal
+from sparksync.names import quote_ident, quote_literal
 
 _ROOT = Path(__file__).parent
 STATEMENT_SEPARATOR = "-- statement"

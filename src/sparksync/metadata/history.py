@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from ..dialects.replica import Replica
+from sparksync.dialects.replica import Replica
 
 
 def agent_state(replica: Replica, table: str, where: str, params: Sequence[Any], ok: tuple[str, ...]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..types import Kind, SqlType
+from sparksync.types import Kind, SqlType
 
 # 2: MSmerge_articlehistory.duration; 3: MSmerge_failed_changes.row_key, column_name, value;
 # 4: filtered publications (article filters, subscription partitions, partition groups and mappings);

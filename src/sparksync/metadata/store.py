@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from ..dialects.replica import Replica
-from ..errors import MetadataVersionError, NotInitialized
-from ..types import Kind
-from .schema import DISTRIBUTION, MERGE, TABLE_SETS, TABLES_BY_NAME, MetaTable, TableSet
+from sparksync.dialects.replica import Replica
+from sparksync.errors import MetadataVersionError, NotInitialized
+from sparksync.metadata.records import Record, ReplicaRow, Role
+from sparksync.metadata.schema import DISTRIBUTION, MERGE, TABLE_SETS, TABLES_BY_NAME, MetaTable, TableSet
+from sparksync.types import Kind
 
 
 def utcnow() -> dt.datetime:
@@ -178,6 +180,9 @@ def to_param(replica: Replica, kind: Kind, value: Any) -> Any:
     """A metadata value as this driver takes it as a parameter."""
     if value is None:
         return None
+    if isinstance(value, enum.Enum):
+        # a code: its integer or text (psycopg would adapt an Enum by its name)
+        value = value.value
     if kind is Kind.JSON:
         return replica.dialect.json_param(value)
     if kind is Kind.UUID:
@@ -218,7 +223,7 @@ def insert_rows(replica: Replica, table: str, columns: Sequence[str], rows: Iter
     replica.executemany(sql, ([to_param(replica, k, v) for k, v in zip(ks, r)] for r in rows))
 
 
-def _where(replica: Replica, table: str, where: dict[str, Any]) -> tuple[str, list]:
+def _where(replica: Replica, table: str, where: Mapping[str, Any]) -> tuple[str, list]:
     if not where:
         return "", []
     d, kinds = replica.dialect, _kinds(table)
@@ -232,7 +237,7 @@ def _where(replica: Replica, table: str, where: dict[str, Any]) -> tuple[str, li
     return " WHERE " + " AND ".join(parts), params
 
 
-def update_rows(replica: Replica, table: str, values: dict[str, Any], where: dict[str, Any]) -> None:
+def update_rows(replica: Replica, table: str, values: Mapping[str, Any], where: Mapping[str, Any]) -> None:
     d, kinds = replica.dialect, _kinds(table)
     sets = ", ".join(f"{d.quote(c)} = {replica.p}" for c in values)
     w, wp = _where(replica, table, where)
@@ -240,19 +245,65 @@ def update_rows(replica: Replica, table: str, values: dict[str, Any], where: dic
                     [to_param(replica, kinds[c], v) for c, v in values.items()] + wp)
 
 
-def delete_rows(replica: Replica, table: str, where: dict[str, Any]) -> None:
+def delete_rows(replica: Replica, table: str, where: Mapping[str, Any]) -> None:
     w, wp = _where(replica, table, where)
     replica.execute(f"DELETE FROM {replica.dialect.metadata_table_sql(table)}{w}", wp)
 
 
-def select_rows(replica: Replica, table: str, where: dict[str, Any] | None = None,
-                order_by: Sequence[str] = ()) -> list[dict[str, Any]]:
+def _select(replica: Replica, table: str, where: Mapping[str, Any] | None,
+            order_by: Sequence[str]) -> tuple[list[str], list[Kind], list[tuple[Any, ...]]]:
     d, kinds = replica.dialect, _kinds(table)
     cols = list(kinds)
     w, wp = _where(replica, table, where or {})
     order = (" ORDER BY " + ", ".join(d.quote(c) for c in order_by)) if order_by else ""
     rows = replica.query(f"SELECT {', '.join(d.quote(c) for c in cols)} FROM {d.metadata_table_sql(table)}{w}{order}", wp)
-    return [{c: _from_db(kinds[c], v) for c, v in zip(cols, r)} for r in rows]
+    return cols, [kinds[c] for c in cols], rows
+
+
+def select_rows(replica: Replica, table: str, where: dict[str, Any] | None = None,
+                order_by: Sequence[str] = ()) -> list[dict[str, Any]]:
+    cols, ks, rows = _select(replica, table, where, order_by)
+    return [{c: _from_db(k, v) for c, k, v in zip(cols, ks, r)} for r in rows]
+
+
+# -- typed rows (metadata/records.py) ------------------------------------------------------------------
+
+R = TypeVar("R", bound=Record)
+
+
+def select(replica: Replica, cls: type[R], where: Mapping[str, Any] | None = None,
+           order_by: Sequence[str] = ()) -> list[R]:
+    """The rows of ``cls``'s table matching ``where`` (column -> value; None: IS NULL)."""
+    _, ks, rows = _select(replica, cls.TABLE, where, order_by)
+    return [cls.from_values([_from_db(k, v) for k, v in zip(ks, r)]) for r in rows]
+
+
+def select_one(replica: Replica, cls: type[R], where: Mapping[str, Any] | None = None,
+               order_by: Sequence[str] = ()) -> R | None:
+    """The first row of ``select``, or None."""
+    rows = select(replica, cls, where, order_by)
+    return rows[0] if rows else None
+
+
+def insert(replica: Replica, row: Record) -> None:
+    insert_row(replica, row.TABLE, row.to_dict())
+
+
+def _check_columns(cls: type[Record], names: Iterable[str]) -> None:
+    unknown = set(names) - set(cls.columns())
+    if unknown:
+        raise KeyError(f"{cls.TABLE} has no column {', '.join(sorted(unknown))}")
+
+
+def update(replica: Replica, cls: type[Record], values: Mapping[str, Any], where: Mapping[str, Any]) -> None:
+    """Set ``values`` (column -> value) in the rows of ``cls``'s table matching ``where``."""
+    _check_columns(cls, [*values, *where])
+    update_rows(replica, cls.TABLE, dict(values), dict(where))
+
+
+def delete(replica: Replica, cls: type[Record], where: Mapping[str, Any]) -> None:
+    _check_columns(cls, where)
+    delete_rows(replica, cls.TABLE, dict(where))
 
 
 # -- replica identity --------------------------------------------------------------------------------
@@ -262,32 +313,31 @@ class ReplicaIdentity:
     replica_id: str
     nickname: int
     name: str
-    role: str
+    role: Role
 
 
 def replica_identity(replica: Replica) -> ReplicaIdentity | None:
-    rows = select_rows(replica, "MSmerge_replica", {"id": 1})
-    if not rows:
+    r = select_one(replica, ReplicaRow, {"id": 1})
+    if r is None:
         return None
-    r = rows[0]
-    return ReplicaIdentity(r["replica_id"], r["replnickname"], r["name"], r["role"])
+    return ReplicaIdentity(r.replica_id, r.replnickname, r.name, r.role)
 
 
 def note_nickname(replica: Replica, nickname: int) -> None:
     """The publisher gave (or gave once) ``nickname``: never give it again."""
-    rows = select_rows(replica, "MSmerge_replica", {"id": 1})
-    if rows and int(rows[0].get("max_nickname") or 0) < nickname:
-        update_rows(replica, "MSmerge_replica", {"max_nickname": nickname}, {"id": 1})
+    r = select_one(replica, ReplicaRow, {"id": 1})
+    if r is not None and (r.max_nickname or 0) < nickname:
+        update(replica, ReplicaRow, {"max_nickname": nickname}, {"id": 1})
 
 
 def next_nickname(replica: Replica) -> int:
     """A replica nickname the publisher never gave."""
-    rows = select_rows(replica, "MSmerge_replica", {"id": 1})
+    r = select_one(replica, ReplicaRow, {"id": 1})
     given = int(replica.scalar(f"SELECT coalesce(max(replnickname), 1) FROM {replica.meta('sysmergesubscriptions')}") or 1)
-    return max(given, int((rows[0].get("max_nickname") if rows else None) or 0)) + 1
+    return max(given, (r.max_nickname if r is not None else None) or 0) + 1
 
 
-def set_replica_identity(replica: Replica, *, nickname: int, name: str, role: str,
+def set_replica_identity(replica: Replica, *, nickname: int, name: str, role: Role,
                          replica_id: str | None = None) -> ReplicaIdentity:
     """Record who this database is. A database keeps its nickname once it has one."""
     current = replica_identity(replica)
@@ -298,6 +348,5 @@ def set_replica_identity(replica: Replica, *, nickname: int, name: str, role: st
                 f"and cannot also be {name!r} (nickname {nickname})", obj=replica.label)
         return current
     rid = replica_id or new_guid()
-    insert_row(replica, "MSmerge_replica", {"id": 1, "replica_id": rid, "replnickname": nickname, "name": name,
-                                            "role": role, "applying": 0})
-    return ReplicaIdentity(rid, nickname, name, role)
+    insert(replica, ReplicaRow(id=1, replica_id=rid, replnickname=nickname, name=name, role=role, applying=0))
+    return ReplicaIdentity(rid, nickname, name, Role(role))

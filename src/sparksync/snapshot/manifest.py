@@ -21,7 +21,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import SnapshotError
+from sparksync.errors import SnapshotError
 
 MANIFEST = "manifest.json"
 CURRENT = "CURRENT"

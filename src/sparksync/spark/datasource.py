@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from .reads import ReadPartition, ReadPlan, read_partition
+from sparksync.spark.reads import ReadPartition, ReadPlan, read_partition
 
 
 class ReplicaSource(DataSource):

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from functools import wraps
 from typing import TypeVar
 
-from ..errors import ErrorInfo, ReportedError, SparksyncError
+from sparksync.errors import ErrorInfo, ReportedError, SparksyncError
 
 _TAG = "sparksync-error"
 _TAGGED = re.compile(r"\[" + _TAG + r" (\{.*\})\]\s*$", re.MULTILINE)

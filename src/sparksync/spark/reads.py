@@ -26,8 +26,10 @@ import importlib
 import json
 from dataclasses import asdict, dataclass, field
 
-from ..errors import ErrorInfo
-from .failures import TaskFailed, reporting_failures
+from sparksync.dialects import connect
+from sparksync.errors import ErrorInfo
+from sparksync.spark.failures import TaskFailed, reporting_failures
+from sparksync.types import SqlType, ValueError_, rows_to_record_batch
 
 FETCH_ROWS = 10_000
 
@@ -62,7 +64,6 @@ class ReadPlan:
         return cls([ReadPartition(**d) for d in json.loads(text)])
 
     def spark_schema(self) -> str:
-        from ..types import SqlType
 
         if self.partitions[0].schema:
             return self.partitions[0].schema
@@ -73,7 +74,6 @@ class ReadPlan:
 @reporting_failures
 def read_partition(partition: ReadPartition, arrow_schema):
     """One partition's rows, as Arrow batches of ``arrow_schema`` (inside a Spark task)."""
-    from ..types import SqlType, ValueError_, rows_to_record_batch
 
     if partition.reader:
         module, _, function = partition.reader.partition(":")
@@ -97,7 +97,6 @@ def read_rows(partition: ReadPartition):
 def stream_rows(partition: ReadPartition):
     """The partition's query, in chunks of rows, on a connection of its own; a failure is the
     dialect's typed error (callers inside a task decide how it crosses Spark)."""
-    from ..dialects import connect
 
     replica = connect(partition.url, partition.label or None)
     try:

@@ -9,9 +9,12 @@ packed virtual environment) and reach the SQLite files and snapshot folder (shar
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 from pathlib import Path
+
+from sparksync.errors import SparkUnavailable
 
 _lock = threading.Lock()
 
@@ -31,10 +34,17 @@ DEFAULT_CONF = {
 
 def spark_session(master: str | None = None, app_name: str = "sparksync", conf: dict[str, str] | None = None):
     """Return the process's SparkSession, creating it on first use."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise SparkUnavailable("this command runs Spark jobs and pyspark is not installed here: install the "
+                               "publisher side with pip install 'sparksync[spark]' (and Java 17 or newer)") from None
+    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+        raise SparkUnavailable("this command runs Spark jobs and no Java is found (neither JAVA_HOME nor java on the "
+                               "PATH): install Java 17 or newer")
     os.environ["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON") or sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
-    from pyspark.sql import SparkSession
 
     with _lock:
         active = SparkSession.getActiveSession()
@@ -49,7 +59,7 @@ def spark_session(master: str | None = None, app_name: str = "sparksync", conf: 
             builder = builder.config(k, v)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
-        from .datasource import ReplicaSource
+        from sparksync.spark.datasource import ReplicaSource
 
         spark.dataSource.register(ReplicaSource)
         return spark

@@ -16,19 +16,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import locks
-from ..config import Topology
-from ..dialects import connect, dialect_for_url
-from ..errors import ErrorInfo, NotInitialized, SparksyncError
-from ..metadata import store
-from ..progress import ProgressListener, Reporter, driver_host, silent
-from ..redaction import redact
-from ..spark.reads import ReadPartition, ReadPlan, map_partitions
-from ..types import Kind, SqlType
-from . import distribution as dst
-from .deliver import RESULT_SCHEMA, DeliveryContext, DeliveryResult, SubscriptionTarget
-from .subscriber import article_targets, position
-from .task import make_mapper
+from sparksync import locks
+from sparksync.config import Topology
+from sparksync.dialects import connect, dialect_for_url
+from sparksync.errors import ErrorInfo, NotInitialized, SparksyncError
+from sparksync.metadata import store
+from sparksync.metadata.records import DistSubscriptionStatus
+from sparksync.progress import ProgressListener, Reporter, driver_host, silent
+from sparksync.redaction import redact
+from sparksync.spark.reads import ReadPartition, ReadPlan, map_partitions
+from sparksync.transactional import distribution as dst
+from sparksync.transactional.deliver import RESULT_SCHEMA, DeliveryContext, DeliveryResult, SubscriptionTarget
+from sparksync.transactional.subscriber import article_targets, position
+from sparksync.transactional.task import make_mapper
+from sparksync.types import Kind, SqlType
 
 COMMAND_COLUMNS = [[name, SqlType(kind).to_dict()] for name, kind in (
     ("subscription", Kind.TEXT), ("xact_seqno", Kind.BIGINT), ("command_id", Kind.INTEGER),
@@ -124,10 +125,10 @@ class DistributionAgent:
         for s in subs:
             run = runs[s.name] = SubscriptionRun(s.name, publication=p.name)
             r = rows.get(s.name)
-            if r is None or r.status == 0:
+            if r is None or r.status is DistSubscriptionStatus.INITIALIZING:
                 run.fail(NotInitialized(f"subscription {s.name} is not initialized; run 'sparksync setup'", obj=s.name))
                 continue
-            if r.status == 2:
+            if r.status is DistSubscriptionStatus.INACTIVE:
                 run.fail(SparksyncError(f"subscription {s.name}: {r.message}", obj=s.name))
                 continue
             url = topo.resolve_url(s.database)
@@ -150,7 +151,7 @@ class DistributionAgent:
         if targets and bound is not None:        # (targets: only when something is pending below bound)
             ctx = DeliveryContext(p.name, p.publication_id, targets)
             for res in self._spark(dist, p, ctx, starts, bound):
-                runs[res["subscription"]].read_row(res)
+                runs[res.subscription].take(res)
         return list(runs.values())
 
     def _position(self, url: str, subscription: str, publication: str) -> int:
@@ -162,7 +163,8 @@ class DistributionAgent:
                                  f"--subscription {subscription}'", obj=subscription)
         return at
 
-    def _spark(self, dist, p: dst.Publication, ctx: DeliveryContext, starts: dict[str, int], bound: int) -> list[dict]:
+    def _spark(self, dist, p: dst.Publication, ctx: DeliveryContext, starts: dict[str, int],
+               bound: int) -> list[DeliveryResult]:
         """One task per subscription reads its pending commands, in order, and applies them
         (``map_partitions``: no Data Source planning, the commands never pass through the JVM):
         subscriptions are delivered in parallel, each in commit order."""
@@ -176,7 +178,7 @@ class DistributionAgent:
             ctx.progress = listener.address
             # each task reads its subscription's commands itself: they never travel through the JVM
             rows = map_partitions(spark, ReadPlan(parts), make_mapper(ctx), RESULT_SCHEMA)
-            return [r.asDict() for r in rows.collect()]
+            return [DeliveryResult.from_row(r.asDict(recursive=True)) for r in rows.collect()]
 
     def _progress_line(self, e: dict) -> None:
         secs = float(e.get("seconds") or 0)

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..dialects.replica import Replica
-from ..errors import RowNotFound
-from ..ordering import dri_order
-from ..types import SqlType
-from .subscriber import ArticleTarget, Command
+from sparksync.dialects.replica import Replica
+from sparksync.errors import RowNotFound
+from sparksync.ordering import dri_order
+from sparksync.transactional.subscriber import ArticleTarget, Command
+from sparksync.types import SqlType
 
 STAGED = "sparksync_tx_staged"
 MIN_COMMANDS = 20           # below this a few executemany runs cost less than staging

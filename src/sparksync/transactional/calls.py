@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidNameError
-from ..names import MAX_IDENTIFIER_LENGTH, TableName
+from sparksync.errors import InvalidNameError
+from sparksync.names import MAX_IDENTIFIER_LENGTH, TableName
 
 OP_WORDS = {"ins": "insert", "upd": "update", "del": "delete"}
 PROCEDURE_SYNTAXES = ("CALL", "SCALL", "MCALL", "XCALL")

@@ -32,25 +32,49 @@ import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, TypedDict, cast, get_type_hints
 
-from .. import failpoints
-from ..dialects import connect
-from ..dialects.replica import Replica
-from ..errors import ErrorInfo, SparksyncError
-from ..metadata import store
-from ..progress import send_progress
-from ..redaction import redact
-from ..retry import with_retries
-from ..spark.results import result_columns
-from .bulk import BulkApplier
-from .capture import seen_by_snapshot
-from .subscriber import Applier, ArticleTarget, Command, error_number, skippable
+from sparksync import failpoints
+from sparksync.dialects import connect
+from sparksync.dialects.model import from_table_dict
+from sparksync.dialects.replica import Replica
+from sparksync.errors import ErrorInfo, SparksyncError
+from sparksync.metadata import store
+from sparksync.metadata.records import DeliveryMarkRow, SubscriptionArticleRow
+from sparksync.progress import send_progress
+from sparksync.redaction import redact
+from sparksync.retry import with_retries
+from sparksync.spark.results import ERROR_TYPE, result_columns, spark_struct
+from sparksync.transactional.bulk import BulkApplier
+from sparksync.transactional.capture import seen_by_snapshot
+from sparksync.transactional.subscriber import Applier, ArticleTarget, Command, error_number, schema_change, skippable
+
+
+class CommandError(TypedDict):
+    """A command that failed at the subscriber (``MSrepl_errors``): skipped, or what stopped the delivery."""
+
+    xact_seqno: int
+    command_id: int
+    article_id: int | None
+    error_code: str                   # SQL Server's error number, else the database's own code
+    native_code: str | None
+    message: str
+    skipped: bool
+
+
+class TokenDelivered(TypedDict):
+    """A tracer token delivered to the subscriber, and when (ISO 8601)."""
+
+    tracer_id: str
+    subscriber_commit: str
+
 
 RESULT_SCHEMA = ("subscription STRING, status STRING, transactions BIGINT, commands BIGINT, batches BIGINT, "
-                 "parallel BIGINT, fallbacks BIGINT, skipped BIGINT, first_seqno BIGINT, last_seqno BIGINT, errors STRING, "
-                 "tokens STRING, message STRING, seconds DOUBLE, error STRING")
+                 "parallel BIGINT, fallbacks BIGINT, skipped BIGINT, first_seqno BIGINT, last_seqno BIGINT, "
+                 f"errors ARRAY<{spark_struct(get_type_hints(CommandError))}>, "
+                 f"tokens ARRAY<{spark_struct(get_type_hints(TokenDelivered))}>, message STRING, seconds DOUBLE, "
+                 f"error {ERROR_TYPE}")
 RESULT_COLUMNS = result_columns(RESULT_SCHEMA)
 STREAM_LOCK_TIMEOUT = "2s"      # a stream waiting on another stream's lock gives up: the batch falls back
 
@@ -90,8 +114,8 @@ class DeliveryResult:
     skipped: int = 0
     first_seqno: int | None = None
     last_seqno: int | None = None
-    errors: list[dict] = field(default_factory=list)
-    tokens: list[dict] = field(default_factory=list)
+    errors: list[CommandError] = field(default_factory=list)
+    tokens: list[TokenDelivered] = field(default_factory=list)
     message: str = ""
     seconds: float = 0.0
     error: ErrorInfo | None = None           # what stopped the delivery (status "error")
@@ -101,22 +125,27 @@ class DeliveryResult:
         self.status, self.message = "error", redact(message if message is not None else info.message)
         self.error = ErrorInfo(info.code, self.message, info.obj, info.transient)
 
-    def row(self) -> dict:
+    def row(self) -> dict[str, Any]:
+        """The task's result row (``RESULT_SCHEMA``): errors and tokens as lists of structs, the error a struct."""
         out = {k: getattr(self, k) for k in RESULT_COLUMNS}
-        out["errors"] = json.dumps(self.errors, default=str)
-        out["tokens"] = json.dumps(self.tokens, default=str)
-        out["error"] = json.dumps(self.error.to_dict()) if self.error else None
+        out["error"] = self.error.to_dict() if self.error else None
         return out
 
-    def read_row(self, row: dict) -> None:
-        """Take the fields of a result row (``row()``), on the driver."""
-        for k, v in row.items():
-            if k in ("errors", "tokens"):
-                v = json.loads(v or "[]")
-            elif k == "error":
-                v = ErrorInfo.from_dict(json.loads(v)) if v else None
-            if v is not None:
-                setattr(self, k, v)
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> DeliveryResult:
+        """A result row (``row()``; its structs as dicts, e.g. ``Row.asDict(recursive=True)``), on the driver."""
+        values = {k: row[k] for k in RESULT_COLUMNS}
+        values["errors"] = cast("list[CommandError]", list(row["errors"] or ()))       # typed by RESULT_SCHEMA
+        values["tokens"] = cast("list[TokenDelivered]", list(row["tokens"] or ()))
+        values["error"] = ErrorInfo.from_dict(row["error"]) if row["error"] else None
+        return cls(**values)
+
+    def take(self, result: DeliveryResult) -> None:
+        """Take what a task reported (its fields that are set) into this one."""
+        for f in fields(DeliveryResult):
+            value = getattr(result, f.name)
+            if value is not None:
+                setattr(self, f.name, value)
 
 
 class StreamFailed(Exception):
@@ -173,23 +202,21 @@ class Delivery:
         """Each article's columns as they are at this subscriber (schema changes arrive in order)."""
         from dataclasses import replace
 
-        from ..dialects.model import from_table_dict
 
-        for r in store.select_rows(self.main, "MSsubscription_articles", self._key()):
-            t = self.sub.targets.get(r["article_id"])
+        for r in store.select(self.main, SubscriptionArticleRow, self._key()):
+            t = self.sub.targets.get(r.article_id)
             if t is not None:
-                info = from_table_dict(r["table_schema"])
+                info = from_table_dict(r.table_schema)
                 self.sub.targets[t.article_id] = replace(
                     t, columns=tuple((c.name, c.type.to_dict()) for c in info.columns), key=tuple(info.primary_key))
 
     def _schema_change(self, replica: Replica, c: Command) -> ArticleTarget:
-        from .subscriber import schema_change
 
         content = json.loads(c.after or "{}")
         new, _ = schema_change(replica, self.sub.targets[c.article_id], content)
         self.sub.targets[c.article_id] = new
-        store.update_rows(replica, "MSsubscription_articles", {"table_schema": content["table_schema"]},
-                          {**self._key(), "article_id": c.article_id})
+        store.update(replica, SubscriptionArticleRow, {"table_schema": content["table_schema"]},
+                     {**self._key(), "article_id": c.article_id})
         self.schema_changed = True
         return new
 
@@ -201,13 +228,13 @@ class Delivery:
         return k
 
     def _read_watermarks(self) -> dict[int, int]:
-        rows = store.select_rows(self.main, "MSreplication_subscriptions", self._key())
+        rows = store.select(self.main, DeliveryMarkRow, self._key())
         if not rows:
             raise SparksyncError(f"subscription {self.sub.name}: {self.main.label} has no record of publication "
                                  f"{self.ctx.publication}: its database was lost, emptied or replaced; run "
                                  f"'sparksync reinit --subscription {self.sub.name}'", obj=self.sub.name)
-        self.stored_streams = max(r["streams"] for r in rows)
-        return {r["stream"]: r["transaction_timestamp"] for r in rows}
+        self.stored_streams = max(r.streams for r in rows)
+        return {r.stream: r.transaction_timestamp for r in rows}
 
     def _write_watermarks(self, replica: Replica, hi: int, streams: list[int], all_streams: bool = False) -> None:
         """Move the given streams' watermark rows to ``hi`` (never back). ``all_streams``: the batch was
@@ -220,12 +247,12 @@ class Delivery:
         for k in streams:
             key = self._key(k)
             if k in self.watermarks:
-                store.update_rows(replica, "MSreplication_subscriptions", {
+                store.update(replica, DeliveryMarkRow, {
                     "transaction_timestamp": max(hi, self.watermarks[k]), "time": now, "streams": self.sub.streams}, key)
             else:
-                store.insert_row(replica, "MSreplication_subscriptions", {
-                    **key, "publisher": self.sub.publisher, "streams": self.sub.streams, "transaction_timestamp": hi,
-                    "time": now})
+                store.insert(replica, DeliveryMarkRow(
+                    publication=self.ctx.publication, subscription=self.sub.name, stream=k,
+                    publisher=self.sub.publisher, streams=self.sub.streams, transaction_timestamp=hi, time=now))
 
     def _recover_streams(self) -> None:
         """Streams apart after a crash between their commits: commands up to ``behind_to`` may be
@@ -296,7 +323,7 @@ class Delivery:
             lost = self.main.revive() or lost
             self.main.dialect.restore_commit_durability(self.main)
             with self.main.transaction():
-                store.update_rows(self.main, "MSreplication_subscriptions", {"time": store.utcnow()}, self._key(0))
+                store.update(self.main, DeliveryMarkRow, {"time": store.utcnow()}, self._key(0))
             if lost:    # a new connection's synchronous commit covers the earlier commits the server still has
                 self._check_kept(self.result.last_seqno or 0)
 
@@ -383,8 +410,8 @@ class Delivery:
         res.first_seqno = batch[0][0] if res.first_seqno is None else res.first_seqno
         res.last_seqno = hi
         now = store.utcnow()
-        res.tokens += [{"tracer_id": json.loads(c.after or "{}")["tracer_id"], "subscriber_commit": now.isoformat()}
-                     for c in commands if c.type == "token"]
+        res.tokens += [TokenDelivered(tracer_id=json.loads(c.after or "{}")["tracer_id"],
+                                      subscriber_commit=now.isoformat()) for c in commands if c.type == "token"]
         failpoints.hit("distribute.after_commit", f"{self.sub.name}:{seq}")
         send_progress(self.ctx.progress, {"publication": self.ctx.publication, "subscription": self.sub.name,
                                           "batch": seq + 1, "transactions": len(batch), "commands": len(commands),
@@ -548,10 +575,10 @@ class CommandFailed(SparksyncError):
         self.transient = error.transient        # a deadlock or a lock timeout: the batch is tried again
 
 
-def _error(c: Command, e: SparksyncError, skipped: bool) -> dict:
-    return {"xact_seqno": c.xact_seqno, "command_id": c.command_id, "article_id": c.article_id,
-            "error_code": error_number(e), "native_code": getattr(e, "native_code", None), "message": redact(e.message),
-            "skipped": skipped}
+def _error(c: Command, e: SparksyncError, skipped: bool) -> CommandError:
+    return CommandError(xact_seqno=c.xact_seqno, command_id=c.command_id, article_id=c.article_id,
+                        error_code=error_number(e), native_code=getattr(e, "native_code", None),
+                        message=redact(e.message), skipped=skipped)
 
 
 # -- the Spark task --------------------------------------------------------------------------------

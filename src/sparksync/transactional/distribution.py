@@ -11,15 +11,16 @@ the distributor's copy, used for retention cleanup.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..dialects.replica import Replica
-from ..errors import NotInitialized
-from ..metadata import store
-from ..metadata.schema import DISTRIBUTION
-from ..types import Kind, SqlType
+from sparksync.dialects.replica import Replica
+from sparksync.errors import NotInitialized
+from sparksync.metadata import store
+from sparksync.metadata.records import DistArticleRow, DistPublicationRow, DistSubscriptionRow, DistSubscriptionStatus
+from sparksync.metadata.schema import DISTRIBUTION
+from sparksync.types import Kind, SqlType
 
 COMMAND_COLUMNS = ("publication_id", "xact_seqno", "command_id", "article_id", "type", "origin", "after", "before",
                    "rowhash")
@@ -48,10 +49,14 @@ class Subscription:
     publication_id: str
     subscription: str
     subscriber: str
-    status: int                # 0 initializing, 1 active, 2 inactive (reinitialize)
+    status: DistSubscriptionStatus
     sync_point: dict | None
     delivered_seqno: int | None
     message: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.status is DistSubscriptionStatus.ACTIVE
 
 
 @dataclass
@@ -62,7 +67,7 @@ class Publication:
     slot: str | None
     pg_publication: str | None
     logreader_seqno: int | None
-    articles: list[dict] = field(default_factory=list)
+    articles: list[DistArticleRow] = field(default_factory=list)
 
 
 def install(dist: Replica) -> None:
@@ -75,13 +80,11 @@ def require(dist: Replica) -> None:
 
 
 def publication(dist: Replica, name: str) -> Publication | None:
-    rows = store.select_rows(dist, "MSpublications", {"name": name})
-    if not rows:
+    r = store.select_one(dist, DistPublicationRow, {"name": name})
+    if r is None:
         return None
-    r = rows[0]
-    arts = store.select_rows(dist, "MSarticles", {"publication_id": r["publication_id"]}, order_by=("article_id",))
-    return Publication(r["publication_id"], r["name"], r["source"], r["slot"], r["pg_publication"],
-                       r["logreader_seqno"], arts)
+    arts = store.select(dist, DistArticleRow, {"publication_id": r.publication_id}, order_by=("article_id",))
+    return Publication(r.publication_id, r.name, r.source, r.slot, r.pg_publication, r.logreader_seqno, arts)
 
 
 def require_publication(dist: Replica, name: str) -> Publication:
@@ -92,10 +95,9 @@ def require_publication(dist: Replica, name: str) -> Publication:
 
 
 def subscriptions(dist: Replica, publication_id: str) -> list[Subscription]:
-    return [Subscription(r["publication_id"], r["subscription"], r["subscriber"], r["status"], r["sync_point"],
-                         r["delivered_seqno"], r["message"])
-            for r in store.select_rows(dist, "MSsubscriptions", {"publication_id": publication_id},
-                                       order_by=("subscription",))]
+    return [Subscription(r.publication_id, r.subscription, r.subscriber, r.status, r.sync_point, r.delivered_seqno,
+                         r.message)
+            for r in store.select(dist, DistSubscriptionRow, {"publication_id": publication_id}, order_by=("subscription",))]
 
 
 # -- the log reader's side -------------------------------------------------------------------------
@@ -148,9 +150,8 @@ class TransactionWriter:
         """Move the log reader's position (same transaction as the commands)."""
         self.flush()
         if position is not None:
-            store.update_rows(self.dist, "MSpublications", {"logreader_seqno": position,
-                                                             "logreader_time": store.utcnow()},
-                              {"publication_id": self.publication_id})
+            store.update(self.dist, DistPublicationRow, {"logreader_seqno": position, "logreader_time": store.utcnow()},
+                         {"publication_id": self.publication_id})
 
 
 # -- the distribution agent's side -----------------------------------------------------------------
@@ -194,7 +195,7 @@ def oldest_pending(dist: Replica, publication_id: str, after: int) -> Any:
                        [publication_id, after])
 
 
-def record_errors(dist: Replica, publication_id: str, subscription: str, errors: Iterable[dict]) -> None:
+def record_errors(dist: Replica, publication_id: str, subscription: str, errors: Iterable[Mapping[str, Any]]) -> None:
     now = store.utcnow()
     store.insert_rows(dist, "MSrepl_errors", _ERROR_COLUMNS, (
         (store.new_guid(), publication_id, subscription, e["xact_seqno"], e["command_id"], e.get("article_id"),
@@ -205,7 +206,7 @@ def update_delivered(dist: Replica, publication_id: str, subscription: str, seqn
     values: dict[str, Any] = {"last_delivery": store.utcnow()}
     if seqno is not None:
         values["delivered_seqno"] = seqno
-    store.update_rows(dist, "MSsubscriptions", values, {"publication_id": publication_id, "subscription": subscription})
+    store.update(dist, DistSubscriptionRow, values, {"publication_id": publication_id, "subscription": subscription})
 
 
 @dataclass
@@ -226,7 +227,7 @@ def cleanup(dist: Replica, publication_id: str, min_hours: float, max_hours: flo
     u, p = dist.dialect.uuid_param(), dist.p
     tx, cmd = dist.meta("MSrepl_transactions"), dist.meta("MSrepl_commands")
     with dist.transaction():
-        subs = [s for s in subscriptions(dist, publication_id) if s.status in (0, 1)]
+        subs = [s for s in subscriptions(dist, publication_id) if s.status is not DistSubscriptionStatus.INACTIVE]
         delivered = [s.delivered_seqno for s in subs if s.delivered_seqno is not None]
         cut = None
         if subs and len(delivered) == len(subs):
@@ -238,9 +239,10 @@ def cleanup(dist: Replica, publication_id: str, min_hours: float, max_hours: flo
         expired = dist.scalar(f"SELECT max(xact_seqno) FROM {tx} WHERE publication_id = {u} AND entry_time < {p}",
                               [publication_id, store.to_param(dist, Kind.TIMESTAMPTZ, limit_max)])
         for s in subs:
-            if expired is not None and s.status == 1 and (s.delivered_seqno or 0) < expired:
-                store.update_rows(dist, "MSsubscriptions", {
-                    "status": 2, "message": f"inactive: commands it had not received are older than the "
+            if expired is not None and s.active and (s.delivered_seqno or 0) < expired:
+                store.update(dist, DistSubscriptionRow, {
+                    "status": DistSubscriptionStatus.INACTIVE,
+                    "message": f"inactive: commands it had not received are older than the "
                     f"{max_hours:g} hour max_distretention; reinitialize it (sparksync setup)"},
                     {"publication_id": publication_id, "subscription": s.subscription})
                 out.deactivated.append(s.subscription)

@@ -24,28 +24,29 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import locks
-from ..config import PublicationConfig, SubscriptionConfig, Topology
-from ..dialects import connect, dialect_for_url
-from ..dialects.model import from_table_dict
-from ..dialects.replica import Replica, redact_url
-from ..errors import SchemaError, SnapshotError
-from ..filters import parse_filter
-from ..metadata import store
-from ..metadata.schema import TRANSACTIONAL_SUBSCRIBER
-from ..names import TableName
-from ..ordering import dri_order
-from ..progress import Reporter, silent
-from ..redaction import redact
-from ..snapshot import initialize as snapshot_init
-from ..snapshot.initialize import InitResult, check_distinct_tables, load_parquet, pre_create
-from ..snapshot.manifest import new_snapshot_id, publication_dir, remove_stale, verify_files
-from ..snapshot.writer import read_partitions, seal, write_parquet
-from ..spark.reads import ReadPlan
-from . import distribution as dst
-from .calls import procedure_statements
-from .capture import capture_method
-from .subscriber import ArticleTarget, article_targets
+from sparksync import locks
+from sparksync.config import PublicationConfig, SubscriptionConfig, Topology
+from sparksync.dialects import connect, dialect_for_url
+from sparksync.dialects.model import from_table_dict
+from sparksync.dialects.replica import Replica, redact_url
+from sparksync.errors import SchemaError, SnapshotError
+from sparksync.filters import parse_filter
+from sparksync.metadata import store
+from sparksync.metadata.records import DeliveryMarkRow, DistSubscriptionRow, DistSubscriptionStatus, SubscriptionArticleRow
+from sparksync.metadata.schema import TRANSACTIONAL_SUBSCRIBER
+from sparksync.names import TableName
+from sparksync.ordering import dri_order
+from sparksync.progress import Reporter, silent
+from sparksync.redaction import redact
+from sparksync.snapshot.files import read_partitions, seal, write_parquet
+from sparksync.snapshot.load import InitResult, check_distinct_tables, initialize_in_parallel, load_parquet, pre_create
+from sparksync.snapshot.manifest import new_snapshot_id, publication_dir, remove_stale, verify_files
+from sparksync.spark.reads import ReadPlan
+from sparksync.transactional import distribution as dst
+from sparksync.transactional.calls import procedure_statements
+from sparksync.transactional.capture import capture_method
+from sparksync.transactional.subscriber import ArticleTarget, article_targets
+from sparksync.types import SqlType
 
 # -- snapshot -----------------------------------------------------------------------------------------
 
@@ -80,7 +81,7 @@ def write_snapshot(spark, topology: Topology, pub: PublicationConfig, publicatio
     snapshot_id = new_snapshot_id()
     sdir = root / snapshot_id
     sdir.mkdir(parents=True, exist_ok=False)
-    articles = [a for a in publication.articles if a["status"] == 1]
+    articles = [a for a in publication.articles if a.active]
     try:
         with connect(topology.publisher_url, topology.publisher.name) as pubdb:
             d = pubdb.dialect
@@ -88,25 +89,25 @@ def write_snapshot(spark, topology: Topology, pub: PublicationConfig, publicatio
                 sync, start = capture_method(pubdb).sync_point(pubdb, frozen, report)
                 snap = TxSnapshot(pub.name, publication.publication_id, snapshot_id, str(sdir), start, sync)
                 for a in articles:
-                    info = from_table_dict(a["table_schema"])
-                    name = TableName(a["source_schema"], a["source_table"])
+                    info = from_table_dict(a.table_schema)
+                    name = TableName(a.source_schema, a.source_table)
                     cols = [[c.name, c.type.to_dict()] for c in info.columns]
                     select = "SELECT " + ", ".join(d.quote(c.name) for c in info.columns)
                     where = ""
-                    if a["filter"]:
-                        f = parse_filter(a["filter"], [c.name for c in info.columns], a["name"])
-                        where = " WHERE " + f.sql_for(d.capabilities.name, info.columns)
+                    if a.filter:
+                        f = parse_filter(a.filter, [c.name for c in info.columns], a.name)
+                        where = " WHERE " + f.sql_for(d.capabilities.sql, info.columns)
                     first_key = info.key_columns[0]
                     parts, total = read_partitions(frozen, url, sid, d.table_sql(name), select,
-                                                   d.quote(first_key.name), cols, f"{pub.name}/{a['name']}", where,
+                                                   d.quote(first_key.name), cols, f"{pub.name}/{a.name}", where,
                                                    order_param=d.typed_param(first_key.type),
                                                    key=list(info.primary_key))
-                    rel = f"articles/{a['article_id']}_{name.slug}"
-                    report(f"snapshot {pub.name}: {a['name']} ({total} rows, {len(parts)} partition(s))")
+                    rel = f"articles/{a.article_id}_{name.slug}"
+                    report(f"snapshot {pub.name}: {a.name} ({total} rows, {len(parts)} partition(s))")
                     write_parquet(spark, ReadPlan(parts), sdir / rel)
-                    files, digest = seal(sdir / rel, total, first_key.name, f"snapshot {pub.name}/{a['name']}")
-                    snap.articles.append(TxArticleSnapshot(a["article_id"], a["name"], a["source_schema"],
-                                                           a["source_table"], a["table_schema"], rel, total, files,
+                    files, digest = seal(sdir / rel, total, first_key.name, f"snapshot {pub.name}/{a.name}")
+                    snap.articles.append(TxArticleSnapshot(a.article_id, a.name, a.source_schema,
+                                                           a.source_table, a.table_schema, rel, total, files,
                                                            digest))
         (sdir / "manifest.json").write_text(json.dumps(asdict(snap), default=str, indent=1), encoding="utf-8")
     except BaseException:
@@ -184,14 +185,14 @@ def _initialize(sub: Replica, spec: TxSubscriberInit) -> int:
             total += loaded.rows
         install_procedures(sub, spec.targets)
         key = {"publication": spec.publication, "subscription": spec.subscription}
-        store.delete_rows(sub, "MSsubscription_articles", key)
+        store.delete(sub, SubscriptionArticleRow, key)
         for a in spec.articles:
-            store.insert_row(sub, "MSsubscription_articles", {**key, "article_id": a.article_id,
-                                                              "table_schema": a.table_schema})
-        store.delete_rows(sub, "MSreplication_subscriptions", key)
-        store.insert_row(sub, "MSreplication_subscriptions", {
-            "publication": spec.publication, "subscription": spec.subscription, "publisher": spec.publisher,
-            "stream": 0, "streams": 1, "transaction_timestamp": spec.start, "time": store.utcnow()})
+            store.insert(sub, SubscriptionArticleRow(publication=spec.publication, subscription=spec.subscription,
+                                                     article_id=a.article_id, table_schema=a.table_schema))
+        store.delete(sub, DeliveryMarkRow, key)
+        store.insert(sub, DeliveryMarkRow(
+            publication=spec.publication, subscription=spec.subscription, publisher=spec.publisher,
+            stream=0, streams=1, transaction_timestamp=spec.start, time=store.utcnow()))
     return total
 
 
@@ -219,7 +220,6 @@ def install_procedures(sub: Replica, targets: dict[int, ArticleTarget]) -> None:
 
 
 def _type(d: dict):
-    from ..types import SqlType
 
     return SqlType.from_dict(d)
 
@@ -245,13 +245,14 @@ def _initialize_all(spark, topology: Topology, pub: PublicationConfig, publicati
         here = capture_method(pubdb).log_position(pubdb)
         with dist.transaction():
             for s in subs:
-                store.delete_rows(dist, "MSsubscriptions", {"publication_id": publication.publication_id,
-                                                            "subscription": s.name})
-                store.insert_row(dist, "MSsubscriptions", {
-                    "publication_id": publication.publication_id, "subscription": s.name,
-                    "subscriber": redact_url(topology.resolve_url(s.database)), "status": 0, "sync_point": None,
-                    "delivered_seqno": here if here is not None else (publication.logreader_seqno or 0),
-                    "last_delivery": None, "created_at": store.utcnow(), "message": None})
+                store.delete(dist, DistSubscriptionRow, {"publication_id": publication.publication_id,
+                                                         "subscription": s.name})
+                store.insert(dist, DistSubscriptionRow(
+                    publication_id=publication.publication_id, subscription=s.name,
+                    subscriber=redact_url(topology.resolve_url(s.database)),
+                    status=DistSubscriptionStatus.INITIALIZING, sync_point=None,
+                    delivered_seqno=here if here is not None else (publication.logreader_seqno or 0),
+                    last_delivery=None, created_at=store.utcnow(), message=None))
     report(f"publication {pub.name}: snapshot for {len(subs)} subscription(s)")
     snap = write_snapshot(spark, topology, pub, publication, report)
     start = here if here is not None else snap.start
@@ -262,14 +263,16 @@ def _initialize_all(spark, topology: Topology, pub: PublicationConfig, publicati
             s.name, pub.name, topology.publisher.name, url, s.name, s.pre_creation_cmd, snap.directory,
             snap.articles, article_targets(dialect_for_url(url), publication.articles), start))
     report(f"publication {pub.name}: initializing {len(specs)} subscription(s)")
-    results = snapshot_init.initialize_subscriptions(spark, specs, initialize_subscriber)
+    results = initialize_in_parallel(spark, specs, initialize_subscriber)
     with connect(topology.distributor_url, "distributor") as dist, dist.transaction():
         for r in results:
             key = {"publication_id": publication.publication_id, "subscription": r.subscription}
             if r.ok:
-                store.update_rows(dist, "MSsubscriptions", {"status": 1, "sync_point": snap.sync_point,
-                                                            "delivered_seqno": start, "message": None}, key)
+                store.update(dist, DistSubscriptionRow, {"status": DistSubscriptionStatus.ACTIVE,
+                                                         "sync_point": snap.sync_point, "delivered_seqno": start,
+                                                         "message": None}, key)
             else:
-                store.update_rows(dist, "MSsubscriptions", {"status": 0, "message": redact(r.message)}, key)
+                store.update(dist, DistSubscriptionRow, {"status": DistSubscriptionStatus.INITIALIZING,
+                                                         "message": redact(r.message)}, key)
     shutil.rmtree(snap.directory, ignore_errors=True)
     return results

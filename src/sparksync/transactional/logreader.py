@@ -15,15 +15,16 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from .. import failpoints, locks
-from ..config import Topology
-from ..dialects import connect
-from ..errors import ErrorInfo
-from ..metadata import store
-from ..progress import Reporter, silent
-from . import distribution as dst
-from .capture import Begin, End, capture_method, seen_by_snapshot
-from .distribution import StoredCommand, TransactionInfo
+from sparksync import failpoints, locks
+from sparksync.config import Topology
+from sparksync.dialects import connect
+from sparksync.errors import ConfigurationError, ErrorInfo
+from sparksync.metadata import store
+from sparksync.metadata.records import DistSubscriptionStatus
+from sparksync.progress import Reporter, silent
+from sparksync.transactional import distribution as dst
+from sparksync.transactional.capture import Begin, End, capture_method, seen_by_snapshot
+from sparksync.transactional.distribution import StoredCommand, TransactionInfo
 
 READ_BATCH = 100_000       # changes per read (whole transactions: a bigger one is read whole)
 
@@ -66,13 +67,13 @@ def read_publication(topology: Topology, name: str, read_batch: int = READ_BATCH
 
 def _read(pub, dist, p: dst.Publication, run: LogReaderRun, read_batch: int, report: Reporter) -> None:
     name = p.name
-    subs = [s for s in dst.subscriptions(dist, p.publication_id) if s.status in (0, 1)]   # not the inactive
+    subs = [s for s in dst.subscriptions(dist, p.publication_id) if s.status is not DistSubscriptionStatus.INACTIVE]
 
     def needed_by(xact_seqno: int, origin: int | None) -> list[str]:
         """The subscriptions whose snapshot does not hold this transaction: they need its changes."""
         return [s.subscription for s in subs if not seen_by_snapshot(s.sync_point, xact_seqno, origin)]
 
-    capture = capture_method(pub).reader(pub, p, [a for a in p.articles if a["status"] == 1], read_batch, needed_by)
+    capture = capture_method(pub).reader(pub, p, [a for a in p.articles if a.active], read_batch, needed_by)
     after = p.logreader_seqno
     horizon = capture.horizon()      # one run reads what was committed when it started, and stops
     while True:
@@ -133,7 +134,6 @@ def run_logreader(topology: Topology, publications: list[str] | None = None, rea
     names = publications or [p.name for p in topology.publications_of_kind("transactional")]
     for n in names:
         if topology.publication(n).kind != "transactional":
-            from ..errors import ConfigurationError
 
             raise ConfigurationError(f"publication {n} is a merge publication; the log reader serves transactional ones",
                                      obj=n)

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..config import ArticleConfig, PublicationConfig, Topology
-from ..dialects.base import table_not_found
-from ..dialects.model import TableInfo, describe_drift, from_table_dict, to_table_dict
-from ..dialects.replica import Replica
-from ..errors import InvalidNameError, SchemaDrift, SchemaError, SparksyncError
-from ..filters import FilterError, RowFilter, parse_filter
-from ..metadata import store
-from ..names import TableName, check_identifier
-from . import distribution as dst
-from .capture import capture_method
+from sparksync.config import ArticleConfig, PublicationConfig, Topology
+from sparksync.dialects.base import table_not_found
+from sparksync.dialects.model import TableInfo, describe_drift, from_table_dict, to_table_dict
+from sparksync.dialects.replica import Replica
+from sparksync.errors import InvalidNameError, SchemaDrift, SchemaError, SparksyncError
+from sparksync.filters import FilterError, RowFilter, parse_filter
+from sparksync.metadata import store
+from sparksync.metadata.records import ArticleStatus, DistArticleRow, DistPublicationRow
+from sparksync.names import TableName, check_identifier
+from sparksync.transactional import distribution as dst
+from sparksync.transactional.capture import capture_method
 
 
 @dataclass
@@ -65,8 +66,8 @@ def plan_transactional(replica: Replica, dist: Replica | None, pub: PublicationC
     plan = TxPublicationPlan(pub)
     if dist is not None and store.table_set_version(dist, dst.DISTRIBUTION) is not None:
         plan.existing = dst.publication(dist, pub.name)
-    existing = {a["name"]: a for a in (plan.existing.articles if plan.existing else [])}
-    next_id = max([a["article_id"] for a in existing.values()] + [0]) + 1
+    existing = {a.name: a for a in (plan.existing.articles if plan.existing else [])}
+    next_id = max([a.article_id for a in existing.values()] + [0]) + 1
     problems: list[str] = []
     problems += capture_method(replica).problems(replica, any(a.filter for a in pub.articles))
     keys = {str(d.resolve_name(a.table_name)) for a in pub.articles}
@@ -95,15 +96,15 @@ def plan_transactional(replica: Replica, dist: Replica | None, pub: PublicationC
             key = str(name)
             old = existing.get(key)
             if old is not None:
-                drift = describe_drift(from_table_dict(old["table_schema"]), published)
+                drift = describe_drift(from_table_dict(old.table_schema), published)
                 if drift:
                     raise SchemaDrift(f"{where}: the table changed since it was published: " + "; ".join(drift)
                                       + ". Use 'sparksync schema-change' to change a published table", obj=str(name))
-                if (old["filter"] or None) != (a.filter or None):
-                    raise SchemaError(f"{where}: the row filter changed since it was published ({old['filter']!r} -> "
+                if (old.filter or None) != (a.filter or None):
+                    raise SchemaError(f"{where}: the row filter changed since it was published ({old.filter!r} -> "
                                       f"{a.filter!r}); subscribers hold rows of the old filter: drop the "
                                       "subscriptions' databases or tables and set them up again", obj=str(name))
-                article_id = old["article_id"]
+                article_id = old.article_id
             else:
                 article_id, next_id = next_id, next_id + 1
             plan.articles.append(TxArticle(article_id, key, name, published, row_filter, a))
@@ -119,7 +120,7 @@ def _check_filter(replica: Replica, name: TableName, info: TableInfo, f: RowFilt
     """Run the filter once against the table: a type error shows now, not in the first sync."""
     d = replica.dialect
     try:
-        replica.query(f"SELECT 1 FROM {d.table_sql(name)} WHERE {f.sql_for(d.capabilities.name, info.columns)} LIMIT 1")
+        replica.query(f"SELECT 1 FROM {d.table_sql(name)} WHERE {f.sql_for(d.capabilities.sql, info.columns)} LIMIT 1")
     except SparksyncError as e:
         raise FilterError(f"{where}: filter {f.text!r} does not run: {e.message.split(': ', 1)[-1]}", obj=where) \
             from None
@@ -135,28 +136,29 @@ def apply_transactional(replica: Replica, dist: Replica, topology: Topology, pla
         existing = dst.publication(dist, pub.name)
         if existing is None:
             publication_id = store.new_guid()
-            store.insert_row(dist, "MSpublications", {
-                "publication_id": publication_id, "name": pub.name, "publisher": topology.publisher.name,
-                "publisher_db": replica.label, "source": d.capabilities.name, "slot": slot, "pg_publication": pgpub,
-                "logreader_seqno": None, "logreader_time": None, "created_at": store.utcnow()})
+            store.insert(dist, DistPublicationRow(
+                publication_id=publication_id, name=pub.name, publisher=topology.publisher.name,
+                publisher_db=replica.label, source=d.capabilities.name, slot=slot, pg_publication=pgpub,
+                logreader_seqno=None, logreader_time=None, created_at=store.utcnow()))
         else:
             publication_id = existing.publication_id
-            store.update_rows(dist, "MSpublications", {"publisher": topology.publisher.name, "slot": slot,
-                                                      "pg_publication": pgpub}, {"publication_id": publication_id})
-        known = {a["article_id"] for a in (existing.articles if existing else [])}
+            store.update(dist, DistPublicationRow, {"publisher": topology.publisher.name, "slot": slot,
+                                                    "pg_publication": pgpub}, {"publication_id": publication_id})
+        known = {a.article_id for a in (existing.articles if existing else [])}
         for a in plan.articles:
-            row = {"name": a.key, "source_schema": a.name.schema, "source_table": a.name.name,
-                   "table_schema": to_table_dict(a.published), "filter": a.config.filter, "ins_cmd": a.config.ins_cmd,
-                   "upd_cmd": a.config.upd_cmd, "del_cmd": a.config.del_cmd, "status": 1}
+            row = DistArticleRow(publication_id=publication_id, article_id=a.article_id, name=a.key,
+                                 source_schema=a.name.schema, source_table=a.name.name,
+                                 table_schema=to_table_dict(a.published), filter=a.config.filter,
+                                 ins_cmd=a.config.ins_cmd, upd_cmd=a.config.upd_cmd, del_cmd=a.config.del_cmd,
+                                 status=ArticleStatus.ACTIVE)
             if a.article_id in known:
-                store.update_rows(dist, "MSarticles", row, {"publication_id": publication_id,
-                                                            "article_id": a.article_id})
+                key = {"publication_id": publication_id, "article_id": a.article_id}
+                store.update(dist, DistArticleRow, {c: v for c, v in row.to_dict().items() if c not in key}, key)
             else:
-                store.insert_row(dist, "MSarticles", {"publication_id": publication_id, "article_id": a.article_id,
-                                                      **row})
+                store.insert(dist, row)
         for article_id in known - {a.article_id for a in plan.articles}:
-            store.update_rows(dist, "MSarticles", {"status": 0}, {"publication_id": publication_id,
-                                                                  "article_id": article_id})
+            store.update(dist, DistArticleRow, {"status": ArticleStatus.INACTIVE},
+                         {"publication_id": publication_id, "article_id": article_id})
     return dst.require_publication(dist, pub.name)
 
 

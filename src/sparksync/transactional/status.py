@@ -5,18 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import Topology
-from ..dialects import connect
-from ..dialects.replica import redact_url
-from ..errors import SparksyncError
-from ..metadata import store
-from ..metadata.history import agent_state, iso
-from ..metadata.schema import DISTRIBUTION
-from . import distribution as dst
-from .capture import capture_method
-from .subscriber import position
-
-STATUS = {0: "initializing", 1: "active", 2: "inactive"}
+from sparksync.config import Topology
+from sparksync.dialects import connect
+from sparksync.dialects.replica import redact_url
+from sparksync.errors import SparksyncError
+from sparksync.metadata import store
+from sparksync.metadata.history import agent_state, iso
+from sparksync.metadata.schema import DISTRIBUTION
+from sparksync.transactional import distribution as dst
+from sparksync.transactional.capture import capture_method
+from sparksync.transactional.subscriber import position
 
 
 def gather(topology: Topology) -> dict[str, Any]:
@@ -47,11 +45,11 @@ def gather(topology: Topology) -> dict[str, Any]:
                 entry = {"name": p.name, "state": "published", "source": p.source, "slot": p.slot,
                          "logreader_seqno": p.logreader_seqno, "queued_transactions": int(queued[0]),
                          "queued_commands": int(queued[1]),
-                         "articles": [{"article_id": a["article_id"], "name": a["name"], "filter": a["filter"],
-                                       "columns": len(a["table_schema"]["columns"]),
-                                       "commands": [a["ins_cmd"] or "default", a["upd_cmd"] or "default",
-                                                    a["del_cmd"] or "default"]}
-                                      for a in p.articles if a["status"] == 1]}
+                         "articles": [{"article_id": a.article_id, "name": a.name, "filter": a.filter,
+                                       "columns": len(a.table_schema["columns"]),
+                                       "commands": [a.ins_cmd or "default", a.upd_cmd or "default",
+                                                    a.del_cmd or "default"]}
+                                      for a in p.articles if a.active]}
                 entry.update(_publisher_side(pubdb, p))
                 reader = agent_state(dist, "MSlogreader_history", f"publication_id = {u}", [p.publication_id],
                                      ("succeeded",))
@@ -65,11 +63,11 @@ def gather(topology: Topology) -> dict[str, Any]:
                     r = subs.get(s.name)
                     e: dict[str, Any] = {"name": s.name, "publication": p.name, "streams": s.subscription_streams,
                                          "database": redact_url(topology.resolve_url(s.database)),
-                                         "status": STATUS.get(r.status, "?") if r else "not initialized",
+                                         "status": r.status.name.lower() if r else "not initialized",
                                          "delivered_seqno": r.delivered_seqno if r else None}
                     if r is not None and r.message:
                         e["message"] = r.message
-                    if r is not None and r.status == 1:
+                    if r is not None and r.active:
                         runs = agent_state(dist, "MSdistribution_history",
                                            f"publication_id = {u} AND subscription = {dist.p}",
                                            [p.publication_id, s.name], ("ok",))

@@ -15,14 +15,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
-from ..dialects.replica import Replica
-from ..errors import ConstraintViolation, DatabaseError, RowNotFound, SparksyncError, ValueRejected
-from ..metadata import store
-from ..metadata.schema import TRANSACTIONAL_SUBSCRIBER
-from ..names import TableName
-from ..rows import RowCodec
-from ..types import SqlType
-from .calls import OP_WORDS, CallSpec, arguments, parameters, procedure_statements
+from sparksync.dialects.model import from_table_dict
+from sparksync.dialects.replica import Replica
+from sparksync.errors import ConstraintViolation, DatabaseError, RowNotFound, SparksyncError, ValueRejected
+from sparksync.metadata import store
+from sparksync.metadata.records import DeliveryMarkRow, DistArticleRow
+from sparksync.metadata.schema import TRANSACTIONAL_SUBSCRIBER
+from sparksync.names import TableName
+from sparksync.rows import RowCodec
+from sparksync.transactional.calls import OP_WORDS, CallSpec, arguments, effective_command, parameters, procedure_statements
+from sparksync.types import SqlType
 
 # SQL Server's numbers for the errors a distribution agent meets (skip_errors speaks them).
 ROW_NOT_FOUND = "20598"
@@ -249,30 +251,28 @@ def position(sub: Replica, publication: str, subscription: str) -> int | None:
     if store.table_set_version(sub, TRANSACTIONAL_SUBSCRIBER) is None:
         return None
     store.require_table_set(sub, TRANSACTIONAL_SUBSCRIBER)
-    marks = store.select_rows(sub, "MSreplication_subscriptions", {"publication": publication,
-                                                                   "subscription": subscription})
-    return min(m["transaction_timestamp"] for m in marks) if marks else None
+    marks = store.select(sub, DeliveryMarkRow, {"publication": publication, "subscription": subscription})
+    return min(m.transaction_timestamp for m in marks) if marks else None
 
 
-def article_targets(dialect, articles: Sequence[dict]) -> dict[int, ArticleTarget]:
+def article_targets(dialect, articles: Sequence[DistArticleRow]) -> dict[int, ArticleTarget]:
     """The subscriber-side view of a publication's active articles (MSarticles rows): destination
     table, published columns, and each operation's command for this kind of subscriber."""
-    from ..dialects.model import from_table_dict
-    from .calls import effective_command
 
     out = {}
     procedures = dialect.capabilities.supports_procedures
-    active = [a for a in articles if a["status"] == 1]
-    ids = {str(TableName(a["source_schema"], a["source_table"])): a["article_id"] for a in active}
+    active = [a for a in articles if a.active]
+    ids = {str(TableName(a.source_schema, a.source_table)): a.article_id for a in active}
     for a in active:
-        info = from_table_dict(a["table_schema"])
-        source = TableName(a["source_schema"], a["source_table"])
-        specs = {op: effective_command(a[f"{op}_cmd"], op, source, procedures, dialect.fold_identifier)
-                 for op in ("ins", "upd", "del")}
+        info = from_table_dict(a.table_schema)
+        source = TableName(a.source_schema, a.source_table)
+        commands = {"ins": a.ins_cmd, "upd": a.upd_cmd, "del": a.del_cmd}
+        specs = {op: effective_command(cmd, op, source, procedures, dialect.fold_identifier)
+                 for op, cmd in commands.items()}
         parents = tuple(ids[str(fk.ref_table)] for fk in info.foreign_keys
-                        if str(fk.ref_table) in ids and ids[str(fk.ref_table)] != a["article_id"])
-        out[a["article_id"]] = ArticleTarget(
-            a["article_id"], a["name"], dialect.destination_table(source),
+                        if str(fk.ref_table) in ids and ids[str(fk.ref_table)] != a.article_id)
+        out[a.article_id] = ArticleTarget(
+            a.article_id, a.name, dialect.destination_table(source),
             tuple((c.name, c.type.to_dict()) for c in info.columns), tuple(info.primary_key),
             specs["ins"], specs["upd"], specs["del"], parents)
     return out

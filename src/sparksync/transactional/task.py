@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
-from ..spark.results import result_arrow_schema
-from .deliver import RESULT_SCHEMA, Delivery, DeliveryContext, DeliveryResult
-from .subscriber import Command
+from sparksync.spark.results import result_arrow_schema
+from sparksync.transactional.deliver import RESULT_SCHEMA, Delivery, DeliveryContext, DeliveryResult
+from sparksync.transactional.subscriber import Command
 
 
 def deliver_stream(ctx: DeliveryContext, chunks: Iterable[Sequence[Sequence]]) -> Iterator[dict]:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from ..config import Topology
-from ..dialects import connect
-from ..errors import ConfigurationError
-from ..metadata import store
-from . import distribution as dst
-from .capture import capture_method
+from sparksync.config import Topology
+from sparksync.dialects import connect
+from sparksync.errors import ConfigurationError
+from sparksync.metadata import store
+from sparksync.transactional import distribution as dst
+from sparksync.transactional.capture import capture_method
 
 
 @dataclass
@@ -95,7 +95,7 @@ def recent(topology: Topology, publication: str, limit: int = 20) -> list[TokenR
 
 
 def _active(dist, p: dst.Publication) -> list[str]:
-    return [s.subscription for s in dst.subscriptions(dist, p.publication_id) if s.status == 1]
+    return [s.subscription for s in dst.subscriptions(dist, p.publication_id) if s.active]
 
 
 def _report(dist, publication: str, tracer_id: str, active: list[str]) -> TokenReport:

@@ -9,7 +9,7 @@ import contextlib
 import re
 from typing import Any
 
-from ..agent_locks import LockHolder
+from sparksync.dialects.agent_locks import LockHolder
 
 AGENT_LOCK_CLASS = 1397771084     # advisory lock class of agent locks (generation locks use 1397771083)
 _TAG = re.compile(r"^sparksync (?P<command>.+?) pid (?P<pid>\d+)(?:@(?P<host>.*))?$")
@@ -27,7 +27,7 @@ class AdvisoryLock:
 
     def _connection(self):
         if self._conn is None:
-            from .dialect import PostgresDialect
+            from sparksync.dialects.postgres.dialect import PostgresDialect
 
             self._conn = PostgresDialect().connect(self.url, "agent lock").raw
         return self._conn

@@ -11,8 +11,8 @@ import os
 import threading
 from typing import IO
 
-from ...errors import ConnectionFailed
-from ..agent_locks import LockHolder
+from sparksync.dialects.agent_locks import LockHolder
+from sparksync.errors import ConnectionFailed
 
 
 def lock_path(database: str, key: str) -> str:

@@ -13,7 +13,13 @@ import sqlite3
 import uuid
 from pathlib import Path
 
-from ...errors import (
+from sparksync.dialects.agent_locks import AgentLock
+from sparksync.dialects.base import DialectBase
+from sparksync.dialects.model import Column, ForeignKey, TableInfo
+from sparksync.dialects.protocols import Capabilities
+from sparksync.dialects.replica import Replica
+from sparksync.dialects.templates import render_statements
+from sparksync.errors import (
     ConnectionFailed,
     ConstraintViolation,
     DatabaseError,
@@ -23,13 +29,9 @@ from ...errors import (
     SparksyncError,
     ValueRejected,
 )
-from ...names import TableName
-from ...types import Kind, SqlType, canonical_real, decimal_type
-from ..agent_locks import AgentLock
-from ..base import Capabilities, Dialect
-from ..model import Column, ForeignKey, TableInfo
-from ..replica import Replica
-from ..templates import render_statements
+from sparksync.filters import SqlFlavor
+from sparksync.names import TableName
+from sparksync.types import Kind, SqlType, canonical_real, decimal_type
 
 # SQLite needs adapters for the Python types its driver does not know.
 sqlite3.register_adapter(decimal.Decimal, str)
@@ -79,7 +81,7 @@ def sqlite_path(url: str) -> str:
     return rest[1:]
 
 
-class SQLiteDialect(Dialect):
+class SQLiteDialect(DialectBase):
     capabilities = Capabilities(
         name="sqlite",
         product="SQLite",
@@ -88,6 +90,7 @@ class SQLiteDialect(Dialect):
         supports_logical_decoding=False,
         concurrent_writers=False,
         paramstyle="?",
+        sql=SqlFlavor("sqlite"),
         float_holds_nan=False,
     )
     begin_write_sql = "BEGIN IMMEDIATE"
@@ -309,7 +312,7 @@ class SQLiteDialect(Dialect):
     def serial_primary_key(self, column: str) -> str:
         return f"{self.quote(column)} INTEGER PRIMARY KEY AUTOINCREMENT"   # never reused, even after deletes
 
-    # -- set-based apply (merge/staging.py) -------------------------------------------------
+    # -- set-based apply (merge/apply/staging.py) -------------------------------------------------
     def staging_table_ddl(self, table: str) -> str:
         return (f"CREATE TEMP TABLE IF NOT EXISTS {table} (tablenick INTEGER NOT NULL, rowguid TEXT NOT NULL, "
                 "op TEXT NOT NULL, lineage TEXT NOT NULL, colv TEXT, payload TEXT, present INTEGER, moved INTEGER, "
@@ -365,10 +368,6 @@ class SQLiteDialect(Dialect):
         if list(table.primary_key) == [column.name] and column.type.kind in (Kind.INTEGER, Kind.BIGINT):
             return "INTEGER"
         return super().render_column_type(table, column)
-
-    def render_create_table(self, table: TableInfo, rowguid: str | None) -> list[str]:
-        # SQLite allows an expression default in CREATE TABLE (not in ALTER TABLE ADD COLUMN).
-        return super().render_create_table(table, rowguid)
 
     def install_support_objects(self, replica: Replica) -> None:
         return None
@@ -438,7 +437,7 @@ class SQLiteDialect(Dialect):
         return bool(replica.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ?", (name,)))
 
     def agent_lock(self, url: str, key: str) -> AgentLock:
-        from .agent_lock import FileLock, ProcessLock
+        from sparksync.dialects.sqlite.agent_lock import FileLock, ProcessLock
 
         path = sqlite_path(url)
         return ProcessLock(key) if path == ":memory:" else FileLock(path, key)

@@ -21,14 +21,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ...dialects.model import TableInfo
-from ...dialects.replica import Replica
-from ...filters import RowFilter
-from ...progress import Reporter
-from ..distribution import StoredCommand
+from sparksync.dialects.model import TableInfo
+from sparksync.dialects.replica import Replica
+from sparksync.filters import RowFilter
+from sparksync.metadata.records import DistArticleRow
+from sparksync.progress import Reporter
+from sparksync.transactional.distribution import StoredCommand
 
 if TYPE_CHECKING:
-    from ..publish import TxArticle
+    from sparksync.transactional.publish import TxArticle
 
 
 @dataclass
@@ -87,7 +88,7 @@ class CaptureMethod(Protocol):
     def backlog(self, replica: Replica, publication) -> dict:
         """What the publisher holds for the log reader (for status)."""
 
-    def reader(self, replica: Replica, publication, articles: list[dict], read_batch: int,
+    def reader(self, replica: Replica, publication, articles: list[DistArticleRow], read_batch: int,
                needed_by: Callable[[int, int | None], list[str]] | None = None) -> Capture:
         """``publication``: distribution.Publication; ``articles``: its MSarticles rows; ``needed_by``:
         (xact_seqno, origin) -> the subscriptions whose snapshot does not hold that transaction (a
@@ -97,10 +98,10 @@ class CaptureMethod(Protocol):
 def capture_method(replica: Replica) -> CaptureMethod:
     """The publisher's capture: logical decoding where the dialect has it, triggers otherwise."""
     if replica.dialect.capabilities.supports_logical_decoding:
-        from .logical import LogicalDecoding
+        from sparksync.transactional.capture.logical import LogicalDecoding
 
         return LogicalDecoding()
-    from .triggers import TriggerLog
+    from sparksync.transactional.capture.triggers import TriggerLog
 
     return TriggerLog()
 
@@ -110,7 +111,7 @@ def seen_by_snapshot(sync: dict | None, xact_seqno: int, origin: int | None) -> 
     if not sync:
         return False
     if sync["kind"] == "seq":
-        from .triggers import seen_by_snapshot as seen
+        from sparksync.transactional.capture.triggers import seen_by_snapshot as seen
     else:
-        from .logical import seen_by_snapshot as seen
+        from sparksync.transactional.capture.logical import seen_by_snapshot as seen
     return seen(sync, xact_seqno, origin)

@@ -25,17 +25,18 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, NoReturn
 
-from ...dialects.model import TableInfo, from_table_dict
-from ...dialects.replica import Replica
-from ...errors import ConfigurationError, SchemaError, SparksyncError
-from ...filters import RowFilter
-from ...names import TableName
-from ...progress import Reporter
-from ...rows import VERBATIM_KINDS, RowCodec
-from ...types import Kind, SqlType
-from .. import pgoutput as po
-from ..distribution import StoredCommand
-from . import Begin, End
+from sparksync.dialects.model import TableInfo, from_table_dict
+from sparksync.dialects.replica import Replica
+from sparksync.errors import ConfigurationError, SchemaError, SparksyncError
+from sparksync.filters import RowFilter
+from sparksync.metadata.records import DistArticleRow
+from sparksync.names import TableName
+from sparksync.progress import Reporter
+from sparksync.rows import VERBATIM_KINDS, RowCodec
+from sparksync.transactional import pgoutput as po
+from sparksync.transactional.capture import Begin, End
+from sparksync.transactional.distribution import StoredCommand
+from sparksync.types import Kind, SqlType
 
 TRACER_PREFIX = "sparksync.tracer"
 DDL_PREFIX = "sparksync.ddl"
@@ -130,9 +131,9 @@ def current_lsn(replica: Replica) -> int:
 
 
 class _Article:
-    def __init__(self, row: dict):
-        self.id = row["article_id"]
-        info = from_table_dict(row["table_schema"])
+    def __init__(self, article_id: int, table_schema: dict):
+        self.id = article_id
+        info = from_table_dict(table_schema)
         self.table = info.name
         self.columns = [c.name for c in info.columns]
         self.types = [c.type for c in info.columns]
@@ -255,14 +256,15 @@ def identity_advice(publication: str) -> str:
 
 
 class LogicalCapture:
-    def __init__(self, replica: Replica, publication, articles: list[dict], read_batch: int,
+    def __init__(self, replica: Replica, publication, articles: list[DistArticleRow], read_batch: int,
                  needed_by: Callable[[int, int | None], list[str]] | None = None):
         if not publication.slot:
             raise ConfigurationError(f"publication {publication.name}: no replication slot recorded; run 'sparksync setup'")
         self.replica = replica
         self.publication = publication
         self.read_batch_changes = max(1, int(read_batch))
-        self.by_table = {(a.table.schema, a.table.name): a for a in map(_Article, articles)}
+        arts = (_Article(a.article_id, a.table_schema) for a in articles)
+        self.by_table = {(a.table.schema, a.table.name): a for a in arts}
         self.relations: dict[int, _Shape | str] = {}     # relation id -> its shape, or the name of a non-article
         self._pending_end: int | None = None
         self.needed_by = needed_by
@@ -367,7 +369,7 @@ class LogicalCapture:
                 yield StoredCommand(0, "token", xid, json.dumps(content), None)
             elif m.prefix == DDL_PREFIX:
                 # later changes of the article carry its new columns
-                art = _Article({"article_id": content["article_id"], "table_schema": content["table_schema"]})
+                art = _Article(content["article_id"], content["table_schema"])
                 self.by_table[(art.table.schema, art.table.name)] = art
                 for relid, shape in list(self.relations.items()):
                     if isinstance(shape, _Shape) and shape.article.id == art.id:   # (str: not an article)
@@ -423,7 +425,7 @@ class LogicalDecoding:
                                      "(raise max_replication_slots and restart PostgreSQL)", obj=publication)
         d = replica.dialect
         with replica.transaction():
-            publish(replica, publication, [(a.name, a.filter.sql_for(d.capabilities.name, a.published.columns)
+            publish(replica, publication, [(a.name, a.filter.sql_for(d.capabilities.sql, a.published.columns)
                                             if a.filter else None) for a in articles])
         create_slot(replica, slot)
         return slot, pgpub
@@ -469,7 +471,7 @@ class LogicalDecoding:
         _, micros, _ = po.BEGIN.unpack_from(row[0], 1)
         return po.PG_EPOCH + timedelta(microseconds=micros)
 
-    def reader(self, replica: Replica, publication, articles: list[dict], read_batch: int,
+    def reader(self, replica: Replica, publication, articles: list[DistArticleRow], read_batch: int,
                needed_by=None) -> LogicalCapture:
         return LogicalCapture(replica, publication, articles, read_batch, needed_by)
 

@@ -17,18 +17,19 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from ...dialects.model import TableInfo, from_table_dict
-from ...dialects.replica import Replica
-from ...dialects.templates import render_statements
-from ...errors import SparksyncError
-from ...filters import RowFilter
-from ...metadata import store
-from ...metadata.schema import PUBLISHER_LOG
-from ...progress import Reporter
-from ...rows import RowCodec
-from ...types import Kind
-from ..distribution import StoredCommand
-from . import Begin, End
+from sparksync.dialects.model import TableInfo, from_table_dict
+from sparksync.dialects.replica import Replica
+from sparksync.dialects.templates import render_statements
+from sparksync.errors import SparksyncError
+from sparksync.filters import RowFilter
+from sparksync.metadata import store
+from sparksync.metadata.records import DistArticleRow
+from sparksync.metadata.schema import PUBLISHER_LOG
+from sparksync.progress import Reporter
+from sparksync.rows import RowCodec
+from sparksync.transactional.capture import Begin, End
+from sparksync.transactional.distribution import StoredCommand
+from sparksync.types import Kind
 
 FETCH = 5_000
 
@@ -45,8 +46,8 @@ def install(replica: Replica, publication: str, article_id: int, info: TableInfo
         "publication": publication, "article_id": int(article_id), "tag": trigger_tag(publication, article_id),
         "table": d.table_sql(info.name), "log": d.metadata_table_sql("MSrepl_log"),
         "columns": [{"name": c.name, "bytes": c.type.kind is Kind.BYTES} for c in info.columns],
-        "filter_new": row_filter.render("sqlite", "NEW") if row_filter else None,
-        "filter_old": row_filter.render("sqlite", "OLD") if row_filter else None,
+        "filter_new": row_filter.render(d.capabilities.sql, "NEW") if row_filter else None,
+        "filter_old": row_filter.render(d.capabilities.sql, "OLD") if row_filter else None,
     }
     for stmt in render_statements("sqlite/templates/transactional_capture.sql", ctx):
         replica.execute(stmt)
@@ -77,9 +78,9 @@ def post(replica: Replica, publication: str, op: str, content: dict, article_id:
 
 
 class _Article:
-    def __init__(self, row: dict):
-        self.id = row["article_id"]
-        info = from_table_dict(row["table_schema"])
+    def __init__(self, article_id: int, table_schema: dict):
+        self.id = article_id
+        info = from_table_dict(table_schema)
         self.columns = [c.name for c in info.columns]
         self.key = list(info.primary_key)
         self.hex = {c.name for c in info.columns if c.type.kind is Kind.BYTES}
@@ -107,10 +108,10 @@ def _time(text: str | None) -> dt.datetime | None:
 
 
 class TriggerCapture:
-    def __init__(self, replica: Replica, publication, articles: list[dict], read_batch: int):
+    def __init__(self, replica: Replica, publication, articles: list[DistArticleRow], read_batch: int):
         self.replica = replica
         self.publication = publication
-        self.articles = {a["article_id"]: _Article(a) for a in articles}
+        self.articles = {a.article_id: _Article(a.article_id, a.table_schema) for a in articles}
         self._read_to: int | None = None
 
     def read_batch(self, after: int | None) -> Iterator[Any]:
@@ -132,8 +133,7 @@ class TriggerCapture:
                 for seq, article_id, op, after_text, before_text in rows:
                     if op == "ddl":                   # later changes of the article carry its new columns
                         content = json.loads(after_text)
-                        self.articles[int(article_id)] = _Article({"article_id": int(article_id),
-                                                                   "table_schema": content["table_schema"]})
+                        self.articles[int(article_id)] = _Article(int(article_id), content["table_schema"])
                     if op in ("token", "ddl"):
                         yield StoredCommand(int(article_id), op, int(seq), after_text, None)
                         continue
@@ -212,7 +212,7 @@ class TriggerLog:
                                       "WHERE publication = ?", (publication.name,))
         return {"log_rows": int(n or 0), "oldest_unread": oldest}
 
-    def reader(self, replica: Replica, publication, articles: list[dict], read_batch: int,
+    def reader(self, replica: Replica, publication, articles: list[DistArticleRow], read_batch: int,
                needed_by=None) -> TriggerCapture:
         # the capture triggers log every change whole: there is never one it cannot read
         return TriggerCapture(replica, publication, articles, read_batch)

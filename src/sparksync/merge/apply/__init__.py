@@ -1,0 +1,1 @@
+"""Applying changes at a destination: decisions, staging, generation batches and watermarks."""

@@ -1,0 +1,398 @@
+"""Applying one generation batch at its destination, in one transaction with its watermark.
+
+1. skip it if the destination's watermark already covers it (a re-run task applies nothing twice);
+2. stage the batch's changes and classify them in SQL (``staging.py``); decide the others in Python
+   (``decide.decide``); set aside the changes that cannot be applied here (failed changes);
+3. apply in article processing order (seeds 003/004): deletes in descending nickname order, group 1
+   before group 2, then inserts and updates in ascending nickname order, group 1 before group 2;
+   a change that fails on a constraint or a value is retried after the other articles, then it is a
+   failed change (``conflicts.record_failed_change``);
+4. record a received generation (known to the source), and a generation for resolved conflicts
+   (not known to the source, so the result goes back to it), the conflicts, and the watermark.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sparksync import failpoints
+from sparksync.dialects.replica import Replica, in_chunks
+from sparksync.errors import CHANGE_REJECTED
+from sparksync.merge.apply.classify import (
+    ArticleAt,
+    DecidedChange,
+    FailedChange,
+    Removal,
+    StagedWork,
+    incoming,
+    json_value,
+    key_of,
+    load_row,
+    plan_batch,
+    prefetch,
+)
+from sparksync.merge.apply.decide import Decision, Incoming
+from sparksync.merge.apply.outcome import ArticleStats, BatchConflict, BatchOutcome
+from sparksync.merge.apply.watermarks import read_watermark, write_watermark
+from sparksync.merge.conflicts.model import ConflictRecord, Failure, failed_type, log_conflict, record_failed_change
+from sparksync.merge.partitions.evaluation import partitions
+from sparksync.merge.partitions.scheme import scheme_of
+from sparksync.merge.session.changes import ArticleChanges, Change
+from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
+from sparksync.merge.tracking import lineage as lin
+from sparksync.merge.tracking.articles import (
+    TrackedArticle,
+    agent_writes,
+    delete_row_with_lineage,
+    forget_rows,
+    published_articles,
+    write_row_with_lineage,
+)
+from sparksync.merge.tracking.generations import new_generation
+from sparksync.metadata import store
+from sparksync.metadata.records import FailedChangeRow, GenerationRow, GenStatus
+from sparksync.progress import send_progress
+from sparksync.rows import RowCodec, summarize_value
+
+
+def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
+                changes: dict[int, ArticleChanges], articles: dict[int, ArticleAt]) -> BatchOutcome:
+    t0 = time.perf_counter()
+    outcome = BatchOutcome("applied")
+    _BatchApplier(replica, ctx, dest, batch, changes, articles, outcome).run()
+    outcome.seconds = time.perf_counter() - t0
+    if outcome.status == "applied":
+        _send_progress(ctx, dest, batch, outcome)
+    return outcome
+
+
+def _send_progress(ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo, outcome: BatchOutcome) -> None:
+    total = len(dest.batches.get(batch.source, ())) or 1
+    for nick, st in outcome.stats.items():
+        send_progress(ctx.progress, {
+            "direction": "upload" if ctx.upload else "download", "destination": dest.name, "source": batch.source,
+            "batch": batch.seq + 1, "batches": total, "article": ctx.article_names.get(nick, str(nick)), **vars(st)})
+
+
+@dataclass(frozen=True)
+class BeforeImage:
+    """The publisher's version of a row: its values, lineage and colv."""
+
+    values: dict[str, Any]
+    lineage: dict
+    colv: Any
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A decided change that failed on a constraint or a value, tried again in its generation."""
+
+    change: DecidedChange
+    generation: int
+
+
+class _BatchApplier:
+    """Applies one generation batch at its destination, inside one transaction (see the module doc)."""
+
+    def __init__(self, replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
+                 changes: dict[int, ArticleChanges], articles: dict[int, ArticleAt], outcome: BatchOutcome):
+        self.replica, self.ctx, self.dest, self.batch = replica, ctx, dest, batch
+        self.changes, self.articles, self.outcome = changes, articles, outcome
+        self.gens: dict[str, int | None] = {"received": None, "resolved": None}
+        self.counts = {"received": 0, "resolved": 0}
+        self.retry: list[Retry] = []
+        self.codecs: dict[int, RowCodec] = {}
+
+    def run(self) -> None:
+        replica, dest, batch, outcome = self.replica, self.dest, self.batch, self.outcome
+        failpoints.hit("apply.before_begin", f"{dest.name}:{batch.seq}")   # tests: changes read, nothing locked
+        with replica.transaction():
+            wm = read_watermark(replica, dest, batch.source)
+            if wm is not None and wm >= batch.hi and not batch.retry:
+                outcome.status, outcome.message = "skipped", f"already applied (watermark {wm})"
+                return
+            with agent_writes(replica):
+                refusing = dest.is_publisher and batch.partition_id and self.ctx.refused_out_of_partition
+                before = self.before_images() if refusing else {}
+                work, self.codecs = plan_batch(replica, self.ctx, dest, batch, self.changes, self.articles, outcome)
+                failed_nicks = {f.tablenick for f in store.select(
+                    replica, FailedChangeRow, {"source_nickname": batch.source_nick})}
+                failures = [w for w in work if isinstance(w, FailedChange)]
+                for w in sorted((w for w in work if not isinstance(w, FailedChange)), key=lambda w: w.key):
+                    with outcome.timing(w.art.nickname) as st:
+                        match w:
+                            case Removal():
+                                self.remove(w, st)
+                            case DecidedChange():
+                                self.one_row(w, st)
+                            case StagedWork():
+                                self.set_based(w, st, clear_failed=w.art.nickname in failed_nicks)
+                for r in self.retry:        # after the other articles: an ordering problem resolves itself
+                    with outcome.timing(r.change.art.nickname) as st:
+                        self.retry_one(r.change, r.generation, st)
+                for f in failures:          # last: a newer version applied above clears nothing recorded here
+                    with outcome.timing(f.art.nickname) as st:
+                        self.failed_change(f, st)
+                for key, g in self.gens.items():
+                    if g is not None:
+                        store.update(replica, GenerationRow, {"changecount": self.counts[key]}, {"generation": g})
+                if refusing:
+                    self.refuse_out_of_partition(before)
+                if dest.is_publisher and batch.partition_id and self.ctx.mapped:
+                    self.held_by_source()
+                failpoints.hit("apply.before_commit", f"{dest.name}:{batch.seq}")
+                write_watermark(replica, dest, batch.source, batch.hi)
+        failpoints.hit("apply.after_commit", f"{dest.name}:{batch.seq}")
+
+    def generation_for(self, send_back: bool) -> int:
+        """The received generation (known to the source) or the resolved one (sent back to it)."""
+        key = "resolved" if send_back else "received"
+        g = self.gens[key]
+        if g is None:
+            d, b, pubid = self.dest, self.batch, self.ctx.pubid
+            # Who else has these changes: the publisher is believed about every replica; a subscriber
+            # only about itself (trust model: it cannot make the publisher skip another replica).
+            known = [d.nickname, b.source_nick] + (b.nicknames if not d.is_publisher else [])
+            g = self.gens[key] = (new_generation(self.replica, GenStatus.CLOSED, [d.nickname], pubid) if send_back else
+                                  new_generation(self.replica, GenStatus.RECEIVED, known, pubid, b.source_nick, b.hi))
+        return g
+
+    def _refusing(self) -> Iterator[tuple[int, TrackedArticle, list[str]]]:
+        """(nickname, article, rowguids of its upserts in this batch) of the articles whose subscriber
+        changes out of the partition are refused (partition_options 1 and 3)."""
+        for nick, cc in self.changes.items():
+            if nick in self.ctx.refused_out_of_partition and nick in self.articles:
+                guids = list(dict.fromkeys(g for g, op in zip(cc.rowguid, cc.op) if op == "upsert"))
+                if guids:
+                    yield nick, self.articles[nick].article, guids
+
+    def before_images(self) -> dict[str, BeforeImage | None]:
+        """The publisher's version of each row a refusing article's upserts touch, None for a row it does
+        not have: what a refused change is undone to."""
+        replica = self.replica
+        out: dict[str, BeforeImage | None] = {}
+        for _, art, guids in self._refusing():
+            contents, _, present = prefetch(replica, art, guids)
+            for g in guids:
+                values = load_row(replica, art, g) if g in present else None
+                lineage_, colv = contents.get(g) or ({}, None)
+                out[g] = BeforeImage(values, lineage_, colv) if values is not None else None
+        return out
+
+    def refuse_out_of_partition(self, before: dict[str, BeforeImage | None]) -> None:
+        """partition_options 1 and 3: a subscriber's insert or update that leaves the row outside the
+        subscriber's partition is refused. It is undone here (the publisher's version restored, or the
+        inserted row deleted), in a generation the subscriber does not have, so the download takes its
+        change back there too; and it is logged as a failed-change conflict, with the reason."""
+
+        replica, d, batch = self.replica, self.replica.dialect, self.batch
+        part = next(p for p in partitions(replica, self.ctx.pubid) if p.partition_id == batch.partition_id)
+        scheme = scheme_of(published_articles(replica, self.ctx.pubid))
+        for nick, art, guids in self._refusing():
+            name = next(a for a, x in scheme.articles.items() if x.table == art.table)
+            cond = scheme.condition(d, name, "m", part.params)
+            if cond is None:
+                continue
+            out = []
+            for chunk in in_chunks(guids):
+                out += [str(g) for (g,) in replica.query(
+                    f"SELECT m.{d.quote(art.rowguid_column)} FROM {d.table_sql(art.table)} AS m "
+                    f"WHERE m.{d.quote(art.rowguid_column)} IN ({', '.join([d.uuid_param()] * len(chunk))}) "
+                    f"AND NOT ({cond})", chunk)]
+            cc = self.changes[nick]
+            for g in out:
+                self.undo_refused(nick, art, g, before.get(g), cc.change(cc.first[g]), part.describe())
+
+    def undo_refused(self, nick: int, art: TrackedArticle, guid: str, before: BeforeImage | None, change: Change,
+                     partition: str) -> None:
+        replica, ctx, dest, batch = self.replica, self.ctx, self.dest, self.batch
+        st = self.outcome.stats.setdefault(nick, ArticleStats())
+        now = replica.query_one(f"SELECT lineage FROM {replica.meta('MSmerge_contents')} WHERE tablenick = {int(nick)} "
+                                f"AND rowguid = {replica.dialect.uuid_param()}", [guid])
+        current = lin.merge(lin.parse(now[0]) if now else {}, lin.parse(change.lineage))
+        inc = incoming(change, self.codecs[nick], batch.source_nick)
+        gen = self.generation_for(True)
+        if before is None:
+            op = "insert"
+            delete_row_with_lineage(replica, art, guid, lin.bump(current, dest.nickname), gen, tombstone_type=6)
+            if nick in ctx.mapped:   # the delete goes to the subscriber's partition (past mappings route deletes)
+                store.insert_row(replica, "MSmerge_past_partition_mappings", {
+                    "tablenick": nick, "rowguid": guid, "partition_id": batch.partition_id, "generation": gen})
+        else:
+            op = "update"
+            write_row_with_lineage(replica, art, before.values, lin.bump(lin.merge(before.lineage, current),
+                                   dest.nickname), gen, colv=json_value(before.colv) if before.colv is not None else None)
+        self.counts["resolved"] += 1
+        st.conflicts += 1
+        st.failed += 1
+        key = key_of(art, inc.values)
+        rec = ConflictRecord(failed_type(True, op), nick, guid, "out_of_partition",
+                             f"{op} refused: the row would be outside the partition of {batch.source} ({partition}) "
+                             f"and partition_options = 1 or 3 refuses that; the publisher's "
+                             f"{'version was sent back' if before is not None else 'delete was sent back'}"
+                             + (f" (row {key})" if key else ""),
+                             origin=ctx.replicas.name(batch.source_nick), winner=ctx.replicas.name(dest.nickname),
+                             losing_row=inc.values)
+        _record_conflict(replica, ctx, dest, batch, art, rec, self.outcome)
+
+    def held_by_source(self) -> None:
+        """At the publisher, from a subscriber of a filtered publication: the rows it sent are rows it
+        holds, so they are mapped to its partition (``MSmerge_current_partition_mappings``) whatever
+        happens to them before the next partition evaluation, which then removes from it those that
+        are not in its partition (an insert out of it, or a row moved out since)."""
+        replica, pid = self.replica, int(self.batch.partition_id)
+        current, contents = replica.meta("MSmerge_current_partition_mappings"), replica.meta("MSmerge_contents")
+        u = replica.dialect.uuid_param()
+        for nick, cc in self.changes.items():
+            if nick not in self.ctx.mapped:
+                continue
+            guids = list(dict.fromkeys(g for g, op in zip(cc.rowguid, cc.op) if op != "delete"))
+            for chunk in in_chunks(guids):
+                replica.execute(
+                    f"INSERT INTO {current} (tablenick, rowguid, partition_id) SELECT c.tablenick, c.rowguid, {pid} "
+                    f"FROM {contents} c WHERE c.tablenick = {int(nick)} AND c.rowguid IN ({', '.join([u] * len(chunk))}) "
+                    f"AND NOT EXISTS (SELECT 1 FROM {current} cm WHERE cm.tablenick = c.tablenick "
+                    f"AND cm.rowguid = c.rowguid AND cm.partition_id = {pid})", chunk)
+
+    def remove(self, w: Removal, st: ArticleStats) -> None:
+        """Rows that left this subscriber's partition: gone from it with their metadata, recorded
+        nowhere (not a delete: the rows live on in other partitions)."""
+        st.removed += forget_rows(self.replica, w.art, w.rowguids)
+
+    def one_row(self, w: DecidedChange, st: ArticleStats) -> None:
+        gen = self.generation_for(w.decision.send_back)
+        err = _try_apply(self.replica, w.art, w.inc, w.decision, gen)
+        if err is not None:
+            self.retry.append(Retry(w, gen))
+            return
+        self.applied(w, st)
+
+    def applied(self, w: DecidedChange, st: ArticleStats) -> None:
+        decision = w.decision
+        _count(st, decision, w.existed)
+        self.counts["resolved" if decision.send_back else "received"] += 1
+        if decision.conflict is not None:
+            st.conflicts += 1
+            _record_conflict(self.replica, self.ctx, self.dest, self.batch, w.art, decision.conflict, self.outcome)
+
+    def set_based(self, w: StagedWork, st: ArticleStats, clear_failed: bool) -> None:
+        """Every plain change of one article and operation in a few statements; when a constraint
+        or a value rejects them, one at a time, so the failing change is found and retried."""
+        replica, staged, staging = self.replica, w.staged, w.staging
+        generation = self.generation_for(False)   # before the savepoint: a rollback must not take its row
+        replica.execute("SAVEPOINT sparksync_bulk")
+        try:
+            staging.apply(w.art, w.op, generation, clear_failed)
+        except CHANGE_REJECTED:
+            replica.execute("ROLLBACK TO SAVEPOINT sparksync_bulk")
+            replica.execute("RELEASE SAVEPOINT sparksync_bulk")
+            cc, codec = self.changes[w.art.nickname], self.codecs[w.art.nickname]
+            for g, present in staging.rows(w.art, w.op):
+                inc = incoming(cc.change(cc.first[g]), codec, self.batch.source_nick)
+                decision = (Decision("upsert", dict(inc.values or {}), dict(inc.lineage),
+                                     dict(inc.colv) if inc.colv is not None else None)
+                            if w.op == "upsert" else Decision("delete", lineage=dict(inc.lineage)))
+                self.one_row(DecidedChange(w.key, w.art, w.op, inc, decision, present), st)
+            return
+        replica.execute("RELEASE SAVEPOINT sparksync_bulk")
+        if w.op == "delete":
+            st.deletes += staged.deletes
+        else:
+            st.inserts += staged.inserts
+            st.updates += staged.updates
+        self.counts["received"] += staged.deletes if w.op == "delete" else staged.inserts + staged.updates
+
+    def retry_one(self, w: DecidedChange, gen: int, st: ArticleStats) -> None:
+        """A change that failed on a constraint or a value, tried again after the other articles; if it
+        fails again it is a failed-change conflict (kept for the next merge, or compensated)."""
+        replica, ctx, dest, batch = self.replica, self.ctx, self.dest, self.batch
+        inc, decision, art, existed = w.inc, w.decision, w.art, w.existed
+        st.retries += 1
+        err = _try_apply(replica, art, inc, decision, gen)
+        if err is None:
+            self.applied(w, st)
+            return
+        op = "delete" if decision.action in ("delete", "tombstone") else ("update" if existed else "insert")
+        compensate = ctx.rules[art.nickname].compensate_for_errors and op == "insert"
+        reason = f"{op} failed: {err.message}" + (
+            "; compensating delete sent to its origin" if compensate else "; tried again at the next merge")
+        key = key_of(art, inc.values)
+        failure = Failure(reason, key, getattr(err, "column", None),
+                           summarize_value((inc.values or {}).get(err.column)) if getattr(err, "column", None) else None)
+        if compensate:
+            st.failed += 1
+            st.conflicts += 1
+            rec = ConflictRecord(failed_type(ctx.upload, op), art.nickname, inc.rowguid, err.native_code or err.kind,
+                                 reason + (f" (row {key})" if key else ""), origin=ctx.replicas.name(batch.source_nick),
+                                 winner="", losing_row=inc.values)
+            _record_conflict(replica, ctx, dest, batch, art, rec, self.outcome)
+            # Undo the insert at its origin: a delete (tombstone type 6, system delete) that
+            # dominates the inserted version and that the origin does not have yet.
+            delete_row_with_lineage(replica, art, inc.rowguid, lin.bump(inc.lineage, dest.nickname),
+                                    self.generation_for(True), tombstone_type=6)
+            self.counts["resolved"] += 1
+            store.delete(replica, FailedChangeRow, {"tablenick": art.nickname, "rowguid": inc.rowguid})
+            return
+        self.failed_change(FailedChange(w.key, art, w.op, inc.rowguid, failure, inc.values),
+                           st, op=op, code=str(err.native_code or getattr(err, "kind", "") or err.code))
+
+    def failed_change(self, w: FailedChange, st: ArticleStats, op: str | None = None, code: str | None = None) -> None:
+        """Record a change that cannot be applied here: listed in MSmerge_failed_changes (and tried again
+        at every merge), logged as a failed-change conflict the first time it fails."""
+        replica, ctx, batch, f = self.replica, self.ctx, self.batch, w.failure
+        if op is None:
+            present = replica.scalar(f"SELECT count(*) FROM {replica.dialect.table_sql(w.art.table)} WHERE "
+                                     f"{replica.dialect.quote(w.art.rowguid_column)} = {replica.dialect.uuid_param()}",
+                                     [w.rowguid])
+            op = "delete" if w.op == "delete" else ("update" if present else "insert")
+        ctype = failed_type(ctx.upload, op)
+        st.failed += 1
+        attempts = record_failed_change(replica, w.art.nickname, w.rowguid, batch.source_nick, ctype, f)
+        if attempts == 1:
+            st.conflicts += 1
+            text = f.reason + (f" (row {f.key})" if f.key else "") + (
+                f"; column {f.column}" if f.column and f.column not in f.reason else "") + (
+                f", value {f.value}" if f.value else "")
+            rec = ConflictRecord(ctype, w.art.nickname, w.rowguid, code or "failed", text,
+                                 origin=ctx.replicas.name(batch.source_nick), winner="",
+                                 losing_row=w.values)
+            _record_conflict(replica, ctx, self.dest, batch, w.art, rec, self.outcome)
+
+
+def _count(st: ArticleStats, decision: Decision, existed: bool) -> None:
+    if decision.action == "upsert":
+        if existed:
+            st.updates += 1
+        else:
+            st.inserts += 1
+    elif decision.action == "delete":
+        st.deletes += 1
+
+
+def _try_apply(replica: Replica, art: TrackedArticle, inc: Incoming, decision: Decision, gen: int):
+    replica.execute("SAVEPOINT sparksync_change")
+    try:
+        if decision.action == "upsert":
+            values = dict(decision.values or {})
+            values[art.rowguid_column] = inc.rowguid
+            write_row_with_lineage(replica, art, values, decision.lineage, gen, decision.colv)
+        else:
+            delete_row_with_lineage(replica, art, inc.rowguid, decision.lineage, gen)
+        store.delete(replica, FailedChangeRow, {"tablenick": art.nickname, "rowguid": inc.rowguid})
+    except CHANGE_REJECTED as e:
+        replica.execute("ROLLBACK TO SAVEPOINT sparksync_change")
+        replica.execute("RELEASE SAVEPOINT sparksync_change")
+        return e
+    replica.execute("RELEASE SAVEPOINT sparksync_change")
+    return None
+
+
+def _record_conflict(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
+                     art: TrackedArticle, rec: ConflictRecord, outcome: BatchOutcome) -> None:
+    subscription = batch.source if ctx.upload else dest.name
+    if dest.log_conflicts_here:
+        log_conflict(replica, ctx.pubid, ctx.publication, art, rec, subscription, ctx.upload, ctx.session_id)
+    outcome.conflicts.append(BatchConflict(rec, dest.log_conflicts_remote))

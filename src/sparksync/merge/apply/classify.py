@@ -1,0 +1,283 @@
+"""Classification: a generation batch's changes staged and classified in SQL at the destination, the rest
+decided in Python, each change becoming one step of work in article processing order (seeds 003/004)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sparksync.dialects.replica import Replica, in_chunks
+from sparksync.errors import CHANGE_REJECTED, SparksyncError
+from sparksync.merge.apply.decide import Decision, Incoming, Local, decide
+from sparksync.merge.apply.outcome import ArticleStats, BatchOutcome
+from sparksync.merge.apply.staging import LocalMeta, StagedArticle, Staging
+from sparksync.merge.conflicts.model import Failure
+from sparksync.merge.conflicts.resolvers import ResolverFailed
+from sparksync.merge.session.changes import OP_REMOVE, OP_UNREADABLE, ArticleChanges, Change
+from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
+from sparksync.merge.tracking import lineage as lin
+from sparksync.merge.tracking.articles import (
+    TrackedArticle,
+)
+from sparksync.rows import RowCodec, row_key, summarize_value
+from sparksync.types import ValueError_, arrow_converter
+
+
+def prefetch(replica: Replica, article: TrackedArticle, rowguids: list[str]) -> tuple[dict, dict, set]:
+    """Contents (lineage, colv), tombstones (lineage) and present rows for these rowguids."""
+    d = replica.dialect
+    contents, tombs, present = {}, {}, set()
+    u = d.uuid_param()
+    for chunk in in_chunks(rowguids):
+        inlist = ", ".join([u] * len(chunk))
+        for g, l_, c in replica.query(
+                f"SELECT rowguid, lineage, colv FROM {replica.meta('MSmerge_contents')} "
+                f"WHERE tablenick = {int(article.nickname)} AND rowguid IN ({inlist})", chunk):
+            contents[str(g)] = (lin.parse(l_), json.loads(c) if isinstance(c, str) else c)
+        for g, l_ in replica.query(
+                f"SELECT rowguid, lineage FROM {replica.meta('MSmerge_tombstone')} "
+                f"WHERE tablenick = {int(article.nickname)} AND rowguid IN ({inlist})", chunk):
+            tombs[str(g)] = lin.parse(l_)
+        for (g,) in replica.query(
+                f"SELECT {d.quote(article.rowguid_column)} FROM {d.table_sql(article.table)} "
+                f"WHERE {d.quote(article.rowguid_column)} IN ({inlist})", chunk):
+            present.add(str(g))
+    return contents, tombs, present
+
+
+@dataclass(frozen=True)
+class ArticleAt:
+    """A published article at a destination, with its processing group (1 or 2)."""
+
+    article: TrackedArticle
+    group: int
+
+
+def _order_key(at: ArticleAt, op: str) -> tuple:
+    """Seeds 003/004: all deletes first (group 1, then group 2; descending nickname), then inserts and
+    updates (group 1, then group 2; ascending nickname)."""
+    if op == "delete":
+        return (0, at.group, -at.article.nickname)
+    return (1, at.group, at.article.nickname)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a batch's work, sortable into article processing order (``key``)."""
+
+    key: tuple
+    art: TrackedArticle
+    op: str                                     # "upsert" | "delete" | "remove"
+
+
+@dataclass(frozen=True)
+class StagedWork(Step):
+    """Set-based: every "apply" row of (article, op) in one staging table."""
+
+    staged: StagedArticle
+    staging: Staging
+
+
+@dataclass(frozen=True)
+class DecidedChange(Step):
+    """One row's change, decided in Python (``decide``)."""
+
+    inc: Incoming
+    decision: Decision
+    existed: bool                               # the row was here before
+
+
+@dataclass(frozen=True)
+class Removal(Step):
+    """Rows that left the destination's partition (op "remove")."""
+
+    rowguids: list[str]
+
+
+@dataclass(frozen=True)
+class FailedChange(Step):
+    """A change that cannot be applied here (recorded after the batch's other work)."""
+
+    rowguid: str
+    failure: Failure
+    values: dict[str, Any] | None = None        # the row it brought, when it could be read
+
+
+Work = StagedWork | DecidedChange | Removal | FailedChange
+
+
+def incoming(c: Change, codec: RowCodec, source_nick: int) -> Incoming:
+    return Incoming(c.op, c.rowguid, codec.decode(c.row), lin.parse(c.lineage),
+                    json.loads(c.colv) if c.colv else None, source_nick)
+
+
+def plan_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
+          changes: dict[int, ArticleChanges], articles: dict[int, ArticleAt],
+          outcome: BatchOutcome) -> tuple[list[Work], dict[int, RowCodec]]:
+    """Stage and classify the batch's changes; decide the ones that need Python. Returns the work
+    (unsorted) and each article's row codec."""
+    work: list[Work] = []
+    codecs: dict[int, RowCodec] = {}
+    if not changes:
+        return work, codecs
+    staging = Staging(replica)
+    for nick, cc in changes.items():
+        if nick not in articles:
+            raise SparksyncError(f"{dest.name}: no article with nickname {nick} here")
+        at = articles[nick]
+        codecs[nick] = RowCodec([(c.name, c.type) for c in at.article.info.columns])
+        with outcome.timing(nick) as st:
+            work += _plan_article(replica, ctx, dest, batch, cc, at, codecs[nick], staging, st)
+    return work, codecs
+
+
+def _known_failures(replica: Replica, cc: ArticleChanges, art: TrackedArticle, codec: RowCodec) -> dict[int, Failure]:
+    """Changes that cannot be applied here whatever the destination holds: rows their source could
+    not read, and values this database cannot store (found by a quick scan of the row JSON)."""
+    d = replica.dialect
+    bad: dict[int, Failure] = {}
+    if cc.op.count(OP_UNREADABLE):                  # rare: the scan runs in C, the loop only then
+        for i, op in enumerate(cc.op):
+            if op == OP_UNREADABLE:
+                info = json.loads(cc.row[i] or "{}")
+                bad[i] = Failure(f"unreadable at its source: {info['reason']}", info.get("key") or "",
+                                  info.get("column") or None, info.get("value") or None)
+    for i in _rows_holding(cc.row, d.unstorable_markers()):
+        if i not in bad:
+            values = codec.decode(cc.row[i]) or {}
+            for name, t in codec.columns:
+                why = d.unstorable(t, values.get(name))
+                if why:
+                    bad[i] = Failure(why, key_of(art, values), name, summarize_value(values.get(name)))
+                    break
+    return bad
+
+
+def _rows_holding(rows: list[str | None], markers: tuple[str, ...]) -> list[int]:
+    """Positions of the row texts that contain one of ``markers`` (rare): one search over all of
+    them at once, the rows located only where something was found."""
+    if not markers:
+        return []
+    blob = "\x00".join([r or "" for r in rows])      # NUL never occurs in a row's JSON text
+    if not any(m in blob for m in markers):
+        return []
+    import bisect
+    import itertools
+
+    starts = [0, *itertools.accumulate(len(r or "") + 1 for r in rows)]
+    found = set()
+    for m in markers:
+        at = blob.find(m)
+        while at != -1:
+            found.add(bisect.bisect_right(starts, at) - 1)
+            at = blob.find(m, at + 1)
+    return sorted(found)
+
+
+def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo, cc: ArticleChanges,
+                  at: ArticleAt, codec: RowCodec, staging: Staging, st: ArticleStats) -> list[Work]:
+    work: list[Work] = []
+    art = at.article
+    removals = [i for i, op in enumerate(cc.op) if op == OP_REMOVE]
+    if removals:
+        work.append(Removal(_order_key(at, "delete"), art, OP_REMOVE,
+                            list(dict.fromkeys(cc.rowguid[i] for i in removals))))
+        if len(removals) == len(cc.op):
+            return work
+    bad = _known_failures(replica, cc, art, codec)
+    unique, again = cc.repeats(exclude=set(bad) | set(removals))
+    # A failed change is kept only when no later change of the same row in this batch supersedes it.
+    last_good = {cc.rowguid[i]: i for i in range(len(cc.rowguid)) if i not in bad} if bad else {}
+    for i, f in bad.items():
+        if last_good.get(cc.rowguid[i], -1) < i:
+            work.append(FailedChange(_order_key(at, cc.op[i]), art, "delete" if cc.op[i] == "delete" else "upsert",
+                                     cc.rowguid[i], f))
+    slow: list[tuple[Change, LocalMeta]] = []
+    check_forged = dest.is_publisher
+    replica.execute("SAVEPOINT sparksync_plan")
+    try:
+        staging.stage(art.nickname, cc.staged(unique))
+        staging.lock_rows(art)
+        staged = staging.classify(art, forged_from=batch.source_nick if check_forged else None)
+        replica.execute("RELEASE SAVEPOINT sparksync_plan")
+    except CHANGE_REJECTED:
+        # The staged batch itself was refused (a value the staging table cannot take): decide every
+        # change on its own, so the bad one is found and the others still apply.
+        replica.execute("ROLLBACK TO SAVEPOINT sparksync_plan")
+        replica.execute("RELEASE SAVEPOINT sparksync_plan")
+        staged = None
+        again = list(unique if unique is not None else range(len(cc.rowguid))) + again
+    if staged is not None:
+        st.skipped += staged.skipped
+        for op, n in (("delete", staged.deletes), ("upsert", staged.inserts + staged.updates)):
+            if n:
+                work.append(StagedWork(_order_key(at, op), art, op, staged, staging))
+        slow = [(cc.change(cc.first[g]), meta) for g, meta in staged.slow.items()]
+    if again:   # the same row twice in one batch: the later one is decided apart
+        later = [cc.change(i) for i in again]
+        contents, tombs, present = prefetch(replica, art, [c.rowguid for c in later])
+        for c in later:
+            lineage_, colv = contents.get(c.rowguid) or (None, None)
+            slow.append((c, LocalMeta(c.rowguid in present, lineage_, colv, tombs.get(c.rowguid))))
+    for c, meta in slow:
+        g = c.rowguid
+        local = Local(exists=meta.present, lineage=lin.parse(meta.lineage) if meta.lineage is not None else None,
+                      colv=json_value(meta.colv), tombstone=lin.parse(meta.tombstone) if meta.tombstone is not None
+                      else None, load_values=functools.partial(load_row, replica, art, g))
+        inc = incoming(c, codec, batch.source_nick)
+        op = "delete" if c.op == "delete" else "upsert"
+        failure = _forged(inc, local, ctx) if check_forged else None
+        decision = None
+        if failure is None:
+            try:
+                decision = decide(inc, local, ctx.rules[art.nickname], ctx.replicas, dest.nickname, ctx.upload)
+            except (ResolverFailed, ValueError_) as e:
+                failure = Failure(e.message if isinstance(e, SparksyncError) else f"the row here cannot be read: {e}")
+        if failure is not None:
+            work.append(FailedChange(_order_key(at, op), art, op, g,
+                                     replace(failure, key=failure.key or key_of(art, inc.values)), inc.values))
+            continue
+        assert decision is not None                 # decided: nothing failed
+        if decision.action == "skip":
+            st.skipped += 1
+            continue
+        op = "delete" if decision.action in ("delete", "tombstone") else "upsert"
+        work.append(DecidedChange(_order_key(at, op), art, op, inc, decision, meta.present))
+    return work
+
+
+def _forged(inc: Incoming, local: Local, ctx: ApplyContext) -> Failure | None:
+    """At the publisher: an uploaded version may only add its own replica's changes to what the
+    publisher has seen. Lineage that claims a version of another replica (the publisher included)
+    that the publisher never had is refused: it would silently beat a newer change (trust model)."""
+    known = lin.merge(local.lineage or {}, local.tombstone or {})
+    over = sorted((n, v) for n, v in inc.lineage.items() if n != inc.source and v > known.get(n, 0))
+    if not over:
+        return None
+    claims = ", ".join(f"version {v} of {ctx.replicas.name(n)} (publisher has {known.get(n, 0)})" for n, v in over)
+    return Failure(f"refused: its lineage claims {claims}, which the publisher never had")
+
+
+def load_row(replica: Replica, article: TrackedArticle, rowguid: str) -> dict[str, Any] | None:
+
+    d = replica.dialect
+    cols = list(article.info.columns)
+    row = replica.query_one(
+        f"SELECT {', '.join(d.quote(c.name) for c in cols)} FROM {d.table_sql(article.table)} "
+        f"WHERE {d.quote(article.rowguid_column)} = {d.uuid_param()}", [rowguid])
+    if row is None:
+        return None
+    return {c.name: arrow_converter(c.type)(v) for c, v in zip(cols, row)}
+
+
+def json_value(v):
+    return json.loads(v) if isinstance(v, (str, bytes)) else v
+
+
+def key_of(art: TrackedArticle, values: dict | None) -> str:
+    if not values:
+        return ""
+    cols = list(values)
+    return row_key(cols, art.info.primary_key, [values[c] for c in cols])

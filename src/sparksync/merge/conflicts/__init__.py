@@ -1,0 +1,1 @@
+"""Conflicts: what is logged, the resolvers, reading logged conflicts back and overriding them."""

@@ -1,0 +1,1 @@
+"""Keeping replicas healthy: metadata cleanup, expiration and integrity checks."""

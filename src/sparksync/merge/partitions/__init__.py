@@ -1,0 +1,1 @@
+"""Filtered publications: partition schemes, precomputed partitions and evaluation at sync time."""

@@ -1,0 +1,1 @@
+"""Publishing merge articles: the publication, processing order and schema changes."""

@@ -1,0 +1,246 @@
+"""Enumeration: the reads of a session's changes, planned on the driver. Each replica's changes in a range of
+generations (per article, cut into ranges every core can read), the rows that left a partition, and the
+failed changes read again; and the generation batches they are applied in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sparksync.dialects.replica import Replica
+from sparksync.merge.partitions.evaluation import member_sql, partition_generations
+from sparksync.merge.partitions.scheme import PartitionScheme
+from sparksync.merge.partitions.setupbelongs import belongs_reads, not_belongs_read
+from sparksync.merge.session.changes import (
+    OP_REMOVE,
+    REMOVE_GENERATION,
+    change_read,
+)
+from sparksync.merge.session.plan import BatchInfo
+from sparksync.merge.tracking.articles import published_articles, tracked_article
+from sparksync.metadata import store
+from sparksync.metadata.records import ArticleRow, FailedChangeRow
+from sparksync.spark.partitioning import split_ranges
+from sparksync.spark.reads import ReadPartition
+
+RETRY_CHUNK = 1000            # failed changes re-read per partition (rowguids bound in one IN list)
+
+
+def make_batches(generations: list[dict], start: int, bound: int, per_batch: int, source: str,
+                 source_nick: int) -> tuple[list[BatchInfo], dict[int, int]]:
+    """Generation batches of at most ``per_batch`` generations covering (start, bound].
+
+    Returns the batches and generation -> batch number. The last batch's upper bound is ``bound``,
+    so the watermark passes generations the partner already had.
+    """
+    if bound <= start:
+        return [], {}
+    chunks = [generations[i:i + per_batch] for i in range(0, len(generations), per_batch)] or [[]]
+    batches, where, lo = [], {}, start
+    for k, chunk in enumerate(chunks):
+        hi = bound if k == len(chunks) - 1 else int(chunk[-1]["generation"])
+        nicks = sorted({int(n) for g in chunk for n in (g["nicknames"] or [])})
+        batches.append(BatchInfo(source, source_nick, k, lo, hi, nicks))
+        for g in chunk:
+            where[int(g["generation"])] = k
+        lo = hi
+    return batches, where
+
+
+def min_watermark(a: int | None, b: int | None) -> int:
+    vals = [v for v in (a, b) if v is not None]
+    return min(vals) if vals else 0
+
+
+def change_reads(replica_url: str, label: str, replica: Replica, articles: list[ArticleRow], source: str,
+                  source_nick: int, lo: int, hi: int, parts: int = 1,
+                  partitions: PartitionRead | None = None) -> list[ReadPartition]:
+    """Partitions reading one replica's changes in generations (lo, hi]: per article (``articles``: the
+    replica's ``published_articles`` rows), upserts and
+    deletes, each cut into up to ``parts`` generation ranges of about the same size (so every core
+    reads, ``split_ranges``); a partition with nothing to read is left out (each one costs a Spark task).
+    ``partitions`` (a filtered publication's download): a filtered article's upserts are read once per
+    partition of the run they belong to (current partition mappings), its deletes only for the
+    partitions the row was in (past partition mappings)."""
+    d = replica.dialect
+    p = d.capabilities.paramstyle
+    contents, tomb = replica.meta("MSmerge_contents"), replica.meta("MSmerge_tombstone")
+    current, past = replica.meta("MSmerge_current_partition_mappings"), replica.meta("MSmerge_past_partition_mappings")
+
+    def counts(table: str, nick: int) -> list[tuple[int, int]]:
+        return [(int(g), int(n)) for g, n in replica.query(
+            f"SELECT generation, count(*) FROM {table} WHERE tablenick = {int(nick)} AND generation > {p} "
+            f"AND generation <= {p} GROUP BY generation ORDER BY generation", [lo, hi])]
+
+    out = []
+    for a in articles:
+        art = tracked_article(a)
+        cols = [[c.name, c.type.to_dict()] for c in art.info.columns]
+        rg = d.quote(art.rowguid_column)
+        select = ", ".join(f"t.{d.quote(c.name)}" for c in art.info.columns)
+        base = {"source": source, "source_nick": source_nick, "tablenick": art.nickname,
+                "key": list(art.info.primary_key)}
+        filtered = partitions is not None and art.nickname in partitions.filtered
+        if filtered and partitions is not None and art.nickname in partitions.at_sync:
+            # evaluated at sync time: upserts are read by setupbelongs.belongs_reads; deletes go to every subscriber
+            deletes = counts(tomb, art.nickname)
+            for a_lo, a_hi in (split_ranges(deletes, lo, hi, parts) if deletes else []):
+                out.append(change_read(
+                    replica_url, f"SELECT generation, rowguid, lineage, NULL FROM {tomb} WHERE tablenick = "
+                    f"{int(art.nickname)} AND generation > {p} AND generation <= {p}", [a_lo, a_hi], [],
+                    f"{label}/{a.name} deletes", {**base, "op": "delete"}))
+            continue
+        upserts = counts(contents, art.nickname)
+        mapped, mapped_del, part_col = "", "", ""
+        if filtered:
+            assert partitions is not None
+            ids = partitions.in_list()
+            mapped = (f"JOIN {current} cm ON cm.tablenick = c.tablenick AND cm.rowguid = c.rowguid "
+                      f"AND cm.partition_id IN ({ids}) ")
+            # a delete goes to every partition of the run the row was ever in (not only the one it left
+            # in the tombstone's generation: a delete that won a conflict later is written again)
+            mapped_del = (f"JOIN {past} pm ON pm.tablenick = t.tablenick AND pm.rowguid = t.rowguid "
+                          f"AND pm.partition_id IN ({ids}) ")
+            part_col = ", cm.partition_id"
+            base = {**base, "partitioned": True}
+        for a_lo, a_hi in (split_ranges(upserts, lo, hi, parts) if upserts else []):
+            out.append(change_read(
+                replica_url,
+                f"SELECT c.generation, c.rowguid, c.lineage, c.colv{part_col}, {select} FROM {contents} c "
+                f"JOIN {d.table_sql(art.table)} t ON t.{rg} = c.rowguid {mapped}"
+                f"WHERE c.tablenick = {int(art.nickname)} AND c.generation > {p} AND c.generation <= {p}",
+                [a_lo, a_hi], cols, f"{label}/{a.name} changes", {**base, "op": "upsert"}))
+        deletes = counts(tomb, art.nickname)
+        for a_lo, a_hi in (split_ranges(deletes, lo, hi, parts) if deletes else []):
+            out.append(change_read(
+                replica_url,
+                f"SELECT {'DISTINCT ' if filtered else ''}t.generation, t.rowguid, t.lineage, "
+                f"NULL{part_col.replace('cm.', 'pm.')} FROM {tomb} t "
+                f"{mapped_del}WHERE t.tablenick = {int(art.nickname)} AND t.generation > {p} AND t.generation <= {p}",
+                [a_lo, a_hi], [], f"{label}/{a.name} deletes", {**base, "op": "delete"}))
+    return out
+
+
+@dataclass(frozen=True)
+class PartitionRead:
+    """What a filtered publication's download reads: the partitions of the run's subscriptions, the
+    nicknames of the filtered articles, and how membership is known: the partition mappings
+    (precomputed) or evaluated by the reads themselves (``at_sync``: every filtered article with
+    SetupBelongs, those with partition_options = 3 otherwise; ``setupbelongs.py``)."""
+
+    ids: tuple[int, ...]
+    filtered: frozenset[int]
+    precomputed: bool = True
+    scheme: PartitionScheme | None = None
+    at_sync: frozenset[int] = frozenset()     # filtered articles evaluated at sync time (no mappings)
+    evaluated: int = 0                        # the highest generation whose partition mappings are made
+
+    def in_list(self) -> str:
+        return ", ".join(str(int(i)) for i in self.ids)
+
+
+def removal_reads(replica_url: str, label: str, replica: Replica, articles: list[ArticleRow], source: str,
+                   source_nick: int, lo: int, hi: int, partitions: PartitionRead) -> list[ReadPartition]:
+    """Rows that left a partition of the run in generations (lo, hi] and are in it no more (past
+    mappings without a current one; deleted rows go as deletes): removed at that partition's
+    subscribers (``OP_REMOVE``). Not subject to the generations a subscriber already has: a row a
+    subscriber changed out of its partition is removed from it. SetupBelongs: the belongs and
+    not-belongs reads of ``setupbelongs.py`` instead."""
+    p = replica.p
+    current, past = replica.meta("MSmerge_current_partition_mappings"), replica.meta("MSmerge_past_partition_mappings")
+    tomb = replica.meta("MSmerge_tombstone")
+    by_name = {a.name: a for a in articles}
+    out = []
+    for a in articles:
+        nick = a.nickname
+        if nick not in partitions.filtered:
+            continue
+        if nick in partitions.at_sync:
+            assert partitions.scheme is not None
+            base = {"source": source, "source_nick": source_nick, "tablenick": nick,
+                    "key": list(tracked_article(a).info.primary_key)}
+            out += belongs_reads(replica_url, label, replica, partitions.scheme, a, by_name, base,
+                                 partitions.in_list(), lo, hi)
+            out.append(not_belongs_read(replica_url, label, replica, partitions.scheme, a, by_name, base,
+                                        partitions.in_list(), lo, hi))
+            continue
+        base = {"source": source, "source_nick": source_nick, "tablenick": nick, "op": OP_REMOVE,
+                "generation": REMOVE_GENERATION, "partitioned": True}
+        out.append(change_read(
+            replica_url,
+            f"SELECT DISTINCT pm.generation, pm.rowguid, '{{}}', NULL, pm.partition_id FROM {past} pm "
+            f"WHERE pm.tablenick = {nick} AND pm.generation > {p} AND pm.generation <= {p} "
+            f"AND pm.partition_id IN ({partitions.in_list()}) "
+            f"AND NOT EXISTS (SELECT 1 FROM {current} cm WHERE cm.tablenick = pm.tablenick "
+            f"AND cm.rowguid = pm.rowguid AND cm.partition_id = pm.partition_id) "
+            f"AND NOT EXISTS (SELECT 1 FROM {tomb} t WHERE t.tablenick = pm.tablenick AND t.rowguid = pm.rowguid)",
+            [lo, hi], [], f"{label}/{a.name} partition removals", base))
+    return out
+
+
+def generations_of_partition(replica: Replica, pubid: str, partition_id: int, start: int, gens: list[dict],
+                           evaluated: int) -> list[dict]:
+    """Of ``gens``, the ones with changes for the partition (generation partition mappings); a
+    generation above ``evaluated`` (not evaluated yet) is kept."""
+    if not gens:
+        return gens
+    mine = partition_generations(replica, pubid, partition_id, start, int(gens[-1]["generation"]))
+    return [g for g in gens if int(g["generation"]) in mine or int(g["generation"]) > evaluated]
+
+
+def retry_reads(destination: Replica, dest_name: str, source: Replica, source_url: str, label: str, pubid: str,
+                 source_name: str, source_nick: int, start: int, partition: int | None = None,
+                 partitions: PartitionRead | None = None) -> list[ReadPartition]:
+    """Changes that failed at ``destination`` before and sit in generations it has passed: read them
+    again from the source, for that destination only (newer ones come with the normal batches); a row
+    of a filtered article only while it is in the destination's ``partition`` (by its mappings, or
+    evaluated for an article evaluated at sync time)."""
+    failed = store.select(destination, FailedChangeRow, {"source_nickname": source_nick})
+    if not failed:
+        return []
+    by_nick: dict[int, list[str]] = {}
+    for f in failed:
+        by_nick.setdefault(f.tablenick, []).append(f.rowguid)
+    rows = {a.nickname: a for a in published_articles(source, pubid)}
+    parts = []
+    for nick, guids in by_nick.items():
+        if nick not in rows:
+            continue
+        art = tracked_article(rows[nick])
+        member = None
+        if partitions is not None and partition is not None and nick in partitions.filtered:
+            if nick in partitions.at_sync:
+                assert partitions.scheme is not None
+                member = member_sql(source, partitions.scheme, rows[nick], "c.rowguid", str(int(partition)))
+            else:
+                member = (f"EXISTS (SELECT 1 FROM {source.meta('MSmerge_current_partition_mappings')} cm WHERE "
+                          f"cm.tablenick = c.tablenick AND cm.rowguid = c.rowguid AND cm.partition_id = {int(partition)})")
+        base = {"source": source_name, "source_nick": source_nick, "tablenick": nick, "target": dest_name,
+                "key": list(art.info.primary_key)}
+        for i in range(0, len(guids), RETRY_CHUNK):   # a driver binds at most so many parameters
+            parts += _retry_partitions(source, source_url, label, art, guids[i:i + RETRY_CHUNK], start, base, member)
+    return parts
+
+
+def _retry_partitions(source: Replica, source_url: str, label: str, art, guids: list[str], start: int,
+                      base: dict, member: str | None = None) -> list[ReadPartition]:
+    """The upserts and the deletes of ``guids`` (one article) at the source, in generations up to
+    ``start``; ``member``: a condition on the contents row ``c`` an upsert must meet (its partition)."""
+    d = source.dialect
+    p = d.capabilities.paramstyle
+    nick = int(art.nickname)
+    inlist = ", ".join([d.uuid_param()] * len(guids))
+    cols = [[c.name, c.type.to_dict()] for c in art.info.columns]
+    rg = d.quote(art.rowguid_column)
+    select = ", ".join(f"t.{d.quote(c.name)}" for c in art.info.columns)
+    return [
+        change_read(
+            source_url, f"SELECT c.generation, c.rowguid, c.lineage, c.colv, {select} "
+            f"FROM {source.meta('MSmerge_contents')} c JOIN {d.table_sql(art.table)} t ON t.{rg} = c.rowguid "
+            f"WHERE c.tablenick = {nick} AND c.rowguid IN ({inlist}) AND c.generation <= {p}"
+            + (f" AND {member}" if member else ""),
+            [*guids, start], cols, f"{label}/{art.table} retries", {**base, "op": "upsert"}),
+        change_read(
+            source_url, f"SELECT generation, rowguid, lineage, NULL FROM {source.meta('MSmerge_tombstone')} "
+            f"WHERE tablenick = {nick} AND rowguid IN ({inlist}) AND generation <= {p}",
+            [*guids, start], [], f"{label}/{art.table} retried deletes", {**base, "op": "delete"}),
+    ]

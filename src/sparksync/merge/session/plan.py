@@ -1,0 +1,68 @@
+"""What one direction of a merge session is made of, as data the Spark tasks receive: the generation
+batches of each source, the destinations that apply them, and the context every task needs.
+
+Everything here is built on the driver before the Spark stage and not changed afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from sparksync.merge.apply.decide import ArticleRules
+from sparksync.merge.conflicts.resolvers import Replicas
+
+
+class Route(NamedTuple):
+    """Changes of ``source`` in ``generation`` go to ``destination``, in its batch ``seq``."""
+
+    source: str
+    generation: int
+    destination: str
+    order: int                  # the source's place in the session (upload: configuration order)
+    seq: int
+
+
+@dataclass
+class BatchInfo:
+    source: str
+    source_nick: int
+    seq: int
+    lo: int
+    hi: int
+    nicknames: list[int]
+    retry: bool = False           # carries changes that failed before: applied even below the watermark
+    partition_id: int = 0         # upload from a subscriber of a filtered publication: its partition
+
+
+@dataclass
+class DestinationInfo:
+    name: str
+    url: str
+    nickname: int
+    is_publisher: bool
+    watermark: dict                      # identifies the destination's sysmergesubscriptions row of the source(s)
+    batches: dict[str, list[BatchInfo]]  # source -> batches in order
+    log_conflicts_here: bool             # conflict_logging: at this destination ...
+    log_conflicts_remote: bool = False   # ... and/or at the source (the agent writes those after the run)
+    partition_id: int = 0                # a filtered publication's subscriber: the partition it holds
+
+
+@dataclass(frozen=True)
+class ApplyContext:
+    pubid: str
+    upload: bool
+    session_id: str
+    publication: str
+    rules: dict[int, ArticleRules]
+    replicas: Replicas
+    destinations: dict[str, DestinationInfo]
+    article_names: dict[int, str] = field(default_factory=dict)
+    filtered: frozenset[int] = frozenset()      # nicknames of the filtered articles (filtered publications)
+    refused_out_of_partition: frozenset[int] = frozenset()   # ... with partition_options 1 or 3
+    mapped: frozenset[int] = frozenset()        # ... whose membership is kept in partition mappings
+    # For the Spark stage: (source, generation) -> its routes, in destination order, and each
+    # destination's apply group (the label of its Spark partition).
+    routes: dict[tuple[str, int], list[Route]] = field(default_factory=dict)
+    groups: dict[str, int] = field(default_factory=dict)
+    progress: tuple[str, int] | None = None     # the driver's progress listener (progress.py)

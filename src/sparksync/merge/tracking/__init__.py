@@ -1,0 +1,1 @@
+"""Change tracking: tracked articles and their triggers, generations, lineage."""

@@ -1,0 +1,1 @@
+"""Validation: do the replicas hold the same rows, and repairing those that do not."""
