@@ -3,7 +3,10 @@ text (not as an enum's name, which is how psycopg would adapt an Enum), and read
 
 from __future__ import annotations
 
+import pytest
+
 from sparksync.dialects import connect
+from sparksync.errors import ReplicaDamaged
 from sparksync.metadata import store
 from sparksync.metadata.records import (
     GenerationRow,
@@ -46,3 +49,19 @@ def test_typed_rows_round_trip(kind, dbs):
         assert gen is not None and gen.genstatus is GenStatus.RECEIVED and gen.nicknames == [1, 2]
         store.delete(r, GenerationRow, {"generation": 5})
         assert store.select(r, GenerationRow, {"generation": 5}) == []
+
+
+def test_a_code_written_by_hand_is_a_damaged_replica_named(kind, dbs):
+    """A code no enum has (the metadata changed by hand or by another program) is one clear error naming the
+    replica, the table, the column and the value; nothing is guessed."""
+    url = dbs.url(kind, "handmade")
+    with connect(url, "Store7") as r:
+        with r.transaction():
+            store.install_metadata(r)
+            store.insert(r, SubscriptionRow.for_publisher(
+                subid=store.new_guid(), pubid=store.new_guid(), name="Pub", replica_id=store.new_guid(),
+                replnickname=1, database_label="pub", created_at=store.utcnow()))
+        r.execute(f"UPDATE {r.meta('sysmergesubscriptions')} SET subscriber_type = 9")
+        with pytest.raises(ReplicaDamaged) as e:
+            store.select(r, SubscriptionRow)
+        assert "Store7" in e.value.message and "sysmergesubscriptions.subscriber_type holds 9" in e.value.message

@@ -157,8 +157,13 @@ class Record:
     @classmethod
     def from_values(cls, values: Sequence[Any]) -> Self:
         """A row from the values of its columns in table order, as ``store`` reads them."""
-        return cls(**{name: (v if conv is None or v is None else conv(v))
-                      for (name, conv), v in zip(cls._converters(), values, strict=True)})
+        out = {}
+        for (name, conv), v in zip(cls._converters(), values, strict=True):
+            try:
+                out[name] = v if conv is None or v is None else conv(v)
+            except (TypeError, ValueError):
+                raise UnknownCode(cls.TABLE, name, v) from None
+        return cls(**out)
 
     def values(self) -> list[Any]:
         """The row's values in table order."""
@@ -166,6 +171,15 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(zip(self.columns(), self.values()))
+
+
+class UnknownCode(ValueError):
+    """A metadata row holds a value its column cannot hold (a code no enum has: the metadata was changed by
+    hand or by another program). ``store.select`` names the replica (``ReplicaDamaged``)."""
+
+    def __init__(self, table: str, column: str, value: Any):
+        super().__init__(f"{table}.{column} holds {value!r}, which sparksync never writes there")
+        self.table, self.column, self.value = table, column, value
 
 
 def field_class(hint: Any) -> Any:

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sparksync.dialects.replica import Replica
-from sparksync.errors import MetadataVersionError, NotInitialized
-from sparksync.metadata.records import Record, ReplicaRow, Role
+from sparksync.errors import MetadataVersionError, NotInitialized, ReplicaDamaged
+from sparksync.metadata.records import Record, ReplicaRow, Role, UnknownCode
 from sparksync.metadata.schema import DISTRIBUTION, MERGE, TABLE_SETS, TABLES_BY_NAME, MetaTable, TableSet
 from sparksync.types import Kind
 
@@ -275,7 +275,11 @@ def select(replica: Replica, cls: type[R], where: Mapping[str, Any] | None = Non
            order_by: Sequence[str] = ()) -> list[R]:
     """The rows of ``cls``'s table matching ``where`` (column -> value; None: IS NULL)."""
     _, ks, rows = _select(replica, cls.TABLE, where, order_by)
-    return [cls.from_values([_from_db(k, v) for k, v in zip(ks, r)]) for r in rows]
+    try:
+        return [cls.from_values([_from_db(k, v) for k, v in zip(ks, r)]) for r in rows]
+    except UnknownCode as e:
+        raise ReplicaDamaged(f"{replica.label}: its replication metadata was changed outside sparksync: {e}",
+                             obj=replica.label) from None
 
 
 def select_one(replica: Replica, cls: type[R], where: Mapping[str, Any] | None = None,
