@@ -5,7 +5,8 @@ value as a list or a dict, and the driver reads it back the same way (``Row.asDi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, get_args
 
 _ARROW_TYPES = {"STRING": "string", "INT": "int32", "BIGINT": "int64", "DOUBLE": "float64", "BOOLEAN": "bool_"}
@@ -61,7 +62,22 @@ def result_columns(ddl: str) -> list[str]:
     return [name for name, _ in _fields(ddl)]
 
 
+@functools.cache
 def result_arrow_schema(ddl: str):
     import pyarrow as pa
 
     return pa.schema([(name, _arrow_type(t)) for name, t in _fields(ddl)])
+
+
+def result_mapper(run: Callable[[Any], Iterable[dict]], ddl: str):
+    """The function for ``mapInArrow``: the result rows ``run(batches)`` gives, as one Arrow batch of
+    ``ddl``'s schema (nothing when it gives none)."""
+
+    def mapper(batches):
+        import pyarrow as pa
+
+        rows = list(run(batches))
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=result_arrow_schema(ddl))
+
+    return mapper

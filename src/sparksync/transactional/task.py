@@ -6,10 +6,11 @@ one goes on."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
-from sparksync.spark.results import result_arrow_schema
+from sparksync.spark.results import result_mapper
 from sparksync.transactional.deliver import RESULT_SCHEMA, Delivery, DeliveryContext, DeliveryResult
 from sparksync.transactional.subscriber import Command
 
@@ -91,14 +92,8 @@ class CurrentSubscription:
 
 
 def make_mapper(ctx: DeliveryContext):
-    def mapper(chunks):
-        import pyarrow as pa
-
-        schema = result_arrow_schema(RESULT_SCHEMA)
-        rows = list(deliver_stream(ctx, chunks))
-        if rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=schema)
-
-    return mapper
+    """The function for ``mapInArrow``: the task's pending-command chunks in, one result row per
+    subscription out."""
+    return result_mapper(functools.partial(deliver_stream, ctx), RESULT_SCHEMA)
 
 

@@ -29,7 +29,7 @@ from sparksync.merge.session.plan import ApplyContext, BatchInfo
 from sparksync.merge.tracking.articles import published_articles, tracked_article
 from sparksync.redaction import redact
 from sparksync.retry import with_retries
-from sparksync.spark.results import ERROR_TYPE, result_arrow_schema, spark_struct
+from sparksync.spark.results import ERROR_TYPE, result_mapper, spark_struct
 
 _STATS_TYPE = f"ARRAY<{spark_struct({'tablenick': int} | stats_types())}>"   # one per article of the batch
 RESULT_SCHEMA = (f"destination STRING, source STRING, batch_seq INT, status STRING, stats {_STATS_TYPE}, "
@@ -238,16 +238,7 @@ def _by_article(slices: list) -> dict[int, ArticleChanges]:
 
 def make_mapper(ctx: ApplyContext):
     """The function for ``mapInArrow``: Arrow batches of change rows in, result rows out."""
-
-    def mapper(batches):
-        import pyarrow as pa
-
-        schema = result_arrow_schema(RESULT_SCHEMA)
-        buf = list(apply_stream(ctx, batches))
-        if buf:
-            yield pa.RecordBatch.from_pylist(buf, schema=schema)
-
-    return mapper
+    return result_mapper(functools.partial(apply_stream, ctx), RESULT_SCHEMA)
 
 
 def apply_stream_empty(ctx: ApplyContext, dest_name: str, source: str, batches: list[BatchInfo]) -> Iterator[dict]:
