@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check --upgrade pip
-	$(VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[spark,test]'
+	$(VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[spark,server,test]'
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -58,6 +58,9 @@ def _check_url(v: str) -> str:
 class SparkConfig(_Model):
     master: str = "local[*]"
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings")
+    driver_round_changes: int = Field(
+        default=5000, ge=0, description="a merge direction that moves at most this many changes is applied in the "
+        "agent's own process, without a Spark job (0: every direction on Spark)")
 
 
 class DistributorConfig(_Model):
@@ -217,10 +220,45 @@ class PublicationConfig(_Model):
         return self
 
 
+class ServerConfig(_Model):
+    """``[server]``: the device endpoint of ``sparksync serve`` (web synchronization)."""
+
+    listen: str = Field(default="127.0.0.1:8443", description="HOST:PORT the device endpoint listens on")
+    tls_cert: str | None = Field(default=None, description="PEM certificate (chain) of the endpoint")
+    tls_key: str | None = Field(default=None, description="PEM private key of tls_cert")
+    max_request_mb: float = Field(default=64, gt=0, le=4096, description="the largest request body accepted (MB)")
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        host, sep, port = v.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{v!r} is not HOST:PORT (e.g. \"0.0.0.0:8443\" or \"127.0.0.1:8443\")")
+        return v
+
+    @model_validator(mode="after")
+    def _tls(self) -> ServerConfig:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both (TLS) or neither (behind a reverse proxy, "
+                             "on a loopback address)")
+        return self
+
+    @property
+    def host(self) -> str:
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+
 class SubscriptionConfig(_Model):
     name: str
     publication: str
-    database: str
+    transport: Literal["direct", "web"] = Field(
+        "direct", description="direct: the agents open the subscriber's database; web: the device syncs over HTTPS "
+        "with 'sparksync sync' (no database here)")
+    database: str | None = None
     subscriber_type: Literal["global", "local"] = "local"
     priority: float | None = None
     host_name: str | None = Field(None, description="what HOST_NAME() is for this subscription")
@@ -244,7 +282,16 @@ class SubscriptionConfig(_Model):
         return [str(c) for c in v]
 
     _n = field_validator("name")(lambda cls, v: _check_name(v, "subscription name"))
-    _u = field_validator("database")(lambda cls, v: _check_url(v))
+    _u = field_validator("database")(lambda cls, v: v if v is None else _check_url(v))
+
+    @model_validator(mode="after")
+    def _transport(self) -> SubscriptionConfig:
+        if self.transport == "direct" and self.database is None:
+            raise ValueError("a subscription needs a database (or transport = \"web\": a device that syncs over HTTPS)")
+        if self.transport == "web" and self.database is not None:
+            raise ValueError("a web subscription has no database here: its database is on the device (remove "
+                             "'database', or use transport = \"direct\")")
+        return self
 
     @model_validator(mode="after")
     def _priority(self) -> SubscriptionConfig:
@@ -281,6 +328,7 @@ class Topology(_Model):
     spark: SparkConfig = Field(default_factory=SparkConfig)
     distributor: DistributorConfig | None = None
     publisher: PublisherConfig
+    server: ServerConfig = Field(default_factory=ServerConfig)
     publications: list[PublicationConfig] = Field(default_factory=list)
     subscriptions: list[SubscriptionConfig] = Field(default_factory=list)
     base_dir: Path = Field(default=Path("."), exclude=True)
@@ -300,7 +348,24 @@ class Topology(_Model):
         raise ConfigurationError(f"no subscription named {name!r} (known: {known})", obj=name)
 
     def subscriptions_of(self, publication: str) -> list[SubscriptionConfig]:
-        return [s for s in self.subscriptions if s.publication == publication]
+        """The subscriptions of ``publication`` the agents reach (``transport = "direct"``)."""
+        return [s for s in self.subscriptions if s.publication == publication and s.transport == "direct"]
+
+    @property
+    def direct_subscriptions(self) -> list[SubscriptionConfig]:
+        """Every subscription the agents reach (not the web ones)."""
+        return [s for s in self.subscriptions if s.transport == "direct"]
+
+    def web_subscriptions_of(self, publication: str) -> list[SubscriptionConfig]:
+        """The subscriptions of ``publication`` whose devices sync over the web (``sparksync sync``)."""
+        return [s for s in self.subscriptions if s.publication == publication and s.transport == "web"]
+
+    def subscriber_url(self, s: SubscriptionConfig) -> str:
+        """The database URL of a direct subscription; a web one has none here (typed error)."""
+        if s.database is None:
+            raise ConfigurationError(f"subscription {s.name} syncs over the web: its database is on the device "
+                                     "(the device runs 'sparksync sync')", obj=s.name)
+        return self.resolve_url(s.database)
 
     def resolve_url(self, url: str) -> str:
         """Expand ``${VAR}``s; make a relative SQLite path relative to the config file's folder."""
@@ -322,6 +387,9 @@ class Topology(_Model):
         wanted = set(names or [])
         for name in wanted:
             s = self.subscription(name)
+            if s.transport == "web":
+                raise ConfigurationError(f"subscription {name} syncs over the web: the device runs 'sparksync sync' "
+                                         "against 'sparksync serve'; no agent opens its database", obj=name)
             other = self.publication(s.publication).kind
             if other != kind:
                 raise ConfigurationError(f"subscription {name} belongs to {other} publication {s.publication}, "
@@ -347,6 +415,11 @@ class Topology(_Model):
     @property
     def publisher_url(self) -> str:
         return self.resolve_url(self.publisher.database)
+
+    def resolve_path(self, path: str) -> str:
+        """A path of the configuration (``${VAR}`` expanded), relative to the config file's folder."""
+        p = Path(_expand(path, "path"))
+        return str(p if p.is_absolute() else (self.base_dir / p).resolve())
 
     @property
     def snapshot_root(self) -> Path:

@@ -214,3 +214,16 @@ class ReplicaBehind(ReplicaDamaged):
 
     code = "replica_behind"
 
+
+
+class Unauthorized(Terminal, SparksyncError):
+    """A device's token is missing, wrong or revoked. Its message never says which (nor the token)."""
+
+    code = "unauthorized"
+
+
+class ProtocolError(Terminal, SparksyncError):
+    """A web synchronization message that is malformed, or that the other side may not send (a wrong
+    schema, an unknown article, an upload that is not the device's own): refused, nothing changed."""
+
+    code = "protocol"

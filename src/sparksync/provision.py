@@ -67,9 +67,9 @@ class SetupFailed(SparksyncError):
 
 def _check_subscribers_reachable(topology: Topology) -> None:
     problems = []
-    for s in topology.subscriptions:
+    for s in topology.direct_subscriptions:
         try:
-            connect(topology.resolve_url(s.database), s.name).close()
+            connect(topology.subscriber_url(s), s.name).close()
         except SparksyncError as e:
             problems.append(f"subscription {s.name}: {e.message}")
     if problems:
@@ -109,7 +109,7 @@ def _check_initialized_subscribers(pub, topology: Topology) -> None:
         for s in topology.subscriptions_of(p.name):
             if s.name not in active:
                 continue
-            with connect(topology.resolve_url(s.database), s.name) as sub:
+            with connect(topology.subscriber_url(s), s.name) as sub:
                 try:
                     # the articles it holds (one added to the publication is delivered by this setup)
                     check_subscriber_tables(sub, manifest, {r.artid: r.table_schema for r in store.select(
@@ -123,8 +123,8 @@ def _check_initialized_subscribers(pub, topology: Topology) -> None:
 
 def _upgrade_subscribers(topology: Topology, report: Reporter) -> None:
     """Bring subscribers initialized by an older sparksync to this metadata version."""
-    for s in topology.subscriptions:
-        with connect(topology.resolve_url(s.database), s.name) as sub:
+    for s in topology.direct_subscriptions:
+        with connect(topology.subscriber_url(s), s.name) as sub:
             if store.upgrade_metadata(sub):
                 report(f"subscription {s.name}: replication metadata upgraded")
 
@@ -144,9 +144,9 @@ def _check_shared_tables(topology: Topology, plans) -> None:
                                 "column_tracking or rowguid_column; a table has one change tracking")
     tables = {plan.config.name: {a.key for a in plan.articles} for plan in plans}
     by_db: dict[str, list] = {}
-    for sub in topology.subscriptions:
+    for sub in topology.direct_subscriptions:
         if sub.publication in tables:
-            by_db.setdefault(topology.resolve_url(sub.database), []).append(sub)
+            by_db.setdefault(topology.subscriber_url(sub), []).append(sub)
     for subs in by_db.values():
         for i, a in enumerate(subs):
             for b in subs[i + 1:]:
@@ -177,7 +177,7 @@ def _repair_tracking(pub, topology: Topology, report: Reporter) -> None:
         for s in topology.subscriptions_of(p.name):
             if s.name not in active:
                 continue
-            with connect(topology.resolve_url(s.database), s.name) as sub:
+            with connect(topology.subscriber_url(s), s.name) as sub:
                 check_identity(sub, s.name, active[s.name])
                 for what in repair_tracking(sub, pubid):
                     report(f"subscription {s.name}: WARNING: tracking of {what} was re-created; changes made there "
@@ -263,7 +263,7 @@ def _partition_values(topology: Topology, plans) -> dict[str, dict[str | None, d
                                                           f"publication {plan.config.name}, partitions[{i}]")
             except ConfigurationError as e:
                 problems.append(e.message)
-        for s in topology.subscriptions_of(plan.config.name):
+        for s in topology.subscriptions_of(plan.config.name) + topology.web_subscriptions_of(plan.config.name):
             try:
                 mine[s.name] = partition_values(scheme, s.host_name, s.login, f"subscription {s.name}")
             except ConfigurationError as e:
@@ -331,6 +331,7 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
     for plan, res in zip(plans, results):
         name = plan.config.name
         subs = topology.subscriptions_of(name)
+        web = topology.web_subscriptions_of(name)
         rows = {r.name: r for r in store.select(pub, SubscriptionRow, {"pubid": res["pubid"]})}
         initialized = {name for name, r in rows.items() if r.active}
         need = bool(res["created_articles"])
@@ -342,7 +343,7 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
             if {a.name for a in manifest.articles} != {a.key for a in plan.articles}:
                 need = True
             stale = _stale_snapshot(store.select(pub, PublicationRow, {"pubid": res["pubid"]})[0], manifest)
-            if not need and stale and any(s.name not in initialized for s in subs):
+            if not need and stale and any(s.name not in initialized for s in subs + web):
                 report(f"publication {name}: snapshot {manifest.snapshot_id} (generation {manifest.snapshot_generation}) "
                        f"{stale}: writing a new one")
                 need = True
@@ -353,14 +354,21 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
                                         [s for s in subs if s.name in initialized], rows,
                                         spark, summary, report)
         pending = [s for s in subs if s.name not in initialized]
-        if not pending:
+        waiting = [s for s in web if s.name not in initialized]       # devices initialize at their first sync
+        if not pending and not waiting:
             continue
         parts = partitions.get(name, {})
-        if any(a.partitions is not None and any(str(parts[s.name]) not in a.partitions for s in pending)
+        if any(a.partitions is not None and any(str(parts[s.name]) not in a.partitions for s in pending + waiting)
                for a in manifest.articles):
             # a subscription in a partition the current snapshot does not hold: a new snapshot holds them all
             snap_dir, manifest = write_snapshot(spark(), topology, name, report)
             summary.snapshots[name] = str(snap_dir)
+        if waiting:
+            register_subscriptions(pub, topology, manifest, snap_dir, waiting, parts)
+            report(f"publication {name}: web subscription(s) {', '.join(s.name for s in waiting)} registered; each "
+                   "device initializes itself at its first 'sparksync sync'")
+        if not pending:
+            continue
         specs = register_subscriptions(pub, topology, manifest, snap_dir, pending, parts)
         report(f"publication {name}: initializing {len(specs)} subscription(s) from snapshot {manifest.snapshot_id}")
         init = initialize_in_parallel(spark(), specs, initialize_subscriber)
@@ -385,7 +393,7 @@ def _drop_removed_subscriptions(topology: Topology, pub, name: str, pubid: str, 
     """Subscriptions registered at the publisher that the configuration no longer has are dropped
     (SQL Server's sp_dropmergesubscription): their rows at the publisher go, with the failed changes
     of theirs waiting there for a retry. Their databases are left as they are."""
-    configured = {s.name for s in topology.subscriptions_of(name)}
+    configured = {s.name for s in topology.subscriptions_of(name) + topology.web_subscriptions_of(name)}
     gone = [r for r in store.select(pub, SubscriptionRow, {"pubid": pubid, "role": Role.SUBSCRIBER})
             if r.name not in configured]
     if not gone:
@@ -406,7 +414,7 @@ def _change_articles_of_subscribers(topology: Topology, pub, manifest, snap_dir,
     wanted = {str(a.artid) for a in manifest.articles}
     deliveries = []
     for s in active:
-        with connect(topology.resolve_url(s.database), s.name) as sub:
+        with connect(topology.subscriber_url(s), s.name) as sub:
             have = store.select(sub, ArticleRow, {"pubid": manifest.pubid})
             gone = [r for r in have if r.artid not in wanted]
             if gone:
@@ -416,7 +424,7 @@ def _change_articles_of_subscribers(topology: Topology, pub, manifest, snap_dir,
             mine = {r.artid for r in have}
             new = tuple(a.name for a in manifest.articles if str(a.artid) not in mine)
             if new:
-                deliveries.append(ArticleDelivery(s.name, topology.resolve_url(s.database), str(snap_dir), new,
+                deliveries.append(ArticleDelivery(s.name, topology.subscriber_url(s), str(snap_dir), new,
                                                   s.pre_creation_cmd, rows[s.name].partition_id))
     if not deliveries:
         return
@@ -473,7 +481,7 @@ def _setup_transactional(topology: Topology, pub, dist, plans, spark, summary: S
         for s in subs:
             if s in pending:
                 continue
-            url = topology.resolve_url(s.database)
+            url = topology.subscriber_url(s)
             with connect(url, s.name) as sub, sub.transaction():
                 install_procedures(sub, article_targets(sub.dialect, publication.articles))
         if pending:

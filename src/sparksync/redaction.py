@@ -6,7 +6,9 @@ Two rules, applied together by :func:`redact`:
   information and the *last* ``@`` of the authority, so a raw ``@`` or ``:`` in a password is covered),
   and so does any ``password=...`` parameter;
 * every secret registered by :func:`register_url` (the passwords of the configured databases, after
-  ``${VAR}`` expansion) goes wherever it appears, whole or percent-decoded, even outside a URL.
+  ``${VAR}`` expansion) goes wherever it appears, whole or percent-decoded, even outside a URL;
+* the secret part of a device token (``ssk_<id>_<secret>``, ``web/tokens.py``) goes: its id stays, to
+  say which token it was.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from urllib.parse import unquote
 _SECRETS: set[str] = set()
 _LOCK = threading.Lock()
 _URL_START = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_TOKEN = re.compile(r"\b(ssk_[0-9a-f]{16}_)[0-9A-Za-z]+")
 _KEYWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&\s]+)", re.I)
 MIN_SECRET = 6          # shorter passwords are redacted where they stand in a URL, not everywhere: as bare
                         # text they would blank out ordinary words ("seconds" for a password "sec")
@@ -71,7 +74,7 @@ def redact(text: str) -> str:
     """``text`` without any password (see the module doc)."""
     if not text:
         return text
-    text = _KEYWORD.sub(r"\1***", _urls(text))
+    text = _TOKEN.sub(r"\1***", _KEYWORD.sub(r"\1***", _urls(text)))
     with _LOCK:
         secrets = sorted(_SECRETS, key=len, reverse=True)
     for s in secrets:

@@ -117,7 +117,7 @@ def _catch_up(topology: Topology, spark_factory, subscription: str, summary: Set
 def _set_aside_if_damaged(topology: Topology, s, report: Reporter) -> None:
     """A subscriber database that cannot be used at all (a corrupt SQLite file) is moved aside, kept,
     and a new one is created by the setup that follows."""
-    url = topology.resolve_url(s.database)
+    url = topology.subscriber_url(s)
     d: Files = dialect_for_url(url)
     why = d.damage(url)
     if why is not None:

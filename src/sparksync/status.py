@@ -234,7 +234,7 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                 r = sub_rows.get(s.name)
                 entry: dict[str, Any] = {
                     "name": s.name, "publication": pcfg.name,
-                    "database": redact_url(topology.resolve_url(s.database)),
+                    "database": redact_url(topology.subscriber_url(s)),
                     "subscriber_type": s.subscriber_type, "priority": s.effective_priority, "host_name": s.host_name,
                     **({"login": s.login} if s.login is not None else {})}
                 if r is None or not r.active:
@@ -256,7 +256,7 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                               "oldest_pending_download": iso(_generation_time(pub, lowest)),
                               "failed_upload": _failed_count(pub, r.replnickname), **runs})
                 try:
-                    with connect(topology.resolve_url(s.database), s.name) as sub:
+                    with connect(topology.subscriber_url(s), s.name) as sub:
                         store.require_metadata(sub)
                         check_identity(sub, s.name, r)
                         check_not_behind(sub, s.name, r, prow.pubid)

@@ -103,8 +103,13 @@ def _transactional_problems(topology: Topology, data: dict[str, Any]) -> list[st
             problems.append(f"{where}: {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} for "
                             f"{'merge' if pub else 'transactional'} subscriptions; publication {s.publication} is "
                             f"{'transactional' if pub else 'merge'}")
+        if s.transport == "web":
+            if pub is not None:
+                problems.append(f"{where}.transport: web synchronization is for merge publications; publication "
+                                f"{s.publication} is transactional")
+            continue
         try:
-            url = topology.resolve_url(s.database)
+            url = topology.subscriber_url(s)
         except ConfigurationError:
             continue
         if distributor is not None and url == distributor:

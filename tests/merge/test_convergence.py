@@ -42,7 +42,8 @@ dml = st.tuples(st.sampled_from(REPLICAS), st.sampled_from(list(TABLES)),
                 st.booleans())
 merge = st.tuples(st.just("merge"), st.sets(st.sampled_from(["S1", "S2", "S3"]), min_size=1),
                   st.sampled_from(["both", "upload", "download"]), st.integers(1, 3),
-                  st.sampled_from([None, "apply.before_commit", "apply.after_commit", "agent.before_sender_watermark"]))
+                  st.sampled_from([None, "apply.before_commit", "apply.after_commit", "agent.before_sender_watermark"]),
+                  st.sampled_from([0, None]))    # on Spark, or in the agent's process (a small round)
 steps = st.lists(st.one_of(dml, dml, dml, merge), min_size=8, max_size=20)
 
 
@@ -80,14 +81,14 @@ def test_random_workloads_converge(world, plan):
     ran["examples"] += 1
     for step in plan:
         if step[0] == "merge":
-            _, subs, exchange, per_batch, crash = step
+            _, subs, exchange, per_batch, crash, in_driver = step
             if crash:
                 target = sorted(subs)[0]
                 point = (f"{crash} {target}" if crash == "agent.before_sender_watermark"
                          else f"{crash} {('P' if exchange == 'upload' else target)}:0")
                 fp.arm(fp_file, point)
             with contextlib.suppress(InjectedFault):
-                agent.run(MergeOptions(exchange, per_batch, per_batch, sorted(subs)))
+                agent.run(MergeOptions(exchange, per_batch, per_batch, sorted(subs), driver_round_changes=in_driver))
             ran["merges"] += 1
             if crash and (not os.path.exists(fp_file) or not Path(fp_file).read_text().strip()):
                 ran["crashes"] += 1

@@ -54,7 +54,8 @@ dml = st.tuples(st.sampled_from(["P", "P", "S1", "S2"]), st.sampled_from(list(TA
                 st.booleans())
 merge = st.tuples(st.just("merge"), st.sets(st.sampled_from(["S1", "S2"]), min_size=1),
                   st.sampled_from(["both", "both", "upload", "download"]),
-                  st.sampled_from([None, None, "apply.before_commit", "apply.after_commit"]))
+                  st.sampled_from([None, None, "apply.before_commit", "apply.after_commit"]),
+                  st.sampled_from([0, None]))    # on Spark, or in the agent's process (a small round)
 clock = st.tuples(st.just("days"), st.integers(1, 3))
 clean = st.tuples(st.just("cleanup"))
 schema = st.tuples(st.just("schema"), st.sampled_from(["client_add", "command_add", "command_drop"]),
@@ -118,11 +119,11 @@ def test_random_lifecycles_converge(world, plan):
     for step in plan:
         kind = step[0]
         if kind == "merge":
-            _, subs, exchange, crash = step
+            _, subs, exchange, crash, in_driver = step
             if crash:
                 fp.arm(fp_file, f"{crash} {('P' if exchange == 'upload' else sorted(subs)[0])}:0")
             with contextlib.suppress(InjectedFault):
-                agent.run(MergeOptions(exchange, subscriptions=sorted(subs)))
+                agent.run(MergeOptions(exchange, subscriptions=sorted(subs), driver_round_changes=in_driver))
             ran["merges"] += 1
             if crash and (not os.path.exists(fp_file) or not Path(fp_file).read_text().strip()):
                 ran["crashes"] += 1

@@ -48,7 +48,8 @@ dml = st.tuples(st.sampled_from(["P", "P", "N", "S", "N2"]),
 merge = st.tuples(st.just("merge"), st.sets(st.sampled_from(["N", "S", "N2"]), min_size=1),
                   st.sampled_from(["both", "both", "upload", "download"]),
                   st.sampled_from([None, None, "partitions.before_commit", "apply.before_commit",
-                                   "apply.after_commit"]))
+                                   "apply.after_commit"]),
+                  st.sampled_from([0, None]))    # on Spark, or in the agent's process (a small round)
 steps = st.lists(st.one_of(dml, dml, merge), min_size=6, max_size=16)
 
 TABLES = {"SalesPerson": ("SalesPersonID", '"Territory"'), "Customer": ("CustomerID", '"SalesPersonID"'),
@@ -176,7 +177,7 @@ def test_every_subscriber_holds_exactly_its_partition_in_both_modes(worlds, plan
         if step[0] != "merge":
             _dml(first, *step, also=[u for u, _ in rest])
             continue
-        _, subs, exchange, crash = step
+        _, subs, exchange, crash, in_driver = step
         target = sorted(subs)[0]
         for mode, (urls, agent) in worlds.items():
             armed = crash and not (crash.startswith("partitions") and mode == "setupbelongs")   # no evaluation there
@@ -185,7 +186,7 @@ def test_every_subscriber_holds_exactly_its_partition_in_both_modes(worlds, plan
                        f"{crash} {'P' if exchange == 'upload' else target}:0")
             summary = None
             with contextlib.suppress(InjectedFault):
-                summary = agent.run(MergeOptions(exchange, subscriptions=sorted(subs)))
+                summary = agent.run(MergeOptions(exchange, subscriptions=sorted(subs), driver_round_changes=in_driver))
             ran["merges"] += 1
             ran["crashes"] += bool(armed) and not (os.path.exists(fp_file) and Path(fp_file).read_text().strip())
             if os.path.exists(fp_file):

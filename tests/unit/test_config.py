@@ -133,7 +133,21 @@ def test_missing_required_keys():
     assert one_problem({}) == "publisher: required key is missing"
     data = valid_data()
     del data["subscriptions"][1]["database"]
-    assert one_problem(data) == "subscriptions[1] (S2).database: required key is missing"
+    assert one_problem(data) == ('subscriptions[1] (S2): a subscription needs a database (or transport = "web": a '
+                                 'device that syncs over HTTPS)')
+
+
+def test_a_web_subscription_has_no_database_and_the_server_table_is_checked():
+    data = valid_data()
+    data["subscriptions"][1]["transport"] = "web"
+    assert one_problem(data).startswith("subscriptions[1] (S2): a web subscription has no database here")
+    del data["subscriptions"][1]["database"]
+    data["server"] = {"listen": "nowhere"}
+    assert one_problem(data).startswith("server.listen: ")
+    data["server"] = {"listen": "0.0.0.0:8443", "tls_cert": "cert.pem"}
+    assert "tls_cert and tls_key go together" in one_problem(data)
+    data["server"] = {"listen": "0.0.0.0:8443", "max_request_mb": 0}
+    assert one_problem(data).startswith("server.max_request_mb: ")
 
 
 def test_several_field_problems_are_reported_at_once():

@@ -20,6 +20,7 @@ from sparksync.cli.transactional_cmds import (
     tracer_token_command,
 )
 from sparksync.cli.validate_cmd import validate_command
+from sparksync.cli.web_cmds import serve_command, sync_command, token_command
 
 app = typer.Typer(
     name="sparksync",
@@ -41,6 +42,9 @@ app.command("logreader")(logreader_command)
 app.command("distribute")(distribute_command)
 app.command("tracer-token")(tracer_token_command)
 app.command("schema-change")(schema_change_command)
+app.command("token")(token_command)
+app.command("serve")(serve_command)
+app.command("sync")(sync_command)
 app.command("demo")(demo_command)
 
 

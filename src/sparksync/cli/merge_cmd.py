@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -26,7 +27,7 @@ from sparksync.merge.session.agent import MergeAgent
 from sparksync.merge.session.summary import DEFAULT_GENERATIONS_PER_BATCH, DirectionStats, MergeOptions, MergeSummary
 
 
-def _print(summary: MergeSummary) -> None:
+def print_summary(summary: MergeSummary) -> None:
     t = Table("subscription", "article", "↑ ins/upd/del", "↑ conflicts", "↓ ins/upd/del", "↓ conflicts", "retries",
               "failed", "seconds", box=None)
     for s in summary.subscriptions:
@@ -47,6 +48,25 @@ def _print(summary: MergeSummary) -> None:
         for e in s.errors:
             text = str(e).removeprefix(f"{s.subscription}: ")      # a replica's error often names it already
             console.print(f"[bold red]{s.subscription}:[/] {escape(text)}", highlight=False)
+
+
+def show_summary(summary: MergeSummary, as_json: bool) -> None:
+    if as_json:
+        console.print_json(json.dumps(summary.to_dict(), default=str))
+    else:
+        print_summary(summary)
+
+
+def keep_running(once: Callable[[], bool], continuous: bool, polling_interval: float, rounds: int) -> bool:
+    """``once()`` (True: it succeeded), or with ``--continuous`` again every ``polling_interval`` seconds until
+    ``rounds`` runs (0: never stops). Whether every run succeeded."""
+    n, ok = 0, True
+    while True:
+        ok = once() and ok
+        n += 1
+        if not continuous or (rounds and n >= rounds):
+            return ok
+        time.sleep(polling_interval)
 
 
 def _moved(st: DirectionStats) -> str:
@@ -82,28 +102,17 @@ def merge_command(
     agent = MergeAgent(topology, make_spark(topology)(), reporter if not as_json else (lambda m: None))
     options = MergeOptions(exchange_type, upload_generations_per_batch, download_generations_per_batch,
                            list(subscription) if subscription else None, cleanup=not no_cleanup)
-    n = 0
-    failed = False
-    while True:
+
+    def once() -> bool:
         try:
             summary = agent.run(options)
         except LockBusy as e:
             if not continuous:
                 raise
             reporter(f"{e.message}; trying again next round")    # another command's turn, not a failure
-            n += 1
-            if rounds and n >= rounds:
-                break
-            time.sleep(polling_interval)
-            continue
-        n += 1
-        failed = failed or not summary.ok
-        if as_json:
-            console.print_json(json.dumps(summary.to_dict(), default=str))
-        else:
-            _print(summary)
-        if not continuous or (rounds and n >= rounds):
-            break
-        time.sleep(polling_interval)
-    if failed:
+            return True
+        show_summary(summary, as_json)
+        return summary.ok
+
+    if not keep_running(once, continuous, polling_interval, rounds):
         raise typer.Exit(1)

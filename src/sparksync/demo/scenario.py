@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from sparksync.cli.merge_cmd import _print
+from sparksync.cli.merge_cmd import print_summary as _print
 from sparksync.cli.partitions_cmd import partitions_command
 from sparksync.cli.status_cmd import status_command
 from sparksync.cli.transactional_cmds import _print_distribution
@@ -270,7 +270,7 @@ def _partition_check(topology) -> list[str]:
     problems = []
     with connect(topology.publisher_url, "HQ") as hq:
         for name, host in TERRITORY_STORES:
-            with connect(topology.resolve_url(topology.subscription(name).database), name) as store:
+            with connect(topology.subscriber_url(topology.subscription(name)), name) as store:
                 for table, (want_sql, have_sql) in queries.items():
                     want = {r[0] for r in hq.query(want_sql, [host])}
                     have = {r[0] for r in store.query(have_sql)}
@@ -295,8 +295,8 @@ def _territories(console: Console, topology, report: Reporter) -> bool:
     console.print(f"HQ: customer {moving} moves from Northwest to Canada ({orders} order(s) go along)")
     spark = spark_session(topology.spark_master, conf=topology.spark.conf)
     _print(MergeAgent(topology, spark, report).run(MergeOptions(subscriptions=[n for n, _ in TERRITORY_STORES])))
-    with connect(topology.resolve_url(topology.subscription("Northwest").database), "Northwest") as nw, \
-            connect(topology.resolve_url(topology.subscription("Canada").database), "Canada") as ca:
+    with connect(topology.subscriber_url(topology.subscription("Northwest")), "Northwest") as nw, \
+            connect(topology.subscriber_url(topology.subscription("Canada")), "Canada") as ca:
         at = {"Northwest": nw.scalar(f'SELECT count(*) FROM "Customer" WHERE "CustomerID" = {int(moving)}'),
               "Canada": ca.scalar(f'SELECT count(*) FROM "Customer" WHERE "CustomerID" = {int(moving)}')}
     console.print(f"customer {moving}: at Northwest {'yes' if at['Northwest'] else 'no'}, "

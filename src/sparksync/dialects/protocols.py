@@ -290,6 +290,12 @@ class MergeHooks(Protocol):
     def try_claim_generation(self, replica: Replica, generation: int) -> bool:
         """Inside a transaction: True (and hold it until commit) when no writer of ``generation`` is running."""
 
+    def lock_generation_numbers(self, replica: Replica) -> None:
+        """Inside a transaction: until it ends, no other transaction numbers a generation. A generation is
+        numbered above every committed one; two transactions numbering at once (the web door applying
+        several devices' uploads, a merge agent's apply, closing the open generation) would take the same
+        number, or one would commit below a bound a download has already passed."""
+
     def generation_writers(self, replica: Replica, generation: int) -> list[dict]:
         """The transactions that wrote into ``generation`` and are still open (``concurrent_writers``):
         {"pid", "seconds", "state", "application"} each."""

@@ -449,5 +449,38 @@ PUBLISHER_LOG = TableSet("transactional publication log", 4, PUBLISHER_LOG_VERSI
     ),
 ))
 
-TABLE_SETS = (MERGE, DISTRIBUTION, TRANSACTIONAL_SUBSCRIBER, PUBLISHER_LOG)
+WEB_VERSION = 1
+WEB = TableSet("web synchronization", 5, WEB_VERSION, (
+    MetaTable(
+        "MSweb_tokens",
+        "At the publisher: the tokens devices authenticate with, one subscription each. Only a salted SHA-256 "
+        "of the secret is kept; the token itself is printed once, by 'sparksync token'. A subscription has at "
+        "most two live tokens (the new one and, after --rotate, none: the old one is replaced at once).",
+        (C("token_id", TEXT, False, "the public part of the token: ssk_<token_id>_<secret>"),
+         C("subscription", TEXT, False), C("salt", TEXT, False), C("digest", TEXT, False, "hex SHA-256 of salt + secret"),
+         C("created_at", TS, False), C("last_used_at", TS)),
+        ("token_id",),
+        (MetaIndex("MSweb_tokens_sub", ("subscription",)),),
+    ),
+    MetaTable(
+        "MSweb_uploads",
+        "At the publisher: each upload a device's changes were applied from, identified by its generations, "
+        "written in the transaction that applied it. The same upload again gets this reply; the same "
+        "generations with another body are refused.",
+        (C("subscription", TEXT, False), C("lo", BIG, False), C("hi", BIG, False),
+         C("digest", TEXT, False, "hex SHA-256 of the request body"), C("reply", JSON, False),
+         C("applied_at", TS, False)),
+        ("subscription", "lo", "hi"),
+    ),
+    MetaTable(
+        "MSweb_device",
+        "On a web device: the server and the subscription this database syncs with (one row); a sync of "
+        "another subscription, or of another publication (pubid), is refused.",
+        (C("id", INT, False), C("server", TEXT, False), C("subscription", TEXT, False),
+         C("publication", TEXT, False), C("pubid", GUID, False), C("bound_at", TS, False)),
+        ("id",),
+    ),
+))
+
+TABLE_SETS = (MERGE, DISTRIBUTION, TRANSACTIONAL_SUBSCRIBER, PUBLISHER_LOG, WEB)
 TABLES_BY_NAME = {t.name: t for ts in TABLE_SETS for t in ts.tables}

@@ -131,7 +131,7 @@ class DistributionAgent:
             if r.status is DistSubscriptionStatus.INACTIVE:
                 run.fail(SparksyncError(f"subscription {s.name}: {r.message}", obj=s.name))
                 continue
-            url = topo.resolve_url(s.database)
+            url = topo.subscriber_url(s)
             try:
                 start = self._position(url, s.name, p.name)
             except SparksyncError as e:

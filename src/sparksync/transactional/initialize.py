@@ -249,7 +249,7 @@ def _initialize_all(spark, topology: Topology, pub: PublicationConfig, publicati
                                                          "subscription": s.name})
                 store.insert(dist, DistSubscriptionRow(
                     publication_id=publication.publication_id, subscription=s.name,
-                    subscriber=redact_url(topology.resolve_url(s.database)),
+                    subscriber=redact_url(topology.subscriber_url(s)),
                     status=DistSubscriptionStatus.INITIALIZING, sync_point=None,
                     delivered_seqno=here if here is not None else (publication.logreader_seqno or 0),
                     last_delivery=None, created_at=store.utcnow(), message=None))
@@ -258,7 +258,7 @@ def _initialize_all(spark, topology: Topology, pub: PublicationConfig, publicati
     start = here if here is not None else snap.start
     specs = []
     for s in subs:
-        url = topology.resolve_url(s.database)
+        url = topology.subscriber_url(s)
         specs.append(TxSubscriberInit(
             s.name, pub.name, topology.publisher.name, url, s.name, s.pre_creation_cmd, snap.directory,
             snap.articles, article_targets(dialect_for_url(url), publication.articles), start))

@@ -62,7 +62,7 @@ def gather(topology: Topology) -> dict[str, Any]:
                 for s in topology.subscriptions_of(pcfg.name):
                     r = subs.get(s.name)
                     e: dict[str, Any] = {"name": s.name, "publication": p.name, "streams": s.subscription_streams,
-                                         "database": redact_url(topology.resolve_url(s.database)),
+                                         "database": redact_url(topology.subscriber_url(s)),
                                          "status": r.status.name.lower() if r else "not initialized",
                                          "delivered_seqno": r.delivered_seqno if r else None}
                     if r is not None and r.message:
@@ -75,7 +75,7 @@ def gather(topology: Topology) -> dict[str, Any]:
                         if "stopped_since" in runs:
                             e["status"] = "stopped"
                         try:
-                            with connect(topology.resolve_url(s.database), s.name) as sub:
+                            with connect(topology.subscriber_url(s), s.name) as sub:
                                 at = position(sub, p.name, s.name)
                             e["subscriber_seqno"] = at
                             e["pending_transactions"] = dst.pending(dist, p.publication_id, at or 0)

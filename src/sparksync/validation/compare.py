@@ -66,7 +66,7 @@ def compare_replicas(topology: Topology, publication: str) -> tuple[list[Differe
                                     a.rowguid_column)
             total += len(base[a.name])
     for s in topology.subscriptions_of(publication):
-        with connect(topology.resolve_url(s.database), s.name) as sub:
+        with connect(topology.subscriber_url(s), s.name) as sub:
             for a in published_articles(sub, prow.pubid):
                 info = from_table_dict(a.table_schema)
                 mine = _rows(sub, TableName(a.source_schema, a.source_table), info.columns, a.rowguid_column)
@@ -101,7 +101,7 @@ def compare_transactional(topology: Topology, publication: str) -> tuple[list[Di
     for s in topology.subscriptions_of(publication):
         if s.name not in active:
             continue
-        with connect(topology.resolve_url(s.database), s.name) as sub:
+        with connect(topology.subscriber_url(s), s.name) as sub:
             for a in articles:
                 info = from_table_dict(a.table_schema)
                 table = sub.dialect.destination_table(TableName(a.source_schema, a.source_table))

@@ -93,7 +93,7 @@ def _repair_one(topology: Topology, pub: Replica, s: SubscriptionValidation) -> 
     cfg = topology.subscription(s.subscription)
     done = 0
     s.skipped = []
-    with connect(topology.resolve_url(cfg.database), s.subscription) as sub:
+    with connect(topology.subscriber_url(cfg), s.subscription) as sub:
         sub_articles = {a.name: tracked_article(a) for a in published_articles(sub, pubid)}
         sub_nick = _nickname(sub)
         failpoints.hit("repair.before_write", s.subscription)

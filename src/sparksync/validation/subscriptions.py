@@ -159,7 +159,7 @@ def _merge_checks(topology: Topology, pub: Replica, name: str, subs: list,
         if scheme.filtered and r.partition_id is not None:
             params = groups[r.partition_id].params
             res.partition = ", ".join(f"{k} = {v!r}" for k, v in params.items() if v is not None) or "(none)"
-        url = topology.resolve_url(s.database)
+        url = topology.subscriber_url(s)
         try:
             with connect(url, s.name) as sub:
                 store.require_metadata(sub)
@@ -200,7 +200,7 @@ def _transactional_checks(topology: Topology, pub: Replica, name: str, subs: lis
             continue
         # transactions not delivered yet: queued at the distributor, or still in the publisher's capture log
         res.pending_upload, res.pending_download = 0, int(waiting.get(s.name) or 0) + unread
-        url = topology.resolve_url(s.database)
+        url = topology.subscriber_url(s)
         d = dialect_for_url(url)
         targets.append(_Target(res, url, None, {a.name: d.destination_table(TableName(a.source_schema,
                                                                                          a.source_table))

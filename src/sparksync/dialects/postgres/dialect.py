@@ -29,6 +29,7 @@ from sparksync.types import Kind, SqlType, decimal_type
 
 METADATA_SCHEMA = "sparksync"
 LOCK_CLASS = 1397771083  # advisory lock class of generation locks ('SPKK')
+NUMBERING_LOCK_CLASS = 1397771084   # ... of the one lock held by a transaction that numbers generations
 
 _TRANSIENT_STATES = {"40001", "40P01", "55P03", "57014", "53300", "08000", "08003", "08006", "57P01"}
 _CONSTRAINTS = {"23505": "unique", "23503": "foreign_key", "23502": "not_null", "23514": "check"}
@@ -576,6 +577,9 @@ class PostgresDialect(DialectBase):
             (LOCK_CLASS, generation % 2147483647))
         return [{"pid": pid, "seconds": float(age or 0), "state": state or "unknown", "application": app or ""}
                 for pid, age, state, app in rows]
+
+    def lock_generation_numbers(self, replica: Replica) -> None:
+        replica.scalar("SELECT pg_advisory_xact_lock(%s, %s)", (NUMBERING_LOCK_CLASS, 0))
 
     def try_claim_generation(self, replica: Replica, generation: int) -> bool:
         """Inside a transaction: take the generation's lock exclusively if no writer holds it."""

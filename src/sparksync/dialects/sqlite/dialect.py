@@ -433,6 +433,9 @@ class SQLiteDialect(DialectBase):
     def try_claim_generation(self, replica: Replica, generation: int) -> bool:
         return True  # the caller holds SQLite's write lock: no other writer exists
 
+    def lock_generation_numbers(self, replica: Replica) -> None:
+        return None  # the caller holds SQLite's write lock: no other writer exists
+
     def index_exists(self, replica: Replica, schema: str | None, name: str) -> bool:
         return bool(replica.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ?", (name,)))
 

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,10 +59,13 @@ from sparksync.rows import RowCodec, summarize_value
 
 
 def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
-                changes: dict[int, ArticleChanges], articles: dict[int, ArticleAt]) -> BatchOutcome:
+                changes: dict[int, ArticleChanges], articles: dict[int, ArticleAt],
+                record: Callable[[Replica, BatchOutcome], None] | None = None) -> BatchOutcome:
+    """Apply one batch (the module doc); ``record``: what the caller writes in the same transaction, just
+    before the watermark (the web door's stored reply to an upload)."""
     t0 = time.perf_counter()
     outcome = BatchOutcome("applied")
-    _BatchApplier(replica, ctx, dest, batch, changes, articles, outcome).run()
+    _BatchApplier(replica, ctx, dest, batch, changes, articles, outcome, record).run()
     outcome.seconds = time.perf_counter() - t0
     if outcome.status == "applied":
         _send_progress(ctx, dest, batch, outcome)
@@ -98,8 +101,10 @@ class _BatchApplier:
     """Applies one generation batch at its destination, inside one transaction (see the module doc)."""
 
     def __init__(self, replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
-                 changes: dict[int, ArticleChanges], articles: dict[int, ArticleAt], outcome: BatchOutcome):
+                 changes: dict[int, ArticleChanges], articles: dict[int, ArticleAt], outcome: BatchOutcome,
+                 record: Callable[[Replica, BatchOutcome], None] | None = None):
         self.replica, self.ctx, self.dest, self.batch = replica, ctx, dest, batch
+        self.record = record
         self.changes, self.articles, self.outcome = changes, articles, outcome
         self.gens: dict[str, int | None] = {"received": None, "resolved": None}
         self.counts = {"received": 0, "resolved": 0}
@@ -144,6 +149,8 @@ class _BatchApplier:
                 if dest.is_publisher and batch.partition_id and self.ctx.mapped:
                     self.held_by_source()
                 failpoints.hit("apply.before_commit", f"{dest.name}:{batch.seq}")
+                if self.record is not None:
+                    self.record(replica, outcome)
                 write_watermark(replica, dest, batch.source, batch.hi)
         failpoints.hit("apply.after_commit", f"{dest.name}:{batch.seq}")
 

@@ -233,6 +233,10 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
         if failure is None:
             try:
                 decision = decide(inc, local, ctx.rules[art.nickname], ctx.replicas, dest.nickname, ctx.upload)
+                if ctx.defer_conflicts and decision.conflict is not None:
+                    # a web device: the local write raced this download; it is kept and goes up at the next
+                    # sync, where the publisher decides the conflict (every decision is made there)
+                    decision = Decision("skip")
             except (ResolverFailed, ValueError_) as e:
                 failure = Failure(e.message if isinstance(e, SparksyncError) else f"the row here cannot be read: {e}")
         if failure is not None:

@@ -76,7 +76,7 @@ def _resolve(topology: Topology, c: dict[str, Any], conflict_id: str, keep: str)
                        else _write(pub, art, c["losing_row"]))
     where = c["logged_at"]
     url = topology.publisher_url if where == topology.publisher.name else \
-        topology.resolve_url(topology.subscription(where).database)
+        topology.subscriber_url(topology.subscription(where))
     with connect(url, where) as r, r.transaction():
         store.update_rows(r, "MSmerge_conflicts_info", {"resolution": keep, "resolved_at": store.utcnow()},
                           {"conflict_id": c["conflict_id"]})

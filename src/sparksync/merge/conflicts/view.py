@@ -54,11 +54,11 @@ def list_conflicts(topology: Topology, publication: str | None = None, article: 
     rows = []
     with connect(topology.publisher_url, topology.publisher.name) as pub:
         rows += _from(pub, topology.publisher.name, topology, publication, article)
-    for s in topology.subscriptions:
+    for s in topology.direct_subscriptions:
         if (publication and s.publication != publication) or topology.publication(s.publication).kind != "merge":
             continue
         try:
-            with connect(topology.resolve_url(s.database), s.name) as sub:
+            with connect(topology.subscriber_url(s), s.name) as sub:
                 rows += _from(sub, s.name, topology, publication, article)
         except SparksyncError:
             continue
@@ -101,11 +101,11 @@ def list_failed_changes(topology: Topology, publication: str | None = None,
         if store.metadata_version(pub) is not None:
             names = {r.replnickname: r.name for r in store.select(pub, SubscriptionRow)}
         rows += _failed_from(pub, topology.publisher.name, 1, names, publication, article)
-    for s in topology.subscriptions:
+    for s in topology.direct_subscriptions:
         if (publication and s.publication != publication) or topology.publication(s.publication).kind != "merge":
             continue
         try:
-            with connect(topology.resolve_url(s.database), s.name) as sub:
+            with connect(topology.subscriber_url(s), s.name) as sub:
                 rows += _failed_from(sub, s.name, 1, names, publication, article)
         except SparksyncError:
             continue

@@ -245,7 +245,7 @@ def cleanup(topology: Topology, publication: str | None = None, dry_run: bool = 
     seen = {topology.publisher_url}
     for p in pubs:
         for s in topology.subscriptions_of(p.name):
-            url = topology.resolve_url(s.database)
+            url = topology.subscriber_url(s)
             if url not in seen:
                 seen.add(url)
                 targets.append((s.name, url, Role.SUBSCRIBER))

@@ -49,6 +49,7 @@ from sparksync.merge.session.enumeration import (
     removal_reads,
     retry_reads,
 )
+from sparksync.merge.session.in_driver import apply_in_driver, estimated_changes
 from sparksync.merge.session.links import (
     DirectionPlan,
     Endpoint,
@@ -188,7 +189,7 @@ class MergeAgent:
             if options.exchange in ("both", "upload") and synced:
                 self._direction("upload", [Link(s.name, sess, ends[s.name], publisher, order)
                                            for order, (s, sess) in enumerate(synced)],
-                                options.upload_generations_per_batch, pubcfg, base, summary)
+                                options, pubcfg, base, summary)
             make_generation(pub, 1, threshold)
             partitions = None
             if scheme.filtered and precomputed:
@@ -206,7 +207,7 @@ class MergeAgent:
             if options.exchange in ("both", "download") and synced:
                 self._direction("download", [Link(s.name, sess, publisher, ends[s.name], order)
                                              for order, (s, sess) in enumerate(synced)],
-                                options.download_generations_per_batch, pubcfg, base, summary, partitions)
+                                options, pubcfg, base, summary, partitions)
             if options.cleanup:
                 self._cleanup(publisher, [ends[s.name] for s, sess in synced if sess.ok], pubcfg.name, summary)
         finally:
@@ -252,7 +253,7 @@ class MergeAgent:
                          summary: MergeSummary, schema: PublisherSchema) -> Endpoint:
         """Connect to a subscriber, check it is the registered replica and intact, replay the schema
         changes it has not had, close its generation."""
-        url = self.topology.resolve_url(s.database)
+        url = self.topology.subscriber_url(s)
         rep = connect(url, s.name)
         try:
             store.require_metadata(rep)
@@ -286,15 +287,19 @@ class MergeAgent:
             self.report(f"{name}: {line}; its changes go at a later merge")
 
     # -- one direction ------------------------------------------------------------------------------
-    def _direction(self, direction: str, links: list[Link], per_batch: int, pubcfg: PublicationConfig,
+    def _direction(self, direction: str, links: list[Link], options: MergeOptions, pubcfg: PublicationConfig,
                    base: ApplyContext, summary: MergeSummary, partitions: PartitionRead | None = None) -> None:
         """Upload (every subscriber to the publisher, one task, configuration order) or download (the
         publisher to every subscriber, in parallel): plan, apply on Spark, then move the senders'
         watermarks and log the conflicts where ``conflict_logging`` wants them."""
+        per_batch = (options.upload_generations_per_batch if direction == "upload"
+                     else options.download_generations_per_batch)
         plan = self._plan_direction(direction, links, per_batch, pubcfg, base.pubid, partitions)
         ctx = replace(base, upload=direction == "upload", destinations=plan.destinations)
         t0 = time.perf_counter()
-        results = self._run_isolated(plan, ctx, direction)
+        limit = (options.driver_round_changes if options.driver_round_changes is not None
+                 else self.topology.spark.driver_round_changes)
+        results = self._run_isolated(plan, ctx, direction, limit)
         if results is None:
             return
         self._report_phase(direction, results, time.perf_counter() - t0)
@@ -347,6 +352,7 @@ class MergeAgent:
                     gens = generations_of_partition(source.replica, pubid, dest.partition_id, start, gens,
                                                   partitions.evaluated)
                 batches, where = make_batches(gens, start, bound, per_batch, source.name, source.nickname)
+                plan.changes += estimated_changes(gens)
                 for b in batches:
                     b.partition_id = source.partition_id
                 retry = retry_reads(dest.replica, dest.name, source.replica, source.url, source.name, pubid,
@@ -403,11 +409,12 @@ class MergeAgent:
         return plan
 
     # -- Spark ------------------------------------------------------------------------------------
-    def _run_isolated(self, plan: DirectionPlan, ctx: ApplyContext, direction: str) -> list[BatchResult] | None:
+    def _run_isolated(self, plan: DirectionPlan, ctx: ApplyContext, direction: str,
+                      limit: int) -> list[BatchResult] | None:
         """``_run``; if the Spark job itself fails (not one destination or one read: those come back as
         results), every subscription of this direction gets the reason in one line, and no watermark moves."""
         try:
-            return self._run(plan, ctx)
+            return self._run(plan, ctx, limit)
         except Exception as e:  # noqa: BLE001 - a failed Spark job is reported per subscription
             error = recover(e) or ErrorInfo(ErrorInfo.INTERNAL, spark_error_message(e) or f"{type(e).__name__}: {e}")
         message = redact(" ".join(error.message.split()))
@@ -415,7 +422,7 @@ class MergeAgent:
             link.session.fail(f"{direction} failed: {message}", error)
         return None
 
-    def _run(self, plan: DirectionPlan, ctx: ApplyContext) -> list[BatchResult]:
+    def _run(self, plan: DirectionPlan, ctx: ApplyContext, limit: int) -> list[BatchResult]:
         """Read the changes once, send each to the apply groups that need it, apply.
 
         Destinations are dealt to at most as many groups as there are cores (a task costs a Python
@@ -423,6 +430,8 @@ class MergeAgent:
         batch at a time. A change is copied once per group, not once per destination."""
         if not plan.reads or not plan.routes:
             return []
+        if plan.changes <= limit:
+            return self._run_in_driver(plan, ctx)
         spark = self.spark
         from pyspark.sql import functions as F
 
@@ -452,6 +461,17 @@ class MergeAgent:
                     .sortWithinPartitions("apply_group", "source_order", "generation", "tablenick", "rowguid")
                     .mapInArrow(make_mapper(task_ctx), RESULT_SCHEMA))
             return [BatchResult.from_row(r.asDict(recursive=True)) for r in rows.collect()]
+
+    def _run_in_driver(self, plan: DirectionPlan, ctx: ApplyContext) -> list[BatchResult]:
+        """A small direction (``[spark] driver_round_changes``): the same reads and apply task, in this process
+        (``in_driver.py``), one apply group per destination."""
+        groups = {d: i for i, d in enumerate(dict.fromkeys(r.destination for r in plan.routes))}
+        routes: dict[tuple[str, int], list[Route]] = {}
+        for r in plan.routes:
+            routes.setdefault((r.source, r.generation), []).append(r)
+        with ProgressListener(self._progress_line) as listener:
+            task_ctx = replace(ctx, routes=routes, groups=groups, progress=listener.address)
+            return apply_in_driver(plan.reads, plan.routes, task_ctx, groups)
 
     def _progress_line(self, e: dict) -> None:
         """One line per article of a generation batch applied in a Spark task, as it commits."""

@@ -100,3 +100,4 @@ class DirectionPlan:
     reads: list[ReadPartition] = field(default_factory=list)
     routes: list[Route] = field(default_factory=list)
     destinations: dict[str, DestinationInfo] = field(default_factory=dict)
+    changes: int = 0              # the changes its batches carry, all destinations together (an estimate)

@@ -66,3 +66,4 @@ class ApplyContext:
     routes: dict[tuple[str, int], list[Route]] = field(default_factory=dict)
     groups: dict[str, int] = field(default_factory=dict)
     progress: tuple[str, int] | None = None     # the driver's progress listener (progress.py)
+    defer_conflicts: bool = False               # a web device: a conflict is not decided here (kept local)

@@ -20,6 +20,8 @@ class MergeOptions:
     download_generations_per_batch: int = DEFAULT_GENERATIONS_PER_BATCH
     subscriptions: list[str] | None = None
     cleanup: bool = True                         # retention cleanup at the end of the session (-MetadataRetentionCleanup)
+    driver_round_changes: int | None = None      # a direction moving at most this many changes skips Spark
+                                                 # (None: the configuration's ``[spark] driver_round_changes``)
 
 
 @dataclass

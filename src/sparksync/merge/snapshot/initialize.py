@@ -95,8 +95,8 @@ def register_subscriptions(pub: Replica, topology: Topology, manifest: SnapshotM
         by_label = {r.database_label: (r.replica_id, r.replnickname) for r in rows if r.role is Role.SUBSCRIBER}
         next_nick = store.next_nickname(pub)
         for s in subs:
-            url = topology.resolve_url(s.database)
-            label = redact_url(url)
+            url = topology.subscriber_url(s) if s.transport == "direct" else ""
+            label = redact_url(url) if url else f"web:{s.name}"      # a device's database is not known here
             mine = [r for r in rows if r.pubid == manifest.pubid and r.name == s.name]
             if mine:
                 r = mine[0]

@@ -65,7 +65,9 @@ def ensure_open_generation(replica: Replica, nickname: int) -> int:
 
 
 def next_generation(replica: Replica) -> int:
-    """A generation number above every existing one and the open one."""
+    """A generation number above every existing one and the open one (inside a transaction, which then
+    numbers generations alone until it ends: ``MergeHooks.lock_generation_numbers``)."""
+    replica.dialect.lock_generation_numbers(replica)
     return max(_max_generation(replica), int(replica.dialect.current_open_generation(replica) or 0)) + 1
 
 
@@ -143,6 +145,7 @@ def make_generation(replica: Replica, nickname: int, threshold: int = 1000) -> M
     settled, _ = settle_generations(replica, nickname, threshold)
     result.closed.extend(settled)
     with replica.transaction():
+        d.lock_generation_numbers(replica)
         g = ensure_open_generation(replica, nickname)
         if d.try_claim_generation(replica, g):
             n_c, n_t = count_changes(replica, g)
@@ -182,6 +185,7 @@ def settle_generations(replica: Replica, nickname: int, threshold: int = 1000) -
                          "ORDER BY generation")
     for g, status in rows:
         with replica.transaction():
+            replica.dialect.lock_generation_numbers(replica)
             if replica.dialect.try_claim_generation(replica, int(g)):
                 settled.extend(_close(replica, int(g), threshold, GenStatus(status), nickname))
             else:

@@ -1,0 +1,99 @@
+"""sparksync token, serve and sync: web synchronization (the operator's side and the device's)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sparksync.cli.common import DEFAULT_CONFIG_PATH, ConfigOption, err_console, handle_errors, load, reporter
+from sparksync.cli.merge_cmd import keep_running, show_summary
+from sparksync.dialects import connect
+from sparksync.errors import ConfigurationError
+from sparksync.web import tokens
+from sparksync.web.device.client import TOKEN_ENV, read_token
+from sparksync.web.device.sync import PER_BATCH, DeviceOptions, sync
+
+
+@handle_errors
+def token_command(
+    config: ConfigOption = DEFAULT_CONFIG_PATH,
+    subscription: Annotated[str, typer.Option("--subscription", "-s", help="The web subscription.")] = "",
+    rotate: Annotated[bool, typer.Option("--rotate", help="Replace its token by a new one (the old one stops "
+                                                          "working at once).")] = False,
+    revoke: Annotated[bool, typer.Option("--revoke", help="Remove its token: its device cannot sync.")] = False,
+) -> None:
+    """Make the token a web subscription's device syncs with, printed once on stdout (the publisher keeps a
+    salted hash of it); --rotate replaces it, --revoke removes it."""
+    if not subscription:
+        raise typer.BadParameter("name the web subscription", param_hint="--subscription")
+    if rotate and revoke:
+        raise typer.BadParameter("--rotate or --revoke, not both", param_hint="--rotate")
+    topology = load(config)
+    s = topology.subscription(subscription)
+    if s.transport != "web":
+        raise ConfigurationError(f"subscription {subscription} is not a web subscription (transport = \"web\"); its "
+                                 "database is reached directly and needs no token", obj=subscription)
+    with connect(topology.publisher_url, topology.publisher.name) as pub:
+        if revoke:
+            n = tokens.revoke(pub, subscription)
+            err_console.print(f"subscription {subscription}: {n} token(s) revoked", highlight=False)
+            return
+        token = tokens.create(pub, subscription, rotate=rotate)
+    err_console.print(f"subscription {subscription}: {'new ' if rotate else ''}token (shown once; give it to the "
+                      f"device as {TOKEN_ENV} or in a --token-file readable by its owner only):", highlight=False)
+    sys.stdout.write(token + "\n")          # the one place a token is written out: not through the redaction
+    sys.stdout.flush()
+
+
+@handle_errors
+def serve_command(config: ConfigOption = DEFAULT_CONFIG_PATH) -> None:
+    """Run the device endpoint of web synchronization ([server] in the configuration) until interrupted."""
+    from sparksync.web.server.serve import serve
+
+    serve(load(config), reporter)
+
+
+def _database_url(database: str) -> str:
+    if database.startswith(("sqlite:///", "postgresql://", "postgres://")):
+        return database
+    if "://" in database:
+        raise ConfigurationError(f"--database {database}: a SQLite file path, or a sqlite:/// or postgresql:// URL",
+                                 obj="database")
+    return "sqlite:///" + str(Path(database).expanduser().resolve())
+
+
+@handle_errors
+def sync_command(
+    server: Annotated[str, typer.Option("--server", help="The publisher's sync endpoint (https://HOST:PORT).")] = "",
+    subscription: Annotated[str, typer.Option("--subscription", "-s", help="This device's subscription.")] = "",
+    database: Annotated[str, typer.Option("--database", help="This device's database: a SQLite file path, or a "
+                                                             "sqlite:/// or postgresql:// URL.")] = "",
+    token_file: Annotated[str | None, typer.Option("--token-file", help=f"A file holding the token (mode 600); "
+                                                                        f"else {TOKEN_ENV}.")] = None,
+    ca_file: Annotated[str | None, typer.Option("--ca-file", help="PEM of a private CA the server's certificate "
+                                                                  "is signed by.")] = None,
+    continuous: Annotated[bool, typer.Option("--continuous", help="Sync again and again.")] = False,
+    polling_interval: Annotated[float, typer.Option("--polling-interval", min=0.0,
+                                                    help="Seconds between syncs with --continuous.")] = 60.0,
+    rounds: Annotated[int, typer.Option("--rounds", min=0, help="With --continuous: stop after N syncs (0 = never).")] = 0,
+    generations_per_batch: Annotated[int, typer.Option(
+        min=1, max=10_000, help="Generations per upload request and per download batch.")] = PER_BATCH,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable sync summary.")] = False,
+) -> None:
+    """On a device: sync its database with the publisher over HTTPS (upload, then download). Needs no Spark
+    and no Java."""
+    for value, hint in ((server, "--server"), (subscription, "--subscription"), (database, "--database")):
+        if not value:
+            raise typer.BadParameter("required", param_hint=hint)
+    options = DeviceOptions(server, subscription, _database_url(database), read_token(token_file), ca_file,
+                            generations_per_batch)
+    def once() -> bool:
+        summary = sync(options, reporter if not as_json else (lambda m: None))
+        show_summary(summary, as_json)
+        return summary.ok
+
+    if not keep_running(once, continuous, polling_interval, rounds):
+        raise typer.Exit(1)

@@ -1,0 +1,1 @@
+"""The device's side of web synchronization: ``sync.py`` (one sync), ``client.py`` (HTTP)."""

@@ -1,0 +1,255 @@
+"""One sync of a web device (``sparksync sync``): the subscriber's half of a merge session, run on the
+device, with nothing of Spark or Java.
+
+1. ``hello``: who the device is at the publisher; the file is checked to be this subscription's.
+2. First sync: the device's partition of the snapshot is downloaded, verified against its checksums and
+   loaded with the same initialization as a direct subscriber (``merge.snapshot.initialize``); the door
+   then marks the subscription active.
+3. Schema changes the device has not had are replayed, its open generation closed.
+4. Upload: its closed generations after the common watermark, one generation batch per request
+   (idempotent by its generations); the door applies them at the publisher and decides every conflict.
+5. Download: the publisher's changes for its partition, applied batch by batch with the merge agent's
+   apply code, each batch in one transaction with its watermark; a local write that raced the download
+   is kept (``ApplyContext.defer_conflicts``) and goes up at the next sync. Then the door is told.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparksync import failpoints
+from sparksync.dialects import connect
+from sparksync.dialects.replica import Replica
+from sparksync.errors import ConfigurationError, ProtocolError, SparksyncError
+from sparksync.merge.apply.batch import apply_batch
+from sparksync.merge.apply.classify import ArticleAt
+from sparksync.merge.apply.decide import ArticleRules
+from sparksync.merge.partitions.scheme import scheme_of
+from sparksync.merge.publish.schema_changes import replay, schema_version
+from sparksync.merge.session.changes import by_article
+from sparksync.merge.session.enumeration import change_reads, make_batches
+from sparksync.merge.session.in_driver import read_changes
+from sparksync.merge.session.links import session_replicas
+from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
+from sparksync.merge.session.summary import DirectionStats, MergeSummary, SubscriptionSession
+from sparksync.merge.snapshot.initialize import SubscriberInit, initialize_subscriber
+from sparksync.merge.tracking.articles import published_articles, tracked_article
+from sparksync.merge.tracking.generations import enumeration_bound, generation_rows, make_generation
+from sparksync.metadata import store
+from sparksync.metadata.records import PublicationRow, Role, SubscriptionRow
+from sparksync.metadata.schema import WEB
+from sparksync.progress import Reporter, silent
+from sparksync.web.device.client import ServerClient
+from sparksync.web.wire import read_changes as read_wire
+from sparksync.web.wire import write_changes
+
+PER_BATCH = 100                   # generations per upload request and per download batch
+
+
+@dataclass(frozen=True)
+class DeviceOptions:
+    server: str
+    subscription: str
+    database: str                 # the device's database URL (a SQLite file path is made a URL by the CLI)
+    token: str
+    ca_file: str | None = None
+    generations_per_batch: int = PER_BATCH
+
+
+def sync(options: DeviceOptions, report: Reporter = silent) -> MergeSummary:
+    """One sync: upload, then download (both, always: as SQL Server's web synchronization does)."""
+    t0 = time.perf_counter()
+    summary = MergeSummary(store.new_guid())
+    with ServerClient(options.server, options.token, options.ca_file) as client, \
+            connect(options.database, options.subscription) as device:
+        hello = client.json("GET", "/v1/sync/hello")
+        if hello["subscription"] != options.subscription:
+            raise ConfigurationError(f"the token belongs to subscription {hello['subscription']}, not "
+                                     f"{options.subscription}", obj=options.subscription)
+        session = SubscriptionSession(options.subscription, hello["publication"])
+        summary.subscriptions.append(session)
+        _check_binding(device, options, hello)
+        if not _initialized(device, hello):
+            _initialize(client, device, options, hello, report)
+            hello = client.json("GET", "/v1/sync/hello")
+        store.upgrade_metadata(device)
+        _replay_schema(device, hello, report)
+        make_generation(device, hello["nickname"], 1000)
+        _upload(client, device, hello, options, session, report)
+        hello = client.json("GET", "/v1/sync/hello")
+        _download(client, device, options.database, hello, session, summary, report, options.generations_per_batch)
+    session.seconds = summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+# -- the file and its subscription ------------------------------------------------------------------
+def _check_binding(device: Replica, options: DeviceOptions, hello: dict) -> None:
+    if store.table_set_version(device, WEB) is None:
+        return
+    rows = store.select_rows(device, "MSweb_device", {"id": 1})
+    if rows and (rows[0]["subscription"] != hello["subscription"] or str(rows[0]["pubid"]) != str(hello["pubid"])):
+        raise ConfigurationError(
+            f"{device.label} belongs to subscription {rows[0]['subscription']} (publication {rows[0]['publication']}, "
+            f"synced with {rows[0]['server']}); it cannot sync subscription {hello['subscription']}: use another "
+            "file", obj=options.subscription)
+
+
+def _initialized(device: Replica, hello: dict) -> bool:
+    if store.metadata_version(device) is None:
+        return False
+    mine = store.select_one(device, SubscriptionRow, {"pubid": hello["pubid"], "name": hello["subscription"],
+                                                      "role": Role.SUBSCRIBER})
+    return mine is not None and hello["status"] == "active"
+
+
+def _initialize(client: ServerClient, device: Replica, options: DeviceOptions, hello: dict, report: Reporter) -> None:
+    manifest = client.json("GET", "/v1/sync/snapshot")
+    sid = manifest["snapshot_id"]
+    files = [f"{a['path']}/{f['name']}" for a in manifest["articles"] for f in a["files"] or ()]
+    files += [f"{manifest['contents_path']}/{f['name']}" for f in manifest["contents_files"] or ()]
+    report(f"{options.subscription}: initializing from snapshot {sid} ({len(files)} file(s))")
+    with tempfile.TemporaryDirectory(prefix="sparksync-snapshot-") as tmp:
+        folder = Path(tmp)
+        for rel in files:
+            client.download_file(f"/v1/sync/snapshot/{sid}/{rel}", folder / rel)
+        import json
+
+        (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+        spec = SubscriberInit(
+            subscription=options.subscription, publication=hello["publication"], url=options.database,
+            label=options.subscription, subid=hello["subid"], replica_id=hello["replica_id"],
+            replnickname=int(hello["nickname"]), priority=float(hello["priority"] or 0.0),
+            subscriber_type=int(hello["subscriber_type"]), host_name=hello["host_name"], pre_creation_cmd="drop",
+            publisher_name=hello["publisher"], snapshot_dir=str(folder), login=hello["login"],
+            partition_id=hello["partition_id"], known_replicas=(str(hello["replica_id"]),))
+        result = initialize_subscriber(spec)
+    if not result.ok:
+        raise SparksyncError(f"{options.subscription}: initialization failed: {result.message}",
+                             obj=options.subscription)
+    with device.transaction():
+        store.install_table_set(device, WEB)
+        store.delete_rows(device, "MSweb_device", {"id": 1})
+        store.insert_row(device, "MSweb_device", {"id": 1, "server": client.server, "subscription": options.subscription,
+                                                  "publication": hello["publication"], "pubid": hello["pubid"],
+                                                  "bound_at": store.utcnow()})
+    snap_gen = result.snapshot_generation if result.snapshot_generation is not None else manifest["snapshot_generation"]
+    client.json("POST", "/v1/sync/initialized", json={"snapshot_id": sid, "baseline": result.baseline_generation,
+                                                       "snapshot_generation": snap_gen})
+    report(f"{options.subscription}: {result.rows} row(s) loaded")
+
+
+def _replay_schema(device: Replica, hello: dict, report: Reporter) -> None:
+    have = schema_version(device, hello["pubid"])
+    newer = [c for c in hello.get("schema_changes", []) if int(c["schemaversion"]) > have]
+    for line in replay(device, hello["pubid"], hello["publication"], newer, int(hello["nickname"])) if newer else []:
+        report(f"{hello['subscription']}: schema change replayed: {line}")
+
+
+# -- upload ---------------------------------------------------------------------------------------
+def _upload(client: ServerClient, device: Replica, hello: dict, options: DeviceOptions, session: SubscriptionSession,
+            report: Reporter) -> None:
+    pubid, nick, name = hello["pubid"], int(hello["nickname"]), options.subscription
+    partner = {"pubid": pubid, "role": Role.PUBLISHER}
+    # The publisher's watermark of this device is what it has received: above the device's own record when
+    # a reply was lost after the publisher committed (nothing is sent twice), below it when the publisher
+    # was restored from a backup (sent again)
+    start = int(hello["recgen"] or 0)
+    bound = enumeration_bound(device)
+    publisher = int(hello["publisher_nickname"])
+    gens = [g for g in generation_rows(device, start, bound) if publisher not in (g["nicknames"] or [])]
+    batches, where = make_batches(gens, start, bound, options.generations_per_batch, name, nick)
+    articles = published_articles(device, pubid)
+    report(f"upload {name}: generations ({start}, {bound}], {len(gens)} to send in {len(batches)} batch(es)")
+    for b in batches:
+        mine = [g for g, k in where.items() if k == b.seq]
+        table = _rows_of(read_changes(change_reads(options.database, name, device, articles, name, nick, b.lo, b.hi))
+                         if mine else None, mine)
+        reply = client.json("PUT", f"/v1/sync/uploads/{b.lo}-{b.hi}", content=write_changes(table))
+        failpoints.hit("device.after_upload", name)       # tests: applied at the publisher, not yet recorded here
+        if reply.get("refused"):
+            report(f"upload {name}: {reply['refused']} change(s) to rows outside this device's partition were refused "
+                   "by the publisher (sparksync conflicts there lists them)")
+        for article, st in reply.get("stats", {}).items():
+            session.upload.setdefault(article, DirectionStats()).add(_stats(st))
+        for c in reply.get("conflicts", []):
+            report(f"upload {name}: conflict on {c['article']} row {c['rowguid']}: {c['reason']}")
+        with device.transaction():
+            store.update(device, SubscriptionRow, {"sentgen": b.hi, "last_sync_date": store.utcnow()}, partner)
+        session.batches["upload"] = session.batches.get("upload", 0) + 1
+
+
+def _rows_of(table, generations: list[int]):
+    """The change rows of ``generations`` (a read covers the batch's range: other generations in it are
+    the publisher's own, which the publisher has)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from sparksync.web.wire import change_schema
+
+    if table is None:
+        return change_schema().empty_table()
+    return table.filter(pc.is_in(table.column("generation"), pa.array(generations, pa.int64())))
+
+
+def _stats(st: dict) -> DirectionStats:
+    out = DirectionStats()
+    for k, v in st.items():
+        if hasattr(out, k):
+            setattr(out, k, v)
+    return out
+
+
+# -- download -------------------------------------------------------------------------------------
+def _download(client: ServerClient, device: Replica, url: str, hello: dict, session: SubscriptionSession,
+              summary: MergeSummary, report: Reporter, per_batch: int = PER_BATCH) -> None:
+    pubid, nick, name = hello["pubid"], int(hello["nickname"]), hello["subscription"]
+    partner = {"pubid": pubid, "role": Role.PUBLISHER}
+    mine = store.select_one(device, SubscriptionRow, partner)
+    recgen = (mine.recgen if mine is not None else None) or 0
+    table, meta = read_wire(client.changes("/v1/sync/download", params={"after": int(recgen), "batch": per_batch}),
+                            "download")
+    publisher = hello["publisher"]
+    batches = [BatchInfo(publisher, int(hello["publisher_nickname"]), int(b["seq"]), int(b["lo"]), int(b["hi"]),
+                         [int(n) for n in b["nicknames"]]) for b in meta.get("batches", [])]
+    where = {int(g): int(k) for g, k in meta.get("where", {}).items()}
+    report(f"download {name}: generations ({meta.get('start')}, {meta.get('bound')}], {table.num_rows} change(s) in "
+           f"{len(batches)} batch(es)")
+    if not batches:
+        return
+    articles = published_articles(device, pubid)
+    scheme = scheme_of(articles)
+    filtered = frozenset(a.nickname for a in articles if scheme.articles[a.name].filtered)
+    prow = store.select_one(device, PublicationRow, {"pubid": pubid})
+    dest = DestinationInfo(name=name, url=url, nickname=nick, is_publisher=False, watermark={"pubid": pubid},
+                           batches={publisher: batches}, log_conflicts_here=False,
+                           partition_id=int(hello["partition_id"] or 0))
+    ctx = ApplyContext(pubid=pubid, upload=False, session_id=summary.session_id,
+                       publication=prow.name if prow else hello["publication"],
+                       rules={a.nickname: ArticleRules(a.nickname, bool(a.column_tracking)) for a in articles},
+                       replicas=session_replicas(device, pubid), destinations={name: dest},
+                       article_names={a.nickname: a.name for a in articles}, filtered=filtered,
+                       defer_conflicts=True)
+    arts = {a.nickname: ArticleAt(tracked_article(a), a.processing_group) for a in articles}
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    seq_of = pc.fill_null(pc.index_in(table.column("generation"), value_set=pa.array(list(where), pa.int64())), -1) \
+        if table.num_rows else None
+    seqs = pa.array([list(where.values())[i] if i >= 0 else -1 for i in seq_of.to_pylist()], pa.int32()) \
+        if seq_of is not None else None
+    done = None
+    for b in batches:
+        rows = table.filter(pc.equal(seqs, b.seq)) if seqs is not None else table
+        outcome = apply_batch(device, ctx, dest, b, by_article(rows) if rows.num_rows else {}, arts)
+        failpoints.hit("device.after_download_batch", name)
+        if outcome.status == "error":
+            raise ProtocolError(f"download batch {b.seq} at {name}: {outcome.message}", obj=name)
+        for nick_, st in outcome.stats.items():
+            session.download.setdefault(ctx.article_names.get(nick_, str(nick_)), DirectionStats()).add(st)
+        session.batches["download"] = session.batches.get("download", 0) + (outcome.status == "applied")
+        done = b.hi
+    if done is not None:
+        client.json("POST", "/v1/sync/download/ack", json={"hi": done})

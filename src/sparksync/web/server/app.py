@@ -1,0 +1,201 @@
+"""The device endpoint over HTTP (Starlette): routes, authentication, limits, and errors as
+``application/problem+json``. The work is the door's (``door.py``), run in worker threads.
+
+    GET  /healthz                                  200 when ready (no token)
+    GET  /v1/sync/hello                            who the device is at the publisher
+    GET  /v1/sync/snapshot                         its partition's snapshot manifest
+    GET  /v1/sync/snapshot/{snapshot_id}/{path}    one file of it (Range requests resume)
+    POST /v1/sync/initialized                      the device committed its initialization
+    PUT  /v1/sync/uploads/{lo}-{hi}                its changes of generations (lo, hi] (Arrow stream)
+    GET  /v1/sync/download?after=G&batch=N         the publisher's changes for it after G (Arrow stream), in
+                                                   batches of at most N generations
+    POST /v1/sync/download/ack                     it applied them up to a generation
+
+Every request but ``/healthz`` carries ``Authorization: Bearer <token>`` and ``Sparksync-Protocol``; a
+wrong, revoked or missing token is a 401 that says nothing more; a body over ``max_request_mb`` a 413.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sparksync import __version__
+from sparksync.errors import ConfigurationError, NotInitialized, ProtocolError, SnapshotError, SparksyncError, Unauthorized
+from sparksync.redaction import redact
+from sparksync.web.server.door import Device, Door, UploadConflict
+from sparksync.web.wire import MEDIA_ARROW, PROTOCOL
+
+log = logging.getLogger("sparksync.serve")
+PROTOCOL_HEADER = "Sparksync-Protocol"
+
+
+class _TooLarge(Exception):
+    """The body passed the limit while it was read (``BodyLimit`` answers 413)."""
+
+
+def problem(status: int, title: str, detail: str = "", **extra: Any) -> JSONResponse:
+    body = {"type": "about:blank", "title": title, "status": status, **({"detail": detail} if detail else {}), **extra}
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, media_type="application/problem+json", headers=headers)
+
+
+def _status(e: SparksyncError) -> int:
+    if isinstance(e, Unauthorized):
+        return 401
+    if isinstance(e, UploadConflict):
+        return 409
+    if isinstance(e, ProtocolError | ConfigurationError):
+        return 400
+    if isinstance(e, NotInitialized | SnapshotError):
+        return 409
+    return 503 if e.transient else 500
+
+
+Handler = Callable[[Request, Device], Awaitable[Response]]
+
+
+def _endpoint(door: Door, handler: Handler, authenticated: bool = True):
+    async def endpoint(request: Request) -> Response:
+        try:
+            sent = request.headers.get(PROTOCOL_HEADER)
+            if sent is not None and (not sent.isdigit() or int(sent) < PROTOCOL):
+                return problem(426, "client too old", f"this server (sparksync {__version__}) speaks protocol "
+                               f"{PROTOCOL}; the client speaks {sent[:10]!r}: upgrade sparksync on the device")
+            header = request.headers.get("authorization", "")
+            token = header[7:].strip() if header[:7].lower() == "bearer " else None
+            device = await run_in_threadpool(door.authenticate, token)
+            return await handler(request, device)
+        except SparksyncError as e:
+            status = _status(e)
+            if status == 401:
+                return problem(401, "unauthorized")
+            extra = {"expected_lo": e.expected_lo} if isinstance(e, UploadConflict) and e.expected_lo is not None else {}
+            if status >= 500:
+                log.warning("%s %s: %s", request.method, request.url.path, redact(e.message))
+            return problem(status, e.code, redact(e.message), **extra)
+        except _TooLarge:
+            raise
+        except Exception:  # noqa: BLE001 - never a traceback to a client
+            log.exception("%s %s failed", request.method, request.url.path)
+            return problem(500, "internal error", "the server failed; its log says why")
+    return endpoint
+
+
+def _int(value: str | None, name: str) -> int:
+    if value is None or not value.isdigit() or len(value) > 18:
+        raise ProtocolError(f"{name}: {str(value)[:20]!r} is not a generation", obj=name)
+    return int(value)
+
+
+async def _json_body(request: Request) -> dict:
+    try:
+        body = json.loads(await request.body())
+    except ValueError:
+        raise ProtocolError("the body is not JSON", obj=request.url.path) from None
+    if not isinstance(body, dict):
+        raise ProtocolError("the body is not a JSON object", obj=request.url.path)
+    return body
+
+
+def make_app(door: Door, max_request_mb: float = 64) -> ASGIApp:
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "version": __version__, "protocol": PROTOCOL})
+
+    async def hello(request: Request, device: Device) -> Response:
+        return JSONResponse(await run_in_threadpool(door.hello, device))
+
+    async def snapshot(request: Request, device: Device) -> Response:
+        _, manifest = await run_in_threadpool(door.snapshot, device)
+        return JSONResponse(manifest)
+
+    async def snapshot_file(request: Request, device: Device) -> Response:
+        path = await run_in_threadpool(door.snapshot_file, device, request.path_params["snapshot_id"],
+                                       request.path_params["path"])
+        return FileResponse(path, media_type="application/vnd.apache.parquet")
+
+    async def initialized(request: Request, device: Device) -> Response:
+        body = await _json_body(request)
+        return JSONResponse(await run_in_threadpool(
+            door.initialized, device, str(body.get("snapshot_id", "")), _int(str(body.get("baseline")), "baseline"),
+            _int(str(body.get("snapshot_generation")), "snapshot_generation")))
+
+    async def upload(request: Request, device: Device) -> Response:
+        lo, _, hi = request.path_params["range"].partition("-")
+        body = await request.body()
+        return JSONResponse(await run_in_threadpool(door.upload, device, _int(lo, "lo"), _int(hi, "hi"), body))
+
+    async def download(request: Request, device: Device) -> Response:
+        after = _int(request.query_params.get("after"), "after")
+        per_batch = _int(request.query_params.get("batch", "100"), "batch")
+        if not 1 <= per_batch <= 10_000:
+            raise ProtocolError(f"batch: {per_batch} generations per batch is outside 1..10000", obj="batch")
+        data = await run_in_threadpool(door.download, device, after, per_batch)
+        return Response(data, media_type=MEDIA_ARROW)
+
+    async def ack(request: Request, device: Device) -> Response:
+        body = await _json_body(request)
+        return JSONResponse(await run_in_threadpool(door.ack, device, _int(str(body.get("hi")), "hi")))
+
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/v1/sync/hello", _endpoint(door, hello), methods=["GET"]),
+        Route("/v1/sync/snapshot", _endpoint(door, snapshot), methods=["GET"]),
+        Route("/v1/sync/snapshot/{snapshot_id}/{path:path}", _endpoint(door, snapshot_file), methods=["GET"]),
+        Route("/v1/sync/initialized", _endpoint(door, initialized), methods=["POST"]),
+        Route("/v1/sync/uploads/{range}", _endpoint(door, upload), methods=["PUT"]),
+        Route("/v1/sync/download", _endpoint(door, download), methods=["GET"]),
+        Route("/v1/sync/download/ack", _endpoint(door, ack), methods=["POST"]),
+    ]
+    return BodyLimit(Starlette(routes=routes), int(max_request_mb * 1024 * 1024))
+
+
+class BodyLimit:
+    """A request body over ``limit`` bytes is a 413 before the app reads it (by its Content-Length) or as
+    soon as it passes the limit (a chunked body); uvicorn has no limit of its own."""
+
+    def __init__(self, app: ASGIApp, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        too_big = problem(413, "request too large", f"the body is over the server's max_request_mb "
+                          f"({self.limit / 1024 / 1024:g} MB)")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            await too_big(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge()
+            return message
+
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited, tracking_send)
+        except _TooLarge:
+            if not started:
+                await too_big(scope, receive, send)

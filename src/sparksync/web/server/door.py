@@ -1,0 +1,312 @@
+"""The web door's work, without HTTP: what a device may ask of the publisher, each answer bounded.
+
+* ``hello``: who the device is at the publisher (its registration, watermarks, the protocol).
+* ``snapshot`` / ``snapshot_file``: its partition of the current snapshot (``web/server/partitioned.py``).
+* ``initialized``: the device loaded it; its registration turns active with the snapshot's watermarks.
+* ``upload``: one range of the device's closed generations, applied at the publisher with the merge
+  agent's apply (``merge.apply.batch.apply_batch``) in one transaction with its watermark and the reply
+  (``MSweb_uploads``): the same upload again gets that reply, the same range with another body is refused.
+* ``download``: the publisher's changes for the device's partition after the device's watermark, as
+  generation batches the device applies with the same apply code (``web/device/sync.py``); ``ack``
+  records what it applied.
+
+Every decision is made here: conflicts and resolvers at the upload, partition membership in the reads.
+Publication-wide work (closing the publisher's generation, evaluating partitions) is a *round*, shared by
+the requests that wait for it, and skipped (not waited for) while a merge agent holds the publication.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparksync import __version__, failpoints, locks
+from sparksync.config import PublicationConfig, SubscriptionConfig, Topology
+from sparksync.dialects import connect
+from sparksync.dialects.replica import Replica
+from sparksync.errors import NotInitialized, ProtocolError, Unauthorized
+from sparksync.merge.apply.batch import apply_batch
+from sparksync.merge.apply.classify import ArticleAt
+from sparksync.merge.apply.outcome import BatchOutcome
+from sparksync.merge.conflicts.resolvers import check_resolvers
+from sparksync.merge.partitions.evaluation import evaluate, evaluated_at_sync, partitions
+from sparksync.merge.partitions.scheme import scheme_of
+from sparksync.merge.publish.schema_changes import pending
+from sparksync.merge.session.changes import ALL_PARTITIONS, by_article
+from sparksync.merge.session.links import article_rules, session_replicas
+from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
+from sparksync.merge.tracking.articles import published_articles, tracked_article
+from sparksync.merge.tracking.generations import make_generation
+from sparksync.metadata import store
+from sparksync.metadata.records import ArticleRow, PublicationRow, Role, SubscriptionRow, SubscriptionStatus
+from sparksync.progress import Reporter, silent
+from sparksync.retry import with_retries
+from sparksync.rows import RowCodec
+from sparksync.snapshot.manifest import current_snapshot
+from sparksync.web import tokens
+from sparksync.web.server.downloads import plan_download, read_download
+from sparksync.web.server.partitioned import device_snapshot
+from sparksync.web.server.trust import foreign_rows, log_refused, without
+from sparksync.web.wire import PROTOCOL, UploadArticle, check_upload, read_changes, write_changes
+
+
+class UploadConflict(ProtocolError):
+    """The upload's generations were applied from another body, or do not follow what the publisher has."""
+
+    code = "upload_conflict"
+
+    def __init__(self, message: str, expected_lo: int | None = None, *, obj: str | None = None):
+        super().__init__(message, obj=obj)
+        self.expected_lo = expected_lo
+
+
+@dataclass(frozen=True)
+class Device:
+    """An authenticated device: the one subscription its token belongs to."""
+
+    subscription: SubscriptionConfig
+    publication: PublicationConfig
+
+    @property
+    def name(self) -> str:
+        return self.subscription.name
+
+
+class Door:
+    """What ``sparksync serve``'s device endpoint does (``web/server/app.py`` is its HTTP side)."""
+
+    def __init__(self, topology: Topology, report: Reporter = silent):
+        self.topology = topology
+        self.report = report
+        self._rounds: dict[str, float] = {}
+        self._round_lock = threading.Lock()
+        self._snapshot_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def publisher(self) -> Iterator[Replica]:
+        with connect(self.topology.publisher_url, self.topology.publisher.name) as pub:
+            yield pub
+
+    def prepare(self) -> None:
+        """At start: the publisher is reachable and set up, the token table exists, resolvers load."""
+        with self.publisher() as pub:
+            store.require_metadata(pub)
+            with pub.transaction():
+                tokens.install(pub)
+        for pubcfg in self.topology.publications_of_kind("merge"):
+            if self.topology.web_subscriptions_of(pubcfg.name):
+                check_resolvers(self.topology, pubcfg)
+
+    # -- who ------------------------------------------------------------------------------------
+    def authenticate(self, token: str | None) -> Device:
+        with self.publisher() as pub:
+            name = tokens.authenticate(pub, token)
+        s = next((x for x in self.topology.subscriptions if x.name == name and x.transport == "web"), None)
+        if s is None:                    # a token of a subscription the configuration no longer serves
+            raise Unauthorized("unauthorized")
+        return Device(s, self.topology.publication(s.publication))
+
+    def _registration(self, pub: Replica, device: Device) -> tuple[PublicationRow, SubscriptionRow]:
+        prow = store.select_one(pub, PublicationRow, {"name": device.publication.name})
+        reg = store.select_one(pub, SubscriptionRow, {"pubid": prow.pubid, "name": device.name,
+                                                       "role": Role.SUBSCRIBER}) if prow else None
+        if prow is None or reg is None:
+            raise NotInitialized(f"subscription {device.name} is not registered at the publisher; the operator runs "
+                                 "'sparksync setup'", obj=device.name)
+        return prow, reg
+
+    def hello(self, device: Device) -> dict:
+        with self.publisher() as pub:
+            prow, reg = self._registration(pub, device)
+            ident = store.replica_identity(pub)
+            changes = pending(pub, prow.pubid, 0)
+        assert ident is not None             # a publisher set up (require_metadata at start)
+        return {
+            "protocol": PROTOCOL, "server_version": __version__, "subscription": device.name,
+            "publication": device.publication.name, "pubid": prow.pubid, "publisher": self.topology.publisher.name,
+            "publisher_nickname": ident.nickname, "publisher_replica_id": ident.replica_id,
+            "status": "active" if reg.active else "created", "subid": reg.subid, "replica_id": reg.replica_id,
+            "nickname": reg.replnickname, "priority": reg.priority, "subscriber_type": int(reg.subscriber_type),
+            "host_name": reg.host_name, "login": reg.login, "partition_id": reg.partition_id,
+            "recgen": reg.recgen, "sentgen": reg.sentgen, "schema_version": prow.schema_version or 0,
+            "schema_changes": json.loads(json.dumps(changes, default=str)),
+        }
+
+    # -- the first sync ---------------------------------------------------------------------------
+    def snapshot(self, device: Device) -> tuple[Path, dict]:
+        """(folder, manifest) of the device's partition of the current snapshot."""
+        snap_dir, manifest = current_snapshot(self.topology.snapshot_root, device.publication.name)
+        with self.publisher() as pub:
+            _, reg = self._registration(pub, device)
+        with self._snapshot_lock:
+            return device_snapshot(snap_dir, manifest, reg.partition_id)
+
+    def snapshot_file(self, device: Device, snapshot_id: str, path: str) -> Path:
+        """One file the device's manifest lists (nothing else is served)."""
+        folder, manifest = self.snapshot(device)
+        if manifest["snapshot_id"] != snapshot_id:
+            raise UploadConflict(f"snapshot {snapshot_id} is no longer the current one ({manifest['snapshot_id']}); "
+                                 "start the initialization again", obj=device.name)
+        allowed = {f"{a['path']}/{f['name']}" for a in manifest["articles"] for f in a["files"] or ()}
+        allowed |= {f"{manifest['contents_path']}/{f['name']}" for f in manifest["contents_files"] or ()}
+        if path not in allowed:
+            raise ProtocolError(f"file {path[:200]!r} is not in this subscription's snapshot", obj=device.name)
+        return folder / path
+
+    def initialized(self, device: Device, snapshot_id: str, baseline: int, snapshot_generation: int) -> dict:
+        """The device committed its initialization: the registration turns active, with the watermarks
+        the device recorded (the publisher's sentgen: the snapshot's generation; recgen: its baseline)."""
+        with self.publisher() as pub, pub.transaction():
+            _, reg = self._registration(pub, device)
+            if not reg.active:
+                store.update(pub, SubscriptionRow, {
+                    "status": SubscriptionStatus.ACTIVE, "sentgen": int(snapshot_generation), "recgen": int(baseline),
+                    "last_sync_date": store.utcnow()}, {"subid": reg.subid})
+                self.report(f"{device.name}: initialized from snapshot {snapshot_id}")
+        return {"status": "active"}
+
+    # -- upload -----------------------------------------------------------------------------------
+    def upload(self, device: Device, lo: int, hi: int, body: bytes) -> dict:
+        what = f"upload ({lo}, {hi}] of {device.name}"
+        if not 0 <= lo < hi:
+            raise ProtocolError(f"{what}: not a generation range", obj=device.name)
+        digest = hashlib.sha256(body).hexdigest()
+        table, _ = read_changes(body, what)
+        with self.publisher() as pub:
+            return with_retries(functools.partial(self._apply_upload, pub, device, lo, hi, digest, table, what),
+                                connections=[pub])
+
+    def _apply_upload(self, pub: Replica, device: Device, lo: int, hi: int, digest: str, table, what: str) -> dict:
+        """One try of an upload, in one transaction (a deadlock with another writer rolls it back whole: it is
+        tried again)."""
+        with pub.transaction():
+            prow, reg = self._registration(pub, device)
+            if not reg.active:
+                raise NotInitialized(f"subscription {device.name} is not initialized yet", obj=device.name)
+            # one upload of a subscription at a time, whatever process serves it
+            locked = pub.query_one(f"SELECT recgen FROM {pub.meta('sysmergesubscriptions')} WHERE subid = "
+                                   f"{pub.dialect.uuid_param()}{pub.dialect.row_lock_clause()}", [reg.subid])
+            prior = store.select_rows(pub, "MSweb_uploads", {"subscription": device.name, "lo": lo, "hi": hi})
+            if prior:
+                if prior[0]["digest"] != digest:
+                    raise UploadConflict(f"{what}: these generations were uploaded before with other changes; "
+                                         "nothing was applied", obj=device.name)
+                reply = prior[0]["reply"]
+                return json.loads(reply) if isinstance(reply, str) else reply
+            have = int((locked[0] if locked else None) or 0)
+            if lo > have:
+                raise UploadConflict(f"{what}: the publisher has this device's changes up to generation {have}; "
+                                     f"upload from there", expected_lo=have, obj=device.name)
+            articles = published_articles(pub, prow.pubid)
+            scheme = scheme_of(articles)
+            at_sync = evaluated_at_sync(articles, scheme, prow.precomputed)
+            filtered = frozenset(a.nickname for a in articles if scheme.articles[a.name].filtered)
+            checked = check_upload(table, {a.nickname: UploadArticle(a.nickname, a.name, _codec(a))
+                                           for a in articles}, lo, hi, device.name, reg.replnickname,
+                                   reg.partition_id or ALL_PARTITIONS, what)
+            refused = foreign_rows(pub, prow.pubid, scheme, articles, reg.partition_id, checked)
+            session_id = store.new_guid()
+            if refused:
+                part = next(p for p in partitions(pub, prow.pubid) if p.partition_id == reg.partition_id)
+                log_refused(pub, prow.pubid, device.publication.name, articles, refused, device.name,
+                            part.describe(), session_id)
+                checked = without(checked, refused)
+            publisher = self.topology.publisher.name
+            batch = BatchInfo(device.name, reg.replnickname, 0, lo, hi, [reg.replnickname],
+                              partition_id=reg.partition_id or ALL_PARTITIONS)
+            dest = DestinationInfo(name=publisher, url=self.topology.publisher_url, nickname=1, is_publisher=True,
+                                   watermark={"pubid": prow.pubid}, batches={device.name: [batch]},
+                                   log_conflicts_here=True)
+            ctx = ApplyContext(
+                pubid=prow.pubid, upload=True, session_id=session_id, publication=device.publication.name,
+                rules=article_rules(device.publication, pub, articles, str(self.topology.base_dir)),
+                replicas=session_replicas(pub, prow.pubid), destinations={publisher: dest},
+                article_names={a.nickname: a.name for a in articles}, filtered=filtered, mapped=filtered - at_sync,
+                refused_out_of_partition=frozenset(a.nickname for a in articles
+                                                   if a.nickname in filtered and a.refuses_out_of_partition))
+            arts = {a.nickname: ArticleAt(tracked_article(a), a.processing_group) for a in articles}
+            replies: list[dict] = []
+
+            def record(replica: Replica, outcome: BatchOutcome) -> None:
+                replies.append(_reply(lo, hi, outcome, ctx, len(refused)))
+                store.insert_row(replica, "MSweb_uploads", {
+                    "subscription": device.name, "lo": lo, "hi": hi, "digest": digest,
+                    "reply": json.dumps(replies[0]), "applied_at": store.utcnow()})
+
+            outcome = apply_batch(pub, ctx, dest, batch, by_article(checked), arts, record)
+        failpoints.hit("door.after_upload_commit", device.name)     # tests: committed, no reply sent yet
+        return replies[0] if replies else _reply(lo, hi, outcome, ctx, len(refused))
+
+    # -- download ---------------------------------------------------------------------------------
+    def round(self, publication: PublicationConfig) -> None:
+        """Close the publisher's open generation and bring partition mappings up to it, so a download sees
+        every change committed before it was asked for. Requests share rounds: one that arrives while a
+        round runs waits for it, and the next round (started after it arrived) serves every request
+        waiting then. Skipped while a merge agent holds the publication (it does the same work, and a
+        device must not wait for its session): the download serves what is closed."""
+        arrived = time.monotonic()
+        with self._round_lock:
+            if self._rounds.get(publication.name, -1.0) > arrived:
+                return
+            started = time.monotonic()
+            try:
+                with locks.hold(self.topology, "merge", [publication.name], wait=0.0), self.publisher() as pub:
+                    prow = store.select_one(pub, PublicationRow, {"name": publication.name})
+                    if prow is None:
+                        return
+                    make_generation(pub, 1, prow.generation_leveling_threshold)
+                    articles = published_articles(pub, prow.pubid)
+                    scheme = scheme_of(articles)
+                    if scheme.filtered and prow.precomputed:
+                        for _ in range(2):
+                            ev = evaluate(pub, prow.pubid, scheme, articles)
+                            if ev.realignment_generation is None:
+                                break
+                            make_generation(pub, 1, prow.generation_leveling_threshold)
+            except locks.LockBusy:
+                return
+            self._rounds[publication.name] = started
+
+    def download(self, device: Device, recgen: int, per_batch: int = 100) -> bytes:
+        """The publisher's changes for the device after ``recgen`` (the device's watermark), as one Arrow
+        stream whose metadata lists the generation batches."""
+        self.round(device.publication)
+        with self.publisher() as pub:
+            prow, reg = self._registration(pub, device)
+            if not reg.active:
+                raise NotInitialized(f"subscription {device.name} is not initialized yet", obj=device.name)
+            plan = plan_download(pub, self.topology.publisher_url, self.topology.publisher.name, prow, reg,
+                                 int(recgen), per_batch)
+        table = read_download(plan)
+        return write_changes(table, plan.metadata())
+
+    def ack(self, device: Device, hi: int) -> dict:
+        """The device applied the download up to ``hi``: the publisher's sentgen toward it moves."""
+        with self.publisher() as pub, pub.transaction():
+            _, reg = self._registration(pub, device)
+            if hi > int(reg.sentgen or 0):
+                bound = int(pub.scalar(f"SELECT coalesce(max(generation), 0) FROM {pub.meta('MSmerge_genhistory')}") or 0)
+                if hi > bound:
+                    raise ProtocolError(f"ack of generation {hi}: the publisher has no such generation", obj=device.name)
+                store.update(pub, SubscriptionRow, {"sentgen": int(hi), "last_sync_date": store.utcnow()},
+                             {"subid": reg.subid})
+        return {"sentgen": hi}
+
+
+def _codec(a: ArticleRow) -> RowCodec:
+    return RowCodec([(c.name, c.type) for c in tracked_article(a).info.columns])
+
+
+def _reply(lo: int, hi: int, outcome: BatchOutcome, ctx: ApplyContext, refused: int) -> dict:
+    return {"lo": lo, "hi": hi, "status": outcome.status, "message": outcome.message, "refused": refused,
+            "stats": {ctx.article_names.get(n, str(n)): vars(st) for n, st in outcome.stats.items()},
+            "conflicts": [{"article": ctx.article_names.get(c.record.tablenick, ""), "rowguid": c.record.rowguid,
+                           "type": int(c.record.conflict_type), "reason": c.record.reason_text,
+                           "winner": c.record.winner} for c in outcome.conflicts]}

@@ -1,0 +1,114 @@
+"""A device's download, planned and read at the door: the merge agent's enumeration for one link (the
+publisher to one subscription), with the device's own watermark.
+
+The generations after the common watermark (the publisher's ``sentgen`` toward the device against the
+device's ``recgen``; the lower) that the device does not already have, of its partition, cut into
+generation batches; the rows that left its partition go in the first batch, SetupBelongs realignments in
+the last. The rows are read here (``merge.session.in_driver.read_changes``) and only those of the
+device's partition and generations are sent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from sparksync.dialects.replica import Replica
+from sparksync.errors import ErrorInfo, ReportedError
+from sparksync.merge.partitions.evaluation import evaluated_at_sync
+from sparksync.merge.partitions.scheme import scheme_of
+from sparksync.merge.session.changes import (
+    ALL_PARTITIONS,
+    READ_ERROR_GENERATION,
+    REALIGN_GENERATION,
+    REMOVE_GENERATION,
+)
+from sparksync.merge.session.enumeration import (
+    PartitionRead,
+    change_reads,
+    generations_of_partition,
+    make_batches,
+    min_watermark,
+    removal_reads,
+)
+from sparksync.merge.session.in_driver import read_changes
+from sparksync.merge.session.plan import BatchInfo
+from sparksync.merge.tracking.articles import published_articles
+from sparksync.merge.tracking.generations import enumeration_bound, generation_rows
+from sparksync.metadata.records import PublicationRow, SubscriptionRow
+from sparksync.spark.reads import ReadPartition
+
+
+@dataclass
+class DownloadPlan:
+    """What one device receives: its batches, the reads of their rows, and which rows go where."""
+
+    subscription: str
+    partition_id: int
+    start: int
+    bound: int
+    batches: list[BatchInfo] = field(default_factory=list)
+    where: dict[int, int] = field(default_factory=dict)       # generation -> batch
+    reads: list[ReadPartition] = field(default_factory=list)
+
+    def metadata(self) -> dict:
+        return {"start": self.start, "bound": self.bound, "partition_id": self.partition_id,
+                "batches": [{"seq": b.seq, "lo": b.lo, "hi": b.hi, "nicknames": b.nicknames} for b in self.batches],
+                "where": {str(g): k for g, k in self.where.items()}}
+
+
+def plan_download(pub: Replica, url: str, publisher: str, prow: PublicationRow, reg: SubscriptionRow,
+                  device_recgen: int, per_batch: int) -> DownloadPlan:
+    pubid = prow.pubid
+    start = min_watermark(reg.sentgen, device_recgen)
+    articles = published_articles(pub, pubid)
+    scheme = scheme_of(articles)
+    bound = enumeration_bound(pub)
+    if scheme.filtered and prow.precomputed:
+        # a generation whose partition mappings are not made yet (a round skipped while a merge agent held
+        # the publication) would be read without its rows' mappings: the device's watermark would pass
+        # them. The download stops at the last evaluated generation; the next one brings the rest.
+        bound = min(bound, int(prow.partitions_evaluated or 0))
+    pid = int(reg.partition_id or ALL_PARTITIONS)
+    plan = DownloadPlan(reg.name, pid, start, bound)
+    gens = [g for g in generation_rows(pub, start, bound) if reg.replnickname not in (g["nicknames"] or [])]
+    partitions = None
+    if scheme.filtered:
+        filtered = frozenset(a.nickname for a in articles if scheme.articles[a.name].filtered)
+        at_sync = evaluated_at_sync(articles, scheme, prow.precomputed)
+        partitions = PartitionRead((pid,) if pid != ALL_PARTITIONS else (), filtered, prow.precomputed, scheme,
+                                   at_sync, int(prow.partitions_evaluated or 0))
+        if prow.precomputed and pid != ALL_PARTITIONS:
+            gens = generations_of_partition(pub, pubid, pid, start, gens, partitions.evaluated)
+    plan.batches, plan.where = make_batches(gens, start, bound, per_batch, publisher, 1)
+    if not plan.batches:
+        return plan
+    if gens:
+        plan.reads += change_reads(url, publisher, pub, articles, publisher, 1, start, bound, 1, partitions)
+    if partitions is not None and pid != ALL_PARTITIONS:
+        plan.where[REMOVE_GENERATION] = plan.batches[0].seq
+        plan.reads += removal_reads(url, publisher, pub, articles, publisher, 1, start, bound, partitions)
+        if partitions.at_sync:
+            plan.where[REALIGN_GENERATION] = plan.batches[-1].seq
+    return plan
+
+
+def read_download(plan: DownloadPlan):
+    """The plan's change rows that are the device's: of its generations, of its partition (or of every
+    partition), and not meant for another destination."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = read_changes(plan.reads)
+    if not table.num_rows:
+        return table
+    failed = table.filter(pc.equal(table.column("generation"), READ_ERROR_GENERATION))
+    if failed.num_rows:      # a read that failed: nothing of this download is sent (never a partial one)
+        raise ReportedError(ErrorInfo.from_dict(json.loads(failed.column("row")[0].as_py())))
+    keep = pc.is_in(table.column("generation"), pa.array(list(plan.where), pa.int64()))
+    part = table.column("partition_id")
+    keep = pc.and_(keep, pc.or_(pc.equal(part, ALL_PARTITIONS), pc.equal(part, plan.partition_id)))
+    target = table.column("target")
+    keep = pc.and_(keep, pc.fill_null(pc.equal(target, plan.subscription), True))
+    return table.filter(keep).sort_by([("generation", "ascending"), ("tablenick", "ascending"),
+                                       ("rowguid", "ascending")])

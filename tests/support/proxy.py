@@ -1,0 +1,97 @@
+"""A TCP proxy that cuts connections at random byte counts: a bad network between a device and the door.
+
+Each connection is cut, with probability ``p``, after a random number of bytes (in either direction,
+so a request can be cut on its way up and a reply after the server committed); the others pass whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import socket
+import threading
+
+
+class CuttingProxy:
+    def __init__(self, target_port: int, p: float, seed: int, max_bytes: int = 4000):
+        self.target_port, self.p, self.max_bytes = target_port, p, max_bytes
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = int(self.sock.getsockname()[1])
+        self.connections = 0
+        self.cuts = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> CuttingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop = True
+        self.sock.close()
+
+    def _accept(self) -> None:
+        while not self._stop:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.connections += 1
+                budget = self.rng.randint(1, self.max_bytes) if self.rng.random() < self.p else None
+            threading.Thread(target=self._serve, args=(client, budget), daemon=True).start()
+
+    def _serve(self, client: socket.socket, budget: int | None) -> None:
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+        except OSError:
+            client.close()
+            return
+        state = {"left": budget, "closed": False}
+        guard = threading.Lock()
+
+        def close() -> None:
+            with guard:
+                if state["closed"]:
+                    return
+                state["closed"] = True
+            for s in (client, upstream):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+
+        def pipe(src: socket.socket, dst: socket.socket) -> None:
+            try:
+                while True:
+                    data = src.recv(1024)
+                    if not data:
+                        break
+                    with guard:
+                        left = state["left"]
+                        if left is not None:
+                            if len(data) >= left:
+                                data = data[:left]
+                                state["left"] = 0
+                            else:
+                                state["left"] = left - len(data)
+                    if data:
+                        dst.sendall(data)
+                    if state["left"] == 0:
+                        with self.lock:
+                            self.cuts += 1
+                        break
+            except OSError:
+                pass
+            close()
+
+        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+        pipe(client, upstream)

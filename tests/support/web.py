@@ -1,0 +1,138 @@
+"""Web synchronization as it runs for real: ``sparksync serve`` and ``sparksync sync`` as separate processes,
+devices' SQLite files written through the sqlite3 shell, a publisher set up with ``setup``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from sparksync.dialects import connect
+from sparksync.provision import setup
+from sparksync.topology import load_config
+from sparksync.web import tokens
+
+from .config import write_config
+
+EXE = str(Path(sys.executable).with_name("sparksync"))
+
+
+def _environ() -> dict[str, str]:
+    """This process's environment without the tests' failpoints file (a test arms a process's own)."""
+    return {k: v for k, v in os.environ.items() if k != "SPARKSYNC_FAILPOINTS"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """``sparksync serve -c CFG`` in a process of its own; ``start`` returns once ``/healthz`` answers."""
+
+    def __init__(self, config: Path, port: int, log: Path, env: dict | None = None):
+        self.config, self.port, self.log = config, port, log
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> Server:
+        env = _environ() | (self.env or {})
+        with open(self.log, "ab") as log:         # the child keeps its own descriptor
+            self.proc = subprocess.Popen([EXE, "serve", "-c", str(self.config)], stdout=log, stderr=subprocess.STDOUT,
+                                         env=env)
+        deadline = time.monotonic() + timeout
+        with httpx.Client(timeout=2.0) as c:
+            while True:
+                if self.proc.poll() is not None:
+                    raise AssertionError(f"serve exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+                try:
+                    if c.get(f"{self.url}/healthz").status_code == 200:
+                        return self
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"serve did not answer /healthz in {timeout}s: {self.log.read_text()[-2000:]}")
+                time.sleep(0.1)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class WebWorld:
+    """A configuration with web subscriptions, set up; tokens made; a server to start."""
+
+    def __init__(self, folder: Path, data: dict, spark):
+        self.folder = folder
+        self.port = free_port()
+        data = {**data, "server": {"listen": f"127.0.0.1:{self.port}", **data.get("server", {})}}
+        self.data = data
+        self.config = write_config(folder, data)
+        self.topology = load_config(self.config)
+        setup(self.topology, lambda: spark)
+        self.tokens: dict[str, str] = {}
+        with connect(self.topology.publisher_url) as pub:
+            for s in self.topology.subscriptions:
+                if s.transport == "web":
+                    self.tokens[s.name] = tokens.create(pub, s.name)
+        self.server = Server(self.config, self.port, folder / "serve.log")
+
+    @property
+    def pub_url(self) -> str:
+        return self.topology.publisher_url
+
+    def device(self, name: str) -> Path:
+        return self.folder / f"{name.lower()}.db"
+
+    def device_url(self, name: str) -> str:
+        return f"sqlite:///{self.device(name)}"
+
+    def sync(self, name: str, *args: str, token: str | None = None, env: dict | None = None,
+             database: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        """``sparksync sync`` for device ``name`` (its own token unless ``token``), in a process of its own."""
+        full = _environ() | {"SPARKSYNC_TOKEN": self.tokens.get(name, "") if token is None else token} | (env or {})
+        return subprocess.run([EXE, "sync", "--server", self.server.url, "--subscription", name,
+                               "--database", str(database or self.device(name)), *args],
+                              capture_output=True, text=True, env=full, timeout=timeout)
+
+
+def upload_body(world: WebWorld, name: str) -> tuple[int, int, bytes]:
+    """What device ``name``'s next upload sends, made as its sync makes it: its open generation closed, the
+    changes of its closed generations after the publisher's watermark of it, as the wire format."""
+    from sparksync.merge.session.enumeration import change_reads
+    from sparksync.merge.session.in_driver import read_changes
+    from sparksync.merge.tracking.articles import published_articles
+    from sparksync.merge.tracking.generations import enumeration_bound, make_generation
+    from sparksync.metadata import store
+    from sparksync.web.wire import write_changes
+
+    url = world.device_url(name)
+    with connect(world.pub_url) as pub:
+        reg = store.select_rows(pub, "sysmergesubscriptions", {"name": name})[0]
+    with connect(url) as dev:
+        nick = store.replica_identity(dev).nickname
+        make_generation(dev, nick, 1000)
+        lo, hi = int(reg["recgen"]), enumeration_bound(dev)
+        pubid = reg["pubid"]
+        reads = change_reads(url, name, dev, published_articles(dev, str(pubid)), name, nick, lo, hi)
+    return lo, hi, write_changes(read_changes(reads))

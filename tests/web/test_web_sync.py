@@ -1,0 +1,346 @@
+"""Web synchronization end to end: a PostgreSQL publisher, ``sparksync serve`` and device clients
+(``sparksync sync``) as separate processes, SQLite device files written through the sqlite3 shell, and a
+direct SQLite subscriber beside them. One topology, built once; the checks run in order on it.
+
+Store is filtered by ``region = HOST_NAME()``; Sale joins Store (a join filter); Item is not filtered.
+TillN and TillS are devices in the north and the south; Branch is a direct subscriber in the north.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pyarrow as pa
+import pytest
+
+from sparksync.dialects import connect
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.metadata import store
+from sparksync.web import tokens
+from sparksync.web.device.sync import DeviceOptions, sync
+from sparksync.web.wire import change_schema, write_changes
+from tests.support.clients import shell
+from tests.support.databases import databases
+from tests.support.web import WebWorld, upload_body
+
+pytestmark = pytest.mark.spark
+
+REGIONS = {"TillN": "north", "TillS": "south", "Branch": "north"}
+FLEET = {f"Fleet{i:02d}": ("north", "south", "east")[i % 3] for i in range(1, 51)}     # east: a partition of its own
+
+
+def _publisher(url: str) -> None:
+    with connect(url) as r:
+        r.execute('CREATE TABLE "Item" ("id" integer PRIMARY KEY, "v" text, "n" integer)')
+        r.execute('CREATE TABLE "Store" ("id" integer PRIMARY KEY, "region" text NOT NULL, "name" varchar(20))')
+        r.execute('CREATE TABLE "Sale" ("id" integer PRIMARY KEY, "store_id" integer NOT NULL REFERENCES "Store"("id"), '
+                  '"qty" integer)')
+        r.executemany('INSERT INTO "Item" VALUES (%s, %s, %s)', [(i, f"v{i}", i) for i in range(1, 21)])
+        r.executemany('INSERT INTO "Store" VALUES (%s, %s, %s)',
+                      [(i, "north" if i % 2 else "south", f"store {i}") for i in range(1, 11)])
+        r.executemany('INSERT INTO "Sale" VALUES (%s, %s, %s)', [(i, 1 + i % 10, i) for i in range(1, 31)])
+
+
+@pytest.fixture(scope="module")
+def world(spark, tmp_path_factory, pg_admin_url):
+    tmp = tmp_path_factory.mktemp("web")
+    with databases(tmp, pg_admin_url) as dbs:
+        pub = dbs.url("postgresql", "webpub")
+        _publisher(pub)
+        data = {
+            "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap")},
+            "server": {"max_request_mb": 1},
+            "publications": [{"name": "Shop", "articles": [
+                {"table": "Item"}, {"table": "Store", "filter": "region = HOST_NAME()"},
+                {"table": "Sale", "join_filters": [{"parent": "Store", "clause": "Sale.store_id = Store.id",
+                                                    "unique_key": True}]}]}],
+            "subscriptions": [
+                {"name": "TillN", "publication": "Shop", "transport": "web", "host_name": "north"},
+                {"name": "TillS", "publication": "Shop", "transport": "web", "host_name": "south"},
+                {"name": "Branch", "publication": "Shop", "database": dbs.url("sqlite", "branch"), "host_name": "north"},
+            ] + [{"name": name, "publication": "Shop", "transport": "web", "host_name": region}
+                 for name, region in FLEET.items()]}
+        w = WebWorld(tmp, data, spark)
+        w.server.start()
+        try:
+            yield w
+        finally:
+            w.server.stop()
+            assert not _leaked(w), "a token appears in the server's log"
+
+
+def _leaked(w: WebWorld) -> bool:
+    text = (w.folder / "serve.log").read_text(encoding="utf-8", errors="replace")
+    return any(t.split("_")[-1] in text for t in w.tokens.values())
+
+
+def _rows(url: str, table: str) -> dict[int, tuple]:
+    with connect(url) as r:
+        cols = {"Item": '"id", "v", "n"', "Store": '"id", "region", "name"', "Sale": '"id", "store_id", "qty"'}[table]
+        return {row[0]: tuple(row) for row in r.query(f'SELECT {cols} FROM "{table}" ORDER BY "id"')}
+
+
+def _partition(w: WebWorld, region: str) -> dict[str, dict[int, tuple]]:
+    """What a subscriber in ``region`` must hold: the publisher's rows of its partition."""
+    items, stores, sales = (_rows(w.pub_url, t) for t in ("Item", "Store", "Sale"))
+    mine = {k: v for k, v in stores.items() if v[1] == region}
+    return {"Item": items, "Store": mine, "Sale": {k: v for k, v in sales.items() if v[1] in mine}}
+
+
+def _holds(w: WebWorld, url: str) -> dict[str, dict[int, tuple]]:
+    return {t: _rows(url, t) for t in ("Item", "Store", "Sale")}
+
+
+def _ok(p) -> None:
+    assert p.returncode == 0, f"exit {p.returncode}: {p.stdout}\n{p.stderr}"
+    assert "Traceback" not in p.stderr + p.stdout
+
+
+def test_the_first_sync_loads_the_devices_partition_and_nothing_else(world):
+    for name in ("TillN", "TillS"):
+        _ok(world.sync(name))
+        assert _holds(world, world.device_url(name)) == _partition(world, REGIONS[name])
+    with connect(world.device_url("TillN")) as dev, connect(world.pub_url) as pub:
+        south = {str(g) for (g,) in pub.query('SELECT rowguid FROM "Store" WHERE region = \'south\'')}
+        known = {str(g) for (g,) in dev.query(f"SELECT rowguid FROM {dev.meta('MSmerge_contents')}")}
+        assert not south & known, "the device learned the lineage of another partition's rows"
+
+
+def test_writes_at_both_ends_arrive_and_a_conflict_is_decided_at_the_publisher(world):
+    shell(world.device_url("TillN"), "INSERT INTO Item (id, v, n) VALUES (101, 'from the till', 1);\n"
+                                     "UPDATE Item SET v = 'till' WHERE id = 2;\n"
+                                     "INSERT INTO Store (id, region, name) VALUES (51, 'north', 'till store');\n"
+                                     "INSERT INTO Sale (id, store_id, qty) VALUES (501, 51, 5);\n"
+                                     "DELETE FROM Sale WHERE id = 2;\n")
+    shell(world.pub_url, 'UPDATE "Item" SET "v" = \'hq\' WHERE "id" = 2;\n'
+                         'INSERT INTO "Store" ("id", "region", "name") VALUES (61, \'north\', \'hq north\');\n'
+                         'INSERT INTO "Store" ("id", "region", "name") VALUES (62, \'south\', \'hq south\');\n')
+    _ok(world.sync("TillN"))
+    assert _rows(world.pub_url, "Item")[101] == (101, "from the till", 1)
+    assert 2 not in _rows(world.pub_url, "Sale")
+    assert _rows(world.pub_url, "Item")[2][1] == "hq", "the publisher's priority wins an update conflict"
+    assert _holds(world, world.device_url("TillN")) == _partition(world, "north")
+    with connect(world.pub_url) as pub:
+        logged = store.select_rows(pub, "MSmerge_conflicts_info", {"subscription": "TillN"})
+    assert any(c["conflict_type"] == 1 and c["direction"] == "upload" for c in logged), logged
+    _ok(world.sync("TillS"))
+    assert _holds(world, world.device_url("TillS")) == _partition(world, "south")
+
+
+def test_a_second_sync_moves_nothing(world):
+    p = world.sync("TillN", "--json")
+    _ok(p)
+    summary = json.loads(p.stdout)
+    assert summary["ok"]
+    moved = [st for s in summary["subscriptions"] for d in ("upload", "download") for st in s[d].values()
+             if st["inserts"] + st["updates"] + st["deletes"]]
+    assert not moved, summary
+
+
+def test_a_direct_subscriber_and_the_devices_converge(world, spark):
+    shell(world.device_url("TillS"), "UPDATE Item SET n = 77 WHERE id = 5;\n")
+    _ok(world.sync("TillS"))
+    summary = MergeAgent(world.topology, spark).run()
+    assert summary.ok, summary.to_dict()
+    _ok(world.sync("TillN"))
+    assert _holds(world, world.topology.subscriber_url(world.topology.subscription("Branch"))) == _partition(world, "north")
+    assert _holds(world, world.device_url("TillN")) == _partition(world, "north")
+    assert _rows(world.device_url("TillN"), "Item")[5][2] == 77
+
+
+# -- the door refuses ---------------------------------------------------------------------------------
+def _client(world, token: str | None) -> httpx.Client:
+    headers = {"Sparksync-Protocol": "1"} | ({"Authorization": f"Bearer {token}"} if token else {})
+    return httpx.Client(base_url=world.server.url, headers=headers, timeout=30)
+
+
+def _state(world) -> tuple:
+    with connect(world.pub_url) as pub:
+        return (tuple(sorted(_rows(world.pub_url, "Item").items())), tuple(sorted(_rows(world.pub_url, "Store").items())),
+                pub.scalar(f"SELECT count(*) FROM {pub.meta('MSmerge_contents')}"),
+                pub.scalar(f"SELECT max(recgen) FROM {pub.meta('sysmergesubscriptions')}"))
+
+
+def test_a_wrong_missing_or_revoked_token_gets_401_and_no_detail(world):
+    good = world.tokens["TillN"]
+    wrong = good[:-4] + ("0000" if not good.endswith("0000") else "1111")
+    for token in (None, "", "nonsense", wrong, good.replace("ssk_", "ssk_f")):
+        with _client(world, token) as c:
+            r = c.get("/v1/sync/hello")
+            assert r.status_code == 401 and r.json() == {"type": "about:blank", "title": "unauthorized", "status": 401}
+    with connect(world.pub_url) as pub:
+        revoked = tokens.create(pub, "TillS", rotate=True)
+        tokens.revoke(pub, "TillS")
+    with _client(world, revoked) as c:
+        assert c.get("/v1/sync/hello").status_code == 401
+    with connect(world.pub_url) as pub:
+        world.tokens["TillS"] = tokens.create(pub, "TillS")
+    p = world.sync("TillS", token=wrong)
+    assert p.returncode != 0 and "token was refused" in p.stderr and wrong.split("_")[-1] not in p.stderr + p.stdout
+
+
+def test_malformed_uploads_get_a_4xx_naming_the_problem_and_change_nothing(world):
+    before = _state(world)
+    with connect(world.pub_url) as pub:
+        recgen = store.select_rows(pub, "sysmergesubscriptions", {"name": "TillN"})[0]["recgen"]
+        nick = next(a["nickname"] for a in store.select_rows(pub, "sysmergearticles") if a["source_table"] == "Item")
+    lo, hi = int(recgen), int(recgen) + 1
+
+    def change(**kw):
+        row = {"source": "x", "source_nick": 999, "tablenick": nick, "rowguid": "01a217e4-0b2f-7d64-b858-8c4bd893cad4",
+               "generation": hi, "op": "upsert", "lineage": '{"1": 5}', "colv": None,
+               "row": '{"id": 9999, "v": "x", "n": 1}', "target": None, "partition_id": 0} | kw
+        return write_changes(pa.Table.from_pylist([row], change_schema()))
+
+    other = pa.Table.from_pylist([{"a": 1}])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, other.schema) as wr:
+        wr.write_table(other)
+    cases = {
+        "truncated": (change()[:-20], "not an Arrow stream"),
+        "another schema": (sink.getvalue().to_pybytes(), "not the change schema"),
+        "a column the article lacks": (change(row='{"id": 9999, "v": "x", "secret": 1}'), "'secret' not in the article"),
+        "an unknown article": (change(tablenick=4242), "not an article of this publication"),
+        "a generation outside the range": (change(generation=hi + 5), "outside the upload's range"),
+        "a lineage that is not one": (change(lineage='{"x": "y"}'), "is not nickname: version"),
+        "an operation": (change(op="drop table"), "unknown operation"),
+    }
+    with _client(world, world.tokens["TillN"]) as c:
+        for what, (body, expected) in cases.items():
+            r = c.put(f"/v1/sync/uploads/{lo}-{hi}", content=body)
+            assert r.status_code == 400, (what, r.status_code, r.text)
+            assert expected in r.json()["detail"], (what, r.json())
+        r = c.put(f"/v1/sync/uploads/{lo}-{hi}", content=b"x" * (1024 * 1024 + 10))
+        assert r.status_code == 413, r.text
+        r = c.put(f"/v1/sync/uploads/{lo + 5}-{hi + 5}", content=change(generation=hi + 5))
+        assert r.status_code == 409 and r.json()["expected_lo"] == lo, r.text
+        assert c.put("/v1/sync/uploads/x-y", content=change()).status_code == 400
+        assert c.get("/v1/sync/download", params={"after": "-1"}).status_code == 400
+        r = c.get("/v1/sync/snapshot/whatever/../../../../etc/passwd")
+        assert r.status_code in (400, 404, 409), r.text
+    assert _state(world) == before
+
+
+def test_the_same_upload_again_gets_its_answer_and_another_body_is_refused(world):
+    shell(world.device_url("TillN"), "UPDATE Item SET v = 'once' WHERE id = 7;\n")
+    lo, hi, body = upload_body(world, "TillN")
+    with _client(world, world.tokens["TillN"]) as c:
+        first = c.put(f"/v1/sync/uploads/{lo}-{hi}", content=body)
+        assert first.status_code == 200, first.text
+        item = next(k for k in first.json()["stats"] if k.endswith("Item"))
+        assert first.json()["stats"][item]["updates"] == 1
+        after = _state(world)
+        again = c.put(f"/v1/sync/uploads/{lo}-{hi}", content=body)       # a retry whose reply was lost
+        assert again.status_code == 200 and again.json() == first.json()
+        other = c.put(f"/v1/sync/uploads/{lo}-{hi}", content=write_changes(change_schema().empty_table()))
+        assert other.status_code == 409 and "other changes" in other.json()["detail"], other.text
+    assert _state(world) == after
+    assert _rows(world.pub_url, "Item")[7][1] == "once"
+    _ok(world.sync("TillN"))                 # the device learns the publisher has it: nothing sent twice
+    assert _rows(world.device_url("TillN"), "Item") == _rows(world.pub_url, "Item")
+
+
+def test_a_change_to_a_row_of_another_partition_is_refused_and_logged(world):
+    with connect(world.pub_url) as pub:
+        south = str(pub.scalar('SELECT rowguid FROM "Store" WHERE "region" = \'south\' ORDER BY "id" LIMIT 1'))
+        before = _rows(world.pub_url, "Store")
+    # the device forges it: a row of the south under a rowguid it never received
+    shell(world.device_url("TillN"), f"INSERT INTO Store (id, region, name, rowguid) VALUES (999, 'north', 'forged', "
+                                     f"'{south}');\n")
+    p = world.sync("TillN")
+    _ok(p)
+    assert _rows(world.pub_url, "Store") == before, "a row of another partition was changed by a device"
+    with connect(world.pub_url) as pub:
+        refused = [c for c in store.select_rows(pub, "MSmerge_conflicts_info", {"subscription": "TillN"})
+                   if c["reason_code"] == "refused"]
+    assert refused and "not in the partition of TillN" in refused[-1]["reason_text"], refused
+
+
+def test_a_device_file_belongs_to_one_subscription(world):
+    p = world.sync("TillS", database=world.device("TillN"))
+    assert p.returncode != 0 and "belongs to subscription TillN" in p.stderr, p.stderr
+
+
+def test_the_device_refuses_to_send_its_token_in_the_clear(world, tmp_path):
+    p = world.sync("TillN", "--server", "http://192.0.2.1:8443")
+    assert p.returncode == 2 and "in the clear" in p.stderr, p.stderr
+    loose = tmp_path / "token"
+    loose.write_text(world.tokens["TillN"])
+    os.chmod(loose, 0o644)
+    p = world.sync("TillN", "--token-file", str(loose), token="")
+    assert p.returncode == 2 and "chmod 600" in p.stderr, p.stderr
+
+
+def test_sync_needs_neither_spark_nor_java_nor_the_server(world, tmp_path):
+    """The device's install: pyspark, py4j, Starlette and uvicorn unimportable, no java on PATH."""
+    blocker = tmp_path / "site"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\nfor m in ('pyspark', 'py4j', 'starlette', 'uvicorn'):\n    sys.modules[m] = None\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sqlite3",):
+        os.symlink(f"/usr/bin/{tool}", bin_dir / tool)
+    shell(world.device_url("TillS"), "INSERT INTO Item (id, v, n) VALUES (201, 'no spark', 1);\n")
+    p = world.sync("TillS", env={"PYTHONPATH": str(blocker), "PATH": str(bin_dir)})
+    _ok(p)
+    assert _rows(world.pub_url, "Item")[201] == (201, "no spark", 1)
+
+
+def test_fifty_devices_sync_at_once_beside_the_merge_agent_and_writers(world, spark):
+    """50 device clients at once (threads, each with its own file and connection to the door), while an
+    application writes at the publisher and the merge agent syncs the direct subscriber."""
+    names = list(FLEET)
+    options = {n: DeviceOptions(world.server.url, n, world.device_url(n), world.tokens[n]) for n in names}
+    stop = threading.Event()
+    hq_rows: list[int] = []
+    errors: list[BaseException] = []
+
+    def application() -> None:
+        with connect(world.pub_url) as r:
+            i = 100_000
+            while not stop.is_set():
+                with r.transaction():
+                    r.execute('INSERT INTO "Store" ("id", "region", "name") VALUES (%s, %s, %s)', (i, "east", f"app {i}"))
+                hq_rows.append(i)
+                i += 1
+
+    def merges() -> None:
+        try:
+            while not stop.is_set():
+                summary = MergeAgent(world.topology, spark).run()
+                assert summary.ok, summary.to_dict()
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    background = [threading.Thread(target=application), threading.Thread(target=merges)]
+    for t in background:
+        t.start()
+    try:
+        with ThreadPoolExecutor(len(names)) as pool:
+            first = list(pool.map(lambda n: sync(options[n]), names))
+            assert all(s.ok for s in first), [s.to_dict() for s in first if not s.ok]
+            for k, n in enumerate(names):
+                shell(world.device_url(n), f"INSERT INTO Store (id, region, name) VALUES ({8000 + k}, '{FLEET[n]}', "
+                                           f"'by {n}');\n")
+            second = list(pool.map(lambda n: sync(options[n]), names))
+            assert all(s.ok for s in second), [s.to_dict() for s in second if not s.ok]
+    finally:
+        stop.set()
+        for t in background:
+            t.join()
+    assert not errors, errors
+    stores = _rows(world.pub_url, "Store")
+    assert all(8000 + k in stores for k in range(len(names))), "a device's insert did not reach the publisher"
+    assert all(i in stores for i in hq_rows)
+    with ThreadPoolExecutor(10) as pool:
+        last = list(pool.map(lambda n: sync(options[n]), names))
+    assert all(s.ok for s in last)
+    for n in names:
+        held, want = _holds(world, world.device_url(n)), _partition(world, FLEET[n])
+        assert held == want, (n, {t: (sorted(set(held[t]) - set(want[t])), sorted(set(want[t]) - set(held[t])))
+                                  for t in held})
