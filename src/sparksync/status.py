@@ -284,4 +284,29 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                     entry["status"] = "unreachable"
                     entry["error"] = e.message
                 out["subscriptions"].append(entry)
+            for s in topology.web_subscriptions_of(pcfg.name):
+                out["subscriptions"].append(_web_subscription(pub, s, sub_rows.get(s.name), prow, arts,
+                                                              scheme if precomputed else None))
     return out
+
+
+def _web_subscription(pub, s, r: SubscriptionRow | None, prow, arts, scheme) -> dict[str, Any]:
+    """A web subscription as the publisher knows it (its database is on the device: what is pending there
+    is the device's to say, at its next sync)."""
+    entry: dict[str, Any] = {"name": s.name, "publication": prow.name, "transport": "web", "database": None,
+                             "subscriber_type": s.subscriber_type, "priority": s.effective_priority,
+                             "host_name": s.host_name, **({"login": s.login} if s.login is not None else {})}
+    if r is None or not r.active:
+        entry["status"] = "not initialized" if r is None else "waiting for its device's first sync"
+        return entry
+    expired = expiry(prow.retention, r, store.utcnow())
+    if expired is not None:
+        entry.update({"status": "expired", "problems": [expired]})
+        return entry
+    pending, lowest = _pending_download(pub, arts, scheme, r)
+    entry.update({"status": "active", "nickname": r.replnickname, "partition_id": r.partition_id,
+                  "publisher_sentgen": r.sentgen, "publisher_recgen": r.recgen,
+                  "last_sync": iso(r.last_sync_date), "pending_download": pending,
+                  "oldest_pending_download": iso(_generation_time(pub, lowest)),
+                  "failed_upload": _failed_count(pub, r.replnickname)})
+    return entry

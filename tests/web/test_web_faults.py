@@ -98,7 +98,7 @@ def test_connections_cut_at_random_lose_nothing_and_apply_nothing_twice(world):
     rng = random.Random(22)
     next_id = [1000]
     with CuttingProxy(world.server.port, p=0.35, seed=7) as proxy:
-        for _ in range(6):
+        for _ in range(4):
             for who in [*DEVICES, "hq"]:
                 _write(world, who, rng, next_id)
             for name in DEVICES:

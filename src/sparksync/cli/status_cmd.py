@@ -67,7 +67,8 @@ def status_command(
               "received← (P.recgen/S.sentgen)", "pending ↓", "pending ↑", "oldest ↓/↑", "failed ↓/↑", "last run",
               box=None)
     for s in st["subscriptions"]:
-        t.add_row(s["name"], s["publication"], s.get("subscriber_type", "-"), _fmt(s.get("priority")),
+        t.add_row(s["name"], s["publication"],
+                  s.get("subscriber_type", "-") + (" (web)" if s.get("transport") == "web" else ""), _fmt(s.get("priority")),
                   _fmt(s.get("nickname")), s.get("status", "-") + (f" ({escape(s['error'])})" if s.get("error") else ""),
                   f"{_fmt(s.get('publisher_sentgen'))}/{_fmt(s.get('subscriber_recgen'))}",
                   f"{_fmt(s.get('publisher_recgen'))}/{_fmt(s.get('subscriber_sentgen'))}",

@@ -8,13 +8,15 @@ holds identical data. Then transactional replication: HQ's committed changes (in
 stores merged into it) go through the log reader and the distribution agent to a reporting
 database, with a row filter, a column filter and a tracer token. Last, a filtered merge publication:
 two territory stores hold only their own customers, orders and lines, and a customer moving from one
-territory to the other leaves one store, with its orders, and arrives at the other.
+territory to the other leaves one store, with its orders, and arrives at the other. And web
+synchronization: a till whose file is on the device syncs with HQ over HTTP (the door in this process).
 """
 
 from __future__ import annotations
 
 import contextlib
 import shutil
+import socket
 import sqlite3
 import subprocess
 from dataclasses import dataclass
@@ -49,7 +51,10 @@ STORES = [("Store1", "global", 75.0, "M"), ("Store2", "global", 50.0, "R"), ("St
 TERRITORY_STORES = [("Northwest", "Northwest"), ("Canada", "Canada")]    # filtered: (subscription, host_name)
 
 
-def demo_config(directory: Path) -> str:
+TILL = ("Till", "Canada")          # a web subscription of Territories: a till whose database is on the device
+
+
+def demo_config(directory: Path, port: int = 8443) -> str:
     arts = "\n".join(
         f'  [[publications.articles]]\n  table = "{name}"\n' + ("  column_tracking = true\n" if name == "Product" else "")
         for name in article_names(False))
@@ -71,6 +76,10 @@ database = "sqlite:///distribution.db"
 name = "HQ"
 database = "sqlite:///hq.db"
 snapshot_dir = "snapshots"
+
+# Web synchronization: `sparksync serve` listens here for devices (loopback: no TLS needed)
+[server]
+listen = "127.0.0.1:{port}"
 
 [[publications]]
 name = "Sales"
@@ -95,6 +104,13 @@ kind = "merge"
     clause = "SalesOrderDetail.SalesOrderID = SalesOrderHeader.SalesOrderID"
     unique_key = true
 {territories}
+# A till in Canada whose SQLite file lives on the device: it syncs over HTTP(S) with `sparksync sync`
+[[subscriptions]]
+name = "{TILL[0]}"
+publication = "Territories"
+transport = "web"
+host_name = "{TILL[1]}"
+
 # Transactional replication: HQ's committed transactions (its own and the stores' merged into it)
 # flow to a read-only reporting database through the distribution database.
 [[publications]]
@@ -148,7 +164,7 @@ class DemoResult:
 def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
-    for old in list(directory.glob("*.db*")) + [directory / "snapshots"]:
+    for old in list(directory.glob("*.db*")) + [directory / "snapshots", directory / "device"]:
         if old.is_dir():
             shutil.rmtree(old)
         elif old.exists():
@@ -158,7 +174,7 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
         counts = create_demo_database(hq)
     console.print(", ".join(f"{k}: {v} rows" for k, v in counts.items()))
     cfg = directory / "sparksync.toml"
-    cfg.write_text(demo_config(directory), encoding="utf-8")
+    cfg.write_text(demo_config(directory, _free_port()), encoding="utf-8")
     console.print(f"wrote {cfg}")
 
     console.rule("[bold]2. sparksync setup: publish, track, snapshot (Spark), initialize three stores (Spark)")
@@ -251,11 +267,55 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
         console.print(f"[green]identical[/]: Reporting holds HQ's {tx_rows} published rows (Northwest customers, "
                       "four columns of Product, every order)")
     partitioned = _territories(console, topology, report)
+    synced = _till(console, topology, directory, report)
     console.print(f"\nThe demo's files are in {directory}. Try: sparksync partitions -c {cfg}")
-    return DemoResult(directory, cfg, not diffs and not tx_diffs and partitioned, merged)
+    return DemoResult(directory, cfg, not diffs and not tx_diffs and partitioned and synced, merged)
 
 
-def _partition_check(topology) -> list[str]:
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _till(console: Console, topology, directory: Path, report: Reporter) -> bool:
+    """A device syncing over HTTP: the door in this process, the till's file in ``device/``."""
+    from sparksync.web import tokens
+    from sparksync.web.device.sync import DeviceOptions, sync
+    from sparksync.web.server.serve import serving
+
+    name, host = TILL
+    console.rule(f"[bold]10. Web synchronization: a till in {host} syncs over HTTP (sparksync serve / sparksync sync)")
+    with connect(topology.publisher_url, "HQ") as hq:
+        token = tokens.create(hq, name, rotate=True)
+    console.print(f"sparksync token -s {name}: a token for the till (shown once; kept at HQ as a salted hash)")
+    till = directory / "device" / "till.db"
+    till.parent.mkdir(exist_ok=True)
+    with serving(topology, report) as url:
+        options = DeviceOptions(url, name, f"sqlite:///{till}", token)
+        console.print(f"sparksync sync --server {url} -s {name} --database {till}  (no Spark, no Java on a device)")
+        _print(sync(options, report))
+        with connect(topology.publisher_url, "HQ") as hq:
+            customer = hq.scalar('SELECT "CustomerID" FROM "Customer" WHERE "Territory" = ? ORDER BY "CustomerID" '
+                                 'LIMIT 1', [host])
+        via = _shell(till, f'UPDATE "Customer" SET "EmailAddress" = \'till@adventure-works.com\' '
+                           f'WHERE "CustomerID" = {int(customer)};\n')
+        console.print(f"{name} ({via}, offline): changed customer {customer}'s email address; then it syncs again")
+        second = sync(options, report)
+        _print(second)
+    with connect(topology.publisher_url, "HQ") as hq:
+        email = hq.scalar(f'SELECT "EmailAddress" FROM "Customer" WHERE "CustomerID" = {int(customer)}')
+    problems = _partition_check(topology, [(name, host, f"sqlite:///{till}")])
+    for p in problems:
+        console.print(f"[red]  {p}[/]")
+    ok = not problems and email == "till@adventure-works.com" and second.ok
+    if ok:
+        console.print(f"[green]synced[/]: HQ has the till's change, and the till holds exactly {host}'s customers, "
+                      "their orders and lines (its snapshot and every download held nothing else)")
+    return ok
+
+
+def _partition_check(topology, stores: list[tuple[str, str, str]] | None = None) -> list[str]:
     """Each territory store holds exactly its partition: HQ's customers of its territory, their orders
     and the orders' lines (computed at HQ), and not one row more."""
     queries = {
@@ -268,9 +328,10 @@ def _partition_check(topology) -> list[str]:
                              'WHERE c."Territory" = ?', 'SELECT "SalesOrderDetailID" FROM "SalesOrderDetail"'),
     }
     problems = []
+    stores = stores or [(n, h, topology.subscriber_url(topology.subscription(n))) for n, h in TERRITORY_STORES]
     with connect(topology.publisher_url, "HQ") as hq:
-        for name, host in TERRITORY_STORES:
-            with connect(topology.subscriber_url(topology.subscription(name)), name) as store:
+        for name, host, url in stores:
+            with connect(url, name) as store:
                 for table, (want_sql, have_sql) in queries.items():
                     want = {r[0] for r in hq.query(want_sql, [host])}
                     have = {r[0] for r in store.query(have_sql)}

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparksync.errors import ProtocolError
-from sparksync.merge.session.changes import ALL_PARTITIONS, CHANGE_SCHEMA, OP_UNREADABLE
+from sparksync.merge.session.changes import ALL_PARTITIONS, CHANGE_SCHEMA, OP_UNREADABLE, RETRY_GENERATION
 from sparksync.rows import RowCodec
 from sparksync.spark.results import result_arrow_schema
 
 PROTOCOL = 1                 # the version of this protocol; a device that speaks an older one is refused (426)
 MEDIA_ARROW = "application/vnd.apache.arrow.stream"
 OPS = frozenset({"upsert", "delete", OP_UNREADABLE})
+MAX_RETRIES = 10_000         # failed changes one request sends again (the rest at the next sync)
 
 
 def change_schema():
@@ -80,9 +81,11 @@ class UploadArticle:
 
 
 def check_upload(table, articles: dict[int, UploadArticle], lo: int, hi: int, source: str, source_nick: int,
-                 partition_id: int, what: str):
+                 partition_id: int, what: str, retries: frozenset[tuple[int, str]] = frozenset()):
     """An uploaded table of changes, checked row by row, with the sender's identity filled in by the
-    door (never the body's). Raises ``ProtocolError`` for the first problem, naming the row."""
+    door (never the body's). A change of generation ``RETRY_GENERATION`` is a change that failed at the
+    publisher before, sent again: only those the publisher asked for (``retries``: (tablenick, rowguid)).
+    Raises ``ProtocolError`` for the first problem, naming the row."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -102,7 +105,11 @@ def check_upload(table, articles: dict[int, UploadArticle], lo: int, hi: int, so
         if art is None:
             raise ProtocolError(f"{where}: article nickname {nicks[i]} is not an article of this publication", obj=what)
         g = gens[i]
-        if g is None or not lo < g <= hi:
+        if g == RETRY_GENERATION:
+            if (nicks[i], str(guids[i])) not in retries:
+                raise ProtocolError(f"{where}: a change sent again that the publisher did not ask for (row "
+                                    f"{str(guids[i])[:40]})", obj=what)
+        elif g is None or not lo < g <= hi:
             raise ProtocolError(f"{where}: generation {g} is outside the upload's range ({lo}, {hi}]", obj=what)
         if ops[i] not in OPS:
             raise ProtocolError(f"{where}: unknown operation {ops[i]!r}", obj=what)

@@ -195,11 +195,21 @@ def retry_reads(destination: Replica, dest_name: str, source: Replica, source_ur
     of a filtered article only while it is in the destination's ``partition`` (by its mappings, or
     evaluated for an article evaluated at sync time)."""
     failed = store.select(destination, FailedChangeRow, {"source_nickname": source_nick})
+    return retries_of([(f.tablenick, f.rowguid) for f in failed], dest_name, source, source_url, label, pubid,
+                      source_name, source_nick, start, partition, partitions)
+
+
+def retries_of(failed: list[tuple[int, str]], dest_name: str, source: Replica, source_url: str, label: str,
+               pubid: str, source_name: str, source_nick: int, start: int, partition: int | None = None,
+               partitions: PartitionRead | None = None) -> list[ReadPartition]:
+    """``retry_reads`` of the changes ``failed`` ((tablenick, rowguid) each) at a destination the source
+    cannot open (a web device: it says which of the publisher's changes failed there, and the publisher
+    which of the device's)."""
     if not failed:
         return []
     by_nick: dict[int, list[str]] = {}
-    for f in failed:
-        by_nick.setdefault(f.tablenick, []).append(f.rowguid)
+    for nick, guid in failed:
+        by_nick.setdefault(int(nick), []).append(str(guid))
     rows = {a.nickname: a for a in published_articles(source, pubid)}
     parts = []
     for nick, guids in by_nick.items():

@@ -111,7 +111,7 @@ class ServerClient:
         return self.request(method, path, **kw).json()
 
     def changes(self, path: str, **kw) -> bytes:
-        response = self.request("GET", path, headers={"Accept": MEDIA_ARROW}, **kw)
+        response = self.request("POST", path, headers={"Accept": MEDIA_ARROW}, **kw)
         return response.content
 
     def download_file(self, path: str, target: Path) -> None:

@@ -29,8 +29,8 @@ from sparksync.merge.apply.classify import ArticleAt
 from sparksync.merge.apply.decide import ArticleRules
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.publish.schema_changes import replay, schema_version
-from sparksync.merge.session.changes import by_article
-from sparksync.merge.session.enumeration import change_reads, make_batches
+from sparksync.merge.session.changes import RETRY_GENERATION, by_article
+from sparksync.merge.session.enumeration import change_reads, make_batches, retries_of
 from sparksync.merge.session.in_driver import read_changes
 from sparksync.merge.session.links import session_replicas
 from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
@@ -39,12 +39,12 @@ from sparksync.merge.snapshot.initialize import SubscriberInit, initialize_subsc
 from sparksync.merge.tracking.articles import published_articles, tracked_article
 from sparksync.merge.tracking.generations import enumeration_bound, generation_rows, make_generation
 from sparksync.metadata import store
-from sparksync.metadata.records import PublicationRow, Role, SubscriptionRow
+from sparksync.metadata.records import FailedChangeRow, PublicationRow, Role, SubscriptionRow
 from sparksync.metadata.schema import WEB
 from sparksync.progress import Reporter, silent
 from sparksync.web.device.client import ServerClient
+from sparksync.web.wire import MAX_RETRIES, write_changes
 from sparksync.web.wire import read_changes as read_wire
-from sparksync.web.wire import write_changes
 
 PER_BATCH = 100                   # generations per upload request and per download batch
 
@@ -162,11 +162,16 @@ def _upload(client: ServerClient, device: Replica, hello: dict, options: DeviceO
     gens = [g for g in generation_rows(device, start, bound) if publisher not in (g["nicknames"] or [])]
     batches, where = make_batches(gens, start, bound, options.generations_per_batch, name, nick)
     articles = published_articles(device, pubid)
+    retry = retries_of([(int(n), str(g)) for n, g in hello.get("failed", [])], hello["publisher"], device,
+                       options.database, name, pubid, name, nick, start)
+    if retry and not batches:            # only changes that failed at the publisher: sent again on their own
+        batches, where = [BatchInfo(name, nick, 0, start, start, [])], {}
     report(f"upload {name}: generations ({start}, {bound}], {len(gens)} to send in {len(batches)} batch(es)")
     for b in batches:
-        mine = [g for g, k in where.items() if k == b.seq]
-        table = _rows_of(read_changes(change_reads(options.database, name, device, articles, name, nick, b.lo, b.hi))
-                         if mine else None, mine)
+        mine = [g for g, k in where.items() if k == b.seq] + ([RETRY_GENERATION] if retry and b.seq == 0 else [])
+        reads = (change_reads(options.database, name, device, articles, name, nick, b.lo, b.hi) if b.hi > b.lo else [])
+        reads += retry if b.seq == 0 else []
+        table = _rows_of(read_changes(reads) if mine else None, mine)
         reply = client.json("PUT", f"/v1/sync/uploads/{b.lo}-{b.hi}", content=write_changes(table))
         failpoints.hit("device.after_upload", name)       # tests: applied at the publisher, not yet recorded here
         if reply.get("refused"):
@@ -209,11 +214,13 @@ def _download(client: ServerClient, device: Replica, url: str, hello: dict, sess
     partner = {"pubid": pubid, "role": Role.PUBLISHER}
     mine = store.select_one(device, SubscriptionRow, partner)
     recgen = (mine.recgen if mine is not None else None) or 0
-    table, meta = read_wire(client.changes("/v1/sync/download", params={"after": int(recgen), "batch": per_batch}),
-                            "download")
+    failed = [[f.tablenick, str(f.rowguid)] for f in store.select(
+        device, FailedChangeRow, {"source_nickname": int(hello["publisher_nickname"])})][:MAX_RETRIES]
+    table, meta = read_wire(client.changes("/v1/sync/download", json={"after": int(recgen), "batch": per_batch,
+                                                                       "failed": failed}), "download")
     publisher = hello["publisher"]
     batches = [BatchInfo(publisher, int(hello["publisher_nickname"]), int(b["seq"]), int(b["lo"]), int(b["hi"]),
-                         [int(n) for n in b["nicknames"]]) for b in meta.get("batches", [])]
+                         [int(n) for n in b["nicknames"]], retry=bool(b.get("retry"))) for b in meta.get("batches", [])]
     where = {int(g): int(k) for g, k in meta.get("where", {}).items()}
     report(f"download {name}: generations ({meta.get('start')}, {meta.get('bound')}], {table.num_rows} change(s) in "
            f"{len(batches)} batch(es)")

@@ -7,8 +7,9 @@
     GET  /v1/sync/snapshot/{snapshot_id}/{path}    one file of it (Range requests resume)
     POST /v1/sync/initialized                      the device committed its initialization
     PUT  /v1/sync/uploads/{lo}-{hi}                its changes of generations (lo, hi] (Arrow stream)
-    GET  /v1/sync/download?after=G&batch=N         the publisher's changes for it after G (Arrow stream), in
-                                                   batches of at most N generations
+    POST /v1/sync/download                         the publisher's changes for it after its watermark (Arrow
+                                                   stream), in generation batches, with those that failed
+                                                   there before
     POST /v1/sync/download/ack                     it applied them up to a generation
 
 Every request but ``/healthz`` carries ``Authorization: Bearer <token>`` and ``Sparksync-Protocol``; a
@@ -33,7 +34,7 @@ from sparksync import __version__
 from sparksync.errors import ConfigurationError, NotInitialized, ProtocolError, SnapshotError, SparksyncError, Unauthorized
 from sparksync.redaction import redact
 from sparksync.web.server.door import Device, Door, UploadConflict
-from sparksync.web.wire import MEDIA_ARROW, PROTOCOL
+from sparksync.web.wire import MAX_RETRIES, MEDIA_ARROW, PROTOCOL
 
 log = logging.getLogger("sparksync.serve")
 PROTOCOL_HEADER = "Sparksync-Protocol"
@@ -135,11 +136,17 @@ def make_app(door: Door, max_request_mb: float = 64) -> ASGIApp:
         return JSONResponse(await run_in_threadpool(door.upload, device, _int(lo, "lo"), _int(hi, "hi"), body))
 
     async def download(request: Request, device: Device) -> Response:
-        after = _int(request.query_params.get("after"), "after")
-        per_batch = _int(request.query_params.get("batch", "100"), "batch")
+        body = await _json_body(request)
+        after = _int(str(body.get("after")), "after")
+        per_batch = _int(str(body.get("batch", 100)), "batch")
         if not 1 <= per_batch <= 10_000:
             raise ProtocolError(f"batch: {per_batch} generations per batch is outside 1..10000", obj="batch")
-        data = await run_in_threadpool(door.download, device, after, per_batch)
+        failed = body.get("failed") or []
+        if not isinstance(failed, list) or len(failed) > MAX_RETRIES or not all(
+                isinstance(f, list) and len(f) == 2 and isinstance(f[0], int) and isinstance(f[1], str) for f in failed):
+            raise ProtocolError(f"failed: a list of at most {MAX_RETRIES} [article nickname, rowguid] pairs",
+                                obj="failed")
+        data = await run_in_threadpool(door.download, device, after, per_batch, [(n, g) for n, g in failed])
         return Response(data, media_type=MEDIA_ARROW)
 
     async def ack(request: Request, device: Device) -> Response:
@@ -153,7 +160,7 @@ def make_app(door: Door, max_request_mb: float = 64) -> ASGIApp:
         Route("/v1/sync/snapshot/{snapshot_id}/{path:path}", _endpoint(door, snapshot_file), methods=["GET"]),
         Route("/v1/sync/initialized", _endpoint(door, initialized), methods=["POST"]),
         Route("/v1/sync/uploads/{range}", _endpoint(door, upload), methods=["PUT"]),
-        Route("/v1/sync/download", _endpoint(door, download), methods=["GET"]),
+        Route("/v1/sync/download", _endpoint(door, download), methods=["POST"]),
         Route("/v1/sync/download/ack", _endpoint(door, ack), methods=["POST"]),
     ]
     return BodyLimit(Starlette(routes=routes), int(max_request_mb * 1024 * 1024))

@@ -39,13 +39,13 @@ from sparksync.merge.conflicts.resolvers import check_resolvers
 from sparksync.merge.partitions.evaluation import evaluate, evaluated_at_sync, partitions
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.publish.schema_changes import pending
-from sparksync.merge.session.changes import ALL_PARTITIONS, by_article
+from sparksync.merge.session.changes import ALL_PARTITIONS, RETRY_GENERATION, by_article
 from sparksync.merge.session.links import article_rules, session_replicas
 from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
 from sparksync.merge.tracking.articles import published_articles, tracked_article
 from sparksync.merge.tracking.generations import make_generation
 from sparksync.metadata import store
-from sparksync.metadata.records import ArticleRow, PublicationRow, Role, SubscriptionRow, SubscriptionStatus
+from sparksync.metadata.records import ArticleRow, FailedChangeRow, PublicationRow, Role, SubscriptionRow, SubscriptionStatus
 from sparksync.progress import Reporter, silent
 from sparksync.retry import with_retries
 from sparksync.rows import RowCodec
@@ -54,7 +54,7 @@ from sparksync.web import tokens
 from sparksync.web.server.downloads import plan_download, read_download
 from sparksync.web.server.partitioned import device_snapshot
 from sparksync.web.server.trust import foreign_rows, log_refused, without
-from sparksync.web.wire import PROTOCOL, UploadArticle, check_upload, read_changes, write_changes
+from sparksync.web.wire import MAX_RETRIES, PROTOCOL, UploadArticle, check_upload, read_changes, write_changes
 
 
 class UploadConflict(ProtocolError):
@@ -127,6 +127,7 @@ class Door:
             prow, reg = self._registration(pub, device)
             ident = store.replica_identity(pub)
             changes = pending(pub, prow.pubid, 0)
+            failed = _failed_from(pub, reg.replnickname)
         assert ident is not None             # a publisher set up (require_metadata at start)
         return {
             "protocol": PROTOCOL, "server_version": __version__, "subscription": device.name,
@@ -137,6 +138,7 @@ class Door:
             "host_name": reg.host_name, "login": reg.login, "partition_id": reg.partition_id,
             "recgen": reg.recgen, "sentgen": reg.sentgen, "schema_version": prow.schema_version or 0,
             "schema_changes": json.loads(json.dumps(changes, default=str)),
+            "failed": failed,        # the device's changes that failed here: it sends them again
         }
 
     # -- the first sync ---------------------------------------------------------------------------
@@ -175,7 +177,7 @@ class Door:
     # -- upload -----------------------------------------------------------------------------------
     def upload(self, device: Device, lo: int, hi: int, body: bytes) -> dict:
         what = f"upload ({lo}, {hi}] of {device.name}"
-        if not 0 <= lo < hi:
+        if not 0 <= lo <= hi:
             raise ProtocolError(f"{what}: not a generation range", obj=device.name)
         digest = hashlib.sha256(body).hexdigest()
         table, _ = read_changes(body, what)
@@ -208,9 +210,13 @@ class Door:
             scheme = scheme_of(articles)
             at_sync = evaluated_at_sync(articles, scheme, prow.precomputed)
             filtered = frozenset(a.nickname for a in articles if scheme.articles[a.name].filtered)
+            retries = frozenset((int(n), str(g)) for n, g in _failed_from(pub, reg.replnickname))
             checked = check_upload(table, {a.nickname: UploadArticle(a.nickname, a.name, _codec(a))
                                            for a in articles}, lo, hi, device.name, reg.replnickname,
-                                   reg.partition_id or ALL_PARTITIONS, what)
+                                   reg.partition_id or ALL_PARTITIONS, what, retries)
+            retried = bool(checked.num_rows) and RETRY_GENERATION in set(checked.column("generation").to_pylist())
+            if lo == hi and not retried:
+                raise ProtocolError(f"{what}: an empty range carries only changes sent again", obj=device.name)
             refused = foreign_rows(pub, prow.pubid, scheme, articles, reg.partition_id, checked)
             session_id = store.new_guid()
             if refused:
@@ -219,7 +225,7 @@ class Door:
                             part.describe(), session_id)
                 checked = without(checked, refused)
             publisher = self.topology.publisher.name
-            batch = BatchInfo(device.name, reg.replnickname, 0, lo, hi, [reg.replnickname],
+            batch = BatchInfo(device.name, reg.replnickname, 0, lo, hi, [reg.replnickname], retry=retried,
                               partition_id=reg.partition_id or ALL_PARTITIONS)
             dest = DestinationInfo(name=publisher, url=self.topology.publisher_url, nickname=1, is_publisher=True,
                                    watermark={"pubid": prow.pubid}, batches={device.name: [batch]},
@@ -274,16 +280,18 @@ class Door:
                 return
             self._rounds[publication.name] = started
 
-    def download(self, device: Device, recgen: int, per_batch: int = 100) -> bytes:
+    def download(self, device: Device, recgen: int, per_batch: int = 100,
+                 failed: list[tuple[int, str]] | None = None) -> bytes:
         """The publisher's changes for the device after ``recgen`` (the device's watermark), as one Arrow
-        stream whose metadata lists the generation batches."""
+        stream whose metadata lists the generation batches; ``failed``: the publisher's changes that failed
+        at the device (tablenick, rowguid), read again."""
         self.round(device.publication)
         with self.publisher() as pub:
             prow, reg = self._registration(pub, device)
             if not reg.active:
                 raise NotInitialized(f"subscription {device.name} is not initialized yet", obj=device.name)
             plan = plan_download(pub, self.topology.publisher_url, self.topology.publisher.name, prow, reg,
-                                 int(recgen), per_batch)
+                                 int(recgen), per_batch, failed or [])
         table = read_download(plan)
         return write_changes(table, plan.metadata())
 
@@ -298,6 +306,12 @@ class Door:
                 store.update(pub, SubscriptionRow, {"sentgen": int(hi), "last_sync_date": store.utcnow()},
                              {"subid": reg.subid})
         return {"sentgen": hi}
+
+
+def _failed_from(pub: Replica, nickname: int) -> list[list]:
+    """[tablenick, rowguid] of the changes of replica ``nickname`` that failed at the publisher."""
+    rows = store.select(pub, FailedChangeRow, {"source_nickname": nickname})
+    return [[f.tablenick, str(f.rowguid)] for f in rows[:MAX_RETRIES]]
 
 
 def _codec(a: ArticleRow) -> RowCodec:

@@ -22,6 +22,7 @@ from sparksync.merge.session.changes import (
     READ_ERROR_GENERATION,
     REALIGN_GENERATION,
     REMOVE_GENERATION,
+    RETRY_GENERATION,
 )
 from sparksync.merge.session.enumeration import (
     PartitionRead,
@@ -30,6 +31,7 @@ from sparksync.merge.session.enumeration import (
     make_batches,
     min_watermark,
     removal_reads,
+    retries_of,
 )
 from sparksync.merge.session.in_driver import read_changes
 from sparksync.merge.session.plan import BatchInfo
@@ -53,12 +55,13 @@ class DownloadPlan:
 
     def metadata(self) -> dict:
         return {"start": self.start, "bound": self.bound, "partition_id": self.partition_id,
-                "batches": [{"seq": b.seq, "lo": b.lo, "hi": b.hi, "nicknames": b.nicknames} for b in self.batches],
+                "batches": [{"seq": b.seq, "lo": b.lo, "hi": b.hi, "nicknames": b.nicknames, "retry": b.retry}
+                            for b in self.batches],
                 "where": {str(g): k for g, k in self.where.items()}}
 
 
 def plan_download(pub: Replica, url: str, publisher: str, prow: PublicationRow, reg: SubscriptionRow,
-                  device_recgen: int, per_batch: int) -> DownloadPlan:
+                  device_recgen: int, per_batch: int, failed: list[tuple[int, str]]) -> DownloadPlan:
     pubid = prow.pubid
     start = min_watermark(reg.sentgen, device_recgen)
     articles = published_articles(pub, pubid)
@@ -81,6 +84,14 @@ def plan_download(pub: Replica, url: str, publisher: str, prow: PublicationRow, 
         if prow.precomputed and pid != ALL_PARTITIONS:
             gens = generations_of_partition(pub, pubid, pid, start, gens, partitions.evaluated)
     plan.batches, plan.where = make_batches(gens, start, bound, per_batch, publisher, 1)
+    retry = retries_of(failed, reg.name, pub, url, publisher, pubid, publisher, 1, start,
+                       pid if pid != ALL_PARTITIONS else None, partitions)
+    if retry:              # the publisher's changes that failed at the device: again, in its first batch
+        if not plan.batches:
+            plan.batches = [BatchInfo(publisher, 1, 0, start, start, [])]
+        plan.batches[0].retry = True
+        plan.where[RETRY_GENERATION] = plan.batches[0].seq
+        plan.reads += retry
     if not plan.batches:
         return plan
     if gens:

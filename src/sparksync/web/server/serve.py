@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
+import time
+from collections.abc import Iterator
 
 from sparksync.config import Topology
 from sparksync.errors import ConfigurationError
@@ -21,8 +25,7 @@ def check_listen(topology: Topology) -> None:
             obj="server.listen")
 
 
-def serve(topology: Topology, report: Reporter = silent) -> None:
-    """Run the device endpoint until interrupted (SIGINT, SIGTERM: requests in flight finish)."""
+def _server(topology: Topology, report: Reporter):
     import uvicorn
 
     check_listen(topology)
@@ -30,14 +33,41 @@ def serve(topology: Topology, report: Reporter = silent) -> None:
     door = Door(topology, report)
     door.prepare()
     web = [s.name for s in topology.subscriptions if s.transport == "web"]
-    report(f"serve: device endpoint on {'https' if server.tls_cert else 'http'}://{server.listen} for "
-           f"{len(web)} web subscription(s)")
+    report(f"serve: device endpoint on {url_of(topology)} for {len(web)} web subscription(s)")
     logging.getLogger("sparksync.serve").addHandler(_ReportHandler(report))
     config = uvicorn.Config(make_app(door, server.max_request_mb), host=server.host, port=server.port,
                             ssl_certfile=topology.resolve_path(server.tls_cert) if server.tls_cert else None,
                             ssl_keyfile=topology.resolve_path(server.tls_key) if server.tls_key else None,
                             log_level="warning", access_log=False, lifespan="off", server_header=False)
-    uvicorn.Server(config).run()
+    return uvicorn.Server(config)
+
+
+def url_of(topology: Topology) -> str:
+    server = topology.server
+    return f"{'https' if server.tls_cert else 'http'}://{server.listen}"
+
+
+def serve(topology: Topology, report: Reporter = silent) -> None:
+    """Run the device endpoint until interrupted (SIGINT, SIGTERM: requests in flight finish)."""
+    _server(topology, report).run()
+
+
+@contextlib.contextmanager
+def serving(topology: Topology, report: Reporter = silent) -> Iterator[str]:
+    """The device endpoint in a thread of this process while inside (the demo); yields its URL."""
+    server = _server(topology, report)
+    thread = threading.Thread(target=server.run, name="sparksync-serve", daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise ConfigurationError(f"[server] listen = {topology.server.listen!r}: the endpoint did not start "
+                                     "(is the address in use?)", obj="server.listen")
+        time.sleep(0.05)
+    try:
+        yield url_of(topology)
+    finally:
+        server.should_exit = True
+        thread.join()
 
 
 class _ReportHandler(logging.Handler):
