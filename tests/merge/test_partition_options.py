@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.errors import ConfigurationError, SchemaError
+from sparksync.errors import ConfigurationError
 from sparksync.merge.session.agent import MergeAgent
 from sparksync.merge.session.summary import MergeOptions
 from sparksync.metadata import store
@@ -257,14 +257,32 @@ def test_option_3_row_in_two_partitions_stops_the_download_with_its_key(spark, d
     assert 4 not in rows(urls["Mike"])["Employee"] and 4 not in rows(urls["Pamela"])["Employee"]
 
 
-def test_option_3_parent_with_a_child_of_another_option_is_refused(dbs, tmp_path):
-    arts = [*ARTICLES, {"table": "Deal", "join_filters": [{"parent": "Employee",
-                                                           "clause": "Deal.DealID = Employee.EmployeeID"}]}]
-    arts = [a for i, a in enumerate(arts) if i != 2]          # Deal only once: as a child of Employee
-    pub_url, _, topology = build(dbs, tmp_path, "sqlite", {"Pamela": "sqlite"}, arts)
-    with pytest.raises(SchemaError) as e:
-        setup(topology, lambda: pytest.fail("Spark must not start"))
-    assert "article Deal: its join filter parent Employee has partition_options = 3" in e.value.message
-    assert "give Deal partition_options = 3 too" in e.value.message
+@pytest.mark.parametrize("pub_kind", ["sqlite", "postgresql"])
+def test_an_option_3_parent_above_overlapping_children(spark, dbs, tmp_path, pub_kind):
+    """SQL Server's canonical device topology (seed 002): employees filtered by login with option 3, one
+    subscription each, and below them a join-filter child of the default option. The parent then keeps
+    mappings (like option 2), so its child's membership follows it: an employee moved to another login
+    takes its deals along."""
+    arts = [ARTICLES[0], {"table": "Deal", "join_filters": [{"parent": "Employee",
+                                                             "clause": "Deal.DealID = Employee.EmployeeID"}]}]
+    pub_url, urls, topology = build(dbs, tmp_path, pub_kind, {"Pamela": "sqlite", "Mike": "postgresql"}, arts)
     with connect(pub_url) as r:
-        assert store.metadata_version(r) is None
+        r.executemany(f'INSERT INTO "Deal" VALUES ({r.p}, {r.p}, {r.p})', [(1, "M", 5), (2, "R", 6), (3, "T", 7)])
+    setup(topology, lambda: spark)
+
+    def held(who: str) -> tuple[set[int], set[int]]:
+        with connect(urls[who]) as r:
+            return ({i for (i,) in r.query('SELECT "EmployeeID" FROM "Employee"')},
+                    {i for (i,) in r.query('SELECT "DealID" FROM "Deal"')})
+
+    assert held("Pamela") == ({1}, {1}) and held("Mike") == ({2}, {2})
+    with connect(pub_url) as r:
+        r.execute('UPDATE "Employee" SET "LoginID" = \'pamela\' WHERE "EmployeeID" = 2')
+        r.execute('INSERT INTO "Deal" ("DealID", "ProductLine", "ListPrice") VALUES (101, \'M\', 1)')
+    with connect(urls["Pamela"]) as r:
+        r.execute('UPDATE "Deal" SET "ListPrice" = 55 WHERE "DealID" = 1')
+    summary = MergeAgent(topology, spark).run(MergeOptions())
+    assert summary.ok, summary.to_dict()
+    assert held("Pamela") == ({1, 2}, {1, 2}) and held("Mike") == (set(), set())
+    with connect(pub_url) as r:
+        assert r.scalar('SELECT "ListPrice" FROM "Deal" WHERE "DealID" = 1') == 55

@@ -54,9 +54,20 @@ def evaluated_at_sync(articles: list[ArticleRow], scheme: PartitionScheme, preco
     """Nicknames of the filtered articles whose membership is evaluated at sync time instead of kept in
     mappings: every filtered article with SetupBelongs (``precomputed`` False); with precomputed
     partitions, the ones with ``partition_options = 3`` (one subscription per partition: seed 002 uses
-    no mapping tables for them; their join-filter children have 3 too, setup checks)."""
-    return frozenset(a.nickname for a in articles if scheme.articles[a.name].filtered
-                     and (not precomputed or a.partition_options is PartitionOptions.NON_OVERLAPPING_SINGLE))
+    no mapping tables for them) whose join-filter descendants have 3 too. An article with 3 above a
+    child of another option (SQL Server's canonical device topology: employees by login, their
+    customers and orders below) keeps mappings like option 2: a mapped child's membership is realigned
+    from its parent's mappings."""
+    filtered = {a.name: a for a in articles if scheme.articles[a.name].filtered}
+    if not precomputed:
+        return frozenset(a.nickname for a in filtered.values())
+    mapped = {n for n, a in filtered.items() if a.partition_options is not PartitionOptions.NON_OVERLAPPING_SINGLE}
+    grew = True
+    while grew:                      # the parents of mapped articles are mapped, up every chain
+        parents = {link.parent for n in mapped for link in scheme.articles[n].joins if link.parent in filtered}
+        grew = not parents <= mapped
+        mapped |= parents
+    return frozenset(a.nickname for n, a in filtered.items() if n not in mapped)
 
 
 class PartitionOverlap(ConfigurationError):

@@ -211,14 +211,6 @@ def _plan_filters(replica: Replica, plan: PublicationPlan) -> list[str]:
             scheme_of_plan(plan)            # every parent an article, no cycle
         except FilterError as e:
             problems.append(f"publication {plan.config.name}: {e.message}")
-    # partition_options 3 keeps no mappings: its rows' membership is evaluated at sync time, and so must
-    # be their join-filter children's (realignment of mapped children starts from mapped parents)
-    for a in plan.articles:
-        for link in a.join_filters:
-            if by_key[link["parent"]].partition_options == 3 and a.partition_options != 3:
-                problems.append(f"publication {plan.config.name}, article {a.key}: its join filter parent "
-                                f"{link['parent']} has partition_options = 3 (one subscription per partition, no "
-                                f"mapping tables): give {a.key} partition_options = 3 too")
     return problems
 
 
