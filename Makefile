@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/tracer_latency.py
 	$(VENV)/bin/python bench/partitions.py
 	$(VENV)/bin/python bench/cleanup.py
+	$(VENV)/bin/python bench/web_sync.py
 	$(VENV)/bin/python bench/results.py
 
 clean:

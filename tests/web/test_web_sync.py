@@ -23,7 +23,7 @@ from sparksync.merge.session.agent import MergeAgent
 from sparksync.metadata import store
 from sparksync.web import tokens
 from sparksync.web.device.sync import DeviceOptions, sync
-from sparksync.web.wire import change_schema, write_changes
+from sparksync.web.wire import change_schema, wire_schema, write_changes
 from tests.support.clients import shell
 from tests.support.databases import databases
 from tests.support.web import WebWorld, upload_body
@@ -167,6 +167,16 @@ def _state(world) -> tuple:
                 pub.scalar(f"SELECT max(recgen) FROM {pub.meta('sysmergesubscriptions')}"))
 
 
+def _wire_body(**kw) -> bytes:
+    """A body in the wire's own columns (what a client that lies writes), one row."""
+    row = {"tablenick": 1, "rowguid": "01a217e4-0b2f-7d64-b858-8c4bd893cad4", "generation": 1, "op": 0,
+           "lineage": '{"1": 1}', "colv": None, "row": '{"id": 1}', "guid_in_row": False} | kw
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, wire_schema()) as w:
+        w.write_table(pa.Table.from_pylist([row], wire_schema()))
+    return sink.getvalue().to_pybytes()
+
+
 def test_a_wrong_missing_or_revoked_token_gets_401_and_no_detail(world):
     good = world.tokens["TillN"]
     wrong = good[:-4] + ("0000" if not good.endswith("0000") else "1111")
@@ -209,7 +219,8 @@ def test_malformed_uploads_get_a_4xx_naming_the_problem_and_change_nothing(world
         "an unknown article": (change(tablenick=4242), "not an article of this publication"),
         "a generation outside the range": (change(generation=hi + 5), "outside the upload's range"),
         "a lineage that is not one": (change(lineage='{"x": "y"}'), "is not nickname: version"),
-        "an operation": (change(op="drop table"), "unknown operation"),
+        "an operation": (_wire_body(op=9), "unknown operation"),
+        "a rowguid said to be in the row": (_wire_body(guid_in_row=True), "its rowguid is in its values"),
     }
     with _client(world, world.tokens["TillN"]) as c:
         for what, (body, expected) in cases.items():

@@ -1,7 +1,8 @@
 """What the device and the door send each other.
 
-Changes travel as an Arrow IPC stream of change rows (``merge.session.changes.CHANGE_SCHEMA``, the rows
-the merge agent's reads produce), compressed with zstd; everything else is JSON. An upload is checked
+Changes travel as an Arrow IPC stream of change rows (the rows the merge agent's reads produce,
+``merge.session.changes.CHANGE_SCHEMA``, without what the receiver knows: ``WIRE_COLUMNS``), compressed
+with zstd; everything else is JSON. An upload is checked
 here, at the door, before anything is written (:func:`read_upload`): the exact schema, known articles,
 generations inside the range the request names, operations, rowguids, lineage and every row's columns.
 What the device says about *who* sent the changes (source, nickname, partition) is not read from the
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparksync.errors import ProtocolError
-from sparksync.merge.session.changes import ALL_PARTITIONS, CHANGE_SCHEMA, OP_UNREADABLE, RETRY_GENERATION
+from sparksync.merge.session.changes import ALL_PARTITIONS, CHANGE_SCHEMA, OP_REMOVE, OP_UNREADABLE, RETRY_GENERATION
 from sparksync.rows import RowCodec
 from sparksync.spark.results import result_arrow_schema
 
@@ -27,35 +28,74 @@ MAX_RETRIES = 10_000         # failed changes one request sends again (the rest 
 
 
 def change_schema():
+    """The change rows as the apply reads them (``CHANGE_SCHEMA``)."""
     return result_arrow_schema(CHANGE_SCHEMA)
 
 
-def write_changes(table, metadata: dict[str, Any] | None = None) -> bytes:
-    """An Arrow table of change rows as the bytes of one IPC stream (zstd), ``metadata`` in its schema."""
+# On the wire, a change row carries only what the receiver cannot know: who sent it is the sender's (the
+# stream's metadata: the door's own knowledge of an upload's sender), which destination and partition it
+# is for were settled by the sender. A row's values repeat its rowguid (the rowguid column): the copy is
+# left out (``guid_in_row``) and put back on arrival, text for text.
+WIRE_COLUMNS = (("tablenick", "int32"), ("rowguid", "string"), ("generation", "int64"), ("op", "int8"),
+                ("lineage", "string"), ("colv", "string"), ("row", "string"), ("guid_in_row", "bool_"))
+OP_CODES = {"upsert": 0, "delete": 1, OP_UNREADABLE: 2, OP_REMOVE: 3}
+_OPS_BY_CODE = {v: k for k, v in OP_CODES.items()}
+_MARK = '"\\u0001"'        # where the rowguid stood in a row's JSON (JSON text of the string "\x01")
+
+
+def wire_schema():
     import pyarrow as pa
 
-    schema = change_schema().with_metadata({"sparksync": json.dumps(metadata or {})})
+    return pa.schema([(n, getattr(pa, t)()) for n, t in WIRE_COLUMNS])
+
+
+def write_changes(table, metadata: dict[str, Any] | None = None) -> bytes:
+    """Change rows (``change_schema``) as the bytes of one Arrow IPC stream (zstd), ``metadata`` in its schema."""
+    import pyarrow as pa
+
+    schema = wire_schema().with_metadata({"sparksync": json.dumps(metadata or {})})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
         if table.num_rows:
-            w.write_table(table.cast(change_schema()).replace_schema_metadata(schema.metadata))
+            w.write_table(_to_wire(table).replace_schema_metadata(schema.metadata))
     return sink.getvalue().to_pybytes()
 
 
+def _to_wire(table):
+    import pyarrow as pa
+
+    guids = table.column("rowguid").to_pylist()
+    rows, inside = [], []
+    for g, text in zip(guids, table.column("row").to_pylist()):
+        quoted = f'"{g}"'
+        if text is not None and quoted in text and _MARK not in text:
+            rows.append(text.replace(quoted, _MARK, 1))
+            inside.append(True)
+        else:
+            rows.append(text)
+            inside.append(False)
+    ops = [OP_CODES[o] for o in table.column("op").to_pylist()]
+    return pa.table([table.column("tablenick").cast(pa.int32()), pa.array(guids, pa.string()),
+                     table.column("generation").cast(pa.int64()), pa.array(ops, pa.int8()),
+                     table.column("lineage"), table.column("colv"), pa.array(rows, pa.string()),
+                     pa.array(inside, pa.bool_())], schema=wire_schema())
+
+
 def read_changes(body: bytes, what: str):
-    """(table, metadata) of an IPC stream of change rows; ``ProtocolError`` naming ``what`` when the bytes
-    are not one (truncated, another format) or hold other columns."""
+    """(change rows as ``change_schema``, metadata) of an IPC stream of changes; ``ProtocolError`` naming
+    ``what`` when the bytes are not one (truncated, another format) or hold other columns. The sender's
+    name and nickname come from the metadata (the door replaces them with what it knows)."""
     import pyarrow as pa
 
     try:
         reader = pa.ipc.open_stream(pa.BufferReader(body))
         table = reader.read_all()
-    except (pa.ArrowInvalid, pa.ArrowException, OSError, ValueError) as e:
+        table.validate(full=True)            # offsets, UTF-8: a forged buffer is refused here, not later
+        got = [(f.name, str(f.type)) for f in table.schema]
+    except (pa.ArrowException, OSError, ValueError) as e:     # UnicodeDecodeError is a ValueError
         raise ProtocolError(f"{what}: not an Arrow stream of changes ({' '.join(str(e).split())[:200]})",
                             obj=what) from None
-    expected = change_schema()
-    got = [(f.name, str(f.type)) for f in table.schema]
-    want = [(f.name, str(f.type)) for f in expected]
+    want = [(f.name, str(f.type)) for f in wire_schema()]
     if got != want:
         missing = [n for n, _ in want if n not in dict(got)]
         extra = [n for n, _ in got if n not in dict(want)]
@@ -68,7 +108,36 @@ def read_changes(body: bytes, what: str):
         meta = json.loads(raw)
     except ValueError:
         raise ProtocolError(f"{what}: its metadata is not JSON", obj=what) from None
-    return table, meta if isinstance(meta, dict) else {}
+    meta = meta if isinstance(meta, dict) else {}
+    return _from_wire(table, meta, what), meta
+
+
+def _from_wire(table, meta: dict, what: str):
+    import pyarrow as pa
+
+    n = table.num_rows
+    guids = table.column("rowguid").to_pylist()
+    rows = []
+    for g, text, inside in zip(guids, table.column("row").to_pylist(), table.column("guid_in_row").to_pylist()):
+        if inside:
+            if text is None or _MARK not in text or g is None:
+                raise ProtocolError(f"{what}: a row says its rowguid is in its values, and it is not", obj=what)
+            text = text.replace(_MARK, f'"{g}"', 1)
+        rows.append(text)
+    ops = []
+    for code in table.column("op").to_pylist():
+        if code not in _OPS_BY_CODE:
+            raise ProtocolError(f"{what}: unknown operation {code!r}", obj=what)
+        ops.append(_OPS_BY_CODE[code])
+    source, nick = meta.get("source"), meta.get("source_nick")
+    return pa.table({
+        "source": pa.array([str(source or "")] * n, pa.string()),
+        "source_nick": pa.array([int(nick) if isinstance(nick, int) else 0] * n, pa.int32()),
+        "tablenick": table.column("tablenick"), "rowguid": pa.array(guids, pa.string()),
+        "generation": table.column("generation"), "op": pa.array(ops, pa.string()),
+        "lineage": table.column("lineage"), "colv": table.column("colv"), "row": pa.array(rows, pa.string()),
+        "target": pa.nulls(n, pa.string()), "partition_id": pa.array([ALL_PARTITIONS] * n, pa.int32()),
+    }, schema=change_schema())
 
 
 @dataclass(frozen=True)

@@ -88,11 +88,25 @@ class Door:
         self._rounds: dict[str, float] = {}
         self._round_lock = threading.Lock()
         self._snapshot_lock = threading.Lock()
+        self._local = threading.local()
 
     @contextlib.contextmanager
     def publisher(self) -> Iterator[Replica]:
-        with connect(self.topology.publisher_url, self.topology.publisher.name) as pub:
+        """A connection to the publisher, kept by this worker thread for its next request (a connection per
+        request would cost more than an idle sync); one that was lost or left in a transaction is closed."""
+        pub = getattr(self._local, "pub", None)
+        self._local.pub = None
+        if pub is None or pub.lost:
+            pub = connect(self.topology.publisher_url, self.topology.publisher.name)
+        try:
             yield pub
+        except BaseException:
+            pub.close()
+            raise
+        if pub.in_transaction or pub.lost:
+            pub.close()
+        else:
+            self._local.pub = pub
 
     def prepare(self) -> None:
         """At start: the publisher is reachable and set up, the token table exists, resolvers load."""

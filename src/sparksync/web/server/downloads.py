@@ -46,6 +46,7 @@ class DownloadPlan:
     """What one device receives: its batches, the reads of their rows, and which rows go where."""
 
     subscription: str
+    publisher: str
     partition_id: int
     start: int
     bound: int
@@ -54,7 +55,8 @@ class DownloadPlan:
     reads: list[ReadPartition] = field(default_factory=list)
 
     def metadata(self) -> dict:
-        return {"start": self.start, "bound": self.bound, "partition_id": self.partition_id,
+        return {"source": self.publisher, "source_nick": 1, "start": self.start, "bound": self.bound,
+                "partition_id": self.partition_id,
                 "batches": [{"seq": b.seq, "lo": b.lo, "hi": b.hi, "nicknames": b.nicknames, "retry": b.retry}
                             for b in self.batches],
                 "where": {str(g): k for g, k in self.where.items()}}
@@ -73,7 +75,7 @@ def plan_download(pub: Replica, url: str, publisher: str, prow: PublicationRow, 
         # them. The download stops at the last evaluated generation; the next one brings the rest.
         bound = min(bound, int(prow.partitions_evaluated or 0))
     pid = int(reg.partition_id or ALL_PARTITIONS)
-    plan = DownloadPlan(reg.name, pid, start, bound)
+    plan = DownloadPlan(reg.name, publisher, pid, start, bound)
     gens = [g for g in generation_rows(pub, start, bound) if reg.replnickname not in (g["nicknames"] or [])]
     partitions = None
     if scheme.filtered:

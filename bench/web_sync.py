@@ -1,0 +1,240 @@
+"""Web synchronization at the door: what ``sparksync serve`` spends per device sync.
+
+A PostgreSQL publisher (``Item`` unfiltered, ``Store`` filtered by ``region = HOST_NAME()``) with N web
+subscriptions in P partitions (default 1,000 in 50), set up with ``setup``; ``serve`` runs in its own
+process and its CPU time is read from /proc before and after each phase. The devices are simulated at
+the protocol level (httpx, 16 at a time): each is marked initialized through the door, then syncs as a
+device does (``hello``, the download request, the ack when something came). Measured in one run:
+
+* the floor: ``GET /healthz`` (the HTTP stack alone): server CPU per request;
+* an idle sync (nothing to download): syncs per second and server CPU per sync, and its ratio to the floor;
+* a sync with changes (HQ changed every store, 20 per partition, and 10 items every device receives):
+  server CPU per sync, bytes on the wire per changed row (the response bodies as they crossed the
+  network) and their ratio to the rows' raw size (their values as text, as a CSV line holds them);
+* the fan-out: one partition with 1, 5, 10 and 20 devices, one change, every device syncs: server CPU per
+  device (it falls when a change is evaluated and read once per partition and shared by its devices).
+
+Targets (issue 22): an idle sync <= 20 ms of server CPU; >= 50 syncs/s with 1,000 devices; <= 3x the raw
+row size on the wire; CPU per device falling as devices per partition grow.
+
+Usage: .venv/bin/python bench/web_sync.py [--devices 1000] [--partitions 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+import httpx
+from results import Result
+
+from sparksync.dialects import connect
+from sparksync.provision import setup
+from sparksync.spark.session import spark_session
+from sparksync.topology import load_config
+from sparksync.web import tokens
+
+PG = os.environ.get("SPARKSYNC_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+EXE = str(Path(sys.executable).with_name("sparksync"))
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK       # utime + stime
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def database(name: str) -> str:
+    import psycopg
+
+    with psycopg.connect(PG, autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        c.execute(f'CREATE DATABASE "{name}"')
+    return PG.rsplit("/", 1)[0] + f"/{name}"
+
+
+def toml(folder: Path, pub: str, port: int, devices: dict[str, str]) -> Path:
+    subs = "\n".join(f'[[subscriptions]]\nname = "{n}"\npublication = "Shop"\ntransport = "web"\nhost_name = "{r}"\n'
+                     for n, r in devices.items())
+    cfg = folder / "sparksync.toml"
+    cfg.write_text(f'[publisher]\nname = "HQ"\ndatabase = "{pub}"\nsnapshot_dir = "snap"\n\n[server]\n'
+                   f'listen = "127.0.0.1:{port}"\n\n[[publications]]\nname = "Shop"\n'
+                   '  [[publications.articles]]\n  table = "Item"\n'
+                   '  [[publications.articles]]\n  table = "Store"\n  filter = "region = HOST_NAME()"\n\n' + subs)
+    return cfg
+
+
+class Device:
+    """A device as the door sees it: its token, its watermark, what it downloaded."""
+
+    def __init__(self, url: str, name: str, token: str):
+        self.name = name
+        self.http = httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {token}",
+                                                                     "Sparksync-Protocol": "1"})
+        self.recgen = 0
+        self.bytes = 0
+
+    def call(self, method: str, path: str, **kw) -> httpx.Response:
+        """A request, again when a kept-alive connection was closed by the server meanwhile (as the device's
+        own client does)."""
+        for attempt in range(3):
+            try:
+                r = self.http.request(method, path, **kw)
+                r.raise_for_status()
+                return r
+            except httpx.TransportError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def initialize(self) -> None:
+        manifest = self.call("GET", "/v1/sync/snapshot").json()
+        r = self.call("POST", "/v1/sync/initialized", json={"snapshot_id": manifest["snapshot_id"], "baseline": 1,
+                                                         "snapshot_generation": manifest["snapshot_generation"]})
+        r.raise_for_status()
+        self.recgen = manifest["snapshot_generation"]
+
+    def sync(self) -> int:
+        """One sync without local changes: hello, download, ack. Returns the changes received."""
+        import pyarrow as pa
+
+        self.call("GET", "/v1/sync/hello")
+        r = self.call("POST", "/v1/sync/download", json={"after": self.recgen, "batch": 100})
+        self.bytes += r.num_bytes_downloaded
+        table = pa.ipc.open_stream(pa.BufferReader(r.content)).read_all()
+        meta = (table.schema.metadata or {}).get(b"sparksync", b"{}")
+        import json
+
+        batches = json.loads(meta).get("batches", [])
+        if batches:
+            hi = batches[-1]["hi"]
+            self.call("POST", "/v1/sync/download/ack", json={"hi": hi})
+            self.recgen = hi
+        return table.num_rows
+
+
+def run(devices: int, partitions: int) -> dict:
+    out: dict = {}
+    with TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        pub = database("sparksync_bench_web")
+        with connect(pub) as r:
+            r.execute('CREATE TABLE "Item" ("id" integer PRIMARY KEY, "name" text, "price" numeric(10,2))')
+            r.execute('CREATE TABLE "Store" ("id" integer PRIMARY KEY, "region" text, "name" text, "city" text)')
+            r.executemany('INSERT INTO "Item" VALUES (%s, %s, %s)', [(i, f"item {i}", i * 1.5) for i in range(1, 201)])
+            r.executemany('INSERT INTO "Store" VALUES (%s, %s, %s, %s)',
+                          [(i, f"r{i % partitions}", f"store {i}", f"city {i % 97}") for i in range(1, partitions * 20 + 1)])
+        fan = {f"Fan{k:02d}": "fan" for k in range(20)}           # the fan-out partition: 20 devices
+        names = {f"D{i:04d}": f"r{i % partitions}" for i in range(devices)} | fan
+        port = free_port()
+        cfg = toml(folder, pub, port, names)
+        topology = load_config(cfg)
+        t0 = time.perf_counter()
+        setup(topology, lambda: spark_session("local[2]"))
+        out["setup s"] = time.perf_counter() - t0
+        with connect(pub) as r:
+            secrets = {n: tokens.create(r, n) for n in names}
+        env = {k: v for k, v in os.environ.items() if k != "SPARKSYNC_FAILPOINTS"}
+        server = subprocess.Popen([EXE, "serve", "-c", str(cfg)], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, env=env)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(600):
+                try:
+                    if httpx.get(f"{url}/healthz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            clients = {n: Device(url, n, secrets[n]) for n in names}
+            with ThreadPoolExecutor(16) as pool:
+                list(pool.map(lambda d: d.initialize(), clients.values()))
+                fleet = [clients[n] for n in names if n not in fan]
+
+                # the floor: the HTTP stack alone
+                c0 = cpu_seconds(server.pid)
+                probes = 1000
+                list(pool.map(lambda i: fleet[i % len(fleet)].call("GET", "/healthz"), range(probes)))
+                out["floor ms"] = (cpu_seconds(server.pid) - c0) / probes * 1000
+
+                list(pool.map(lambda d: d.sync(), fleet))          # first syncs: the snapshot's leftovers
+                c0, t0 = cpu_seconds(server.pid), time.perf_counter()
+                got = list(pool.map(lambda d: d.sync(), fleet))
+                seconds = time.perf_counter() - t0
+                out["idle syncs/s"] = len(fleet) / seconds
+                out["idle ms"] = (cpu_seconds(server.pid) - c0) / len(fleet) * 1000
+                assert not any(got), "an idle sync received changes"
+
+                with connect(pub) as r:          # every store of every partition changes, and 10 items
+                    r.execute('UPDATE "Item" SET "price" = "price" + 1 WHERE "id" <= 10')
+                    r.execute('UPDATE "Store" SET "city" = "city" || \'+\'')
+                    raw = sum(len(",".join(str(v) for v in row)) for row in r.query(
+                        'SELECT "id", "region", "name", "city" FROM "Store" WHERE "region" <> \'fan\''))
+                    raw_item = sum(len(",".join(str(v) for v in row)) for row in r.query(
+                        'SELECT "id", "name", "price" FROM "Item" WHERE "id" <= 10'))
+                for d in fleet:
+                    d.bytes = 0
+                c0 = cpu_seconds(server.pid)
+                got = list(pool.map(lambda d: d.sync(), fleet))
+                out["changed ms"] = (cpu_seconds(server.pid) - c0) / len(fleet) * 1000
+                rows = sum(got)
+                wire = sum(d.bytes for d in fleet)
+                raw_total = len(fleet) * raw_item + len(fleet) * raw / partitions
+                out["changed rows"] = rows
+                out["bytes / row"] = wire / max(rows, 1)
+                out["wire / raw"] = wire / raw_total
+
+                fan_devices = [clients[n] for n in fan]
+                for d in fan_devices:
+                    d.sync()
+                out["fan"] = {}
+                for k in (1, 5, 10, 20):
+                    with connect(pub) as r:
+                        r.execute('INSERT INTO "Store" VALUES (%s, \'fan\', %s, \'fan city\')',
+                                  (100_000 + k, f"fan {k}"))
+                    group = fan_devices[:k]
+                    c0 = cpu_seconds(server.pid)
+                    list(pool.map(lambda d: d.sync(), group))
+                    out["fan"][k] = (cpu_seconds(server.pid) - c0) / k * 1000
+                    for d in fan_devices[k:]:
+                        d.sync()                                   # the others catch up outside the measurement
+        finally:
+            server.terminate()
+            server.wait()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--devices", type=int, default=1000)
+    ap.add_argument("--partitions", type=int, default=50)
+    args = ap.parse_args()
+    r = run(args.devices, args.partitions)
+    result = Result("web_sync", "Web synchronization: server CPU per device sync", "bench/web_sync.py")
+    result.table(["devices", "partitions", "floor (healthz) ms CPU", "idle sync ms CPU", "idle / floor",
+                  "idle syncs/s", "sync with changes ms CPU", "changed rows", "bytes on the wire / row",
+                  "wire / raw"],
+                 [[args.devices, args.partitions, r["floor ms"], r["idle ms"], r["idle ms"] / r["floor ms"],
+                   r["idle syncs/s"], r["changed ms"], r["changed rows"], r["bytes / row"], r["wire / raw"]]],
+                 "Targets: idle sync <= 20 ms CPU; >= 50 syncs/s; wire <= 3x raw")
+    result.table(["devices in the partition", "server ms CPU per device", "vs 1 device"],
+                 [[k, v, v / r["fan"][1]] for k, v in r["fan"].items()],
+                 "Fan-out: one change, every device of one partition syncs (target: falls as devices grow)")
+    result.notes.append(f"setup of {args.devices + 20} web subscriptions: {r['setup s']:.1f}s")
+    result.save()
+
+
+if __name__ == "__main__":
+    main()
