@@ -8,6 +8,7 @@ though each row is written by one writer only). One topology; the checks run in 
 from __future__ import annotations
 
 import random
+import shutil
 
 import pytest
 
@@ -145,4 +146,25 @@ def test_the_server_killed_after_committing_an_upload_loses_nothing(world, tmp_p
     assert world.server.proc.poll() == -9, "the server was not killed at the failpoint"
     world.server.env = None
     world.server.start()
+    _converged(world)
+
+
+def test_a_device_that_lost_its_file_starts_again_and_nothing_of_it_is_skipped(world):
+    rng = random.Random(9)
+    for f in world.folder.glob("van1.db*"):
+        f.unlink()
+    p = world.sync("Van1")                        # a new file: initialized again from the snapshot
+    assert p.returncode == 0, p.stderr
+    _write(world, "Van1", rng, [5000])            # its generations are numbered from the start again
+    _converged(world)
+
+
+def test_the_old_file_of_a_device_that_started_again_is_refused(world, tmp_path):
+    old = tmp_path / "old-van2.db"
+    shutil.copy(world.device("Van2"), old)
+    for f in world.folder.glob("van2.db*"):
+        f.unlink()
+    assert world.sync("Van2").returncode == 0         # a new file, a fresh identity
+    p = world.sync("Van2", database=old)
+    assert p.returncode != 0 and "an older file of subscription Van2" in p.stderr, p.stderr
     _converged(world)

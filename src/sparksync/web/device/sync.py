@@ -23,7 +23,7 @@ from pathlib import Path
 from sparksync import failpoints
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
-from sparksync.errors import ConfigurationError, ProtocolError, SparksyncError
+from sparksync.errors import ConfigurationError, ProtocolError, ReplicaBehind, SparksyncError
 from sparksync.merge.apply.batch import apply_batch
 from sparksync.merge.apply.classify import ArticleAt
 from sparksync.merge.apply.decide import ArticleRules
@@ -102,10 +102,15 @@ def _initialized(device: Replica, hello: dict) -> bool:
         return False
     mine = store.select_one(device, SubscriptionRow, {"pubid": hello["pubid"], "name": hello["subscription"],
                                                       "role": Role.SUBSCRIBER})
+    if mine is not None and hello["status"] == "active" and int(mine.replnickname) != int(hello["nickname"]):
+        raise ReplicaBehind(f"{device.label} is an older file of subscription {hello['subscription']} (replica "
+                            f"{mine.replnickname}; a newer file, replica {hello['nickname']}, has synced since): its "
+                            "changes since then cannot be merged; sync a new file", obj=hello["subscription"])
     return mine is not None and hello["status"] == "active"
 
 
 def _initialize(client: ServerClient, device: Replica, options: DeviceOptions, hello: dict, report: Reporter) -> None:
+    hello = client.json("POST", "/v1/sync/initialize")      # a fresh identity if the subscription synced before
     manifest = client.json("GET", "/v1/sync/snapshot")
     sid = manifest["snapshot_id"]
     files = [f"{a['path']}/{f['name']}" for a in manifest["articles"] for f in a["files"] or ()]

@@ -5,6 +5,7 @@
     GET  /v1/sync/hello                            who the device is at the publisher
     GET  /v1/sync/snapshot                         its partition's snapshot manifest
     GET  /v1/sync/snapshot/{snapshot_id}/{path}    one file of it (Range requests resume)
+    POST /v1/sync/initialize                       the device starts a new file (a fresh identity if it had one)
     POST /v1/sync/initialized                      the device committed its initialization
     PUT  /v1/sync/uploads/{lo}-{hi}                its changes of generations (lo, hi] (Arrow stream)
     POST /v1/sync/download                         the publisher's changes for it after its watermark (Arrow
@@ -124,6 +125,9 @@ def make_app(door: Door, max_request_mb: float = 64) -> ASGIApp:
                                        request.path_params["path"])
         return FileResponse(path, media_type="application/vnd.apache.parquet")
 
+    async def begin(request: Request, device: Device) -> Response:
+        return JSONResponse(await run_in_threadpool(door.begin, device))
+
     async def initialized(request: Request, device: Device) -> Response:
         body = await _json_body(request)
         return JSONResponse(await run_in_threadpool(
@@ -158,6 +162,7 @@ def make_app(door: Door, max_request_mb: float = 64) -> ASGIApp:
         Route("/v1/sync/hello", _endpoint(door, hello), methods=["GET"]),
         Route("/v1/sync/snapshot", _endpoint(door, snapshot), methods=["GET"]),
         Route("/v1/sync/snapshot/{snapshot_id}/{path:path}", _endpoint(door, snapshot_file), methods=["GET"]),
+        Route("/v1/sync/initialize", _endpoint(door, begin), methods=["POST"]),
         Route("/v1/sync/initialized", _endpoint(door, initialized), methods=["POST"]),
         Route("/v1/sync/uploads/{range}", _endpoint(door, upload), methods=["PUT"]),
         Route("/v1/sync/download", _endpoint(door, download), methods=["POST"]),

@@ -31,7 +31,7 @@ from sparksync import __version__, failpoints, locks
 from sparksync.config import PublicationConfig, SubscriptionConfig, Topology
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
-from sparksync.errors import NotInitialized, ProtocolError, Unauthorized
+from sparksync.errors import NotInitialized, ProtocolError, SnapshotError, Unauthorized
 from sparksync.merge.apply.batch import apply_batch
 from sparksync.merge.apply.classify import ArticleAt
 from sparksync.merge.apply.outcome import BatchOutcome
@@ -160,7 +160,13 @@ class Door:
         """(folder, manifest) of the device's partition of the current snapshot."""
         snap_dir, manifest = current_snapshot(self.topology.snapshot_root, device.publication.name)
         with self.publisher() as pub:
-            _, reg = self._registration(pub, device)
+            prow, reg = self._registration(pub, device)
+        cleaned = prow.cleanup_generation
+        if (cleaned is not None and manifest.snapshot_generation < cleaned) or \
+                manifest.schema_version < (prow.schema_version or 0):
+            raise SnapshotError(f"publication {device.publication.name}: snapshot {manifest.snapshot_id} is older than "
+                                "the publisher's metadata cleanup or its last schema change; a device cannot be "
+                                "initialized from it until the operator runs 'sparksync snapshot'", obj=device.name)
         with self._snapshot_lock:
             return device_snapshot(snap_dir, manifest, reg.partition_id)
 
@@ -176,16 +182,37 @@ class Door:
             raise ProtocolError(f"file {path[:200]!r} is not in this subscription's snapshot", obj=device.name)
         return folder / path
 
-    def initialized(self, device: Device, snapshot_id: str, baseline: int, snapshot_generation: int) -> dict:
-        """The device committed its initialization: the registration turns active, with the watermarks
-        the device recorded (the publisher's sentgen: the snapshot's generation; recgen: its baseline)."""
+    def begin(self, device: Device) -> dict:
+        """The device starts initializing a file. A registration that synced before (its device lost its
+        file, or starts over) gets a fresh replica identity: the publisher believes the old nickname has
+        every generation it sent, and the new file has none of them (a direct subscriber's database that
+        belonged to a dropped subscription is given a fresh identity the same way). Returns ``hello``."""
         with self.publisher() as pub, pub.transaction():
             _, reg = self._registration(pub, device)
-            if not reg.active:
+            if reg.active or reg.sentgen is not None:
+                nick = store.next_nickname(pub)
+                store.note_nickname(pub, nick)
                 store.update(pub, SubscriptionRow, {
-                    "status": SubscriptionStatus.ACTIVE, "sentgen": int(snapshot_generation), "recgen": int(baseline),
-                    "last_sync_date": store.utcnow()}, {"subid": reg.subid})
-                self.report(f"{device.name}: initialized from snapshot {snapshot_id}")
+                    "replica_id": store.new_guid(), "replnickname": nick, "status": SubscriptionStatus.CREATED,
+                    "sentgen": None, "recgen": None}, {"subid": reg.subid})
+                store.delete(pub, FailedChangeRow, {"source_nickname": reg.replnickname})
+                store.delete_rows(pub, "MSweb_uploads", {"subscription": device.name})
+                self.report(f"{device.name}: its device starts a new file: replica nickname {reg.replnickname} "
+                            f"-> {nick}")
+        return self.hello(device)
+
+    def initialized(self, device: Device, snapshot_id: str, baseline: int, snapshot_generation: int) -> dict:
+        """The device committed its initialization: the registration turns active, with the watermarks
+        the device recorded (the publisher's sentgen: the snapshot's generation; recgen: its baseline).
+        The same request again (its reply lost) changes nothing."""
+        with self.publisher() as pub, pub.transaction():
+            _, reg = self._registration(pub, device)
+            if reg.active:
+                return {"status": "active"}
+            store.update(pub, SubscriptionRow, {
+                "status": SubscriptionStatus.ACTIVE, "sentgen": int(snapshot_generation), "recgen": int(baseline),
+                "last_sync_date": store.utcnow()}, {"subid": reg.subid})
+        self.report(f"{device.name}: initialized from snapshot {snapshot_id}")
         return {"status": "active"}
 
     # -- upload -----------------------------------------------------------------------------------
