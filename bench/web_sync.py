@@ -40,6 +40,7 @@ from sparksync.provision import setup
 from sparksync.spark.session import spark_session
 from sparksync.topology import load_config
 from sparksync.web import tokens
+from sparksync.web.wire import read_changes
 
 PG = os.environ.get("SPARKSYNC_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 EXE = str(Path(sys.executable).with_name("sparksync"))
@@ -109,16 +110,11 @@ class Device:
 
     def sync(self) -> int:
         """One sync without local changes: hello, download, ack. Returns the changes received."""
-        import pyarrow as pa
-
         self.call("GET", "/v1/sync/hello")
         r = self.call("POST", "/v1/sync/download", json={"after": self.recgen, "batch": 100})
         self.bytes += r.num_bytes_downloaded
-        table = pa.ipc.open_stream(pa.BufferReader(r.content)).read_all()
-        meta = (table.schema.metadata or {}).get(b"sparksync", b"{}")
-        import json
-
-        batches = json.loads(meta).get("batches", [])
+        table, meta = read_changes(r.content, "download")
+        batches = meta.get("batches", [])
         if batches:
             hi = batches[-1]["hi"]
             self.call("POST", "/v1/sync/download/ack", json={"hi": hi})

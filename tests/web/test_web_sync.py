@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,7 +24,7 @@ from sparksync.merge.session.agent import MergeAgent
 from sparksync.metadata import store
 from sparksync.web import tokens
 from sparksync.web.device.sync import DeviceOptions, sync
-from sparksync.web.wire import change_schema, wire_schema, write_changes
+from sparksync.web.wire import MAGIC, change_schema, wire_schema, write_changes
 from tests.support.clients import shell
 from tests.support.databases import databases
 from tests.support.web import WebWorld, upload_body
@@ -171,10 +172,16 @@ def _wire_body(**kw) -> bytes:
     """A body in the wire's own columns (what a client that lies writes), one row."""
     row = {"tablenick": 1, "rowguid": "01a217e4-0b2f-7d64-b858-8c4bd893cad4", "generation": 1, "op": 0,
            "lineage": '{"1": 1}', "colv": None, "row": '{"id": 1}', "guid_in_row": False} | kw
+    return _framed(pa.Table.from_pylist([row], wire_schema()))
+
+
+def _framed(table) -> bytes:
+    """``table`` as an IPC stream in the wire's frame (``wire.MAGIC``, size, zstd)."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, wire_schema()) as w:
-        w.write_table(pa.Table.from_pylist([row], wire_schema()))
-    return sink.getvalue().to_pybytes()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    stream = sink.getvalue()
+    return MAGIC + struct.pack("<Q", stream.size) + pa.compress(stream, codec="zstd", asbytes=True)
 
 
 def test_a_wrong_missing_or_revoked_token_gets_401_and_no_detail(world):
@@ -208,13 +215,11 @@ def test_malformed_uploads_get_a_4xx_naming_the_problem_and_change_nothing(world
                "row": '{"id": 9999, "v": "x", "n": 1}', "target": None, "partition_id": 0} | kw
         return write_changes(pa.Table.from_pylist([row], change_schema()))
 
-    other = pa.Table.from_pylist([{"a": 1}])
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, other.schema) as wr:
-        wr.write_table(other)
     cases = {
         "truncated": (change()[:-20], "not an Arrow stream"),
-        "another schema": (sink.getvalue().to_pybytes(), "not the change schema"),
+        "not this protocol's": (b"PAR1" + change()[4:], "not an Arrow stream"),
+        "a size it does not have": (MAGIC + struct.pack("<Q", 1 << 40) + change()[12:], "more than"),
+        "another schema": (_framed(pa.Table.from_pylist([{"a": 1}])), "not the change schema"),
         "a column the article lacks": (change(row='{"id": 9999, "v": "x", "secret": 1}'), "'secret' not in the article"),
         "an unknown article": (change(tablenick=4242), "not an article of this publication"),
         "a generation outside the range": (change(generation=hi + 5), "outside the upload's range"),
@@ -325,7 +330,8 @@ def test_a_lineage_claiming_versions_the_publisher_never_had_is_refused(world):
 
 
 def test_random_upload_bodies_never_break_the_door(world):
-    """Fuzzing: valid bodies with random bytes changed, cut or repeated: always a 4xx or a 200, never a 5xx."""
+    """Fuzzing: valid bodies with random bytes changed or cut, in the frame or in the Arrow stream inside it
+    (framed again): always a 4xx or a 200, never a 5xx."""
     rng = random.Random(1)
     with connect(world.pub_url) as pub:
         lo = int(store.select_rows(pub, "sysmergesubscriptions", {"name": "TillS"})[0]["recgen"])
@@ -333,15 +339,24 @@ def test_random_upload_bodies_never_break_the_door(world):
         "source": "", "source_nick": 0, "tablenick": 1, "rowguid": "01a217e4-0b2f-7d64-b858-8c4bd893cad4",
         "generation": lo + 1, "op": "upsert", "lineage": '{"5": 1}', "colv": None, "row": '{"id": 1}', "target": None,
         "partition_id": 0}], change_schema()))
+    (size,) = struct.unpack("<Q", base[len(MAGIC):len(MAGIC) + 8])
+    inner = pa.decompress(base[len(MAGIC) + 8:], decompressed_size=size, codec="zstd", asbytes=True)
+
+    def mutated(data: bytes) -> bytes:
+        out = bytearray(data)
+        for _ in range(rng.randint(1, 8)):
+            out[rng.randrange(len(out))] = rng.randrange(256)
+        return bytes(out[:rng.randrange(len(out))] if rng.random() < 0.3 else out)
+
     seen = set()
     with _client(world, world.tokens["TillS"]) as c:
-        for _ in range(150):
-            body = bytearray(base)
-            for _ in range(rng.randint(1, 8)):
-                body[rng.randrange(len(body))] = rng.randrange(256)
-            if rng.random() < 0.3:
-                body = body[:rng.randrange(len(body))]
-            r = c.put(f"/v1/sync/uploads/{lo}-{lo + 1}", content=bytes(body))
+        for k in range(300):
+            if k % 2:
+                body = mutated(base)
+            else:
+                stream = mutated(inner)
+                body = MAGIC + struct.pack("<Q", len(stream)) + pa.compress(stream, codec="zstd", asbytes=True)
+            r = c.put(f"/v1/sync/uploads/{lo}-{lo + 1}", content=body)
             seen.add(r.status_code)
             assert r.status_code < 500, r.text
     assert 400 in seen
