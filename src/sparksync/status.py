@@ -304,7 +304,10 @@ def _web_subscription(pub, s, r: SubscriptionRow | None, prow, arts, scheme) -> 
         entry.update({"status": "expired", "problems": [expired]})
         return entry
     pending, lowest = _pending_download(pub, arts, scheme, r)
-    entry.update({"status": "active", "nickname": r.replnickname, "partition_id": r.partition_id,
+    runs = agent_state(pub, "MSmerge_sessions", f"pubid = {pub.dialect.uuid_param()} AND subscription = {pub.p}",
+                       [prow.pubid, s.name], ("succeeded",))
+    entry.update({"status": "stopped" if "stopped_since" in runs else "active", **runs,
+                  "nickname": r.replnickname, "partition_id": r.partition_id,
                   "publisher_sentgen": r.sentgen, "publisher_recgen": r.recgen,
                   "last_sync": iso(r.last_sync_date), "pending_download": pending,
                   "oldest_pending_download": iso(_generation_time(pub, lowest)),

@@ -142,6 +142,12 @@ def test_a_second_sync_moves_nothing(world):
     moved = [st for s in summary["subscriptions"] for d in ("upload", "download") for st in s[d].values()
              if st["inserts"] + st["updates"] + st["deletes"]]
     assert not moved, summary
+    with connect(world.pub_url) as pub:        # every sync is in the history, as a merge session is
+        runs = store.select_rows(pub, "MSmerge_sessions", {"subscription": "TillN"})
+    assert runs and all(r["status"] == "succeeded" for r in runs), runs
+    with _client(world, world.tokens["TillN"]) as c:
+        assert c.post("/v1/sync/done", json={"seconds": -1}).status_code == 400
+        assert c.post("/v1/sync/done", json={"seconds": 1, "upload": {"inserts": "many"}}).status_code == 400
 
 
 def test_a_direct_subscriber_and_the_devices_converge(world, spark):

@@ -81,7 +81,13 @@ def sync(options: DeviceOptions, report: Reporter = silent) -> MergeSummary:
         _upload(client, device, hello, options, session, report)
         hello = client.json("GET", "/v1/sync/hello")
         _download(client, device, options.database, hello, session, summary, report, options.generations_per_batch)
-    session.seconds = summary.seconds = time.perf_counter() - t0
+        session.seconds = summary.seconds = time.perf_counter() - t0
+        up, down = session.total("upload"), session.total("download")
+        client.json("POST", "/v1/sync/done", json={
+            "seconds": session.seconds, "errors": session.errors,
+            "upload": {k: getattr(up, k) for k in ("inserts", "updates", "deletes", "conflicts", "retries", "failed")},
+            "download": {k: getattr(down, k) for k in ("inserts", "updates", "deletes", "conflicts", "retries",
+                                                        "failed")}})
     return summary
 
 

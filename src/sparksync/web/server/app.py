@@ -12,6 +12,7 @@
                                                    stream), in generation batches, with those that failed
                                                    there before
     POST /v1/sync/download/ack                     it applied them up to a generation
+    POST /v1/sync/done                             its sync ended: what it did (a merge session row)
 
 Every request but ``/healthz`` carries ``Authorization: Bearer <token>`` and ``Sparksync-Protocol``; a
 wrong, revoked or missing token is a 401 that says nothing more; a body over ``max_request_mb`` a 413.
@@ -153,6 +154,9 @@ def make_app(door: Door, max_request_mb: float = 64) -> ASGIApp:
         data = await run_in_threadpool(door.download, device, after, per_batch, [(n, g) for n, g in failed])
         return Response(data, media_type=MEDIA_ARROW)
 
+    async def done(request: Request, device: Device) -> Response:
+        return JSONResponse(await run_in_threadpool(door.done, device, await _json_body(request)))
+
     async def ack(request: Request, device: Device) -> Response:
         body = await _json_body(request)
         return JSONResponse(await run_in_threadpool(door.ack, device, _int(str(body.get("hi")), "hi")))
@@ -167,6 +171,7 @@ def make_app(door: Door, max_request_mb: float = 64) -> ASGIApp:
         Route("/v1/sync/uploads/{range}", _endpoint(door, upload), methods=["PUT"]),
         Route("/v1/sync/download", _endpoint(door, download), methods=["POST"]),
         Route("/v1/sync/download/ack", _endpoint(door, ack), methods=["POST"]),
+        Route("/v1/sync/done", _endpoint(door, done), methods=["POST"]),
     ]
     return BodyLimit(Starlette(routes=routes), int(max_request_mb * 1024 * 1024))
 

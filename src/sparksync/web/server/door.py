@@ -18,6 +18,7 @@ the requests that wait for it, and skipped (not waited for) while a merge agent 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import functools
 import hashlib
 import json
@@ -47,6 +48,7 @@ from sparksync.merge.tracking.generations import make_generation
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, FailedChangeRow, PublicationRow, Role, SubscriptionRow, SubscriptionStatus
 from sparksync.progress import Reporter, silent
+from sparksync.redaction import redact
 from sparksync.retry import with_retries
 from sparksync.rows import RowCodec
 from sparksync.snapshot.manifest import current_snapshot
@@ -336,6 +338,30 @@ class Door:
         table = read_download(plan)
         return write_changes(table, plan.metadata())
 
+    def done(self, device: Device, report: dict) -> dict:
+        """The device's sync ended: one ``MSmerge_sessions`` row, as a merge session of a direct subscriber
+        has (``status`` and history read it). The counts are the device's own, about itself."""
+        seconds = report.get("seconds")
+        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not 0 <= seconds < 86_400 * 365:
+            raise ProtocolError("session: seconds is not a duration", obj="session")
+        up, down = report.get("upload") or {}, report.get("download") or {}
+        errors = report.get("errors") or []
+        if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
+            raise ProtocolError("session: errors is not a list of messages", obj="session")
+        now = store.utcnow()
+        with self.publisher() as pub, pub.transaction():
+            prow, _ = self._registration(pub, device)
+            store.insert_row(pub, "MSmerge_sessions", {
+                "session_id": store.new_guid(), "subscription": device.name, "pubid": prow.pubid,
+                "start_time": now - dt.timedelta(seconds=float(seconds)), "end_time": now, "duration": float(seconds),
+                "status": "failed" if errors else "succeeded",
+                **{f"upload_{k}": _count(up, k) for k in ("inserts", "updates", "deletes", "conflicts")},
+                **{f"download_{k}": _count(down, k) for k in ("inserts", "updates", "deletes", "conflicts")},
+                "retries": _count(up, "retries") + _count(down, "retries"),
+                "failed": _count(up, "failed") + _count(down, "failed"),
+                "message": redact("; ".join(e[:500] for e in errors[:10])) or None})
+        return {"recorded": True}
+
     def ack(self, device: Device, hi: int) -> dict:
         """The device applied the download up to ``hi``: the publisher's sentgen toward it moves."""
         with self.publisher() as pub, pub.transaction():
@@ -347,6 +373,13 @@ class Door:
                 store.update(pub, SubscriptionRow, {"sentgen": int(hi), "last_sync_date": store.utcnow()},
                              {"subid": reg.subid})
         return {"sentgen": hi}
+
+
+def _count(totals: object, key: str) -> int:
+    value = totals.get(key, 0) if isinstance(totals, dict) else 0
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 40:
+        raise ProtocolError(f"session: {key} is not a count", obj="session")
+    return value
 
 
 def _failed_from(pub: Replica, nickname: int) -> list[list]:
