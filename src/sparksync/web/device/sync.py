@@ -15,6 +15,7 @@ device, with nothing of Spark or Java.
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from sparksync.metadata.records import FailedChangeRow, PublicationRow, Role, Su
 from sparksync.metadata.schema import WEB
 from sparksync.progress import Reporter, silent
 from sparksync.web.device.client import ServerClient
-from sparksync.web.wire import MAX_RETRIES, write_changes
+from sparksync.web.wire import MAX_RETRIES, change_schema, write_changes
 from sparksync.web.wire import read_changes as read_wire
 
 PER_BATCH = 100                   # generations per upload request and per download batch
@@ -126,8 +127,6 @@ def _initialize(client: ServerClient, device: Replica, options: DeviceOptions, h
         folder = Path(tmp)
         for rel in files:
             client.download_file(f"/v1/sync/snapshot/{sid}/{rel}", folder / rel)
-        import json
-
         (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
         spec = SubscriberInit(
             subscription=options.subscription, publication=hello["publication"], url=options.database,
@@ -203,8 +202,6 @@ def _rows_of(table, generations: list[int]):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from sparksync.web.wire import change_schema
-
     if table is None:
         return change_schema().empty_table()
     return table.filter(pc.is_in(table.column("generation"), pa.array(generations, pa.int64())))
@@ -254,10 +251,9 @@ def _download(client: ServerClient, device: Replica, url: str, hello: dict, sess
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    seq_of = pc.fill_null(pc.index_in(table.column("generation"), value_set=pa.array(list(where), pa.int64())), -1) \
-        if table.num_rows else None
-    seqs = pa.array([list(where.values())[i] if i >= 0 else -1 for i in seq_of.to_pylist()], pa.int32()) \
-        if seq_of is not None else None
+    # each row's batch, by its generation (a generation of no batch: -1, applied nowhere), computed in Arrow
+    seqs = pc.fill_null(pc.take(pa.array(list(where.values()), pa.int32()), pc.index_in(
+        table.column("generation"), value_set=pa.array(list(where), pa.int64()))), -1) if table.num_rows else None
     done = None
     for b in batches:
         rows = table.filter(pc.equal(seqs, b.seq)) if seqs is not None else table
