@@ -227,6 +227,8 @@ class ServerConfig(_Model):
     tls_cert: str | None = Field(default=None, description="PEM certificate (chain) of the endpoint")
     tls_key: str | None = Field(default=None, description="PEM private key of tls_cert")
     max_request_mb: float = Field(default=64, gt=0, le=4096, description="the largest request body accepted (MB)")
+    feed_dir: str = Field(default="feed", description="where serve writes the partition feed's segments (relative "
+                          "to the config file; shared storage when Spark runs on a cluster)")
 
     @field_validator("listen")
     @classmethod
@@ -424,6 +426,10 @@ class Topology(_Model):
     @property
     def snapshot_root(self) -> Path:
         return (self.base_dir / _expand(self.publisher.snapshot_dir, "publisher.snapshot_dir")).resolve()
+
+    @property
+    def feed_root(self) -> Path:
+        return Path(self.resolve_path(self.server.feed_dir))
 
     @property
     def spark_master(self) -> str:

@@ -139,14 +139,24 @@ def test_the_server_killed_after_committing_an_upload_loses_nothing(world, tmp_p
     fp = tmp_path / "fp"
     fp.write_text("door.after_upload_commit Van2 !kill\n")
     world.server.stop()
+    assert not _feeds(world), "a server that stopped left its partition feed behind"
     world.server.env = {"SPARKSYNC_FAILPOINTS": str(fp)}
     world.server.start()
+    assert world.sync("Van1").returncode == 0           # its download starts the server's partition feed
     p = world.sync("Van2")
     assert p.returncode != 0 and "Traceback" not in p.stderr
     assert world.server.proc.poll() == -9, "the server was not killed at the failpoint"
+    killed = _feeds(world)
+    assert killed, "the killed server had written no feed"
     world.server.env = None
     world.server.start()
     _converged(world)
+    assert not killed & _feeds(world), "the feed of the killed server was kept"
+
+
+def _feeds(world) -> set[str]:
+    root = world.topology.feed_root
+    return {f.name for f in root.glob("feed-*")} if root.is_dir() else set()
 
 
 def test_a_device_that_lost_its_file_starts_again_and_nothing_of_it_is_skipped(world):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -22,9 +21,10 @@ import pytest
 from sparksync.dialects import connect
 from sparksync.merge.session.agent import MergeAgent
 from sparksync.metadata import store
+from sparksync.metadata.records import Role, SubscriptionRow
 from sparksync.web import tokens
 from sparksync.web.device.sync import DeviceOptions, sync
-from sparksync.web.wire import MAGIC, change_schema, wire_schema, write_changes
+from sparksync.web.wire import HEADER, MAGIC, META, PROTOCOL, change_schema, wire_schema, write_changes
 from tests.support.clients import shell
 from tests.support.databases import databases
 from tests.support.web import WebWorld, upload_body
@@ -150,6 +150,86 @@ def test_a_second_sync_moves_nothing(world):
         assert c.post("/v1/sync/done", json={"seconds": 1, "upload": {"inserts": "many"}}).status_code == 400
 
 
+def _frames(body: bytes) -> list[bytes]:
+    """A download's frames as they crossed the wire."""
+    out, at = [], 0
+    while at < len(body):
+        assert body[at:at + len(MAGIC)] == MAGIC
+        _, packed = HEADER.unpack(body[at + len(MAGIC):at + len(MAGIC) + HEADER.size])
+        end = at + len(MAGIC) + HEADER.size + packed
+        out.append(body[at:end])
+        at = end
+    return out
+
+
+def _recgen(url: str) -> int:
+    with connect(url) as dev:
+        return int(store.select(dev, SubscriptionRow, {"role": Role.PUBLISHER})[0].recgen or 0)
+
+
+def test_a_partitions_changes_are_read_once_and_sent_as_the_same_bytes_to_each_of_its_devices(world):
+    """The partition feed: each round's changes are written once per partition, and every device of the
+    partition receives those very bytes. A row changed and then moved out of the partition, or moved out
+    and back, between two syncs of a device arrives as its last state."""
+    for name in ("TillN", "Fleet03"):                  # two devices in the north, both at the feed's head
+        _ok(world.sync(name))
+    rounds = [
+        'UPDATE "Store" SET "name" = \'renamed 3\' WHERE "id" = 3;\nUPDATE "Item" SET "n" = 33 WHERE "id" = 3;\n',
+        'UPDATE "Store" SET "region" = \'south\' WHERE "id" = 3;\nUPDATE "Store" SET "region" = \'south\' WHERE "id" = 5;\n',
+        'UPDATE "Store" SET "region" = \'north\', "name" = \'back 5\' WHERE "id" = 5;\n'
+        'INSERT INTO "Sale" ("id", "store_id", "qty") VALUES (901, 1, 9);\n',
+    ]
+    for sql in rounds:                                 # a round each: a south device's sync closes it
+        shell(world.pub_url, sql)
+        _ok(world.sync("TillS"))
+    bodies = {}
+    for name in ("TillN", "Fleet03"):
+        with _client(world, world.tokens[name]) as c:  # the download as the device asks for it, not applied
+            r = c.post("/v1/sync/download", json={"after": _recgen(world.device_url(name)), "batch": 100})
+            assert r.status_code == 200, r.text
+            bodies[name] = _frames(r.content)
+    assert len(bodies["TillN"]) >= 1 + len(rounds), "the download is not made of the rounds' segments"
+    assert bodies["TillN"][1:] == bodies["Fleet03"][1:], "the partition's segments differ between its devices"
+    for name in ("TillN", "Fleet03"):
+        _ok(world.sync(name))
+        held = _holds(world, world.device_url(name))
+        assert held == _partition(world, "north"), name
+        assert 3 not in held["Store"] and held["Store"][5] == (5, "north", "back 5") and 901 in held["Sale"]
+
+
+def test_a_round_written_by_spark_holds_what_the_server_writes_itself(world, spark, tmp_path):
+    """A big round is one Spark job (a task per group of partitions); a small one is read in the server's
+    process: the segments are the same, row for row."""
+    from sparksync.web.server.door import Door
+    from sparksync.web.server.feed import Feed
+    from sparksync.web.wire import read_frames
+
+    shop = world.topology.publication("Shop")
+    said: list[str] = []
+    feeds = {"spark": Feed(tmp_path / "spark", lambda: spark, driver_round_changes=0, report=said.append),
+             "server": Feed(tmp_path / "server", None, driver_round_changes=10**9)}
+    doors = {k: Door(world.topology, said.append, feed=f) for k, f in feeds.items()}
+    _ok(world.sync("TillN"))                          # a device the segments are kept for
+    for door in doors.values():
+        door.round(shop)                              # both feeds start at the publisher's bound
+    shell(world.pub_url, 'UPDATE "Item" SET "n" = "n" + 1 WHERE "id" > 15;\n'
+                         'UPDATE "Store" SET "name" = "name" || \'!\' WHERE "id" > 6;\n'
+                         'UPDATE "Store" SET "region" = \'east\' WHERE "id" = 7;\n')
+    written = {}
+    for k, door in doors.items():
+        door.round(shop)
+        segment = feeds[k]._pubs["Shop"].segments[-1]
+        written[k] = {pid: read_frames(path.read_bytes(), str(path))[0][0] for pid, path in segment.files.items()}
+    assert said[-1].endswith("(Spark)"), said
+    assert set(written["spark"]) == set(written["server"]) and len(written["spark"]) >= 3
+    for pid, table in written["spark"].items():
+        assert table.num_rows and table.equals(written["server"][pid]), pid
+    removals = written["spark"][next(p for p, t in written["spark"].items() if "remove" in t.column("op").to_pylist())]
+    assert removals.num_rows
+    for name in ("TillN", "TillS"):                   # the devices the next checks use are up to date again
+        _ok(world.sync(name))
+
+
 def test_a_direct_subscriber_and_the_devices_converge(world, spark):
     shell(world.device_url("TillS"), "UPDATE Item SET n = 77 WHERE id = 5;\n")
     _ok(world.sync("TillS"))
@@ -163,7 +243,7 @@ def test_a_direct_subscriber_and_the_devices_converge(world, spark):
 
 # -- the door refuses ---------------------------------------------------------------------------------
 def _client(world, token: str | None) -> httpx.Client:
-    headers = {"Sparksync-Protocol": "1"} | ({"Authorization": f"Bearer {token}"} if token else {})
+    headers = {"Sparksync-Protocol": str(PROTOCOL)} | ({"Authorization": f"Bearer {token}"} if token else {})
     return httpx.Client(base_url=world.server.url, headers=headers, timeout=30)
 
 
@@ -182,12 +262,23 @@ def _wire_body(**kw) -> bytes:
 
 
 def _framed(table) -> bytes:
-    """``table`` as an IPC stream in the wire's frame (``wire.MAGIC``, size, zstd)."""
+    """``table`` as the wire's frame (``wire.MAGIC``, sizes, zstd of: no metadata, the IPC stream without its
+    schema message)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)
-    stream = sink.getvalue()
-    return MAGIC + struct.pack("<Q", stream.size) + pa.compress(stream, codec="zstd", asbytes=True)
+    return _frame(META.pack(0) + sink.getvalue().to_pybytes()[len(table.schema.serialize()):])
+
+
+def _frame(payload: bytes) -> bytes:
+    packed = pa.compress(payload, codec="zstd", asbytes=True)
+    return MAGIC + HEADER.pack(len(payload), len(packed)) + packed
+
+
+def _inner(frame: bytes) -> bytes:
+    """The payload inside one frame (metadata, the Arrow stream)."""
+    size, _ = HEADER.unpack(frame[len(MAGIC):len(MAGIC) + HEADER.size])
+    return pa.decompress(frame[len(MAGIC) + HEADER.size:], decompressed_size=size, codec="zstd", asbytes=True)
 
 
 def test_a_wrong_missing_or_revoked_token_gets_401_and_no_detail(world):
@@ -222,10 +313,13 @@ def test_malformed_uploads_get_a_4xx_naming_the_problem_and_change_nothing(world
         return write_changes(pa.Table.from_pylist([row], change_schema()))
 
     cases = {
-        "truncated": (change()[:-20], "not an Arrow stream"),
-        "not this protocol's": (b"PAR1" + change()[4:], "not an Arrow stream"),
-        "a size it does not have": (MAGIC + struct.pack("<Q", 1 << 40) + change()[12:], "more than"),
-        "another schema": (_framed(pa.Table.from_pylist([{"a": 1}])), "not the change schema"),
+        "truncated": (change()[:-20], "is truncated"),
+        "not this protocol's": (b"PAR1" + change()[4:], "this protocol's header"),
+        "a size it does not have": (MAGIC + HEADER.pack(1 << 40, len(change()) - 20) + change()[20:], "more than"),
+        "a stream cut inside its frame": (_frame(_inner(change())[:-30]), "not an Arrow stream"),
+        "a frame after the last": (change() + change()[:15], "does not start with this protocol's header"),
+        "another schema": (_framed(pa.Table.from_pylist([{"a": 1}])), "not an Arrow stream of changes"),
+        "metadata longer than the frame": (_frame(META.pack(1 << 20) + b"{}"), "longer than its payload"),
         "a column the article lacks": (change(row='{"id": 9999, "v": "x", "secret": 1}'), "'secret' not in the article"),
         "an unknown article": (change(tablenick=4242), "not an article of this publication"),
         "a generation outside the range": (change(generation=hi + 5), "outside the upload's range"),
@@ -345,8 +439,7 @@ def test_random_upload_bodies_never_break_the_door(world):
         "source": "", "source_nick": 0, "tablenick": 1, "rowguid": "01a217e4-0b2f-7d64-b858-8c4bd893cad4",
         "generation": lo + 1, "op": "upsert", "lineage": '{"5": 1}', "colv": None, "row": '{"id": 1}', "target": None,
         "partition_id": 0}], change_schema()))
-    (size,) = struct.unpack("<Q", base[len(MAGIC):len(MAGIC) + 8])
-    inner = pa.decompress(base[len(MAGIC) + 8:], decompressed_size=size, codec="zstd", asbytes=True)
+    inner = _inner(base)
 
     def mutated(data: bytes) -> bytes:
         out = bytearray(data)
@@ -357,11 +450,7 @@ def test_random_upload_bodies_never_break_the_door(world):
     seen = set()
     with _client(world, world.tokens["TillS"]) as c:
         for k in range(300):
-            if k % 2:
-                body = mutated(base)
-            else:
-                stream = mutated(inner)
-                body = MAGIC + struct.pack("<Q", len(stream)) + pa.compress(stream, codec="zstd", asbytes=True)
+            body = mutated(base) if k % 2 else _frame(mutated(inner))
             r = c.put(f"/v1/sync/uploads/{lo}-{lo + 1}", content=body)
             seen.add(r.status_code)
             assert r.status_code < 500, r.text

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from sparksync.cli.common import DEFAULT_CONFIG_PATH, ConfigOption, err_console, handle_errors, load, reporter
+from sparksync.cli.common import DEFAULT_CONFIG_PATH, ConfigOption, err_console, handle_errors, load, make_spark, reporter
 from sparksync.cli.merge_cmd import keep_running, show_summary
 from sparksync.dialects import connect
 from sparksync.errors import ConfigurationError
@@ -53,7 +53,8 @@ def serve_command(config: ConfigOption = DEFAULT_CONFIG_PATH) -> None:
     """Run the device endpoint of web synchronization ([server] in the configuration) until interrupted."""
     from sparksync.web.server.serve import serve
 
-    serve(load(config), reporter)
+    topology = load(config)
+    serve(topology, reporter, make_spark(topology))
 
 
 def _database_url(database: str) -> str:

@@ -280,6 +280,7 @@ def _free_port() -> int:
 
 def _till(console: Console, topology, directory: Path, report: Reporter) -> bool:
     """A device syncing over HTTP: the door in this process, the till's file in ``device/``."""
+    from sparksync.spark.session import spark_session
     from sparksync.web import tokens
     from sparksync.web.device.sync import DeviceOptions, sync
     from sparksync.web.server.serve import serving
@@ -291,7 +292,7 @@ def _till(console: Console, topology, directory: Path, report: Reporter) -> bool
     console.print(f"sparksync token -s {name}: a token for the till (shown once; kept at HQ as a salted hash)")
     till = directory / "device" / "till.db"
     till.parent.mkdir(exist_ok=True)
-    with serving(topology, report) as url:
+    with serving(topology, report, lambda: spark_session(topology.spark_master, conf=topology.spark.conf)) as url:
         options = DeviceOptions(url, name, f"sqlite:///{till}", token)
         console.print(f"sparksync sync --server {url} -s {name} --database {till}  (no Spark, no Java on a device)")
         _print(sync(options, report))

@@ -1,8 +1,11 @@
 """What the device and the door send each other.
 
-Changes travel as an Arrow IPC stream of change rows (the rows the merge agent's reads produce,
-``merge.session.changes.CHANGE_SCHEMA``, without what the receiver knows: ``WIRE_COLUMNS``), the whole
-stream compressed with zstd behind a small header (``MAGIC``, its size); everything else is JSON. An upload
+Changes travel as frames: the frame's metadata (JSON, its length first) and an Arrow IPC stream of change
+rows (the rows the merge agent's reads produce, ``merge.session.changes.CHANGE_SCHEMA``, without what the
+receiver knows: ``WIRE_COLUMNS``) whose schema message is left out (both ends know the wire schema of their
+protocol), compressed together with zstd behind a small header (``MAGIC``, the payload's size, the
+compressed size); everything else is JSON. An upload is one frame; a download is its own frame followed by
+the frames of the partition feed's segments (``web/server/feed.py``), sent as they were written. An upload
 is checked here, at the door, before anything is written (:func:`check_upload`): the exact schema, known articles,
 generations inside the range the request names, operations, rowguids, lineage and every row's columns.
 What the device says about *who* sent the changes (source, nickname, partition) is not read from the
@@ -11,6 +14,7 @@ body: the door fills in what it knows of the authenticated subscription.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 import uuid
@@ -22,12 +26,14 @@ from sparksync.merge.session.changes import ALL_PARTITIONS, CHANGE_SCHEMA, OP_RE
 from sparksync.rows import RowCodec
 from sparksync.spark.results import result_arrow_schema
 
-PROTOCOL = 1                 # the version of this protocol; a device that speaks an older one is refused (426)
+PROTOCOL = 2                 # the version of this protocol; a device that speaks an older one is refused (426)
 MEDIA_ARROW = "application/vnd.apache.arrow.stream"
 OPS = frozenset({"upsert", "delete", OP_UNREADABLE})
 MAX_RETRIES = 10_000         # failed changes one request sends again (the rest at the next sync)
-MAGIC = b"SSW1"              # a body of changes: this, its stream's size (8 bytes), the zstd-compressed stream
-MAX_STREAM = 1 << 30         # the largest stream a body may unpack to (a small body cannot claim more)
+MAGIC = b"SSW2"              # a frame of changes: this, its payload's size and the compressed size (8 bytes each),
+HEADER = struct.Struct("<QQ")  # then the zstd-compressed payload: metadata length (4 bytes), metadata, stream
+META = struct.Struct("<I")
+MAX_STREAM = 1 << 30         # the largest stream a body may unpack to, all its frames (a small body cannot claim more)
 
 
 def change_schema():
@@ -52,19 +58,29 @@ def wire_schema():
     return pa.schema([(n, getattr(pa, t)()) for n, t in WIRE_COLUMNS])
 
 
+@functools.cache
+def _schema_message() -> bytes:
+    """The IPC message of the wire schema, which begins every stream of it and is left out of a frame."""
+    return wire_schema().serialize().to_pybytes()
+
+
 def write_changes(table, metadata: dict[str, Any] | None = None) -> bytes:
-    """Change rows (``change_schema``) as the bytes of one Arrow IPC stream (zstd), ``metadata`` in its schema."""
+    """Change rows (``change_schema``; None: none) and ``metadata`` as the bytes of one frame."""
     import pyarrow as pa
 
-    schema = wire_schema().with_metadata({"sparksync": json.dumps(metadata or {})})
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, schema) as w:
-        if table.num_rows:
-            w.write_table(_to_wire(table).replace_schema_metadata(schema.metadata))
-    stream = sink.getvalue()
-    # one zstd frame over the whole stream: its schema and framing compress too (a third smaller than
+    with pa.ipc.new_stream(sink, wire_schema()) as w:
+        if table is not None and table.num_rows:
+            w.write_table(_to_wire(table))
+    stream = sink.getvalue().to_pybytes()
+    head = _schema_message()
+    assert stream.startswith(head)             # what the receiver puts back
+    meta = json.dumps(metadata or {}, separators=(",", ":")).encode()
+    payload = META.pack(len(meta)) + meta + stream[len(head):]
+    # one zstd frame over the metadata and the stream (its framing compresses too: a third smaller than
     # compressing each buffer when a sync carries tens of rows)
-    return MAGIC + struct.pack("<Q", stream.size) + pa.compress(stream, codec="zstd", asbytes=True)
+    packed = pa.compress(payload, codec="zstd", asbytes=True)
+    return MAGIC + HEADER.pack(len(payload), len(packed)) + packed
 
 
 def _to_wire(table):
@@ -88,36 +104,60 @@ def _to_wire(table):
 
 
 def read_changes(body: bytes, what: str):
-    """(change rows as ``change_schema``, metadata) of an IPC stream of changes; ``ProtocolError`` naming
-    ``what`` when the bytes are not one (truncated, another format) or hold other columns. The sender's
-    name and nickname come from the metadata (the door replaces them with what it knows)."""
+    """(change rows as ``change_schema``, metadata) of a body of one frame or more (their rows in order, the
+    first frame's metadata); ``ProtocolError`` naming ``what`` when the bytes are not frames of changes
+    (truncated, another format, other columns). The sender's name and nickname come from the metadata (the
+    door replaces them with what it knows)."""
+    import pyarrow as pa
+
+    frames = read_frames(body, what)
+    table = frames[0][0] if len(frames) == 1 else pa.concat_tables([t for t, _ in frames])
+    return table, frames[0][1]
+
+
+def read_frames(body: bytes, what: str) -> list[tuple[Any, dict]]:
+    """Each frame of ``body``: (its change rows as ``change_schema``, its metadata)."""
+    frames: list[tuple[Any, dict]] = []
+    at = total = 0
+    view = memoryview(body)
+    while True:
+        head = len(MAGIC) + HEADER.size
+        if bytes(view[at:at + len(MAGIC)]) != MAGIC or len(body) < at + head:
+            where = "it does not start" if at == 0 else f"frame {len(frames) + 1} does not start"
+            raise ProtocolError(f"{what}: not frames of changes ({where} with this protocol's header)", obj=what)
+        size, packed = HEADER.unpack(view[at + len(MAGIC):at + head])
+        total += size
+        if total > MAX_STREAM:
+            raise ProtocolError(f"{what}: not frames of changes (they say they hold more than {MAX_STREAM:,} bytes)",
+                                obj=what)
+        if len(body) < at + head + packed:
+            raise ProtocolError(f"{what}: not frames of changes (frame {len(frames) + 1} is truncated: "
+                                f"{len(body) - at - head:,} of {packed:,} bytes)", obj=what)
+        frames.append(_read_frame(view[at + head:at + head + packed], size, what))
+        at += head + packed
+        if at == len(body):
+            return frames
+
+
+def _read_frame(packed, size: int, what: str) -> tuple[Any, dict]:
     import pyarrow as pa
 
     try:
-        if body[:len(MAGIC)] != MAGIC or len(body) < len(MAGIC) + 8:
-            raise ValueError("it does not start with this protocol's header")
-        (size,) = struct.unpack("<Q", body[len(MAGIC):len(MAGIC) + 8])
-        if size > MAX_STREAM:
-            raise ValueError(f"it says it holds {size:,} bytes, more than {MAX_STREAM:,}")
-        stream = pa.decompress(body[len(MAGIC) + 8:], decompressed_size=size, codec="zstd")
-        reader = pa.ipc.open_stream(pa.BufferReader(stream))
+        payload = pa.decompress(packed, decompressed_size=size, codec="zstd", asbytes=True)
+        if len(payload) < META.size:
+            raise ValueError("its payload is shorter than its metadata's length")
+        (n,) = META.unpack(payload[:META.size])
+        if META.size + n > len(payload):
+            raise ValueError("its metadata is longer than its payload")
+        raw = payload[META.size:META.size + n]
+        reader = pa.ipc.open_stream(pa.BufferReader(_schema_message() + payload[META.size + n:]))
         table = reader.read_all()
         table.validate(full=True)            # offsets, UTF-8: a forged buffer is refused here, not later
-        got = [(f.name, str(f.type)) for f in table.schema]
     except (pa.ArrowException, OSError, ValueError) as e:     # UnicodeDecodeError is a ValueError
         raise ProtocolError(f"{what}: not an Arrow stream of changes ({' '.join(str(e).split())[:200]})",
                             obj=what) from None
-    want = [(f.name, str(f.type)) for f in wire_schema()]
-    if got != want:
-        missing = [n for n, _ in want if n not in dict(got)]
-        extra = [n for n, _ in got if n not in dict(want)]
-        detail = "; ".join(x for x in (f"missing column(s) {', '.join(missing)}" if missing else "",
-                                       f"unknown column(s) {', '.join(extra)}" if extra else "") if x) \
-            or "column types differ"
-        raise ProtocolError(f"{what}: not the change schema ({detail})", obj=what)
-    raw = (table.schema.metadata or {}).get(b"sparksync", b"{}")
     try:
-        meta = json.loads(raw)
+        meta = json.loads(raw) if raw else {}
     except ValueError:
         raise ProtocolError(f"{what}: its metadata is not JSON", obj=what) from None
     meta = meta if isinstance(meta, dict) else {}

@@ -36,16 +36,13 @@ from sparksync.merge.session.changes import (
     ALL_PARTITIONS,
     CHANGE_SCHEMA,
     READ_ERROR_GENERATION,
-    REALIGN_GENERATION,
     REMOVE_GENERATION,
-    RETRY_GENERATION,
 )
 from sparksync.merge.session.enumeration import (
     PartitionRead,
     change_reads,
-    generations_of_partition,
-    make_batches,
     min_watermark,
+    plan_link,
     removal_reads,
     retry_reads,
 )
@@ -62,7 +59,7 @@ from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInf
 from sparksync.merge.session.stream import RESULT_SCHEMA, BatchResult, apply_stream_empty, make_mapper
 from sparksync.merge.session.summary import DirectionStats, MergeOptions, MergeSummary, SubscriptionSession
 from sparksync.merge.tracking.articles import published_articles, tracked_article
-from sparksync.merge.tracking.generations import enumeration_bound, generation_rows, make_generation, waiting_writers
+from sparksync.merge.tracking.generations import enumeration_bound, make_generation, waiting_writers
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, PublicationRow, Role, SubscriptionRow
 from sparksync.progress import ProgressListener, Reporter, driver_host, silent
@@ -346,38 +343,25 @@ class MergeAgent:
                 if source.name not in bounds:
                     bounds[source.name] = enumeration_bound(source.replica)
                 bound = bounds[source.name]
-                gens = [g for g in generation_rows(source.replica, start, bound)
-                        if dest.nickname not in (g["nicknames"] or [])]
-                if partitions is not None and partitions.precomputed and dest.partition_id != ALL_PARTITIONS:
-                    gens = generations_of_partition(source.replica, pubid, dest.partition_id, start, gens,
-                                                  partitions.evaluated)
-                batches, where = make_batches(gens, start, bound, per_batch, source.name, source.nickname)
-                plan.changes += estimated_changes(gens)
-                for b in batches:
-                    b.partition_id = source.partition_id
                 retry = retry_reads(dest.replica, dest.name, source.replica, source.url, source.name, pubid,
                                      source.name, source.nickname, start, dest.partition_id, partitions)
+                lp = plan_link(source.replica, pubid, source.name, source.nickname, dest.nickname, dest.partition_id,
+                               start, bound, per_batch, partitions, retry=bool(retry))
+                plan.changes += estimated_changes(lp.generations)
             except SparksyncError as e:      # this subscription only: the others still go on
                 link.session.fail(f"{direction}: {e.message}", e)
                 continue
-            if retry:
-                if not batches:
-                    batches = [BatchInfo(source.name, source.nickname, 0, start, start, [],
-                                         partition_id=source.partition_id)]
-                batches[0].retry = True
-                plan.reads += retry
-                plan.routes.append(Route(source.name, RETRY_GENERATION, dest.name, link.order, 0))
+            gens, batches = lp.generations, lp.batches
+            for b in batches:
+                b.partition_id = source.partition_id
+            plan.reads += retry
+            plan.routes += [Route(source.name, g, dest.name, link.order, k) for g, k in lp.where.items()]
             if gens:
                 lowest[source.name] = min(start, lowest.get(source.name, start))
                 sources[source.name] = source
-                plan.routes += [Route(source.name, g, dest.name, link.order, k) for g, k in where.items()]
-            if partitions is not None and dest.partition_id != ALL_PARTITIONS and batches:
-                # rows that left its partition: removed in its first batch, whatever generations it has
+            if REMOVE_GENERATION in lp.where:      # rows that left its partition are read from this source
                 removals[source.name] = min(start, removals.get(source.name, start))
                 removed_from[source.name] = source
-                plan.routes.append(Route(source.name, REMOVE_GENERATION, dest.name, link.order, batches[0].seq))
-                if partitions.at_sync:           # descendants of changed rows: after their parents, last batch
-                    plan.routes.append(Route(source.name, REALIGN_GENERATION, dest.name, link.order, batches[-1].seq))
             link.batches = batches
             plan.links.append(link)
             info = plan.destinations.get(dest.name)

@@ -11,12 +11,16 @@ from sparksync.merge.partitions.evaluation import member_sql, partition_generati
 from sparksync.merge.partitions.scheme import PartitionScheme
 from sparksync.merge.partitions.setupbelongs import belongs_reads, not_belongs_read
 from sparksync.merge.session.changes import (
+    ALL_PARTITIONS,
     OP_REMOVE,
+    REALIGN_GENERATION,
     REMOVE_GENERATION,
+    RETRY_GENERATION,
     change_read,
 )
 from sparksync.merge.session.plan import BatchInfo
 from sparksync.merge.tracking.articles import published_articles, tracked_article
+from sparksync.merge.tracking.generations import generation_rows
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, FailedChangeRow
 from sparksync.spark.partitioning import split_ranges
@@ -44,6 +48,43 @@ def make_batches(generations: list[dict], start: int, bound: int, per_batch: int
             where[int(g["generation"])] = k
         lo = hi
     return batches, where
+
+
+@dataclass
+class LinkPlan:
+    """One link's part of a direction (a source to one destination): the source's generations the
+    destination gets, their batches, and which batch each generation's changes go in (``where``: the
+    changes sent again, the rows that left the destination's partition and SetupBelongs realignments
+    under their own generations, when the link has them)."""
+
+    generations: list[dict]
+    batches: list[BatchInfo]
+    where: dict[int, int]
+
+
+def plan_link(source: Replica, pubid: str, source_name: str, source_nick: int, dest_nickname: int,
+              dest_partition: int, start: int, bound: int, per_batch: int, partitions: PartitionRead | None,
+              retry: bool = False) -> LinkPlan:
+    """The source's closed generations in (start, bound] that the destination (``dest_nickname``) does not
+    already have, of its partition (a precomputed filtered publication's generation mappings), cut into
+    batches of ``per_batch`` generations; ``retry``: changes that failed at the destination are sent
+    again, in the first batch (one batch of no generations when there are no others). The merge agent
+    plans each link of a direction with it, and the web door each device's download."""
+    gens = [g for g in generation_rows(source, start, bound) if dest_nickname not in (g["nicknames"] or [])]
+    if partitions is not None and partitions.precomputed and dest_partition != ALL_PARTITIONS:
+        gens = generations_of_partition(source, pubid, dest_partition, start, gens, partitions.evaluated)
+    batches, where = make_batches(gens, start, bound, per_batch, source_name, source_nick)
+    if retry:
+        if not batches:
+            batches = [BatchInfo(source_name, source_nick, 0, start, start, [])]
+        batches[0].retry = True
+        where[RETRY_GENERATION] = batches[0].seq
+    if partitions is not None and dest_partition != ALL_PARTITIONS and batches:
+        # rows that left its partition: removed in its first batch, whatever generations it has
+        where[REMOVE_GENERATION] = batches[0].seq
+        if partitions.at_sync:           # descendants of changed rows: after their parents, last batch
+            where[REALIGN_GENERATION] = batches[-1].seq
+    return LinkPlan(gens, batches, where)
 
 
 def min_watermark(a: int | None, b: int | None) -> int:

@@ -44,8 +44,7 @@ from sparksync.metadata.records import FailedChangeRow, PublicationRow, Role, Su
 from sparksync.metadata.schema import WEB
 from sparksync.progress import Reporter, silent
 from sparksync.web.device.client import ServerClient
-from sparksync.web.wire import MAX_RETRIES, change_schema, write_changes
-from sparksync.web.wire import read_changes as read_wire
+from sparksync.web.wire import MAX_RETRIES, change_schema, read_frames, write_changes
 
 PER_BATCH = 100                   # generations per upload request and per download batch
 
@@ -207,6 +206,25 @@ def _rows_of(table, generations: list[int]):
     return table.filter(pc.is_in(table.column("generation"), pa.array(generations, pa.int64())))
 
 
+def _last_appearances(tables: list):
+    """The download's rows: this device's frame, then the partition feed's segments, oldest first. A
+    segment holds each row as the publisher had it when the segment was written: a row changed again, or
+    that left the partition, later is in a later segment too, and only its last appearance is applied
+    (what a read of every generation at once would give: the row's newest version, or its removal). The
+    changes sent again (failed here before) are kept as they are."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    if len(tables) == 1 or not table.num_rows:
+        return table
+    at = pa.array(range(table.num_rows), pa.int64())
+    again = pc.equal(table.column("generation"), RETRY_GENERATION)
+    rest = table.select(["tablenick", "rowguid"]).append_column("at", at).filter(pc.invert(again))
+    last = rest.group_by(["tablenick", "rowguid"], use_threads=False).aggregate([("at", "max")]).column("at_max")
+    return table.filter(pc.or_(again, pc.is_in(at, value_set=last)))
+
+
 def _stats(st: dict) -> DirectionStats:
     out = DirectionStats()
     for k, v in st.items():
@@ -224,8 +242,12 @@ def _download(client: ServerClient, device: Replica, url: str, hello: dict, sess
     recgen = (mine.recgen if mine is not None else None) or 0
     failed = [[f.tablenick, str(f.rowguid)] for f in store.select(
         device, FailedChangeRow, {"source_nickname": int(hello["publisher_nickname"])})][:MAX_RETRIES]
-    table, meta = read_wire(client.changes("/v1/sync/download", json={"after": int(recgen), "batch": per_batch,
-                                                                       "failed": failed}), "download")
+    frames = read_frames(client.changes("/v1/sync/download", json={"after": int(recgen), "batch": per_batch,
+                                                                    "failed": failed}), "download")
+    meta = frames[0][1]
+    if meta.get("frames", 1) != len(frames):
+        raise ProtocolError(f"download: {len(frames)} frame(s) arrived of {meta.get('frames')}", obj=name)
+    table = _last_appearances([t for t, _ in frames])
     publisher = hello["publisher"]
     batches = [BatchInfo(publisher, int(hello["publisher_nickname"]), int(b["seq"]), int(b["lo"]), int(b["hi"]),
                          [int(n) for n in b["nicknames"]], retry=bool(b.get("retry"))) for b in meta.get("batches", [])]

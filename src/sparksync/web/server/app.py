@@ -8,9 +8,9 @@
     POST /v1/sync/initialize                       the device starts a new file (a fresh identity if it had one)
     POST /v1/sync/initialized                      the device committed its initialization
     PUT  /v1/sync/uploads/{lo}-{hi}                its changes of generations (lo, hi] (Arrow stream)
-    POST /v1/sync/download                         the publisher's changes for it after its watermark (Arrow
-                                                   stream), in generation batches, with those that failed
-                                                   there before
+    POST /v1/sync/download                         the publisher's changes for it after its watermark (frames
+                                                   of Arrow streams: its own, then the partition feed's), in
+                                                   generation batches, with those that failed there before
     POST /v1/sync/download/ack                     it applied them up to a generation
     POST /v1/sync/done                             its sync ended: what it did (a merge session row)
 
@@ -28,7 +28,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -151,8 +151,9 @@ def make_app(door: Door, max_request_mb: float = 64) -> ASGIApp:
                 isinstance(f, list) and len(f) == 2 and isinstance(f[0], int) and isinstance(f[1], str) for f in failed):
             raise ProtocolError(f"failed: a list of at most {MAX_RETRIES} [article nickname, rowguid] pairs",
                                 obj="failed")
-        data = await run_in_threadpool(door.download, device, after, per_batch, [(n, g) for n, g in failed])
-        return Response(data, media_type=MEDIA_ARROW)
+        frames = await run_in_threadpool(door.download, device, after, per_batch, [(n, g) for n, g in failed])
+        return StreamingResponse(iter(frames), media_type=MEDIA_ARROW,
+                                 headers={"Content-Length": str(sum(len(f) for f in frames))})
 
     async def done(request: Request, device: Device) -> Response:
         return JSONResponse(await run_in_threadpool(door.done, device, await _json_body(request)))

@@ -32,7 +32,7 @@ from sparksync import __version__, failpoints, locks
 from sparksync.config import PublicationConfig, SubscriptionConfig, Topology
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
-from sparksync.errors import NotInitialized, ProtocolError, SnapshotError, Unauthorized
+from sparksync.errors import NotInitialized, ProtocolError, SnapshotError, SparksyncError, Unauthorized
 from sparksync.merge.apply.batch import apply_batch
 from sparksync.merge.apply.classify import ArticleAt
 from sparksync.merge.apply.outcome import BatchOutcome
@@ -41,6 +41,7 @@ from sparksync.merge.partitions.evaluation import evaluate, evaluated_at_sync, p
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.publish.schema_changes import pending
 from sparksync.merge.session.changes import ALL_PARTITIONS, RETRY_GENERATION, by_article
+from sparksync.merge.session.enumeration import min_watermark
 from sparksync.merge.session.links import article_rules, session_replicas
 from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
 from sparksync.merge.tracking.articles import published_articles, tracked_article
@@ -54,6 +55,7 @@ from sparksync.rows import RowCodec
 from sparksync.snapshot.manifest import current_snapshot
 from sparksync.web import tokens
 from sparksync.web.server.downloads import plan_download, read_download
+from sparksync.web.server.feed import Feed
 from sparksync.web.server.partitioned import device_snapshot
 from sparksync.web.server.trust import foreign_rows, log_refused, without
 from sparksync.web.wire import MAX_RETRIES, PROTOCOL, UploadArticle, check_upload, read_changes, write_changes
@@ -84,9 +86,10 @@ class Device:
 class Door:
     """What ``sparksync serve``'s device endpoint does (``web/server/app.py`` is its HTTP side)."""
 
-    def __init__(self, topology: Topology, report: Reporter = silent):
+    def __init__(self, topology: Topology, report: Reporter = silent, feed: Feed | None = None):
         self.topology = topology
         self.report = report
+        self.feed = feed
         self._rounds: dict[str, float] = {}
         self._round_lock = threading.Lock()
         self._snapshot_lock = threading.Lock()
@@ -295,11 +298,12 @@ class Door:
 
     # -- download ---------------------------------------------------------------------------------
     def round(self, publication: PublicationConfig) -> None:
-        """Close the publisher's open generation and bring partition mappings up to it, so a download sees
-        every change committed before it was asked for. Requests share rounds: one that arrives while a
-        round runs waits for it, and the next round (started after it arrived) serves every request
-        waiting then. Skipped while a merge agent holds the publication (it does the same work, and a
-        device must not wait for its session): the download serves what is closed."""
+        """Close the publisher's open generation, bring partition mappings up to it and the partition feed
+        up to them (``feed.py``), so a download sees every change committed before it was asked for.
+        Requests share rounds: one that arrives while a round runs waits for it, and the next round (started
+        after it arrived) serves every request waiting then. Closing and evaluating are skipped (not waited
+        for) while a merge agent holds the publication (it does the same work, and a device must not wait
+        for its session): the feed then takes what the agent has closed and evaluated."""
         arrived = time.monotonic()
         with self._round_lock:
             if self._rounds.get(publication.name, -1.0) > arrived:
@@ -320,23 +324,47 @@ class Door:
                                 break
                             make_generation(pub, 1, prow.generation_leveling_threshold)
             except locks.LockBusy:
-                return
+                pass
+            if self.feed is not None:
+                web = {s.name for s in self.topology.web_subscriptions_of(publication.name)}
+                try:
+                    with self.publisher() as pub:
+                        self.feed.extend(pub, self.topology.publisher_url, self.topology.publisher.name,
+                                         publication.name, web)
+                except SparksyncError as e:       # downloads still end at the feed's head; the next round tries again
+                    self.report(f"feed {publication.name}: {redact(e.message)}")
             self._rounds[publication.name] = started
 
     def download(self, device: Device, recgen: int, per_batch: int = 100,
-                 failed: list[tuple[int, str]] | None = None) -> bytes:
-        """The publisher's changes for the device after ``recgen`` (the device's watermark), as one Arrow
-        stream whose metadata lists the generation batches; ``failed``: the publisher's changes that failed
-        at the device (tablenick, rowguid), read again."""
+                 failed: list[tuple[int, str]] | None = None) -> list[bytes]:
+        """The publisher's changes for the device after ``recgen`` (the device's watermark): frames of Arrow
+        streams, the first this device's (its generation batches in its metadata, with the publisher's
+        changes that failed at the device, ``failed``: (tablenick, rowguid), read again), then the partition
+        feed's segments after its watermark (files, sent as they are) when the feed has them; otherwise the
+        first frame holds every row, read for this device."""
         self.round(device.publication)
         with self.publisher() as pub:
             prow, reg = self._registration(pub, device)
             if not reg.active:
                 raise NotInitialized(f"subscription {device.name} is not initialized yet", obj=device.name)
+            start = min_watermark(reg.sentgen, int(recgen))
+            pid = int(reg.partition_id or ALL_PARTITIONS)
+            served = self.feed.serve(device.publication.name, start, pid) if self.feed is not None else None
+            if served is not None and served[0] == start and not failed:    # at the head: nothing to plan
+                return [write_changes(None, {"source": self.topology.publisher.name, "source_nick": 1, "start": start,
+                                             "bound": start, "partition_id": pid, "batches": [], "where": {},
+                                             "frames": 1})]
+            head = self.feed.head(device.publication.name) if self.feed is not None and served is None else None
             plan = plan_download(pub, self.topology.publisher_url, self.topology.publisher.name, prow, reg,
-                                 int(recgen), per_batch, failed or [])
+                                 int(recgen), per_batch, failed or [],
+                                 bound=served[0] if served is not None else head, from_feed=served is not None)
+        files = []
+        if served is not None:
+            for f in served[1]:
+                with f:
+                    files.append(f.read())
         table = read_download(plan)
-        return write_changes(table, plan.metadata())
+        return [write_changes(table, {**plan.metadata(), "frames": 1 + len(files)}), *files]
 
     def done(self, device: Device, report: dict) -> dict:
         """The device's sync ended: one ``MSmerge_sessions`` row, as a merge session of a direct subscriber

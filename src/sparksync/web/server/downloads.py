@@ -1,11 +1,12 @@
-"""A device's download, planned and read at the door: the merge agent's enumeration for one link (the
-publisher to one subscription), with the device's own watermark.
+"""A device's download, planned and read at the door: the merge agent's plan of one link (the publisher to
+one subscription, ``merge.session.enumeration.plan_link``), with the device's own watermark.
 
 The generations after the common watermark (the publisher's ``sentgen`` toward the device against the
 device's ``recgen``; the lower) that the device does not already have, of its partition, cut into
 generation batches; the rows that left its partition go in the first batch, SetupBelongs realignments in
-the last. The rows are read here (``merge.session.in_driver.read_changes``) and only those of the
-device's partition and generations are sent.
+the last. The rows come from the partition feed's segments (``feed.py``) when the device's watermark is
+where one starts; otherwise they are read here (``merge.session.in_driver.read_changes``) and only those
+of the device's partition and generations are sent.
 """
 
 from __future__ import annotations
@@ -17,26 +18,19 @@ from sparksync.dialects.replica import Replica
 from sparksync.errors import ErrorInfo, ReportedError
 from sparksync.merge.partitions.evaluation import evaluated_at_sync
 from sparksync.merge.partitions.scheme import scheme_of
-from sparksync.merge.session.changes import (
-    ALL_PARTITIONS,
-    READ_ERROR_GENERATION,
-    REALIGN_GENERATION,
-    REMOVE_GENERATION,
-    RETRY_GENERATION,
-)
+from sparksync.merge.session.changes import ALL_PARTITIONS, READ_ERROR_GENERATION, REMOVE_GENERATION
 from sparksync.merge.session.enumeration import (
     PartitionRead,
     change_reads,
-    generations_of_partition,
-    make_batches,
     min_watermark,
+    plan_link,
     removal_reads,
     retries_of,
 )
 from sparksync.merge.session.in_driver import read_changes
 from sparksync.merge.session.plan import BatchInfo
 from sparksync.merge.tracking.articles import published_articles
-from sparksync.merge.tracking.generations import enumeration_bound, generation_rows
+from sparksync.merge.tracking.generations import enumeration_bound
 from sparksync.metadata.records import PublicationRow, SubscriptionRow
 from sparksync.spark.reads import ReadPartition
 
@@ -63,12 +57,15 @@ class DownloadPlan:
 
 
 def plan_download(pub: Replica, url: str, publisher: str, prow: PublicationRow, reg: SubscriptionRow,
-                  device_recgen: int, per_batch: int, failed: list[tuple[int, str]]) -> DownloadPlan:
+                  device_recgen: int, per_batch: int, failed: list[tuple[int, str]], bound: int | None = None,
+                  from_feed: bool = False) -> DownloadPlan:
+    """``bound``: where the download ends (the partition feed's head), at most the enumeration bound;
+    ``from_feed``: the feed's segments carry the changes and the removals (only retries are read here)."""
     pubid = prow.pubid
     start = min_watermark(reg.sentgen, device_recgen)
     articles = published_articles(pub, pubid)
     scheme = scheme_of(articles)
-    bound = enumeration_bound(pub)
+    bound = enumeration_bound(pub) if bound is None else min(bound, enumeration_bound(pub))
     if scheme.filtered and prow.precomputed:
         # a generation whose partition mappings are not made yet (a round skipped while a merge agent held
         # the publication) would be read without its rows' mappings: the device's watermark would pass
@@ -76,33 +73,22 @@ def plan_download(pub: Replica, url: str, publisher: str, prow: PublicationRow, 
         bound = min(bound, int(prow.partitions_evaluated or 0))
     pid = int(reg.partition_id or ALL_PARTITIONS)
     plan = DownloadPlan(reg.name, publisher, pid, start, bound)
-    gens = [g for g in generation_rows(pub, start, bound) if reg.replnickname not in (g["nicknames"] or [])]
     partitions = None
     if scheme.filtered:
         filtered = frozenset(a.nickname for a in articles if scheme.articles[a.name].filtered)
         at_sync = evaluated_at_sync(articles, scheme, prow.precomputed)
         partitions = PartitionRead((pid,) if pid != ALL_PARTITIONS else (), filtered, prow.precomputed, scheme,
                                    at_sync, int(prow.partitions_evaluated or 0))
-        if prow.precomputed and pid != ALL_PARTITIONS:
-            gens = generations_of_partition(pub, pubid, pid, start, gens, partitions.evaluated)
-    plan.batches, plan.where = make_batches(gens, start, bound, per_batch, publisher, 1)
     retry = retries_of(failed, reg.name, pub, url, publisher, pubid, publisher, 1, start,
                        pid if pid != ALL_PARTITIONS else None, partitions)
-    if retry:              # the publisher's changes that failed at the device: again, in its first batch
-        if not plan.batches:
-            plan.batches = [BatchInfo(publisher, 1, 0, start, start, [])]
-        plan.batches[0].retry = True
-        plan.where[RETRY_GENERATION] = plan.batches[0].seq
-        plan.reads += retry
-    if not plan.batches:
-        return plan
-    if gens:
+    link = plan_link(pub, pubid, publisher, 1, reg.replnickname, pid, start, bound, per_batch, partitions,
+                     retry=bool(retry))
+    plan.batches, plan.where = link.batches, link.where
+    plan.reads += retry
+    if link.generations and not from_feed:
         plan.reads += change_reads(url, publisher, pub, articles, publisher, 1, start, bound, 1, partitions)
-    if partitions is not None and pid != ALL_PARTITIONS:
-        plan.where[REMOVE_GENERATION] = plan.batches[0].seq
+    if REMOVE_GENERATION in link.where and partitions is not None and not from_feed:
         plan.reads += removal_reads(url, publisher, pub, articles, publisher, 1, start, bound, partitions)
-        if partitions.at_sync:
-            plan.where[REALIGN_GENERATION] = plan.batches[-1].seq
     return plan
 
 

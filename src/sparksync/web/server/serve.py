@@ -1,12 +1,16 @@
-"""``sparksync serve``: the device endpoint in one process (uvicorn), TLS or a loopback address only."""
+"""``sparksync serve``: the device endpoint in one process (uvicorn), TLS or a loopback address only, with the
+rounds' Spark work (the partition feed, ``feed.py``): the SparkSession starts with the first round that moves
+more than ``[spark] driver_round_changes`` changes."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from sparksync.config import Topology
 from sparksync.errors import ConfigurationError
@@ -14,6 +18,7 @@ from sparksync.progress import Reporter, silent
 from sparksync.web.addresses import is_loopback
 from sparksync.web.server.app import make_app
 from sparksync.web.server.door import Door
+from sparksync.web.server.feed import Feed
 
 
 def check_listen(topology: Topology) -> None:
@@ -25,13 +30,15 @@ def check_listen(topology: Topology) -> None:
             obj="server.listen")
 
 
-def _server(topology: Topology, report: Reporter):
+def _server(topology: Topology, report: Reporter, spark: Callable[[], Any] | None):
     import uvicorn
 
     check_listen(topology)
     server = topology.server
-    door = Door(topology, report)
+    feed = Feed(topology.feed_root, spark, topology.spark.driver_round_changes, report)
+    door = Door(topology, report, feed)
     door.prepare()
+    feed.start()
     web = [s.name for s in topology.subscriptions if s.transport == "web"]
     report(f"serve: device endpoint on {url_of(topology)} for {len(web)} web subscription(s)")
     logging.getLogger("sparksync.serve").addHandler(_ReportHandler(report))
@@ -39,7 +46,7 @@ def _server(topology: Topology, report: Reporter):
                             ssl_certfile=topology.resolve_path(server.tls_cert) if server.tls_cert else None,
                             ssl_keyfile=topology.resolve_path(server.tls_key) if server.tls_key else None,
                             log_level="warning", access_log=False, lifespan="off", server_header=False)
-    return uvicorn.Server(config)
+    return uvicorn.Server(config), feed
 
 
 def url_of(topology: Topology) -> str:
@@ -47,15 +54,28 @@ def url_of(topology: Topology) -> str:
     return f"{'https' if server.tls_cert else 'http'}://{server.listen}"
 
 
-def serve(topology: Topology, report: Reporter = silent) -> None:
-    """Run the device endpoint until interrupted (SIGINT, SIGTERM: requests in flight finish)."""
-    _server(topology, report).run()
+def serve(topology: Topology, report: Reporter = silent, spark: Callable[[], Any] | None = None) -> None:
+    """Run the device endpoint until interrupted (SIGINT, SIGTERM: requests in flight finish). ``spark``:
+    the SparkSession's factory for big rounds (None: every round in this process)."""
+    server, feed = _server(topology, report, spark)
+    # uvicorn finishes the requests in flight on SIGTERM, then raises the signal again for the handler it
+    # found: this one ends the process as an exit, so the feed's files are removed on the way out
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        feed.stop()
+
+
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 @contextlib.contextmanager
-def serving(topology: Topology, report: Reporter = silent) -> Iterator[str]:
+def serving(topology: Topology, report: Reporter = silent, spark: Callable[[], Any] | None = None) -> Iterator[str]:
     """The device endpoint in a thread of this process while inside (the demo); yields its URL."""
-    server = _server(topology, report)
+    server, feed = _server(topology, report, spark)
     thread = threading.Thread(target=server.run, name="sparksync-serve", daemon=True)
     thread.start()
     while not server.started:
@@ -68,6 +88,7 @@ def serving(topology: Topology, report: Reporter = silent) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join()
+        feed.stop()
 
 
 class _ReportHandler(logging.Handler):

@@ -1,0 +1,295 @@
+"""The partition feed: a round's changes of a publication read once and written once per partition, as
+compressed columnar segments that every device's download sends as they are.
+
+After a round (``door.Door.round``) has closed the publisher's generation and evaluated partitions, the
+feed takes the generations after its head up to the new bound (at most the last evaluated one) and makes
+one *segment* of them: the unfiltered articles' changes read once for every device, each web partition's
+changes — and the rows that left it — read once for its devices, each written as one wire frame
+(``web/wire.py``) under ``[server] feed_dir``. Small rounds are read and written in this process; a round
+of more than ``[spark] driver_round_changes`` changes is one Spark job, a task per group of partitions
+(``spark.reads.per_task``), so the work that grows with the number of devices runs in bulk, in Spark.
+
+A download whose watermark is the feed's head or the start of one of its segments (a device that synced
+before: every download ends at the head) is its own small frame (its batches, changes sent again) followed
+by the segments' files: nothing read from the publisher's tables for that device, nothing encoded for it.
+The device applies a row's last appearance only (``web/device/sync.py``): a segment is what the publisher
+held when it was read, so a row changed again, or that left the partition, in a later segment appears
+twice. A device further behind, of a partition a segment was not written for, or of a publication the feed
+cannot serve (filters evaluated at sync time: SetupBelongs, partitions not precomputed) is read for itself
+(``downloads.py``), up to the same head. A change of the publication's shape (a schema change, an article
+or filter changed) starts the feed again at the current bound; segments every device has passed are removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from sparksync.dialects.replica import Replica
+from sparksync.errors import ErrorInfo, ReportedError
+from sparksync.merge.partitions.evaluation import evaluated_at_sync
+from sparksync.merge.partitions.scheme import scheme_of
+from sparksync.merge.session.changes import ALL_PARTITIONS, READ_ERROR_GENERATION
+from sparksync.merge.session.enumeration import PartitionRead, change_reads, removal_reads
+from sparksync.merge.session.in_driver import estimated_changes, read_changes
+from sparksync.merge.tracking.articles import published_articles
+from sparksync.merge.tracking.generations import enumeration_bound, generation_rows
+from sparksync.metadata import store
+from sparksync.metadata.records import ArticleRow, PublicationRow, Role, SubscriptionStatus
+from sparksync.progress import Reporter, silent
+from sparksync.spark.reads import ReadPartition, per_task
+from sparksync.web.wire import write_changes
+
+MAX_SEGMENTS = 4096           # segments kept per publication (a device behind the oldest is read for itself)
+WRITTEN = "partition_id INT, path STRING, rows BIGINT, bytes BIGINT"     # a Spark task's result rows
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Generations (lo, hi] of one publication, written for ``partitions`` (``ALL_PARTITIONS`` alone: an
+    unfiltered publication); ``files``: partition -> its frame (a partition without rows has none; the
+    unfiltered articles' rows, every device's, are ``ALL_PARTITIONS``'s)."""
+
+    lo: int
+    hi: int
+    partitions: frozenset[int]
+    files: dict[int, Path]
+    rows: int
+    bytes: int
+
+    def files_of(self, partition_id: int) -> list[Path]:
+        return [self.files[p] for p in dict.fromkeys((ALL_PARTITIONS, partition_id)) if p in self.files]
+
+
+@dataclass
+class _Publication:
+    shape: str
+    head: int
+    folder: Path
+    segments: list[Segment] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FeedItem:
+    """One task of a segment's writing: the reads of some partitions' rows (or of the unfiltered articles')."""
+
+    folder: str
+    lo: int
+    hi: int
+    reads: list[ReadPartition]
+
+
+class Feed:
+    """The feed of every publication ``serve`` serves devices of. ``spark``: the SparkSession's factory
+    (None: every round in this process); ``driver_round_changes``: the largest round read in this process."""
+
+    def __init__(self, root: Path, spark: Callable[[], Any] | None = None, driver_round_changes: int = 5000,
+                 report: Reporter = silent):
+        self.root = root
+        self.spark = spark
+        self.driver_round_changes = driver_round_changes
+        self.report = report
+        self._pubs: dict[str, _Publication] = {}
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """At start: the segments of a ``serve`` that is gone (killed: the publisher may have changed since)
+        are deleted. Nothing else in ``root`` is touched: a feed's folders are named ``feed-<32 hex>`` and
+        hold an ``owner`` file (host and process id); another ``serve`` still running keeps its own."""
+        if not self.root.is_dir():
+            return
+        for old in self.root.glob("feed-*"):
+            if not (old.is_dir() and len(old.name) == 37 and all(c in "0123456789abcdef" for c in old.name[5:])):
+                continue
+            try:
+                host, pid = (old / "owner").read_text().split()
+            except (OSError, ValueError):
+                host, pid = socket.gethostname(), "0"
+            if host == socket.gethostname() and not _alive(int(pid)):
+                shutil.rmtree(old, ignore_errors=True)
+
+    def stop(self) -> None:
+        """At a clean exit: this run's segments are deleted."""
+        for name in list(self._pubs):
+            self._drop(name)
+
+    # -- a download -------------------------------------------------------------------------------
+    def head(self, publication: str) -> int | None:
+        """Where every download of ``publication`` ends (None: the feed does not serve it)."""
+        with self._lock:
+            feed = self._pubs.get(publication)
+            return feed.head if feed is not None else None
+
+    def serve(self, publication: str, start: int, partition_id: int) -> tuple[int, list[BinaryIO]] | None:
+        """(head, the frames of the segments covering (start, head], opened: a segment removed meanwhile
+        stays readable) for a device of partition ``partition_id`` whose download starts at ``start``; None
+        when the feed cannot give it (the device is read for itself). The caller closes the files."""
+        with self._lock:
+            feed = self._pubs.get(publication)
+            if feed is None:
+                return None
+            if start == feed.head:
+                return feed.head, []
+            at = next((i for i, s in enumerate(feed.segments) if s.lo == start), None)
+            if at is None or any(partition_id not in s.partitions for s in feed.segments[at:]):
+                return None
+            files: list[BinaryIO] = []
+            try:
+                for path in (f for s in feed.segments[at:] for f in s.files_of(partition_id)):
+                    files.append(open(path, "rb"))      # noqa: SIM115 - the caller reads and closes them
+            except OSError:                             # its folder removed by hand: read for the device instead
+                for f in files:
+                    f.close()
+                return None
+            return feed.head, files
+
+    # -- a round ----------------------------------------------------------------------------------
+    def extend(self, pub: Replica, url: str, publisher: str, publication: str, web: set[str]) -> Segment | None:
+        """Bring the feed of ``publication`` up to the publisher's evaluated bound: the segment written (None:
+        nothing new, or the feed started again). Raises ``ReportedError`` when a read failed (nothing kept)."""
+        prow = store.select_one(pub, PublicationRow, {"name": publication})
+        if prow is None:
+            return None
+        articles = published_articles(pub, prow.pubid)
+        scheme = scheme_of(articles)
+        at_sync = evaluated_at_sync(articles, scheme, prow.precomputed) if scheme.filtered else frozenset()
+        if scheme.filtered and (not prow.precomputed or at_sync):
+            self._drop(publication)            # partitions evaluated by each download's own reads
+            return None
+        bound = enumeration_bound(pub)
+        if scheme.filtered:
+            bound = min(bound, int(prow.partitions_evaluated or 0))
+        shape = _shape(prow, articles)
+        with self._lock:
+            feed = self._pubs.get(publication)
+        if feed is None or feed.shape != shape or bound < feed.head:
+            self._drop(publication)
+            folder = self.root / f"feed-{uuid.uuid4().hex}"
+            folder.mkdir(parents=True)
+            (folder / "owner").write_text(f"{socket.gethostname()} {os.getpid()}")
+            with self._lock:
+                self._pubs[publication] = _Publication(shape, bound, folder)
+            self.report(f"feed {publication}: starts at generation {bound}")
+            return None
+        if bound == feed.head:
+            return None
+        # (partition, sentgen, active) of the web subscriptions: the partitions written, what devices have passed
+        regs = [(int(part or 0), int(sent or 0), int(status) == SubscriptionStatus.ACTIVE)
+                for name, part, sent, status in pub.query(
+                    f"SELECT name, partition_id, sentgen, status FROM {pub.meta('sysmergesubscriptions')} "
+                    f"WHERE pubid = {pub.dialect.uuid_param()} AND role = {pub.p}", [prow.pubid, Role.SUBSCRIBER.value])
+                if name in web]
+        pids = frozenset(part for part, _, _ in regs if part) if scheme.filtered else frozenset({ALL_PARTITIONS})
+        gens = generation_rows(pub, feed.head, bound)
+        lo = feed.head
+        filtered = [a for a in articles if scheme.articles[a.name].filtered]
+        unfiltered = [a for a in articles if not scheme.articles[a.name].filtered]
+        estimate = estimated_changes(gens)
+        on_spark = self.spark is not None and estimate > self.driver_round_changes
+        folder = feed.folder / f"{lo}-{bound}"
+        items = []
+        spark = None
+        if gens:
+            parts = 1
+            if on_spark:
+                assert self.spark is not None
+                spark = self.spark()
+                parts = spark.sparkContext.defaultParallelism
+            if unfiltered:
+                items.append(FeedItem(str(folder), lo, bound,
+                                      change_reads(url, publisher, pub, unfiltered, publisher, 1, lo, bound, parts)))
+            ids = sorted(pids - {ALL_PARTITIONS})
+            groups = [ids[i::parts] for i in range(min(parts, len(ids)))] if filtered else []
+            nicks = frozenset(a.nickname for a in filtered)
+            for group in groups:
+                read = PartitionRead(tuple(group), nicks, True, scheme, frozenset(), int(prow.partitions_evaluated or 0))
+                items.append(FeedItem(str(folder), lo, bound,
+                                      change_reads(url, publisher, pub, filtered, publisher, 1, lo, bound, 1, read)
+                                      + removal_reads(url, publisher, pub, filtered, publisher, 1, lo, bound, read)))
+        items = [i for i in items if i.reads]
+        if spark is not None and items:
+            written = [r.asDict() for r in per_task(spark, items, write_item, WRITTEN).collect()]
+        else:
+            written = [r for item in items for b in write_item(item) for r in b.to_pylist()]
+        errors = [w for w in written if w["partition_id"] == READ_ERROR_GENERATION]
+        if errors:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise ReportedError(ErrorInfo.from_dict(json.loads(errors[0]["path"])))
+        segment = Segment(lo, bound, pids, {int(w["partition_id"]): Path(w["path"]) for w in written},
+                          sum(int(w["rows"]) for w in written), sum(int(w["bytes"]) for w in written))
+        lowest = min((sent for _, sent, active in regs if active), default=bound)
+        with self._lock:
+            feed.segments.append(segment)
+            feed.head = bound
+            gone = [s for s in feed.segments if s.hi <= lowest] + feed.segments[:-MAX_SEGMENTS]
+            feed.segments = [s for s in feed.segments if s.hi > lowest][-MAX_SEGMENTS:]
+        for s in gone:
+            shutil.rmtree(feed.folder / f"{s.lo}-{s.hi}", ignore_errors=True)
+        self.report(f"feed {publication}: generations ({lo}, {bound}], {segment.rows} row(s) in {len(segment.files)} "
+                    f"file(s) for {len(pids)} partition(s){' (Spark)' if spark is not None and items else ''}")
+        return segment
+
+    def _drop(self, publication: str) -> None:
+        with self._lock:
+            feed = self._pubs.pop(publication, None)
+        if feed is not None:
+            shutil.rmtree(feed.folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _shape(prow: PublicationRow, articles: list[ArticleRow]) -> str:
+    """What a segment's rows depend on besides their generations: a change of it starts the feed again."""
+    return json.dumps([prow.pubid, prow.schema_version, prow.precomputed,
+                       [(a.nickname, a.name, a.filter_clause, a.join_filters, a.partition_options, a.table_schema,
+                         a.processing_group) for a in articles]], sort_keys=True, default=str)
+
+
+def write_item(item: FeedItem) -> Iterator:
+    """Read one item's rows and write each partition's as one frame (in a Spark task, or in ``serve``):
+    Arrow batches of ``WRITTEN`` rows; a failed read is one row of partition ``READ_ERROR_GENERATION``
+    whose path is the error (nothing is written)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from sparksync.spark.results import result_arrow_schema
+
+    schema = result_arrow_schema(WRITTEN)
+    table = read_changes(item.reads)
+    failed = table.filter(pc.equal(table.column("generation"), READ_ERROR_GENERATION)) if table.num_rows else table
+    if failed.num_rows:
+        yield pa.RecordBatch.from_pylist([{"partition_id": READ_ERROR_GENERATION, "path": failed.column("row")[0].as_py(),
+                                           "rows": 0, "bytes": 0}], schema=schema)
+        return
+    folder = Path(item.folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for pid in pc.unique(table.column("partition_id")).to_pylist() if table.num_rows else []:
+        rows = table.filter(pc.equal(table.column("partition_id"), pid)).sort_by(
+            [("generation", "ascending"), ("tablenick", "ascending"), ("rowguid", "ascending")])
+        data = write_changes(rows, {"segment": [item.lo, item.hi], "partition": int(pid)})
+        path = folder / f"p{int(pid)}.ssw"
+        tmp = path.with_suffix(f".{uuid.uuid4().hex}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+        out.append({"partition_id": int(pid), "path": str(path), "rows": rows.num_rows, "bytes": len(data)})
+    if out:
+        yield pa.RecordBatch.from_pylist(out, schema=schema)
