@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/partitions.py
 	$(VENV)/bin/python bench/cleanup.py
 	$(VENV)/bin/python bench/web_sync.py
+	$(VENV)/bin/python bench/small_rounds.py
 	$(VENV)/bin/python bench/results.py
 
 clean:

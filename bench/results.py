@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "benchmarks"
 ORDER = ["tracking_overhead", "tracking_floor", "merge_throughput", "transactional_vs_pg_logical", "tracer_latency",
-         "partitions", "cleanup", "web_sync"]
+         "partitions", "cleanup", "web_sync", "small_rounds"]
 
 
 @dataclass
@@ -44,8 +44,8 @@ class Result:
         spec = {"file": file, "title": title, "groups": list(groups),
                 "series": {k: [float(v) for v in vs] for k, vs in series.items()}, "ylabel": ylabel, "line": line,
                 "line_label": line_label}
-        draw(spec)
-        self.charts.append(file)
+        if draw(spec):
+            self.charts.append(file)
         self.chart_data.append(spec)
 
     def save(self) -> Path:
@@ -63,9 +63,14 @@ class Result:
         return path
 
 
-def draw(spec: dict) -> None:
-    """Draw one grouped bar chart into docs/benchmarks/."""
-    import matplotlib
+def draw(spec: dict) -> bool:
+    """Draw one grouped bar chart into docs/benchmarks/; without matplotlib (the ``bench`` extra), say so and
+    draw nothing (the tables are kept; ``make bench`` installs it)."""
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"chart {spec['file']} not drawn: matplotlib is not installed (pip install -e '.[bench]', or make bench)")
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -87,6 +92,7 @@ def draw(spec: dict) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     fig.savefig(OUT / spec["file"], dpi=100)
     plt.close(fig)
+    return True
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

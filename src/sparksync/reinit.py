@@ -72,7 +72,7 @@ def _reinitialize(topology: Topology, spark_factory, subscription: str, upload_f
                                "would be checked against may be gone); reinit without --upload-first discards them",
                                obj=subscription)
         if upload_first:
-            summary = MergeAgent(topology, spark_factory(), report).run(
+            summary = MergeAgent(topology, spark_factory, report).run(
                 MergeOptions("upload", subscriptions=[subscription]))
             if not summary.ok:
                 errors = "; ".join(e for x in summary.subscriptions for e in x.errors)
@@ -102,7 +102,7 @@ def _catch_up(topology: Topology, spark_factory, subscription: str, summary: Set
     publisher has (at the least, what --upload-first just uploaded), and an application writing at the
     subscriber before the next merge would be editing old versions of its rows, so its writes would
     meet them as conflicts. A failure here is the next merge's to retry (the replica is initialized)."""
-    merged = MergeAgent(topology, spark_factory(), report).run(MergeOptions("download", subscriptions=[subscription]))
+    merged = MergeAgent(topology, spark_factory, report).run(MergeOptions("download", subscriptions=[subscription]))
     session = merged.subscriptions[0] if merged.subscriptions else None
     if session is not None and session.ok:
         down = session.total("download")

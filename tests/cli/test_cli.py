@@ -206,6 +206,7 @@ def test_merge_and_conflicts_commands(demo):
     # --continuous keeps the Spark session and syncs again: the change reaches the other stores
     code, out = run("merge", "-c", cfg, "--continuous", "--polling-interval", "0", "--rounds", "2")
     assert code == 0 and out.count("merge Sales: closing generations") == 2
+    assert "starting Spark" not in out, "rounds this small are applied without starting Spark"
     # live progress from the Spark tasks, one line per article of each generation batch applied
     assert "download HQ -> Store1 batch 1/1, Vendor: 1 change(s) (1 upd)" in " ".join(out.split())
     with connect(f"sqlite:///{directory / 'store1.db'}") as s:

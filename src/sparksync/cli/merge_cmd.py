@@ -99,7 +99,7 @@ def merge_command(
         raise typer.BadParameter("use both, upload or download", param_hint="--exchange-type")
     topology = load(config)
     check_subscriptions(topology, subscription, "merge", other_command="distribute")
-    agent = MergeAgent(topology, make_spark(topology)(), reporter if not as_json else (lambda m: None))
+    agent = MergeAgent(topology, make_spark(topology), reporter if not as_json else (lambda m: None))
     options = MergeOptions(exchange_type, upload_generations_per_batch, download_generations_per_batch,
                            list(subscription) if subscription else None, cleanup=not no_cleanup)
 

@@ -70,12 +70,24 @@ from sparksync.spark.reads import ReadPlan
 
 
 class MergeAgent:
-    """Runs merge sessions; keeps one Spark session warm across them (``--continuous``)."""
+    """Runs merge sessions; keeps one Spark session warm across them (``--continuous``).
+
+    ``spark``: a SparkSession, or a function that makes one: then Spark is started only by the first
+    direction that moves more than ``[spark] driver_round_changes`` changes, and a run of small rounds
+    never starts a JVM (a cold ``sparksync merge`` of a few changes pays no Spark start-up)."""
 
     def __init__(self, topology: Topology, spark, report: Reporter = silent):
         self.topology = topology
-        self.spark = spark
+        self._spark = None if callable(spark) else spark
+        self._make_spark = spark if callable(spark) else None
         self.report = report
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            assert self._make_spark is not None
+            self._spark = self._make_spark()
+        return self._spark
 
     # -- public -------------------------------------------------------------------------------
     def run(self, options: MergeOptions | None = None) -> MergeSummary:
@@ -291,11 +303,11 @@ class MergeAgent:
         watermarks and log the conflicts where ``conflict_logging`` wants them."""
         per_batch = (options.upload_generations_per_batch if direction == "upload"
                      else options.download_generations_per_batch)
-        plan = self._plan_direction(direction, links, per_batch, pubcfg, base.pubid, partitions)
-        ctx = replace(base, upload=direction == "upload", destinations=plan.destinations)
-        t0 = time.perf_counter()
         limit = (options.driver_round_changes if options.driver_round_changes is not None
                  else self.topology.spark.driver_round_changes)
+        plan = self._plan_direction(direction, links, per_batch, pubcfg, base.pubid, partitions, limit)
+        ctx = replace(base, upload=direction == "upload", destinations=plan.destinations)
+        t0 = time.perf_counter()
         results = self._run_isolated(plan, ctx, direction, limit)
         if results is None:
             return
@@ -319,7 +331,7 @@ class MergeAgent:
         self._remote_conflicts(ctx, results, plan.links, pubcfg, summary)
 
     def _plan_direction(self, direction: str, links: list[Link], per_batch: int, pubcfg: PublicationConfig,
-                        pubid: str, partitions: PartitionRead | None = None) -> DirectionPlan:
+                        pubid: str, partitions: PartitionRead | None = None, limit: int = 0) -> DirectionPlan:
         """For each link: the common generation (the source's ``sentgen`` toward the destination against
         the destination's ``recgen`` from the source; the lower when they differ), the source's closed
         generations after it that the destination does not already have, cut into batches; changes that
@@ -374,13 +386,14 @@ class MergeAgent:
             info.batches[source.name] = batches
             self.report(f"{direction} {link.subscription}: generations ({start}, {bound}], {len(gens)} to send in "
                         f"{len(batches)} batch(es)")
+        # a direction applied in this process reads each source in one range; on Spark, in a range per core
+        parts = 1 if plan.changes <= limit else self.spark.sparkContext.defaultParallelism
         for name, source in (removed_from | sources).items():
             try:
                 articles = published_articles(source.replica, pubid)
                 if name in sources:
                     plan.reads += change_reads(source.url, name, source.replica, articles, name, source.nickname,
-                                                lowest[name], bounds[name], self.spark.sparkContext.defaultParallelism,
-                                                partitions)
+                                                lowest[name], bounds[name], parts, partitions)
                 if name in removals and partitions is not None:
                     plan.reads += removal_reads(source.url, name, source.replica, articles, name, source.nickname,
                                                  removals[name], bounds[name], partitions)
