@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/cleanup.py
 	$(VENV)/bin/python bench/web_sync.py
 	$(VENV)/bin/python bench/small_rounds.py
+	$(VENV)/bin/python bench/scale.py
 	$(VENV)/bin/python bench/results.py
 
 clean:

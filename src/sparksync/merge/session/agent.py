@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from sparksync import failpoints, locks
@@ -67,6 +68,8 @@ from sparksync.redaction import redact
 from sparksync.spark.failures import recover, spark_error_message
 from sparksync.spark.partitioning import group_labels
 from sparksync.spark.reads import ReadPlan
+
+OPEN_THREADS = 8       # subscribers opened (checked, their generation closed) at a time
 
 
 class MergeAgent:
@@ -189,11 +192,7 @@ class MergeAgent:
         publisher = Endpoint(topo.publisher.name, topo.publisher_url, 1, pub, True)
         ends: dict[str, Endpoint] = {}
         try:
-            for s, r in active:
-                try:
-                    ends[s.name] = self._open_subscriber(s, r, pubid, threshold, summary, schema)
-                except SparksyncError as e:
-                    sessions[s.name].fail(e.message, e)
+            self._open_subscribers(active, pubid, threshold, summary, schema, ends, sessions)
             synced = [(s, sessions[s.name]) for s, _ in active if s.name in ends]
             if options.exchange in ("both", "upload") and synced:
                 self._direction("upload", [Link(s.name, sess, ends[s.name], publisher, order)
@@ -257,6 +256,30 @@ class MergeAgent:
             if ev.realignment_generation is None:
                 return
             make_generation(pub, 1, threshold)
+
+    def _open_subscribers(self, active: list[tuple[SubscriptionConfig, SubscriptionRow]], pubid: str, threshold: int,
+                          summary: MergeSummary, schema: PublisherSchema, ends: dict[str, Endpoint],
+                          sessions: dict[str, SubscriptionSession]) -> None:
+        """``_open_subscriber`` for every active subscription, several at a time (each waits on its own
+        database: a thousand subscribers are not opened and closed one after another); one that fails is
+        that subscription's error. Every connection opened is in ``ends`` (closed by the caller), even when
+        an unexpected error stops the session."""
+
+        def one(item: tuple[SubscriptionConfig, SubscriptionRow]) -> Endpoint:
+            return self._open_subscriber(item[0], item[1], pubid, threshold, summary, schema)
+
+        unexpected: BaseException | None = None
+        with ThreadPoolExecutor(max(1, min(OPEN_THREADS, len(active))), thread_name_prefix="sparksync-open") as pool:
+            futures = [(s.name, pool.submit(one, (s, r))) for s, r in active]
+            for name, future in futures:
+                try:
+                    ends[name] = future.result()
+                except SparksyncError as e:
+                    sessions[name].fail(e.message, e)
+                except BaseException as e:  # noqa: BLE001 - raised once every connection is accounted for
+                    unexpected = unexpected or e
+        if unexpected is not None:
+            raise unexpected
 
     def _open_subscriber(self, s: SubscriptionConfig, registered: SubscriptionRow, pubid: str, threshold: int,
                          summary: MergeSummary, schema: PublisherSchema) -> Endpoint:
