@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from sparksync import failpoints, locks
@@ -29,10 +28,10 @@ from sparksync.merge.conflicts.model import ConflictRecord, log_conflict
 from sparksync.merge.conflicts.resolvers import check_resolvers
 from sparksync.merge.maintenance.cleanup import ReplicaCleanup, clean_replica
 from sparksync.merge.maintenance.expiration import SubscriptionExpired, expiry
-from sparksync.merge.maintenance.integrity import check_identity, check_not_behind, describe, replica_problems
+from sparksync.merge.maintenance.integrity import describe, replica_problems
 from sparksync.merge.partitions.evaluation import evaluate, evaluated_at_sync
 from sparksync.merge.partitions.scheme import PartitionScheme, scheme_of
-from sparksync.merge.publish.schema_changes import pending, publisher_drift, replay, schema_version
+from sparksync.merge.publish.schema_changes import pending, publisher_drift, schema_version
 from sparksync.merge.session.changes import (
     ALL_PARTITIONS,
     CHANGE_SCHEMA,
@@ -56,11 +55,12 @@ from sparksync.merge.session.links import (
     article_rules,
     session_replicas,
 )
+from sparksync.merge.session.opening import open_subscribers, report_waits
 from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo, Route
 from sparksync.merge.session.stream import RESULT_SCHEMA, BatchResult, apply_stream_empty, make_mapper
 from sparksync.merge.session.summary import DirectionStats, MergeOptions, MergeSummary, SubscriptionSession
 from sparksync.merge.tracking.articles import published_articles, tracked_article
-from sparksync.merge.tracking.generations import enumeration_bound, make_generation, waiting_writers
+from sparksync.merge.tracking.generations import enumeration_bound, make_generation
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, PublicationRow, Role, SubscriptionRow
 from sparksync.progress import ProgressListener, Reporter, driver_host, silent
@@ -68,8 +68,6 @@ from sparksync.redaction import redact
 from sparksync.spark.failures import recover, spark_error_message
 from sparksync.spark.partitioning import group_labels
 from sparksync.spark.reads import ReadPlan
-
-OPEN_THREADS = 8       # subscribers opened (checked, their generation closed) at a time
 
 
 class MergeAgent:
@@ -188,11 +186,11 @@ class MergeAgent:
                                  obj=topo.publisher.name)
         schema = PublisherSchema(pubcfg.name, schema_version(pub, pubid), pending(pub, pubid, 0))
         self.report(f"merge {pubcfg.name}: closing generations at {topo.publisher.name} and {len(active)} subscriber(s)")
-        self._report_waits(topo.publisher.name, pub, make_generation(pub, 1, threshold), summary)
+        report_waits(topo.publisher.name, pub, make_generation(pub, 1, threshold), summary, self.report)
         publisher = Endpoint(topo.publisher.name, topo.publisher_url, 1, pub, True)
         ends: dict[str, Endpoint] = {}
         try:
-            self._open_subscribers(active, pubid, threshold, summary, schema, ends, sessions)
+            open_subscribers(topo, active, pubid, threshold, summary, schema, ends, sessions, self.report)
             synced = [(s, sessions[s.name]) for s, _ in active if s.name in ends]
             if options.exchange in ("both", "upload") and synced:
                 self._direction("upload", [Link(s.name, sess, ends[s.name], publisher, order)
@@ -256,67 +254,6 @@ class MergeAgent:
             if ev.realignment_generation is None:
                 return
             make_generation(pub, 1, threshold)
-
-    def _open_subscribers(self, active: list[tuple[SubscriptionConfig, SubscriptionRow]], pubid: str, threshold: int,
-                          summary: MergeSummary, schema: PublisherSchema, ends: dict[str, Endpoint],
-                          sessions: dict[str, SubscriptionSession]) -> None:
-        """``_open_subscriber`` for every active subscription, several at a time (each waits on its own
-        database: a thousand subscribers are not opened and closed one after another); one that fails is
-        that subscription's error. Every connection opened is in ``ends`` (closed by the caller), even when
-        an unexpected error stops the session."""
-
-        def one(item: tuple[SubscriptionConfig, SubscriptionRow]) -> Endpoint:
-            return self._open_subscriber(item[0], item[1], pubid, threshold, summary, schema)
-
-        unexpected: BaseException | None = None
-        with ThreadPoolExecutor(max(1, min(OPEN_THREADS, len(active))), thread_name_prefix="sparksync-open") as pool:
-            futures = [(s.name, pool.submit(one, (s, r))) for s, r in active]
-            for name, future in futures:
-                try:
-                    ends[name] = future.result()
-                except SparksyncError as e:
-                    sessions[name].fail(e.message, e)
-                except BaseException as e:  # noqa: BLE001 - raised once every connection is accounted for
-                    unexpected = unexpected or e
-        if unexpected is not None:
-            raise unexpected
-
-    def _open_subscriber(self, s: SubscriptionConfig, registered: SubscriptionRow, pubid: str, threshold: int,
-                         summary: MergeSummary, schema: PublisherSchema) -> Endpoint:
-        """Connect to a subscriber, check it is the registered replica and intact, replay the schema
-        changes it has not had, close its generation."""
-        url = self.topology.subscriber_url(s)
-        rep = connect(url, s.name)
-        try:
-            store.require_metadata(rep)
-            check_identity(rep, s.name, registered)
-            check_not_behind(rep, s.name, registered, pubid)
-            damaged = replica_problems(rep, pubid)
-            if damaged:
-                raise ReplicaDamaged(
-                    f"subscriber {s.name} is damaged: {describe(damaged)}; its changes may not have been "
-                    "recorded, so it was not merged (run 'sparksync setup' to repair its tracking)", obj=s.name)
-            have = schema_version(rep, pubid)
-            if have < schema.version:
-                newer = [c for c in schema.changes if int(c["schemaversion"]) > have]
-                for line in replay(rep, pubid, schema.publication, newer, registered.replnickname):
-                    self.report(f"{s.name}: schema change replayed: {line}")
-            self._report_waits(s.name, rep, make_generation(rep, registered.replnickname, threshold), summary)
-        except BaseException:
-            rep.close()
-            raise
-        return Endpoint(s.name, url, registered.replnickname, rep, False,
-                        registered.partition_id or ALL_PARTITIONS)
-
-    def _report_waits(self, name: str, replica: Replica, result, summary: MergeSummary) -> None:
-        """Say which closed generations cannot be sent yet and which open transactions they wait for
-        (commit safety: a generation is enumerated only once every transaction that wrote into it ended)."""
-        if not result.unsettled:
-            return
-        lines = [w.describe() for w in waiting_writers(replica, result.unsettled)]
-        summary.waiting[name] = lines
-        for line in lines:
-            self.report(f"{name}: {line}; its changes go at a later merge")
 
     # -- one direction ------------------------------------------------------------------------------
     def _direction(self, direction: str, links: list[Link], options: MergeOptions, pubcfg: PublicationConfig,
