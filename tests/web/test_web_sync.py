@@ -230,6 +230,41 @@ def test_a_round_written_by_spark_holds_what_the_server_writes_itself(world, spa
         _ok(world.sync(name))
 
 
+def test_a_feed_that_cannot_be_written_is_refused_at_start_and_never_stalls_a_download(world, tmp_path):
+    """``feed_dir`` unwritable at start: one message naming it. A round whose segment cannot be written (a
+    full or broken disk) stops the feed of that publication, so downloads are read for each device instead
+    of ending at a head that no longer moves; the next round starts it again."""
+    from sparksync.errors import ConfigurationError
+    from sparksync.web.server.door import Door
+    from sparksync.web.server.feed import Feed
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    with pytest.raises(ConfigurationError, match="feed_dir"):
+        Feed(blocked / "feed").start()
+    said: list[str] = []
+    feed = Feed(tmp_path / "feed", report=said.append)
+    feed.start()
+    door = Door(world.topology, said.append, feed=feed)
+    shop = world.topology.publication("Shop")
+    _ok(world.sync("TillN"))
+    door.round(shop)
+    assert feed.head("Shop") is not None
+    folder = feed._pubs["Shop"].folder
+    shell(world.pub_url, 'UPDATE "Store" SET "name" = \'unwritten\' WHERE "id" = 1;\n')
+    for child in folder.iterdir():                     # the publication's folder turns into a file
+        child.unlink()
+    folder.rmdir()
+    folder.write_text("")
+    door.round(shop)
+    assert feed.head("Shop") is None and "was not written" in said[-1], said
+    folder.unlink()
+    door.round(shop)
+    assert feed.head("Shop") is not None, said
+    _ok(world.sync("TillN"))
+    assert _holds(world, world.device_url("TillN")) == _partition(world, "north")
+
+
 def test_a_direct_subscriber_and_the_devices_converge(world, spark):
     shell(world.device_url("TillS"), "UPDATE Item SET n = 77 WHERE id = 5;\n")
     _ok(world.sync("TillS"))

@@ -331,8 +331,12 @@ class Door:
                     with self.publisher() as pub:
                         self.feed.extend(pub, self.topology.publisher_url, self.topology.publisher.name,
                                          publication.name, web)
-                except SparksyncError as e:       # downloads still end at the feed's head; the next round tries again
-                    self.report(f"feed {publication.name}: {redact(e.message)}")
+                except (SparksyncError, OSError) as e:
+                    # never a stall: the downloads are read for each device until a round writes a segment again
+                    self.feed.drop(publication.name)
+                    message = e.message if isinstance(e, SparksyncError) else f"{type(e).__name__}: {e}"
+                    self.report(f"feed {publication.name}: the round's segment was not written ({redact(message)}); "
+                                "downloads are read for each device until the next round")
             self._rounds[publication.name] = started
 
     def download(self, device: Device, recgen: int, per_batch: int = 100,

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from sparksync.dialects.replica import Replica
-from sparksync.errors import ErrorInfo, ReportedError
+from sparksync.errors import ConfigurationError, ErrorInfo, ReportedError
 from sparksync.merge.partitions.evaluation import evaluated_at_sync
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.session.changes import ALL_PARTITIONS, READ_ERROR_GENERATION
@@ -104,8 +104,14 @@ class Feed:
         """At start: the segments of a ``serve`` that is gone (killed: the publisher may have changed since)
         are deleted. Nothing else in ``root`` is touched: a feed's folders are named ``feed-<32 hex>`` and
         hold an ``owner`` file (host and process id); another ``serve`` still running keeps its own."""
-        if not self.root.is_dir():
-            return
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe = self.root / f".probe-{uuid.uuid4().hex}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise ConfigurationError(f"[server] feed_dir = {str(self.root)!r}: serve cannot write there "
+                                     f"({e.strerror or e})", obj="server.feed_dir") from None
         for old in self.root.glob("feed-*"):
             if not (old.is_dir() and len(old.name) == 37 and all(c in "0123456789abcdef" for c in old.name[5:])):
                 continue
@@ -236,6 +242,11 @@ class Feed:
         self.report(f"feed {publication}: generations ({lo}, {bound}], {segment.rows} row(s) in {len(segment.files)} "
                     f"file(s) for {len(pids)} partition(s){' (Spark)' if spark is not None and items else ''}")
         return segment
+
+    def drop(self, publication: str) -> None:
+        """Stop serving ``publication`` from the feed (its downloads are read for each device) until the next
+        round starts it again: what a round that failed to write its segment does, so no device waits on it."""
+        self._drop(publication)
 
     def _drop(self, publication: str) -> None:
         with self._lock:
