@@ -54,7 +54,7 @@ from sparksync.retry import with_retries
 from sparksync.rows import RowCodec
 from sparksync.snapshot.manifest import current_snapshot
 from sparksync.web import tokens
-from sparksync.web.server.downloads import plan_download, read_download
+from sparksync.web.server.downloads import DownloadPlan, plan_download, read_download
 from sparksync.web.server.feed import Feed
 from sparksync.web.server.partitioned import device_snapshot
 from sparksync.web.server.trust import foreign_rows, log_refused, without
@@ -354,19 +354,17 @@ class Door:
             start = min_watermark(reg.sentgen, int(recgen))
             pid = int(reg.partition_id or ALL_PARTITIONS)
             served = self.feed.serve(device.publication.name, start, pid) if self.feed is not None else None
+            files = []
+            for f in served[1] if served is not None else []:     # read now: no handle outlives this request
+                with f:
+                    files.append(f.read())
             if served is not None and served[0] == start and not failed:    # at the head: nothing to plan
-                return [write_changes(None, {"source": self.topology.publisher.name, "source_nick": 1, "start": start,
-                                             "bound": start, "partition_id": pid, "batches": [], "where": {},
-                                             "frames": 1})]
+                empty = DownloadPlan(device.name, self.topology.publisher.name, pid, start, start)
+                return [write_changes(None, {**empty.metadata(), "frames": 1})]
             head = self.feed.head(device.publication.name) if self.feed is not None and served is None else None
             plan = plan_download(pub, self.topology.publisher_url, self.topology.publisher.name, prow, reg,
                                  int(recgen), per_batch, failed or [],
                                  bound=served[0] if served is not None else head, from_feed=served is not None)
-        files = []
-        if served is not None:
-            for f in served[1]:
-                with f:
-                    files.append(f.read())
         table = read_download(plan)
         return [write_changes(table, {**plan.metadata(), "frames": 1 + len(files)}), *files]
 

@@ -125,7 +125,7 @@ class Feed:
     def stop(self) -> None:
         """At a clean exit: this run's segments are deleted."""
         for name in list(self._pubs):
-            self._drop(name)
+            self.drop(name)
 
     # -- a download -------------------------------------------------------------------------------
     def head(self, publication: str) -> int | None:
@@ -168,7 +168,7 @@ class Feed:
         scheme = scheme_of(articles)
         at_sync = evaluated_at_sync(articles, scheme, prow.precomputed) if scheme.filtered else frozenset()
         if scheme.filtered and (not prow.precomputed or at_sync):
-            self._drop(publication)            # partitions evaluated by each download's own reads
+            self.drop(publication)            # partitions evaluated by each download's own reads
             return None
         bound = enumeration_bound(pub)
         if scheme.filtered:
@@ -177,7 +177,7 @@ class Feed:
         with self._lock:
             feed = self._pubs.get(publication)
         if feed is None or feed.shape != shape or bound < feed.head:
-            self._drop(publication)
+            self.drop(publication)
             folder = self.root / f"feed-{uuid.uuid4().hex}"
             folder.mkdir(parents=True)
             (folder / "owner").write_text(f"{socket.gethostname()} {os.getpid()}")
@@ -244,11 +244,9 @@ class Feed:
         return segment
 
     def drop(self, publication: str) -> None:
-        """Stop serving ``publication`` from the feed (its downloads are read for each device) until the next
-        round starts it again: what a round that failed to write its segment does, so no device waits on it."""
-        self._drop(publication)
-
-    def _drop(self, publication: str) -> None:
+        """Stop serving ``publication`` from the feed (its downloads are read for each device) and remove its
+        files, until a round starts it again (after a round that failed to write its segment: no device
+        waits on it)."""
         with self._lock:
             feed = self._pubs.pop(publication, None)
         if feed is not None:
