@@ -1,7 +1,10 @@
 """What change tracking costs: the same DML on a plain table and on a published (tracked) table.
 
 Measured side by side in one run on SQLite and PostgreSQL; prints rows/s and the ratio
-tracked / plain (1.0 = free). Usage: .venv/bin/python bench/tracking_overhead.py [--rows N]
+tracked / plain (1.0 = free). The tracking triggers only log which rows changed; the flush that turns
+the log into merge metadata (``merge/tracking/pending.py``, run by the merge agent before it reads) is
+timed after each operation: its rows/s, and the total (DML + flush) against the untracked DML.
+Usage: .venv/bin/python bench/tracking_overhead.py [--rows N]
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from results import Result
 
 from sparksync.dialects import connect
 from sparksync.merge.publish.publication import apply_publication, plan_publication
+from sparksync.merge.tracking import pending
 from sparksync.metadata import store
 from sparksync.topology import parse_topology
 
@@ -26,33 +30,40 @@ DDL = {
 }
 
 
-def workload(r, table: str, n: int) -> dict[str, float]:
+def workload(r, table: str, n: int, after=None) -> dict[str, float]:
+    """rows/s of each operation; ``after(op, rows)``: called after each one (not timed here)."""
     p = r.p
     out = {}
+    after = after or (lambda op, rows: None)
     t0 = time.perf_counter()
     with r.transaction():
         r.executemany(f'INSERT INTO "{table}" ("id", "name", "qty", "price") VALUES ({p}, {p}, {p}, {p})',
                       [(i, f"n{i}", i % 7, i / 100) for i in range(n)])
     out["insert, row statements"] = n / (time.perf_counter() - t0)
+    after("insert, row statements", n)
     t0 = time.perf_counter()
     with r.transaction():  # one multi-row statement: PostgreSQL's statement triggers see all rows at once
         r.execute(f'INSERT INTO "{table}" ("id", "name", "qty", "price") '
                   f'SELECT "id" + {n}, "name", "qty", "price" FROM "{table}"')
     out["insert, one statement"] = n / (time.perf_counter() - t0)
+    after("insert, one statement", n)
     t0 = time.perf_counter()
     with r.transaction():
         r.execute(f'UPDATE "{table}" SET "qty" = "qty" + 1')
     out["bulk update"] = n / (time.perf_counter() - t0)
+    after("bulk update", 2 * n)
     k = max(n // 50, 100)
     t0 = time.perf_counter()
     for i in range(k):
         with r.transaction():
             r.execute(f'UPDATE "{table}" SET "name" = {p} WHERE "id" = {p}', (f"x{i}", i))
     out["1-row transactions"] = k / (time.perf_counter() - t0)
+    after("1-row transactions", k)
     t0 = time.perf_counter()
     with r.transaction():
         r.execute(f'DELETE FROM "{table}"')
     out["bulk delete"] = n / (time.perf_counter() - t0)
+    after("bulk delete", 2 * n)
     return out
 
 
@@ -67,8 +78,20 @@ def run(kind: str, url: str, n: int) -> dict[str, tuple[float, float]]:
             store.install_metadata(r)
             apply_publication(r, topo, plan)
         plain = workload(r, "plain", n)
-        tracked = workload(r, "tracked", n)
-    return {op: (plain[op], tracked[op]) for op in plain}
+        flushed: dict[str, tuple[int, float]] = {}
+
+        def flush(op: str, rows: int) -> None:
+            t0 = time.perf_counter()
+            pending.flush(r)
+            flushed[op] = (rows, time.perf_counter() - t0)
+
+        tracked = workload(r, "tracked", n, flush)
+    out = {}
+    for op, (rows, seconds) in flushed.items():
+        per = n if op != "1-row transactions" else max(n // 50, 100)    # what the rates are per
+        total = 1.0 / (1.0 / tracked[op] + seconds / per)             # the same unit, DML + flush
+        out[op] = (plain[op], tracked[op], rows / seconds if seconds > 0 else float("inf"), total)
+    return out
 
 
 def on_both(run, rows: int, pg_admin: str) -> dict[str, dict[str, tuple[float, float]]]:
@@ -109,9 +132,24 @@ def main_with(run, name: str, title: str, variant: str, ratio: str, caption: str
 
 
 def main() -> None:
-    main_with(run, "tracking_overhead", "What change tracking costs", "tracked", "tracked / plain",
-              "the same DML on an untracked and a published (tracked) table",
-              "Tracked DML as a fraction of untracked DML")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=50_000)
+    ap.add_argument("--pg", default=os.environ.get("SPARKSYNC_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    args = ap.parse_args()
+    out = on_both(run, args.rows, args.pg)
+    result = Result("tracking_overhead", "What change tracking costs", "bench/tracking_overhead.py")
+    result.table(["database", "operation", "plain rows/s", "tracked rows/s", "tracked / plain", "flush rows/s",
+                  "tracked + flush / plain"],
+                 [[db, op, p, t, t / p, f, tot / p] for db, ops in out.items() for op, (p, t, f, tot) in ops.items()],
+                 f"{args.rows:,} rows; the same DML on an untracked and a published (tracked) table. The triggers "
+                 "log which rows changed; the flush (timed after each operation, as the merge agent runs it before "
+                 "it reads) writes their merge metadata: its rows/s, and DML + flush against the untracked DML")
+    ops = list(next(iter(out.values())))
+    result.bars("tracking_overhead.png", "Tracked DML as a fraction of untracked DML", ops,
+                {**{f"{db} DML": [t / p for p, t, _, _ in res.values()] for db, res in out.items()},
+                 **{f"{db} DML + flush": [tot / p for p, _, _, tot in res.values()] for db, res in out.items()}},
+                "tracked / plain (1.0 = free)")
+    result.save()
 
 
 if __name__ == "__main__":

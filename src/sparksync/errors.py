@@ -201,6 +201,13 @@ class SnapshotError(Terminal, SparksyncError):
     code = "snapshot"
 
 
+class TrackingNotFlushed(Terminal, SparksyncError):
+    """Code read or wrote the tracking metadata without flushing the tracking log first: a bug, refused
+    rather than acted on with changes missing."""
+
+    code = "tracking_not_flushed"
+
+
 class ReplicaDamaged(Terminal, SparksyncError):
     """A replica's replication machinery is not intact (a tracking trigger dropped, disabled or altered,
     metadata missing, a table changed behind sparksync's back, or another database at its address)."""

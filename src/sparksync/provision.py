@@ -15,7 +15,7 @@ from sparksync.config import Topology
 from sparksync.dialects import connect
 from sparksync.errors import ConfigurationError, SchemaDrift, SparksyncError
 from sparksync.merge.conflicts.resolvers import check_resolvers
-from sparksync.merge.maintenance.integrity import check_identity, repair_tracking
+from sparksync.merge.maintenance.integrity import check_identity, repair_tracking, upgrade_tracking
 from sparksync.merge.partitions.evaluation import Partition, ensure_partitions, partition_values
 from sparksync.merge.partitions.evaluation import partitions as existing_partitions
 from sparksync.merge.publish.publication import apply_publication, plan_publication, remove_articles, scheme_of_plan
@@ -127,6 +127,8 @@ def _upgrade_subscribers(topology: Topology, report: Reporter) -> None:
         with connect(topology.subscriber_url(s), s.name) as sub:
             if store.upgrade_metadata(sub):
                 report(f"subscription {s.name}: replication metadata upgraded")
+                if upgrade_tracking(sub):
+                    report(f"subscription {s.name}: change tracking upgraded")
 
 
 def _check_shared_tables(topology: Topology, plans) -> None:
@@ -211,7 +213,8 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
             values = _partition_values(topology, plans)
             results = []
             partitions: dict[str, dict[str, int]] = {}
-            if plans or store.metadata_version(pub) is not None:
+            before = store.metadata_version(pub)
+            if plans or before is not None:
                 with pub.transaction():
                     store.install_metadata(pub)
                     for i, p in enumerate(merge_pubs):
@@ -222,6 +225,8 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
                         if p.name in values:
                             partitions[p.name] = _make_partitions(pub, results[-1]["pubid"], plans[i],
                                                                   values[p.name], report)
+            if before is not None and before < store.MERGE.version and upgrade_tracking(pub):
+                report(f"publisher {topology.publisher.name}: change tracking upgraded")
             _upgrade_subscribers(topology, report)
             _repair_tracking(pub, topology, report)
             state = {"spark": None}

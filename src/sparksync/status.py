@@ -13,6 +13,7 @@ from sparksync.merge.maintenance.expiration import expiry
 from sparksync.merge.maintenance.integrity import check_identity, check_not_behind, replica_problems
 from sparksync.merge.partitions.evaluation import describe_partitions, evaluated_at_sync
 from sparksync.merge.partitions.scheme import scheme_of
+from sparksync.merge.tracking import pending
 from sparksync.merge.tracking.generations import enumeration_bound, waiting_writers
 from sparksync.metadata import store
 from sparksync.metadata.history import age_seconds, agent_state, iso
@@ -36,7 +37,8 @@ def _count_after(replica: Replica, nicknames: list[int], after: int | None,
         excl = (f" AND generation NOT IN (SELECT generation FROM {gh} WHERE genstatus = {GenStatus.RECEIVED:d} "
                 f"AND source_nickname = {p})")
         params.append(exclude_received_from)
-    total, lowest = 0, None
+    total = logged = pending.count(replica, nicknames, after)     # read-only: what the next flush records
+    lowest = replica.dialect.current_open_generation(replica) if logged else None
     for t in ("MSmerge_contents", "MSmerge_tombstone"):
         n, g = replica.aggregate(
             f"SELECT count(*), min(generation) FROM {replica.meta(t)} WHERE tablenick IN ({nick_list}) "
@@ -94,6 +96,7 @@ def _count_for_partition(replica: Replica, nicknames: list[int], after: int | No
         excl = (f" AND x.generation NOT IN (SELECT generation FROM {gh} WHERE genstatus = {GenStatus.RECEIVED:d} "
                 f"AND source_nickname = {p})")
         params.append(exclude_received_from)
+    logged = pending.count(replica, nicknames, after, partition_id)    # rows of the partition changed since
     ups, g1 = replica.aggregate(
         f"SELECT count(*), min(x.generation) FROM {replica.meta('MSmerge_contents')} x JOIN {cur} cm "
         f"ON cm.tablenick = x.tablenick AND cm.rowguid = x.rowguid AND cm.partition_id = {int(partition_id)} "
@@ -103,7 +106,10 @@ def _count_for_partition(replica: Replica, nicknames: list[int], after: int | No
         f"AND x.tablenick IN ({nick_list}) AND x.generation > {p} AND NOT EXISTS (SELECT 1 FROM {cur} cm "
         f"WHERE cm.tablenick = x.tablenick AND cm.rowguid = x.rowguid AND cm.partition_id = x.partition_id)",
         [int(after or 0)])
-    return int(ups or 0) + int(gone or 0), _lower(g1, g2)
+    lowest = _lower(g1, g2)
+    if logged:
+        lowest = _lower(lowest, replica.dialect.current_open_generation(replica))
+    return int(ups or 0) + int(gone or 0) + logged, lowest
 
 
 def _failed_count(replica: Replica, source_nick: int | None) -> int:

@@ -1,7 +1,9 @@
 """Commit safety on PostgreSQL: a transaction in flight while its generation is closed is never lost.
 
-Changes carry the open generation; several transactions write at once. The tests hold a transaction
-open across make_generation and an enumeration, then prove its changes are enumerated once it commits.
+Several transactions write at once. An application's transaction only appends to the tracking log,
+which a flush reads once it has committed: its changes go to the generation open then. A flush writes
+into the open generation and holds it as a writer until it ends. The tests hold transactions open
+across make_generation and an enumeration, then prove their changes are enumerated once they commit.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import psycopg
 import pytest
 
 from sparksync.dialects import connect
+from sparksync.merge.tracking import pending
 from sparksync.merge.tracking.generations import enumeration_bound, make_generation
 from tests.support.publishing import make_tables, publish
 
@@ -41,10 +44,10 @@ def test_transaction_in_flight_across_make_generation_is_enumerated_later(pg_pub
         g_app = agent.dialect.current_open_generation(agent)
 
         res = make_generation(agent, 1)
-        assert res.unsettled == [g_app], "the generation with a writer in flight is closed but not settled"
+        assert res.unsettled == [], "an application's transaction holds no generation: the log is flushed after it"
         bound = enumeration_bound(agent)
-        assert bound < g_app
         seen = enumerate_window(agent, 0, bound)
+        assert seen == [], "nothing of the transaction in flight is enumerated before it commits"
 
         # A later transaction goes to the new open generation and commits first.
         other.execute('INSERT INTO "Parent" ("id", "name") VALUES (2, \'later\')')
@@ -60,20 +63,37 @@ def test_transaction_in_flight_across_make_generation_is_enumerated_later(pg_pub
         assert sorted(seen) == sorted(expected)
 
 
-def test_enumeration_waits_while_writer_holds_generation(pg_pub):
+def test_enumeration_waits_while_a_flush_holds_generation(pg_pub):
+    url = pg_pub
+    with connect(url) as agent, connect(url) as flusher, psycopg.connect(url, autocommit=True) as app:
+        app.execute('INSERT INTO "Parent" ("id", "name") VALUES (10, \'committed\')')
+        g = agent.dialect.current_open_generation(agent)
+        flusher.begin()
+        assert pending.flush(flusher) == 1        # in flusher's transaction, still open
+        make_generation(agent, 1)
+        assert enumeration_bound(agent) == g - 1, "a generation a flush writes into is not enumerated yet"
+        app.execute('UPDATE "Parent" SET "name" = \'held\' WHERE id = 10')   # skipped by the held flush
+        make_generation(agent, 1)
+        assert enumeration_bound(agent) == g - 1
+        flusher.rollback()                        # a rolled back flush gives its entries back, and settles
+        make_generation(agent, 1)
+        bound = enumeration_bound(agent)
+        assert bound >= g
+        assert enumerate_window(agent, 0, bound) == [str(agent.scalar('SELECT rowguid FROM "Parent" WHERE id = 10'))]
+
+
+def test_an_application_transaction_in_flight_does_not_hold_enumeration(pg_pub):
     url = pg_pub
     with connect(url) as agent, psycopg.connect(url, autocommit=True) as app:
         app.execute('INSERT INTO "Parent" ("id", "name") VALUES (10, \'committed\')')
         app.execute("BEGIN")
         app.execute('UPDATE "Parent" SET "name" = \'held\' WHERE id = 10')
-        g = agent.dialect.current_open_generation(agent)
         make_generation(agent, 1)
-        assert enumeration_bound(agent) == g - 1
-        make_generation(agent, 1)          # still in flight: still not enumerable
-        assert enumeration_bound(agent) == g - 1
-        app.execute("ROLLBACK")             # a rolled back writer settles the generation too
+        first = enumerate_window(agent, 0, enumeration_bound(agent))
+        assert len(first) == 1
+        app.execute("ROLLBACK")                   # rolled back: nothing logged, nothing to send
         make_generation(agent, 1)
-        assert enumeration_bound(agent) >= g
+        assert enumerate_window(agent, enumeration_bound(agent) - 100, enumeration_bound(agent)) == first
 
 
 def test_concurrent_writers_every_change_enumerated_exactly_once(pg_pub):

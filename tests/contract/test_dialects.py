@@ -23,6 +23,7 @@ def test_odd_but_valid_names_are_quoted_everywhere(kind, dbs):
     publish(url, [{"table": "Order Lines", "column_tracking": True}])
     with connect(url) as r:
         r.execute('INSERT INTO "Order Lines" ("line no", "unit price", "Ünïcode") VALUES (1, 2.5, \'x\')')
+        contents(r)                      # the insert is recorded; the update is a change of its own
         r.execute('UPDATE "Order Lines" SET "Ünïcode" = \'y\' WHERE "line no" = 1')
         (c,) = contents(r)
         assert c["colv"] == {"line no": [1, 1], "unit price": [1, 1], "Ünïcode": [1, 2]}
@@ -52,6 +53,7 @@ def test_an_existing_unique_guid_column_is_used_as_the_rowguid(kind, dbs):
         assert str(guids[1]) == "6f9619ff-8b86-d011-b42d-00c04fc964ff"    # canonical lower case
         assert guids[2] is not None                                         # filled
         r.execute('INSERT INTO "Doc" ("id", "body") VALUES (3, \'c\')')    # no guid given: one is made
+        contents(r)                                     # (on SQLite by the flush)
         g3 = r.scalar('SELECT "guid" FROM "Doc" WHERE "id" = 3')
         assert g3 is not None
         assert [str(c["rowguid"]) for c in contents(r)] == [str(g3)]

@@ -8,6 +8,7 @@ Two properties make it safe to skip Python for plain changes:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import uuid
@@ -20,6 +21,7 @@ from sparksync.merge.apply.decide import ArticleRules, Incoming, Local, decide
 from sparksync.merge.apply.staging import Staging
 from sparksync.merge.conflicts.resolvers import PUBLISHER_PRIORITY, Replicas
 from sparksync.merge.tracking import lineage as lin
+from sparksync.merge.tracking import pending
 from sparksync.merge.tracking.articles import (
     agent_writes,
     delete_row_with_lineage,
@@ -35,6 +37,13 @@ from tests.support.publishing import publish
 NICKS = (1, 10, 20)
 REPLICAS = Replicas(publisher=1, priority={1: PUBLISHER_PRIORITY, 10: 50.0, 20: 40.0}, local=frozenset(),
                     names={1: "P", 10: "S1", 20: "S2"})
+
+
+@contextlib.contextmanager
+def flushed(r):
+    """As the apply: the tracking log flushed inside the transaction, before the agent writes."""
+    pending.flush(r)
+    yield r
 
 
 def _random_lineage(rng: random.Random) -> dict[int, int]:
@@ -58,7 +67,7 @@ def test_sql_verdicts_agree_with_decide(kind, dbs, seed):
     cases = []
     with connect(url) as r:
         art = _articles(r, res["pubid"])["T"]
-        with r.transaction(), agent_writes(r):
+        with r.transaction(), flushed(r), agent_writes(r):
             for i in range(150):
                 g = str(uuid.uuid4())
                 state = rng.choice(["present", "deleted", "absent"])
@@ -146,7 +155,7 @@ def test_staged_values_are_stored_like_the_row_at_a_time_path(kind, dbs):
             if round_ == "update":     # every row's values move one position: each column changes
                 driver_rows = [(a[0],) + b[1:] for a, b in zip(driver_rows, driver_rows[1:] + driver_rows[:1])]
             texts = [codec.encode(v) for v in driver_rows]
-            with r.transaction(), agent_writes(r):
+            with r.transaction(), flushed(r), agent_writes(r):
                 for g, text in zip(guids, texts):
                     values = row_codec.decode(text)
                     values["rowguid"] = g
@@ -170,10 +179,10 @@ def test_staged_delete_writes_tombstones(kind, dbs):
     with connect(url) as r:
         art = _articles(r, res["pubid"])["T"]
         guids = [str(uuid.uuid4()) for _ in range(3)]
-        with r.transaction(), agent_writes(r):
+        with r.transaction(), flushed(r), agent_writes(r):
             for i, g in enumerate(guids):
                 write_row_with_lineage(r, art, {"rowguid": g, "id": i, "name": "x"}, {1: 1}, 1)
-        with r.transaction(), agent_writes(r):
+        with r.transaction(), flushed(r), agent_writes(r):
             staging = Staging(r)
             staging.stage(art.nickname, [(g, "delete", '{"1": 2}', None, None) for g in guids[:2]])
             assert staging.classify(art).deletes == 2
@@ -197,11 +206,11 @@ def test_staged_update_moves_a_primary_key_only_where_it_changed(kind, dbs):
         art = _articles(r, res["pubid"])["T"]
         codec = RowCodec([(c.name, c.type) for c in art.info.columns])
         guids = [str(uuid.uuid4()) for _ in range(3)]
-        with r.transaction(), agent_writes(r):
+        with r.transaction(), flushed(r), agent_writes(r):
             for i, g in enumerate(guids):
                 write_row_with_lineage(r, art, {"rowguid": g, "id": i, "name": "x"}, {1: 1}, 1)
         new = [(guids[0], 0, "same key"), (guids[1], 10, "moved"), (guids[2], 2, "same key")]
-        with r.transaction(), agent_writes(r):
+        with r.transaction(), flushed(r), agent_writes(r):
             staging = Staging(r)
             staging.stage(art.nickname, [(g, "upsert", '{"1": 2}', None, codec.encode([i, name, g]))
                                          for g, i, name in new])

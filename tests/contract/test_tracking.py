@@ -9,6 +9,8 @@ import uuid
 import pytest
 
 from sparksync.dialects import connect
+from sparksync.errors import TrackingNotFlushed
+from sparksync.merge.tracking import pending
 from sparksync.merge.tracking.articles import (
     agent_writes,
     delete_row_with_lineage,
@@ -75,25 +77,27 @@ def test_insert_update_delete_are_tracked(published):
     pnick = min(res["nicknames"].values())
     with connect(url) as r:
         r.execute('INSERT INTO "Parent" ("id", "name") VALUES (3, \'three\')')
+        (c,) = contents(r, pnick)          # the flush gives a row inserted without a rowguid its rowguid
         g3 = rowguid_of(r, "Parent", 3)
-        (c,) = contents(r, pnick)
         inserted = {col: [1, 1] for col in ("id", "name", "price", "doc")}   # an insert stamps every column
         assert c["rowguid"] == g3 and c["lineage"] == {"1": 1} and c["colv"] == inserted
         for i in range(3):
             r.execute(f'UPDATE "Parent" SET "name" = \'v{i}\' WHERE "id" = 3')
-        (c,) = contents(r, pnick)  # a later update updates the same contents row
-        assert c["lineage"] == {"1": 4}
-        assert c["colv"] == {**inserted, "name": [1, 4]}
+        (c,) = contents(r, pnick)  # later updates update the same contents row, one version per flush
+        assert c["lineage"] == {"1": 2}
+        assert c["colv"] == {**inserted, "name": [1, 2]}
         r.execute('UPDATE "Parent" SET "price" = 9 WHERE "id" = 3')
-        (c,) = contents(r, pnick)
-        assert c["colv"] == {**inserted, "name": [1, 4], "price": [1, 5]}
+        r.execute('UPDATE "Parent" SET "doc" = \'{"b": 2}\' WHERE "id" = 3')
+        (c,) = contents(r, pnick)          # the columns of every update since the last flush
+        assert c["colv"] == {**inserted, "name": [1, 2], "price": [1, 3], "doc": [1, 3]}
         # an update that changes nothing is not a change
         r.execute('UPDATE "Parent" SET "name" = "name" WHERE "id" = 3')
-        assert contents(r, pnick)[0]["lineage"] == {"1": 5}
+        assert contents(r, pnick)[0]["lineage"] == {"1": 3}
+        r.execute('UPDATE "Parent" SET "name" = \'gone soon\' WHERE "id" = 3')
         r.execute('DELETE FROM "Parent" WHERE "id" = 3')
         assert contents(r, pnick) == []
         (t,) = tombstones(r, pnick)
-        assert t["rowguid"] == g3 and t["type"] == 1 and t["lineage"] == {"1": 6}
+        assert t["rowguid"] == g3 and t["type"] == 1 and t["lineage"] == {"1": 4}
         open_g = r.dialect.current_open_generation(r)
         assert t["generation"] == open_g
 
@@ -104,6 +108,9 @@ def test_row_tracking_has_no_column_versions(published):
     with connect(url) as r:
         r.execute('INSERT INTO "Child" ("id", "parent_id", "qty") VALUES (1, 1, 5)')
         r.execute('UPDATE "Child" SET "qty" = 6 WHERE "id" = 1')
+        (c,) = contents(r, cnick)           # inserted and updated since the last flush: one version
+        assert c["colv"] is None and c["lineage"] == {"1": 1}
+        r.execute('UPDATE "Child" SET "qty" = 7 WHERE "id" = 1')
         (c,) = contents(r, cnick)
         assert c["colv"] is None and c["lineage"] == {"1": 2}
 
@@ -114,6 +121,7 @@ def test_bulk_statement_is_tracked_row_by_row(published):
     with connect(url) as r:
         r.executemany(f'INSERT INTO "Child" ("id", "parent_id", "qty") VALUES ({r.p}, 1, {r.p})',
                       [(i, i) for i in range(100, 400)])
+        assert len(contents(r, cnick)) == 300
         r.execute('UPDATE "Child" SET "qty" = "qty" + 1 WHERE "id" >= 200')
         rows = contents(r, cnick)
         assert len(rows) == 300
@@ -126,6 +134,7 @@ def test_agent_writes_carry_their_lineage_and_do_not_echo(published):
         art = [tracked_article(a) for a in published_articles(r, res["pubid"]) if a.source_table == "Parent"][0]
         guid = str(uuid.uuid4())
         with r.transaction():
+            pending.flush(r)                    # as the apply does before it writes
             with agent_writes(r):
                 op = write_row_with_lineage(r, art, {"rowguid": guid, "id": 50, "name": "from S", "price": 3,
                                                      "doc": '{"a": 1}'}, {"7": 3, "1": 1}, generation=1,
@@ -191,6 +200,7 @@ def test_make_generation_closes_and_levels(kind, dbs):
     with connect(url) as r:
         g0 = r.dialect.current_open_generation(r)
         r.executemany(f'INSERT INTO "Parent" ("id", "name") VALUES ({r.p}, {r.p})', [(i, f"n{i}") for i in range(35)])
+        pending.flush(r)                 # the inserts are recorded: their deletes are changes too
         r.execute('DELETE FROM "Parent" WHERE "id" < 5')
         res = make_generation(r, 1, threshold=10)
         # 30 contents + 5 tombstones -> 3 + 1 generations of at most 10 changes
@@ -265,3 +275,32 @@ def test_older_metadata_is_refused_until_setup_upgrades_it(kind, dbs):
             "column_name": "c", "value": "'x'"})
         assert store.select_rows(r, "MSmerge_partition_groups") == []
         assert store.upgrade_metadata(r) is False
+
+
+def test_the_tracking_metadata_is_refused_to_a_connection_that_never_flushed(published):
+    """The one choke point: every read or write of MSmerge_contents / MSmerge_tombstone names them through
+    Replica.meta, which refuses a connection that has not flushed the tracking log; after a flush the
+    change logged a moment ago is there."""
+    url, res = published
+    pnick = min(res["nicknames"].values())
+    with connect(url) as r:
+        r.execute('INSERT INTO "Parent" ("id", "name") VALUES (77, \'logged\')')
+        with pytest.raises(TrackingNotFlushed, match="MSmerge_contents"):
+            store.select_rows(r, "MSmerge_contents")
+        with pytest.raises(TrackingNotFlushed, match="MSmerge_tombstone"):
+            r.meta("MSmerge_tombstone")
+        assert r.scalar(f"SELECT count(*) FROM {r.dialect.metadata_table_sql('MSmerge_pending')}") == (
+            0 if url.startswith("sqlite") else 1)      # SQLite: a row inserted without a rowguid needs no entry
+        assert pending.flush(r) == 1
+        assert [c["rowguid"] for c in contents(r, pnick)] == [rowguid_of(r, "Parent", 77)]
+
+
+def test_status_counts_what_the_log_holds_without_flushing_it(published):
+    url, res = published
+    with connect(url) as r:
+        r.execute('INSERT INTO "Parent" ("id", "name") VALUES (78, \'a\'), (79, \'b\')')
+        r.execute('UPDATE "Parent" SET "name" = \'c\' WHERE "id" = 1')
+        nicks = list(res["nicknames"].values())
+        assert pending.count(r, nicks) == 3           # read-only: the log is still there
+        assert pending.flush(r) >= 1
+        assert pending.count(r, nicks) == 0

@@ -6,10 +6,12 @@ there and holds its transaction open; the merge goes on and must wait for it: on
 sees it blocked by the client's backend (``pg_blocking_pids``), on SQLite the client holds the
 database's write lock, which the merge's next statement needs. When the client commits, the client's
 write is seen: with row tracking it is a conflict, logged, the publisher's version winning; with
-column tracking both column edits are kept. Never the silent loss of the committed write. Then, with a
-transaction held open, the merge says which generation waits for which backend (SQLite: the merge,
-stopped where it closes the publisher's generation while the client holds the write lock, waits for
-it and sends its write), and the first merge after the writer ends converges. Every wait is on an
+column tracking both column edits are kept. Never the silent loss of the committed write, nor of one
+committed after the publisher's generation was closed and before the merge locked the row (it is only
+in the tracking log then: the apply flushes the rows it locked before comparing). Then, with a flush
+held open, the merge says which generation waits for which backend (SQLite: the merge, stopped where
+it closes the publisher's generation while the client holds the write lock, waits for it and sends
+its write), and the first merge after the writers end converges. Every wait is on an
 event (a failpoint reached, a lock seen held or waited for), never on a sleep.
 """
 
@@ -23,6 +25,7 @@ import time
 import pytest
 
 from sparksync.dialects import connect
+from sparksync.merge.tracking import pending
 from sparksync.status import gather_status
 from tests.support.cluster import Cluster, session
 from tests.support.databases import databases
@@ -151,8 +154,28 @@ def test_a_write_committed_while_the_merge_waits_is_a_conflict_not_an_overwrite(
         assert (world.value(who, "TC", 4, "a"), world.value(who, "TC", 4, "b")) == ("hq-a", "sub-b")
 
 
+def test_a_write_committed_after_the_close_and_before_the_lock_is_a_conflict(world, failpoints):
+    """The publisher's generation is closed (its tracking log flushed), then a client commits a change of
+    the row the merge is about to apply: the change is only in the log. The apply flushes the rows it
+    locked before it compares versions, so the change is seen: a conflict, the publisher winning."""
+    world.sql("S", 'UPDATE "TR" SET "b" = \'sub-b5\' WHERE "id" = 5')
+    failpoints("apply.before_begin P:0 !pause")
+    thread, out = _merge_in_background(world, exchange="upload")
+    try:
+        failpoints.wait_paused("apply.before_begin", "P:0")   # S's change read, nothing at P locked yet
+        world.sql("P", 'UPDATE "TR" SET "a" = \'hq-a5\' WHERE "id" = 5')     # committed, logged, not flushed
+    finally:
+        failpoints.resume("apply.before_begin", "P:0")
+    summary = _finished(thread, out)
+    assert summary.ok, [s.errors for s in summary.subscriptions]
+    assert (world.value("P", "TR", 5, "a"), world.value("P", "TR", 5, "b")) == ("hq-a5", "b5")
+    assert session(summary, "S").total("upload").conflicts == 1
+    assert world.merge().ok
+    for who in ("P", "S", "G"):
+        assert (world.value(who, "TR", 5, "a"), world.value(who, "TR", 5, "b")) == ("hq-a5", "b5"), who
+
+
 def test_a_generation_held_by_an_open_transaction_is_named_and_the_next_merge_converges(world, failpoints):
-    from sparksync.merge.tracking.generations import make_generation
 
     if world.kinds["P"] == "sqlite":
         # One writer at a time: the merge waits for the open transaction, then sends its write.
@@ -170,21 +193,30 @@ def test_a_generation_held_by_an_open_transaction_is_named_and_the_next_merge_co
         assert world.value("S", "TR", 7, "a") == "late" and world.value("G", "TR", 7, "a") == "late"
         return
 
+    # PostgreSQL: an application's open transaction holds no generation (it has only appended to the
+    # tracking log, which holds what committed): the merge sends what committed and waits for nothing
     world.sql("P", 'UPDATE "TR" SET "a" = \'early\' WHERE "id" = 8')
-    with connect(world.urls["P"]) as r:
-        make_generation(r, 1)                              # row 8's generation is closed and settled
     holder = Holder(world, 'UPDATE "TR" SET "a" = \'late\' WHERE "id" = 7;')
     summary = world.merge()
-    assert summary.ok
-    lines = summary.waiting.get("P", [])
-    assert lines and "pid" in lines[0] and "idle in transaction" in lines[0] and "holder" in lines[0], lines
-    assert world.value("S", "TR", 8, "a") == "early"      # what was committed went
-    status = gather_status(world.topology)
-    assert any("holder" in line for line in status["publisher"].get("waiting", []))
+    assert summary.ok and not summary.waiting.get("P"), summary.waiting
+    assert world.value("S", "TR", 8, "a") == "early" and world.value("S", "TR", 7, "a") != "late"
+    # a flush in flight does hold its generation: named, with its backend
+    with connect(world.urls["P"]) as flusher:
+        world.sql("P", 'UPDATE "TR" SET "a" = \'flushed\' WHERE "id" = 9')
+        flusher.execute("SELECT set_config('application_name', 'flusher', false)")
+        flusher.begin()
+        assert pending.flush(flusher) == 1
+        summary = world.merge()
+        assert summary.ok
+        lines = summary.waiting.get("P", [])
+        assert lines and "pid" in lines[0] and "idle in transaction" in lines[0] and "flusher" in lines[0], lines
+        status = gather_status(world.topology)
+        assert any("flusher" in line for line in status["publisher"].get("waiting", []))
+        flusher.commit()
     holder.commit()
     assert world.merge().ok                                # writes stop -> the next merge converges
     for who in ("S", "G"):
-        assert world.value(who, "TR", 7, "a") == "late"
+        assert world.value(who, "TR", 7, "a") == "late" and world.value(who, "TR", 9, "a") == "flushed"
     assert "waiting" not in gather_status(world.topology)["publisher"]
 
 

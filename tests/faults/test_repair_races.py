@@ -25,6 +25,7 @@ import threading
 import pytest
 
 from sparksync.dialects import connect
+from sparksync.merge.tracking import pending
 from sparksync.merge.tracking.articles import agent_writes
 from sparksync.validation.compare import compare_replicas
 from sparksync.validation.repair import repair
@@ -69,6 +70,7 @@ def validated(world, *ids: int):
 def lineage(world, who: str, id_: int) -> dict:
     """The row's lineage ({} for a row never changed since it was published: no contents row)."""
     with connect(world.urls[who]) as r:
+        pending.flush(r)
         guid = r.scalar('SELECT "rowguid" FROM "T" WHERE "id" = ' + r.p, [id_])
         raw = r.scalar(f"SELECT lineage FROM {r.meta('MSmerge_contents')} WHERE rowguid = {r.dialect.uuid_param()}",
                        [str(guid)])

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from sparksync.cli.app import app
 from sparksync.dialects import connect
+from sparksync.merge.tracking import pending
 from sparksync.metadata import store
 from tests.support.cluster import Cluster, session
 from tests.support.config import write_config
@@ -57,6 +58,7 @@ def test_forged_lineage_cannot_beat_a_newer_publisher_change(world):
     world.sql("P", "UPDATE \"T\" SET \"v\" = 'newer at P' WHERE \"id\" = 2")
     world.sql("S1", "UPDATE \"T\" SET \"v\" = 'forged' WHERE \"id\" = 2")
     with connect(world.urls["S1"]) as r:       # forge: claim the publisher's version 999 was seen
+        pending.flush(r)                        # (in the metadata sparksync wrote for the change)
         r.execute("UPDATE \"MSmerge_contents\" SET \"lineage\" = json_set(\"lineage\", '$.\"1\"', 999) WHERE \"rowguid\" "
                   "= (SELECT \"rowguid\" FROM \"T\" WHERE \"id\" = 2)")
     summary = world.merge(exchange="upload")

@@ -6,6 +6,7 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.dialects.model import from_table_dict
+from sparksync.merge.tracking import pending
 from sparksync.merge.tracking.generations import enumeration_bound
 from sparksync.metadata import store
 from sparksync.names import TableName
@@ -80,6 +81,7 @@ def test_setup_initializes_mixed_subscribers(spark, dbs, tmp_path, pub_kind, sub
             # tracking is installed: a local change is recorded with this replica's nickname
             sub.execute('UPDATE "Customer" SET "Territory" = \'Mars\' WHERE "CustomerID" = 1')
             nick_c = by_name["Customer"]
+            pending.flush(sub)
             rows = [c for c in store.select_rows(sub, "MSmerge_contents", {"tablenick": nick_c})
                     if c["generation"] != baseline["generation"]]
             assert len(rows) == 1 and rows[0]["lineage"].get(str(ident.nickname)) == 1

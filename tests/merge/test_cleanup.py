@@ -15,6 +15,7 @@ from sparksync.dialects import connect
 from sparksync.merge.maintenance.cleanup import cleanup
 from sparksync.merge.session.agent import MergeAgent
 from sparksync.merge.session.summary import MergeOptions
+from sparksync.merge.tracking import pending
 from sparksync.metadata import store
 from sparksync.provision import setup
 from sparksync.reinit import reinitialize
@@ -31,6 +32,7 @@ DETAIL = '"SalesOrderDetail"'
 
 def count(url: str, table: str) -> int:
     with connect(url) as r:
+        pending.flush(r)
         return int(r.scalar(f"SELECT count(*) FROM {r.meta(table)}"))
 
 

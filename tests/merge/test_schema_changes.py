@@ -15,6 +15,7 @@ from sparksync.errors import SchemaDrift, SchemaError
 from sparksync.merge.publish import schema_change as merge_schema_change
 from sparksync.merge.session.agent import MergeAgent
 from sparksync.merge.session.summary import MergeOptions
+from sparksync.merge.tracking import pending
 from sparksync.metadata import store
 from sparksync.provision import setup
 from sparksync.validation.subscriptions import validate
@@ -96,6 +97,7 @@ def test_columns_added_and_dropped_reach_every_subscriber_in_order(spark, dbs, t
     assert agent.run(MergeOptions()).ok
     for url in (hq_url, s1_url, s2_url):
         with connect(url) as r:
+            pending.flush(r)
             colvs = [c for (c,) in r.query(f"SELECT colv FROM {r.meta('MSmerge_contents')} WHERE colv IS NOT NULL")]
             assert colvs and not any("Note" in str(c) for c in colvs), url
     # a subscriber initialized later gets the new shape from a new snapshot

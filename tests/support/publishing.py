@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sparksync.dialects import connect
 from sparksync.merge.publish.publication import apply_publication, plan_publication
+from sparksync.merge.tracking import pending
 from sparksync.metadata import store
 from sparksync.topology import parse_topology
 
@@ -47,11 +48,13 @@ def make_tables(url: str, kind: str, ddl: list[str] | None = None) -> None:
 
 
 def contents(r, nick=None):
+    pending.flush(r)                     # as every reader of the tracking metadata does
     rows = store.select_rows(r, "MSmerge_contents", order_by=("tablenick", "rowguid"))
     return [x for x in rows if nick is None or x["tablenick"] == nick]
 
 
 def tombstones(r, nick=None):
+    pending.flush(r)
     rows = store.select_rows(r, "MSmerge_tombstone", order_by=("tablenick", "rowguid"))
     return [x for x in rows if nick is None or x["tablenick"] == nick]
 

@@ -83,6 +83,12 @@ def render(dialect_name: str, case: str) -> list[str]:
     return dialect.render_merge_triggers(ctx)
 
 
+def render_flush(dialect_name: str, case: str) -> list[str]:
+    dialect = DIALECTS[dialect_name]
+    ctx = trigger_context(SimpleNamespace(dialect=dialect), article(dialect_name, case), REPLICA_NICKNAME)
+    return dialect.render_flush({**ctx, "source": '"claimed"'})
+
+
 def as_text(statements: list[str]) -> str:
     return f"\n{STATEMENT_SEPARATOR}\n".join(statements) + "\n"
 
@@ -104,6 +110,17 @@ def test_rendered_triggers_match_golden(dialect_name, case):
     expected = path.read_text(encoding="utf-8")
     assert text == expected, (f"{path} differs from the rendered SQL; if the change is intended, "
                               "regenerate with SPARKSYNC_UPDATE_GOLDEN=1 and review the diff")
+
+
+@pytest.mark.parametrize("dialect_name, case", PARAMS, ids=IDS)
+def test_rendered_flush_matches_golden(dialect_name, case):
+    text = as_text(render_flush(dialect_name, case))
+    path = GOLDEN_DIR / dialect_name / f"{case}.flush.sql"
+    if UPDATE:
+        path.write_text(text, encoding="utf-8")
+    assert path.is_file(), f"missing golden file {path}; create it with SPARKSYNC_UPDATE_GOLDEN=1"
+    assert text == path.read_text(encoding="utf-8"), (f"{path} differs from the rendered SQL; if the change is "
+                                                      "intended, regenerate with SPARKSYNC_UPDATE_GOLDEN=1")
 
 
 @pytest.mark.parametrize("dialect_name, case", PARAMS, ids=IDS)
@@ -160,6 +177,9 @@ def test_column_tracking_changes_only_colv(dialect_name):
     off = as_text(render(dialect_name, "column_tracking_off"))
     on = as_text(render(dialect_name, "column_tracking_on"))
     assert off != on
+    assert "THEN '1' ELSE '0'" in on and "'1'" not in off     # the changed-column mask only with tracking
+    off = as_text(render_flush(dialect_name, "column_tracking_off"))
+    on = as_text(render_flush(dialect_name, "column_tracking_on"))
     assert "'Full Name'" in on and "'Full Name'" not in off   # per-column versions only with tracking
     if dialect_name == "postgres":
         assert "colv_bump" in on and "colv_bump" not in off
@@ -178,7 +198,7 @@ def test_postgres_update_trigger_skips_the_rowguid_column(case):
 def _names(case: str) -> set[str]:
     info = CASES[case][0](None)
     return {info.name.name, *info.column_names,
-            "MSmerge_contents", "MSmerge_tombstone", "MSmerge_genhistory", "MSmerge_replica"}
+            "MSmerge_contents", "MSmerge_tombstone", "MSmerge_pending", "MSmerge_replica"}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -199,7 +219,7 @@ def test_sqlite_table_and_column_names_only_appear_quoted(case):
     names = _names(case)
     lowered = {n.lower() for n in names}
     seen_quoted: set[str] = set()
-    for stmt in render("sqlite", case):
+    for stmt in render("sqlite", case) + render_flush("sqlite", case):
         tokens = sqlglot.tokenize(stmt, read="sqlite")
         for tok in tokens:
             if tok.token_type == TokenType.IDENTIFIER:          # a "quoted" identifier
@@ -234,7 +254,20 @@ def _sqlite_with_tracking(case: str):
     return replica
 
 
-def _contents(replica):
+def _flush(replica, case: str) -> None:
+    """The flush as ``merge.tracking.pending`` runs it (this in-memory database has no publication)."""
+    dialect = DIALECTS["sqlite"]
+    ctx = trigger_context(replica, article("sqlite", case), 7)
+    with replica.transaction():
+        source, nicks, _ = dialect.claim_pending(replica, [ctx])
+        if nicks:
+            for stmt in dialect.render_flush({**ctx, "source": source}):
+                replica.execute(stmt.replace("__GEN__", "5"))
+        dialect.release_pending(replica, source)
+
+
+def _contents(replica, case: str = "column_tracking_on"):
+    _flush(replica, case)
     return [(nick, guid, gen, json.loads(lin), None if colv is None else json.loads(colv))
             for nick, guid, gen, lin, colv in replica.query(
                 'SELECT tablenick, rowguid, generation, lineage, colv FROM "MSmerge_contents"')]
@@ -258,11 +291,14 @@ def test_sqlite_triggers_track_insert_update_delete_with_column_tracking():
         replica.execute('INSERT INTO "Customer" ("CustomerID", "Full Name", "Notes") VALUES (1, \'Ann\', \'{}\')')
         guid = replica.scalar('SELECT "row_guid" FROM "Customer" WHERE "CustomerID" = 1')
         assert guid and len(guid) == 36 and guid == guid.lower() and guid[14] == "7"
+        assert replica.query('SELECT tablenick, rowguid, op, cols FROM "MSmerge_pending"') == [(30, guid, 1, None)]
         # an insert stamps every column with its version (a re-inserted row is fully explained)
         stamped = {c: [7, 1] for c in ("CustomerID", "Full Name", "Notes")}
         assert _contents(replica) == [(30, guid, 5, {"7": 1}, stamped)]
+        assert replica.query('SELECT * FROM "MSmerge_pending"') == []
 
         replica.execute('UPDATE "Customer" SET "Full Name" = \'Anna\' WHERE "CustomerID" = 1')
+        assert replica.query('SELECT op, cols FROM "MSmerge_pending"') == [(2, "010")]     # the mask: Full Name
         assert _contents(replica) == [(30, guid, 5, {"7": 2}, {**stamped, "Full Name": [7, 2]})]
 
         replica.execute('UPDATE "Customer" SET "Full Name" = "Full Name" WHERE "CustomerID" = 1')  # no change
@@ -281,13 +317,17 @@ def test_sqlite_triggers_without_column_tracking_and_with_agent_writes():
     try:
         replica.execute('INSERT INTO "Customer" ("CustomerID", "Full Name") VALUES (1, \'Ann\')')
         replica.execute('UPDATE "Customer" SET "Notes" = \'{"a": 1}\' WHERE "CustomerID" = 1')
-        [(nick, guid, gen, lineage, colv)] = _contents(replica)
+        [(nick, guid, gen, lineage, colv)] = _contents(replica, "column_tracking_off")   # one version a flush
+        assert (nick, gen, lineage, colv) == (30, 5, {"7": 1}, None)
+        replica.execute('UPDATE "Customer" SET "Notes" = \'{"a": 2}\' WHERE "CustomerID" = 1')
+        [(nick, guid, gen, lineage, colv)] = _contents(replica, "column_tracking_off")
         assert (nick, gen, lineage, colv) == (30, 5, {"7": 2}, None)
 
         replica.execute('UPDATE "MSmerge_replica" SET applying = 1')    # the agent's own writes
         replica.execute('UPDATE "Customer" SET "Full Name" = \'Bob\' WHERE "CustomerID" = 1')
         replica.execute('INSERT INTO "Customer" ("CustomerID", "Full Name", "row_guid") '
                         "VALUES (2, 'Cy', '00000000-0000-7000-8000-000000000002')")
-        assert [c[2:] for c in _contents(replica)] == [(5, {"7": 2}, None)]
+        assert replica.query('SELECT * FROM "MSmerge_pending"') == []
+        assert [c[2:] for c in _contents(replica, "column_tracking_off")] == [(5, {"7": 2}, None)]
     finally:
         replica.close()

@@ -20,6 +20,7 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.tracking import pending
 from sparksync.metadata import store
 from sparksync.metadata.records import Role, SubscriptionRow
 from sparksync.web import tokens
@@ -27,6 +28,7 @@ from sparksync.web.device.sync import DeviceOptions, sync
 from sparksync.web.wire import HEADER, MAGIC, META, PROTOCOL, change_schema, wire_schema, write_changes
 from tests.support.clients import shell
 from tests.support.databases import databases
+from tests.support.upgrade import downgrade
 from tests.support.web import WebWorld, upload_body
 
 pytestmark = pytest.mark.spark
@@ -109,6 +111,7 @@ def test_the_first_sync_loads_the_devices_partition_and_nothing_else(world):
         assert _holds(world, world.device_url(name)) == _partition(world, REGIONS[name])
     with connect(world.device_url("TillN")) as dev, connect(world.pub_url) as pub:
         south = {str(g) for (g,) in pub.query('SELECT rowguid FROM "Store" WHERE region = \'south\'')}
+        pending.flush(dev)
         known = {str(g) for (g,) in dev.query(f"SELECT rowguid FROM {dev.meta('MSmerge_contents')}")}
         assert not south & known, "the device learned the lineage of another partition's rows"
 
@@ -284,6 +287,7 @@ def _client(world, token: str | None) -> httpx.Client:
 
 def _state(world) -> tuple:
     with connect(world.pub_url) as pub:
+        pending.flush(pub)
         return (tuple(sorted(_rows(world.pub_url, "Item").items())), tuple(sorted(_rows(world.pub_url, "Store").items())),
                 pub.scalar(f"SELECT count(*) FROM {pub.meta('MSmerge_contents')}"),
                 pub.scalar(f"SELECT max(recgen) FROM {pub.meta('sysmergesubscriptions')}"))
@@ -578,3 +582,20 @@ def test_fifty_devices_sync_at_once_beside_the_merge_agent_and_writers(world, sp
         held, want = _holds(world, world.device_url(n)), _partition(world, FLEET[n])
         assert held == want, (n, {t: (sorted(set(held[t]) - set(want[t])), sorted(set(want[t]) - set(held[t])))
                                   for t in held})
+
+
+def test_a_device_of_the_previous_release_upgrades_on_its_next_sync_and_loses_no_change(world):
+    _ok(world.sync("TillN"))
+    downgrade(world.device_url("TillN"))       # its file as the release before the tracking log left it
+    shell(world.device_url("TillN"), "UPDATE Item SET v = 'old release' WHERE id = 3;\n"
+                                     "INSERT INTO Item (id, v, n) VALUES (103, 'old insert', 1);\n")
+    p = world.sync("TillN")
+    _ok(p)
+    assert "change tracking upgraded" in p.stdout + p.stderr
+    items = _rows(world.pub_url, "Item")
+    assert items[3][1] == "old release" and items[103][1] == "old insert"
+    with connect(world.device_url("TillN")) as dev:
+        assert store.metadata_version(dev) == store.MERGE.version
+    shell(world.device_url("TillN"), "UPDATE Item SET v = 'new release' WHERE id = 4;\n")
+    _ok(world.sync("TillN"))
+    assert _rows(world.pub_url, "Item")[4][1] == "new release"

@@ -269,6 +269,26 @@ class MergeHooks(Protocol):
     def render_merge_triggers(self, ctx: dict) -> list[str]:
         """The statements that (re)create the insert/update/delete tracking triggers of one article."""
 
+    def render_flush(self, ctx: dict) -> list[str]:
+        """The statements that flush one article's claimed tracking log entries into its metadata
+        (``ctx``: ``trigger_context`` with ``source``, the claimed entries; ``__GEN__``: the generation)."""
+
+    def claim_pending(self, replica: Replica, articles: Sequence[dict],
+                      only: tuple[int, str, Sequence[Any]] | None = None,
+                      wait: bool = False) -> tuple[str, list[int], int]:
+        """Inside a transaction: claim the committed entries of the tracking log (``only``: those of one
+        article whose rowguids the SQL given selects, with its parameters; ``wait``: for entries another
+        flush holds, rather than leaving them to it). Returns the relation holding them, the
+        tablenicks it has and how many changed rows it claimed. ``articles``: every tracked article's
+        ``trigger_context``."""
+
+    def release_pending(self, replica: Replica, source: str) -> None:
+        """The claimed entries are flushed: forget them."""
+
+    def flush_generation(self, replica: Replica) -> int | None:
+        """Inside a transaction: the open generation flushed changes go to, held as a writer's where
+        writers run at once (commit safety: it is not enumerated before this transaction ends)."""
+
     def drop_merge_triggers(self, replica: Replica, table: TableName, artid: str) -> None: ...
 
     def list_merge_triggers(self, replica: Replica, table: TableName) -> list[str]: ...

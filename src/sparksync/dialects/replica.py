@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sparksync.dialects.model import TableInfo
-from sparksync.errors import ConnectionFailed, SparksyncError
+from sparksync.errors import ConnectionFailed, SparksyncError, TrackingNotFlushed
 from sparksync.names import TableName
 from sparksync.redaction import redact
 
@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 
 
 IN_LIST = 500     # values bound in one IN (...) list: far below every driver's parameter limit
+
+TRACKING_TABLES = frozenset({"MSmerge_contents", "MSmerge_tombstone"})
+"""The merge metadata the tracking triggers' log (MSmerge_pending) is flushed into: read or written only
+through a connection that has flushed it (``merge.tracking.pending``), else a change an application
+made a moment ago would be missing from what is read."""
 
 
 def in_chunks(items: Sequence[Any], n: int = IN_LIST) -> Iterator[list]:
@@ -43,6 +48,7 @@ class Replica:
         self.url = url
         self.label = label or redact_url(url)
         self._in_tx = False
+        self.tracking_flushed = False    # set by merge.tracking.pending.flush (see TRACKING_TABLES)
 
     # -- statements -------------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
@@ -135,7 +141,13 @@ class Replica:
         return self.dialect.table_sql(name)
 
     def meta(self, name: str) -> str:
-        """The quoted, qualified name of a replication metadata table."""
+        """The quoted, qualified name of a replication metadata table. The tracking tables
+        (``TRACKING_TABLES``) only on a connection that flushed the tracking log: every reader and writer
+        of them goes through here, so none can read them stale."""
+        if name in TRACKING_TABLES and not self.tracking_flushed:
+            raise TrackingNotFlushed(
+                f"{self.label}: {name} used before the tracking log was flushed on this connection "
+                "(call merge.tracking.pending.flush first)", obj=name)
         return self.dialect.metadata_table_sql(name)
 
     def reflect(self, name: TableName) -> TableInfo | None:

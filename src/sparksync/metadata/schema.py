@@ -17,7 +17,8 @@ from sparksync.types import Kind, SqlType
 # 5: metadata cleanup (sysmergepublications.cleanup_generation); merge schema changes (sysmergeschemachange,
 #    sysmergepublications.schema_version)
 # 6: MSsnapshot_history (every snapshot run, the failed ones with their error)
-SCHEMA_VERSION = 6
+# 7: MSmerge_pending (lean change tracking: the triggers log which rows changed, a flush writes the metadata)
+SCHEMA_VERSION = 7
 
 INT = SqlType(Kind.INTEGER)
 BIG = SqlType(Kind.BIGINT)
@@ -176,6 +177,15 @@ TABLES: tuple[MetaTable, ...] = (
          C("lineage", JSON, False), C("generation", BIG, False)),
         ("tablenick", "rowguid"),
         (MetaIndex("MSmerge_tombstone_gen", ("generation",)),),
+    ),
+    MetaTable(
+        "MSmerge_pending",
+        "The tracking triggers' log: which rows of an article an application changed since the last flush "
+        "(no index, so a write pays one append). The flush (merge/tracking/pending.py) turns it into "
+        "MSmerge_contents and MSmerge_tombstone rows, before anything reads them.",
+        (C("tablenick", INT, False), C("rowguid", GUID, True), C("op", SMALL, False, "1 insert, 2 update, 3 delete"),
+         C("cols", TEXT, True, "column-tracked updates: one '0' or '1' per column, in the article's column order")),
+        (),
     ),
 )
 

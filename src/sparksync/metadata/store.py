@@ -37,7 +37,7 @@ def render_metadata_ddl(replica: Replica, table: MetaTable, missing_only: bool =
             cols.append(d.serial_primary_key(c.name))
         else:
             cols.append(f"{d.quote(c.name)} {d.render_type(c.type)}{'' if c.nullable else ' NOT NULL'}")
-    if table.serial is None:
+    if table.serial is None and table.primary_key:
         cols.append("PRIMARY KEY (" + ", ".join(d.quote(c) for c in table.primary_key) + ")")
     stmts = [f"CREATE TABLE IF NOT EXISTS {d.metadata_table_sql(table.name)} (\n  " + ",\n  ".join(cols) + "\n)"]
     for idx in table.indexes:
@@ -111,6 +111,7 @@ MIGRATIONS: dict[str, dict[int, Any]] = {
         4: _migrate_4,
         5: _add_columns("sysmergepublications", "cleanup_generation", "schema_version"),
         6: lambda replica: None,            # MSsnapshot_history: a new table
+        7: lambda replica: None,            # MSmerge_pending: a new table (the triggers: merge.tracking.upgrade)
     },
     DISTRIBUTION.name: {
         2: _add_column("MSlogreader_history", "status"),
@@ -210,14 +211,14 @@ def _kinds(table: str) -> dict[str, Kind]:
 def insert_row(replica: Replica, table: str, values: dict[str, Any]) -> None:
     d, kinds = replica.dialect, _kinds(table)
     cols = list(values)
-    sql = (f"INSERT INTO {d.metadata_table_sql(table)} (" + ", ".join(d.quote(c) for c in cols) + ") VALUES ("
+    sql = (f"INSERT INTO {replica.meta(table)} (" + ", ".join(d.quote(c) for c in cols) + ") VALUES ("
            + ", ".join([replica.p] * len(cols)) + ")")
     replica.execute(sql, [to_param(replica, kinds[c], values[c]) for c in cols])
 
 
 def insert_rows(replica: Replica, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     d, kinds = replica.dialect, _kinds(table)
-    sql = (f"INSERT INTO {d.metadata_table_sql(table)} (" + ", ".join(d.quote(c) for c in columns) + ") VALUES ("
+    sql = (f"INSERT INTO {replica.meta(table)} (" + ", ".join(d.quote(c) for c in columns) + ") VALUES ("
            + ", ".join([replica.p] * len(columns)) + ")")
     ks = [kinds[c] for c in columns]
     replica.executemany(sql, ([to_param(replica, k, v) for k, v in zip(ks, r)] for r in rows))
@@ -241,13 +242,13 @@ def update_rows(replica: Replica, table: str, values: Mapping[str, Any], where: 
     d, kinds = replica.dialect, _kinds(table)
     sets = ", ".join(f"{d.quote(c)} = {replica.p}" for c in values)
     w, wp = _where(replica, table, where)
-    replica.execute(f"UPDATE {d.metadata_table_sql(table)} SET {sets}{w}",
+    replica.execute(f"UPDATE {replica.meta(table)} SET {sets}{w}",
                     [to_param(replica, kinds[c], v) for c, v in values.items()] + wp)
 
 
 def delete_rows(replica: Replica, table: str, where: Mapping[str, Any]) -> None:
     w, wp = _where(replica, table, where)
-    replica.execute(f"DELETE FROM {replica.dialect.metadata_table_sql(table)}{w}", wp)
+    replica.execute(f"DELETE FROM {replica.meta(table)}{w}", wp)
 
 
 def _select(replica: Replica, table: str, where: Mapping[str, Any] | None,
@@ -256,7 +257,7 @@ def _select(replica: Replica, table: str, where: Mapping[str, Any] | None,
     cols = list(kinds)
     w, wp = _where(replica, table, where or {})
     order = (" ORDER BY " + ", ".join(d.quote(c) for c in order_by)) if order_by else ""
-    rows = replica.query(f"SELECT {', '.join(d.quote(c) for c in cols)} FROM {d.metadata_table_sql(table)}{w}{order}", wp)
+    rows = replica.query(f"SELECT {', '.join(d.quote(c) for c in cols)} FROM {replica.meta(table)}{w}{order}", wp)
     return cols, [kinds[c] for c in cols], rows
 
 

@@ -23,6 +23,7 @@ from sparksync.merge.tracking.articles import (
     write_row_with_lineage,
 )
 from sparksync.merge.tracking.generations import new_generation
+from sparksync.merge.tracking.pending import flush, flush_rows
 from sparksync.metadata import store
 from sparksync.metadata.records import GenerationRow, GenStatus, PublicationRow, Role, SubscriptionRow
 from sparksync.progress import Reporter, silent
@@ -81,6 +82,7 @@ def _repair_one(topology: Topology, pub: Replica, s: SubscriptionValidation) -> 
        are written (received from the publisher, never uploaded back) or removed."""
     prow = store.select(pub, PublicationRow, {"name": s.publication})[0]
     pubid = prow.pubid
+    flush(pub)                          # the publisher's rows are read with their lineage
     pub_articles = {a.name: a for a in published_articles(pub, pubid)}
     pub_nick = _nickname(pub)
     received = store.select_one(pub, SubscriptionRow, {"pubid": pubid, "name": s.subscription,
@@ -208,6 +210,7 @@ def _local_state(sub: Replica, art: TrackedArticle, rowguids: list[str], since: 
         inlist = ", ".join([d.uuid_param()] * len(chunk))
         present |= {_guid_key(g) for (g,) in sub.query(
             f"SELECT {rg} FROM {t} WHERE {rg} IN ({inlist}) ORDER BY {rg}{d.row_lock_clause()}", chunk)}
+        flush_rows(sub, nick, inlist, chunk)        # locked: what was changed here before is in the metadata
         for table in ("MSmerge_contents", "MSmerge_tombstone"):
             for g, lineage, pending in sub.query(
                     f"SELECT x.rowguid, x.lineage, CASE WHEN x.generation > {p} AND NOT EXISTS (SELECT 1 FROM {gh} g "

@@ -40,6 +40,7 @@ from sparksync.errors import ConfigurationError, NotInitialized, SparksyncError
 from sparksync.filters import parse_filter
 from sparksync.merge.partitions.evaluation import partitions as partitions_of
 from sparksync.merge.partitions.scheme import PartitionScheme, scheme_of
+from sparksync.merge.tracking import pending as pending_log
 from sparksync.merge.tracking.articles import (
     TrackedArticle,
     published_articles,
@@ -138,6 +139,7 @@ def _merge_checks(topology: Topology, pub: Replica, name: str, subs: list,
     prow = store.select_one(pub, PublicationRow, {"name": name})
     if prow is None:
         raise NotInitialized(f"publication {name} is not published; run 'sparksync setup'", obj=name)
+    pending_log.flush(pub)
     pubid = prow.pubid
     articles = published_articles(pub, pubid)
     scheme = scheme_of(articles)
@@ -163,6 +165,7 @@ def _merge_checks(topology: Topology, pub: Replica, name: str, subs: list,
         try:
             with connect(url, s.name) as sub:
                 store.require_metadata(sub)
+                pending_log.flush(sub)        # rows inserted here a moment ago have their rowguids
                 tables = {a.name: tracked_article(a).table for a in published_articles(sub, pubid)}
         except SparksyncError as e:
             res.error = e.message

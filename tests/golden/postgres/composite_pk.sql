@@ -5,110 +5,39 @@ DROP TRIGGER IF EXISTS "MSmerge_upd_0F9B2C1E12344ABC8DEF000000000001" ON "public
 DROP TRIGGER IF EXISTS "MSmerge_del_0F9B2C1E12344ABC8DEF000000000001" ON "public"."Order Line"
 -- statement
 CREATE OR REPLACE FUNCTION "sparksync"."msmerge_ins_0F9B2C1E12344ABC8DEF000000000001"() RETURNS trigger LANGUAGE plpgsql AS $fn$
-DECLARE g bigint;
 BEGIN
   IF current_setting('sparksync.applying', true) = 'on' THEN RETURN NULL; END IF;
-  g := "sparksync".writer_generation();
-IF (SELECT count(*) FROM new_rows) > 64 THEN
-    EXECUTE $s0F9B2C1E12344ABC8DEF000000000001$  INSERT INTO "sparksync"."msmerge_contents" AS c (tablenick, rowguid, generation, lineage, colv)
-  SELECT 40, n."row_guid", $1, CASE WHEN ts.lineage IS NULL THEN '{"7": 1}'::jsonb ELSE ts.lineage || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(ts.lineage) AS e), 0) + 1) END,
-"sparksync".colv_bump(NULL, '{"OrderID": 1, "Line No": 1, "Qty": 1}'::jsonb, 7, "sparksync".lineage_next(ts.lineage))
-    FROM new_rows AS n
-    LEFT JOIN "sparksync"."msmerge_tombstone" AS ts ON ts.tablenick = 40 AND ts.rowguid = n."row_guid"
-   WHERE n."row_guid" IS NOT NULL
-  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
-    generation = EXCLUDED.generation,
-    lineage = CASE WHEN c.lineage IS NULL THEN '{"7": 1}'::jsonb ELSE c.lineage || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(c.lineage) AS e), 0) + 1) END,
-    colv = EXCLUDED.colv
-$s0F9B2C1E12344ABC8DEF000000000001$ USING g;
-  ELSE
-  INSERT INTO "sparksync"."msmerge_contents" AS c (tablenick, rowguid, generation, lineage, colv)
-  SELECT 40, n."row_guid", g, CASE WHEN ts.lineage IS NULL THEN '{"7": 1}'::jsonb ELSE ts.lineage || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(ts.lineage) AS e), 0) + 1) END,
-"sparksync".colv_bump(NULL, '{"OrderID": 1, "Line No": 1, "Qty": 1}'::jsonb, 7, "sparksync".lineage_next(ts.lineage))
-    FROM new_rows AS n
-    LEFT JOIN "sparksync"."msmerge_tombstone" AS ts ON ts.tablenick = 40 AND ts.rowguid = n."row_guid"
-   WHERE n."row_guid" IS NOT NULL
-  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
-    generation = EXCLUDED.generation,
-    lineage = CASE WHEN c.lineage IS NULL THEN '{"7": 1}'::jsonb ELSE c.lineage || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(c.lineage) AS e), 0) + 1) END,
-    colv = EXCLUDED.colv
-;
-  END IF;
-IF (SELECT count(*) FROM new_rows) > 64 THEN
-    EXECUTE $s0F9B2C1E12344ABC8DEF000000000001$  DELETE FROM "sparksync"."msmerge_tombstone" AS ts USING new_rows AS n
-   WHERE ts.tablenick = 40 AND ts.rowguid = n."row_guid"
-$s0F9B2C1E12344ABC8DEF000000000001$ USING g;
-  ELSE
-  DELETE FROM "sparksync"."msmerge_tombstone" AS ts USING new_rows AS n
-   WHERE ts.tablenick = 40 AND ts.rowguid = n."row_guid"
-;
-  END IF;
+  INSERT INTO "sparksync"."msmerge_pending" (tablenick, rowguid, op) SELECT 40, n."row_guid", 1 FROM new_rows AS n
+   WHERE n."row_guid" IS NOT NULL;
   RETURN NULL;
 END
 $fn$
 -- statement
 CREATE OR REPLACE FUNCTION "sparksync"."msmerge_upd_0F9B2C1E12344ABC8DEF000000000001"() RETURNS trigger LANGUAGE plpgsql AS $fn$
-DECLARE g bigint;
 BEGIN
   IF current_setting('sparksync.applying', true) = 'on' THEN RETURN NULL; END IF;
-  g := "sparksync".writer_generation();
 IF (SELECT count(*) FROM new_rows) > 64 THEN
-    EXECUTE $s0F9B2C1E12344ABC8DEF000000000001$  INSERT INTO "sparksync"."msmerge_contents" AS c (tablenick, rowguid, generation, lineage, colv)
-  SELECT 40, n."row_guid", $1, '{"7": 1}'::jsonb,
-"sparksync".colv_bump(NULL, coalesce((SELECT jsonb_object_agg(v.k, 1) FROM (VALUES ('OrderID', o."OrderID" IS DISTINCT FROM n."OrderID"), ('Line No', o."Line No" IS DISTINCT FROM n."Line No"), ('Qty', o."Qty" IS DISTINCT FROM n."Qty")) AS v(k, ch) WHERE v.ch), '{}'::jsonb), 7, 1)
+    EXECUTE $s0F9B2C1E12344ABC8DEF000000000001$  INSERT INTO "sparksync"."msmerge_pending" (tablenick, rowguid, op, cols)
+  SELECT 40, n."row_guid", 2, concat(CASE WHEN o."OrderID" IS DISTINCT FROM n."OrderID" THEN '1' ELSE '0' END, CASE WHEN o."Line No" IS DISTINCT FROM n."Line No" THEN '1' ELSE '0' END, CASE WHEN o."Qty" IS DISTINCT FROM n."Qty" THEN '1' ELSE '0' END)
     FROM new_rows AS n JOIN old_rows AS o ON o."row_guid" = n."row_guid"
    WHERE (o."OrderID" IS DISTINCT FROM n."OrderID" OR o."Line No" IS DISTINCT FROM n."Line No" OR o."Qty" IS DISTINCT FROM n."Qty")
-  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
-    generation = EXCLUDED.generation,
-    lineage = CASE WHEN c.lineage IS NULL THEN '{"7": 1}'::jsonb ELSE c.lineage || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(c.lineage) AS e), 0) + 1) END,
-    colv = "sparksync".colv_bump(c.colv, EXCLUDED.colv, 7, "sparksync".lineage_next(c.lineage))$s0F9B2C1E12344ABC8DEF000000000001$ USING g;
+$s0F9B2C1E12344ABC8DEF000000000001$;
   ELSE
-  INSERT INTO "sparksync"."msmerge_contents" AS c (tablenick, rowguid, generation, lineage, colv)
-  SELECT 40, n."row_guid", g, '{"7": 1}'::jsonb,
-"sparksync".colv_bump(NULL, coalesce((SELECT jsonb_object_agg(v.k, 1) FROM (VALUES ('OrderID', o."OrderID" IS DISTINCT FROM n."OrderID"), ('Line No', o."Line No" IS DISTINCT FROM n."Line No"), ('Qty', o."Qty" IS DISTINCT FROM n."Qty")) AS v(k, ch) WHERE v.ch), '{}'::jsonb), 7, 1)
+  INSERT INTO "sparksync"."msmerge_pending" (tablenick, rowguid, op, cols)
+  SELECT 40, n."row_guid", 2, concat(CASE WHEN o."OrderID" IS DISTINCT FROM n."OrderID" THEN '1' ELSE '0' END, CASE WHEN o."Line No" IS DISTINCT FROM n."Line No" THEN '1' ELSE '0' END, CASE WHEN o."Qty" IS DISTINCT FROM n."Qty" THEN '1' ELSE '0' END)
     FROM new_rows AS n JOIN old_rows AS o ON o."row_guid" = n."row_guid"
    WHERE (o."OrderID" IS DISTINCT FROM n."OrderID" OR o."Line No" IS DISTINCT FROM n."Line No" OR o."Qty" IS DISTINCT FROM n."Qty")
-  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
-    generation = EXCLUDED.generation,
-    lineage = CASE WHEN c.lineage IS NULL THEN '{"7": 1}'::jsonb ELSE c.lineage || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(c.lineage) AS e), 0) + 1) END,
-    colv = "sparksync".colv_bump(c.colv, EXCLUDED.colv, 7, "sparksync".lineage_next(c.lineage));
+;
   END IF;
   RETURN NULL;
 END
 $fn$
 -- statement
 CREATE OR REPLACE FUNCTION "sparksync"."msmerge_del_0F9B2C1E12344ABC8DEF000000000001"() RETURNS trigger LANGUAGE plpgsql AS $fn$
-DECLARE g bigint;
 BEGIN
   IF current_setting('sparksync.applying', true) = 'on' THEN RETURN NULL; END IF;
-  g := "sparksync".writer_generation();
-IF (SELECT count(*) FROM old_rows) > 64 THEN
-    EXECUTE $s0F9B2C1E12344ABC8DEF000000000001$  WITH gone AS (
-    DELETE FROM "sparksync"."msmerge_contents" AS c USING old_rows AS o
-     WHERE c.tablenick = 40 AND c.rowguid = o."row_guid"
-    RETURNING c.rowguid, c.lineage
-  )
-  INSERT INTO "sparksync"."msmerge_tombstone" AS t (tablenick, rowguid, type, lineage, generation)
-  SELECT 40, o."row_guid", 1, CASE WHEN gone.lineage IS NULL THEN '{"7": 1}'::jsonb ELSE gone.lineage || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(gone.lineage) AS e), 0) + 1) END, $1
-    FROM old_rows AS o LEFT JOIN gone ON gone.rowguid = o."row_guid"
-   WHERE o."row_guid" IS NOT NULL
-  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
-    type = 1, lineage = EXCLUDED.lineage, generation = EXCLUDED.generation
-$s0F9B2C1E12344ABC8DEF000000000001$ USING g;
-  ELSE
-  WITH gone AS (
-    DELETE FROM "sparksync"."msmerge_contents" AS c USING old_rows AS o
-     WHERE c.tablenick = 40 AND c.rowguid = o."row_guid"
-    RETURNING c.rowguid, c.lineage
-  )
-  INSERT INTO "sparksync"."msmerge_tombstone" AS t (tablenick, rowguid, type, lineage, generation)
-  SELECT 40, o."row_guid", 1, CASE WHEN gone.lineage IS NULL THEN '{"7": 1}'::jsonb ELSE gone.lineage || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(gone.lineage) AS e), 0) + 1) END, g
-    FROM old_rows AS o LEFT JOIN gone ON gone.rowguid = o."row_guid"
-   WHERE o."row_guid" IS NOT NULL
-  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
-    type = 1, lineage = EXCLUDED.lineage, generation = EXCLUDED.generation
-;
-  END IF;
+  INSERT INTO "sparksync"."msmerge_pending" (tablenick, rowguid, op) SELECT 40, o."row_guid", 3 FROM old_rows AS o
+   WHERE o."row_guid" IS NOT NULL;
   RETURN NULL;
 END
 $fn$

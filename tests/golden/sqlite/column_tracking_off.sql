@@ -5,43 +5,20 @@ DROP TRIGGER IF EXISTS "MSmerge_upd_0F9B2C1E12344ABC8DEF000000000001"
 DROP TRIGGER IF EXISTS "MSmerge_del_0F9B2C1E12344ABC8DEF000000000001"
 -- statement
 CREATE TRIGGER "MSmerge_ins_0F9B2C1E12344ABC8DEF000000000001" AFTER INSERT ON "Customer"
-WHEN (SELECT applying FROM "MSmerge_replica") = 0
+WHEN NEW."row_guid" IS NOT NULL AND (SELECT applying FROM "MSmerge_replica") = 0
 BEGIN
-  UPDATE "Customer" SET "row_guid" = lower(substr(printf('%012x', CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)), 1, 8) || '-' || substr(printf('%012x', CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)), 9, 4) || '-7' || substr(hex(randomblob(2)), 2, 3) || '-' || substr('89ab', 1 + (abs(random()) % 4), 1) || substr(hex(randomblob(2)), 2, 3) || '-' || hex(randomblob(6)))
-   WHERE "row_guid" IS NULL AND "CustomerID" IS NEW."CustomerID";
-  INSERT INTO "MSmerge_contents" (tablenick, rowguid, generation, lineage, colv)
-  SELECT 30,
-         coalesce(NEW."row_guid", (SELECT "row_guid" FROM "Customer" WHERE "CustomerID" IS NEW."CustomerID")),
-         (SELECT generation FROM "MSmerge_genhistory" WHERE genstatus = 0), CASE WHEN ts.l IS NULL THEN '{"7":1}' ELSE json_set(ts.l, '$."7"', coalesce((SELECT max(value) FROM json_each(ts.l)), 0) + 1) END, NULL
-    FROM (SELECT (SELECT t.lineage FROM "MSmerge_tombstone" t WHERE t.tablenick = 30 AND t.rowguid = NEW."row_guid") AS l) AS ts
-   WHERE true
-  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
-    generation = excluded.generation,
-    lineage = json_set(lineage, '$."7"', coalesce((SELECT max(value) FROM json_each(lineage)), 0) + 1),
-    colv = NULL;
-  DELETE FROM "MSmerge_tombstone" WHERE tablenick = 30 AND rowguid = NEW."row_guid";
+  INSERT INTO "MSmerge_pending" (tablenick, rowguid, op, cols) VALUES (30, NEW."row_guid", 1, NULL);
 END
 -- statement
 CREATE TRIGGER "MSmerge_upd_0F9B2C1E12344ABC8DEF000000000001" AFTER UPDATE ON "Customer"
-WHEN (SELECT applying FROM "MSmerge_replica") = 0 AND OLD."row_guid" IS NOT NULL
+WHEN OLD."row_guid" IS NOT NULL AND (SELECT applying FROM "MSmerge_replica") = 0
   AND (OLD."CustomerID" IS NOT NEW."CustomerID" OR OLD."Full Name" IS NOT NEW."Full Name" OR OLD."Notes" IS NOT NEW."Notes")
 BEGIN
-  INSERT INTO "MSmerge_contents" (tablenick, rowguid, generation, lineage, colv)
-  VALUES (30, NEW."row_guid", (SELECT generation FROM "MSmerge_genhistory" WHERE genstatus = 0), '{"7":1}', NULL)
-  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
-    generation = excluded.generation,
-    lineage = json_set(lineage, '$."7"', coalesce((SELECT max(value) FROM json_each(lineage)), 0) + 1),
-    colv = NULL;
+  INSERT INTO "MSmerge_pending" (tablenick, rowguid, op, cols) VALUES (30, NEW."row_guid", 2, NULL);
 END
 -- statement
 CREATE TRIGGER "MSmerge_del_0F9B2C1E12344ABC8DEF000000000001" AFTER DELETE ON "Customer"
-WHEN (SELECT applying FROM "MSmerge_replica") = 0 AND OLD."row_guid" IS NOT NULL
+WHEN OLD."row_guid" IS NOT NULL AND (SELECT applying FROM "MSmerge_replica") = 0
 BEGIN
-  INSERT INTO "MSmerge_tombstone" (tablenick, rowguid, type, lineage, generation)
-  SELECT 30, OLD."row_guid", 1, CASE WHEN cur.l IS NULL THEN '{"7":1}' ELSE json_set(cur.l, '$."7"', coalesce((SELECT max(value) FROM json_each(cur.l)), 0) + 1) END, (SELECT generation FROM "MSmerge_genhistory" WHERE genstatus = 0)
-    FROM (SELECT (SELECT c.lineage FROM "MSmerge_contents" c WHERE c.tablenick = 30 AND c.rowguid = OLD."row_guid") AS l) AS cur
-   WHERE true
-  ON CONFLICT (tablenick, rowguid) DO UPDATE SET
-    type = 1, lineage = excluded.lineage, generation = excluded.generation;
-  DELETE FROM "MSmerge_contents" WHERE tablenick = 30 AND rowguid = OLD."row_guid";
+  INSERT INTO "MSmerge_pending" (tablenick, rowguid, op, cols) VALUES (30, OLD."row_guid", 3, NULL);
 END

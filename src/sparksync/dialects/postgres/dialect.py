@@ -10,6 +10,7 @@ from typing import Any
 from sparksync.dialects.agent_locks import AgentLock
 from sparksync.dialects.base import DialectBase
 from sparksync.dialects.model import Column, ForeignKey, TableInfo
+from sparksync.dialects.postgres.tracking_log import TrackingLog
 from sparksync.dialects.protocols import Capabilities
 from sparksync.dialects.replica import Replica, redact_url
 from sparksync.dialects.templates import render_statements
@@ -73,7 +74,7 @@ def _lenient_loader(base):
     return Lenient
 
 
-class PostgresDialect(DialectBase):
+class PostgresDialect(DialectBase, TrackingLog):
     capabilities = Capabilities(
         name="postgresql",
         product="PostgreSQL",

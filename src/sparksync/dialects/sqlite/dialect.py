@@ -11,7 +11,9 @@ import os
 import re
 import sqlite3
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from sparksync.dialects.agent_locks import AgentLock
 from sparksync.dialects.base import DialectBase
@@ -42,6 +44,7 @@ sqlite3.register_adapter(dt.time, lambda v: v.isoformat())
 
 # A UUIDv7-layout GUID: 48 bits of Unix milliseconds, version 7, variant 10xx, random rest.
 _MS = "printf('%012x', CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER))"
+NEW_ROWS = "temp.sparksync_new_rows"    # the flush's rows inserted without a rowguid, by rowid
 NEW_GUID_SQL = (
     "lower(substr(" + _MS + ", 1, 8) || '-' || substr(" + _MS + ", 9, 4) || '-7' || "
     "substr(hex(randomblob(2)), 2, 3) || '-' || substr('89ab', 1 + (abs(random()) % 4), 1) || "
@@ -386,6 +389,38 @@ class SQLiteDialect(DialectBase):
 
     def render_merge_triggers(self, ctx: dict) -> list[str]:
         return render_statements("sqlite/templates/merge_triggers.sql", ctx)
+
+    def render_flush(self, ctx: dict) -> list[str]:
+        return render_statements("sqlite/templates/merge_flush.sql", {**ctx, "new_rows": NEW_ROWS})
+
+    def claim_pending(self, replica: Replica, articles: Sequence[dict], only: tuple[int, str, Sequence[Any]] | None = None,
+                      wait: bool = False):
+        # One writer at a time: every entry of the log is committed, or this transaction's own. So the
+        # log itself is the claimed set (``only`` needs nothing narrower), emptied by release_pending.
+        # Rows inserted without a rowguid are found through the rowguid index (NULLs first) and noted in
+        # the connection's temporary table: the flush gives them rowguids and their first version.
+        pending = self.metadata_table_sql("MSmerge_pending")
+        replica.execute(f"CREATE TEMP TABLE IF NOT EXISTS {NEW_ROWS} (tablenick INTEGER NOT NULL, rid INTEGER NOT NULL, "
+                        "PRIMARY KEY (tablenick, rid))")
+        nicks, n = set(), 0
+        for ctx in articles:
+            rg = ctx["rowguid"]
+            cur = replica.execute(f"INSERT INTO {NEW_ROWS} (tablenick, rid) SELECT {int(ctx['tablenick'])}, rowid "
+                                  f"FROM {ctx['table']} WHERE {rg} IS NULL")
+            if cur.rowcount:
+                nicks.add(int(ctx["tablenick"]))
+                n += cur.rowcount
+        for nick, k in replica.query(f"SELECT tablenick, count(*) FROM {pending} GROUP BY tablenick"):
+            nicks.add(int(nick))
+            n += int(k)
+        return pending, sorted(nicks), n
+
+    def release_pending(self, replica: Replica, source: str) -> None:
+        replica.execute(f"DELETE FROM {source}")
+        replica.execute(f"DELETE FROM {NEW_ROWS}")
+
+    def flush_generation(self, replica: Replica) -> int | None:
+        return self.current_open_generation(replica)
 
     def _trigger_names(self, artid: str) -> list[str]:
         return [f"MSmerge_{op}_{artid}" for op in ("ins", "upd", "del")]

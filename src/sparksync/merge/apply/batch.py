@@ -121,8 +121,9 @@ class _BatchApplier:
                 return
             with agent_writes(replica):
                 refusing = dest.is_publisher and batch.partition_id and self.ctx.refused_out_of_partition
-                before = self.before_images() if refusing else {}
                 work, self.codecs = plan_batch(replica, self.ctx, dest, batch, self.changes, self.articles, outcome)
+                # read after the rows are locked and their logged changes flushed, before anything is written
+                before = self.before_images() if refusing else {}
                 failed_nicks = {f.tablenick for f in store.select(
                     replica, FailedChangeRow, {"source_nickname": batch.source_nick})}
                 failures = [w for w in work if isinstance(w, FailedChange)]
@@ -251,12 +252,13 @@ class _BatchApplier:
         happens to them before the next partition evaluation, which then removes from it those that
         are not in its partition (an insert out of it, or a row moved out since)."""
         replica, pid = self.replica, int(self.batch.partition_id)
-        current, contents = replica.meta("MSmerge_current_partition_mappings"), replica.meta("MSmerge_contents")
+        current = replica.meta("MSmerge_current_partition_mappings")
         u = replica.dialect.uuid_param()
         for nick, cc in self.changes.items():
             if nick not in self.ctx.mapped:
                 continue
             guids = list(dict.fromkeys(g for g, op in zip(cc.rowguid, cc.op) if op != "delete"))
+            contents = replica.meta("MSmerge_contents") if guids else ""     # (flushed: they were planned)
             for chunk in in_chunks(guids):
                 replica.execute(
                     f"INSERT INTO {current} (tablenick, rowguid, partition_id) SELECT c.tablenick, c.rowguid, {pid} "

@@ -18,9 +18,8 @@ from sparksync.merge.conflicts.resolvers import ResolverFailed
 from sparksync.merge.session.changes import OP_REMOVE, OP_UNREADABLE, ArticleChanges, Change
 from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
 from sparksync.merge.tracking import lineage as lin
-from sparksync.merge.tracking.articles import (
-    TrackedArticle,
-)
+from sparksync.merge.tracking.articles import TrackedArticle
+from sparksync.merge.tracking.pending import flush_rows
 from sparksync.rows import RowCodec, row_key, summarize_value
 from sparksync.types import ValueError_, arrow_converter
 
@@ -182,9 +181,11 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
     art = at.article
     removals = [i for i, op in enumerate(cc.op) if op == OP_REMOVE]
     if removals:
-        work.append(Removal(_order_key(at, "delete"), art, OP_REMOVE,
-                            list(dict.fromkeys(cc.rowguid[i] for i in removals))))
+        gone = list(dict.fromkeys(cc.rowguid[i] for i in removals))
+        work.append(Removal(_order_key(at, "delete"), art, OP_REMOVE, gone))
         if len(removals) == len(cc.op):
+            for chunk in in_chunks(gone):       # what was logged of them is recorded, then forgotten with them
+                flush_rows(replica, art.nickname, ", ".join([replica.dialect.uuid_param()] * len(chunk)), chunk)
             return work
     bad = _known_failures(replica, cc, art, codec)
     unique, again = cc.repeats(exclude=set(bad) | set(removals))
@@ -200,6 +201,9 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
     try:
         staging.stage(art.nickname, cc.staged(unique))
         staging.lock_rows(art)
+        # after the lock, before the classification: a local change committed before the lock is in
+        # the metadata the verdicts are made from (a conflict, not an overwrite); none can commit after
+        flush_rows(replica, art.nickname, staging.rowguids_sql(art.nickname))
         staged = staging.classify(art, forged_from=batch.source_nick if check_forged else None)
         replica.execute("RELEASE SAVEPOINT sparksync_plan")
     except CHANGE_REJECTED:

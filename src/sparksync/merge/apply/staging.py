@@ -65,6 +65,10 @@ class Staging:
         """``changes``: (rowguid, op, lineage JSON, colv JSON, row JSON), rowguids unique per article."""
         self.d.load_staging(self.replica, self.table, [(nick, *c) for c in changes])
 
+    def rowguids_sql(self, nick: int) -> str:
+        """A SELECT of the rowguids staged for article ``nick``."""
+        return f"SELECT rowguid FROM {self.table} WHERE tablenick = {int(nick)}"
+
     def lock_rows(self, art: TrackedArticle) -> None:
         """Where other transactions write at the same time (PostgreSQL), lock the user rows of the
         staged changes before their metadata is read: a write committed while this batch waits is

@@ -37,6 +37,7 @@ from sparksync.dialects.replica import Replica
 from sparksync.errors import ConfigurationError, SparksyncError
 from sparksync.merge.conflicts.model import conflict_table_name
 from sparksync.merge.maintenance.expiration import expiry
+from sparksync.merge.tracking import pending
 from sparksync.merge.tracking.articles import published_articles, tracked_article
 from sparksync.merge.tracking.generations import enumeration_bound
 from sparksync.metadata import store
@@ -135,6 +136,9 @@ def clean_replica(replica: Replica, name: str, role: Role, now: dt.datetime, pub
     if not pubs:
         result.held_by = "no merge publication here"
         return result
+    # the metadata is what is cleaned: a row deleted a moment ago must have its tombstone (with its
+    # lineage) before contents whose row is gone are told from orphans (a dry run records it too)
+    pending.flush(replica)
     p = replica.p
     retentions = [r.retention or 0 for r in pubs.values()]
     # -- history shared by the publications of this database: the longest retention rules -----------

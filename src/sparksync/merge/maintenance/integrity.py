@@ -13,7 +13,7 @@ from sparksync.dialects.replica import Replica
 from sparksync.errors import ReplicaBehind, ReplicaDamaged, SparksyncError
 from sparksync.merge.tracking.articles import install_tracking, published_articles, tracked_article, trigger_context
 from sparksync.metadata import store
-from sparksync.metadata.records import Role, SubscriptionRow
+from sparksync.metadata.records import PublicationRow, Role, SubscriptionRow
 
 
 def replica_problems(replica: Replica, pubid: str) -> list[str]:
@@ -114,3 +114,14 @@ def repair_tracking(replica: Replica, pubid: str) -> list[str]:
                 install_tracking(replica, art, ident.nickname)
                 repaired.append(f"{art.table} ({problems[0]})")
     return repaired
+
+
+def upgrade_tracking(replica: Replica) -> list[str]:
+    """Re-create the tracking triggers of every merge article at this replica after its metadata was
+    upgraded (``store.upgrade_metadata``): a release's triggers are the ones it installs. A release
+    before the tracking log wrote the metadata in its triggers, so nothing it recorded is pending
+    anywhere but in that metadata: nothing is lost. Returns the articles whose triggers changed."""
+    out = []
+    for prow in store.select(replica, PublicationRow):
+        out += repair_tracking(replica, prow.pubid)
+    return out

@@ -34,6 +34,7 @@ from sparksync.merge.partitions.scheme import PartitionScheme
 from sparksync.merge.session.changes import ALL_PARTITIONS
 from sparksync.merge.tracking.articles import tracked_article
 from sparksync.merge.tracking.generations import enumeration_bound, new_generation
+from sparksync.merge.tracking.pending import flush
 from sparksync.metadata import store
 from sparksync.metadata.records import (
     ArticleRow,
@@ -128,6 +129,7 @@ def ensure_partitions(replica: Replica, pubid: str, scheme: PartitionScheme, art
     """The partitions of ``wanted`` (parameter values from ``partition_values``), in that order; the
     ones that do not exist yet are made, and (``mappings``: precomputed partitions) their mappings
     computed for every row in one statement per article. Inside a transaction at the publisher."""
+    flush(replica)                  # the mappings are computed from the tracking metadata
     existing = {tuple(p.params.items()): p for p in partitions(replica, pubid)}
     new: list[Partition] = []
     next_id = int(replica.scalar(f"SELECT coalesce(max(partition_id), 0) FROM "
@@ -437,6 +439,7 @@ def evaluate(replica: Replica, pubid: str, scheme: PartitionScheme, articles: li
     did; ``realignment_generation`` set means rows were moved into a generation above the open one
     (close generations again, then evaluate again, before enumerating)."""
     with replica.transaction():
+        flush(replica)              # (what it records goes to the open generation, above the bound)
         prow = store.select_one(replica, PublicationRow, {"pubid": pubid})
         assert prow is not None
         lo = prow.partitions_evaluated or 0

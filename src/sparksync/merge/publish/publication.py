@@ -18,6 +18,7 @@ from sparksync.merge.partitions.scheme import PartitionScheme, filtered_article
 from sparksync.merge.publish import processing_order as art
 from sparksync.merge.publish.schema_changes import check_added_values, plan_changes
 from sparksync.merge.publish.schema_changes import record as record_schema_changes
+from sparksync.merge.tracking import pending
 from sparksync.merge.tracking.articles import TrackedArticle, install_tracking, remove_tracking, tracked_article
 from sparksync.merge.tracking.generations import ensure_open_generation
 from sparksync.metadata import store
@@ -232,6 +233,7 @@ def apply_publication(replica: Replica, topology: Topology, plan: PublicationPla
     ident = store.set_replica_identity(replica, nickname=PUBLISHER_NICKNAME, name=topology.publisher.name,
                                        role=Role.PUBLISHER)
     ensure_open_generation(replica, ident.nickname)
+    pending.flush(replica)      # logged by the triggers as they are, before any is re-created
     if plan.existing is None:
         pubid = store.new_guid()
         store.insert(replica, PublicationRow(
@@ -306,6 +308,8 @@ def remove_articles(replica: Replica, pubid: str, rows: list[ArticleRow]) -> lis
     """Articles (their ``sysmergearticles`` rows) dropped from a publication at one replica, inside a
     transaction: their rows there, and, when no other publication has the table, its tracking
     triggers and merge metadata. The tables stay. Returns their names."""
+    if rows:
+        pending.flush(replica)          # the other articles' logged changes are recorded first
     for r in rows:
         store.delete(replica, ArticleRow, {"pubid": pubid, "artid": r.artid})
         if store.select(replica, ArticleRow, {"source_schema": r.source_schema, "source_table": r.source_table}):

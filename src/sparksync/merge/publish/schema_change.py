@@ -12,6 +12,7 @@ from sparksync.errors import ConfigurationError, SchemaError
 from sparksync.merge.publish.publication import apply_publication, plan_publication
 from sparksync.merge.publish.schema_changes import plan_changes
 from sparksync.merge.tracking.articles import remove_tracking, tracked_article
+from sparksync.merge.tracking.pending import flush
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, PublicationRow
 from sparksync.names import TableName, check_identifier
@@ -63,7 +64,8 @@ def change(topology, publication: str, article: str, add: str | None = None, dro
                          rows[0], siblings, d.capabilities.sql.sqlglot, where)     # refused before anything changes
             ddl = f"ALTER TABLE {d.table_sql(art.table)} DROP COLUMN {d.quote(found.name)}"
         with pub.transaction():
-            remove_tracking(pub, art)
+            remove_tracking(pub, art)   # (locks the table: no write is logged until the transaction ends)
+            flush(pub, wait=True)       # what was logged is read with the columns it was logged with
             pub.execute(ddl)
             plan = plan_publication(pub, pcfg)
             result = apply_publication(pub, topology, plan)

@@ -28,6 +28,7 @@ from sparksync.errors import SchemaDrift
 from sparksync.filters import parse_filter
 from sparksync.merge.conflicts.model import conflict_table_name
 from sparksync.merge.tracking.articles import TrackedArticle, install_tracking, remove_tracking, tracked_article
+from sparksync.merge.tracking.pending import flush as flush_log
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, PublicationRow
 from sparksync.types import SqlType
@@ -185,6 +186,7 @@ def replay(sub: Replica, pubid: str, publication: str, changes: list[dict], nick
                 continue
             art = tracked_article(row)
             remove_tracking(sub, art)
+            flush_log(sub, wait=True)   # logged with the columns as they are, before the table changes
             table = d.table_sql(art.table)
             name = ch["column_name"]
             if ch["schematype"] == "add_column":

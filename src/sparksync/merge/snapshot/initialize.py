@@ -21,6 +21,7 @@ from sparksync.dialects.model import ForeignKey, TableInfo, from_table_dict, tab
 from sparksync.dialects.replica import Replica, redact_url
 from sparksync.errors import SchemaDrift, SchemaError
 from sparksync.merge.conflicts.model import ConflictType
+from sparksync.merge.tracking import pending
 from sparksync.merge.tracking.articles import TrackedArticle, install_tracking, remove_tracking, tracked_article
 from sparksync.merge.tracking.generations import ensure_open_generation, next_generation
 from sparksync.metadata import store
@@ -278,6 +279,7 @@ def _forget_dropped_replica(sub: Replica, ident) -> None:
     with sub.transaction():
         for a in store.select(sub, ArticleRow):
             remove_tracking(sub, tracked_article(a))
+        pending.discard(sub)            # its log goes with its metadata: nothing of it is recorded
         for table in MERGE.tables:
             if table.name != store.VERSION_TABLE:
                 sub.execute(f"DELETE FROM {sub.meta(table.name)}")
@@ -290,6 +292,7 @@ def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path,
     check_distinct_tables(sub.label, names)
     with sub.transaction():
         store.install_metadata(sub)
+        pending.flush(sub)
         ident = store.set_replica_identity(sub, nickname=spec.replnickname, name=spec.subscription,
                                            role=Role.SUBSCRIBER, replica_id=spec.replica_id)
         baseline = int(sub.scalar(f"SELECT coalesce(max(generation), 0) FROM {sub.meta('MSmerge_genhistory')}") or 0) + 1
@@ -411,6 +414,7 @@ def deliver_articles(spec: ArticleDelivery) -> InitResult:
                                   "reinitialize it", obj=spec.subscription)
             names = {a.name: destination_name(sub, a) for a in arts}
             with sub.transaction():
+                pending.flush(sub)      # what was changed here is recorded before the new articles' metadata
                 gen = next_generation(sub)
                 rows, refused, infos = _load_articles(sub, snap_dir, manifest, arts, names, gen, spec.pre_creation_cmd,
                                                       spec.partition_id, ident.nickname)

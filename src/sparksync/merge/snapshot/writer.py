@@ -57,7 +57,7 @@ def _write_partitioned(spark, frozen: Replica, url: str, sid: str | None, scheme
     params = {k: partition_column("pg", k) for k in ("host_name", "login")}
     joined = scheme.with_partitions(d, a.name, "m", groups, "pg", params)
     table_sql = f"{d.table_sql(info.name)} AS m {joined.joins}"
-    where, args = f" WHERE pg.pubid = {d.uuid_param()}", (pubid,)
+    where, args = f" WHERE pg.pubid = {d.uuid_param()} AND m.{d.quote(a.rowguid_column)} IS NOT NULL", (pubid,)
     counts = {int(p): int(n) for p, n in frozen.query(
         f"SELECT pg.partition_id, count(DISTINCT m.{d.quote(a.rowguid_column)}) FROM {table_sql}{where} "
         "GROUP BY pg.partition_id", list(args))}
@@ -146,6 +146,10 @@ def _write(spark, topology: Topology, pub: Replica, publication: str, prow: Publ
     scheme = scheme_of(articles)
     try:
         with pub.dialect.consistent_reads(pub, str(pdir / ".work")) as (url, sid, frozen):
+            # A moment just after the flush above. What applications changed since is in its log, not in
+            # its metadata: flushed at the publisher into a generation above snap_gen, delivered then (a
+            # row inserted since without a rowguid, on SQLite, is left out of the snapshot for that).
+            frozen.tracking_flushed = True
             d = pub.dialect
             for a in articles:
                 info = from_table_dict(a.table_schema)
@@ -163,6 +167,7 @@ def _write(spark, topology: Topology, pub: Replica, publication: str, prow: Publ
                 else:
                     parts, total = read_partitions(frozen, url, sid, d.table_sql(info.name), select,
                                                    d.quote(a.rowguid_column), cols, label,
+                                                   f" WHERE {d.quote(a.rowguid_column)} IS NOT NULL",
                                                    key=list(info.primary_key))
                     report(f"snapshot {publication}: {a.name} ({total} rows, {len(parts)} partition(s))")
                     write_parquet(spark, ReadPlan(parts), sdir / rel)
@@ -178,7 +183,7 @@ def _write(spark, topology: Topology, pub: Replica, publication: str, prow: Publ
             cols = [["tablenick", INT.to_dict()], ["rowguid", GUID.to_dict()], ["lineage", JSON.to_dict()],
                     ["colv", JSON.to_dict()]]
             where = " WHERE tablenick IN (" + ", ".join(str(int(n)) for n in nicks) + ")"
-            parts, total = read_partitions(frozen, url, sid, d.metadata_table_sql("MSmerge_contents"),
+            parts, total = read_partitions(frozen, url, sid, frozen.meta("MSmerge_contents"),
                                        "SELECT tablenick, rowguid, lineage, colv", "rowguid", cols,
                                        f"{publication}/MSmerge_contents", where)
             report(f"snapshot {publication}: lineage of {total} changed rows")

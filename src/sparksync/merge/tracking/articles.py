@@ -41,6 +41,8 @@ class TrackedArticle:
 def trigger_context(replica: Replica, article: TrackedArticle, replica_nickname: int) -> dict[str, Any]:
     d = replica.dialect
     columns = [{"name": c.name, "type": c.type} for c in article.info.columns if c.name != article.rowguid_column]
+    for pos, c in enumerate(columns, 1):
+        c["pos"] = pos                       # a column's place in a column-tracked update's mask
     return {
         "table": d.table_sql(article.table),
         "table_name": article.table,
@@ -55,6 +57,7 @@ def trigger_context(replica: Replica, article: TrackedArticle, replica_nickname:
         "tombstone": d.metadata_table_sql("MSmerge_tombstone"),
         "genhistory": d.metadata_table_sql("MSmerge_genhistory"),
         "replica_state": d.metadata_table_sql("MSmerge_replica"),
+        "pending": d.metadata_table_sql("MSmerge_pending"),
         "new_guid": d.new_rowguid_sql(),
         # every column, as keys of a JSON object (an insert stamps them all with its version)
         "all_columns_json": json.dumps({c["name"]: 1 for c in columns}).replace("'", "''"),
@@ -144,6 +147,8 @@ def forget_rows(replica: Replica, article: TrackedArticle, rowguids: Sequence[st
     """Rows this replica should not hold (they left its partition, or a repair found them extra): gone
     with every piece of metadata about them here — contents, tombstone, failed changes — and recorded
     nowhere: not a delete, nothing to send. Inside :func:`agent_writes`. Returns the rows deleted."""
+    from sparksync.merge.tracking import pending  # (it imports this module)
+
     d, n = replica.dialect, 0
     for chunk in in_chunks(list(rowguids)):
         inlist = ", ".join([d.uuid_param()] * len(chunk))
@@ -153,6 +158,7 @@ def forget_rows(replica: Replica, article: TrackedArticle, rowguids: Sequence[st
         for table in ("MSmerge_contents", "MSmerge_tombstone", "MSmerge_failed_changes"):
             replica.execute(f"DELETE FROM {replica.meta(table)} WHERE tablenick = {int(article.nickname)} "
                             f"AND rowguid IN ({inlist})", chunk)
+        pending.forget(replica, article.nickname, inlist, chunk)
     return n
 
 

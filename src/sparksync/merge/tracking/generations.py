@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from sparksync import failpoints
 from sparksync.dialects.protocols import MergeHooks
 from sparksync.dialects.replica import Replica
+from sparksync.merge.tracking.pending import flush
 from sparksync.metadata import store
 from sparksync.metadata.records import GenerationRow, GenStatus
 
@@ -138,6 +139,7 @@ def _close(replica: Replica, generation: int, threshold: int, genstatus: GenStat
 def make_generation(replica: Replica, nickname: int, threshold: int = 1000) -> MakeGenerationResult:
     """Close the open generation if it holds changes (sp_MSmakegeneration), then settle older ones."""
     failpoints.hit("generation.make", replica.label)     # tests: just before this replica's write lock is needed
+    flush(replica)          # what applications changed goes to the open generation before it is closed
     d: MergeHooks = replica.dialect
     result = MakeGenerationResult()
     # Settle older generations first: leveling one of them numbers its chunks above the open

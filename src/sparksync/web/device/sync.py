@@ -28,6 +28,7 @@ from sparksync.errors import ConfigurationError, ProtocolError, ReplicaBehind, S
 from sparksync.merge.apply.batch import apply_batch
 from sparksync.merge.apply.classify import ArticleAt
 from sparksync.merge.apply.decide import ArticleRules
+from sparksync.merge.maintenance.integrity import upgrade_tracking
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.publish.schema_changes import replay, schema_version
 from sparksync.merge.session.changes import RETRY_GENERATION, by_article
@@ -75,7 +76,8 @@ def sync(options: DeviceOptions, report: Reporter = silent) -> MergeSummary:
         if not _initialized(device, hello):
             _initialize(client, device, options, hello, report)
             hello = client.json("GET", "/v1/sync/hello")
-        store.upgrade_metadata(device)
+        if store.upgrade_metadata(device) and upgrade_tracking(device):
+            report(f"{options.subscription}: change tracking upgraded")
         _replay_schema(device, hello, report)
         make_generation(device, hello["nickname"], 1000)
         _upload(client, device, hello, options, session, report)

@@ -46,6 +46,7 @@ from sparksync.merge.session.links import article_rules, session_replicas
 from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
 from sparksync.merge.tracking.articles import published_articles, tracked_article
 from sparksync.merge.tracking.generations import make_generation
+from sparksync.merge.tracking.pending import reading_closed
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, FailedChangeRow, PublicationRow, Role, SubscriptionRow, SubscriptionStatus
 from sparksync.progress import Reporter, silent
@@ -348,6 +349,7 @@ class Door:
         first frame holds every row, read for this device."""
         self.round(device.publication)
         with self.publisher() as pub:
+            reading_closed(pub)         # up to the round's head, which its flush and close bounded
             prow, reg = self._registration(pub, device)
             if not reg.active:
                 raise NotInitialized(f"subscription {device.name} is not initialized yet", obj=device.name)

@@ -1,0 +1,68 @@
+{#- The flush of one article's entries of the tracking log ({{ source }}) into its metadata, set-based.
+    Whatever a row went through since the last flush, what it is now decides: a row that exists gets one
+    lineage bump in MSmerge_contents (an inserted one gets every column at the new version, an updated
+    one the columns its entries name) and loses its tombstone; a row
+    logged as deleted that no longer exists gets a tombstone and loses its contents. __GEN__ is the
+    generation the changes go to.
+    lineage: JSON object {"<replica nickname>": version}; colv: {"<column>": [nickname, version]}. -#}
+{% set first_lineage = "'{\"" ~ replnick ~ "\":1}'" %}
+{% macro bump_once(x) -%}
+CASE WHEN {{ x }} IS NULL THEN {{ first_lineage }} ELSE json_set({{ x }}, '$."{{ replnick }}"', coalesce((SELECT max(value) FROM json_each({{ x }})), 0) + 1) END
+{%- endmacro %}
+{% macro next_once(x) -%}
+CASE WHEN {{ x }} IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each({{ x }})), 0) + 1 END
+{%- endmacro %}
+{% set base = "coalesce(c.lineage, ts.lineage)" %}
+{% set version = next_once(base) %}
+{% macro colv_all() -%}
+{% for chunk in columns | batch(50) %}{{ "json_patch(" if not loop.first }}{% endfor %}{% for chunk in columns | batch(50) %}{{ ", " if not loop.first }}json_object({% for c in chunk %}{{ c.name | lit }}, json_array({{ replnick }}, {{ version }}){{ ", " if not loop.last }}{% endfor %}){{ ")" if not loop.first }}{% endfor %}
+{%- endmacro %}
+{% macro colv_first() -%}
+{% for chunk in columns | batch(50) %}{{ "json_patch(" if not loop.first }}{% endfor %}{% for chunk in columns | batch(50) %}{{ ", " if not loop.first }}json_object({% for c in chunk %}{{ c.name | lit }}, json_array({{ replnick }}, 1){{ ", " if not loop.last }}{% endfor %}){{ ")" if not loop.first }}{% endfor %}
+{%- endmacro %}
+{% macro colv_changed() -%}
+{% for chunk in columns | batch(50) %}json_patch({% endfor %}coalesce(c.colv, '{}'){% for chunk in columns | batch(50) %}, json_object({% for c in chunk %}{{ c.name | lit }}, CASE WHEN p.m{{ c.pos }} = '1' THEN json_array({{ replnick }}, {{ version }}) ELSE json(json_extract(coalesce(c.colv, '{}'), '$."{{ c.name }}"')) END{{ ", " if not loop.last }}{% endfor %})){% endfor %}
+{%- endmacro %}
+{% set mine = "tablenick = " ~ tablenick %}
+{#- rows inserted without a rowguid (claim_pending noted them in {{ new_rows }}): a rowguid, and the
+    first version of every column -#}
+UPDATE {{ table }} SET {{ rowguid }} = {{ new_guid }}
+ WHERE rowid IN (SELECT rid FROM {{ new_rows }} WHERE {{ mine }})
+-- statement
+INSERT INTO {{ contents }} (tablenick, rowguid, generation, lineage, colv)
+SELECT {{ tablenick }}, t.{{ rowguid }}, __GEN__, {{ first_lineage }}, {% if column_tracking %}{{ colv_first() }}{% else %}NULL{% endif %}
+
+  FROM {{ new_rows }} AS n JOIN {{ table }} AS t ON t.rowid = n.rid
+ WHERE n.{{ mine }}
+-- statement
+INSERT INTO {{ contents }} (tablenick, rowguid, generation, lineage, colv)
+SELECT {{ tablenick }}, p.rowguid, __GEN__, {{ bump_once(base) }},
+{%- if column_tracking %}
+       CASE WHEN p.ins = 1 THEN {{ colv_all() }} ELSE {{ colv_changed() }} END
+{%- else %} NULL{% endif %}
+
+  FROM (SELECT rowguid, max(op = 1) AS ins{% if column_tracking %}{% for c in columns %}, max(substr(cols, {{ c.pos }}, 1)) AS m{{ c.pos }}{% endfor %}{% endif %}
+
+          FROM {{ source }} WHERE {{ mine }} AND op <> 3 AND rowguid IS NOT NULL GROUP BY rowguid) AS p
+  JOIN {{ table }} AS t ON t.{{ rowguid }} = p.rowguid
+  LEFT JOIN {{ contents }} AS c ON c.tablenick = {{ tablenick }} AND c.rowguid = p.rowguid
+  LEFT JOIN {{ tombstone }} AS ts ON ts.tablenick = {{ tablenick }} AND ts.rowguid = p.rowguid
+ WHERE true
+ON CONFLICT (tablenick, rowguid) DO UPDATE SET
+  generation = excluded.generation, lineage = excluded.lineage, colv = excluded.colv
+-- statement
+DELETE FROM {{ tombstone }} WHERE {{ mine }} AND rowguid IN (
+  SELECT p.rowguid FROM {{ source }} AS p JOIN {{ table }} AS t ON t.{{ rowguid }} = p.rowguid
+   WHERE p.{{ mine }} AND p.op <> 3)
+-- statement
+INSERT INTO {{ tombstone }} (tablenick, rowguid, type, lineage, generation)
+SELECT {{ tablenick }}, p.rowguid, 1, {{ bump_once(base) }}, __GEN__
+  FROM (SELECT DISTINCT rowguid FROM {{ source }} WHERE {{ mine }} AND op = 3 AND rowguid IS NOT NULL) AS p
+  LEFT JOIN {{ contents }} AS c ON c.tablenick = {{ tablenick }} AND c.rowguid = p.rowguid
+  LEFT JOIN {{ tombstone }} AS ts ON ts.tablenick = {{ tablenick }} AND ts.rowguid = p.rowguid
+ WHERE NOT EXISTS (SELECT 1 FROM {{ table }} AS t WHERE t.{{ rowguid }} = p.rowguid)
+ON CONFLICT (tablenick, rowguid) DO UPDATE SET
+  type = 1, lineage = excluded.lineage, generation = excluded.generation
+-- statement
+DELETE FROM {{ contents }} WHERE {{ mine }} AND rowguid IN (SELECT rowguid FROM {{ source }} WHERE {{ mine }} AND op = 3)
+  AND NOT EXISTS (SELECT 1 FROM {{ table }} AS t WHERE t.{{ rowguid }} = {{ contents }}.rowguid)

@@ -1,0 +1,156 @@
+"""The flush: the tracking triggers' log (``MSmerge_pending``) written into the tracking metadata.
+
+An application's write pays only an append to the log (which row of which article, insert, update or
+delete, and for column-tracked articles which columns). The metadata (a rowguid for a SQLite row
+inserted without one, ``MSmerge_contents`` with one lineage bump per row however many times it
+changed, ``MSmerge_tombstone`` for deleted rows) is written here, set-based, in the open generation.
+
+Every reader and writer of the tracking metadata comes through here first: ``Replica.meta`` refuses
+``MSmerge_contents`` and ``MSmerge_tombstone`` on a connection that never flushed. The merge agent
+flushes before it closes a replica's generation (``generations.make_generation``); the apply flushes
+the rows of a batch inside its transaction *after* it has locked them and *before* it classifies them
+(:func:`flush_rows`), so a local change committed just before the lock is a conflict, never silently
+overwritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sparksync.dialects.protocols import MergeHooks
+from sparksync.dialects.replica import Replica
+from sparksync.errors import ReplicaDamaged
+from sparksync.merge.tracking.articles import tracked_article, trigger_context
+from sparksync.metadata import store
+from sparksync.metadata.records import ArticleRow
+
+LOG = "MSmerge_pending"
+
+
+def flush(replica: Replica, wait: bool = False) -> int:
+    """Flush every committed entry of the log (in the caller's transaction if one is open, else in its
+    own). Returns the entries flushed. Where flushes run at once (PostgreSQL) and another whole flush is
+    running, what it claimed is its own and the rest is left for the next, unless ``wait``: then this
+    one waits for it (a schema change, which must read the log with the columns it was written with).
+    A database without the log (no merge metadata, or metadata of a release before it, whose triggers
+    write the metadata themselves) has nothing to flush."""
+    if not has_log(replica):
+        replica.tracking_flushed = True
+        return 0
+    with replica.transaction():
+        n = _flush(replica, None, wait)
+    replica.tracking_flushed = True
+    return n
+
+
+def flush_rows(replica: Replica, tablenick: int, rowguids_sql: str, params: Sequence[Any] = ()) -> int:
+    """Inside the apply's transaction, after it locked the rows it will write: flush the entries of
+    those rows (``rowguids_sql``: their rowguids, a SELECT or a list of placeholders for ``params``),
+    waiting for a flush that holds one."""
+    if not replica.in_transaction:
+        raise RuntimeError("flush_rows() runs inside the apply's transaction")
+    if not has_log(replica):
+        replica.tracking_flushed = True
+        return 0
+    n = _flush(replica, (int(tablenick), rowguids_sql, list(params)), True)
+    replica.tracking_flushed = True
+    return n
+
+
+def count(replica: Replica, nicknames: Sequence[int], after: int | None = None, partition_id: int | None = None) -> int:
+    """Read-only, for ``status``: the rows of these articles changed since the last flush (logged, or on
+    SQLite inserted without a rowguid) that the metadata does not already count as changed after
+    generation ``after``; ``partition_id``: only rows mapped to that partition (a new row is in none
+    until the partitions are evaluated). The connection may then read the tracking metadata: it has
+    accounted for the log."""
+    replica.tracking_flushed = True
+    if not has_log(replica) or not nicknames:
+        return 0
+    d = replica.dialect
+    m = d.metadata_table_sql
+    nick_list = ", ".join(str(int(n)) for n in nicknames)
+    where, params = "", []
+    if after is not None:
+        where = " WHERE " + " AND ".join(
+            f"NOT EXISTS (SELECT 1 FROM {m(t)} c WHERE c.tablenick = x.tablenick AND c.rowguid = x.rowguid "
+            f"AND c.generation > {replica.p})" for t in ("MSmerge_contents", "MSmerge_tombstone"))
+        params = [int(after), int(after)]
+    join = ""
+    if partition_id is not None:
+        join = (f" JOIN {m('MSmerge_current_partition_mappings')} cm ON cm.tablenick = x.tablenick "
+                f"AND cm.rowguid = x.rowguid AND cm.partition_id = {int(partition_id)}")
+    n = int(replica.scalar(f"SELECT count(*) FROM (SELECT DISTINCT tablenick, rowguid FROM {m(LOG)} "
+                           f"WHERE tablenick IN ({nick_list})) AS x{join}{where}", params) or 0)
+    if partition_id is None:
+        for ctx in _articles(replica)[1]:          # rows inserted without a rowguid (SQLite) get it at the flush
+            if ctx["tablenick"] in set(nicknames):
+                n += int(replica.scalar(f"SELECT count(*) FROM {ctx['table']} WHERE {ctx['rowguid']} IS NULL") or 0)
+    return n
+
+
+def discard(replica: Replica) -> None:
+    """The replica's tracking metadata is being thrown away, its log with it (a replica dropped or
+    reinitialized): nothing in it is recorded. Inside the transaction that deletes the metadata."""
+    if has_log(replica):
+        replica.execute(f"DELETE FROM {replica.dialect.metadata_table_sql(LOG)}")
+    replica.tracking_flushed = True
+
+
+def reading_closed(replica: Replica) -> None:
+    """For a reader of closed generations only, up to an enumeration bound taken after a flush (a web
+    download): what the log holds now is flushed later into the open generation, above that bound, and
+    read then. (A row it changed is read with its new values and its lineage of before; the flush's
+    version of it follows in the next window.)"""
+    replica.tracking_flushed = True
+
+
+def has_log(replica: Replica) -> bool:
+    cached = getattr(replica, "_has_tracking_log", None)
+    if cached is None:
+        cached = replica.dialect.metadata_table_exists(replica, LOG)
+        if cached:                              # an absent log may appear (setup); a present one stays
+            replica._has_tracking_log = True    # type: ignore[attr-defined]
+    return bool(cached)
+
+
+def forget(replica: Replica, tablenick: int, rowguids_sql: str, params: list) -> None:
+    """Entries of rows this replica forgets (they left its partition): nothing to flush for them."""
+    if has_log(replica):
+        replica.execute(f"DELETE FROM {replica.dialect.metadata_table_sql(LOG)} WHERE tablenick = {int(tablenick)} "
+                        f"AND rowguid IN ({rowguids_sql})", params)
+
+
+def _articles(replica: Replica) -> tuple[int, list[dict]]:
+    ident = store.replica_identity(replica)
+    if ident is None:
+        return 0, []
+    seen: dict[int, dict] = {}
+    for row in store.select(replica, ArticleRow, order_by=("nickname",)):
+        if int(row.nickname) not in seen:
+            seen[int(row.nickname)] = trigger_context(replica, tracked_article(row), ident.nickname)
+    return ident.nickname, list(seen.values())
+
+
+def _flush(replica: Replica, only: tuple[int, str, list] | None, wait: bool) -> int:
+    d: MergeHooks = replica.dialect
+    nickname, articles = _articles(replica)
+    source, nicks, n = d.claim_pending(replica, articles, only, wait)
+    if not nicks:
+        return 0
+    generation = d.flush_generation(replica)
+    if generation is None:
+        if not nickname:
+            raise ReplicaDamaged(f"{replica.label}: its replica identity (MSmerge_replica) is missing; its changes "
+                                 "cannot be recorded", obj=replica.label)
+        from sparksync.merge.tracking.generations import ensure_open_generation  # (it imports this module)
+        generation = ensure_open_generation(replica, nickname)
+    by_nick = {a["tablenick"]: a for a in articles}
+    for nick in nicks:
+        ctx = by_nick.get(nick)
+        if ctx is None:                 # an article dropped since its rows were logged: nothing to record
+            continue
+        for stmt in d.render_flush({**ctx, "source": source}):
+            replica.execute(stmt.replace("__GEN__", str(int(generation))))
+    d.release_pending(replica, source)
+    return n

@@ -1,0 +1,56 @@
+"""A topology published by the release before the tracking log upgrades on the next setup, and its
+changes recorded by the old triggers (in the tracking metadata itself) all arrive.
+
+The previous release is recreated in place: its tracking triggers (tests/support/previous_release,
+the templates as that release shipped them) on every article at every replica, no MSmerge_pending,
+merge metadata version 6.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sparksync.dialects import connect
+from sparksync.errors import MetadataVersionError
+from sparksync.metadata import store
+from sparksync.provision import setup
+from tests.support.merge_topology import Topo
+from tests.support.upgrade import downgrade
+
+pytestmark = pytest.mark.spark
+
+@pytest.mark.parametrize("pub_kind", ["sqlite", "postgresql"])
+def test_a_topology_of_the_previous_release_upgrades_and_loses_no_change(spark, dbs, tmp_path, pub_kind):
+    t = Topo(spark, dbs, tmp_path, pub_kind, "sqlite", tables=["Item"], with_fk=False)
+    for who in ("P", "S1", "S2", "S3", "S4"):
+        downgrade(t.url(who))
+    # changes recorded by the previous release's triggers, not merged yet
+    t.sql("P", 'UPDATE "Item" SET "v" = \'P-old\' WHERE "id" = 1', 'DELETE FROM "Item" WHERE "id" = 2',
+          'INSERT INTO "Item" ("id", "v", "n") VALUES (100, \'P-new\', 1)')
+    t.sql("S1", 'UPDATE "Item" SET "v" = \'S1-old\' WHERE "id" = 3', 'DELETE FROM "Item" WHERE "id" = 4',
+          'INSERT INTO "Item" ("id", "v", "n") VALUES (200, \'S1-new\', 1)')
+    with connect(t.pub_url) as r:       # the old triggers wrote the metadata themselves; there is no log
+        assert not r.dialect.metadata_table_exists(r, "MSmerge_pending")
+    with pytest.raises(MetadataVersionError, match="setup"):
+        t.merge()                          # refused loudly until setup upgrades it: nothing half-merged
+
+    lines: list[str] = []
+    setup(t.topology, lambda: spark, lines.append)
+    assert any("change tracking upgraded" in x for x in lines), lines
+    assert not any("WARNING" in x for x in lines), lines      # an upgrade is not a repair: nothing was missed
+    for who in ("P", "S1", "S2", "S3", "S4"):
+        with connect(t.url(who)) as r:
+            assert store.metadata_version(r) == store.MERGE.version
+            assert r.dialect.metadata_table_exists(r, "MSmerge_pending")
+    # and the new triggers record what changes after the upgrade
+    t.sql("P", 'UPDATE "Item" SET "v" = \'P-after\' WHERE "id" = 5')
+    t.sql("S1", 'UPDATE "Item" SET "v" = \'S1-after\' WHERE "id" = 6', 'DELETE FROM "Item" WHERE "id" = 7')
+
+    summary = t.merge()
+    assert summary.ok, summary
+    for who in ("P", "S1", "S2", "S3", "S4"):
+        assert t.value(who, "Item", 1) == "P-old" and t.value(who, "Item", 3) == "S1-old", who
+        assert t.value(who, "Item", 100) == "P-new" and t.value(who, "Item", 200) == "S1-new", who
+        assert t.value(who, "Item", 5) == "P-after" and t.value(who, "Item", 6) == "S1-after", who
+        assert not any(t.exists(who, "Item", i) for i in (2, 4, 7)), who
+    t.assert_converged()
