@@ -142,14 +142,14 @@ def assemble() -> Path:
            "script compares. Numbers from one run on the machine named under each section.", ""]
     for name in [n for n in ORDER if n in saved] + sorted(set(saved) - set(ORDER)):
         r = saved[name]
-        for spec in r.get("chart_data", []):
-            draw(spec)
+        # charts drawn now too: a script run without matplotlib saved their data, not their pictures
+        drawn = [spec["file"] for spec in r.get("chart_data", []) if draw(spec)]
         m = r["machine"]
         out += [f"## {r['title']}", "", f"`{r['command']}` — {m['cpus']} CPU(s) {m['cpu']}, {m['memory']}, {m['os']}, "
                 f"Python {m['python']}, PySpark {m['pyspark']}, SQLite {m['sqlite']}", ""]
         for t in r["tables"]:
             out += [t, ""]
-        for c in r["charts"]:
+        for c in dict.fromkeys([*r["charts"], *drawn]):
             out += [f"![{r['title']}](benchmarks/{c})", ""]
         for n in r["notes"]:
             out += [n, ""]
