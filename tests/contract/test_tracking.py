@@ -10,6 +10,7 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.errors import TrackingNotFlushed
+from sparksync.failpoints import InjectedFault
 from sparksync.merge.tracking import pending
 from sparksync.merge.tracking.articles import (
     agent_writes,
@@ -304,3 +305,23 @@ def test_status_counts_what_the_log_holds_without_flushing_it(published):
         assert pending.count(r, nicks) == 3           # read-only: the log is still there
         assert pending.flush(r) >= 1
         assert pending.count(r, nicks) == 0
+
+
+def test_a_flush_that_dies_midway_leaves_the_log_whole_for_the_next(published, failpoints):
+    """A flush is one transaction: killed after it wrote some metadata (the failpoint raises there, as a
+    crash would end it), nothing of it stays and the log still holds every entry; the next flush
+    records each change once."""
+    url, res = published
+    pnick, cnick = sorted(res["nicknames"].values())
+    with connect(url) as r:
+        r.execute('UPDATE "Parent" SET "name" = \'p\' WHERE "id" = 1')
+        r.execute('INSERT INTO "Child" ("id", "parent_id", "qty") VALUES (9, 1, 1)')
+        failpoints(f"tracking.flush {r.label}")
+        with pytest.raises(InjectedFault):
+            pending.flush(r)
+    with connect(url) as r:
+        logged = r.scalar(f"SELECT count(*) FROM {r.dialect.metadata_table_sql('MSmerge_pending')}")
+        assert logged == (1 if url.startswith("sqlite") else 2)     # (SQLite: the new Child row needs none)
+        assert pending.flush(r) == 2
+        assert [c["lineage"] for c in contents(r, pnick)] == [{"1": 1}]
+        assert [c["lineage"] for c in contents(r, cnick)] == [{"1": 1}]

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sparksync import failpoints
 from sparksync.dialects.protocols import MergeHooks
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ReplicaDamaged
@@ -152,5 +153,6 @@ def _flush(replica: Replica, only: tuple[int, str, list] | None, wait: bool) -> 
             continue
         for stmt in d.render_flush({**ctx, "source": source}):
             replica.execute(stmt.replace("__GEN__", str(int(generation))))
+        failpoints.hit("tracking.flush", replica.label)     # tests: an article's metadata written, not committed
     d.release_pending(replica, source)
     return n
