@@ -10,10 +10,9 @@ SELECT 30, p.rowguid, __GEN__, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL
 ON CONFLICT (tablenick, rowguid) DO UPDATE SET
   generation = EXCLUDED.generation, lineage = EXCLUDED.lineage, colv = EXCLUDED.colv
 -- statement
-DELETE FROM "sparksync"."msmerge_tombstone" AS ts USING (
-  SELECT DISTINCT p.rowguid FROM "claimed" AS p JOIN "Sales"."Customer" AS t ON t."row_guid" = p.rowguid
-   WHERE p.tablenick = 30 AND p.op <> 3) AS live
+DELETE FROM "sparksync"."msmerge_tombstone" AS ts USING (SELECT DISTINCT rowguid FROM "claimed" WHERE tablenick = 30 AND op <> 3) AS live
  WHERE ts.tablenick = 30 AND ts.rowguid = live.rowguid
+   AND EXISTS (SELECT 1 FROM "Sales"."Customer" AS t WHERE t."row_guid" = ts.rowguid)
 -- statement
 INSERT INTO "sparksync"."msmerge_tombstone" AS t0 (tablenick, rowguid, type, lineage, generation)
 SELECT 30, p.rowguid, 1, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN '{"7": 1}'::jsonb ELSE coalesce(c.lineage, ts.lineage) || jsonb_build_object('7', coalesce((SELECT max(e.value::bigint) FROM jsonb_each_text(coalesce(c.lineage, ts.lineage)) AS e), 0) + 1) END, __GEN__

@@ -17,9 +17,9 @@ SELECT 30, p.rowguid, __GEN__, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL
 ON CONFLICT (tablenick, rowguid) DO UPDATE SET
   generation = excluded.generation, lineage = excluded.lineage, colv = excluded.colv
 -- statement
-DELETE FROM "MSmerge_tombstone" WHERE tablenick = 30 AND rowguid IN (
-  SELECT p.rowguid FROM "claimed" AS p JOIN "Customer" AS t ON t."row_guid" = p.rowguid
-   WHERE p.tablenick = 30 AND p.op <> 3)
+DELETE FROM "MSmerge_tombstone" WHERE tablenick = 30
+   AND rowguid IN (SELECT rowguid FROM "claimed" WHERE tablenick = 30 AND op <> 3)
+   AND EXISTS (SELECT 1 FROM "Customer" AS t WHERE t."row_guid" = "MSmerge_tombstone".rowguid)
 -- statement
 INSERT INTO "MSmerge_tombstone" (tablenick, rowguid, type, lineage, generation)
 SELECT 30, p.rowguid, 1, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN '{"7":1}' ELSE json_set(coalesce(c.lineage, ts.lineage), '$."7"', coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1) END, __GEN__

@@ -31,10 +31,9 @@ SELECT {{ tablenick }}, p.rowguid, __GEN__, {{ bump(base) }},
 ON CONFLICT (tablenick, rowguid) DO UPDATE SET
   generation = EXCLUDED.generation, lineage = EXCLUDED.lineage, colv = EXCLUDED.colv
 -- statement
-DELETE FROM {{ tombstone }} AS ts USING (
-  SELECT DISTINCT p.rowguid FROM {{ source }} AS p JOIN {{ table }} AS t ON t.{{ rowguid }} = p.rowguid
-   WHERE p.{{ mine }} AND p.op <> 3) AS live
+DELETE FROM {{ tombstone }} AS ts USING (SELECT DISTINCT rowguid FROM {{ source }} WHERE {{ mine }} AND op <> 3) AS live
  WHERE ts.{{ mine }} AND ts.rowguid = live.rowguid
+   AND EXISTS (SELECT 1 FROM {{ table }} AS t WHERE t.{{ rowguid }} = ts.rowguid)
 -- statement
 INSERT INTO {{ tombstone }} AS t0 (tablenick, rowguid, type, lineage, generation)
 SELECT {{ tablenick }}, p.rowguid, 1, {{ bump(base) }}, __GEN__

@@ -51,9 +51,9 @@ SELECT {{ tablenick }}, p.rowguid, __GEN__, {{ bump_once(base) }},
 ON CONFLICT (tablenick, rowguid) DO UPDATE SET
   generation = excluded.generation, lineage = excluded.lineage, colv = excluded.colv
 -- statement
-DELETE FROM {{ tombstone }} WHERE {{ mine }} AND rowguid IN (
-  SELECT p.rowguid FROM {{ source }} AS p JOIN {{ table }} AS t ON t.{{ rowguid }} = p.rowguid
-   WHERE p.{{ mine }} AND p.op <> 3)
+DELETE FROM {{ tombstone }} WHERE {{ mine }}
+   AND rowguid IN (SELECT rowguid FROM {{ source }} WHERE {{ mine }} AND op <> 3)
+   AND EXISTS (SELECT 1 FROM {{ table }} AS t WHERE t.{{ rowguid }} = {{ tombstone }}.rowguid)
 -- statement
 INSERT INTO {{ tombstone }} (tablenick, rowguid, type, lineage, generation)
 SELECT {{ tablenick }}, p.rowguid, 1, {{ bump_once(base) }}, __GEN__
