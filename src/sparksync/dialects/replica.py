@@ -49,6 +49,9 @@ class Replica:
         self.label = label or redact_url(url)
         self._in_tx = False
         self.tracking_flushed = False    # set by merge.tracking.pending.flush (see TRACKING_TABLES)
+        self.has_tracking_log: bool | None = None     # known once asked (merge.tracking.pending.has_log)
+        self.flushed_in: int | None = None            # the transaction (serial) that last flushed
+        self._tx_serial = 0
 
     # -- statements -------------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
@@ -112,6 +115,7 @@ class Replica:
         connection, commit together once all of them have succeeded). Prefer :meth:`transaction`."""
         self.execute(self.dialect.begin_write_sql)
         self._in_tx = True
+        self._tx_serial += 1
 
     def commit(self) -> None:
         """Commit the open transaction; a failure is a typed error (transient when the connection was lost)."""
@@ -130,6 +134,11 @@ class Replica:
     @property
     def in_transaction(self) -> bool:
         return self._in_tx
+
+    @property
+    def transaction_serial(self) -> int | None:
+        """Which transaction of this connection is open (a number that changes with each), or None."""
+        return self._tx_serial if self._in_tx else None
 
     # -- helpers ----------------------------------------------------------------------------
     @property

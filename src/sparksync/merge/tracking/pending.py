@@ -40,9 +40,7 @@ def flush(replica: Replica, wait: bool = False) -> int:
         replica.tracking_flushed = True
         return 0
     with replica.transaction():
-        n = _flush(replica, None, wait)
-    replica.tracking_flushed = True
-    return n
+        return _flush(replica, None, wait)
 
 
 def flush_rows(replica: Replica, tablenick: int, rowguids_sql: str, params: Sequence[Any] = ()) -> int:
@@ -54,9 +52,9 @@ def flush_rows(replica: Replica, tablenick: int, rowguids_sql: str, params: Sequ
     if not has_log(replica):
         replica.tracking_flushed = True
         return 0
-    n = _flush(replica, (int(tablenick), rowguids_sql, list(params)), True)
-    replica.tracking_flushed = True
-    return n
+    if not replica.dialect.capabilities.concurrent_writers and replica.flushed_in == replica.transaction_serial:
+        return 0            # one writer at a time: this transaction flushed everything already, nothing came since
+    return _flush(replica, (int(tablenick), rowguids_sql, list(params)), True)
 
 
 def count(replica: Replica, nicknames: Sequence[int], after: int | None = None, partition_id: int | None = None) -> int:
@@ -68,6 +66,7 @@ def count(replica: Replica, nicknames: Sequence[int], after: int | None = None, 
     replica.tracking_flushed = True
     if not has_log(replica) or not nicknames:
         return 0
+    wanted = {int(n) for n in nicknames}
     d = replica.dialect
     m = d.metadata_table_sql
     nick_list = ", ".join(str(int(n)) for n in nicknames)
@@ -85,7 +84,7 @@ def count(replica: Replica, nicknames: Sequence[int], after: int | None = None, 
                            f"WHERE tablenick IN ({nick_list})) AS x{join}{where}", params) or 0)
     if partition_id is None:
         for ctx in _articles(replica)[1]:          # rows inserted without a rowguid (SQLite) get it at the flush
-            if ctx["tablenick"] in set(nicknames):
+            if ctx["tablenick"] in wanted:
                 n += int(replica.scalar(f"SELECT count(*) FROM {ctx['table']} WHERE {ctx['rowguid']} IS NULL") or 0)
     return n
 
@@ -107,12 +106,12 @@ def reading_closed(replica: Replica) -> None:
 
 
 def has_log(replica: Replica) -> bool:
-    cached = getattr(replica, "_has_tracking_log", None)
-    if cached is None:
-        cached = replica.dialect.metadata_table_exists(replica, LOG)
-        if cached:                              # an absent log may appear (setup); a present one stays
-            replica._has_tracking_log = True    # type: ignore[attr-defined]
-    return bool(cached)
+    if replica.has_tracking_log:
+        return True
+    found = replica.dialect.metadata_table_exists(replica, LOG)
+    if found:                               # an absent log may appear (setup); a present one stays
+        replica.has_tracking_log = True
+    return found
 
 
 def forget(replica: Replica, tablenick: int, rowguids_sql: str, params: list) -> None:
@@ -138,6 +137,7 @@ def _flush(replica: Replica, only: tuple[int, str, list] | None, wait: bool) -> 
     nickname, articles = _articles(replica)
     source, nicks, n = d.claim_pending(replica, articles, only, wait)
     if not nicks:
+        _flushed(replica)
         return 0
     generation = d.flush_generation(replica)
     if generation is None:
@@ -155,4 +155,10 @@ def _flush(replica: Replica, only: tuple[int, str, list] | None, wait: bool) -> 
             replica.execute(stmt.replace("__GEN__", str(int(generation))))
         failpoints.hit("tracking.flush", replica.label)     # tests: an article's metadata written, not committed
     d.release_pending(replica, source)
+    _flushed(replica)
     return n
+
+
+def _flushed(replica: Replica) -> None:
+    """This connection has flushed (in this transaction): it may read the tracking metadata."""
+    replica.tracking_flushed, replica.flushed_in = True, replica.transaction_serial
