@@ -37,6 +37,8 @@ _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode   #
 # PostgreSQL subscriber reads that text with the column's own input function, exactly; a SQLite
 # subscriber stores the text.
 VERBATIM_KINDS = frozenset({Kind.DATE, Kind.TIME, Kind.TIMESTAMP, Kind.TIMESTAMPTZ, Kind.DECIMAL})
+# kinds whose JSON value is a string converted by a pure function: worth a memo per batch
+_MEMO_KINDS = frozenset({Kind.DECIMAL, Kind.DATE, Kind.TIME, Kind.TIMESTAMP, Kind.TIMESTAMPTZ})
 _PLAIN = {Kind.SMALLINT: int, Kind.INTEGER: int, Kind.BIGINT: int, Kind.TEXT: str}
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -72,25 +74,45 @@ class RowCodec:
             return None
         raw = json.loads(text)
         out: dict[str, Any] = {}
-        for name, t, plain, conv in self._enc:
+        for i, (name, _, plain, _) in enumerate(self._enc):
             if partial and name not in raw:
                 continue
             v = raw.get(name)
-            if v is None:
-                out[name] = None
-            elif plain is not None and type(v) is plain:
-                out[name] = v
-            elif t.kind is Kind.BYTES:
-                out[name] = base64.b64decode(v)
-            elif t.kind in (Kind.REAL, Kind.DOUBLE) and isinstance(v, str):
-                out[name] = float(v)
-            elif verbatim and t.kind in VERBATIM_KINDS and isinstance(v, str):
-                try:
-                    out[name] = conv(v)
-                except ValueError_:
-                    out[name] = v
+            out[name] = v if v is None or (plain is not None and type(v) is plain) else self._value(i, v, verbatim)
+        return out
+
+    def _value(self, i: int, v: Any, verbatim: bool = False) -> Any:
+        """Column ``i``'s JSON value ``v`` (not null) -> its Python value."""
+        _, t, _, conv = self._enc[i]
+        if t.kind is Kind.BYTES:
+            return base64.b64decode(v)
+        if t.kind in (Kind.REAL, Kind.DOUBLE) and isinstance(v, str):
+            return float(v)
+        if verbatim and t.kind in VERBATIM_KINDS and isinstance(v, str):
+            try:
+                return conv(v)
+            except ValueError_:
+                return v
+        return conv(v)
+
+    def decode_columns(self, texts: Sequence[str | None], names: Sequence[str]) -> list[list[Any]]:
+        """Many rows' JSON texts -> the values of the columns ``names``, column by column (one list per
+        column, each value as :meth:`decode` gives it; a NULL text gives NULLs): one parse of all the
+        texts, and no Python object per row but the parsed one."""
+        raws = json.loads("[" + ",".join([t if t is not None else "{}" for t in texts]) + "]")
+        where = {name: i for i, (name, _) in enumerate(self.columns)}
+        out = []
+        for name in names:
+            i = where[name]
+            plain, kind = self._enc[i][2], self._enc[i][1].kind
+            col = [raw.get(name) for raw in raws]
+            if kind in _MEMO_KINDS:          # a pure function of the text: each distinct value converted once
+                memo: dict[str, Any] = {}
+                out.append([None if v is None else self._value(i, v) if type(v) is not str
+                            else memo[v] if v in memo else memo.setdefault(v, self._value(i, v)) for v in col])
             else:
-                out[name] = conv(v)
+                out.append([v if v is None or (plain is not None and type(v) is plain) else self._value(i, v)
+                            for v in col])
         return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from enum import StrEnum
@@ -198,8 +199,15 @@ def _decimal(t: SqlType):
     if t.precision is None:
         return _any_decimal
     q = decimal.Decimal(1).scaleb(-(t.scale or 0))   # NUMERIC(p) means NUMERIC(p, 0)
+    scale, whole = t.scale or 0, t.precision - (t.scale or 0)
+    # text already in the column's exact form (the scale's digits, no leading zero, fits the precision):
+    # quantizing it changes nothing, so it is read as it is
+    integer = f"-?(?:0|[1-9][0-9]{{0,{whole - 1}}})" if whole > 0 else "-?0"
+    exact = re.compile(integer + (rf"\.[0-9]{{{scale}}}" if scale else "")).fullmatch
 
     def conv(v):
+        if type(v) is str and exact(v):
+            return decimal.Decimal(v)
         if isinstance(v, bool):
             raise ValueError_(f"{v!r} is not a decimal")
         if isinstance(v, (int, decimal.Decimal)):

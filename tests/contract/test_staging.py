@@ -17,6 +17,8 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.dialects.model import Column, TableInfo
+from sparksync.dialects.postgres.staging import copies_binary
+from sparksync.errors import ValueRejected
 from sparksync.merge.apply.decide import ArticleRules, Incoming, Local, decide
 from sparksync.merge.apply.staging import Staging
 from sparksync.merge.conflicts.resolvers import PUBLISHER_PRIORITY, Replicas
@@ -54,11 +56,14 @@ def _articles(r, pubid):
     return {a.source_table: tracked_article(a) for a in published_articles(r, pubid)}
 
 
+@pytest.mark.parametrize("where", ["subscriber", "publisher"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_sql_verdicts_agree_with_decide(kind, dbs, seed):
+def test_sql_verdicts_agree_with_decide(kind, dbs, seed, where):
     """Random local states (row present with a lineage, deleted with a tombstone lineage, never
     seen) against random incoming upserts and deletes: 'apply' and 'skip' must be exactly what
-    decide() does; everything else must go to decide() ('slow')."""
+    decide() does; everything else must go to decide() ('slow'). At the publisher, a change whose
+    lineage claims a version of another replica the publisher never had goes to Python too (refused
+    there by the trust model)."""
     url = dbs.url(kind, f"verdicts{seed}")
     with connect(url) as r:
         r.execute('CREATE TABLE "T" ("id" integer PRIMARY KEY, "name" text)')
@@ -81,12 +86,12 @@ def test_sql_verdicts_agree_with_decide(kind, dbs, seed):
         codec = RowCodec([(c.name, c.type) for c in art.info.columns])
         with r.transaction():
             staging = Staging(r)
-            staging.stage(art.nickname, [
+            staging.stage(art, [
                 (g, op, json.dumps(lin.to_json(inc)), None,
                  codec.encode([i, "incoming", g]) if op == "upsert" else None)
                 for g, i, _, _, op, inc in cases])
-            staged = staging.classify(art)
-            verdicts = {str(g): v for g, v in r.query('SELECT rowguid, verdict FROM "sparksync_staged"')}
+            staged = staging.classify(art, forged_from=10 if where == "publisher" else None)
+            verdicts = staging.verdicts(art)
     rules = ArticleRules(art.nickname, False)
     seen = {"apply": 0, "skip": 0, "slow": 0}
     for g, i, state, local_lin, op, inc in cases:
@@ -98,57 +103,86 @@ def test_sql_verdicts_agree_with_decide(kind, dbs, seed):
         plain = (d.action == op and not d.send_back and d.conflict is None and d.lineage == inc)
         verdict = verdicts[g]
         seen[verdict] += 1
-        where = f"{state} local {local_lin}, incoming {op} {inc}: SQL said {verdict}, decide said {d.action}"
+        known = local_lin if state != "absent" else {}
+        if where == "publisher" and any(v > known.get(n, 0) for n, v in inc.items() if n != 10):
+            assert verdict == "slow", f"forged: {state} local {local_lin}, incoming {op} {inc}: SQL said {verdict}"
+            continue
+        case = f"{state} local {local_lin}, incoming {op} {inc}: SQL said {verdict}, decide said {d.action}"
         if verdict == "apply":
-            assert plain, where
+            assert plain, case
         elif verdict == "skip":
-            assert d.action == "skip", where
+            assert d.action == "skip", case
         else:
-            assert not plain, where
-            assert d.action != "skip" or (op == "delete" and state != "present"), where
+            assert not plain, case
+            assert d.action != "skip" or (op == "delete" and state != "present"), case
             assert str(g) in staged.slow
     assert min(seen.values()) > 0, seen          # every verdict was exercised
     assert staged.skipped == seen["skip"]
 
 
-def _make_all_types(r, name: str) -> TableInfo:
-    info = TableInfo(TableName(None, name), tuple(Column(n, t, n != "id") for n, t in COLS), ("id",))
+def _statements(r) -> list[tuple[str, int]]:
+    """Every statement ``r`` executes from now on, with the rows it changed."""
+    seen: list[tuple[str, int]] = []
+    execute = r.execute
+
+    def counting(sql, *args, **kwargs):
+        cur = execute(sql, *args, **kwargs)
+        seen.append((sql, getattr(cur, "rowcount", -1)))
+        return cur
+
+    r.execute = counting
+    return seen
+
+
+def _make_all_types(r, name: str, cols=COLS) -> TableInfo:
+    info = TableInfo(TableName(None, name), tuple(Column(n, t, n != "id") for n, t in cols), ("id",))
     for stmt in r.dialect.render_create_table(info, rowguid=None):
         r.execute(stmt)
     return info
 
 
-def _stored(r, table: str) -> list[tuple]:
+def _stored(r, table: str, cols=COLS) -> list[tuple]:
     """Every value as the database holds it: SQLite with its storage class, PostgreSQL as text."""
     d = r.dialect
     t = d.table_sql(d.resolve_name(TableName(None, table)))
     if d.capabilities.name == "sqlite":
-        cols = ", ".join(f'typeof("{n}"), "{n}"' for n, _ in COLS)
+        sql = ", ".join(f'typeof("{n}"), "{n}"' for n, _ in cols)
     else:
-        cols = ", ".join(f'"{n}"::text' for n, _ in COLS)
-    return r.query(f'SELECT {cols} FROM {t} ORDER BY "id"')
+        sql = ", ".join(f'"{n}"::text' for n, _ in cols)
+    return r.query(f'SELECT {sql} FROM {t} ORDER BY "id"')
 
 
-def test_staged_values_are_stored_like_the_row_at_a_time_path(kind, dbs):
+# the types PostgreSQL stages by binary COPY (dialects/postgres/staging.py); with any other, text COPY
+BINARY_COPY = ("id", "b", "s", "big", "f", "money", "wide", "t", "blob", "d", "ts")
+
+
+@pytest.mark.parametrize("types", ["every type", "binary COPY types"])
+def test_staged_values_are_stored_like_the_row_at_a_time_path(kind, dbs, types):
     """Every logical type, inserted and then updated, once through write_row_with_lineage (Python
-    values bound as parameters) and once through the staging table's SQL: identical storage."""
-    url = dbs.url(kind, "values")
+    values bound as parameters) and once through the typed staging table: identical storage."""
+    keep = [i for i, (n, _) in enumerate(COLS) if types == "every type" or n in BINARY_COPY]
+    cols = [COLS[i] for i in keep]
+    url = dbs.url(kind, "values" if types == "every type" else "binvalues")
     with connect(url) as r:
-        src = _make_all_types(r, "Src")
-        rows = [tuple(json.dumps(v) if n == "doc" and v is not None else v for (n, _), v in zip(COLS, row))
+        src = _make_all_types(r, "Src", cols)
+        rows = [tuple(json.dumps(row[i]) if COLS[i][0] == "doc" and row[i] is not None else row[i] for i in keep)
                 for row in ROWS]
         r.dialect.bulk_load(r, src.name if kind == "sqlite" else r.dialect.resolve_name(src.name),
-                            [n for n, _ in COLS], [t for _, t in COLS], rows)
-        _make_all_types(r, "ByRow")
-        _make_all_types(r, "ByStage")
+                            [n for n, _ in cols], [t for _, t in cols], rows)
+        _make_all_types(r, "ByRow", cols)
+        _make_all_types(r, "ByStage", cols)
     res = publish(url, [{"table": "ByRow"}, {"table": "ByStage"}])
     with connect(url) as r:
         arts = _articles(r, res["pubid"])
         d = r.dialect
-        names = ", ".join(d.quote(n) for n, _ in COLS)
+        if kind == "postgresql":    # the case stages by the COPY format it is named for
+            oids = [o for (o,) in r.query("SELECT atttypid::int FROM pg_attribute WHERE attrelid = "
+                                          "'public.\"ByStage\"'::regclass AND attnum > 0 AND attname <> 'rowguid'")]
+            assert copies_binary(oids) == (types == "binary COPY types")
+        names = ", ".join(d.quote(n) for n, _ in cols)
         driver_rows = r.query(f"SELECT {names} FROM {d.table_sql(d.resolve_name(TableName(None, 'Src')))} "
                               f"ORDER BY \"id\"")
-        codec = RowCodec(COLS)
+        codec = RowCodec(cols)
         row_codec = RowCodec([(c.name, c.type) for c in arts["ByRow"].info.columns])
         guids = [str(uuid.uuid4()) for _ in driver_rows]
         for round_ in ("insert", "update"):
@@ -161,14 +195,14 @@ def test_staged_values_are_stored_like_the_row_at_a_time_path(kind, dbs):
                     values["rowguid"] = g
                     write_row_with_lineage(r, arts["ByRow"], values, {1: 2}, 1)
                 staging = Staging(r)
-                staging.stage(arts["ByStage"].nickname,
+                staging.stage(arts["ByStage"],
                               [(g, "upsert", json.dumps({"1": 5 if round_ == "update" else 2}), None, text)
                                for g, text in zip(guids, texts)])
                 staged = staging.classify(arts["ByStage"])
                 assert (staged.inserts, staged.updates) == ((3, 0) if round_ == "insert" else (0, 3))
                 staging.apply(arts["ByStage"], "upsert", 1, clear_failed=False)
-            assert _stored(r, "ByStage") == _stored(r, "ByRow")
-        assert len(_stored(r, "ByStage")) == 3
+            assert _stored(r, "ByStage", cols) == _stored(r, "ByRow", cols)
+        assert len(_stored(r, "ByStage", cols)) == 3
 
 
 def test_staged_delete_writes_tombstones(kind, dbs):
@@ -184,7 +218,7 @@ def test_staged_delete_writes_tombstones(kind, dbs):
                 write_row_with_lineage(r, art, {"rowguid": g, "id": i, "name": "x"}, {1: 1}, 1)
         with r.transaction(), flushed(r), agent_writes(r):
             staging = Staging(r)
-            staging.stage(art.nickname, [(g, "delete", '{"1": 2}', None, None) for g in guids[:2]])
+            staging.stage(art, [(g, "delete", '{"1": 2}', None, None) for g in guids[:2]])
             assert staging.classify(art).deletes == 2
             staging.apply(art, "delete", 7, clear_failed=False)
         table = r.table_sql(r.dialect.resolve_name(TableName(None, "T")))
@@ -212,11 +246,32 @@ def test_staged_update_moves_a_primary_key_only_where_it_changed(kind, dbs):
         new = [(guids[0], 0, "same key"), (guids[1], 10, "moved"), (guids[2], 2, "same key")]
         with r.transaction(), flushed(r), agent_writes(r):
             staging = Staging(r)
-            staging.stage(art.nickname, [(g, "upsert", '{"1": 2}', None, codec.encode([i, name, g]))
-                                         for g, i, name in new])
+            staging.stage(art, [(g, "upsert", '{"1": 2}', None, codec.encode([i, name, g])) for g, i, name in new])
             assert staging.classify(art).updates == 3
-            moved = {str(g): bool(m) for g, m in r.query('SELECT rowguid, moved FROM "sparksync_staged"')}
-            assert moved == {guids[0]: False, guids[1]: True, guids[2]: False}
+            statements = _statements(r)
             staging.apply(art, "upsert", 2, clear_failed=False)
+            # the key is set by its own statement, on the one row whose key moved
+            key_updates = [n for sql, n in statements if sql.startswith("UPDATE") and 'SET "id" =' in sql]
+            assert key_updates == [1], statements
         t = r.table_sql(r.dialect.resolve_name(TableName(None, "T")))
         assert {(str(g), i, n) for g, i, n in r.query(f'SELECT "rowguid", "id", "name" FROM {t}')} == set(new)
+
+
+def test_an_integer_out_of_its_column_range_is_refused_not_wrapped(dbs):
+    """Binary COPY would write 70000 into a smallint wrapped around (4464): the batch goes by text COPY,
+    where PostgreSQL refuses it as it refuses a bound parameter, and the apply then goes one change at
+    a time (the failing one becomes a failed change)."""
+    url = dbs.url("postgresql", "ranges")
+    with connect(url) as r:
+        r.execute('CREATE TABLE "T" ("id" integer PRIMARY KEY, "small" smallint)')
+    res = publish(url, [{"table": "T"}])
+    with connect(url) as r:
+        art = _articles(r, res["pubid"])["T"]
+        codec = RowCodec([(c.name, c.type) for c in art.info.columns])
+        g = str(uuid.uuid4())
+        with r.transaction(), flushed(r), agent_writes(r):
+            staging = Staging(r)
+            r.execute("SAVEPOINT refused")     # as the apply plans an article
+            with pytest.raises(ValueRejected, match="out of range"):
+                staging.stage(art, [(g, "upsert", '{"1": 2}', None, codec.encode([1, 70000, g]))])
+            r.execute("ROLLBACK TO SAVEPOINT refused")

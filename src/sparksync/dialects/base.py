@@ -14,7 +14,6 @@ from sparksync.dialects.defaults import (
     MergeHooksDefaults,
     MergeStagingDefaults,
     NamingDefaults,
-    StagedRowsDefaults,
     TransactionalDefaults,
     ValueChecksDefaults,
 )
@@ -26,7 +25,7 @@ from sparksync.names import TableName
 __all__ = ["Capabilities", "Dialect", "DialectBase", "table_not_found"]
 
 
-class DialectBase(DriverDefaults, NamingDefaults, DdlDefaults, DataMovementDefaults, StagedRowsDefaults,
+class DialectBase(DriverDefaults, NamingDefaults, DdlDefaults, DataMovementDefaults,
                   MergeStagingDefaults, MergeHooksDefaults, TransactionalDefaults, FilesDefaults, ValueChecksDefaults):
     """The defaults of every concern; a dialect adds the rest of :class:`Dialect` (its driver, catalog,
     types, staging SQL, triggers, locks). One instance per kind of database; stateless."""

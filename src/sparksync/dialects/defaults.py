@@ -158,19 +158,16 @@ class DataMovementDefaults:
         return ""
 
 
-class StagedRowsDefaults:
-    def staged_key_moved_sql(self: Dialect, columns: Sequence[tuple[str, SqlType]], staged: str, target: str) -> str:
-        return " OR ".join(f"{target}.{self.quote(n)} IS DISTINCT FROM {self.json_typed(f'{staged}.payload', n, t)}"
-                           for n, t in columns)
-
-
 class MergeStagingDefaults:
     capabilities: Capabilities
 
-    def load_staging(self, replica: Replica, table: str, rows: Sequence[Sequence[Any]]) -> None:
+    def load_staging(self, replica: Replica, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         p = self.capabilities.paramstyle
-        replica.executemany(f"INSERT INTO {table} (tablenick, rowguid, op, lineage, colv, payload) "
-                            f"VALUES ({', '.join([p] * 6)})", rows)
+        replica.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join([p] * len(columns))})",
+                            rows)
+
+    def distinct_sql(self, a: str, b: str) -> str:
+        return f"{a} IS DISTINCT FROM {b}"
 
     def lineage_without_sql(self: Dialect, lineage: str, nickname: int) -> str:
         return self.json_without_key_sql(lineage, str(int(nickname)))

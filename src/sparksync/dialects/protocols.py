@@ -199,8 +199,8 @@ class DataMovement(Protocol):
 
 @runtime_checkable
 class StagedRows(Protocol):
-    """SQL reading the rows of a staged batch, held as JSON, for both models' set-based apply
-    (``merge/apply/staging.py``, ``transactional/bulk.py``)."""
+    """SQL reading the rows of a staged batch, held as JSON, for the transactional set-based apply
+    (``transactional/bulk.py``; the merge apply stages typed columns: ``MergeStaging``)."""
 
     def staged_values(self, table: TableName, columns: Sequence[tuple[str, SqlType]], alias: str,
                       payload: str = "payload") -> tuple[str, list[str]]:
@@ -218,22 +218,26 @@ class StagedRows(Protocol):
     def json_has(self, expr: str, name: str) -> str:
         """SQL (boolean): the JSON object ``expr`` has a field ``name``."""
 
-    def staged_key_moved_sql(self, columns: Sequence[tuple[str, SqlType]], staged: str, target: str) -> str:
-        """A boolean SQL expression: the staged row (``staged``.payload) may carry other primary key
-        values than the user's row ``target``. It may say true for equal values (that only costs an
-        update of the key), never false for different ones."""
-
 
 @runtime_checkable
 class MergeStaging(Protocol):
-    """The merge agent's staging table and the lineage SQL its verdicts are computed with."""
+    """The merge apply's typed staging tables and the lineage SQL its verdicts are computed with."""
 
-    def staging_table_ddl(self, table: str) -> str:
-        """Create (if missing) the connection's temporary staging table: tablenick, rowguid, op,
-        lineage, colv, payload (the change's row as JSON), present, clin, ccolv, tlin, verdict."""
+    def create_staging(self, replica: Replica, table: str, source: str, columns: Sequence[str]) -> None:
+        """(Re)create the connection's temporary staging table ``table`` of one article: rowguid, op,
+        lineage, colv, present, clin, tlin, verdict, then ``c0``, ``c1``, ... typed as the article's columns
+        ``columns`` of the table ``source`` (SQL) are, so a staged value is stored as the table stores it."""
 
-    def load_staging(self, replica: Replica, table: str, rows: Sequence[Sequence[Any]]) -> None:
-        """Insert (tablenick, rowguid, op, lineage, colv, payload) rows into the staging table."""
+    def load_staging(self, replica: Replica, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Insert typed rows into ``columns`` of the staging table (rowguid, op, lineage, colv as the changes
+        carry them, then ``c0``, ``c1``, ... as the row-at-a-time apply binds the values); a value the
+        staging table refuses raises ConstraintViolation / ValueRejected."""
+
+    def create_staging_from(self, replica: Replica, table: str, select: str) -> None:
+        """(Re)create the temporary table ``table`` holding the rows of ``select``, for the batch's transaction."""
+
+    def distinct_sql(self, a: str, b: str) -> str:
+        """A boolean SQL expression: the values ``a`` and ``b`` differ (NULL equal to NULL)."""
 
     def empty_lineage_sql(self) -> str:
         """An empty lineage, as the metadata tables store one."""

@@ -316,13 +316,22 @@ class SQLiteDialect(DialectBase):
         return f"{self.quote(column)} INTEGER PRIMARY KEY AUTOINCREMENT"   # never reused, even after deletes
 
     # -- set-based apply (merge/apply/staging.py) -------------------------------------------------
-    def staging_table_ddl(self, table: str) -> str:
-        return (f"CREATE TEMP TABLE IF NOT EXISTS {table} (tablenick INTEGER NOT NULL, rowguid TEXT NOT NULL, "
-                "op TEXT NOT NULL, lineage TEXT NOT NULL, colv TEXT, payload TEXT, present INTEGER, moved INTEGER, "
-                "clin TEXT, "
-                "ccolv TEXT, tlin TEXT, verdict TEXT)")
+    def create_staging(self, replica: Replica, table: str, source: str, columns) -> None:
+        # CREATE TABLE AS gives each c<i> the affinity of the article's column: a staged value is
+        # converted as the table converts it, and again to the same value when it is copied there.
         # No key: rowguids are unique per article by construction, and every statement reads the
-        # staged rows in one scan; a (tablenick, rowguid) index costs more to build than it saves.
+        # staged rows in one scan; an index costs more to build than it saves.
+        typed = "".join(f", t.{self.quote(c)} AS c{i}" for i, c in enumerate(columns))
+        replica.execute(f"DROP TABLE IF EXISTS temp.{table}")
+        replica.execute(
+            f"CREATE TEMP TABLE {table} AS SELECT CAST(NULL AS TEXT) AS rowguid, CAST(NULL AS TEXT) AS op, "
+            "CAST(NULL AS TEXT) AS lineage, CAST(NULL AS TEXT) AS colv, CAST(NULL AS INTEGER) AS present, "
+            f"CAST(NULL AS TEXT) AS clin, CAST(NULL AS TEXT) AS tlin, CAST(NULL AS TEXT) AS verdict{typed} "
+            f"FROM {source} t WHERE 0")
+
+    def create_staging_from(self, replica: Replica, table: str, select: str) -> None:
+        replica.execute(f"DROP TABLE IF EXISTS temp.{table}")
+        replica.execute(f"CREATE TEMP TABLE {table} AS {select}")
 
     def empty_lineage_sql(self) -> str:
         return "'{}'"

@@ -199,20 +199,21 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
     check_forged = dest.is_publisher
     replica.execute("SAVEPOINT sparksync_plan")
     try:
-        staging.stage(art.nickname, cc.staged(unique))
+        staging.stage(art, cc.staged(unique), codec)
         staging.lock_rows(art)
         # after the lock, before the classification: a local change committed before the lock is in
         # the metadata the verdicts are made from (a conflict, not an overwrite); none can commit after
         flush_rows(replica, art.nickname, staging.rowguids_sql(art.nickname))
         staged = staging.classify(art, forged_from=batch.source_nick if check_forged else None)
         replica.execute("RELEASE SAVEPOINT sparksync_plan")
-    except CHANGE_REJECTED:
+    except (*CHANGE_REJECTED, ValueError_):
         # The staged batch itself was refused (a value the staging table cannot take): decide every
         # change on its own, so the bad one is found and the others still apply.
         replica.execute("ROLLBACK TO SAVEPOINT sparksync_plan")
         replica.execute("RELEASE SAVEPOINT sparksync_plan")
         staged = None
         again = list(unique if unique is not None else range(len(cc.rowguid))) + again
+        _lock_and_flush(replica, art, list(dict.fromkeys(cc.rowguid[i] for i in again)))
     if staged is not None:
         st.skipped += staged.skipped
         for op, n in (("delete", staged.deletes), ("upsert", staged.inserts + staged.updates)):
@@ -254,6 +255,19 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
         op = "delete" if decision.action in ("delete", "tombstone") else "upsert"
         work.append(DecidedChange(_order_key(at, op), art, op, inc, decision, meta.present))
     return work
+
+
+def _lock_and_flush(replica: Replica, art: TrackedArticle, rowguids: list[str]) -> None:
+    """Without a staging table (it refused the batch): the rows locked where writers run concurrently,
+    then their logged changes flushed, before their metadata is read."""
+    d = replica.dialect
+    u, clause, rg = d.uuid_param(), d.row_lock_clause(), d.quote(art.rowguid_column)
+    for chunk in in_chunks(rowguids):
+        listed = ", ".join([u] * len(chunk))
+        if clause:
+            replica.execute(f"SELECT 1 FROM {d.table_sql(art.table)} WHERE {rg} IN ({listed}) ORDER BY {rg}{clause}",
+                            chunk)
+        flush_rows(replica, art.nickname, listed, chunk)
 
 
 def _forged(inc: Incoming, local: Local, ctx: ApplyContext) -> Failure | None:

@@ -1,19 +1,22 @@
-"""Set-based apply: the changes of one generation batch, staged in a temporary table at the destination.
+"""Set-based apply: the changes of one generation batch, staged in typed temporary tables at the destination.
 
 Most changes of a sync are plain: the incoming lineage dominates what the destination has (or the
 row is new there), so the change is simply applied. Deciding and applying those one row at a time in
 Python costs far more than the database's own work, so a batch is handled in SQL:
 
-1. ``stage``: the batch's changes of one article go into ``sparksync_staged`` (executemany on
-   SQLite, COPY on PostgreSQL), with the change's row as JSON.
-2. ``classify``: one statement looks up each staged row's local metadata (present in the table,
-   ``MSmerge_contents`` lineage and colv, ``MSmerge_tombstone`` lineage) and gives it a verdict by
-   the same rules as ``decide.decide``: ``apply`` (the incoming version dominates: a plain insert,
-   update or delete), ``skip`` (the destination already has it or something newer), or ``slow``
-   (a conflict, or a delete meeting a delete): those go through ``decide`` in Python.
+1. ``stage``: an article's changes go into its own staging table, shaped like the article (a column
+   ``c<i>`` of each article column's own type, beside rowguid, op, lineage and colv): the change's
+   row is decoded once, column by column, into the very values the row-at-a-time path binds, and
+   loaded by ``executemany`` (SQLite) or COPY (PostgreSQL: binary where every column's type allows).
+2. ``classify``: each staged row's local metadata (present in the table, ``MSmerge_contents`` and
+   ``MSmerge_tombstone`` lineage) is looked up and given a verdict by the same rules as
+   ``decide.decide``: ``apply`` (the incoming version dominates: a plain insert, update or delete),
+   ``skip`` (the destination already has it or something newer), or ``slow`` (a conflict, or a
+   delete meeting a delete): those go through ``decide`` in Python. PostgreSQL looks up and judges in
+   one statement (a join of the batch); SQLite looks up by index, row by row, then judges.
 3. ``apply``: per article and operation, in article processing order, a few statements move the
-   ``apply`` rows into the user table and the metadata; values are read from the JSON by the
-   dialect (``StagedRows.staged_values``) exactly as the row-at-a-time path would bind them.
+   ``apply`` rows into the user table and the metadata: plain joins of typed columns. A primary key
+   is set only where it differs.
 
 The caller runs each ``apply`` in a savepoint: when a constraint rejects the statement, it takes
 the rows back (``rows``) and applies them one at a time, so the failing change is found, retried
@@ -22,13 +25,15 @@ after the other articles and logged, as before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sparksync.dialects.replica import Replica
 from sparksync.merge.tracking.articles import TrackedArticle
+from sparksync.rows import RowCodec
 
-STAGED = "sparksync_staged"
+STAGED = "sparksync_staged"     # + "_<article nickname>"
+META = ("rowguid", "op", "lineage", "colv")
 
 
 @dataclass
@@ -51,23 +56,48 @@ class StagedArticle:
 
 
 class Staging:
-    """The staging table of one destination connection, inside the batch's transaction."""
+    """The staging tables of one destination connection, inside the batch's transaction."""
 
     def __init__(self, replica: Replica):
         self.replica = replica
         self.d = replica.dialect
-        self.table = self.d.quote(STAGED)
-        replica.execute(self.d.staging_table_ddl(self.table))
-        replica.execute(f"DELETE FROM {self.table}")
+        self.judged: dict[int, str] = {}      # article nickname -> the table its judged rows are in
+
+    def table(self, nick: int) -> str:
+        """The staging table of article ``nick``."""
+        return self.d.quote(f"{STAGED}_{int(nick)}")
+
+    def rows_table(self, nick: int) -> str:
+        """Where the classified rows of article ``nick`` are: the staging table, or the table the
+        classification wrote them to (PostgreSQL: writing a new table beats updating every staged row)."""
+        return self.judged.get(int(nick)) or self.table(nick)
+
+    @staticmethod
+    def columns(art: TrackedArticle) -> list:
+        """The article's staged columns (``c0``, ``c1``, ... in this order): all but the rowguid."""
+        return [c for c in art.info.columns if c.name != art.rowguid_column]
 
     # -- 1. stage ---------------------------------------------------------------------------------
-    def stage(self, nick: int, changes: Sequence[tuple[str, str, str, str | None, str | None]]) -> None:
+    def stage(self, art: TrackedArticle, changes: Iterable[tuple[str, str, str, str | None, str | None]],
+              codec: RowCodec | None = None) -> None:
         """``changes``: (rowguid, op, lineage JSON, colv JSON, row JSON), rowguids unique per article."""
-        self.d.load_staging(self.replica, self.table, [(nick, *c) for c in changes])
+        d, r = self.d, self.replica
+        cols = self.columns(art)
+        table = self.table(art.nickname)
+        d.create_staging(r, table, d.table_sql(art.table), [c.name for c in cols])
+        changes = list(changes)
+        guids, ops, lineages, colvs, texts = (list(x) for x in zip(*changes)) if changes else ([], [], [], [], [])
+        codec = codec or RowCodec([(c.name, c.type) for c in art.info.columns])
+        values = codec.decode_columns(texts, [c.name for c in cols])
+        for i, conv in enumerate(d.db_converters([c.type for c in cols])):
+            if conv is not None:
+                values[i] = [v if v is None else conv(v) for v in values[i]]
+        d.load_staging(r, table, [*META, *(f"c{i}" for i in range(len(cols)))],
+                       list(zip(guids, ops, lineages, colvs, *values)))
 
     def rowguids_sql(self, nick: int) -> str:
         """A SELECT of the rowguids staged for article ``nick``."""
-        return f"SELECT rowguid FROM {self.table} WHERE tablenick = {int(nick)}"
+        return f"SELECT rowguid FROM {self.table(nick)}"
 
     def lock_rows(self, art: TrackedArticle) -> None:
         """Where other transactions write at the same time (PostgreSQL), lock the user rows of the
@@ -79,64 +109,44 @@ class Staging:
             return
         rg = self.d.quote(art.rowguid_column)
         self.replica.execute(
-            f"SELECT 1 FROM {self.d.table_sql(art.table)} WHERE {rg} IN (SELECT rowguid FROM {self.table} "
-            f"WHERE tablenick = {int(art.nickname)}) ORDER BY {rg}{clause}")
+            f"SELECT 1 FROM {self.d.table_sql(art.table)} WHERE {rg} IN ({self.rowguids_sql(art.nickname)}) "
+            f"ORDER BY {rg}{clause}")
 
     # -- 2. classify ------------------------------------------------------------------------------
     def classify(self, art: TrackedArticle, forged_from: int | None = None) -> StagedArticle:
         """``forged_from``: at the publisher, the source's nickname: a change whose lineage claims a
-        version of another replica that the publisher never had goes to Python (refused there)."""
-        d, r, s = self.d, self.replica, self.table
-        p = r.p
+        version of another replica that the publisher never had goes to Python (refused there).
+
+        ``present``: 0 the row is not in the table, 1 it is, 2 it is with other primary key values."""
+        d, r, s = self.d, self.replica, self.table(art.nickname)
         nick = int(art.nickname)
         contents, tomb = r.meta("MSmerge_contents"), r.meta("MSmerge_tombstone")
-        key = [(c.name, c.type) for c in art.info.columns if c.name in art.info.primary_key]
         t, rg = d.table_sql(art.table), d.quote(art.rowguid_column)
-        if d.capabilities.joins_in_bulk:      # one join of the whole batch
+        keys = [(i, c.name) for i, c in enumerate(self.columns(art)) if c.name in art.info.primary_key]
+        moved = " OR ".join(d.distinct_sql(f"t.{d.quote(c)}", f"s.c{i}") for i, c in keys) or "1 = 0"
+        if d.capabilities.joins_in_bulk:      # one statement: a join of the batch, lineages compared as sets
+            judged = d.quote(f"{STAGED}_{nick}_judged")
+            d.create_staging_from(r, judged, self._judged_sql(art, forged_from, moved))
+            self.judged[nick] = s = judged
+        else:                                 # an indexed lookup per staged row and table, then the verdicts
             r.execute(
-                f"UPDATE {s} SET present = q.present, moved = q.moved, clin = q.clin, ccolv = q.ccolv, tlin = q.tlin "
-                f"FROM (SELECT s.rowguid, t.{rg} IS NOT NULL AS present, "
-                f"t.{rg} IS NOT NULL AND ({d.staged_key_moved_sql(key, 's', 't')}) AS moved, "
-                f"c.lineage AS clin, c.colv AS ccolv, x.lineage AS tlin FROM {s} s "
-                f"LEFT JOIN {t} t ON t.{rg} = s.rowguid "
-                f"LEFT JOIN {contents} c ON c.tablenick = {nick} AND c.rowguid = s.rowguid "
-                f"LEFT JOIN {tomb} x ON x.tablenick = {nick} AND x.rowguid = s.rowguid WHERE s.tablenick = {p}) q "
-                f"WHERE {s}.tablenick = {p} AND {s}.rowguid = q.rowguid", [nick, nick])
-        else:                                 # indexed lookups per staged row: one per table
-            # Row values: one lookup fills two columns; no row in the table leaves both NULL, so the
-            # verdict statement below turns ``present`` and ``moved`` into booleans as it goes.
-            r.execute(
-                f"UPDATE {s} SET (present, moved) = (SELECT 1, {d.staged_key_moved_sql(key, s, 't')} "
-                f"FROM {t} t WHERE t.{rg} = {s}.rowguid), "
-                f"(clin, ccolv) = (SELECT c.lineage, c.colv FROM {contents} c "
-                f"WHERE c.tablenick = {nick} AND c.rowguid = {s}.rowguid), "
-                f"tlin = (SELECT x.lineage FROM {tomb} x WHERE x.tablenick = {nick} AND x.rowguid = {s}.rowguid) "
-                f"WHERE tablenick = {p}", [nick])
-        present = "present" if d.capabilities.joins_in_bulk else "(present IS NOT NULL)"
-        normalize = "" if d.capabilities.joins_in_bulk else f"present = {present}, moved = coalesce(moved, 0), "
-        deleted_here = f"(tlin IS NOT NULL AND NOT {present})"
-        local = f"(CASE WHEN {deleted_here} THEN tlin ELSE coalesce(clin, {d.empty_lineage_sql()}) END)"
-        up = d.lineage_dominates_sql("lineage", local)       # incoming has seen all the local version has
-        down = d.lineage_dominates_sql(local, "lineage")     # local has seen all the incoming version has
-        forged = ""
-        if forged_from is not None:
-            known = f"coalesce(clin, tlin, {d.empty_lineage_sql()})"
-            forged = (f"WHEN NOT {d.lineage_dominates_sql(known, d.lineage_without_sql('lineage', forged_from))} "
-                      "THEN 'slow' ")
-        r.execute(
-            f"UPDATE {s} SET {normalize}verdict = CASE {forged}WHEN op = 'upsert' THEN CASE "
-            f"  WHEN NOT {present} AND tlin IS NULL THEN 'apply' "
-            f"  WHEN {up} AND NOT {down} THEN 'apply' WHEN {down} THEN 'skip' ELSE 'slow' END "
-            f"ELSE CASE WHEN {deleted_here} OR (NOT {present} AND clin IS NULL) THEN 'slow' "
-            f"  WHEN {up} THEN 'apply' WHEN {down} THEN 'skip' ELSE 'slow' END END "
-            f"WHERE tablenick = {p}", [nick])
+                f"UPDATE {s} SET present = coalesce((SELECT CASE WHEN {moved.replace('s.c', f'{s}.c')} THEN 2 ELSE 1 "
+                f"END FROM {t} t WHERE t.{rg} = {s}.rowguid), 0), "
+                f"clin = (SELECT c.lineage FROM {contents} c WHERE c.tablenick = {nick} AND c.rowguid = {s}.rowguid), "
+                f"tlin = (SELECT x.lineage FROM {tomb} x WHERE x.tablenick = {nick} AND x.rowguid = {s}.rowguid)")
+            local = _local_sql(d)
+            forged = None
+            if forged_from is not None:
+                known = f"coalesce(clin, tlin, {d.empty_lineage_sql()})"
+                forged = f"NOT {d.lineage_dominates_sql(known, d.lineage_without_sql('lineage', forged_from))}"
+            r.execute(f"UPDATE {s} SET verdict = " + _verdict_sql(
+                d.lineage_dominates_sql("lineage", local), d.lineage_dominates_sql(local, "lineage"), forged))
         out = StagedArticle()
-        for op, present, verdict, n in r.query(
-                f"SELECT op, present, verdict, count(*) FROM {s} WHERE tablenick = {p} GROUP BY op, present, verdict",
-                [nick]):
-            if verdict == "skip":
+        for op, present, verdict_, n in r.query(f"SELECT op, present, verdict, count(*) FROM {s} "
+                                                "GROUP BY op, present, verdict"):
+            if verdict_ == "skip":
                 out.skipped += n
-            elif verdict == "apply":
+            elif verdict_ == "apply":
                 if op == "delete":
                     out.deletes += n
                 elif present:
@@ -144,22 +154,62 @@ class Staging:
                 else:
                     out.inserts += n
         for g, present, clin, ccolv, tlin in r.query(
-                f"SELECT rowguid, present, clin, ccolv, tlin FROM {s} WHERE tablenick = {p} AND verdict = 'slow'",
-                [nick]):
+                f"SELECT s.rowguid, s.present, s.clin, c.colv, s.tlin FROM {s} s LEFT JOIN {contents} c "
+                f"ON c.tablenick = {nick} AND c.rowguid = s.rowguid WHERE s.verdict = 'slow'"):
             out.slow[str(g)] = LocalMeta(bool(present), clin, ccolv, tlin)
         return out
+
+    def _judged_sql(self, art: TrackedArticle, forged_from: int | None, moved: str) -> str:
+        """One SELECT of the staged rows with their present, clin, tlin and verdict: the local state by a
+        join of the batch, and the lineages compared as sets (each lineage's entries, the incoming ones
+        full-joined with the local ones by row and replica), not by a walk per row."""
+        d, r, s = self.d, self.replica, self.table(art.nickname)
+        values = "".join(f", s.c{i}" for i in range(len(self.columns(art))))
+        nick = int(art.nickname)
+        t, rg = d.table_sql(art.table), d.quote(art.rowguid_column)
+        empty = d.empty_lineage_sql()
+
+        def entries(lineage: str, where: str = "") -> str:
+            return f"SELECT l.rowguid, e.key, e.value::bigint AS v FROM l, jsonb_each_text(l.{lineage}) e{where}"
+
+        forged_cte, forged_join, forged = "", "", None
+        if forged_from is not None:
+            own = f" WHERE e.key <> '{int(forged_from)}'"       # the source's own entry may be anything
+            forged_cte = (f", fg AS (SELECT i.rowguid, bool_or(coalesce(k.v, 0) < i.v) AS forged FROM "
+                          f"({entries('lineage', own)}) i "
+                          f"LEFT JOIN ({entries('known')}) k ON k.rowguid = i.rowguid AND k.key = i.key GROUP BY 1)")
+            forged_join, forged = " LEFT JOIN fg ON fg.rowguid = l.rowguid", "coalesce(fg.forged, false)"
+        return (
+            f"WITH z AS (SELECT s.rowguid, s.op, s.lineage, s.colv{values}, "
+            f"CASE WHEN t.{rg} IS NULL THEN 0 WHEN {moved} THEN 2 ELSE 1 END AS present, "
+            f"c.lineage AS clin, x.lineage AS tlin FROM {s} s "
+            f"LEFT JOIN {t} t ON t.{rg} = s.rowguid "
+            f"LEFT JOIN {r.meta('MSmerge_contents')} c ON c.tablenick = {nick} AND c.rowguid = s.rowguid "
+            f"LEFT JOIN {r.meta('MSmerge_tombstone')} x ON x.tablenick = {nick} AND x.rowguid = s.rowguid), "
+            f"l AS (SELECT z.*, {_local_sql(d)} AS local, coalesce(clin, tlin, {empty}) AS known FROM z), "
+            f"cmp AS (SELECT coalesce(i.rowguid, o.rowguid) AS rowguid, "
+            f"bool_and(coalesce(i.v, 0) >= coalesce(o.v, 0)) AS up, bool_and(coalesce(o.v, 0) >= coalesce(i.v, 0)) "
+            f"AS down FROM ({entries('lineage')}) i FULL JOIN ({entries('local')}) o "
+            f"ON o.rowguid = i.rowguid AND o.key = i.key GROUP BY 1){forged_cte} "
+            f"SELECT l.rowguid, l.op, l.lineage, l.colv{values.replace('s.', 'l.')}, l.present, l.clin, l.tlin, "
+            f"{_verdict_sql('coalesce(cmp.up, true)', 'coalesce(cmp.down, true)', forged, 'l.')} AS verdict "
+            f"FROM l LEFT JOIN cmp ON cmp.rowguid = l.rowguid{forged_join}")
+
+    def verdicts(self, art: TrackedArticle) -> dict[str, str]:
+        """rowguid -> verdict of every staged row of ``art`` (after ``classify``)."""
+        return {str(g): v for g, v in self.replica.query(f"SELECT rowguid, verdict FROM {self.rows_table(art.nickname)}")}
 
     # -- 3. apply ---------------------------------------------------------------------------------
     def apply(self, art: TrackedArticle, op: str, generation: int, clear_failed: bool) -> None:
         """Apply the ``apply`` rows of one article and operation ("upsert" | "delete")."""
-        d, r, s = self.d, self.replica, self.table
+        d, r, s = self.d, self.replica, self.rows_table(art.nickname)
         p = r.p
         nick = int(art.nickname)
         t = d.table_sql(art.table)
         rg = d.quote(art.rowguid_column)
         contents, tomb = r.meta("MSmerge_contents"), r.meta("MSmerge_tombstone")
         def mine(a: str = "") -> str:
-            return f"{a}tablenick = {nick} AND {a}verdict = 'apply' AND {a}op = '{op}'"
+            return f"{a}verdict = 'apply' AND {a}op = '{op}'"
 
         guids = f"SELECT rowguid FROM {s} WHERE {mine()}"
         if op == "delete":
@@ -167,30 +217,28 @@ class Staging:
             r.execute(f"DELETE FROM {contents} WHERE tablenick = {nick} AND rowguid IN ({guids})")
             r.execute(
                 f"INSERT INTO {tomb} (tablenick, rowguid, type, lineage, generation) "
-                f"SELECT tablenick, rowguid, 1, lineage, {p} FROM {s} WHERE {mine()} "
+                f"SELECT {nick}, rowguid, 1, lineage, {p} FROM {s} WHERE {mine()} "
                 f"ON CONFLICT (tablenick, rowguid) DO UPDATE SET type = excluded.type, lineage = excluded.lineage, "
                 f"generation = excluded.generation", [generation])
         else:
-            cols = [c for c in art.info.columns if c.name != art.rowguid_column]
-            joins, exprs = d.staged_values(art.table, [(c.name, c.type) for c in cols], "s")
-            # Primary key columns are set only where they change (``moved``): setting a key to its own
-            # value still rewrites the key's index entry (on SQLite, the whole row of a rowid table).
+            cols = [(c.name, f"s.c{i}") for i, c in enumerate(self.columns(art))]
+            # Primary key columns are set only where they change: setting a key to its own value still
+            # rewrites the key's index entry (on SQLite, the whole row of a rowid table).
             pk = set(art.info.primary_key)
-            update = f" FROM {s} s{joins} WHERE {t}.{rg} = s.rowguid AND {mine('s.')} AND s.present"
-            rest = [(c, e) for c, e in zip(cols, exprs) if c.name not in pk]
-            keys = [(c, e) for c, e in zip(cols, exprs) if c.name in pk]
+            update = f" FROM {s} s WHERE {t}.{rg} = s.rowguid AND {mine('s.')} AND s.present > 0"
+            rest = [(c, e) for c, e in cols if c not in pk]
+            keys = [(c, e) for c, e in cols if c in pk]
             if rest:
-                r.execute(f"UPDATE {t} SET " + ", ".join(f"{d.quote(c.name)} = {e}" for c, e in rest) + update)
-            if keys:
-                r.execute(f"UPDATE {t} SET " + ", ".join(f"{d.quote(c.name)} = {e}" for c, e in keys) + update
-                          + " AND s.moved")
-            names = ", ".join([rg] + [d.quote(c.name) for c in cols])
-            r.execute(
-                f"INSERT INTO {t} ({names}) SELECT " + ", ".join(["s.rowguid"] + exprs)
-                + f" FROM {s} s{joins} WHERE {mine('s.')} AND NOT s.present")
+                r.execute(f"UPDATE {t} SET " + ", ".join(f"{d.quote(c)} = {e}" for c, e in rest) + update)
+            if keys:                     # where the classification found the key moved
+                r.execute(f"UPDATE {t} SET " + ", ".join(f"{d.quote(c)} = {e}" for c, e in keys) + update
+                          + " AND s.present = 2")
+            names = ", ".join([rg] + [d.quote(c) for c, _ in cols])
+            r.execute(f"INSERT INTO {t} ({names}) SELECT " + ", ".join(["s.rowguid"] + [e for _, e in cols])
+                      + f" FROM {s} s WHERE {mine('s.')} AND s.present = 0")
             r.execute(
                 f"INSERT INTO {contents} (tablenick, rowguid, generation, lineage, colv) "
-                f"SELECT tablenick, rowguid, {p}, lineage, colv FROM {s} WHERE {mine()} "
+                f"SELECT {nick}, rowguid, {p}, lineage, colv FROM {s} WHERE {mine()} "
                 f"ON CONFLICT (tablenick, rowguid) DO UPDATE SET generation = excluded.generation, "
                 f"lineage = excluded.lineage, colv = excluded.colv", [generation])
             r.execute(f"DELETE FROM {tomb} WHERE tablenick = {nick} AND rowguid IN ({guids} AND tlin IS NOT NULL)")
@@ -201,5 +249,23 @@ class Staging:
     def rows(self, art: TrackedArticle, op: str) -> list[tuple[str, bool]]:
         """(rowguid, present) of the ``apply`` rows of one article and operation, to go one at a time."""
         return [(str(g), bool(pr)) for g, pr in self.replica.query(
-            f"SELECT rowguid, present FROM {self.table} WHERE tablenick = {int(art.nickname)} "
-            f"AND verdict = 'apply' AND op = '{op}'")]
+            f"SELECT rowguid, present FROM {self.rows_table(art.nickname)} WHERE verdict = 'apply' AND op = '{op}'")]
+
+
+def _local_sql(d) -> str:
+    """The local lineage a staged row is compared with: its tombstone's where it was deleted here, else
+    its contents' (empty when it has none)."""
+    return f"(CASE WHEN tlin IS NOT NULL AND present = 0 THEN tlin ELSE coalesce(clin, {d.empty_lineage_sql()}) END)"
+
+
+def _verdict_sql(up: str, down: str, forged: str | None, a: str = "") -> str:
+    """The verdict of a staged row from its op, present, clin and tlin (columns, prefixed ``a``) and
+    three booleans: ``up`` the incoming lineage has seen all the local one has, ``down`` the other way,
+    ``forged`` (at the publisher) it claims versions the publisher never had (``decide``'s rules)."""
+    deleted_here = f"({a}tlin IS NOT NULL AND {a}present = 0)"
+    refuse = f"WHEN {forged} THEN 'slow' " if forged else ""
+    return (f"CASE {refuse}WHEN {a}op = 'upsert' THEN CASE "
+            f"  WHEN {a}present = 0 AND {a}tlin IS NULL THEN 'apply' "
+            f"  WHEN {up} AND NOT {down} THEN 'apply' WHEN {down} THEN 'skip' ELSE 'slow' END "
+            f"ELSE CASE WHEN {deleted_here} OR ({a}present = 0 AND {a}clin IS NULL) THEN 'slow' "
+            f"  WHEN {up} THEN 'apply' WHEN {down} THEN 'skip' ELSE 'slow' END END")
