@@ -46,7 +46,7 @@ from sparksync.merge.session.enumeration import (
     removal_reads,
     retry_reads,
 )
-from sparksync.merge.session.in_driver import apply_in_driver, estimated_changes
+from sparksync.merge.session.in_driver import ONE_TASK_CHANGES, apply_in_driver, apply_in_one_task, estimated_changes
 from sparksync.merge.session.links import (
     DirectionPlan,
     Endpoint,
@@ -389,6 +389,8 @@ class MergeAgent:
             return []
         if plan.changes <= limit:
             return self._run_in_driver(plan, ctx)
+        if len({r.destination for r in plan.routes}) == 1 and plan.changes <= ONE_TASK_CHANGES:
+            return self._run_in_driver(plan, ctx, one_task=True)
         spark = self.spark
         from pyspark.sql import functions as F
 
@@ -419,15 +421,18 @@ class MergeAgent:
                     .mapInArrow(make_mapper(task_ctx), RESULT_SCHEMA))
             return [BatchResult.from_row(r.asDict(recursive=True)) for r in rows.collect()]
 
-    def _run_in_driver(self, plan: DirectionPlan, ctx: ApplyContext) -> list[BatchResult]:
+    def _run_in_driver(self, plan: DirectionPlan, ctx: ApplyContext, one_task: bool = False) -> list[BatchResult]:
         """A small direction (``[spark] driver_round_changes``): the same reads and apply task, in this process
-        (``in_driver.py``), one apply group per destination."""
+        (``in_driver.py``), one apply group per destination; ``one_task``: a direction with one destination,
+        in one Spark task that reads its own changes (no exchange)."""
         groups = {d: i for i, d in enumerate(dict.fromkeys(r.destination for r in plan.routes))}
         routes: dict[tuple[str, int], list[Route]] = {}
         for r in plan.routes:
             routes.setdefault((r.source, r.generation), []).append(r)
-        with ProgressListener(self._progress_line) as listener:
+        with ProgressListener(self._progress_line, *([driver_host(self.spark)] if one_task else [])) as listener:
             task_ctx = replace(ctx, routes=routes, groups=groups, progress=listener.address)
+            if one_task:
+                return apply_in_one_task(self.spark, plan.reads, plan.routes, task_ctx, groups)
             return apply_in_driver(plan.reads, plan.routes, task_ctx, groups)
 
     def _progress_line(self, e: dict) -> None:
