@@ -213,7 +213,7 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
         replica.execute("RELEASE SAVEPOINT sparksync_plan")
         staged = None
         again = list(unique if unique is not None else range(len(cc.rowguid))) + again
-        _lock_and_flush(replica, art, list(dict.fromkeys(cc.rowguid[i] for i in again)))
+        _lock_and_flush(replica, staging, art, list(dict.fromkeys(cc.rowguid[i] for i in again)))
     if staged is not None:
         st.skipped += staged.skipped
         for op, n in (("delete", staged.deletes), ("upsert", staged.inserts + staged.updates)):
@@ -257,16 +257,12 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
     return work
 
 
-def _lock_and_flush(replica: Replica, art: TrackedArticle, rowguids: list[str]) -> None:
+def _lock_and_flush(replica: Replica, staging: Staging, art: TrackedArticle, rowguids: list[str]) -> None:
     """Without a staging table (it refused the batch): the rows locked where writers run concurrently,
     then their logged changes flushed, before their metadata is read."""
-    d = replica.dialect
-    u, clause, rg = d.uuid_param(), d.row_lock_clause(), d.quote(art.rowguid_column)
     for chunk in in_chunks(rowguids):
-        listed = ", ".join([u] * len(chunk))
-        if clause:
-            replica.execute(f"SELECT 1 FROM {d.table_sql(art.table)} WHERE {rg} IN ({listed}) ORDER BY {rg}{clause}",
-                            chunk)
+        listed = ", ".join([replica.dialect.uuid_param()] * len(chunk))
+        staging.lock_rows(art, listed, chunk)
         flush_rows(replica, art.nickname, listed, chunk)
 
 

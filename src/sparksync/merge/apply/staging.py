@@ -25,8 +25,9 @@ after the other articles and logged, as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sparksync.dialects.replica import Replica
 from sparksync.merge.tracking.articles import TrackedArticle
@@ -99,18 +100,19 @@ class Staging:
         """A SELECT of the rowguids staged for article ``nick``."""
         return f"SELECT rowguid FROM {self.table(nick)}"
 
-    def lock_rows(self, art: TrackedArticle) -> None:
+    def lock_rows(self, art: TrackedArticle, rowguids_sql: str | None = None, params: Sequence[Any] = ()) -> None:
         """Where other transactions write at the same time (PostgreSQL), lock the user rows of the
-        staged changes before their metadata is read: a write committed while this batch waits is
-        then seen by the classification (a conflict, not an overwrite). SQLite needs nothing: the
-        batch's transaction already holds the database's one write lock."""
+        staged changes (or of ``rowguids_sql``: a SELECT or a list of placeholders for ``params``) before
+        their metadata is read: a write committed while this batch waits is then seen by the
+        classification (a conflict, not an overwrite). SQLite needs nothing: the batch's transaction
+        already holds the database's one write lock."""
         clause = self.d.row_lock_clause()
         if not clause:
             return
         rg = self.d.quote(art.rowguid_column)
         self.replica.execute(
-            f"SELECT 1 FROM {self.d.table_sql(art.table)} WHERE {rg} IN ({self.rowguids_sql(art.nickname)}) "
-            f"ORDER BY {rg}{clause}")
+            f"SELECT 1 FROM {self.d.table_sql(art.table)} WHERE {rg} IN "
+            f"({rowguids_sql or self.rowguids_sql(art.nickname)}) ORDER BY {rg}{clause}", list(params))
 
     # -- 2. classify ------------------------------------------------------------------------------
     def classify(self, art: TrackedArticle, forged_from: int | None = None) -> StagedArticle:

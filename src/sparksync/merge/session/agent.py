@@ -388,9 +388,9 @@ class MergeAgent:
         if not plan.reads or not plan.routes:
             return []
         if plan.changes <= limit:
-            return self._run_in_driver(plan, ctx)
+            return self._run_without_exchange(plan, ctx)
         if len({r.destination for r in plan.routes}) == 1 and plan.changes <= ONE_TASK_CHANGES:
-            return self._run_in_driver(plan, ctx, one_task=True)
+            return self._run_without_exchange(plan, ctx, one_task=True)
         spark = self.spark
         from pyspark.sql import functions as F
 
@@ -421,7 +421,7 @@ class MergeAgent:
                     .mapInArrow(make_mapper(task_ctx), RESULT_SCHEMA))
             return [BatchResult.from_row(r.asDict(recursive=True)) for r in rows.collect()]
 
-    def _run_in_driver(self, plan: DirectionPlan, ctx: ApplyContext, one_task: bool = False) -> list[BatchResult]:
+    def _run_without_exchange(self, plan: DirectionPlan, ctx: ApplyContext, one_task: bool = False) -> list[BatchResult]:
         """A small direction (``[spark] driver_round_changes``): the same reads and apply task, in this process
         (``in_driver.py``), one apply group per destination; ``one_task``: a direction with one destination,
         in one Spark task that reads its own changes (no exchange)."""
