@@ -59,8 +59,9 @@ class SparkConfig(_Model):
     master: str = "local[*]"
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings")
     driver_round_changes: int = Field(
-        default=5000, ge=0, description="a merge direction that moves at most this many changes is applied in the "
-        "agent's own process, without a Spark job (0: every direction on Spark)")
+        default=5000, ge=0, description="a merge direction that moves at most this many changes, or a distribution "
+        "round of at most this many commands, is applied in the agent's own process, without a Spark job (0: every "
+        "round on Spark)")
 
 
 class DistributorConfig(_Model):

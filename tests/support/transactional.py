@@ -11,8 +11,11 @@ from sparksync.config import Topology
 from sparksync.dialects import connect
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
+from sparksync.transactional import distribution as dst
 from sparksync.transactional.agent import DistributeOptions, DistributionAgent
+from sparksync.transactional.decoding import Decoder
 from sparksync.transactional.logreader import run_logreader
+from sparksync.transactional.subscriber import Command
 
 from .databases import Databases
 
@@ -107,3 +110,19 @@ def replicate(tx: TxTopology, spark, subscriptions: list[str] | None = None):
     """One log reader pass, then one distribution agent pass. Returns the distribution summary."""
     run_logreader(tx.topology)
     return DistributionAgent(tx.topology, spark).run(DistributeOptions(subscriptions))
+
+
+def stored_commands(distributor_url: str) -> list[Command]:
+    """Every command stored at the distributor, decoded as the distribution agent decodes them (a
+    PostgreSQL publisher's row changes are stored several to a row, as the server's messages)."""
+    out: list[Command] = []
+    with connect(distributor_url) as d:
+        for p in store_publications(d):
+            decoder = Decoder(dst.shapes(d, p))
+            rows = d.query(dst.commands_query(d, ordered=True), ["", p, 0, 0, 2**62, dst.LAST_COMMAND])
+            out += [c for row in rows for c in decoder.commands(row[1:])]
+    return out
+
+
+def store_publications(d) -> list[str]:
+    return [r[0] for r in d.query(f"SELECT publication_id FROM {d.meta('MSpublications')} ORDER BY name")]

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from sparksync.dialects import connect
-from sparksync.transactional.agent import DistributionAgent
+from sparksync.transactional.agent import DistributeOptions, DistributionAgent
 from sparksync.transactional.logreader import run_logreader
-from tests.support.transactional import build, setup_topology, vendor_rows, vendor_table
+from tests.support.transactional import build, setup_topology, stored_commands, vendor_rows, vendor_table
 
 pytestmark = pytest.mark.spark
 
@@ -26,8 +25,7 @@ WORKLOAD_COMMANDS = 6 + 4 * 5 + 2 + 1
 
 
 def _stored(tx) -> int:
-    with connect(tx.topology.distributor_url) as d:
-        return d.scalar(f"SELECT count(*) FROM {d.meta('MSrepl_commands')}")
+    return len(stored_commands(tx.topology.distributor_url))
 
 
 @pytest.mark.parametrize("publisher,distributor", [("postgresql", "sqlite"), ("sqlite", "sqlite"),
@@ -57,7 +55,9 @@ def test_log_reader_crash_stores_each_transaction_once(spark, dbs, tmp_path, pg_
 
 @pytest.mark.parametrize("point", ["distribute.before_commit S:1", "distribute.after_commit S:1",
                                    "distribute.before_commit S:0"])
-def test_distribution_crash_between_and_inside_batches(spark, dbs, tmp_path, pg_admin_url, failpoints, point):
+@pytest.mark.parametrize("in_driver", [0, None], ids=["spark", "driver"])
+def test_distribution_crash_between_and_inside_batches(spark, dbs, tmp_path, pg_admin_url, failpoints, point,
+                                                      in_driver):
     # three transactions per commit batch: the workload's 8 transactions make 3 batches
     tx = build(dbs, tmp_path, "postgresql", {"S": "postgresql", "Other": "sqlite"},
                subscription={"S": {"commit_batch_size": 3}})
@@ -65,7 +65,7 @@ def test_distribution_crash_between_and_inside_batches(spark, dbs, tmp_path, pg_
     _workload(tx, "postgresql")
     run_logreader(tx.topology)
     failpoints(point)
-    first = DistributionAgent(tx.topology, spark).run()
+    first = DistributionAgent(tx.topology, spark).run(DistributeOptions(driver_round_changes=in_driver))
     by = {s.subscription: s for s in first.subscriptions}
     assert not by["S"].ok and by["Other"].ok                        # the others go on
     assert tx.subscriber_rows("Other") == tx.publisher_rows()

@@ -11,7 +11,8 @@ from sparksync.metadata import store
 from sparksync.transactional import distribution as dst
 from sparksync.transactional.logreader import run_logreader
 from sparksync.transactional.pgoutput import lsn_int
-from tests.support.transactional import build, replicate, setup_topology, vendor_rows, vendor_table
+from sparksync.transactional.subscriber import Command
+from tests.support.transactional import build, replicate, setup_topology, stored_commands, vendor_rows, vendor_table
 
 pytestmark = pytest.mark.spark
 
@@ -21,9 +22,8 @@ def _transactions(tx) -> list[dict]:
         return store.select_rows(d, "MSrepl_transactions", order_by=("xact_seqno",))
 
 
-def _commands(tx) -> list[dict]:
-    with connect(tx.topology.distributor_url) as d:
-        return store.select_rows(d, "MSrepl_commands", order_by=("xact_seqno", "command_id"))
+def _commands(tx) -> list[Command]:
+    return stored_commands(tx.topology.distributor_url)
 
 
 @pytest.mark.parametrize("publisher", ["postgresql", "sqlite"])
@@ -40,8 +40,8 @@ def test_only_committed_work_every_change(spark, dbs, tmp_path, pg_admin_url, pu
             r.execute(f'UPDATE {t} SET "CreditRating" = {i} WHERE "VendorID" = 1')
     run_logreader(tx.topology)
     cmds = _commands(tx)
-    assert [c["type"] for c in cmds] == ["upd"] * 5
-    assert all('"VendorID":77' not in (c["after"] or "") for c in cmds)
+    assert [c.type for c in cmds] == ["upd"] * 5
+    assert all('"VendorID":77' not in (c.after or "") for c in cmds)
     if publisher == "postgresql":
         assert len(_transactions(tx)) == 5          # each statement committed on its own
     else:
@@ -66,7 +66,7 @@ def test_postgresql_transaction_boundaries_and_log_release(spark, dbs, tmp_path,
     run = run_logreader(tx.topology)[0]
     txns = _transactions(tx)
     assert [x["commands"] for x in txns] == [4, 1] and run.transactions == 2
-    assert [c["command_id"] for c in _commands(tx)[:4]] == [1, 2, 3, 4]
+    assert [c.command_id for c in _commands(tx)[:4]] == [1, 2, 3, 4]
     assert txns[0]["xact_seqno"] < txns[1]["xact_seqno"] and txns[0]["publisher_commit"] is not None
     with connect(tx.publisher_url) as r:
         after = r.scalar("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,))
@@ -95,3 +95,34 @@ def test_the_sqlite_log_is_trimmed_once_stored(spark, dbs, tmp_path, pg_admin_ur
     with connect(tx.publisher_url) as r:
         assert r.scalar('SELECT count(*) FROM "MSrepl_log"') == 0
     assert len(_transactions(tx)) == 1
+
+
+def test_a_distribution_database_of_the_previous_release_upgrades_on_setup(spark, dbs, tmp_path, pg_admin_url):
+    """Version 2 stored every command as JSON and had no shapes: the log reader refuses it until setup
+    upgrades it; commands stored the old way are still delivered, the new ones as the server's messages."""
+    from sparksync.errors import MetadataVersionError
+
+    tx = build(dbs, tmp_path, "postgresql", {"S": "postgresql", "L": "sqlite"})
+    setup_topology(tx, spark)
+    t = vendor_table("postgresql")
+    tx.publish(f'UPDATE {t} SET "Name" = \'old\' WHERE "VendorID" = 1')
+    run_logreader(tx.topology)
+    with connect(tx.topology.distributor_url) as d:
+        # the command as the previous release stored it: JSON images, no message
+        (old,) = [c for c in stored_commands(tx.topology.distributor_url) if c.type == "upd"]
+        d.execute(f"UPDATE {d.meta('MSrepl_commands')} SET type = 'upd', after = {d.p}, before = {d.p}, data = NULL, "
+                  "shape = NULL", [old.after, old.before])
+        d.execute(f"DROP TABLE {d.meta('MSrepl_shapes')}")
+        for column in ("data", "shape"):
+            d.execute(f"ALTER TABLE {d.meta('MSrepl_commands')} DROP COLUMN {column}")
+        store.update_rows(d, "sparksync_metadata_version", {"version": 2}, {"id": 2})
+    tx.publish(f'UPDATE {t} SET "Name" = \'new\' WHERE "VendorID" = 2')
+    with pytest.raises(MetadataVersionError, match="older .* run 'sparksync setup'"):
+        run_logreader(tx.topology)
+    setup_topology(tx, spark)
+    summary = replicate(tx, spark)
+    assert summary.ok and tx.subscriber_rows("S") == tx.subscriber_rows("L") == tx.publisher_rows()
+    assert {s.subscription: s.commands for s in summary.subscriptions} == {"S": 2, "L": 2}   # the old one too
+    assert tx.publisher_rows(where=' WHERE "VendorID" <= 2')[:2] == [(1, "old", 2), (2, "new", 3)]
+    with connect(tx.topology.distributor_url) as d:
+        assert store.select_rows(d, "MSrepl_shapes")

@@ -126,7 +126,7 @@ def distribute_command(
     """Deliver queued commands to the subscriptions of transactional publications."""
     topology = load(config)
     check_subscriptions(topology, subscription, "transactional", other_command="merge")
-    agent = DistributionAgent(topology, make_spark(topology)(), reporter if not as_json else (lambda m: None))
+    agent = DistributionAgent(topology, make_spark(topology), reporter if not as_json else (lambda m: None))
     failed = False
     rounds_ = _Rounds(continuous, polling_interval, rounds)
     for _ in rounds_:

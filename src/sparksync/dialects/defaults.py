@@ -184,6 +184,9 @@ class TransactionalDefaults:
     def render_procedure(self, shape: Any, types: dict[str, SqlType]) -> list[str]:
         raise NotImplementedError(f"{self.capabilities.name} has no stored procedures")
 
+    def copy_text_lines(self, replica: Replica, table: str, columns: Sequence[str], lines: Iterable[bytes]) -> None:
+        raise NotImplementedError(f"{self.capabilities.name} has no COPY (takes_server_text is false)")
+
     def procedure_schema(self, replica: Replica, name: str, fallback: str | None) -> str | None:
         raise NotImplementedError(f"{self.capabilities.name} has no stored procedures")
 

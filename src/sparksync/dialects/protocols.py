@@ -40,6 +40,8 @@ class Capabilities:
                                            # (hash joins); SQLite's nested loops prefer correlated lookups
     text_holds_nul: bool = True            # text (and json) values may contain U+0000 (PostgreSQL: no)
     float_holds_nan: bool = True           # a float column keeps NaN (SQLite stores NULL instead)
+    takes_server_text: bool = False        # COPY reads a value in the text form a PostgreSQL publisher's log
+                                           # holds it in (the transactional apply stages it unparsed)
 
 
 @runtime_checkable
@@ -332,6 +334,9 @@ class TransactionalHooks(Protocol):
 
     def tx_staging_table_ddl(self, table: str) -> str:
         """The connection's temporary table for staging commands: ord, article_id, op, wave, after, before."""
+
+    def copy_text_lines(self, replica: Replica, table: str, columns: Sequence[str], lines: Iterable[bytes]) -> None:
+        """Load lines of ``COPY``'s text format (fields already escaped) into ``table`` (``takes_server_text``)."""
 
     def render_procedure(self, shape: Any, types: dict[str, SqlType]) -> list[str]:
         """CREATE PROCEDURE for a generated procedure of a transactional article (``shape``: a

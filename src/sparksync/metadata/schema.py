@@ -27,6 +27,7 @@ TEXT = SqlType(Kind.TEXT)
 GUID = SqlType(Kind.UUID)
 JSON = SqlType(Kind.JSON)
 REAL = SqlType(Kind.DOUBLE)
+BYTES = SqlType(Kind.BYTES)
 TS = SqlType(Kind.TIMESTAMPTZ)
 
 
@@ -322,7 +323,9 @@ MERGE = TableSet("merge replication", 1, SCHEMA_VERSION, TABLES)
 # -- transactional replication -----------------------------------------------------------------------
 
 # 2: MSlogreader_history.status (failed runs are recorded, with their error)
-DISTRIBUTION_VERSION = 2
+# 3: MSrepl_commands.data and .shape, MSrepl_shapes (a PostgreSQL publisher's changes stored as the
+#    server's own messages, decoded by the distribution agent's tasks)
+DISTRIBUTION_VERSION = 3
 DISTRIBUTION = TableSet("distribution database", 2, DISTRIBUTION_VERSION, (
     MetaTable(
         "MSpublications",
@@ -372,13 +375,26 @@ DISTRIBUTION = TableSet("distribution database", 2, DISTRIBUTION_VERSION, (
     MetaTable(
         "MSrepl_commands",
         "The commands of each transaction, in order: ins, upd, del, trunc, token (tracer) or ddl, with the "
-        "row's values after and before the change (JSON, typed by the article's columns).",
+        "row's values after and before the change (JSON, typed by the article's columns), or (a row change "
+        "at a PostgreSQL publisher) the server's own message and the shape that decodes it.",
         (C("publication_id", GUID, False), C("xact_seqno", BIG, False), C("command_id", INT, False),
          C("article_id", INT, False), C("type", TEXT, False),
          C("origin", BIG, True, "PostgreSQL: the transaction's xid; SQLite: the change's log sequence number"),
          C("after", TEXT), C("before", TEXT, True, "an update's before image holds the key and the changed columns"),
-         C("rowhash", BIG, True, "a hash of the row's key before the change: which subscription stream applies it")),
+         C("rowhash", BIG, True, "a hash of the row's key before the change: which subscription stream applies it"),
+         C("data", BYTES, True, "a PostgreSQL publisher's row change: the pgoutput message, undecoded"),
+         C("shape", TEXT, True, "the MSrepl_shapes row that decodes data")),
         ("publication_id", "xact_seqno", "command_id"),
+    ),
+    MetaTable(
+        "MSrepl_shapes",
+        "How stored pgoutput messages are decoded: the relation message the server sent before them and "
+        "the article's columns in effect then (a later schema change makes a new shape; old changes keep "
+        "theirs).",
+        (C("publication_id", GUID, False), C("shape_id", TEXT, False, "a digest of relation and table_schema"),
+         C("article_id", INT, False), C("relation", BYTES, False, "the pgoutput Relation message"),
+         C("table_schema", JSON, False, "the article's columns when the shape was made")),
+        ("publication_id", "shape_id"),
     ),
     MetaTable(
         "MSrepl_errors",

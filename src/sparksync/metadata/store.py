@@ -115,6 +115,7 @@ MIGRATIONS: dict[str, dict[int, Any]] = {
     },
     DISTRIBUTION.name: {
         2: _add_column("MSlogreader_history", "status"),
+        3: _add_columns("MSrepl_commands", "data", "shape"),     # (and MSrepl_shapes: a new table)
     },
 }
 

@@ -24,22 +24,23 @@ from sparksync.metadata import store
 from sparksync.metadata.records import DistSubscriptionStatus
 from sparksync.progress import ProgressListener, Reporter, driver_host, silent
 from sparksync.redaction import redact
-from sparksync.spark.reads import ReadPartition, ReadPlan, map_partitions
+from sparksync.spark.reads import ReadPartition, ReadPlan, map_partitions, stream_rows
 from sparksync.transactional import distribution as dst
 from sparksync.transactional.deliver import RESULT_SCHEMA, DeliveryContext, DeliveryResult, SubscriptionTarget
 from sparksync.transactional.subscriber import article_targets, position
-from sparksync.transactional.task import make_mapper
+from sparksync.transactional.task import deliver_stream, make_mapper
 from sparksync.types import Kind, SqlType
 
 COMMAND_COLUMNS = [[name, SqlType(kind).to_dict()] for name, kind in (
     ("subscription", Kind.TEXT), ("xact_seqno", Kind.BIGINT), ("command_id", Kind.INTEGER),
     ("article_id", Kind.INTEGER), ("type", Kind.TEXT), ("origin", Kind.BIGINT), ("after", Kind.TEXT),
-    ("before", Kind.TEXT), ("rowhash", Kind.BIGINT))]
+    ("before", Kind.TEXT), ("rowhash", Kind.BIGINT), ("data", Kind.BYTES), ("shape", Kind.TEXT))]
 
 
 @dataclass
 class DistributeOptions:
     subscriptions: list[str] | None = None
+    driver_round_changes: int | None = None     # None: the topology's [spark] driver_round_changes
 
 
 @dataclass
@@ -75,12 +76,25 @@ class DistributionAgent:
     """Runs distribution agent passes; keeps one Spark session warm across them (``--continuous``)."""
 
     def __init__(self, topology: Topology, spark, report: Reporter = silent):
+        """``spark``: a SparkSession, or a function making one (called for the first round above
+        ``[spark] driver_round_changes`` commands: a small round never starts Spark)."""
         self.topology = topology
-        self.spark = spark
+        self._spark = None if callable(spark) else spark
+        self._make_spark = spark if callable(spark) else None
         self.report = report
+        self.driver_round_changes = topology.spark.driver_round_changes
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            assert self._make_spark is not None
+            self._spark = self._make_spark()
+        return self._spark
 
     def run(self, options: DistributeOptions | None = None) -> DistributeSummary:
         options = options or DistributeOptions()
+        if options.driver_round_changes is not None:
+            self.driver_round_changes = options.driver_round_changes
         t0 = time.perf_counter()
         summary = DistributeSummary(store.new_guid())
         for pub, subs in self.topology.subscriptions_by_publication("transactional", options.subscriptions):
@@ -149,8 +163,8 @@ class DistributionAgent:
             self.report(f"distribute {p.name} -> {s.name}: {run.pending_before:,} transaction(s) after "
                         f"xact_seqno {start}")
         if targets and bound is not None:        # (targets: only when something is pending below bound)
-            ctx = DeliveryContext(p.name, p.publication_id, targets)
-            for res in self._spark(dist, p, ctx, starts, bound):
+            ctx = DeliveryContext(p.name, p.publication_id, targets, dst.shapes(dist, p.publication_id))
+            for res in self._deliver_commands(dist, p, ctx, starts, bound):
                 runs[res.subscription].take(res)
         return list(runs.values())
 
@@ -163,21 +177,26 @@ class DistributionAgent:
                                  f"--subscription {subscription}'", obj=subscription)
         return at
 
-    def _spark(self, dist, p: dst.Publication, ctx: DeliveryContext, starts: dict[str, int],
+    def _deliver_commands(self, dist, p: dst.Publication, ctx: DeliveryContext, starts: dict[str, int],
                bound: int) -> list[DeliveryResult]:
         """One task per subscription reads its pending commands, in order, and applies them
         (``map_partitions``: no Data Source planning, the commands never pass through the JVM):
-        subscriptions are delivered in parallel, each in commit order."""
-        spark = self.spark
+        subscriptions are delivered in parallel, each in commit order. A round of at most
+        ``driver_round_changes`` commands runs the same function here, one subscription after another:
+        a Spark job's fixed costs are most of a small round's time."""
         sql = dst.commands_query(dist, ordered=True)
         url = self.topology.distributor_url
         order = sorted(starts)
         parts = [ReadPartition(url, sql, [s, p.publication_id, starts[s], dst.LAST_COMMAND, bound, dst.LAST_COMMAND],
                                COMMAND_COLUMNS, None, f"{p.name} -> {s}") for s in order]
-        with ProgressListener(self._progress_line, driver_host(spark)) as listener:
+        small = dst.pending_commands(dist, p.publication_id, list(starts.values()), bound) <= self.driver_round_changes
+        with ProgressListener(self._progress_line, driver_host(self.spark) if not small else "127.0.0.1") as listener:
             ctx.progress = listener.address
+            if small:
+                return [DeliveryResult.from_row(r) for part in parts
+                        for r in deliver_stream(ctx, stream_rows(part))]
             # each task reads its subscription's commands itself: they never travel through the JVM
-            rows = map_partitions(spark, ReadPlan(parts), make_mapper(ctx), RESULT_SCHEMA)
+            rows = map_partitions(self.spark, ReadPlan(parts), make_mapper(ctx), RESULT_SCHEMA)
             return [DeliveryResult.from_row(r.asDict(recursive=True)) for r in rows.collect()]
 
     def _progress_line(self, e: dict) -> None:

@@ -11,7 +11,8 @@ update or delete matching fewer rows than it has commands is 20598. Any failure 
 back and the caller applies it one command at a time, which finds the failing command exactly (and
 honours skip_errors). Commands of different rows commute, and a row's commands keep their order, so
 the result is the same; a batch with a custom procedure, a schema change, a TRUNCATE or an update of
-a primary key is applied command by command instead.
+a primary key is applied command by command instead. A PostgreSQL publisher's changes at a
+PostgreSQL subscriber are staged typed, in the text form the log holds them in (``bulk_text.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from sparksync.dialects.replica import Replica
 from sparksync.errors import RowNotFound
 from sparksync.ordering import dri_order
+from sparksync.transactional.bulk_text import TextStaging
 from sparksync.transactional.subscriber import ArticleTarget, Command
 from sparksync.types import SqlType
 
@@ -65,12 +67,15 @@ class BulkApplier:
         having changed nothing, when the batch updates a primary key (the caller goes command by
         command); raises on any failure (the caller rolls back)."""
         d, r, s = self.d, self.replica, self.table
+        replicated = {(aid, op) for aid, t in self.targets.items() for op in ("ins", "upd", "del")
+                      if t.spec(op).replicated}
+        if d.capabilities.takes_server_text and all(c.change is not None for c in commands if c.type != "token"):
+            # a PostgreSQL publisher's changes to a PostgreSQL subscriber: staged in the log's own text form
+            return TextStaging(r, self.targets).apply(commands, replicated)
         if not self._ready:
             r.execute(d.tx_staging_table_ddl(s))
             self._ready = True
         r.execute(f"DELETE FROM {s}")
-        replicated = {(aid, op) for aid, t in self.targets.items() for op in ("ins", "upd", "del")
-                      if t.spec(op).replicated}
         rows = [(i, c.article_id, c.type, c.after, c.before) for i, c in enumerate(commands)
                 if (c.article_id, c.type) in replicated]
         if not rows:

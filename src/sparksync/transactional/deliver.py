@@ -48,6 +48,7 @@ from sparksync.retry import with_retries
 from sparksync.spark.results import ERROR_TYPE, result_columns, spark_struct
 from sparksync.transactional.bulk import BulkApplier
 from sparksync.transactional.capture import seen_by_snapshot
+from sparksync.transactional.decoding import ShapeDef
 from sparksync.transactional.subscriber import Applier, ArticleTarget, Command, error_number, schema_change, skippable
 
 
@@ -99,6 +100,7 @@ class DeliveryContext:
     publication: str
     publication_id: str
     subscriptions: dict[str, SubscriptionTarget]
+    shapes: dict[str, ShapeDef] = field(default_factory=dict)     # what decodes a PostgreSQL publisher's changes
     progress: tuple[str, int] | None = None
 
 

@@ -20,10 +20,11 @@ from sparksync.errors import NotInitialized
 from sparksync.metadata import store
 from sparksync.metadata.records import DistArticleRow, DistPublicationRow, DistSubscriptionRow, DistSubscriptionStatus
 from sparksync.metadata.schema import DISTRIBUTION
+from sparksync.transactional.decoding import ShapeDef
 from sparksync.types import Kind, SqlType
 
 COMMAND_COLUMNS = ("publication_id", "xact_seqno", "command_id", "article_id", "type", "origin", "after", "before",
-                   "rowhash")
+                   "rowhash", "data", "shape")
 INSERT_CHUNK = 5_000
 
 
@@ -34,6 +35,9 @@ class StoredCommand(NamedTuple):
     after: str | None
     before: str | None
     rowhash: int | None = None  # a hash of the row's key (before the change): its subscription stream
+    data: bytes | None = None   # a PostgreSQL publisher's row changes ("rows"): pgoutput messages, undecoded
+    shape: str | None = None    # the MSrepl_shapes row that decodes them
+    changes: int = 1            # how many commands this row holds (numbered from its command_id)
 
 
 @dataclass
@@ -118,12 +122,26 @@ class TransactionWriter:
         self.first: int | None = None
         self.last: int | None = None
         self.now = store.utcnow()
+        self.stored_shapes: set[str] | None = None
 
     def command(self, xact_seqno: int, command_id: int, c: StoredCommand) -> None:
         self.pending.append((self.publication_id, xact_seqno, command_id, c.article_id, c.type, c.origin, c.after,
-                             c.before, c.rowhash))
+                             c.before, c.rowhash, c.data, c.shape))
         if len(self.pending) >= INSERT_CHUNK:
             self.flush()
+
+    def shape(self, s: ShapeDef) -> None:
+        """Store a shape the commands that follow are decoded with (once: the server describes a
+        relation again in every decoding session)."""
+        if self.stored_shapes is None:
+            self.stored_shapes = {r[0] for r in self.dist.query(
+                f"SELECT shape_id FROM {self.dist.meta('MSrepl_shapes')} WHERE publication_id = "
+                f"{self.dist.dialect.uuid_param()}", [self.publication_id])}
+        if s.shape_id not in self.stored_shapes:
+            store.insert_row(self.dist, "MSrepl_shapes", {
+                "publication_id": self.publication_id, "shape_id": s.shape_id, "article_id": s.article_id,
+                "relation": s.relation, "table_schema": s.table_schema})
+            self.stored_shapes.add(s.shape_id)
 
     def transaction(self, t: TransactionInfo) -> None:
         """Record a transaction once all its commands were given."""
@@ -171,11 +189,18 @@ def commands_query(dist: Replica, ordered: bool = False) -> str:
     lo seqno, lo command, hi seqno, hi command. ``ordered``: in commit order."""
     p = dist.p
     text = dist.dialect.typed_param(SqlType(Kind.TEXT))
-    return (f"SELECT {text} AS subscription, xact_seqno, command_id, article_id, type, origin, after, before, rowhash "
-            f"FROM "
+    return (f"SELECT {text} AS subscription, xact_seqno, command_id, article_id, type, origin, after, before, rowhash, "
+            f"data, shape FROM "
             f"{dist.meta('MSrepl_commands')} WHERE publication_id = {dist.dialect.uuid_param()} "
             f"AND (xact_seqno, command_id) > ({p}, {p}) AND (xact_seqno, command_id) <= ({p}, {p})"
             + (" ORDER BY xact_seqno, command_id" if ordered else ""))
+
+
+def shapes(dist: Replica, publication_id: str) -> dict[str, ShapeDef]:
+    """Every shape of the publication's stored changes (read after the run's bound: the shapes of the
+    commands up to it were stored with them)."""
+    return {r["shape_id"]: ShapeDef(r["shape_id"], r["article_id"], bytes(r["relation"]), r["table_schema"])
+            for r in store.select_rows(dist, "MSrepl_shapes", {"publication_id": publication_id})}
 
 
 _ERROR_COLUMNS = ("error_id", "publication_id", "subscription", "xact_seqno", "command_id", "article_id",
@@ -186,6 +211,14 @@ def pending(dist: Replica, publication_id: str, after: int) -> int:
     """Transactions of the publication after xact_seqno ``after``."""
     return int(dist.scalar(f"SELECT count(*) FROM {dist.meta('MSrepl_transactions')} WHERE publication_id = "
                            f"{dist.dialect.uuid_param()} AND xact_seqno > {dist.p}", [publication_id, after]) or 0)
+
+
+def pending_commands(dist: Replica, publication_id: str, starts: list[int], bound: int) -> int:
+    """Commands the subscriptions positioned at ``starts`` have to receive, up to ``bound`` (a round's size)."""
+    return sum(int(dist.scalar(f"SELECT sum(commands) FROM {dist.meta('MSrepl_transactions')} WHERE publication_id = "
+                               f"{dist.dialect.uuid_param()} AND xact_seqno > {dist.p} AND xact_seqno <= {dist.p}",
+                               [publication_id, start, bound]) or 0) * starts.count(start)
+               for start in set(starts))
 
 
 def oldest_pending(dist: Replica, publication_id: str, after: int) -> Any:

@@ -24,6 +24,7 @@ from sparksync.metadata.records import DistSubscriptionStatus
 from sparksync.progress import Reporter, silent
 from sparksync.transactional import distribution as dst
 from sparksync.transactional.capture import Begin, End, capture_method, seen_by_snapshot
+from sparksync.transactional.decoding import ShapeDef
 from sparksync.transactional.distribution import StoredCommand, TransactionInfo
 
 READ_BATCH = 100_000       # changes per read (whole transactions: a bigger one is read whole)
@@ -84,8 +85,8 @@ def _read(pub, dist, p: dst.Publication, run: LogReaderRun, read_batch: int, rep
             for ev in capture.read_batch(after):
                 if type(ev) is StoredCommand:          # the common event first
                     assert current is not None         # commands come between Begin and End
-                    current.commands += 1
-                    writer.command(current.xact_seqno, current.commands, ev)
+                    writer.command(current.xact_seqno, current.commands + 1, ev)
+                    current.commands += ev.changes
                     if ev.type == "token":
                         tokens.append((json.loads(ev.after or "{}"), current))
                 elif isinstance(ev, Begin):
@@ -94,6 +95,8 @@ def _read(pub, dist, p: dst.Publication, run: LogReaderRun, read_batch: int, rep
                     if current is not None and current.commands:
                         writer.transaction(current)
                     current = None
+                elif isinstance(ev, ShapeDef):
+                    writer.shape(ev)
             for token, txn in tokens:
                 store.insert_row(dist, "MStracer_tokens", {
                     "tracer_id": token["tracer_id"], "publication_id": p.publication_id,

@@ -163,25 +163,29 @@ BEGIN_LENGTH, COMMIT_LENGTH = 1 + BEGIN.size, 2 + COMMIT.size
 _T, _B, _N, _U = ord("t"), ord("b"), ord("n"), ord("u")
 
 
+_UNPACK_U32 = _U32.unpack_from
+
+
 def read_tuple(buf: bytes, pos: int) -> tuple[list[Value], int]:
-    """TupleData at ``pos`` -> (values, position after it). The hot loop of the log reader."""
+    """TupleData at ``pos`` -> (values, position after it). The hot loop of decoding."""
     try:
-        (n,) = _I16.unpack_from(buf, pos)
+        n = (buf[pos] << 8) | buf[pos + 1]
         pos += 2
         out: list[Value] = []
         append = out.append
         for _ in range(n):
             kind = buf[pos]
-            pos += 1
             if kind in (_T, _B):
-                (ln,) = _I32.unpack_from(buf, pos)
-                pos += 4
+                ln = _UNPACK_U32(buf, pos + 1)[0]
+                pos += 5
                 append(buf[pos:pos + ln])
                 pos += ln
             elif kind == _N:
                 append(None)
+                pos += 1
             elif kind == _U:
                 append(UNCHANGED)
+                pos += 1
             else:
                 raise ProtocolError(f"unknown tuple value kind {chr(kind)!r}")
     except (struct.error, IndexError):
@@ -191,31 +195,30 @@ def read_tuple(buf: bytes, pos: int) -> tuple[list[Value], int]:
     return out, pos
 
 
-def _tag(buf: bytes, pos: int) -> str:
-    if pos >= len(buf):
-        raise ProtocolError("message ends early")
-    return chr(buf[pos])
+_O, _K, _NEW = ord("O"), ord("K"), ord("N")
 
 
 def read_change(buf: bytes) -> tuple[str, int, list[Value] | None, list[Value] | None, list[Value] | None]:
     """An Insert / Update / Delete message -> (kind "I" | "U" | "D", relation id, old tuple, old key,
-    new tuple); what the message does not carry is None. The hot path of the log reader."""
+    new tuple); what the message does not carry is None. The hot path of decoding."""
     if len(buf) < 6:
         raise ProtocolError("message ends early")
     kind = chr(buf[0])
-    (relid,) = _U32.unpack_from(buf, 1)
-    tag, pos = _tag(buf, 5), 6
+    relid = _UNPACK_U32(buf, 1)[0]
+    tag, pos = buf[5], 6
     old = key = None
     if kind == "D":
-        if tag not in "OK":
+        if tag != _O and tag != _K:
             raise ProtocolError("delete without an old tuple or key")
-        values, _ = read_tuple(buf, pos)
-        return kind, relid, values if tag == "O" else None, values if tag == "K" else None, None
-    if kind == "U" and tag in "OK":
+        values = read_tuple(buf, pos)[0]
+        return kind, relid, values if tag == _O else None, values if tag == _K else None, None
+    if kind == "U" and tag in (_O, _K):
         values, pos = read_tuple(buf, pos)
-        old, key = (values, None) if tag == "O" else (None, values)
-        tag, pos = _tag(buf, pos), pos + 1
-    if tag != "N":
+        old, key = (values, None) if tag == _O else (None, values)
+        if pos >= len(buf):
+            raise ProtocolError("message ends early")
+        tag, pos = buf[pos], pos + 1
+    if tag != _NEW:
         raise ProtocolError(f"{'insert' if kind == 'I' else 'update'} without a new tuple")
     return kind, relid, old, key, read_tuple(buf, pos)[0]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 from sparksync.dialects.model import from_table_dict
 from sparksync.dialects.replica import Replica
@@ -55,17 +55,63 @@ def skippable(e: SparksyncError, skip_errors: Sequence[str]) -> bool:
     return error_number(e) in skip_errors or (native is not None and native in skip_errors)
 
 
-class Command(NamedTuple):
-    """One replicated command as the distribution agent reads it."""
+_LAZY: Any = object()
 
-    xact_seqno: int
-    command_id: int
-    article_id: int
-    type: str                 # ins | upd | del | trunc | token | ddl
-    origin: int | None
-    after: str | None         # JSON of the row after the change
-    before: str | None        # JSON of the row before it (an update's: the key and the changed columns)
-    rowhash: int | None = None   # a hash of the row's key before the change
+
+class Command:
+    """One replicated command as the distribution agent reads it. ``after`` / ``before`` are JSON images
+    (``after``: the row after the change; ``before``: before it, an update's holding the key and the
+    changed columns). A PostgreSQL publisher's row change arrives as the server's message (``change``,
+    a ``decoding.RawChange``): its images and rowhash are made from it the first time they are read,
+    and a set-based apply at a PostgreSQL subscriber takes its values without making them."""
+
+    __slots__ = ("xact_seqno", "command_id", "article_id", "type", "origin", "_after", "_before", "_rowhash", "change")
+
+    def __init__(self, xact_seqno: int, command_id: int, article_id: int, type: str, origin: int | None,
+                 after: str | None = None, before: str | None = None, rowhash: int | None = None,
+                 change: Any = None):
+        self.xact_seqno, self.command_id, self.article_id = xact_seqno, command_id, article_id
+        self.type, self.origin = type, origin          # ins, upd, del, trunc, token or ddl
+        self.change = change
+        if change is None:
+            self._after, self._before, self._rowhash = after, before, rowhash
+        else:
+            self._after = self._before = self._rowhash = _LAZY
+
+    def _decode(self) -> None:
+        self._after, self._before, self._rowhash = self.change.images()
+
+    @property
+    def after(self) -> str | None:
+        if self._after is _LAZY:
+            self._decode()
+        return self._after
+
+    @property
+    def before(self) -> str | None:
+        if self._before is _LAZY:
+            self._decode()
+        return self._before
+
+    @property
+    def rowhash(self) -> int | None:
+        """A hash of the row's key before the change (after it, for an insert): its subscription stream."""
+        if self._rowhash is _LAZY:
+            self._rowhash = self.change.rowhash()
+        return self._rowhash
+
+    def fields(self) -> tuple:
+        return (self.xact_seqno, self.command_id, self.article_id, self.type, self.origin, self.after, self.before,
+                self.rowhash)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Command) and self.fields() == other.fields()
+
+    def __hash__(self) -> int:
+        return hash(self.fields())
+
+    def __repr__(self) -> str:
+        return f"Command{self.fields()!r}"
 
 
 @dataclass(frozen=True)

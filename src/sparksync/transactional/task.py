@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 
 from sparksync.spark.results import result_mapper
+from sparksync.transactional.decoding import Decoder
 from sparksync.transactional.deliver import RESULT_SCHEMA, Delivery, DeliveryContext, DeliveryResult
 from sparksync.transactional.subscriber import Command
 
@@ -21,12 +22,14 @@ def deliver_stream(ctx: DeliveryContext, chunks: Iterable[Sequence[Sequence]]) -
     Yields one result per subscription; a subscription that fails (even by an injected crash) is
     reported and the next one goes on."""
     current = CurrentSubscription(ctx)
+    decoder = Decoder(ctx.shapes)
     for rows in chunks:
         for row in rows:
             if row[0] != current.name:
                 yield from current.close()
                 current.open(row[0])
-            current.command(Command(*row[1:]))
+            for c in decoder.commands(row[1:]):
+                current.command(c)
     yield from current.close()
 
 

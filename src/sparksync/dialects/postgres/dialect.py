@@ -10,7 +10,7 @@ from typing import Any
 from sparksync.dialects.agent_locks import AgentLock
 from sparksync.dialects.base import DialectBase
 from sparksync.dialects.model import Column, ForeignKey, TableInfo
-from sparksync.dialects.postgres.staging import load_staging
+from sparksync.dialects.postgres.staging import copy_text_lines, load_staging
 from sparksync.dialects.postgres.tracking_log import TrackingLog
 from sparksync.dialects.protocols import Capabilities
 from sparksync.dialects.replica import Replica, redact_url
@@ -87,6 +87,7 @@ class PostgresDialect(DialectBase, TrackingLog):
         sql=SqlFlavor("postgres", typed_booleans=True),
         joins_in_bulk=True,
         text_holds_nul=False,
+        takes_server_text=True,
     )
 
     def json_literal(self, text: str) -> str:
@@ -482,6 +483,9 @@ class PostgresDialect(DialectBase, TrackingLog):
     def tx_staging_table_ddl(self, table: str) -> str:
         return (f"CREATE TEMP TABLE IF NOT EXISTS {table} (ord integer PRIMARY KEY, article_id integer NOT NULL, "
                 "op text NOT NULL, wave integer, after jsonb, before jsonb) ON COMMIT DELETE ROWS")
+
+    def copy_text_lines(self, replica: Replica, table: str, columns, lines) -> None:
+        copy_text_lines(replica, table, columns, lines)
 
     # -- merge change tracking --------------------------------------------------------------
     def new_rowguid_sql(self) -> str:

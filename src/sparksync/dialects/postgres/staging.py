@@ -1,4 +1,5 @@
-"""Loading the merge apply's typed staging table (``merge/apply/staging.py``) with COPY.
+"""Loading the merge apply's typed staging table (``merge/apply/staging.py``) with COPY; and the
+transactional apply's, whose lines are the publisher's log text, already escaped (``copy_text_lines``).
 
 Binary COPY when every staged column is of a type whose binary form a Python value of the row-at-a-time
 path maps to one to one (integers, text, numeric, float8, boolean, date, timestamp, bytea, uuid): no
@@ -90,3 +91,23 @@ def load_staging(replica, table: str, columns: Sequence[str], rows: Sequence[Seq
         raise ValueRejected(f"{replica.label}: stage changes: {exc}") from exc
     except Exception as exc:  # noqa: BLE001
         raise translate(exc) from exc
+
+
+def copy_text_lines(replica, table: str, columns: Sequence[str], lines) -> None:
+    """Lines of COPY's text format (fields escaped) into ``table``, written in chunks."""
+    d = replica.dialect
+    try:
+        with replica.raw.cursor() as cur:
+            with cur.copy(f"COPY {table} ({', '.join(d.quote(c) for c in columns)}) FROM STDIN") as copy:
+                chunk: list[bytes] = []
+                for line in lines:
+                    chunk.append(line)
+                    if len(chunk) >= 2_000:
+                        copy.write(b"".join(chunk))
+                        chunk = []
+                if chunk:
+                    copy.write(b"".join(chunk))
+    except SparksyncError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise d.translate_error(exc, f"{replica.label}: load {table}") from exc

@@ -10,6 +10,12 @@ Reading peeks at the slot (``pg_logical_slot_peek_binary_changes``), which retur
 transactions, in commit order, framed by Begin/Commit; ``confirm`` advances the slot past what was
 stored, so the server can recycle that part of its log. A transaction that was stored but not
 confirmed (a crash in between) is read again and skipped by its position (the commit LSN).
+
+Row changes are not decoded here: consecutive changes of one transaction and one relation are stored
+as one ``rows`` command holding the server's messages (each behind its length), with the shape that
+decodes them (the Relation message and the article's columns then: ``decoding.ShapeDef``). The
+distribution agent's tasks decode them (``decoding.py``). What the log reader still reads of a change:
+its relation (which article, which shape) and one tag byte (is the before image there).
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ import json
 import re
 import struct
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, NoReturn
@@ -32,11 +37,17 @@ from sparksync.filters import RowFilter
 from sparksync.metadata.records import DistArticleRow
 from sparksync.names import TableName
 from sparksync.progress import Reporter
-from sparksync.rows import VERBATIM_KINDS, RowCodec
 from sparksync.transactional import pgoutput as po
 from sparksync.transactional.capture import Begin, End
+from sparksync.transactional.decoding import (
+    CHUNK_BYTES,
+    CHUNK_CHANGES,
+    CHUNK_LENGTH,
+    NoBeforeImage,
+    ShapeDef,
+    before_image_missing,
+)
 from sparksync.transactional.distribution import StoredCommand
-from sparksync.types import Kind, SqlType
 
 TRACER_PREFIX = "sparksync.tracer"
 DDL_PREFIX = "sparksync.ddl"
@@ -133,118 +144,47 @@ def current_lsn(replica: Replica) -> int:
 class _Article:
     def __init__(self, article_id: int, table_schema: dict):
         self.id = article_id
-        info = from_table_dict(table_schema)
-        self.table = info.name
-        self.columns = [c.name for c in info.columns]
-        self.types = [c.type for c in info.columns]
-        self.key = set(info.primary_key)
-        self.codec = RowCodec([(c.name, c.type) for c in info.columns])
+        self.table_schema = table_schema
+        self.table = from_table_dict(table_schema).name
 
 
-_TEXT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-_INT_KINDS = (Kind.SMALLINT, Kind.INTEGER, Kind.BIGINT)
+class _Relation:
+    """A relation the server described in this decoding session that is an article: the shape its
+    changes are stored with."""
 
+    __slots__ = ("article_id", "table", "message", "shape_id")
 
-def _fragment(t: SqlType, type_oid: int, codec: RowCodec, i: int):
-    """A function: PostgreSQL's text form of a value -> its JSON, as RowCodec.encode writes it. Integers,
-    booleans, text and UUIDs go straight from the text form; other types through psycopg's loader and
-    the codec's conversion (decimals, timestamps, bytes...)."""
-    if t.kind in _INT_KINDS:
-        return bytes.decode
-    if t.kind is Kind.BOOLEAN:
-        return lambda b: "true" if b == b"t" else "false"
-    if t.kind is Kind.TEXT:
-        return lambda b: _TEXT_JSON(b.decode("utf-8"))
-    if t.kind is Kind.UUID:
-        return lambda b: '"' + b.decode("ascii") + '"'
-    load = po.value_loader(type_oid)
-    verbatim = t.kind in VERBATIM_KINDS
-
-    def fragment(b: bytes) -> str:
-        if verbatim and b.endswith(b" BC"):        # psycopg would read it as the same date AD
-            return _TEXT_JSON(b.decode("utf-8"))
-        try:
-            return codec.value_json(i, load(b))
-        except Exception:  # noqa: BLE001 - psycopg's loader or the codec: a value Python cannot hold
-            if not verbatim:
-                raise
-            return _TEXT_JSON(b.decode("utf-8"))     # PostgreSQL's own text form ('infinity', 'NaN', BC...)
-
-    return fragment
-
-
-class _Shape:
-    """How one relation's tuples become one article's commands (built when the Relation message comes):
-    change messages are decoded here in one pass, straight into the commands' JSON."""
-
-    def __init__(self, art: _Article, cols: list[po.RelationColumn]):
-        self.article, self.cols = art, cols
-        where = {c.name: i for i, c in enumerate(cols)}
-        # (position in the tuple, '"name":', fragment function, is key); position and function are None
-        # for a column the relation does not have (its value is then None: the function is never called)
-        self.parts: list[tuple[Any, str, Any, bool]] = []
-        for i, (name, t) in enumerate(zip(art.columns, art.types)):
-            pos = where.get(name)
-            frag = _fragment(t, cols[pos].type_oid, art.codec, i) if pos is not None else None
-            self.parts.append((pos, _TEXT_JSON(name) + ":", frag, name in art.key))
-        self.key_positions = [where[k] for k in art.columns if k in art.key and k in where]
-
-    def row(self, values: list, fallback: list | None = None) -> str:
-        out = []
-        for pos, name, frag, _ in self.parts:
-            v = None if pos is None else values[pos]
-            if v is po.UNCHANGED:    # a TOASTed value the update kept: the before image has it
-                v = fallback[pos] if fallback is not None and fallback[pos] is not po.UNCHANGED else None
-            out.append(name + ("null" if v is None else frag(v)))
-        return "{" + ",".join(out) + "}"
-
-    def changed(self, old: list, new: list) -> str:
-        """The before image of an update, compact: the key columns and the columns that changed
-        (the others are as in the after image)."""
-        out = []
-        for pos, name, frag, key in self.parts:
-            if pos is None:
-                continue
-            v, n = old[pos], new[pos]
-            if key or (n is not po.UNCHANGED and v != n):
-                out.append(name + ("null" if v is None else frag(v)))
-        return "{" + ",".join(out) + "}"
-
-    def rowhash(self, values: list) -> int:
-        """A hash of the row's key as the server writes it (every command of a row gets the same)."""
-        return zlib.crc32(b"\x00".join(values[p] or b"" for p in self.key_positions), self.article.id)
-
-    def command(self, buf: bytes, xid: int | None) -> StoredCommand:
-        """One Insert / Update / Delete message -> its command."""
-        kind, _, old, key, new = po.read_change(buf)
-        aid = self.article.id
-        if kind == "I":
-            assert new is not None              # read_change refuses an insert without its tuple
-            return StoredCommand(aid, "ins", xid, self.row(new), None, self.rowhash(new))
-        if kind == "D":
-            if old is None:
-                raise NoBeforeImage("delete", str(self.article.table))
-            return StoredCommand(aid, "del", xid, None, self.row(old), self.rowhash(old))
-        if old is None:
-            # REPLICA IDENTITY FULL sends every update's before image; without it a subscriber could
-            # not find (or check) the row: never a silent guess
-            raise NoBeforeImage("update", str(self.article.table))
-        assert new is not None                  # read_change refuses an update without its new tuple
-        return StoredCommand(aid, "upd", xid, self.row(new, old), self.changed(old, new), self.rowhash(old))
+    def __init__(self, art: _Article, message: bytes, shape: ShapeDef):
+        self.article_id, self.table, self.message, self.shape_id = art.id, str(art.table), message, shape.shape_id
 
 
 _INSERT, _UPDATE, _DELETE, _BEGIN, _COMMIT = ord("I"), ord("U"), ord("D"), ord("B"), ord("C")
 
 
-class NoBeforeImage(SchemaError):
-    """An update or delete in the log without its before image: made while its table's REPLICA IDENTITY
-    was not FULL (changed behind sparksync's back). SCALL's changed columns and XCALL's before image
-    cannot be made from it, so it is never delivered as a guess."""
+class _Chunk:
+    """Consecutive row changes of one transaction and one shape, stored as one ``rows`` command
+    (``decoding.CHUNK``: each message behind its length)."""
 
-    def __init__(self, what: str, table: str):
-        super().__init__(f"{'an' if what == 'update' else 'a'} {what} of {table} arrived without its before image",
-                         obj=table)
-        self.what, self.table = what, table
+    def __init__(self) -> None:
+        self.rel: _Relation | None = None
+        self.parts: list[bytes] = []
+        self.n = self.size = 0
+
+    def add(self, data: bytes) -> None:
+        self.parts += (CHUNK_LENGTH.pack(len(data)), data)
+        self.n += 1
+        self.size += len(data)
+
+    def full(self) -> bool:
+        return self.n >= CHUNK_CHANGES or self.size >= CHUNK_BYTES
+
+    def take(self, xid: int | None) -> Iterator[StoredCommand]:
+        if self.n:
+            rel = self.rel
+            assert rel is not None
+            yield StoredCommand(rel.article_id, "rows", xid, None, None, None, b"".join(self.parts), rel.shape_id,
+                                self.n)
+            self.parts, self.n, self.size = [], 0, 0
 
 
 def identity_advice(publication: str) -> str:
@@ -265,7 +205,7 @@ class LogicalCapture:
         self.read_batch_changes = max(1, int(read_batch))
         arts = (_Article(a.article_id, a.table_schema) for a in articles)
         self.by_table = {(a.table.schema, a.table.name): a for a in arts}
-        self.relations: dict[int, _Shape | str] = {}     # relation id -> its shape, or the name of a non-article
+        self.relations: dict[int, _Relation | str] = {}   # relation id -> its shape, or the name of a non-article
         self._pending_end: int | None = None
         self.needed_by = needed_by
         changed = not_full_identity(replica, [a.table for a in self.by_table.values()])
@@ -288,6 +228,10 @@ class LogicalCapture:
             # decoding runs in this backend: a transaction bigger than logical_decoding_work_mem (64MB by
             # default, ~500,000 narrow rows) is spilled to disk and read back; this session may use more
             raw.execute(f"SET LOCAL logical_decoding_work_mem = '{DECODING_WORK_MEM}'")
+            # the values are stored in the text form this session writes them in, and read by psycopg's
+            # loaders and by COPY at PostgreSQL subscribers: the forms a walsender uses
+            raw.execute("SET LOCAL datestyle = 'ISO'; SET LOCAL intervalstyle = 'postgres'; "
+                        "SET LOCAL extra_float_digits = 3; SET LOCAL bytea_output = 'hex'")
             with raw.cursor(name="sparksync_logreader") as cur:
                 cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', "
                             "'publication_names', %s, 'messages', 'true')",
@@ -313,22 +257,28 @@ class LogicalCapture:
         xid = None
         final_lsn = 0
         open_txn = False
+        chunk = _Chunk()
         while True:
             rows = cur.fetchmany(FETCH)
             if not rows:
                 break
             for (data,) in rows:
                 first = data[0]
-                if first in (_UPDATE, _INSERT, _DELETE):     # the common case, fast
+                if first in (_UPDATE, _INSERT, _DELETE):     # the common case, fast: stored undecoded
                     if not skip:
-                        shape = self.relations.get(struct.unpack_from("!I", data, 1)[0])
-                        if not isinstance(shape, _Shape):
-                            self._unknown(shape)
-                        try:
-                            yield shape.command(bytes(data), xid)
-                        except NoBeforeImage as e:
-                            self._without_before_image(e, final_lsn, xid)
+                        rel = self.relations.get(struct.unpack_from("!I", data, 1)[0])
+                        if not isinstance(rel, _Relation):
+                            self._unknown(rel)
+                        missing = before_image_missing(data) if first != _INSERT else None
+                        if missing is not None:
+                            self._without_before_image(NoBeforeImage(missing, rel.table), final_lsn, xid)
+                            continue             # passed over: every subscription's snapshot holds it
+                        if chunk.rel is not rel or chunk.full():
+                            yield from chunk.take(xid)
+                            chunk.rel = rel
+                        chunk.add(data)
                     continue
+                yield from chunk.take(xid)
                 if first == _BEGIN and len(data) >= po.BEGIN_LENGTH:      # a transaction each: also fast
                     final_lsn, micros, xid = po.BEGIN.unpack_from(data, 1)
                     skip = after is not None and final_lsn <= after
@@ -345,22 +295,32 @@ class LogicalCapture:
                 m = po.parse(data)
                 if isinstance(m, po.Relation):
                     art = self.by_table.get((m.namespace, m.name))
-                    self.relations[m.relid] = _Shape(art, m.columns) if art is not None else f"{m.namespace}.{m.name}"
+                    if art is None:
+                        self.relations[m.relid] = f"{m.namespace}.{m.name}"
+                    else:
+                        yield from self._relation(m.relid, art, bytes(data))
                 elif skip:
                     continue
                 else:
                     yield from self._commands(m, xid)
+        yield from chunk.take(xid)
         if open_txn:   # the slot always returns whole transactions; anything else is a server bug
             raise SparksyncError(f"{self.replica.label}: slot {self.publication.slot} returned an unfinished transaction")
 
-    def _commands(self, m: Any, xid: int | None) -> Iterator[StoredCommand]:
+    def _relation(self, relid: int, art: _Article, message: bytes) -> Iterator[ShapeDef]:
+        """A relation that is an article: its changes are stored with this shape (yielded to be stored)."""
+        shape = ShapeDef.make(art.id, message, art.table_schema)
+        self.relations[relid] = _Relation(art, message, shape)
+        yield shape
+
+    def _commands(self, m: Any, xid: int | None) -> Iterator[StoredCommand | ShapeDef]:
         """Commands of the messages that are not row changes: TRUNCATE, tracer tokens, schema changes."""
         if isinstance(m, po.Truncate):
             for relid in m.relids:
-                shape = self.relations.get(relid)
-                if not isinstance(shape, _Shape):
-                    self._unknown(shape)
-                yield StoredCommand(shape.article.id, "trunc", xid, None, None)
+                rel = self.relations.get(relid)
+                if not isinstance(rel, _Relation):
+                    self._unknown(rel)
+                yield StoredCommand(rel.article_id, "trunc", xid, None, None)
         elif isinstance(m, po.Message):
             content = json.loads(m.content.decode("utf-8")) if m.content else {}
             if content.get("publication") != self.publication.name:
@@ -368,12 +328,12 @@ class LogicalCapture:
             if m.prefix == TRACER_PREFIX:
                 yield StoredCommand(0, "token", xid, json.dumps(content), None)
             elif m.prefix == DDL_PREFIX:
-                # later changes of the article carry its new columns
+                # later changes of the article are decoded with its new columns: a new shape
                 art = _Article(content["article_id"], content["table_schema"])
                 self.by_table[(art.table.schema, art.table.name)] = art
-                for relid, shape in list(self.relations.items()):
-                    if isinstance(shape, _Shape) and shape.article.id == art.id:   # (str: not an article)
-                        self.relations[relid] = _Shape(art, shape.cols)
+                for relid, rel in list(self.relations.items()):
+                    if isinstance(rel, _Relation) and rel.article_id == art.id:   # (str: not an article)
+                        yield from self._relation(relid, art, rel.message)
                 yield StoredCommand(art.id, "ddl", xid, json.dumps(content), None)
 
     def _without_before_image(self, e: NoBeforeImage, xact_seqno: int, xid: int | None) -> None:

@@ -1,0 +1,247 @@
+"""The set-based apply of a batch of a PostgreSQL publisher's changes at a PostgreSQL subscriber: the
+values go into a typed staging table in the text form the publisher's log holds them in, unparsed.
+
+The changes are stored as the server's messages (``decoding.py``), whose column values are
+PostgreSQL's text form, which is exactly what ``COPY ... FROM STDIN`` reads. So a batch is staged
+without a value ever becoming a Python object or JSON: each article's commands become lines of a
+text COPY into a temporary table typed like the subscriber's table (``k<i>``: the row's key before
+the change, ``c<i>``: each column after it; ``chg``: which columns an update changed, for SCALL and
+MCALL), and the same statements as the JSON staging (``bulk.py``) run as plain joins of typed
+columns. Waves (the commands of one row, in order) and a moved primary key are found while the
+lines are written, by the key's text.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from sparksync.dialects.replica import Replica
+from sparksync.errors import RowNotFound
+from sparksync.ordering import dri_order
+from sparksync.transactional import pgoutput as po
+from sparksync.transactional.decoding import Shape
+from sparksync.transactional.subscriber import ArticleTarget, Command
+
+_SPECIAL = re.compile(rb"[\\\n\r\t]")
+_ESCAPES = {b"\\": b"\\\\", b"\n": b"\\n", b"\r": b"\\r", b"\t": b"\\t"}
+NULL = b"\\N"
+_OPS = {"ins": b"ins", "upd": b"upd", "del": b"del"}
+
+
+def _escape(v: bytes) -> bytes:
+    """One value as a field of COPY's text format."""
+    if _SPECIAL.search(v) is None:
+        return v
+    return _SPECIAL.sub(lambda m: _ESCAPES[m.group()], v)
+
+
+_UNCHANGED = b"\x00unchanged"     # a TOASTed value an update kept (no COPY field is ever this: text has no NUL)
+_UNPACK_U32 = struct.Struct("!I").unpack_from
+_T, _B, _N, _U, _O = ord("t"), ord("b"), ord("n"), ord("u"), ord("O")
+
+
+def _tuple_fields(buf: bytes, pos: int, escape: bool) -> tuple[list[bytes], int]:
+    """A pgoutput TupleData at ``pos`` -> its values as COPY fields (escaped when ``escape``), and the
+    position after it."""
+    try:
+        n = (buf[pos] << 8) | buf[pos + 1]
+        pos += 2
+        out: list[bytes] = []
+        append = out.append
+        for _ in range(n):
+            kind = buf[pos]
+            if kind == _T:
+                ln = _UNPACK_U32(buf, pos + 1)[0]
+                pos += 5
+                append(_escape(buf[pos:pos + ln]) if escape else buf[pos:pos + ln])
+                pos += ln
+            elif kind == _N:
+                append(NULL)
+                pos += 1
+            elif kind == _U:
+                append(_UNCHANGED)
+                pos += 1
+            else:
+                raise po.ProtocolError(f"unexpected tuple value kind {chr(kind)!r}")
+    except (struct.error, IndexError):
+        raise po.ProtocolError("message ends early") from None
+    return out, pos
+
+
+def _fields(data: bytes) -> tuple[list[bytes] | None, list[bytes] | None]:
+    """An Insert / Update / Delete message -> (old tuple, new tuple) as COPY fields."""
+    escape = _SPECIAL.search(data) is not None    # (a length may hold such a byte too: then escape each value)
+    kind = data[0]
+    if kind == 73:                                 # I: the new tuple
+        return None, _tuple_fields(data, 6, escape)[0]
+    if data[5] != _O:
+        raise po.ProtocolError("an update or delete without its before image")
+    old, pos = _tuple_fields(data, 6, escape)
+    if kind == 68:                                 # D: the old tuple
+        return old, None
+    return old, _tuple_fields(data, pos + 1, escape)[0]
+
+
+class _Staged:
+    """One article's commands of the batch, staged: how many per (operation, wave)."""
+
+    def __init__(self, t: ArticleTarget, table: str):
+        self.t, self.table = t, table
+        self.counts: dict[tuple[str, int], int] = {}
+        self.waves = 1
+
+
+class TextStaging:
+    """Stages and applies batches of undecoded changes on one PostgreSQL connection (inside the
+    caller's transaction)."""
+
+    def __init__(self, replica: Replica, targets: dict[int, ArticleTarget]):
+        self.replica, self.targets, self.d = replica, targets, replica.dialect
+        self._positions: dict[tuple[int, int], tuple[list[int | None], list[int | None]]] = {}
+
+    def _where(self, t: ArticleTarget, shape: Shape) -> tuple[list[int | None], list[int | None]]:
+        """Where the subscriber's columns and key are in this shape's tuples (None: not there)."""
+        k = (id(shape), t.article_id)
+        p = self._positions.get(k)
+        if p is None:
+            at = {c.name: i for i, c in enumerate(shape.cols)}
+            p = self._positions[k] = ([at.get(c) for c, _ in t.columns], [at.get(c) for c in t.key])
+        return p
+
+    def apply(self, commands: Sequence[Command], replicated: set[tuple[int, str]]) -> bool:
+        """Apply ``commands`` (every one of them a stored message; checked by the caller). Returns False,
+        having changed no user table, when an update moves a primary key (the caller goes command by
+        command); raises on any failure (the caller rolls back)."""
+        per: dict[int, list[Command]] = {}
+        for c in commands:
+            if (c.article_id, c.type) in replicated:
+                per.setdefault(c.article_id, []).append(c)
+        if not per:
+            return True
+        self.replica.execute("SET LOCAL jit = off")      # no statistics on the staging: costs would pass its threshold
+        staged: dict[int, _Staged] = {}
+        for aid, cs in per.items():
+            s = self._stage(self.targets[aid], cs)
+            if s is None:
+                return False
+            staged[aid] = s
+        articles = list(staged)
+        order = dri_order(articles, {aid: self.targets[aid].parents for aid in articles})
+        for wave in range(1, max(s.waves for s in staged.values()) + 1):
+            for aid in reversed(order):
+                self._run(staged[aid], "del", wave)
+            for aid in order:
+                self._run(staged[aid], "upd", wave)
+                self._run(staged[aid], "ins", wave)
+        return True
+
+    # -- staging -----------------------------------------------------------------------------------
+    def _stage(self, t: ArticleTarget, commands: list[Command]) -> _Staged | None:
+        d, r = self.d, self.replica
+        name = d.quote(f"sparksync_tx_text_{int(t.article_id)}")
+        q = d.quote
+        keys = ", ".join(f"t.{q(k)} AS k{i}" for i, k in enumerate(t.key))
+        cols = ", ".join(f"t.{q(c)} AS c{i}" for i, (c, _) in enumerate(t.columns))
+        r.execute(f"DROP TABLE IF EXISTS {name}")
+        r.execute(f"CREATE TEMP TABLE {name} ON COMMIT DROP AS SELECT 0::integer AS ord, ''::text AS op, "
+                  f"0::integer AS wave, ''::text AS chg, {keys}, {cols} FROM {d.table_sql(t.table)} t WITH NO DATA")
+        out = _Staged(t, name)
+        bitmap = t.upd.syntax in ("SCALL", "MCALL")
+        lines = self._lines(t, commands, out, bitmap)
+        if lines is None:
+            return None
+        columns = ["ord", "op", "wave", "chg"] + [f"k{i}" for i in range(len(t.key))] + \
+            [f"c{i}" for i in range(len(t.columns))]
+        d.copy_text_lines(r, name, columns, lines)
+        return out
+
+    def _lines(self, t: ArticleTarget, commands: list[Command], out: _Staged, bitmap: bool) -> list[bytes] | None:
+        """The COPY lines of one article's commands (None: an update moves a primary key). The hot loop
+        of a big batch: per command one pass over its message's tuples, one line."""
+        seen: dict[Any, int] = {}
+        ops: list[tuple[str, int]] = []
+        lines = []
+        empty = b"\t".join([NULL] * len(t.columns))
+        not_key = [name not in t.key for name, _ in t.columns]
+        shape = cpos = kpos = direct = None
+        old: Any
+        new: Any
+        for n, c in enumerate(commands):
+            change: Any = c.change
+            if change.shape is not shape:
+                shape = change.shape
+                cpos, kpos = self._where(t, shape)
+                if None in kpos:
+                    return None                          # a key column the message lacks: command by command
+                direct = cpos == list(range(len(shape.cols)))   # the tuple is the table's row, in order
+            assert cpos is not None and kpos is not None
+            old, new = _fields(change.data)
+            op = c.type
+            image = new if op == "ins" else old
+            assert image is not None
+            if len(kpos) == 1:
+                key = image[kpos[0]]
+                keys = key
+                if op == "upd" and new[kpos[0]] != key:
+                    return None                          # a primary key moved: command by command
+            else:
+                key = tuple(image[p] for p in kpos)
+                keys = b"\t".join(key)
+                if op == "upd" and any(new[p] != old[p] for p in kpos):
+                    return None
+            wave = seen.get(key, 0) + 1
+            seen[key] = wave
+            ops.append((op, wave))
+            chg = b""
+            if op == "del":
+                values = empty
+            else:
+                if old is not None and _UNCHANGED in new:   # a TOASTed value the update kept: the before image's
+                    new = [o if v is _UNCHANGED else v for o, v in zip(old, new)]
+                values = b"\t".join(new if direct else [NULL if p is None else new[p] for p in cpos])
+                if op == "upd" and bitmap:
+                    chg = b"".join(b"1" if p is not None and nk and old[p] != new[p] else b"0"
+                                   for p, nk in zip(cpos, not_key))
+            lines.append(b"%d\t%b\t%d\t%b\t%b\t%b\n" % (n, _OPS[op], wave, chg, keys, values))
+        for op_wave in ops:
+            out.counts[op_wave] = out.counts.get(op_wave, 0) + 1
+        out.waves = max(seen.values())
+        return lines
+
+    # -- statements --------------------------------------------------------------------------------
+    def _run(self, s: _Staged, op: str, wave: int) -> None:
+        n = s.counts.get((op, wave))
+        if not n:
+            return
+        t, d, q = s.t, self.d, self.d.quote
+        table = d.table_sql(t.table)
+        mine = f"s.op = '{op}'" + (f" AND s.wave = {int(wave)}" if s.waves > 1 else "")
+        match = " AND ".join(f"x.{q(k)} = s.k{i}" for i, k in enumerate(t.key))
+        if op == "del":
+            done = self.replica.execute(f"DELETE FROM {table} x USING {s.table} s WHERE {mine} AND {match}").rowcount
+            self._check(t, "delete", n, done)
+        elif op == "ins":
+            names = ", ".join(q(c) for c, _ in t.columns)
+            values = ", ".join(f"s.c{i}" for i in range(len(t.columns)))
+            self.replica.execute(f"INSERT INTO {table} ({names}) SELECT {values} FROM {s.table} s WHERE {mine} "
+                                 "ORDER BY s.ord")
+        else:
+            bitmap = t.upd.syntax in ("SCALL", "MCALL")
+            sets = [f"{q(c)} = " + (f"CASE WHEN substr(s.chg, {i + 1}, 1) = '1' THEN s.c{i} ELSE x.{q(c)} END"
+                                    if bitmap else f"s.c{i}")
+                    for i, (c, _) in enumerate(t.columns) if c not in t.key]
+            if not sets:       # every column is in the key: the row only has to exist
+                found = self.replica.scalar(f"SELECT count(*) FROM {table} x JOIN {s.table} s ON {match} WHERE {mine}")
+                self._check(t, "update", n, int(found or 0))
+                return
+            done = self.replica.execute(
+                f"UPDATE {table} x SET {', '.join(sets)} FROM {s.table} s WHERE {mine} AND {match}").rowcount
+            self._check(t, "update", n, done)
+
+    def _check(self, t: ArticleTarget, what: str, expected: int, done: int | None) -> None:
+        if done is not None and 0 <= done < expected:
+            raise RowNotFound(f"{self.replica.label}: {expected - done} of {expected} {what}s of {t.name} found no "
+                              "row (20598)")
