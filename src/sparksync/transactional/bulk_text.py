@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import struct
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -141,13 +142,16 @@ class TextStaging:
     # -- staging -----------------------------------------------------------------------------------
     def _stage(self, t: ArticleTarget, commands: list[Command]) -> _Staged | None:
         d, r = self.d, self.replica
-        name = d.quote(f"sparksync_tx_text_{int(t.article_id)}")
+        # one table per article and shape of it, kept by the connection (emptied at every commit)
+        shape = zlib.crc32(repr((t.table, t.key, t.columns)).encode())
+        name = d.quote(f"sparksync_tx_text_{int(t.article_id)}_{shape:08x}")
         q = d.quote
         keys = ", ".join(f"t.{q(k)} AS k{i}" for i, k in enumerate(t.key))
         cols = ", ".join(f"t.{q(c)} AS c{i}" for i, (c, _) in enumerate(t.columns))
-        r.execute(f"DROP TABLE IF EXISTS {name}")
-        r.execute(f"CREATE TEMP TABLE {name} ON COMMIT DROP AS SELECT 0::integer AS ord, ''::text AS op, "
-                  f"0::integer AS wave, ''::text AS chg, {keys}, {cols} FROM {d.table_sql(t.table)} t WITH NO DATA")
+        r.execute(f"CREATE TEMP TABLE IF NOT EXISTS {name} ON COMMIT DELETE ROWS AS SELECT 0::integer AS ord, "
+                  f"''::text AS op, 0::integer AS wave, ''::text AS chg, {keys}, {cols} FROM {d.table_sql(t.table)} t "
+                  "WITH NO DATA")
+        r.execute(f"DELETE FROM {name}")
         out = _Staged(t, name)
         bitmap = t.upd.syntax in ("SCALL", "MCALL")
         lines = self._lines(t, commands, out, bitmap)
