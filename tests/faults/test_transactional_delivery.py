@@ -74,3 +74,43 @@ def test_procedure_names_follow_postgresql_identifier_rules(spark, dbs, tmp_path
     assert replicate(tx, spark).ok
     assert tx.rows(sub_url, "purchasing.vendor", "vendorid, name") == [(1, "one"), (2, "TWO")]
     assert tx.rows(sub_url, "public.deleted_log", "vendorid") == [(3,)]
+
+
+@pytest.mark.parametrize("damage", ["chunk", "message"])
+@pytest.mark.parametrize("in_driver", [0, None], ids=["spark", "driver"])
+def test_a_damaged_stored_change_stops_its_subscription_by_name(spark, dbs, tmp_path, pg_admin_url, damage, in_driver):
+    """A PostgreSQL publisher's stored row changes damaged at the distributor (a chunk cut short, a message
+    with a byte changed): the subscription stops at that command, naming it; what came before it is
+    delivered, nothing after it, nothing is guessed."""
+    tx = build(dbs, tmp_path, "postgresql", {"S": "postgresql", "L": "sqlite"}, seed_ids=range(1, 31))
+    setup_topology(tx, spark)
+    t = '"Purchasing"."Vendor"'
+    tx.publish(f'UPDATE {t} SET "Name" = \'first\' WHERE "VendorID" = 1',
+               f'UPDATE {t} SET "Name" = \'second\' WHERE "VendorID" <= 25',
+               f'UPDATE {t} SET "Name" = \'third\' WHERE "VendorID" = 30')
+    run_logreader(tx.topology)
+    with connect(tx.topology.distributor_url) as d:
+        cmds = d.meta("MSrepl_commands")
+        seqnos = [r[0] for r in d.query(f"SELECT xact_seqno FROM {cmds} WHERE type = 'rows' ORDER BY xact_seqno")]
+        second = seqnos[1]
+        if damage == "chunk":     # cut in the middle of its 10th message
+            (data,) = d.query(f"SELECT data FROM {cmds} WHERE xact_seqno = {d.p}", [second])[0]
+            d.execute(f"UPDATE {cmds} SET data = {d.p} WHERE xact_seqno = {d.p}", [bytes(data)[:9 * 150], second])
+        else:                     # the first message's first value kind: not one pgoutput knows
+            (data,) = d.query(f"SELECT data FROM {cmds} WHERE xact_seqno = {d.p}", [second])[0]
+            data = bytearray(data)
+            data[4 + 8] = ord("x")        # length, tag, relation id, 'O', column count -> the first kind
+            d.execute(f"UPDATE {cmds} SET data = {d.p} WHERE xact_seqno = {d.p}", [bytes(data), second])
+    before = {name: tx.subscriber_rows(name) for name in ("S", "L")}
+    summary = DistributionAgent(tx.topology, spark).run(DistributeOptions(driver_round_changes=in_driver))
+    runs = {s.subscription: s for s in summary.subscriptions}
+    for name in ("S", "L"):
+        r = runs[name]
+        assert r.status == "error" and "pgoutput" in r.message and str(second) in r.message, r.message
+        rows = tx.subscriber_rows(name)
+        assert {row[1] for row in rows[1:]} == {f"Vendor {i}" for i in range(2, 31)}    # nothing after it
+        if damage == "chunk":     # found while reading: the transactions before it are applied
+            assert r.last_seqno == seqnos[0] and rows[0] == (1, "first", 2)
+        else:                     # found while applying: its batch is rolled back, as for any failed command
+            assert "command 1 (upd of article 1)" in r.message
+            assert rows == before[name] and r.transactions == 0

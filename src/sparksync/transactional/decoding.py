@@ -249,10 +249,16 @@ class Decoder:
         blob = bytes(data)
         pos, end = 0, len(blob)
         unpack, ops = CHUNK_LENGTH.unpack_from, OPERATIONS
-        while pos < end:
-            (n,) = unpack(blob, pos)
-            pos += 4
-            msg = blob[pos:pos + n]
-            pos += n
-            yield Command(xact, cid, aid, ops[msg[0]], origin, change=RawChange(shape, msg))
-            cid += 1
+        try:
+            while pos < end:
+                (n,) = unpack(blob, pos)
+                pos += 4
+                msg = blob[pos:pos + n]
+                pos += n
+                if len(msg) != n:
+                    raise IndexError
+                yield Command(xact, cid, aid, ops[msg[0]], origin, change=RawChange(shape, msg))
+                cid += 1
+        except (struct.error, IndexError, KeyError):
+            raise po.ProtocolError(f"stored command {cid} of transaction {xact} (article {aid}) is damaged: it is not "
+                                   "a sequence of row change messages", obj=shape.table) from None

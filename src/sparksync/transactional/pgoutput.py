@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparksync.errors import SchemaError
+
 PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 
 
@@ -101,8 +103,12 @@ class Ignored:
     kind: str
 
 
-class ProtocolError(ValueError):
-    pass
+class ProtocolError(SchemaError, ValueError):
+    """A pgoutput message that cannot be read: damaged (a stored change changed by hand, a truncated
+    file), or of a protocol version this reader does not know."""
+
+    def __init__(self, message: str, *, obj: str | None = None):
+        super().__init__(f"pgoutput: {message}", obj=obj)
 
 
 class _Reader:

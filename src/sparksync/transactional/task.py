@@ -28,8 +28,11 @@ def deliver_stream(ctx: DeliveryContext, chunks: Iterable[Sequence[Sequence]]) -
             if row[0] != current.name:
                 yield from current.close()
                 current.open(row[0])
-            for c in decoder.commands(row[1:]):
-                current.command(c)
+            try:
+                for c in decoder.commands(row[1:]):
+                    current.command(c)
+            except Exception as e:  # noqa: BLE001 - a stored command that cannot be read stops its subscription
+                current.broken(e)
     yield from current.close()
 
 
@@ -58,6 +61,25 @@ class CurrentSubscription:
         if self.txn and c.xact_seqno != self.txn[0].xact_seqno:
             self._add()
         self.txn.append(c)
+
+    def broken(self, e: BaseException) -> None:
+        """A command of this subscription cannot be read: the transactions before its own are applied,
+        its transaction and everything after it are not, and the subscription reports it."""
+        self.txn = []
+        d = self.delivery
+        if d is None:
+            return
+        try:
+            d.flush()                 # (a failure there stops the delivery with its own error)
+        except Exception as flush_error:  # noqa: BLE001
+            e = flush_error
+        if d.stopped:
+            d.make_durable()
+            d.result.seconds = time.perf_counter() - d.t0
+            self.failed, self.delivery = d.result, None
+            d.close()
+        else:
+            self._fail(d, e)
 
     def _add(self) -> None:
         txn, self.txn, d = self.txn, [], self.delivery
