@@ -5,8 +5,9 @@ Per publication: every active subscription's position is read at the subscriber 
 written, with the commands); one Spark task per subscription reads its commands after that position,
 up to the last stored transaction (fixed when the run is planned, so a re-run task reads the same
 rows), from the distribution database, in commit order, and delivers them (``deliver.py``):
-subscriptions run in parallel, each in order. The driver then records history, errors and tracer
-tokens at the distributor and runs retention cleanup.
+subscriptions run in parallel, each in order. A round of at most ``[spark] driver_round_changes``
+commands runs the same function in the agent's process instead (no Spark job for a trickle). The
+driver then records history, errors and tracer tokens at the distributor and runs retention cleanup.
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ class DistributionAgent:
 
     def run(self, options: DistributeOptions | None = None) -> DistributeSummary:
         options = options or DistributeOptions()
-        if options.driver_round_changes is not None:
-            self.driver_round_changes = options.driver_round_changes
+        self.driver_round_changes = (options.driver_round_changes if options.driver_round_changes is not None
+                                     else self.topology.spark.driver_round_changes)     # for this run
         t0 = time.perf_counter()
         summary = DistributeSummary(store.new_guid())
         for pub, subs in self.topology.subscriptions_by_publication("transactional", options.subscriptions):
