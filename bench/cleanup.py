@@ -29,6 +29,7 @@ from sparksync.dialects import connect
 from sparksync.merge.maintenance.cleanup import clean_replica
 from sparksync.merge.publish.publication import apply_publication, plan_publication
 from sparksync.merge.tracking.generations import make_generation
+from sparksync.merge.tracking.pending import flush
 from sparksync.metadata import store
 from sparksync.topology import parse_topology
 
@@ -121,6 +122,7 @@ def run(kind: str, url: str, tombstones: int, orphans: int) -> dict:
     result, during = with_writer(url, clean)
     seconds = time.perf_counter() - t0
     with connect(url) as r:
+        flush(r)                               # (the tracking tables are read after the tracking log's flush)
         left = int(r.scalar(f"SELECT count(*) FROM {r.meta('MSmerge_tombstone')}"))
     return {"kind": kind, "removed": result.total, "detail": result.removed, "seconds": seconds,
             "steps": result.steps, "longest_step": result.longest_step, "left": left,

@@ -96,7 +96,7 @@ def measure_setupbelongs(spark, rows: int, partitions: int) -> float:
         return time.perf_counter() - t0
 
 
-def dml_with_mapping_trigger(r, pubid: str, articles: list[dict], orders: int, changed: int) -> float:
+def dml_with_mapping_trigger(r, pubid: str, articles: list, orders: int, changed: int) -> float:
     """The other design, measured and not shipped: the tracking of Orders also writes its partition
     mappings, per row, in a trigger (as SQL Server's merge triggers do): a changed order's mappings are
     replaced by its partitions, found up the join chain. Returns the time of the same 1% updates."""
@@ -105,10 +105,10 @@ def dml_with_mapping_trigger(r, pubid: str, articles: list[dict], orders: int, c
 
     d = r.dialect
     scheme = scheme_of(articles)
-    orders_article = next(a for a in articles if a["source_table"] == "Orders")
-    nick = int(orders_article["nickname"])
+    orders_article = next(a for a in articles if a.source_table == "Orders")
+    nick = int(orders_article.nickname)
     current, groups = r.meta("MSmerge_current_partition_mappings"), r.meta("MSmerge_partition_groups")
-    joined = scheme.with_partitions(d, orders_article["name"], "m", groups, PARTITION_ALIAS, _as_columns())
+    joined = scheme.with_partitions(d, orders_article.name, "m", groups, PARTITION_ALIAS, _as_columns())
     r.execute(
         f'CREATE TRIGGER bench_mappings AFTER UPDATE ON "Orders" BEGIN '
         f"DELETE FROM {current} WHERE tablenick = {nick} AND rowguid = NEW.rowguid; "
