@@ -9,6 +9,7 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.metadata import store
+from sparksync.transactional.bulk_text import TextStaging
 from sparksync.transactional.deliver import route
 from sparksync.transactional.subscriber import ArticleTarget, Command
 from tests.support.transactional import build, replicate, setup_topology, vendor_rows
@@ -94,4 +95,22 @@ def test_a_crash_between_the_streams_commits_is_finished_next_time(spark, dbs, t
     assert len(set(marks.values())) == 2                          # the streams are apart
     second = replicate(tx, spark)                                  # inserts or deletes applied twice would fail
     assert second.ok and second.subscriptions[0].errors == [], second.to_dict()
+    assert tx.subscriber_rows("Reporting") == tx.publisher_rows()
+
+
+def test_a_big_batch_goes_over_the_streams_in_the_logs_text_form(spark, dbs, tmp_path, pg_admin_url, monkeypatch):
+    """Every row changed four times in one batch: each stream stages its share in the log's text form (its
+    COPY lines made by the delivery while the streams before it run their statements), wave by wave."""
+    tx = _topology(dbs, tmp_path)
+    setup_topology(tx, spark)
+    tx.publish(*[f'UPDATE {T} SET "CreditRating" = "CreditRating" % 5 + 1, "Name" = \'r{i}\' || "VendorID"'
+                 for i in range(4)])
+    executed = []
+    real = TextStaging.execute
+    monkeypatch.setattr(TextStaging, "execute", lambda self, batch: executed.append(batch) or real(self, batch))
+    summary = replicate(tx, spark)          # a small round: delivered in this process, where the spy is
+    (s,) = summary.subscriptions
+    assert s.ok and s.parallel == s.batches == 1 and s.fallbacks == 0 and s.commands == 160
+    assert len(executed) == STREAMS and all(not b.moved for b in executed)
+    assert max(a.waves for b in executed for a in b.articles.values()) == 4
     assert tx.subscriber_rows("Reporting") == tx.publisher_rows()

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from sparksync.dialects.replica import Replica
 from sparksync.errors import RowNotFound
 from sparksync.ordering import dri_order
-from sparksync.transactional.bulk_text import TextStaging
+from sparksync.transactional.bulk_text import TextBatch, TextStaging
 from sparksync.transactional.subscriber import ArticleTarget, Command
 from sparksync.types import SqlType
 
@@ -61,16 +61,33 @@ class BulkApplier:
                 seen.add(k)
         return True
 
+    def _replicated(self) -> set[tuple[int, str]]:
+        return {(aid, op) for aid, t in self.targets.items() for op in ("ins", "upd", "del") if t.spec(op).replicated}
+
+    def _in_text(self, commands: Sequence[Command]) -> bool:
+        """A PostgreSQL publisher's changes to a PostgreSQL subscriber: staged in the log's own text form."""
+        return self.d.capabilities.takes_server_text and all(c.change is not None for c in commands
+                                                             if c.type != "token")
+
+    def prepare(self, commands: Sequence[Command]) -> TextBatch | None:
+        """The Python half of applying ``commands`` in the log's text form (:meth:`TextStaging.prepare`),
+        or None when the batch does not go that way (:meth:`apply` does everything then)."""
+        if not (self._in_text(commands) and self.eligible(commands)):
+            return None
+        return TextStaging(self.replica, self.targets).prepare(commands, self._replicated())
+
+    def apply_prepared(self, batch: TextBatch) -> bool:
+        """:meth:`apply` of a batch :meth:`prepare` made."""
+        return TextStaging(self.replica, self.targets).execute(batch)
+
     # -- apply -------------------------------------------------------------------------------------
     def apply(self, commands: Sequence[Command]) -> bool:
         """Apply ``commands`` (checked by :meth:`eligible`) inside the caller's transaction. Returns False,
         having changed nothing, when the batch updates a primary key (the caller goes command by
         command); raises on any failure (the caller rolls back)."""
         d, r, s = self.d, self.replica, self.table
-        replicated = {(aid, op) for aid, t in self.targets.items() for op in ("ins", "upd", "del")
-                      if t.spec(op).replicated}
-        if d.capabilities.takes_server_text and all(c.change is not None for c in commands if c.type != "token"):
-            # a PostgreSQL publisher's changes to a PostgreSQL subscriber: staged in the log's own text form
+        replicated = self._replicated()
+        if self._in_text(commands):
             return TextStaging(r, self.targets).apply(commands, replicated)
         if not self._ready:
             r.execute(d.tx_staging_table_ddl(s))

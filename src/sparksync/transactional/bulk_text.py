@@ -87,12 +87,24 @@ def _fields(data: bytes) -> tuple[list[bytes] | None, list[bytes] | None]:
 
 
 class _Staged:
-    """One article's commands of the batch, staged: how many per (operation, wave)."""
+    """One article's commands of the batch, as COPY lines: how many per (operation, wave)."""
 
-    def __init__(self, t: ArticleTarget, table: str):
-        self.t, self.table = t, table
+    def __init__(self, t: ArticleTarget):
+        self.t = t
+        self.table = ""
+        self.lines: list[bytes] = []
         self.counts: dict[tuple[str, int], int] = {}
         self.waves = 1
+
+
+class TextBatch:
+    """A batch made into COPY lines (:meth:`TextStaging.prepare`: Python only, no statement), ready to be
+    loaded and applied on a connection (:meth:`TextStaging.execute`). ``moved``: an update moves a
+    primary key, so the batch goes command by command."""
+
+    def __init__(self) -> None:
+        self.articles: dict[int, _Staged] = {}
+        self.moved = False
 
 
 class TextStaging:
@@ -116,19 +128,37 @@ class TextStaging:
         """Apply ``commands`` (every one of them a stored message; checked by the caller). Returns False,
         having changed no user table, when an update moves a primary key (the caller goes command by
         command); raises on any failure (the caller rolls back)."""
+        return self.execute(self.prepare(commands, replicated))
+
+    def prepare(self, commands: Sequence[Command], replicated: set[tuple[int, str]]) -> TextBatch:
+        """The batch's COPY lines, article by article: the Python half of :meth:`apply`, which a caller may
+        run while other connections execute theirs (subscription streams)."""
+        batch = TextBatch()
         per: dict[int, list[Command]] = {}
         for c in commands:
             if (c.article_id, c.type) in replicated:
                 per.setdefault(c.article_id, []).append(c)
-        if not per:
+        for aid, cs in per.items():
+            t = self.targets[aid]
+            staged = batch.articles[aid] = _Staged(t)
+            lines = self._lines(t, cs, staged, t.upd.syntax in ("SCALL", "MCALL"))
+            if lines is None:
+                batch.moved = True
+                return batch
+            staged.lines = lines
+        return batch
+
+    def execute(self, batch: TextBatch) -> bool:
+        """Load a prepared batch into the staging tables and apply it, wave by wave (inside the caller's
+        transaction). False, having changed nothing: the batch must go command by command."""
+        if batch.moved:
+            return False
+        staged = batch.articles
+        if not staged:
             return True
         self.replica.execute("SET LOCAL jit = off")      # no statistics on the staging: costs would pass its threshold
-        staged: dict[int, _Staged] = {}
-        for aid, cs in per.items():
-            s = self._stage(self.targets[aid], cs)
-            if s is None:
-                return False
-            staged[aid] = s
+        for s in staged.values():
+            self._load(s)
         articles = list(staged)
         order = dri_order(articles, {aid: self.targets[aid].parents for aid in articles})
         for wave in range(1, max(s.waves for s in staged.values()) + 1):
@@ -140,11 +170,11 @@ class TextStaging:
         return True
 
     # -- staging -----------------------------------------------------------------------------------
-    def _stage(self, t: ArticleTarget, commands: list[Command]) -> _Staged | None:
-        d, r = self.d, self.replica
+    def _load(self, s: _Staged) -> None:
+        d, r, t = self.d, self.replica, s.t
         # one table per article and shape of it, kept by the connection (emptied at every commit)
         shape = zlib.crc32(repr((t.table, t.key, t.columns)).encode())
-        name = d.quote(f"sparksync_tx_text_{int(t.article_id)}_{shape:08x}")
+        s.table = name = d.quote(f"sparksync_tx_text_{int(t.article_id)}_{shape:08x}")
         q = d.quote
         keys = ", ".join(f"t.{q(k)} AS k{i}" for i, k in enumerate(t.key))
         cols = ", ".join(f"t.{q(c)} AS c{i}" for i, (c, _) in enumerate(t.columns))
@@ -152,15 +182,9 @@ class TextStaging:
                   f"''::text AS op, 0::integer AS wave, ''::text AS chg, {keys}, {cols} FROM {d.table_sql(t.table)} t "
                   "WITH NO DATA")
         r.execute(f"DELETE FROM {name}")
-        out = _Staged(t, name)
-        bitmap = t.upd.syntax in ("SCALL", "MCALL")
-        lines = self._lines(t, commands, out, bitmap)
-        if lines is None:
-            return None
         columns = ["ord", "op", "wave", "chg"] + [f"k{i}" for i in range(len(t.key))] + \
             [f"c{i}" for i in range(len(t.columns))]
-        d.copy_text_lines(r, name, columns, lines)
-        return out
+        d.copy_text_lines(r, name, columns, s.lines)
 
     def _lines(self, t: ArticleTarget, commands: list[Command], out: _Staged, bitmap: bool) -> list[bytes] | None:
         """The COPY lines of one article's commands (None: an update moves a primary key). The hot loop

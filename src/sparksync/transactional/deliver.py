@@ -47,6 +47,7 @@ from sparksync.redaction import redact
 from sparksync.retry import with_retries
 from sparksync.spark.results import ERROR_TYPE, result_columns, spark_struct
 from sparksync.transactional.bulk import BulkApplier
+from sparksync.transactional.bulk_text import TextBatch
 from sparksync.transactional.capture import seen_by_snapshot
 from sparksync.transactional.decoding import ShapeDef
 from sparksync.transactional.subscriber import Applier, ArticleTarget, Command, error_number, schema_change, skippable
@@ -515,18 +516,27 @@ class Delivery:
         errors: dict[int, BaseException] = {}
         lock = threading.Lock()
 
-        def work(k: int) -> None:
+        def work(k: int, prepared: TextBatch | None) -> None:
             r, (applier, bulk) = conns[k]
             try:
                 r.begin()
-                _fast(applier, bulk, parts[k])
+                _fast(applier, bulk, parts[k], prepared)
                 self._write_watermarks(r, hi, [k])
             except BaseException as e:  # noqa: BLE001 - every stream's outcome is collected
                 with lock:
                     errors[k] = e
 
         with ThreadPoolExecutor(max_workers=n) as pool:
-            list(pool.map(work, range(n)))
+            # a stream's Python half (its COPY lines) is made here, one stream after another, while the
+            # streams already started run their statements: the subscriber's work overlaps the next
+            # stream's lines, where threads each making their own would only take turns on one core
+            for k in range(n):
+                try:
+                    prepared = conns[k][1][1].prepare(parts[k])
+                except BaseException as e:  # noqa: BLE001 - that stream's failure, as if it ran
+                    errors[k] = e
+                    continue
+                pool.submit(work, k, prepared)
         if errors:
             for r, _ in conns:
                 r.rollback()
@@ -560,10 +570,13 @@ class Delivery:
             self.result.fail(e)
 
 
-def _fast(applier: Applier, bulk: BulkApplier, commands: list[Command]) -> None:
-    """The batch's commands on one connection, the quick way: set-based where it can, else runs of one
-    statement (executemany). Raises on the first failure."""
-    if not (bulk.eligible(commands) and bulk.apply(commands)):
+def _fast(applier: Applier, bulk: BulkApplier, commands: list[Command], prepared: TextBatch | None = None) -> None:
+    """The batch's commands on one connection, the quick way: set-based where it can (``prepared``: its
+    COPY lines already made), else runs of one statement (executemany). Raises on the first failure."""
+    if prepared is not None:
+        if not bulk.apply_prepared(prepared):
+            applier.apply(commands)
+    elif not (bulk.eligible(commands) and bulk.apply(commands)):
         applier.apply(commands)
 
 
