@@ -212,7 +212,8 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
     with contextlib.suppress(SystemExit):
         status_command(cfg, False)
 
-    console.rule("[bold]5. sparksync merge: upload from every store, then download to every store (Spark)")
+    console.rule("[bold]5. sparksync merge: upload from every store, then download to every store "
+                 "(rounds this small run in the agent's process, big ones on Spark)")
     from sparksync.spark.session import spark_session as _spark
 
     merged = MergeAgent(topology, _spark(topology.spark_master, conf=topology.spark.conf), report).run()
@@ -249,7 +250,8 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
     if diffs_after or not after.ok:
         _print_differences(console, diffs_after)
     diffs = diffs or diffs_after
-    console.rule("[bold]8. Transactional replication: sparksync logreader, then sparksync distribute (Spark)")
+    console.rule("[bold]8. Transactional replication: sparksync logreader, then sparksync distribute "
+                 "(a round this small runs in the agent's process, a big one on Spark)")
 
     token = tracer.post(topology, "Reports")
     for run in run_logreader(topology, report=report):
