@@ -25,6 +25,7 @@ from sparksync.metadata import store
 from sparksync.metadata.records import DistSubscriptionStatus
 from sparksync.progress import ProgressListener, Reporter, driver_host, silent
 from sparksync.redaction import redact
+from sparksync.spark.lazy import LazySpark
 from sparksync.spark.reads import ReadPartition, ReadPlan, map_partitions, stream_rows
 from sparksync.transactional import distribution as dst
 from sparksync.transactional.deliver import RESULT_SCHEMA, DeliveryContext, DeliveryResult, SubscriptionTarget
@@ -80,17 +81,13 @@ class DistributionAgent:
         """``spark``: a SparkSession, or a function making one (called for the first round above
         ``[spark] driver_round_changes`` commands: a small round never starts Spark)."""
         self.topology = topology
-        self._spark = None if callable(spark) else spark
-        self._make_spark = spark if callable(spark) else None
+        self._spark = LazySpark(spark)
         self.report = report
         self.driver_round_changes = topology.spark.driver_round_changes
 
     @property
     def spark(self):
-        if self._spark is None:
-            assert self._make_spark is not None
-            self._spark = self._make_spark()
-        return self._spark
+        return self._spark.get()
 
     def run(self, options: DistributeOptions | None = None) -> DistributeSummary:
         options = options or DistributeOptions()

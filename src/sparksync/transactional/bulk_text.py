@@ -14,7 +14,6 @@ lines are written, by the key's text.
 from __future__ import annotations
 
 import re
-import struct
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -40,50 +39,16 @@ def _escape(v: bytes) -> bytes:
 
 
 _UNCHANGED = b"\x00unchanged"     # a TOASTed value an update kept (no COPY field is ever this: text has no NUL)
-_UNPACK_U32 = struct.Struct("!I").unpack_from
-_T, _B, _N, _U, _O = ord("t"), ord("b"), ord("n"), ord("u"), ord("O")
-
-
-def _tuple_fields(buf: bytes, pos: int, escape: bool) -> tuple[list[bytes], int]:
-    """A pgoutput TupleData at ``pos`` -> its values as COPY fields (escaped when ``escape``), and the
-    position after it."""
-    try:
-        n = (buf[pos] << 8) | buf[pos + 1]
-        pos += 2
-        out: list[bytes] = []
-        append = out.append
-        for _ in range(n):
-            kind = buf[pos]
-            if kind == _T:
-                ln = _UNPACK_U32(buf, pos + 1)[0]
-                pos += 5
-                append(_escape(buf[pos:pos + ln]) if escape else buf[pos:pos + ln])
-                pos += ln
-            elif kind == _N:
-                append(NULL)
-                pos += 1
-            elif kind == _U:
-                append(_UNCHANGED)
-                pos += 1
-            else:
-                raise po.ProtocolError(f"unexpected tuple value kind {chr(kind)!r}")
-    except (struct.error, IndexError):
-        raise po.ProtocolError("message ends early") from None
-    return out, pos
 
 
 def _fields(data: bytes) -> tuple[list[bytes] | None, list[bytes] | None]:
     """An Insert / Update / Delete message -> (old tuple, new tuple) as COPY fields."""
-    escape = _SPECIAL.search(data) is not None    # (a length may hold such a byte too: then escape each value)
-    kind = data[0]
-    if kind == 73:                                 # I: the new tuple
-        return None, _tuple_fields(data, 6, escape)[0]
-    if data[5] != _O:
+    # escaped one by one only when the message holds such a byte (a length may hold one too)
+    escape = _escape if _SPECIAL.search(data) is not None else None
+    kind, _, old, _, new = po.read_change(data, NULL, _UNCHANGED, escape)
+    if old is None and kind != "I":
         raise po.ProtocolError("an update or delete without its before image")
-    old, pos = _tuple_fields(data, 6, escape)
-    if kind == 68:                                 # D: the old tuple
-        return old, None
-    return old, _tuple_fields(data, pos + 1, escape)[0]
+    return old, new
 
 
 class _Staged:

@@ -71,8 +71,6 @@ CHUNK_BYTES = 1 << 20       # and bytes of messages
 CHUNK_LENGTH = struct.Struct("!I")     # each message of a chunk behind its length
 _INSERT, _UPDATE, _DELETE, _OLD = ord("I"), ord("U"), ord("D"), ord("O")
 OPERATIONS = {_INSERT: "ins", _UPDATE: "upd", _DELETE: "del"}
-_VALUE_KINDS = (ord("t"), ord("b"))
-_UNPACK_U32 = struct.Struct("!I").unpack_from
 _TEXT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _INT_KINDS = (Kind.SMALLINT, Kind.INTEGER, Kind.BIGINT)
 
@@ -124,7 +122,7 @@ class Shape:
         # per article column: its position in the relation's tuples (None: the relation lacks it)
         self.positions: list[int | None] = [where.get(name) for name in self.columns]
         self.key_positions = [where[k] for k in self.columns if k in self.key and k in where]
-        self.key_set, self.key_last = set(self.key_positions), max(self.key_positions, default=-1)
+        self.key_last = max(self.key_positions, default=-1)
         self._parts: list[tuple[Any, str, Any, bool]] | None = None
 
     def _json_parts(self) -> list[tuple[Any, str, Any, bool]]:
@@ -202,21 +200,7 @@ class RawChange:
             values = old if old is not None else new
             assert values is not None
             return s.rowhash(values)
-        want, last = s.key_set, s.key_last
-        got: dict[int, bytes] = {}
-        try:
-            pos = 8                           # the tag, the tuple's column count
-            for i in range(min((d[6] << 8) | d[7], last + 1)):
-                if d[pos] in _VALUE_KINDS:
-                    ln = _UNPACK_U32(d, pos + 1)[0]
-                    if i in want:
-                        got[i] = d[pos + 5:pos + 5 + ln]
-                    pos += 5 + ln
-                else:
-                    pos += 1
-        except (struct.error, IndexError):
-            raise po.ProtocolError("message ends early") from None
-        return zlib.crc32(b"\x00".join(got.get(p, b"") for p in s.key_positions), s.article_id)
+        return s.rowhash(po.read_tuple(d, 6, limit=s.key_last + 1)[0])   # (the first tuple: old, or an insert's new)
 
 
 class Decoder:

@@ -172,25 +172,30 @@ _T, _B, _N, _U = ord("t"), ord("b"), ord("n"), ord("u")
 _UNPACK_U32 = _U32.unpack_from
 
 
-def read_tuple(buf: bytes, pos: int) -> tuple[list[Value], int]:
-    """TupleData at ``pos`` -> (values, position after it). The hot loop of decoding."""
+def read_tuple(buf: bytes, pos: int, null: Any = None, unchanged: Any = UNCHANGED,
+               convert: Callable[[bytes], Any] | None = None, limit: int | None = None) -> tuple[list, int]:
+    """TupleData at ``pos`` -> (values, position after it). The hot loop of decoding. A value is its
+    bytes (``convert``-ed when given), ``null`` for NULL, ``unchanged`` for a TOASTed value an update
+    kept. ``limit``: read only the first columns (the position returned is then inside the tuple)."""
     try:
         n = (buf[pos] << 8) | buf[pos + 1]
+        if limit is not None and limit < n:
+            n = limit
         pos += 2
-        out: list[Value] = []
+        out: list = []
         append = out.append
         for _ in range(n):
             kind = buf[pos]
             if kind in (_T, _B):
                 ln = _UNPACK_U32(buf, pos + 1)[0]
                 pos += 5
-                append(buf[pos:pos + ln])
+                append(buf[pos:pos + ln] if convert is None else convert(buf[pos:pos + ln]))
                 pos += ln
             elif kind == _N:
-                append(None)
+                append(null)
                 pos += 1
             elif kind == _U:
-                append(UNCHANGED)
+                append(unchanged)
                 pos += 1
             else:
                 raise ProtocolError(f"unknown tuple value kind {chr(kind)!r}")
@@ -204,9 +209,11 @@ def read_tuple(buf: bytes, pos: int) -> tuple[list[Value], int]:
 _O, _K, _NEW = ord("O"), ord("K"), ord("N")
 
 
-def read_change(buf: bytes) -> tuple[str, int, list[Value] | None, list[Value] | None, list[Value] | None]:
+def read_change(buf: bytes, null: Any = None, unchanged: Any = UNCHANGED, convert: Callable[[bytes], Any] | None = None
+                ) -> tuple[str, int, list | None, list | None, list | None]:
     """An Insert / Update / Delete message -> (kind "I" | "U" | "D", relation id, old tuple, old key,
-    new tuple); what the message does not carry is None. The hot path of decoding."""
+    new tuple); what the message does not carry is None. The hot path of decoding; ``null``,
+    ``unchanged`` and ``convert`` as :func:`read_tuple` takes them."""
     if len(buf) < 6:
         raise ProtocolError("message ends early")
     kind = chr(buf[0])
@@ -216,17 +223,17 @@ def read_change(buf: bytes) -> tuple[str, int, list[Value] | None, list[Value] |
     if kind == "D":
         if tag != _O and tag != _K:
             raise ProtocolError("delete without an old tuple or key")
-        values = read_tuple(buf, pos)[0]
+        values = read_tuple(buf, pos, null, unchanged, convert)[0]
         return kind, relid, values if tag == _O else None, values if tag == _K else None, None
     if kind == "U" and tag in (_O, _K):
-        values, pos = read_tuple(buf, pos)
+        values, pos = read_tuple(buf, pos, null, unchanged, convert)
         old, key = (values, None) if tag == _O else (None, values)
         if pos >= len(buf):
             raise ProtocolError("message ends early")
         tag, pos = buf[pos], pos + 1
     if tag != _NEW:
         raise ProtocolError(f"{'insert' if kind == 'I' else 'update'} without a new tuple")
-    return kind, relid, old, key, read_tuple(buf, pos)[0]
+    return kind, relid, old, key, read_tuple(buf, pos, null, unchanged, convert)[0]
 
 
 def parse(data: bytes) -> Any:

@@ -66,6 +66,7 @@ from sparksync.metadata.records import ArticleRow, PublicationRow, Role, Subscri
 from sparksync.progress import ProgressListener, Reporter, driver_host, silent
 from sparksync.redaction import redact
 from sparksync.spark.failures import recover, spark_error_message
+from sparksync.spark.lazy import LazySpark
 from sparksync.spark.partitioning import group_labels
 from sparksync.spark.reads import ReadPlan
 
@@ -79,16 +80,12 @@ class MergeAgent:
 
     def __init__(self, topology: Topology, spark, report: Reporter = silent):
         self.topology = topology
-        self._spark = None if callable(spark) else spark
-        self._make_spark = spark if callable(spark) else None
+        self._spark = LazySpark(spark)
         self.report = report
 
     @property
     def spark(self):
-        if self._spark is None:
-            assert self._make_spark is not None
-            self._spark = self._make_spark()
-        return self._spark
+        return self._spark.get()
 
     # -- public -------------------------------------------------------------------------------
     def run(self, options: MergeOptions | None = None) -> MergeSummary:
