@@ -97,7 +97,7 @@ def test_an_application_transaction_in_flight_does_not_hold_enumeration(pg_pub):
 
 
 def test_concurrent_writers_every_change_enumerated_exactly_once(pg_pub):
-    """Writers commit continuously while an agent closes generations (with leveling) and enumerates."""
+    """Writers commit continuously while an agent closes generations and enumerates."""
     url = pg_pub
     errors: list[BaseException] = []
     next_id = iter(range(1000, 10_000_000))
@@ -126,7 +126,7 @@ def test_concurrent_writers_every_change_enumerated_exactly_once(pg_pub):
         last = 0
         rounds = 0
         while any(t.is_alive() for t in threads):
-            make_generation(agent, 1, threshold=7)
+            make_generation(agent, 1)
             bound = enumeration_bound(agent)
             seen += enumerate_window(agent, last, bound)
             last = bound
@@ -134,7 +134,7 @@ def test_concurrent_writers_every_change_enumerated_exactly_once(pg_pub):
             time.sleep(0.01)
         for t in threads:
             t.join()
-        make_generation(agent, 1, threshold=7)
+        make_generation(agent, 1)
         bound = enumeration_bound(agent)
         seen += enumerate_window(agent, last, bound)
         assert not errors

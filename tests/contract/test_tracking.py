@@ -11,6 +11,7 @@ import pytest
 from sparksync.dialects import connect
 from sparksync.errors import TrackingNotFlushed
 from sparksync.failpoints import InjectedFault
+from sparksync.merge.session.enumeration import plan_link
 from sparksync.merge.tracking import pending
 from sparksync.merge.tracking.articles import (
     agent_writes,
@@ -19,7 +20,7 @@ from sparksync.merge.tracking.articles import (
     tracked_article,
     write_row_with_lineage,
 )
-from sparksync.merge.tracking.generations import make_generation
+from sparksync.merge.tracking.generations import enumeration_bound, make_generation
 from sparksync.metadata import store
 from sparksync.metadata.schema import SCHEMA_VERSION
 from sparksync.names import TableName
@@ -194,7 +195,10 @@ def test_dml_from_the_command_line_clients_is_tracked(published, kind):
         assert len(tombstones(r, pnick)) == 1
 
 
-def test_make_generation_closes_and_levels(kind, dbs):
+def test_make_generation_closes_whole_and_the_enumeration_cuts_it_by_key(kind, dbs):
+    """A generation bigger than the leveling threshold is closed whole (no change is written again) and
+    enumerated in batches of at most that many changes, cut by (tablenick, rowguid): every change of it
+    in exactly one batch, upserts and deletes alike."""
     url = dbs.url(kind, "lvl")
     make_tables(url, kind)
     publish(url, [{"table": "Parent"}], generation_leveling_threshold=10)
@@ -203,23 +207,55 @@ def test_make_generation_closes_and_levels(kind, dbs):
         r.executemany(f'INSERT INTO "Parent" ("id", "name") VALUES ({r.p}, {r.p})', [(i, f"n{i}") for i in range(35)])
         pending.flush(r)                 # the inserts are recorded: their deletes are changes too
         r.execute('DELETE FROM "Parent" WHERE "id" < 5')
-        res = make_generation(r, 1, threshold=10)
+        res = make_generation(r, 1)
+        assert res.closed == [g0] and res.changes == 35
+        gens = {g["generation"]: g for g in store.select_rows(r, "MSmerge_genhistory")}
+        assert gens[g0]["genstatus"] == 1 and gens[g0]["changecount"] == 35
+        assert res.open_generation > g0 and gens[res.open_generation]["genstatus"] == 0
+        assert {c["generation"] for c in contents(r)} | {t["generation"] for t in tombstones(r)} == {g0}
+        # 35 changes at 10 a unit, one unit a batch: 4 batches, the generation cut by key between them
+        bound = enumeration_bound(r)
+        plan = plan_link(r, pubid_of(r), "P", 1, 99, 0, g0 - 1, bound, 1, None, threshold=10)
+        assert len(plan.batches) == 4 and plan.where == {}
+        assert [x.seq for x in plan.ranges] == [0, 1, 2, 3]
+        assert [b.hi for b in plan.batches][:-1] == [g0 - 1] * 3 and plan.batches[-1].hi == bound
+        everything = sorted([(c["tablenick"], str(c["rowguid"])) for c in contents(r)]
+                            + [(t["tablenick"], str(t["rowguid"])) for t in tombstones(r)])
+        parts = [[k for k in everything if (x.after is None or k > x.after) and (x.upto is None or k <= x.upto)]
+                 for x in plan.ranges]
+        assert [len(p) for p in parts] == [10, 10, 10, 5] and sum(parts, []) == everything
+        # nothing new: nothing to close
+        again = make_generation(r, 1)
+        assert again.closed == [] and again.open_generation == res.open_generation
+        r.execute('UPDATE "Parent" SET "name" = \'x\' WHERE "id" = 10')
+        pending.flush(r)
+        assert any(c["generation"] == res.open_generation for c in contents(r))
+
+
+def test_make_generation_levels_a_web_devices_generation_by_renumbering(kind, dbs):
+    """A web device uploads whole generations per request: its big generation is renumbered into
+    generations of at most ``level`` changes when it is closed (SQL Server's leveling)."""
+    url = dbs.url(kind, "lvl_device")
+    make_tables(url, kind)
+    publish(url, [{"table": "Parent"}])
+    with connect(url) as r:
+        g0 = r.dialect.current_open_generation(r)
+        r.executemany(f'INSERT INTO "Parent" ("id", "name") VALUES ({r.p}, {r.p})', [(i, f"n{i}") for i in range(35)])
+        pending.flush(r)
+        r.execute('DELETE FROM "Parent" WHERE "id" < 5')
+        res = make_generation(r, 1, level=10)
         # 30 contents + 5 tombstones -> 3 + 1 generations of at most 10 changes
         assert len(res.closed) == 4 and res.closed[0] == g0
         gens = {g["generation"]: g for g in store.select_rows(r, "MSmerge_genhistory")}
         assert all(gens[g]["genstatus"] == 1 and gens[g]["changecount"] <= 10 for g in res.closed)
         assert sum(gens[g]["changecount"] for g in res.closed) == 35
         assert res.open_generation > max(res.closed)
-        assert gens[res.open_generation]["genstatus"] == 0
-        # every change now sits in one of the closed generations
         used = {c["generation"] for c in contents(r)} | {t["generation"] for t in tombstones(r)}
         assert used <= set(res.closed)
-        # nothing new: nothing to close
-        again = make_generation(r, 1, threshold=10)
-        assert again.closed == [] and again.open_generation == res.open_generation
-        r.execute('UPDATE "Parent" SET "name" = \'x\' WHERE "id" = 10')
-        assert contents(r)[0]["generation"] in (res.open_generation,) or \
-            any(c["generation"] == res.open_generation for c in contents(r))
+
+
+def pubid_of(r) -> str:
+    return str(store.select_rows(r, "sysmergepublications")[0]["pubid"])
 
 
 def test_metadata_install_is_idempotent_and_versioned(kind, dbs):

@@ -15,7 +15,11 @@ pytestmark = pytest.mark.spark
 def topo(request, spark, dbs, tmp_path):
     if "postgresql" in request.param:
         request.getfixturevalue("pg_admin_url")
-    return Topo(spark, dbs, tmp_path, *request.param, tables=["Item"], with_fk=False)
+    return Topo(spark, dbs, tmp_path, *request.param, tables=["Item"], with_fk=False,
+                publication={"generation_leveling_threshold": LEVEL})
+
+
+LEVEL = 5       # a generation of more changes is enumerated in batches cut by key
 
 
 def three_generations(t: Topo) -> None:
@@ -77,3 +81,48 @@ def test_crash_before_the_senders_watermark_sends_again_and_applies_nothing_twic
     assert (up.inserts, up.updates, up.conflicts) == (0, 0, 0)     # re-sent, recognized, not applied twice
     t.assert_converged()
     assert t.everywhere("Item", 9) == {"S3"}
+
+
+def one_big_generation(t: Topo) -> None:
+    """One publisher generation of 23 changes (20 updates, 3 inserts): 5 units of ``LEVEL`` changes."""
+    t.sql("P", 'UPDATE "Item" SET "n" = "n" + 1',
+          *[f'INSERT INTO "Item" ("id", "v", "n") VALUES ({600 + i}, \'b{i}\', 11)' for i in range(3)])
+    with connect(t.pub_url) as r:
+        make_generation(r, 1)
+
+
+def received(t: Topo, who: str) -> int:
+    """How many of ``one_big_generation``'s changes ``who`` has."""
+    with connect(t.url(who)) as r:
+        return int(r.scalar('SELECT count(*) FROM "Item" WHERE "n" = 11'))
+
+
+@pytest.mark.parametrize("driver_round_changes", [None, 0], ids=["in-process", "spark"])
+def test_a_generation_cut_by_key_crash_between_its_batches(topo, failpoints, driver_round_changes):
+    """A generation bigger than a batch goes in batches cut by key (10, 10, 3 changes); a crash after
+    the first leaves the watermark before the generation, and the next merge brings the rest, the
+    first part recognized, nothing applied twice."""
+    t = topo
+    one_big_generation(t)
+    failpoints("apply.after_commit S2:0")
+    first = t.merge(download_generations_per_batch=2, driver_round_changes=driver_round_changes)
+    s1 = next(s for s in first.subscriptions if s.subscription == "S1")
+    s2 = next(s for s in first.subscriptions if s.subscription == "S2")
+    assert s2.errors and "failpoint" in s2.errors[0]
+    assert s1.ok and s1.batches["download"] == 3 and downloaded(first, "S1") == (3, 20)
+    assert received(t, "S1") == 23 and received(t, "S2") == 10
+    second = t.merge(download_generations_per_batch=2, driver_round_changes=driver_round_changes)
+    assert second.ok
+    assert sum(downloaded(second, "S2")) == 13 and downloaded(second, "S1") == (0, 0)
+    t.assert_converged()
+
+
+def test_a_generation_cut_by_key_crash_inside_its_second_batch(topo, failpoints):
+    t = topo
+    one_big_generation(t)
+    failpoints("apply.before_commit S1:1")
+    t.merge(download_generations_per_batch=2)
+    assert received(t, "S1") == 10 and received(t, "S3") == 23
+    second = t.merge(download_generations_per_batch=2)
+    assert second.ok and sum(downloaded(second, "S1")) == 13
+    t.assert_converged()

@@ -56,10 +56,10 @@ FK_DDL = {
 
 class Topo:
     """Publisher ``P`` (``pub_kind``) with 20 rows in each of ``tables``, subscribers S1-S4 (``sub_kind``),
-    set up; ``tmp_path`` holds the snapshots."""
+    set up; ``tmp_path`` holds the snapshots; ``publication``: more keys of the publication."""
 
     def __init__(self, spark, dbs: Databases, tmp_path: Path, pub_kind: str, sub_kind: str, logging: str = "publisher",
-                 tables: list[str] | None = None, with_fk: bool = True):
+                 tables: list[str] | None = None, with_fk: bool = True, publication: dict | None = None):
         self.spark = spark
         self.pub_url = dbs.url(pub_kind, "pub")
         tables = tables or list(TABLES)
@@ -73,7 +73,7 @@ class Topo:
         self.sub_urls = {n: dbs.url(sub_kind, n.lower()) for n, _, _ in SUBS}
         self.data = {
             "publisher": {"name": "P", "database": self.pub_url, "snapshot_dir": str(tmp_path / "snap")},
-            "publications": [{"name": "Pub", "conflict_logging": logging, "articles":
+            "publications": [{"name": "Pub", "conflict_logging": logging, **(publication or {}), "articles":
                               [{"table": t, **TABLES[t]} for t in tables]
                               + ([{"table": "Child"}, {"table": "Parent"}] if with_fk else [])}],
             "subscriptions": [{"name": n, "publication": "Pub", "database": self.sub_urls[n], "subscriber_type": st,

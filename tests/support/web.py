@@ -124,6 +124,7 @@ def upload_body(world: WebWorld, name: str) -> tuple[int, int, bytes]:
     from sparksync.merge.tracking.articles import published_articles
     from sparksync.merge.tracking.generations import enumeration_bound, make_generation
     from sparksync.metadata import store
+    from sparksync.web.device.sync import DEVICE_LEVEL
     from sparksync.web.wire import write_changes
 
     url = world.device_url(name)
@@ -131,7 +132,7 @@ def upload_body(world: WebWorld, name: str) -> tuple[int, int, bytes]:
         reg = store.select_rows(pub, "sysmergesubscriptions", {"name": name})[0]
     with connect(url) as dev:
         nick = store.replica_identity(dev).nickname
-        make_generation(dev, nick, 1000)
+        make_generation(dev, nick, level=DEVICE_LEVEL)
         lo, hi = int(reg["recgen"]), enumeration_bound(dev)
         pubid = reg["pubid"]
         reads = change_reads(url, name, dev, published_articles(dev, str(pubid)), name, nick, lo, hi)

@@ -125,3 +125,104 @@ def test_ranges_cover_the_range_without_gaps(sizes, parts):
     assert 1 <= len(ranges) <= parts
     covered = [sum(n for g, n in counts if a < g <= b) for a, b in ranges]
     assert all(covered), covered          # no empty read task
+
+
+# -- keyset enumeration: a generation bigger than a batch is cut by key ------------------------------
+
+from sparksync.merge.session.enumeration import plan_batches  # noqa: E402
+
+
+def keys_of(n: int, seed: int = 0) -> list[tuple[int, str]]:
+    """``n`` distinct (tablenick, rowguid) keys in their enumeration order."""
+    import random
+    rng = random.Random(seed)
+    return sorted({(rng.choice([3, 7]), f"{rng.getrandbits(64):016x}") for _ in range(n * 2)})[:n]
+
+
+def cutter(keys: dict[int, list[tuple[int, str]]]):
+    calls = []
+
+    def cut(generation, ranks):
+        calls.append((generation, list(ranks)))
+        ks = keys[generation]
+        return [ks[r - 1] if r <= len(ks) else None for r in ranks]
+    return cut, calls
+
+
+def in_range(key, r) -> bool:
+    return (r.after is None or key > r.after) and (r.upto is None or key <= r.upto)
+
+
+def test_a_big_generation_is_cut_by_key_into_batches_of_per_batch_units():
+    g = [{"generation": 4, "nicknames": [1], "changecount": 2},
+         {"generation": 6, "nicknames": [2], "changecount": 23},
+         {"generation": 9, "nicknames": [1], "changecount": 1}]
+    keys = {6: keys_of(23)}
+    cut, calls = cutter(keys)
+    batches, where, ranges = plan_batches(g, 3, 12, 2, "pub", 1, threshold=5, cut=cut)
+    # units: 4 | 6a 6b 6c 6d 6e | 9  -> batches [4, 6a] [6b, 6c] [6d, 6e] [9]
+    assert [(b.lo, b.hi, b.ends_within) for b in batches] == [(3, 5, 6), (5, 5, 6), (5, 6, 0), (6, 12, 0)]
+    assert where == {4: 0, 9: 3}
+    assert calls == [(6, [5, 15])]                  # one query, for the ranks where a batch ends inside it
+    assert [(r.after, r.upto, r.seq) for r in ranges] == [(None, keys[6][4], 0), (keys[6][4], keys[6][14], 1),
+                                                         (keys[6][14], None, 2)]
+    assert [b.covered_at for b in batches] == [6, 6, 6, 12]
+
+
+def test_a_generation_that_fits_its_batch_is_not_cut():
+    g = [{"generation": 2, "nicknames": [1], "changecount": 40}]
+    cut, calls = cutter({})
+    batches, where, ranges = plan_batches(g, 0, 3, 100, "pub", 1, threshold=10, cut=cut)
+    assert where == {2: 0} and ranges == [] and calls == [] and len(batches) == 1
+
+
+def test_a_generation_smaller_than_counted_ends_in_the_batch_its_last_change_falls_in():
+    g = [{"generation": 2, "nicknames": [1], "changecount": 30}]
+    keys = {2: keys_of(12)}                       # rows moved on to newer generations since it was closed
+    batches, where, ranges = plan_batches(g, 0, 3, 1, "pub", 1, threshold=10, cut=cutter(keys)[0])
+    assert len(batches) == 3 and where == {}
+    assert [(r.after, r.upto, r.seq) for r in ranges] == [(None, keys[2][9], 0), (keys[2][9], None, 1)]
+
+
+@st.composite
+def keyset_inputs(draw):
+    start = draw(st.integers(0, 20))
+    bound = draw(st.integers(start + 1, start + 30))
+    numbers = sorted(draw(st.sets(st.integers(start + 1, bound), max_size=8)))
+    threshold = draw(st.integers(1, 6))
+    g, keys = [], {}
+    for n in numbers:
+        counted = draw(st.integers(0, 30))
+        actual = draw(st.integers(0, counted))           # a closed generation only loses changes
+        g.append({"generation": n, "nicknames": [1], "changecount": counted})
+        keys[n] = keys_of(actual, seed=n)
+    return g, keys, start, bound, threshold, draw(st.integers(1, 5))
+
+
+@settings(max_examples=400, deadline=None, database=None)
+@given(keyset_inputs())
+def test_every_change_goes_in_exactly_one_batch_and_the_watermark_never_passes_a_part_not_applied(args):
+    g, keys, start, bound, threshold, per_batch = args
+    batches, where, ranges = plan_batches(g, start, bound, per_batch, "src", 4, threshold, cutter(keys)[0])
+    assert batches[0].lo == start and batches[-1].hi == bound
+    assert all(a.hi == b.lo and a.lo <= a.hi for a, b in zip(batches, batches[1:]))
+    seq_of: dict[tuple[int, tuple], int] = {}
+    for n, ks in keys.items():
+        for key in ks:
+            found = [where[n]] if n in where else [r.seq for r in ranges if r.generation == n and in_range(key, r)]
+            assert len(found) == 1, (n, key, found)        # in one batch, never two, never none
+            seq_of[(n, key)] = found[0]
+    for n in keys:                                       # a generation's parts go in key order
+        parts = [seq_of[(n, k)] for k in keys[n]]
+        assert parts == sorted(parts)
+    # applying the batches in order: the watermark after batch k covers only generations wholly applied,
+    # and no batch with a change not yet applied is taken for applied (skipped) by the watermark before it
+    for k, b in enumerate(batches):
+        applied = {key for key, s in seq_of.items() if s <= k}
+        for n, ks in keys.items():
+            if n <= b.hi:
+                assert all((n, key) in applied for key in ks), (k, n)
+        mine = [key for key, s in seq_of.items() if s == k]
+        wm_before = batches[k - 1].hi if k else start
+        assert not mine or wm_before < b.covered_at
+    assert all(sum(1 for s in seq_of.values() if s == k) <= per_batch * threshold for k in range(len(batches)))

@@ -116,7 +116,7 @@ class _BatchApplier:
         failpoints.hit("apply.before_begin", f"{dest.name}:{batch.seq}")   # tests: changes read, nothing locked
         with replica.transaction():
             wm = read_watermark(replica, dest, batch.source)
-            if wm is not None and wm >= batch.hi and not batch.retry:
+            if wm is not None and wm >= batch.covered_at and not batch.retry:
                 outcome.status, outcome.message = "skipped", f"already applied (watermark {wm})"
                 return
             with agent_writes(replica):

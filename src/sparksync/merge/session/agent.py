@@ -39,8 +39,10 @@ from sparksync.merge.session.changes import (
     REMOVE_GENERATION,
 )
 from sparksync.merge.session.enumeration import (
+    KeyCut,
     PartitionRead,
     change_reads,
+    keyset_cut,
     min_watermark,
     plan_link,
     removal_reads,
@@ -137,7 +139,7 @@ class MergeAgent:
     def _session(self, pub: Replica, pubcfg: PublicationConfig, prow: PublicationRow, subs: list[SubscriptionConfig],
                  options: MergeOptions, summary: MergeSummary) -> None:
         topo = self.topology
-        pubid, threshold = prow.pubid, prow.generation_leveling_threshold
+        pubid = prow.pubid
         pub_rows = {r.name: r for r in store.select(pub, SubscriptionRow, {"pubid": pubid})}
         sessions: dict[str, SubscriptionSession] = {}
         active = []
@@ -183,21 +185,21 @@ class MergeAgent:
                                  obj=topo.publisher.name)
         schema = PublisherSchema(pubcfg.name, schema_version(pub, pubid), pending(pub, pubid, 0))
         self.report(f"merge {pubcfg.name}: closing generations at {topo.publisher.name} and {len(active)} subscriber(s)")
-        report_waits(topo.publisher.name, pub, make_generation(pub, 1, threshold), summary, self.report)
+        report_waits(topo.publisher.name, pub, make_generation(pub, 1), summary, self.report)
         publisher = Endpoint(topo.publisher.name, topo.publisher_url, 1, pub, True)
         ends: dict[str, Endpoint] = {}
         try:
-            open_subscribers(topo, active, pubid, threshold, summary, schema, ends, sessions, self.report)
+            open_subscribers(topo, active, pubid, summary, schema, ends, sessions, self.report)
             synced = [(s, sessions[s.name]) for s, _ in active if s.name in ends]
             if options.exchange in ("both", "upload") and synced:
                 self._direction("upload", [Link(s.name, sess, ends[s.name], publisher, order)
                                            for order, (s, sess) in enumerate(synced)],
                                 options, pubcfg, base, summary)
-            make_generation(pub, 1, threshold)
+            make_generation(pub, 1)
             partitions = None
             if scheme.filtered and precomputed:
                 try:
-                    self._evaluate_partitions(pub, pubid, scheme, articles, threshold)
+                    self._evaluate_partitions(pub, pubid, scheme, articles)
                 except SparksyncError as e:      # e.g. a row in two non-overlapping partitions: no download
                     for _, sess in synced:
                         sess.fail(f"partition evaluation: {e.message}", e)
@@ -237,8 +239,7 @@ class MergeAgent:
                                                       ", ".join(f"{n} {t}" for t, n in sorted(result.removed.items()))
                                                       + " removed"))
 
-    def _evaluate_partitions(self, pub: Replica, pubid: str, scheme: PartitionScheme, articles: list[ArticleRow],
-                             threshold: int) -> None:
+    def _evaluate_partitions(self, pub: Replica, pubid: str, scheme: PartitionScheme, articles: list[ArticleRow]) -> None:
         """Bring the partition mappings up to the closed generations; when rows were realigned into a
         new generation, close again (so the download passes it) and evaluate what that closed."""
         for _ in range(2):
@@ -250,7 +251,7 @@ class MergeAgent:
                                f"{ev.realignment_generation}" if ev.realigned else ""))
             if ev.realignment_generation is None:
                 return
-            make_generation(pub, 1, threshold)
+            make_generation(pub, 1)
 
     # -- one direction ------------------------------------------------------------------------------
     def _direction(self, direction: str, links: list[Link], options: MergeOptions, pubcfg: PublicationConfig,
@@ -298,6 +299,7 @@ class MergeAgent:
         bounds: dict[str, int] = {}
         lowest: dict[str, int] = {}
         sources: dict[str, Endpoint] = {}
+        cuts: dict[str, KeyCut] = {}   # source -> its generations' key cuts
         removals: dict[str, int] = {}         # source -> the lowest start of its filtered destinations
         removed_from: dict[str, Endpoint] = {}   # those sources
         here = {"publisher", "both"} if direction == "upload" else {"subscriber", "both"}
@@ -315,7 +317,9 @@ class MergeAgent:
                 retry = retry_reads(dest.replica, dest.name, source.replica, source.url, source.name, pubid,
                                      source.name, source.nickname, start, dest.partition_id, partitions)
                 lp = plan_link(source.replica, pubid, source.name, source.nickname, dest.nickname, dest.partition_id,
-                               start, bound, per_batch, partitions, retry=bool(retry))
+                               start, bound, per_batch, partitions, retry=bool(retry),
+                               threshold=pubcfg.generation_leveling_threshold,
+                               cut=cuts.setdefault(source.name, keyset_cut(source.replica)))
                 plan.changes += estimated_changes(lp.generations)
             except SparksyncError as e:      # this subscription only: the others still go on
                 link.session.fail(f"{direction}: {e.message}", e)
@@ -325,6 +329,8 @@ class MergeAgent:
                 b.partition_id = source.partition_id
             plan.reads += retry
             plan.routes += [Route(source.name, g, dest.name, link.order, k) for g, k in lp.where.items()]
+            plan.routes += [Route(source.name, r.generation, dest.name, link.order, r.seq, r.after, r.upto)
+                            for r in lp.ranges]
             if gens:
                 lowest[source.name] = min(start, lowest.get(source.name, start))
                 sources[source.name] = source

@@ -4,7 +4,8 @@ failed changes read again; and the generation batches they are applied in."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from sparksync.dialects.replica import Replica
 from sparksync.merge.partitions.evaluation import member_sql, partition_generations
@@ -29,25 +30,111 @@ from sparksync.spark.reads import ReadPartition
 RETRY_CHUNK = 1000            # failed changes re-read per partition (rowguids bound in one IN list)
 
 
+Key = tuple[int, str]     # (tablenick, rowguid): the order of a generation's changes (keyset enumeration)
+KeyCut = Callable[[int, list[int]], list[Key | None]]    # (generation, ranks) -> the keys at those ranks
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """The changes of ``generation`` whose key is in (``after``, ``upto``] (None: no bound on that side)
+    go in batch ``seq``: a generation bigger than a batch is cut by key, not renumbered."""
+
+    generation: int
+    after: Key | None
+    upto: Key | None
+    seq: int
+
+
 def make_batches(generations: list[dict], start: int, bound: int, per_batch: int, source: str,
                  source_nick: int) -> tuple[list[BatchInfo], dict[int, int]]:
-    """Generation batches of at most ``per_batch`` generations covering (start, bound].
+    """Generation batches of at most ``per_batch`` whole generations covering (start, bound].
 
     Returns the batches and generation -> batch number. The last batch's upper bound is ``bound``,
     so the watermark passes generations the partner already had.
     """
-    if bound <= start:
-        return [], {}
-    chunks = [generations[i:i + per_batch] for i in range(0, len(generations), per_batch)] or [[]]
-    batches, where, lo = [], {}, start
-    for k, chunk in enumerate(chunks):
-        hi = bound if k == len(chunks) - 1 else int(chunk[-1]["generation"])
-        nicks = sorted({int(n) for g in chunk for n in (g["nicknames"] or [])})
-        batches.append(BatchInfo(source, source_nick, k, lo, hi, nicks))
-        for g in chunk:
-            where[int(g["generation"])] = k
-        lo = hi
+    batches, where, _ = plan_batches(generations, start, bound, per_batch, source, source_nick)
     return batches, where
+
+
+def plan_batches(generations: list[dict], start: int, bound: int, per_batch: int, source: str, source_nick: int,
+                 threshold: int = 0, cut: KeyCut | None = None,
+                 ) -> tuple[list[BatchInfo], dict[int, int], list[KeyRange]]:
+    """Batches covering (start, bound] of at most ``per_batch`` units, a unit being a generation or, with
+    ``threshold``, ``threshold`` changes of a bigger one (generation leveling without renumbering: a
+    generation of 100,000 changes is 100 units). A batch boundary that falls inside a generation cuts it
+    by key: ``cut(generation, ranks)`` gives the key of the change at each 1-based rank of the
+    generation's (tablenick, rowguid) order (None past its end).
+
+    Returns the batches, generation -> batch for generations in one batch, and the key ranges of the
+    generations cut across batches. A batch that ends inside a generation records the generation before
+    it as its watermark (``hi``) and is applied until that generation is wholly received (``ends_within``);
+    the last batch's upper bound is ``bound``, so the watermark passes generations the partner already had.
+    """
+    if bound <= start:
+        return [], {}, []
+    units: list[tuple[dict, int, int]] = []          # (generation row, unit index in it, its units)
+    for g in generations:
+        n = int(g.get("changecount") or 0)
+        k = -(-n // threshold) if threshold and n > threshold else 1
+        units += [(g, i, k) for i in range(k)]
+    chunks = [units[i:i + per_batch] for i in range(0, len(units), per_batch)] or [[]]
+    batches: list[BatchInfo] = []
+    where: dict[int, int] = {}
+    cuts: dict[int, list[tuple[int, int]]] = {}      # generation -> (rank after which a batch ends, that batch)
+    lo = start
+    for k, chunk in enumerate(chunks):
+        ends_within = 0
+        if k == len(chunks) - 1:
+            hi = bound
+        else:
+            g, i, n = chunk[-1]
+            hi = int(g["generation"]) if i == n - 1 else int(g["generation"]) - 1
+            if i < n - 1:
+                ends_within = int(g["generation"])
+                cuts.setdefault(ends_within, []).append(((i + 1) * threshold, k))
+        gens = list({int(g["generation"]): g for g, _, _ in chunk}.values())
+        nicks = sorted({int(x) for g in gens for x in (g["nicknames"] or [])})
+        batches.append(BatchInfo(source, source_nick, k, lo, max(hi, lo), nicks, ends_within=ends_within))
+        for g, i, n in chunk:
+            if n == 1 or (i == n - 1 and int(g["generation"]) not in cuts):
+                where[int(g["generation"])] = k
+            elif i == n - 1:                       # the last part of a generation cut before
+                cuts[int(g["generation"])].append((0, k))
+        lo = max(hi, lo)
+    ranges: list[KeyRange] = []
+    for gen, ends in cuts.items():
+        assert cut is not None, "a generation is cut by key only with a cut function"
+        ranks = [r for r, _ in ends if r]
+        keys = cut(gen, ranks)
+        after: Key | None = None
+        for (_, seq), key in zip(ends, [*keys, None]):
+            ranges.append(KeyRange(gen, after, key, seq))
+            if key is None:     # its end (or fewer changes than counted at closing): the later batches get none
+                break
+            after = key
+    return batches, where, ranges
+
+
+def keyset_cut(replica: Replica) -> KeyCut:
+    """``plan_batches``' cut for ``replica``: the keys at the given ranks of a generation's changes (its
+    contents and tombstone rows in (tablenick, rowguid) order; a row is in one of them, not both)."""
+    contents, tomb, p = replica.meta("MSmerge_contents"), replica.meta("MSmerge_tombstone"), replica.p
+    known: dict[tuple[int, int], Key | None] = {}     # every link of a source cuts its generations alike
+
+    def cut(generation: int, ranks: list[int]) -> list[Key | None]:
+        wanted = [r for r in ranks if (generation, r) not in known]
+        if wanted:
+            found = _keys_at(generation, wanted)
+            known.update({(generation, r): found.get(r) for r in wanted})
+        return [known[(generation, r)] for r in ranks]
+
+    def _keys_at(generation: int, ranks: list[int]) -> dict[int, Key]:
+        return {int(n): (int(nick), str(guid)) for n, nick, guid in replica.query(
+            f"SELECT n, tablenick, rowguid FROM (SELECT tablenick, rowguid, row_number() OVER "
+            f"(ORDER BY tablenick, rowguid) AS n FROM (SELECT tablenick, rowguid FROM {contents} WHERE generation = {p} "
+            f"UNION ALL SELECT tablenick, rowguid FROM {tomb} WHERE generation = {p}) AS u) AS x "
+            f"WHERE n IN ({', '.join(str(int(r)) for r in ranks)})", [generation, generation])}
+    return cut
 
 
 @dataclass
@@ -60,20 +147,25 @@ class LinkPlan:
     generations: list[dict]
     batches: list[BatchInfo]
     where: dict[int, int]
+    ranges: list[KeyRange] = field(default_factory=list)   # generations cut across batches, by key
 
 
 def plan_link(source: Replica, pubid: str, source_name: str, source_nick: int, dest_nickname: int,
               dest_partition: int, start: int, bound: int, per_batch: int, partitions: PartitionRead | None,
-              retry: bool = False) -> LinkPlan:
+              retry: bool = False, threshold: int = 0,
+              cut: KeyCut | None = None) -> LinkPlan:
     """The source's closed generations in (start, bound] that the destination (``dest_nickname``) does not
     already have, of its partition (a precomputed filtered publication's generation mappings), cut into
-    batches of ``per_batch`` generations; ``retry``: changes that failed at the destination are sent
-    again, in the first batch (one batch of no generations when there are no others). The merge agent
+    batches of ``per_batch`` generations (with ``threshold``: of ``per_batch`` units of ``threshold``
+    changes, a big generation cut by key, ``plan_batches``; ``cut``: by default ``keyset_cut(source)``);
+    ``retry``: changes that failed at the destination are sent again, in the first batch (one batch of
+    no generations when there are no others). The merge agent
     plans each link of a direction with it, and the web door each device's download."""
     gens = [g for g in generation_rows(source, start, bound) if dest_nickname not in (g["nicknames"] or [])]
     if partitions is not None and partitions.precomputed and dest_partition != ALL_PARTITIONS:
         gens = generations_of_partition(source, pubid, dest_partition, start, gens, partitions.evaluated)
-    batches, where = make_batches(gens, start, bound, per_batch, source_name, source_nick)
+    batches, where, ranges = plan_batches(gens, start, bound, per_batch, source_name, source_nick, threshold,
+                                          cut or (keyset_cut(source) if threshold else None))
     if retry:
         if not batches:
             batches = [BatchInfo(source_name, source_nick, 0, start, start, [])]
@@ -84,7 +176,7 @@ def plan_link(source: Replica, pubid: str, source_name: str, source_nick: int, d
         where[REMOVE_GENERATION] = batches[0].seq
         if partitions.at_sync:           # descendants of changed rows: after their parents, last batch
             where[REALIGN_GENERATION] = batches[-1].seq
-    return LinkPlan(gens, batches, where)
+    return LinkPlan(gens, batches, where, ranges)
 
 
 def min_watermark(a: int | None, b: int | None) -> int:

@@ -24,14 +24,14 @@ OPEN_THREADS = 8       # subscribers opened (checked, their generation closed) a
 
 
 def open_subscribers(topology: Topology, active: list[tuple[SubscriptionConfig, SubscriptionRow]], pubid: str,
-                     threshold: int, summary: MergeSummary, schema: PublisherSchema, ends: dict[str, Endpoint],
+                     summary: MergeSummary, schema: PublisherSchema, ends: dict[str, Endpoint],
                      sessions: dict[str, SubscriptionSession], report: Reporter) -> None:
     """``open_subscriber`` for every active subscription, ``OPEN_THREADS`` at a time; one that fails is that
     subscription's error. Every connection opened is in ``ends`` (closed by the caller), even when an
     unexpected error stops the session."""
 
     def one(item: tuple[SubscriptionConfig, SubscriptionRow]) -> Endpoint:
-        return open_subscriber(topology, item[0], item[1], pubid, threshold, summary, schema, report)
+        return open_subscriber(topology, item[0], item[1], pubid, summary, schema, report)
 
     unexpected: BaseException | None = None
     with ThreadPoolExecutor(max(1, min(OPEN_THREADS, len(active))), thread_name_prefix="sparksync-open") as pool:
@@ -48,7 +48,7 @@ def open_subscribers(topology: Topology, active: list[tuple[SubscriptionConfig, 
 
 
 def open_subscriber(topology: Topology, s: SubscriptionConfig, registered: SubscriptionRow, pubid: str,
-                    threshold: int, summary: MergeSummary, schema: PublisherSchema, report: Reporter) -> Endpoint:
+                    summary: MergeSummary, schema: PublisherSchema, report: Reporter) -> Endpoint:
     """Connect to a subscriber, check it is the registered replica and intact, replay the schema
     changes it has not had, close its generation."""
     url = topology.subscriber_url(s)
@@ -67,7 +67,7 @@ def open_subscriber(topology: Topology, s: SubscriptionConfig, registered: Subsc
             newer = [c for c in schema.changes if int(c["schemaversion"]) > have]
             for line in replay(rep, pubid, schema.publication, newer, registered.replnickname):
                 report(f"{s.name}: schema change replayed: {line}")
-        report_waits(s.name, rep, make_generation(rep, registered.replnickname, threshold), summary, report)
+        report_waits(s.name, rep, make_generation(rep, registered.replnickname), summary, report)
     except BaseException:
         rep.close()
         raise

@@ -14,13 +14,20 @@ from sparksync.merge.conflicts.resolvers import Replicas
 
 
 class Route(NamedTuple):
-    """Changes of ``source`` in ``generation`` go to ``destination``, in its batch ``seq``."""
+    """Changes of ``source`` in ``generation`` go to ``destination``, in its batch ``seq``; those whose
+    (tablenick, rowguid) is in (``after``, ``upto``] when the generation is cut across batches by key."""
 
     source: str
     generation: int
     destination: str
     order: int                  # the source's place in the session (upload: configuration order)
     seq: int
+    after: tuple[int, str] | None = None
+    upto: tuple[int, str] | None = None
+
+    @property
+    def keyset(self) -> bool:
+        return self.after is not None or self.upto is not None
 
 
 @dataclass
@@ -33,6 +40,13 @@ class BatchInfo:
     nicknames: list[int]
     retry: bool = False           # carries changes that failed before: applied even below the watermark
     partition_id: int = 0         # upload from a subscriber of a filtered publication: its partition
+    ends_within: int = 0          # the generation this batch ends inside of (cut by key), whose rest follows
+
+    @property
+    def covered_at(self) -> int:
+        """The watermark from which this batch is already applied: its end, or the generation it ends
+        inside of (its ``hi`` is the generation before it, where the watermark stays until the rest is in)."""
+        return max(self.hi, self.ends_within)
 
 
 @dataclass

@@ -2,7 +2,9 @@
 
 Change rows arrive sorted by (apply group, source order, generation). ``apply_stream`` splits them
 into runs of one (source, generation) (``_runs``, no Python work per row), hands each run to the
-destinations of the group that need it (``ApplyContext.routes``), and applies a destination's batch
+destinations of the group that need it (``ApplyContext.routes``; a generation cut across batches by
+key goes to each batch by its key range: the rows of a generation come in (article, row) order), and
+applies a destination's batch
 (``batch.apply_batch``) when a row of its next batch arrives, or at the end. A source whose read failed
 sends one error row first: its batches are refused at every destination it feeds. Each batch handled
 yields one result row (``RESULT_SCHEMA``: per-article stats and the error as Spark structs, the conflicts,
@@ -158,6 +160,8 @@ def apply_stream(ctx: ApplyContext, batches: Iterable) -> Iterator[dict]:
                     if groups[dest_name] != group:
                         continue
                     mine = _for_target(rows, dest_name, ctx.destinations[dest_name].partition_id)
+                    if mine is not None and route.keyset:
+                        mine = _in_key_range(mine, route.after, route.upto)
                     if mine is None:
                         continue
                     held = pending.get(dest_name)
@@ -227,6 +231,26 @@ def _for_target(rows, dest_name: str, partition_id: int = ALL_PARTITIONS):
     if mask is None:
         return rows
     kept = rows.filter(mask)
+    return kept if len(kept) else None
+
+
+def _in_key_range(rows, after: tuple[int, str] | None, upto: tuple[int, str] | None):
+    """The rows of a run (one generation) whose (tablenick, rowguid) is in (``after``, ``upto``]: the part
+    of a generation cut across batches by key that one batch carries (None if none is)."""
+    import pyarrow.compute as pc
+
+    nick, guid = rows.column("tablenick"), rows.column("rowguid")
+
+    def above(key: tuple[int, str]):      # (tablenick, rowguid) > key
+        return pc.or_(pc.greater(nick, key[0]), pc.and_(pc.equal(nick, key[0]), pc.greater(guid, key[1])))
+
+    mask = None
+    if after is not None:
+        mask = above(after)
+    if upto is not None:
+        below = pc.invert(above(upto))
+        mask = below if mask is None else pc.and_(mask, below)
+    kept = rows.filter(mask) if mask is not None else rows
     return kept if len(kept) else None
 
 

@@ -132,7 +132,7 @@ def _write(spark, topology: Topology, pub: Replica, publication: str, prow: Publ
     if stale:
         report(f"snapshot {publication}: removed {len(stale)} incomplete snapshot folder(s) of an interrupted run")
     report(f"snapshot {publication}: closing generations at {topology.publisher.name}")
-    make_generation(pub, ident.nickname, prow.generation_leveling_threshold)
+    make_generation(pub, ident.nickname)
     snap_gen = enumeration_bound(pub)
     snapshot_id = new_snapshot_id()
     sdir = pdir / snapshot_id

@@ -1,4 +1,4 @@
-"""Generations: open -> closed (sp_MSmakegeneration), leveling, settling, and the enumeration bound.
+"""Generations: open -> closed (sp_MSmakegeneration), settling, and the enumeration bound.
 
 A change is stamped with the replica's open generation. ``make_generation`` closes it and opens the
 next. On PostgreSQL several transactions write at once, so a closed generation is only *settled*
@@ -10,7 +10,6 @@ flight while its generation was closed is delivered once it commits, never skipp
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from sparksync import failpoints
@@ -91,15 +90,12 @@ def count_changes(replica: Replica, generation: int) -> tuple[int, int]:
     return int(c or 0), int(t or 0)
 
 
-def _level(replica: Replica, generation: int, first_new: int, threshold: int, n_contents: int, n_tomb: int) -> list[int]:
-    """Split ``generation`` into chunks of at most ``threshold`` changes (generation leveling).
-
-    The first chunk keeps ``generation``; the others get ``first_new``, ``first_new + 1``, ...
-    Returns the generation numbers used, with their change counts recorded by the caller.
-    """
+def _renumber(replica: Replica, generation: int, first_new: int, level: int, n_contents: int, n_tomb: int) -> list[int]:
+    """Split ``generation`` into generations of at most ``level`` changes, SQL Server's way (a web
+    device's generations, whose upload requests carry whole generations). The first chunk keeps
+    ``generation``; the others get ``first_new``, ``first_new + 1``, ... Returns the numbers used."""
     p = replica.p
-    c_chunks = math.ceil(n_contents / threshold)
-    t_chunks = math.ceil(n_tomb / threshold)
+    c_chunks, t_chunks = -(-n_contents // level), -(-n_tomb // level)
     numbers = [generation] + [first_new + i for i in range(max(c_chunks + t_chunks - 1, 0))]
 
     def renumber(table: str, chunk_offset: int) -> None:
@@ -111,7 +107,7 @@ def _level(replica: Replica, generation: int, first_new: int, threshold: int, n_
             f"FROM (SELECT tablenick, rowguid, (row_number() OVER (ORDER BY tablenick, rowguid) - 1) / {p} AS chunk "
             f"      FROM {t} WHERE generation = {p}) AS r "
             f"WHERE m.tablenick = r.tablenick AND m.rowguid = r.rowguid AND m.generation = {p}",
-            [chunk_offset, generation, first_new, chunk_offset, threshold, generation, generation])
+            [chunk_offset, generation, first_new, chunk_offset, level, generation, generation])
 
     if c_chunks + t_chunks > 1:
         renumber("MSmerge_contents", 0)
@@ -119,14 +115,21 @@ def _level(replica: Replica, generation: int, first_new: int, threshold: int, n_
     return numbers
 
 
-def _close(replica: Replica, generation: int, threshold: int, genstatus: GenStatus, nickname: int) -> list[int]:
-    """Close a claimed generation: level it and record change counts. Returns the closed numbers."""
+def _close(replica: Replica, generation: int, genstatus: GenStatus, nickname: int, level: int = 0) -> list[int]:
+    """Close a claimed generation and record its change count. Returns the closed numbers.
+
+    A big generation is not split here (SQL Server renumbers its changes into generations of at most
+    the leveling threshold, a write of every change): the merge agent's enumeration cuts it by key into
+    batches of that many changes (``merge.session.enumeration.plan_batches``). ``level``: renumber it
+    into generations of at most that many changes instead (a web device)."""
     n_c, n_t = count_changes(replica, generation)
-    first_new = max(_max_generation(replica), replica.dialect.current_open_generation(replica) or 0) + 1
-    numbers = _level(replica, generation, first_new, threshold, n_c, n_t)
+    numbers = [generation]
+    if level:
+        first_new = max(_max_generation(replica), replica.dialect.current_open_generation(replica) or 0) + 1
+        numbers = _renumber(replica, generation, first_new, level, n_c, n_t)
     now = store.utcnow()
     for g in numbers:
-        c, t = count_changes(replica, g)
+        c, t = count_changes(replica, g) if len(numbers) > 1 else (n_c, n_t)
         if store.select_one(replica, GenerationRow, {"generation": g}) is not None:
             store.update(replica, GenerationRow, {"genstatus": genstatus, "settled": 1, "changecount": c + t,
                                                   "coldate": now}, {"generation": g})
@@ -136,15 +139,16 @@ def _close(replica: Replica, generation: int, threshold: int, genstatus: GenStat
     return numbers
 
 
-def make_generation(replica: Replica, nickname: int, threshold: int = 1000) -> MakeGenerationResult:
-    """Close the open generation if it holds changes (sp_MSmakegeneration), then settle older ones."""
+def make_generation(replica: Replica, nickname: int, level: int = 0) -> MakeGenerationResult:
+    """Close the open generation if it holds changes (sp_MSmakegeneration), then settle older ones.
+    ``level``: renumber a generation of more changes into generations of at most that many (``_close``)."""
     failpoints.hit("generation.make", replica.label)     # tests: just before this replica's write lock is needed
     flush(replica)          # what applications changed goes to the open generation before it is closed
     d: MergeHooks = replica.dialect
     result = MakeGenerationResult()
     # Settle older generations first: leveling one of them numbers its chunks above the open
     # generation, and closing (or moving) the open generation next lets the bound pass them.
-    settled, _ = settle_generations(replica, nickname, threshold)
+    settled, _ = settle_generations(replica, nickname, level)
     result.closed.extend(settled)
     with replica.transaction():
         d.lock_generation_numbers(replica)
@@ -152,7 +156,7 @@ def make_generation(replica: Replica, nickname: int, threshold: int = 1000) -> M
         if d.try_claim_generation(replica, g):
             n_c, n_t = count_changes(replica, g)
             if n_c + n_t:
-                closed = _close(replica, g, threshold, GenStatus.CLOSED, nickname)
+                closed = _close(replica, g, GenStatus.CLOSED, nickname, level)
                 result.closed.extend(closed)
                 result.changes += n_c + n_t
                 new_open = max(_max_generation(replica), g) + 1
@@ -179,7 +183,7 @@ def make_generation(replica: Replica, nickname: int, threshold: int = 1000) -> M
     return result
 
 
-def settle_generations(replica: Replica, nickname: int, threshold: int = 1000) -> tuple[list[int], list[int]]:
+def settle_generations(replica: Replica, nickname: int, level: int = 0) -> tuple[list[int], list[int]]:
     """Settle closed generations whose writers have all ended. Returns (settled now, still unsettled)."""
     settled: list[int] = []
     pending: list[int] = []
@@ -189,7 +193,7 @@ def settle_generations(replica: Replica, nickname: int, threshold: int = 1000) -
         with replica.transaction():
             replica.dialect.lock_generation_numbers(replica)
             if replica.dialect.try_claim_generation(replica, int(g)):
-                settled.extend(_close(replica, int(g), threshold, GenStatus(status), nickname))
+                settled.extend(_close(replica, int(g), GenStatus(status), nickname, level))
             else:
                 pending.append(int(g))
     return settled, pending

@@ -48,6 +48,8 @@ from sparksync.web.device.client import ServerClient
 from sparksync.web.wire import MAX_RETRIES, change_schema, read_frames, write_changes
 
 PER_BATCH = 100                   # generations per upload request and per download batch
+DEVICE_LEVEL = 1000               # a device's generation of more changes is renumbered into ones of this many,
+                                  # so an upload request (whole generations) stays under the server's limit
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ def sync(options: DeviceOptions, report: Reporter = silent) -> MergeSummary:
         if store.upgrade_metadata(device) and upgrade_tracking(device):
             report(f"{options.subscription}: change tracking upgraded")
         _replay_schema(device, hello, report)
-        make_generation(device, hello["nickname"], 1000)
+        make_generation(device, hello["nickname"], level=DEVICE_LEVEL)
         _upload(client, device, hello, options, session, report)
         hello = client.json("GET", "/v1/sync/hello")
         _download(client, device, options.database, hello, session, summary, report, options.generations_per_batch)

@@ -315,7 +315,7 @@ class Door:
                     prow = store.select_one(pub, PublicationRow, {"name": publication.name})
                     if prow is None:
                         return
-                    make_generation(pub, 1, prow.generation_leveling_threshold)
+                    make_generation(pub, 1)
                     articles = published_articles(pub, prow.pubid)
                     scheme = scheme_of(articles)
                     if scheme.filtered and prow.precomputed:
@@ -323,7 +323,7 @@ class Door:
                             ev = evaluate(pub, prow.pubid, scheme, articles)
                             if ev.realignment_generation is None:
                                 break
-                            make_generation(pub, 1, prow.generation_leveling_threshold)
+                            make_generation(pub, 1)
             except locks.LockBusy:
                 pass
             if self.feed is not None:
