@@ -8,11 +8,13 @@ TOASTed text, rows changed several times in one batch (waves)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 
 import pytest
 
 from sparksync.dialects import connect
+from sparksync.transactional import bulk_text
 from sparksync.transactional import distribution as dst
 from sparksync.transactional.bulk import BulkApplier
 from sparksync.transactional.bulk_text import TextStaging
@@ -143,6 +145,44 @@ def test_text_staging_equals_one_command_at_a_time(world, monkeypatch, upd):
     with connect(many) as r:
         r.execute("UPDATE \"T\" SET note = 'pub' WHERE id <= 10")
     assert _rows(many) == _rows(tx.publisher_url)
+
+
+@pytest.mark.parametrize("child_fails", [False, True], ids=["ranges", "a-child-fails"])
+@pytest.mark.parametrize("upd", [None, "XCALL sp_MSupd_publicT"])
+def test_a_big_batch_made_in_ranges_at_once_equals_one_command_at_a_time(world, monkeypatch, upd, child_fails):
+    """A batch of many commands is cut into ranges whose lines are made by forked processes, one per
+    core, and applied range after range: the same table as one command at a time (rows change several
+    times, across ranges too). A child that fails has its range made by the parent."""
+    tx, dbs, p, commands = world
+    tag = ("x" if upd else "s") + ("f" if child_fails else "r")
+    (one, t), (many, _) = _target_db(dbs, f"one_rng_{tag}", p, upd), _target_db(dbs, f"many_rng_{tag}", p, upd)
+    with connect(one) as r, r.transaction():
+        Applier(r, {t.article_id: t}).apply(commands)
+    monkeypatch.setattr(bulk_text, "RANGE_COMMANDS", 40)
+    monkeypatch.setattr(bulk_text, "_cores", lambda: 3)
+    parent, forks, remade = os.getpid(), [], []
+    real_fork, real_range = bulk_text._fork, TextStaging._range
+    def fork(*a):
+        child = real_fork(*a)
+        forks.append(child[0] if child else None)
+        return child
+    monkeypatch.setattr(bulk_text, "_fork", fork)
+
+    def made(self, cs):
+        if os.getpid() != parent and child_fails:
+            raise RuntimeError("a child that fails")
+        remade.append(os.getpid() == parent)
+        return real_range(self, cs)
+    monkeypatch.setattr(TextStaging, "_range", made)
+    with connect(many) as r, r.transaction():
+        bulk = BulkApplier(r, {t.article_id: t})
+        assert bulk.eligible(commands) and bulk.apply(commands) is True
+    assert len(forks) == 2, "the batch was not cut into three ranges"
+    assert remade == [True] * (3 if child_fails else 1)        # the parent's range, and the failed children's
+    assert _rows(many) == _rows(one)
+    for pid in forks:                                           # every child was waited for
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
 
 
 def test_a_key_update_goes_command_by_command(world):

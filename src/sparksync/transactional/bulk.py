@@ -70,11 +70,12 @@ class BulkApplier:
                                                              if c.type != "token")
 
     def prepare(self, commands: Sequence[Command]) -> TextBatch | None:
-        """The Python half of applying ``commands`` in the log's text form (:meth:`TextStaging.prepare`),
-        or None when the batch does not go that way (:meth:`apply` does everything then)."""
+        """The Python half of applying ``commands`` in the log's text form (:meth:`TextStaging.prepare`, in
+        this process: the subscription streams' statements use the other cores), or None when the batch
+        does not go that way (:meth:`apply` does everything then)."""
         if not (self._in_text(commands) and self.eligible(commands)):
             return None
-        return TextStaging(self.replica, self.targets).prepare(commands, self._replicated())
+        return TextStaging(self.replica, self.targets).prepare(commands, self._replicated(), at_once=False)
 
     def apply_prepared(self, batch: TextBatch) -> bool:
         """:meth:`apply` of a batch :meth:`prepare` made."""

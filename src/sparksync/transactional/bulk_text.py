@@ -9,10 +9,20 @@ the change, ``c<i>``: each column after it; ``chg``: which columns an update cha
 MCALL), and the same statements as the JSON staging (``bulk.py``) run as plain joins of typed
 columns. Waves (the commands of one row, in order) and a moved primary key are found while the
 lines are written, by the key's text.
+
+Making the lines is the Python half of the work (about 4 µs a change). A batch of at least twice
+``RANGE_COMMANDS`` commands is cut into consecutive ranges, at most one per core this process may run
+on, whose lines are made at once: the first here, each other by a process forked for it (it inherits
+the commands, so nothing is sent to it but its result back). The ranges are applied one after the
+other, each with its own waves, in the batch's one transaction: a row's commands stay in order.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import os
+import pickle
 import re
 import zlib
 from collections.abc import Sequence
@@ -64,11 +74,12 @@ class _Staged:
 
 class TextBatch:
     """A batch made into COPY lines (:meth:`TextStaging.prepare`: Python only, no statement), ready to be
-    loaded and applied on a connection (:meth:`TextStaging.execute`). ``moved``: an update moves a
-    primary key, so the batch goes command by command."""
+    loaded and applied on a connection (:meth:`TextStaging.execute`): per range of the batch's commands,
+    in order, each article's lines. ``moved``: an update moves a primary key, so the batch goes command
+    by command."""
 
     def __init__(self) -> None:
-        self.articles: dict[int, _Staged] = {}
+        self.ranges: list[dict[int, _Staged]] = []
         self.moved = False
 
 
@@ -95,43 +106,63 @@ class TextStaging:
         command); raises on any failure (the caller rolls back)."""
         return self.execute(self.prepare(commands, replicated))
 
-    def prepare(self, commands: Sequence[Command], replicated: set[tuple[int, str]]) -> TextBatch:
+    def prepare(self, commands: Sequence[Command], replicated: set[tuple[int, str]],
+                at_once: bool = True) -> TextBatch:
         """The batch's COPY lines, article by article: the Python half of :meth:`apply`, which a caller may
-        run while other connections execute theirs (subscription streams)."""
+        run while other connections execute theirs (subscription streams: ``at_once`` False, the cores
+        are busy with the other streams' statements). A big batch is cut into consecutive ranges of its
+        commands whose lines are made at once, one process per core (:func:`_ranges_at_once`); the
+        ranges are applied one after the other, in order."""
         batch = TextBatch()
-        per: dict[int, list[Command]] = {}
-        for c in commands:
-            if (c.article_id, c.type) in replicated:
-                per.setdefault(c.article_id, []).append(c)
-        for aid, cs in per.items():
-            t = self.targets[aid]
-            staged = batch.articles[aid] = _Staged(t)
-            lines = self._lines(t, cs, staged, t.upd.syntax in ("SCALL", "MCALL"))
-            if lines is None:
-                batch.moved = True
-                return batch
-            staged.lines = lines
+        todo = [c for c in commands if (c.article_id, c.type) in replicated]
+        n = _ranges_for(len(todo)) if at_once else 1
+        cut = [todo[len(todo) * k // n:len(todo) * (k + 1) // n] for k in range(n)]
+        made = _ranges_at_once(self._range, self._staged, cut) if n > 1 else [self._range(todo)]
+        batch.moved = any(r is None for r in made)
+        batch.ranges = [r for r in made if r]
         return batch
 
+    def _range(self, commands: Sequence[Command]) -> dict[int, _Staged] | None:
+        """One range of a batch's commands as each article's COPY lines (None: an update moves a key)."""
+        per: dict[int, list[Command]] = {}
+        for c in commands:
+            per.setdefault(c.article_id, []).append(c)
+        out: dict[int, _Staged] = {}
+        for aid, cs in per.items():
+            t = self.targets[aid]
+            staged = out[aid] = _Staged(t)
+            lines = self._lines(t, cs, staged, t.upd.syntax in ("SCALL", "MCALL"))
+            if lines is None:
+                return None
+            staged.lines = lines
+        return out
+
+    def _staged(self, aid: int, lines: bytes, counts: dict[tuple[str, int], int], waves: int) -> _Staged:
+        """An article's part of a range made by another process (its lines as one bytes object)."""
+        out = _Staged(self.targets[aid])
+        out.lines, out.counts, out.waves = [lines], counts, waves
+        return out
+
     def execute(self, batch: TextBatch) -> bool:
-        """Load a prepared batch into the staging tables and apply it, wave by wave (inside the caller's
-        transaction). False, having changed nothing: the batch must go command by command."""
+        """Load a prepared batch into the staging tables and apply it, range after range and wave by wave
+        (inside the caller's transaction). False, having changed nothing: the batch must go command by
+        command."""
         if batch.moved:
             return False
-        staged = batch.articles
-        if not staged:
+        if not batch.ranges:
             return True
         self.replica.execute("SET LOCAL jit = off")      # no statistics on the staging: costs would pass its threshold
-        for s in staged.values():
-            self._load(s)
-        articles = list(staged)
-        order = dri_order(articles, {aid: self.targets[aid].parents for aid in articles})
-        for wave in range(1, max(s.waves for s in staged.values()) + 1):
-            for aid in reversed(order):
-                self._run(staged[aid], "del", wave)
-            for aid in order:
-                self._run(staged[aid], "upd", wave)
-                self._run(staged[aid], "ins", wave)
+        for staged in batch.ranges:
+            for s in staged.values():
+                self._load(s)
+            articles = list(staged)
+            order = dri_order(articles, {aid: self.targets[aid].parents for aid in articles})
+            for wave in range(1, max(s.waves for s in staged.values()) + 1):
+                for aid in reversed(order):
+                    self._run(staged[aid], "del", wave)
+                for aid in order:
+                    self._run(staged[aid], "upd", wave)
+                    self._run(staged[aid], "ins", wave)
         return True
 
     # -- staging -----------------------------------------------------------------------------------
@@ -238,3 +269,94 @@ class TextStaging:
         if done is not None and 0 <= done < expected:
             raise RowNotFound(f"{self.replica.label}: {expected - done} of {expected} {what}s of {t.name} found no "
                               "row (20598)")
+
+
+# -- a big batch's lines, made by one process per core ----------------------------------------------------
+
+RANGE_COMMANDS = 50_000      # a batch is cut into ranges of at least this many commands, at most one per core
+
+
+def _ranges_for(commands: int) -> int:
+    """Into how many ranges a batch of ``commands`` is cut: one per core this process may run on, each of
+    at least ``RANGE_COMMANDS`` (1: the batch is made here, in one go)."""
+    if commands < 2 * RANGE_COMMANDS or not hasattr(os, "fork"):
+        return 1
+    return max(1, min(_cores(), commands // RANGE_COMMANDS))
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _ranges_at_once(make, staged, ranges: list) -> list:
+    """``make(range)`` of every range, the first here and each other in a process forked for it (which
+    inherits the commands: nothing is sent to it), its result sent back through a pipe as one bytes
+    object per article. A child that fails (or dies) has its range made here again, so an error is
+    raised as if it had been made here. The collector is frozen across the forks: a child never
+    finalizes an object of this process (a connection it would close under the parent's feet)."""
+    gc.freeze()
+    children: list[tuple[int, int] | None] = []
+    try:
+        for k in range(1, len(ranges)):
+            children.append(_fork(make, ranges[k]))
+    finally:
+        gc.unfreeze()
+    try:
+        results = [make(ranges[0])]
+    except BaseException:
+        for child in children:           # no child is left behind: each one's pipe closed, its exit awaited
+            _collect(child, staged)
+        raise
+    for k, child in enumerate(children, start=1):
+        got = _collect(child, staged)
+        results.append(got if got is not _FAILED else make(ranges[k]))   # (an error is raised here)
+    return results
+
+
+_FAILED = object()
+
+
+def _fork(make, commands) -> tuple[int, int] | None:
+    """A child that makes ``commands``' lines and writes them (pickled) to a pipe: (pid, read end)."""
+    r, w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        return None                      # no process to spare: the range is made here
+    if pid:
+        os.close(w)
+        return pid, r
+    code = 1
+    try:                                 # the child: nothing here may return to the caller's code
+        os.close(r)
+        made = make(commands)
+        out = None if made is None else {aid: (b"".join(s.lines), s.counts, s.waves) for aid, s in made.items()}
+        with os.fdopen(w, "wb") as f:
+            pickle.dump(("ok", out), f, protocol=pickle.HIGHEST_PROTOCOL)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _collect(child: tuple[int, int] | None, staged):
+    """A child's range (as ``make`` returns it; ``staged`` makes each article's part), or ``_FAILED``."""
+    if child is None:
+        return _FAILED
+    pid, r = child
+    try:
+        with os.fdopen(r, "rb") as f:
+            data = f.read()
+    finally:
+        with contextlib.suppress(ChildProcessError):    # reaped already (SIGCHLD ignored): its pipe tells
+            os.waitpid(pid, 0)
+    try:
+        tag, out = pickle.loads(data)    # all of it, or the child died on the way
+    except Exception:  # noqa: BLE001 - an incomplete result: the range is made again by the caller
+        return _FAILED
+    if tag != "ok":
+        return _FAILED
+    if out is None:
+        return None
+    return {aid: staged(aid, lines, counts, waves) for aid, (lines, counts, waves) in out.items()}
