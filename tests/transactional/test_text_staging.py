@@ -175,7 +175,7 @@ def test_a_big_batch_made_in_ranges_at_once_equals_one_command_at_a_time(world, 
         return real_range(self, cs)
     monkeypatch.setattr(TextStaging, "_range", made)
     with connect(many) as r, r.transaction():
-        bulk = BulkApplier(r, {t.article_id: t})
+        bulk = BulkApplier(r, {t.article_id: t}, processes=3)
         assert bulk.eligible(commands) and bulk.apply(commands) is True
     assert len(forks) == 2, "the batch was not cut into three ranges"
     assert remade == [True] * (3 if child_fails else 1)        # the parent's range, and the failed children's

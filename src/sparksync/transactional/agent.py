@@ -13,6 +13,7 @@ driver then records history, errors and tracer tokens at the distributor and run
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,10 +191,13 @@ class DistributionAgent:
         small = dst.pending_commands(dist, p.publication_id, list(starts.values()), bound) <= self.driver_round_changes
         with ProgressListener(self._progress_line, driver_host(self.spark) if not small else "127.0.0.1") as listener:
             ctx.progress = listener.address
-            if small:
+            if small:             # one delivery after another: each may use every core
+                ctx.processes = os.cpu_count() or 1
                 return [DeliveryResult.from_row(r) for part in parts
                         for r in deliver_stream(ctx, stream_rows(part))]
-            # each task reads its subscription's commands itself: they never travel through the JVM
+            # each task reads its subscription's commands itself: they never travel through the JVM; the
+            # tasks share the cores (a task may use more than one when there are fewer tasks than cores)
+            ctx.processes = max(1, self.spark.sparkContext.defaultParallelism // len(parts))
             rows = map_partitions(self.spark, ReadPlan(parts), make_mapper(ctx), RESULT_SCHEMA)
             return [DeliveryResult.from_row(r.asDict(recursive=True)) for r in rows.collect()]
 

@@ -31,9 +31,10 @@ MIN_COMMANDS = 20           # below this a few executemany runs cost less than s
 
 
 class BulkApplier:
-    def __init__(self, replica: Replica, targets: dict[int, ArticleTarget]):
+    def __init__(self, replica: Replica, targets: dict[int, ArticleTarget], processes: int = 1):
         self.replica = replica
         self.targets = targets
+        self.processes = processes          # how many processes may make a big batch's lines (bulk_text.py)
         self.d = replica.dialect
         self.table = self.d.quote(STAGED)
         self._ready = False
@@ -89,7 +90,7 @@ class BulkApplier:
         d, r, s = self.d, self.replica, self.table
         replicated = self._replicated()
         if self._in_text(commands):
-            return TextStaging(r, self.targets).apply(commands, replicated)
+            return TextStaging(r, self.targets, self.processes).apply(commands, replicated)
         if not self._ready:
             r.execute(d.tx_staging_table_ddl(s))
             self._ready = True

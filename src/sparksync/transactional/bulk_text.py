@@ -12,9 +12,11 @@ lines are written, by the key's text.
 
 Making the lines is the Python half of the work (about 4 µs a change). A batch of at least twice
 ``RANGE_COMMANDS`` commands is cut into consecutive ranges, at most one per core this process may run
-on, whose lines are made at once: the first here, each other by a process forked for it (it inherits
-the commands, so nothing is sent to it but its result back). The ranges are applied one after the
-other, each with its own waves, in the batch's one transaction: a row's commands stay in order.
+on and at most the delivery's share of the cores (``processes``: the round's other deliveries run at
+the same time), whose lines are made at once: the first here, each other by a process forked for it
+(it inherits the commands, so nothing is sent to it but its result back; it keeps no descriptor of
+this process but its pipe). The ranges are applied one after the other, each with its own waves, in
+the batch's one transaction: a row's commands stay in order.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ import gc
 import os
 import pickle
 import re
+import select
+import signal
+import time
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -87,8 +92,9 @@ class TextStaging:
     """Stages and applies batches of undecoded changes on one PostgreSQL connection (inside the
     caller's transaction)."""
 
-    def __init__(self, replica: Replica, targets: dict[int, ArticleTarget]):
+    def __init__(self, replica: Replica, targets: dict[int, ArticleTarget], processes: int = 1):
         self.replica, self.targets, self.d = replica, targets, replica.dialect
+        self.processes = processes          # how many processes may make a big batch's lines at once
         self._positions: dict[tuple[int, int], tuple[list[int | None], list[int | None]]] = {}
 
     def _where(self, t: ArticleTarget, shape: Shape) -> tuple[list[int | None], list[int | None]]:
@@ -115,7 +121,7 @@ class TextStaging:
         ranges are applied one after the other, in order."""
         batch = TextBatch()
         todo = [c for c in commands if (c.article_id, c.type) in replicated]
-        n = _ranges_for(len(todo)) if at_once else 1
+        n = _ranges_for(len(todo), self.processes) if at_once else 1
         cut = [todo[len(todo) * k // n:len(todo) * (k + 1) // n] for k in range(n)]
         made = _ranges_at_once(self._range, self._staged, cut) if n > 1 else [self._range(todo)]
         batch.moved = any(r is None for r in made)
@@ -276,61 +282,72 @@ class TextStaging:
 RANGE_COMMANDS = 50_000      # a batch is cut into ranges of at least this many commands, at most one per core
 
 
-def _ranges_for(commands: int) -> int:
-    """Into how many ranges a batch of ``commands`` is cut: one per core this process may run on, each of
-    at least ``RANGE_COMMANDS`` (1: the batch is made here, in one go)."""
-    if commands < 2 * RANGE_COMMANDS or not hasattr(os, "fork"):
+def _ranges_for(commands: int, processes: int) -> int:
+    """Into how many ranges a batch of ``commands`` is cut: at most ``processes`` and one per core this
+    process may run on, each of at least ``RANGE_COMMANDS`` (1: the batch is made here, in one go)."""
+    if commands < 2 * RANGE_COMMANDS or processes < 2 or not hasattr(os, "fork"):
         return 1
-    return max(1, min(_cores(), commands // RANGE_COMMANDS))
+    return max(1, min(processes, _cores(), commands // RANGE_COMMANDS))
 
 
 def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+CHILD_SECONDS = 600          # a child that has not sent its range by then is killed, its range made here
+
+
 def _ranges_at_once(make, staged, ranges: list) -> list:
     """``make(range)`` of every range, the first here and each other in a process forked for it (which
     inherits the commands: nothing is sent to it), its result sent back through a pipe as one bytes
-    object per article. A child that fails (or dies) has its range made here again, so an error is
-    raised as if it had been made here. The collector is frozen across the forks: a child never
-    finalizes an object of this process (a connection it would close under the parent's feet)."""
-    gc.freeze()
+    object per article. A child that fails, dies or hangs has its range made here again, so an error
+    is raised as if it had been made here; whatever happens, every child is waited for before this
+    returns or raises. The collector is frozen across the forks: a child never finalizes an object of
+    this process (a connection it would close under the parent's feet)."""
     children: list[tuple[int, int] | None] = []
     try:
-        for k in range(1, len(ranges)):
-            children.append(_fork(make, ranges[k]))
-    finally:
-        gc.unfreeze()
-    try:
+        gc.freeze()
+        try:
+            for k in range(1, len(ranges)):
+                children.append(_fork(make, ranges[k]))
+        finally:
+            gc.unfreeze()
         results = [make(ranges[0])]
-    except BaseException:
-        for child in children:           # no child is left behind: each one's pipe closed, its exit awaited
-            _collect(child, staged)
-        raise
-    for k, child in enumerate(children, start=1):
-        got = _collect(child, staged)
-        results.append(got if got is not _FAILED else make(ranges[k]))   # (an error is raised here)
-    return results
+        for k in range(1, len(ranges)):
+            got = _collect(children[k - 1], staged)
+            children[k - 1] = None
+            results.append(got if got is not _FAILED else make(ranges[k]))   # (an error is raised here)
+        return results
+    finally:
+        for child in children:           # on an error: the children left are collected (their result dropped)
+            if child is not None:
+                _collect(child, staged)
 
 
 _FAILED = object()
 
 
 def _fork(make, commands) -> tuple[int, int] | None:
-    """A child that makes ``commands``' lines and writes them (pickled) to a pipe: (pid, read end)."""
-    r, w = os.pipe()
+    """A child that makes ``commands``' lines and writes them (pickled) to a pipe: (pid, read end), or
+    None when no process could be made (the range is then made here)."""
+    try:
+        r, w = os.pipe()
+    except OSError:
+        return None
     try:
         pid = os.fork()
     except OSError:
         os.close(r)
         os.close(w)
-        return None                      # no process to spare: the range is made here
+        return None
     if pid:
         os.close(w)
         return pid, r
     code = 1
     try:                                 # the child: nothing here may return to the caller's code
-        os.close(r)
+        # only its pipe: not the parent's connections, nor the read ends of its siblings' pipes
+        os.closerange(3, w)
+        os.closerange(w + 1, _max_fd())
         made = make(commands)
         out = None if made is None else {aid: (b"".join(s.lines), s.counts, s.waves) for aid, s in made.items()}
         with os.fdopen(w, "wb") as f:
@@ -340,19 +357,36 @@ def _fork(make, commands) -> tuple[int, int] | None:
         os._exit(code)
 
 
+def _max_fd() -> int:
+    try:
+        return int(os.sysconf("SC_OPEN_MAX"))
+    except (ValueError, OSError):
+        return 65536
+
+
 def _collect(child: tuple[int, int] | None, staged):
     """A child's range (as ``make`` returns it; ``staged`` makes each article's part), or ``_FAILED``."""
     if child is None:
         return _FAILED
     pid, r = child
+    data, deadline = [], time.monotonic() + CHILD_SECONDS
     try:
-        with os.fdopen(r, "rb") as f:
-            data = f.read()
+        while True:
+            ready, _, _ = select.select([r], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:                # hung: killed, and its range made here
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                return _FAILED
+            chunk = os.read(r, 1 << 20)
+            if not chunk:
+                break
+            data.append(chunk)
     finally:
+        os.close(r)
         with contextlib.suppress(ChildProcessError):    # reaped already (SIGCHLD ignored): its pipe tells
             os.waitpid(pid, 0)
     try:
-        tag, out = pickle.loads(data)    # all of it, or the child died on the way
+        tag, out = pickle.loads(b"".join(data))    # all of it, or the child died on the way
     except Exception:  # noqa: BLE001 - an incomplete result: the range is made again by the caller
         return _FAILED
     if tag != "ok":

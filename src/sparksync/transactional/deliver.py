@@ -103,6 +103,7 @@ class DeliveryContext:
     subscriptions: dict[str, SubscriptionTarget]
     shapes: dict[str, ShapeDef] = field(default_factory=dict)     # what decodes a PostgreSQL publisher's changes
     progress: tuple[str, int] | None = None
+    processes: int = 1          # processes one delivery may use to make a big batch's lines (at most its cores)
 
 
 @dataclass
@@ -185,7 +186,7 @@ class Delivery:
             failpoints.hit("distribute.setup", sub.name)
             self._recorded_schemas()
             self.applier = Applier(self.main, sub.targets, self._schema_change)
-            self.bulk = BulkApplier(self.main, sub.targets)
+            self.bulk = BulkApplier(self.main, sub.targets, ctx.processes)
             self.stream_appliers: list[tuple[Applier, BulkApplier]] = []
             self.main.dialect.relax_commit_durability(self.main)   # made durable once, at the end (finish)
             self.watermarks = self._read_watermarks()
@@ -205,7 +206,6 @@ class Delivery:
         """Each article's columns as they are at this subscriber (schema changes arrive in order)."""
         from dataclasses import replace
 
-
         for r in store.select(self.main, SubscriptionArticleRow, self._key()):
             t = self.sub.targets.get(r.article_id)
             if t is not None:
@@ -214,7 +214,6 @@ class Delivery:
                     t, columns=tuple((c.name, c.type.to_dict()) for c in info.columns), key=tuple(info.primary_key))
 
     def _schema_change(self, replica: Replica, c: Command) -> ArticleTarget:
-
         content = json.loads(c.after or "{}")
         new, _ = schema_change(replica, self.sub.targets[c.article_id], content)
         self.sub.targets[c.article_id] = new
@@ -368,7 +367,7 @@ class Delivery:
                 # commit that got through before its connection was lost): the watermarks say
                 todo = self._still_pending(commands, hi, floor)
                 self.applier = Applier(self.main, self.sub.targets, self._schema_change)
-                self.bulk = BulkApplier(self.main, self.sub.targets)
+                self.bulk = BulkApplier(self.main, self.sub.targets, self.ctx.processes)
             tried = True
             if todo is None:
                 return False
@@ -478,7 +477,7 @@ class Delivery:
         self.sub.targets.clear()
         self.sub.targets.update(saved)
         self.applier = Applier(self.main, self.sub.targets, self._schema_change)
-        self.bulk = BulkApplier(self.main, self.sub.targets)
+        self.bulk = BulkApplier(self.main, self.sub.targets, self.ctx.processes)
         with self.main.transaction():
             for c in commands:
                 self.main.execute("SAVEPOINT sparksync_command")

@@ -165,6 +165,17 @@ def apply_stream(ctx: ApplyContext, batches: Iterable) -> Iterator[dict]:
                     if mine is None:
                         continue
                     held = pending.get(dest_name)
+                    if (dest_name, source) not in failed and (done.get((dest_name, source), -1) >= seq or (
+                            held is not None and held.source == source and seq < held.seq)):
+                        # rows of a batch after a later one's: never applied out of order (its watermark
+                        # would take the earlier batch for applied), the destination stops here
+                        pending.pop(dest_name, None)
+                        error = ErrorInfo(ErrorInfo.INTERNAL, f"changes of batch {seq} from {source} to {dest_name} "
+                                          "arrived after a later batch's; nothing more is applied there this round",
+                                          dest_name)
+                        failed[(dest_name, source)] = error
+                        yield _failed(dest_name, source, seq, error)
+                        continue
                     if held is not None and (held.source, held.seq) != (source, seq):
                         yield from flush(dest_name, held)
                         held = None
