@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -228,6 +233,45 @@ def test_merge_and_conflicts_commands(demo):
     assert code == 2 and "--keep" in out
     listed = json.loads(runner.invoke(app, ["conflicts", "-c", cfg, "--json"]).stdout)
     assert [r["resolution"] for r in listed if str(r["conflict_id"]) == cid] == ["winner"]
+
+
+def piped(*args: str) -> str:
+    """``sparksync ARGS | cat``, through a real pipe: what a log or a pager gets."""
+    exe = Path(sys.executable).parent / "sparksync"
+    out = subprocess.run(f"{shlex.quote(str(exe))} {' '.join(shlex.quote(a) for a in args)} | cat", shell=True,
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.spark
+def test_output_that_is_not_a_terminal_is_never_cut(demo):
+    """status, merge and --help through a pipe: no name cut to fit 80 columns (no ellipsis), every
+    subscription, article and option name whole."""
+    from typer.main import get_command
+
+    _, _, directory = demo
+    cfg = str(directory / "sparksync.toml")
+    status = json.loads(runner.invoke(app, ["status", "-c", cfg, "--json"]).stdout)
+    subscriptions = {s["name"] for s in status["subscriptions"]}
+    articles = {a["name"] for p in status["publications"] for a in p.get("articles", [])}
+    assert len(subscriptions) >= 5 and len(articles) >= 5
+    outputs = {"status": piped("status", "-c", cfg), "merge": piped("merge", "-c", cfg)}
+    for command in ("merge", "status", "distribute", "validate"):
+        outputs[f"{command} --help"] = piped(command, "--help")
+    for name, out in outputs.items():
+        assert "…" not in out, f"{name}: cut: " + next(x for x in out.splitlines() if "…" in x)
+    words = set(re.findall(r"[\w.\-]+", outputs["status"]))
+    assert subscriptions <= words and articles <= words
+    merge_pubs = {p["name"] for p in status["publications"] if p.get("kind") == "merge"}
+    merged = {s["name"] for s in status["subscriptions"] if s["publication"] in merge_pubs}
+    rows = [line.split() for line in outputs["merge"].splitlines()[1:] if line.strip()]
+    assert {"Store1", "Store2", "Store3"} <= {r[0] for r in rows} <= merged       # (a web device syncs itself)
+    assert {r[1] for r in rows} <= articles | {"total"}
+    group = get_command(app)
+    for command in ("merge", "status", "distribute", "validate"):
+        opts = {o for p in group.commands[command].params for o in p.opts if o.startswith("--")}
+        assert opts <= set(re.findall(r"--[\w-]+", outputs[f"{command} --help"])), command
 
 
 @pytest.mark.spark

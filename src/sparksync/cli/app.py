@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from sparksync.cli.cleanup_cmd import cleanup_command
@@ -49,6 +51,8 @@ app.command("demo")(demo_command)
 
 
 def main() -> None:
+    if not sys.stdout.isatty():      # a pipe, a file, a log: plain help, every option name whole (rich's
+        app.rich_markup_mode = None  # panels cut names to fit 80 columns)
     app()
 
 

@@ -83,7 +83,8 @@ def handle_errors(fn):
     return wrapper
 
 
-WIDE = 250          # columns of output that is not a terminal (a log, a pipe, `| less`): tables are not cut
+WIDE = 10_000       # columns of output that is not a terminal (a log, a pipe, `| less`): a table is as wide
+                    # as its content, never cut
 
 
 def _fit_output() -> None:
