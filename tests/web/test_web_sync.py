@@ -25,7 +25,7 @@ from sparksync.metadata import store
 from sparksync.metadata.records import Role, SubscriptionRow
 from sparksync.web import tokens
 from sparksync.web.device.sync import DeviceOptions, sync
-from sparksync.web.wire import HEADER, MAGIC, META, PROTOCOL, change_schema, wire_schema, write_changes
+from sparksync.web.wire import HEADER, MAGIC, META, PROTOCOL, change_schema, read_frames, wire_schema, write_changes
 from tests.support.clients import shell
 from tests.support.databases import databases
 from tests.support.upgrade import downgrade
@@ -599,3 +599,27 @@ def test_a_device_of_the_previous_release_upgrades_on_its_next_sync_and_loses_no
     shell(world.device_url("TillN"), "UPDATE Item SET v = 'new release' WHERE id = 4;\n")
     _ok(world.sync("TillN"))
     assert _rows(world.pub_url, "Item")[4][1] == "new release"
+
+
+def test_a_generation_bigger_than_a_batch_reaches_a_device_in_parts(world):
+    """2,500 items inserted in one transaction at the publisher are one generation, bigger than the
+    leveling threshold (1,000): a device taking one unit a batch receives it in three batches cut by key,
+    every row once; a device of an earlier release (no ``keyset`` in its request) gets it whole."""
+    with connect(world.pub_url) as r, r.transaction():
+        r.executemany('INSERT INTO "Item" VALUES (%s, %s, %s)', [(i, f"big{i}", i) for i in range(10_000, 12_500)])
+    after = _recgen(world.device_url("TillN"))
+    with _client(world, world.tokens["TillN"]) as c:     # the door's round closes the generation
+        metas = {k: read_frames(c.post("/v1/sync/download", json={"after": after, "batch": 1, **extra}).content,
+                                "download")[0][1] for k, extra in (("old", {}), ("new", {"keyset": True}))}
+    gens = {k: {g: b for g, b in m["where"].items() if int(g) > 0} for k, m in metas.items()}   # (not removals)
+    assert metas["old"]["ranges"] == [] and gens["new"] == {}
+    (big,) = {str(r[0]) for r in metas["new"]["ranges"]}
+    assert gens["old"] == {big: 0} and [r[3] for r in metas["new"]["ranges"]] == [0, 1, 2]
+    assert [b["ends_within"] for b in metas["new"]["batches"]] == [int(big), int(big), 0]
+    p = world.sync("TillN", "--json", "--generations-per-batch", "1")
+    _ok(p)
+    (s,) = json.loads(p.stdout)["subscriptions"]
+    assert s["ok"] and s["batches"]["download"] == 3, s
+    assert s["download"]["public.Item"]["inserts"] == 2500, s["download"]
+    items = _rows(world.device_url("TillN"), "Item")
+    assert {i: items.get(i) for i in range(10_000, 12_500)} == {i: (i, f"big{i}", i) for i in range(10_000, 12_500)}

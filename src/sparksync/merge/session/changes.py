@@ -203,3 +203,23 @@ def _error_batch(partition: ReadPartition, arrow_schema, exc: BaseException):
            "rowguid": "", "generation": READ_ERROR_GENERATION, "op": OP_ERROR, "lineage": "{}", "colv": None,
            "row": json.dumps(info.to_dict()), "target": c.get("target"), "partition_id": ALL_PARTITIONS}
     return pa.RecordBatch.from_pylist([row], schema=arrow_schema)
+
+
+def key_range_mask(rows, after: tuple[int, str] | None, upto: tuple[int, str] | None):
+    """Which change rows have a (tablenick, rowguid) in (``after``, ``upto``] (None: no bound on that
+    side; both None: None, every row): the part of a generation cut across batches by key that one
+    batch carries (``enumeration.plan_batches``)."""
+    import pyarrow.compute as pc
+
+    nick, guid = rows.column("tablenick"), rows.column("rowguid")
+
+    def above(key: tuple[int, str]):      # (tablenick, rowguid) > key
+        return pc.or_(pc.greater(nick, key[0]), pc.and_(pc.equal(nick, key[0]), pc.greater(guid, key[1])))
+
+    mask = None
+    if after is not None:
+        mask = above(after)
+    if upto is not None:
+        below = pc.invert(above(upto))
+        mask = below if mask is None else pc.and_(mask, below)
+    return mask

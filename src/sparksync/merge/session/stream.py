@@ -26,7 +26,13 @@ from sparksync.merge.apply.batch import apply_batch
 from sparksync.merge.apply.classify import ArticleAt
 from sparksync.merge.apply.outcome import ArticleStats, BatchConflict, BatchOutcome, stats_types
 from sparksync.merge.conflicts.model import ConflictRecord, ConflictType
-from sparksync.merge.session.changes import ALL_PARTITIONS, READ_ERROR_GENERATION, ArticleChanges, by_article
+from sparksync.merge.session.changes import (
+    ALL_PARTITIONS,
+    READ_ERROR_GENERATION,
+    ArticleChanges,
+    by_article,
+    key_range_mask,
+)
 from sparksync.merge.session.plan import ApplyContext, BatchInfo
 from sparksync.merge.tracking.articles import published_articles, tracked_article
 from sparksync.redaction import redact
@@ -248,19 +254,7 @@ def _for_target(rows, dest_name: str, partition_id: int = ALL_PARTITIONS):
 def _in_key_range(rows, after: tuple[int, str] | None, upto: tuple[int, str] | None):
     """The rows of a run (one generation) whose (tablenick, rowguid) is in (``after``, ``upto``]: the part
     of a generation cut across batches by key that one batch carries (None if none is)."""
-    import pyarrow.compute as pc
-
-    nick, guid = rows.column("tablenick"), rows.column("rowguid")
-
-    def above(key: tuple[int, str]):      # (tablenick, rowguid) > key
-        return pc.or_(pc.greater(nick, key[0]), pc.and_(pc.equal(nick, key[0]), pc.greater(guid, key[1])))
-
-    mask = None
-    if after is not None:
-        mask = above(after)
-    if upto is not None:
-        below = pc.invert(above(upto))
-        mask = below if mask is None else pc.and_(mask, below)
+    mask = key_range_mask(rows, after, upto)
     kept = rows.filter(mask) if mask is not None else rows
     return kept if len(kept) else None
 

@@ -31,7 +31,7 @@ from sparksync.merge.apply.decide import ArticleRules
 from sparksync.merge.maintenance.integrity import upgrade_tracking
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.publish.schema_changes import replay, schema_version
-from sparksync.merge.session.changes import RETRY_GENERATION, by_article
+from sparksync.merge.session.changes import RETRY_GENERATION, by_article, key_range_mask
 from sparksync.merge.session.enumeration import change_reads, make_batches, retries_of
 from sparksync.merge.session.in_driver import read_changes
 from sparksync.merge.session.links import session_replicas
@@ -199,6 +199,15 @@ def _upload(client: ServerClient, device: Replica, hello: dict, options: DeviceO
         session.batches["upload"] = session.batches.get("upload", 0) + 1
 
 
+def _key(key) -> tuple[int, str] | None:
+    """A key range's bound as the download's metadata carries it ([tablenick, rowguid] or null)."""
+    if key is None:
+        return None
+    if not (isinstance(key, list) and len(key) == 2 and isinstance(key[0], int) and isinstance(key[1], str)):
+        raise ProtocolError(f"download: a key range bound is not [tablenick, rowguid]: {key!r}", obj="ranges")
+    return int(key[0]), key[1]
+
+
 def _rows_of(table, generations: list[int]):
     """The change rows of ``generations`` (a read covers the batch's range: other generations in it are
     the publisher's own, which the publisher has)."""
@@ -247,14 +256,15 @@ def _download(client: ServerClient, device: Replica, url: str, hello: dict, sess
     failed = [[f.tablenick, str(f.rowguid)] for f in store.select(
         device, FailedChangeRow, {"source_nickname": int(hello["publisher_nickname"])})][:MAX_RETRIES]
     frames = read_frames(client.changes("/v1/sync/download", json={"after": int(recgen), "batch": per_batch,
-                                                                    "failed": failed}), "download")
+                                                                    "failed": failed, "keyset": True}), "download")
     meta = frames[0][1]
     if meta.get("frames", 1) != len(frames):
         raise ProtocolError(f"download: {len(frames)} frame(s) arrived of {meta.get('frames')}", obj=name)
     table = _last_appearances([t for t, _ in frames])
     publisher = hello["publisher"]
     batches = [BatchInfo(publisher, int(hello["publisher_nickname"]), int(b["seq"]), int(b["lo"]), int(b["hi"]),
-                         [int(n) for n in b["nicknames"]], retry=bool(b.get("retry"))) for b in meta.get("batches", [])]
+                         [int(n) for n in b["nicknames"]], retry=bool(b.get("retry")),
+                         ends_within=int(b.get("ends_within") or 0)) for b in meta.get("batches", [])]
     where = {int(g): int(k) for g, k in meta.get("where", {}).items()}
     report(f"download {name}: generations ({meta.get('start')}, {meta.get('bound')}], {table.num_rows} change(s) in "
            f"{len(batches)} batch(es)")
@@ -280,6 +290,11 @@ def _download(client: ServerClient, device: Replica, url: str, hello: dict, sess
     # each row's batch, by its generation (a generation of no batch: -1, applied nowhere), computed in Arrow
     seqs = pc.fill_null(pc.take(pa.array(list(where.values()), pa.int32()), pc.index_in(
         table.column("generation"), value_set=pa.array(list(where), pa.int64()))), -1) if table.num_rows else None
+    for g, after, upto, seq in meta.get("ranges", []) if seqs is not None else []:
+        # a generation bigger than a batch, cut by key: its rows whose (tablenick, rowguid) is in (after, upto]
+        mask = pc.equal(table.column("generation"), int(g))
+        in_range = key_range_mask(table, _key(after), _key(upto))
+        seqs = pc.if_else(mask if in_range is None else pc.and_(mask, in_range), pa.scalar(int(seq), pa.int32()), seqs)
     done = None
     for b in batches:
         rows = table.filter(pc.equal(seqs, b.seq)) if seqs is not None else table

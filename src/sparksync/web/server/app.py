@@ -151,7 +151,8 @@ def make_app(door: Door, max_request_mb: float = 64) -> ASGIApp:
                 isinstance(f, list) and len(f) == 2 and isinstance(f[0], int) and isinstance(f[1], str) for f in failed):
             raise ProtocolError(f"failed: a list of at most {MAX_RETRIES} [article nickname, rowguid] pairs",
                                 obj="failed")
-        frames = await run_in_threadpool(door.download, device, after, per_batch, [(n, g) for n, g in failed])
+        keyset = body.get("keyset") is True          # the device takes a big generation in parts (by key)
+        frames = await run_in_threadpool(door.download, device, after, per_batch, [(n, g) for n, g in failed], keyset)
         return StreamingResponse(iter(frames), media_type=MEDIA_ARROW,
                                  headers={"Content-Length": str(sum(len(f) for f in frames))})
 

@@ -341,12 +341,14 @@ class Door:
             self._rounds[publication.name] = started
 
     def download(self, device: Device, recgen: int, per_batch: int = 100,
-                 failed: list[tuple[int, str]] | None = None) -> list[bytes]:
+                 failed: list[tuple[int, str]] | None = None, keyset: bool = False) -> list[bytes]:
         """The publisher's changes for the device after ``recgen`` (the device's watermark): frames of Arrow
         streams, the first this device's (its generation batches in its metadata, with the publisher's
         changes that failed at the device, ``failed``: (tablenick, rowguid), read again), then the partition
         feed's segments after its watermark (files, sent as they are) when the feed has them; otherwise the
-        first frame holds every row, read for this device."""
+        first frame holds every row, read for this device. ``keyset``: the device takes a generation bigger
+        than a batch in parts cut by key (its batches' key ranges in the metadata); a device of an earlier
+        release, which does not say so, gets whole generations."""
         self.round(device.publication)
         with self.publisher() as pub:
             reading_closed(pub)         # up to the round's head, which its flush and close bounded
@@ -366,7 +368,8 @@ class Door:
             head = self.feed.head(device.publication.name) if self.feed is not None and served is None else None
             plan = plan_download(pub, self.topology.publisher_url, self.topology.publisher.name, prow, reg,
                                  int(recgen), per_batch, failed or [],
-                                 bound=served[0] if served is not None else head, from_feed=served is not None)
+                                 bound=served[0] if served is not None else head, from_feed=served is not None,
+                                 keyset=keyset)
         table = read_download(plan)
         return [write_changes(table, {**plan.metadata(), "frames": 1 + len(files)}), *files]
 

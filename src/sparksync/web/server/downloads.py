@@ -20,6 +20,7 @@ from sparksync.merge.partitions.evaluation import evaluated_at_sync
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.session.changes import ALL_PARTITIONS, READ_ERROR_GENERATION, REMOVE_GENERATION
 from sparksync.merge.session.enumeration import (
+    KeyRange,
     PartitionRead,
     change_reads,
     min_watermark,
@@ -46,21 +47,24 @@ class DownloadPlan:
     bound: int
     batches: list[BatchInfo] = field(default_factory=list)
     where: dict[int, int] = field(default_factory=dict)       # generation -> batch
+    ranges: list[KeyRange] = field(default_factory=list)      # generations cut across batches, by key
     reads: list[ReadPartition] = field(default_factory=list)
 
     def metadata(self) -> dict:
         return {"source": self.publisher, "source_nick": 1, "start": self.start, "bound": self.bound,
                 "partition_id": self.partition_id,
-                "batches": [{"seq": b.seq, "lo": b.lo, "hi": b.hi, "nicknames": b.nicknames, "retry": b.retry}
-                            for b in self.batches],
-                "where": {str(g): k for g, k in self.where.items()}}
+                "batches": [{"seq": b.seq, "lo": b.lo, "hi": b.hi, "nicknames": b.nicknames, "retry": b.retry,
+                             "ends_within": b.ends_within} for b in self.batches],
+                "where": {str(g): k for g, k in self.where.items()},
+                "ranges": [[r.generation, r.after, r.upto, r.seq] for r in self.ranges]}
 
 
 def plan_download(pub: Replica, url: str, publisher: str, prow: PublicationRow, reg: SubscriptionRow,
                   device_recgen: int, per_batch: int, failed: list[tuple[int, str]], bound: int | None = None,
-                  from_feed: bool = False) -> DownloadPlan:
+                  from_feed: bool = False, keyset: bool = False) -> DownloadPlan:
     """``bound``: where the download ends (the partition feed's head), at most the enumeration bound;
-    ``from_feed``: the feed's segments carry the changes and the removals (only retries are read here)."""
+    ``from_feed``: the feed's segments carry the changes and the removals (only retries are read here);
+    ``keyset``: a generation bigger than a batch is cut by key (``plan_batches``), as the merge agent does."""
     pubid = prow.pubid
     start = min_watermark(reg.sentgen, device_recgen)
     articles = published_articles(pub, pubid)
@@ -82,8 +86,8 @@ def plan_download(pub: Replica, url: str, publisher: str, prow: PublicationRow, 
     retry = retries_of(failed, reg.name, pub, url, publisher, pubid, publisher, 1, start,
                        pid if pid != ALL_PARTITIONS else None, partitions)
     link = plan_link(pub, pubid, publisher, 1, reg.replnickname, pid, start, bound, per_batch, partitions,
-                     retry=bool(retry))
-    plan.batches, plan.where = link.batches, link.where
+                     retry=bool(retry), threshold=prow.generation_leveling_threshold if keyset else 0)
+    plan.batches, plan.where, plan.ranges = link.batches, link.where, link.ranges
     plan.reads += retry
     if link.generations and not from_feed:
         plan.reads += change_reads(url, publisher, pub, articles, publisher, 1, start, bound, 1, partitions)
@@ -104,7 +108,8 @@ def read_download(plan: DownloadPlan):
     failed = table.filter(pc.equal(table.column("generation"), READ_ERROR_GENERATION))
     if failed.num_rows:      # a read that failed: nothing of this download is sent (never a partial one)
         raise ReportedError(ErrorInfo.from_dict(json.loads(failed.column("row")[0].as_py())))
-    keep = pc.is_in(table.column("generation"), pa.array(list(plan.where), pa.int64()))
+    keep = pc.is_in(table.column("generation"),
+                    pa.array(list(plan.where) + [r.generation for r in plan.ranges], pa.int64()))
     part = table.column("partition_id")
     keep = pc.and_(keep, pc.or_(pc.equal(part, ALL_PARTITIONS), pc.equal(part, plan.partition_id)))
     target = table.column("target")
