@@ -290,8 +290,11 @@ def _download(client: ServerClient, device: Replica, url: str, hello: dict, sess
     # each row's batch, by its generation (a generation of no batch: -1, applied nowhere), computed in Arrow
     seqs = pc.fill_null(pc.take(pa.array(list(where.values()), pa.int32()), pc.index_in(
         table.column("generation"), value_set=pa.array(list(where), pa.int64()))), -1) if table.num_rows else None
-    for g, after, upto, seq in meta.get("ranges", []) if seqs is not None else []:
+    for r in meta.get("ranges", []) if seqs is not None else []:
         # a generation bigger than a batch, cut by key: its rows whose (tablenick, rowguid) is in (after, upto]
+        if not (isinstance(r, list) and len(r) == 4 and isinstance(r[0], int) and isinstance(r[3], int)):
+            raise ProtocolError(f"download: a key range is not [generation, after, upto, batch]: {r!r}", obj="ranges")
+        g, after, upto, seq = r
         mask = pc.equal(table.column("generation"), int(g))
         in_range = key_range_mask(table, _key(after), _key(upto))
         seqs = pc.if_else(mask if in_range is None else pc.and_(mask, in_range), pa.scalar(int(seq), pa.int32()), seqs)
