@@ -76,7 +76,7 @@ class BulkApplier:
         does not go that way (:meth:`apply` does everything then)."""
         if not (self._in_text(commands) and self.eligible(commands)):
             return None
-        return TextStaging(self.replica, self.targets).prepare(commands, self._replicated(), at_once=False)
+        return TextStaging(self.replica, self.targets).prepare(commands, self._replicated())   # (one process)
 
     def apply_prepared(self, batch: TextBatch) -> bool:
         """:meth:`apply` of a batch :meth:`prepare` made."""

@@ -112,16 +112,14 @@ class TextStaging:
         command); raises on any failure (the caller rolls back)."""
         return self.execute(self.prepare(commands, replicated))
 
-    def prepare(self, commands: Sequence[Command], replicated: set[tuple[int, str]],
-                at_once: bool = True) -> TextBatch:
+    def prepare(self, commands: Sequence[Command], replicated: set[tuple[int, str]]) -> TextBatch:
         """The batch's COPY lines, article by article: the Python half of :meth:`apply`, which a caller may
-        run while other connections execute theirs (subscription streams: ``at_once`` False, the cores
-        are busy with the other streams' statements). A big batch is cut into consecutive ranges of its
-        commands whose lines are made at once, one process per core (:func:`_ranges_at_once`); the
-        ranges are applied one after the other, in order."""
+        run while other connections execute theirs (subscription streams). A big batch is cut into
+        consecutive ranges of its commands whose lines are made at once, up to ``processes`` processes
+        (:func:`_ranges_at_once`); the ranges are applied one after the other, in order."""
         batch = TextBatch()
         todo = [c for c in commands if (c.article_id, c.type) in replicated]
-        n = _ranges_for(len(todo), self.processes) if at_once else 1
+        n = _ranges_for(len(todo), self.processes)
         cut = [todo[len(todo) * k // n:len(todo) * (k + 1) // n] for k in range(n)]
         made = _ranges_at_once(self._range, self._staged, cut) if n > 1 else [self._range(todo)]
         batch.moved = any(r is None for r in made)

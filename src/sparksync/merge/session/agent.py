@@ -316,10 +316,12 @@ class MergeAgent:
                 bound = bounds[source.name]
                 retry = retry_reads(dest.replica, dest.name, source.replica, source.url, source.name, pubid,
                                      source.name, source.nickname, start, dest.partition_id, partitions)
+                if source.name not in cuts:
+                    cuts[source.name] = keyset_cut(source.replica)
                 lp = plan_link(source.replica, pubid, source.name, source.nickname, dest.nickname, dest.partition_id,
                                start, bound, per_batch, partitions, retry=bool(retry),
                                threshold=pubcfg.generation_leveling_threshold,
-                               cut=cuts.setdefault(source.name, keyset_cut(source.replica)))
+                               cut=cuts[source.name])
                 plan.changes += estimated_changes(lp.generations)
             except SparksyncError as e:      # this subscription only: the others still go on
                 link.session.fail(f"{direction}: {e.message}", e)

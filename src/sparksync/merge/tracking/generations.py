@@ -146,8 +146,8 @@ def make_generation(replica: Replica, nickname: int, level: int = 0) -> MakeGene
     flush(replica)          # what applications changed goes to the open generation before it is closed
     d: MergeHooks = replica.dialect
     result = MakeGenerationResult()
-    # Settle older generations first: leveling one of them numbers its chunks above the open
-    # generation, and closing (or moving) the open generation next lets the bound pass them.
+    # Settle older generations first: renumbering one of them (``level``) numbers its chunks above the
+    # open generation, and closing (or moving) the open generation next lets the bound pass them.
     settled, _ = settle_generations(replica, nickname, level)
     result.closed.extend(settled)
     with replica.transaction():
