@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparksync.errors import ConfigurationError, InvalidNameError
 from sparksync.names import TableName, check_identifier
-from sparksync.redaction import register_url
+from sparksync.redaction import register_url, register_webhook
+from sparksync.schedule import parse_schedule
+from sparksync.serve_config import AlertsConfig, ServerConfig
 
 DEFAULT_CONFIG = "sparksync.toml"
 PUBLISHER_PRIORITY = 100.0
@@ -44,6 +46,10 @@ def expand_env(text: str) -> str:
         return os.environ[m.group(1)]
 
     return _ENV.sub(sub, text)
+
+
+def _check_schedule(v: str | None) -> str | None:
+    return v if v is None else parse_schedule(v).text
 
 
 def _check_url(v: str) -> str:
@@ -180,8 +186,11 @@ class PublicationConfig(_Model):
     use_partition_groups: bool = Field(True, description="precomputed partitions (partition mappings); false: "
                                                          "membership evaluated at sync time (SetupBelongs)")
     partitions: list[PartitionConfig] = Field(default_factory=list, description="partitions made at setup")
+    agent_schedule: str | None = Field(None, description="when 'sparksync serve' runs this publication's agents: "
+                                       "continuous | every 30s | every 5m | a five-field cron expression (UTC)")
 
     _n = field_validator("name")(lambda cls, v: _check_name(v, "publication name"))
+    _s = field_validator("agent_schedule")(lambda cls, v: _check_schedule(v))
 
     @property
     def filtered(self) -> bool:
@@ -221,40 +230,6 @@ class PublicationConfig(_Model):
         return self
 
 
-class ServerConfig(_Model):
-    """``[server]``: the device endpoint of ``sparksync serve`` (web synchronization)."""
-
-    listen: str = Field(default="127.0.0.1:8443", description="HOST:PORT the device endpoint listens on")
-    tls_cert: str | None = Field(default=None, description="PEM certificate (chain) of the endpoint")
-    tls_key: str | None = Field(default=None, description="PEM private key of tls_cert")
-    max_request_mb: float = Field(default=64, gt=0, le=4096, description="the largest request body accepted (MB)")
-    feed_dir: str = Field(default="feed", description="where serve writes the partition feed's segments (relative "
-                          "to the config file; shared storage when Spark runs on a cluster)")
-
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, v: str) -> str:
-        host, sep, port = v.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"{v!r} is not HOST:PORT (e.g. \"0.0.0.0:8443\" or \"127.0.0.1:8443\")")
-        return v
-
-    @model_validator(mode="after")
-    def _tls(self) -> ServerConfig:
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert and tls_key go together: give both (TLS) or neither (behind a reverse proxy, "
-                             "on a loopback address)")
-        return self
-
-    @property
-    def host(self) -> str:
-        return self.listen.rpartition(":")[0].strip("[]")
-
-    @property
-    def port(self) -> int:
-        return int(self.listen.rpartition(":")[2])
-
-
 class SubscriptionConfig(_Model):
     name: str
     publication: str
@@ -274,6 +249,9 @@ class SubscriptionConfig(_Model):
     subscription_streams_threshold: int = Field(
         5000, ge=0, le=1_000_000, description="commands per stream below which a batch is applied over one connection")
     skip_errors: list[str] = Field(default_factory=list, description="error numbers to log and skip")
+    agent_schedule: str | None = Field(None, description="this subscription's own schedule in 'sparksync serve' "
+                                       "(default: its publication's)")
+    _s = field_validator("agent_schedule")(lambda cls, v: _check_schedule(v))
 
     @field_validator("skip_errors")
     @classmethod
@@ -332,6 +310,7 @@ class Topology(_Model):
     distributor: DistributorConfig | None = None
     publisher: PublisherConfig
     server: ServerConfig = Field(default_factory=ServerConfig)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
     publications: list[PublicationConfig] = Field(default_factory=list)
     subscriptions: list[SubscriptionConfig] = Field(default_factory=list)
     base_dir: Path = Field(default=Path("."), exclude=True)
@@ -349,6 +328,10 @@ class Topology(_Model):
                 return s
         known = ", ".join(x.name for x in self.subscriptions) or "none"
         raise ConfigurationError(f"no subscription named {name!r} (known: {known})", obj=name)
+
+    def schedule_of(self, s: SubscriptionConfig) -> str | None:
+        """When ``sparksync serve`` runs the agent of ``s``: its own schedule, else its publication's."""
+        return s.agent_schedule or self.publication(s.publication).agent_schedule
 
     def subscriptions_of(self, publication: str) -> list[SubscriptionConfig]:
         """The subscriptions of ``publication`` the agents reach (``transport = "direct"``)."""
@@ -545,6 +528,9 @@ def _loc(loc: tuple, data: Any) -> str:
 def _register_secrets(data: dict[str, Any]) -> None:
     """Every database password in the configuration is known to the redaction before anything runs."""
     sections = [data.get("publisher"), data.get("distributor"), *(data.get("subscriptions") or [])]
+    hook = data["alerts"].get("webhook") if isinstance(data.get("alerts"), dict) else None
+    if isinstance(hook, str):
+        register_webhook(hook)
     for sec in sections:
         url = sec.get("database") if isinstance(sec, dict) else None
         if isinstance(url, str):

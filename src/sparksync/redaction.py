@@ -39,6 +39,25 @@ def url_password(url: str) -> str | None:
     return userinfo.split(":", 1)[1] if ":" in userinfo else None
 
 
+def register_secret(secret: str) -> None:
+    """Remember a secret that is not a database password (the operator's token, a webhook URL's path, which
+    carries its key): no output shows it."""
+    if secret and len(secret) >= MIN_SECRET:
+        with _LOCK:
+            _SECRETS.add(secret)
+
+
+def register_webhook(url: str) -> None:
+    """A webhook URL's user information, path and query are its credentials (``/services/T0/B0/XXXX``,
+    ``?key=...``): only its scheme and host are ever shown."""
+    register_url(url)
+    m = _URL_START.match(url)
+    rest = url[m.end():] if m else url
+    cut = min([i for i in (rest.find("/"), rest.find("?")) if i >= 0], default=-1)
+    if cut >= 0 and len(rest) - cut > 1:
+        register_secret(rest[cut:])
+
+
 def register_url(url: str) -> None:
     """Remember the secrets of a configured database URL, so no output ever shows them."""
     found = [url_password(url)]

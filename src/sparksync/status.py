@@ -112,6 +112,16 @@ def _count_for_partition(replica: Replica, nicknames: list[int], after: int | No
     return int(ups or 0) + int(gone or 0) + logged, lowest
 
 
+def _expires_at(retention_days: int | None, r: SubscriptionRow) -> str | None:
+    """When the subscription expires if it does not merge before (its publication's retention after its
+    last merge, or its creation); None: retention 0, it never expires."""
+    last = r.last_sync_date or r.created_at
+    if not retention_days or last is None:
+        return None
+    last = last if last.tzinfo is not None else last.replace(tzinfo=dt.UTC)
+    return iso(last + dt.timedelta(days=retention_days))
+
+
 def _failed_count(replica: Replica, source_nick: int | None) -> int:
     """Changes from ``source_nick`` that failed here and wait to be tried again."""
     if source_nick is None:
@@ -256,6 +266,7 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                                    [prow.pubid, s.name], ("succeeded",))
                 pending, lowest = _pending_download(pub, arts, scheme if precomputed else None, r)
                 entry.update({"status": "stopped" if "stopped_since" in runs else "active",
+                              "last_sync": iso(r.last_sync_date), "expires_at": _expires_at(prow.retention, r),
                               "nickname": r.replnickname, "partition_id": r.partition_id,
                               "publisher_sentgen": r.sentgen, "publisher_recgen": r.recgen,
                               "pending_download": pending,
@@ -315,7 +326,8 @@ def _web_subscription(pub, s, r: SubscriptionRow | None, prow, arts, scheme) -> 
     entry.update({"status": "stopped" if "stopped_since" in runs else "active", **runs,
                   "nickname": r.replnickname, "partition_id": r.partition_id,
                   "publisher_sentgen": r.sentgen, "publisher_recgen": r.recgen,
-                  "last_sync": iso(r.last_sync_date), "pending_download": pending,
+                  "last_sync": iso(r.last_sync_date), "expires_at": _expires_at(prow.retention, r),
+                  "pending_download": pending,
                   "oldest_pending_download": iso(_generation_time(pub, lowest)),
                   "failed_upload": _failed_count(pub, r.replnickname)})
     return entry

@@ -85,7 +85,8 @@ class WebWorld:
     def __init__(self, folder: Path, data: dict, spark):
         self.folder = folder
         self.port = free_port()
-        data = {**data, "server": {"listen": f"127.0.0.1:{self.port}", **data.get("server", {})}}
+        data = {**data, "server": {"listen": f"127.0.0.1:{self.port}", "monitor": f"127.0.0.1:{free_port()}",
+                                   **data.get("server", {})}}
         self.data = data
         self.config = write_config(folder, data)
         self.topology = load_config(self.config)

@@ -9,6 +9,7 @@ import typer
 from sparksync.cli.cleanup_cmd import cleanup_command
 from sparksync.cli.conflicts_cmd import conflicts_command
 from sparksync.cli.demo_cmd import demo_command
+from sparksync.cli.history_cmd import history_command
 from sparksync.cli.merge_cmd import merge_command
 from sparksync.cli.partitions_cmd import partitions_command
 from sparksync.cli.reinit_cmd import reinit_command
@@ -36,6 +37,7 @@ app.command("snapshot")(snapshot_command)
 app.command("status")(status_command)
 app.command("merge")(merge_command)
 app.command("conflicts")(conflicts_command)
+app.command("history")(history_command)
 app.command("partitions")(partitions_command)
 app.command("validate")(validate_command)
 app.command("reinit")(reinit_command)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -50,11 +51,13 @@ def token_command(
 
 @handle_errors
 def serve_command(config: ConfigOption = DEFAULT_CONFIG_PATH) -> None:
-    """Run the device endpoint of web synchronization ([server] in the configuration) until interrupted."""
-    from sparksync.web.server.serve import serve
+    """Run the service until SIGTERM: every agent on its agent_schedule in one warm Spark session, the operator's
+    monitor ([server] monitor: the page, /api, /metrics, /healthz; alerts), and the device endpoint of web
+    synchronization ([server] listen) when there are web subscriptions."""
+    from sparksync.service.process import OPERATOR_TOKEN_ENV, run_service
 
     topology = load(config)
-    serve(topology, reporter, make_spark(topology))
+    run_service(topology, reporter, make_spark(topology), os.environ.get(OPERATOR_TOKEN_ENV) or None)
 
 
 def _database_url(database: str) -> str:

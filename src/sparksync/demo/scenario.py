@@ -77,13 +77,16 @@ name = "HQ"
 database = "sqlite:///hq.db"
 snapshot_dir = "snapshots"
 
-# Web synchronization: `sparksync serve` listens here for devices (loopback: no TLS needed)
+# `sparksync serve` runs the agents on their agent_schedule, the operator's monitor (the page, /api,
+# /metrics: http://127.0.0.1:8470) and, for web synchronization, listens here for devices (loopback: no TLS)
 [server]
 listen = "127.0.0.1:{port}"
+monitor = "127.0.0.1:8470"
 
 [[publications]]
 name = "Sales"
 kind = "merge"
+agent_schedule = "every 30s"
 {arts}
 {subs}
 # A filtered merge publication: each territory's store holds its own customers, their orders and the
@@ -91,6 +94,7 @@ kind = "merge"
 [[publications]]
 name = "Territories"
 kind = "merge"
+agent_schedule = "every 1m"
   [[publications.articles]]
   table = "Customer"
   filter = "Territory = HOST_NAME()"
@@ -116,6 +120,7 @@ host_name = "{TILL[1]}"
 [[publications]]
 name = "Reports"
 kind = "transactional"
+agent_schedule = "continuous"
   [[publications.articles]]
   table = "Customer"
   filter = "Territory = 'Northwest'"
@@ -270,7 +275,8 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
                       "four columns of Product, every order)")
     partitioned = _territories(console, topology, report)
     synced = _till(console, topology, directory, report)
-    console.print(f"\nThe demo's files are in {directory}. Try: sparksync partitions -c {cfg}")
+    console.print(f"\nThe demo's files are in {directory}. Try: sparksync partitions -c {cfg}; or run the agents on "
+                  f"their schedules with the monitor on http://127.0.0.1:8470: sparksync serve -c {cfg}")
     return DemoResult(directory, cfg, not diffs and not tx_diffs and partitioned and synced, merged)
 
 

@@ -1,12 +1,12 @@
-"""``sparksync serve``: the device endpoint in one process (uvicorn), TLS or a loopback address only, with the
-rounds' Spark work (the partition feed, ``feed.py``): the SparkSession starts with the first round that moves
-more than ``[spark] driver_round_changes`` changes."""
+"""The device endpoint of ``sparksync serve`` (uvicorn; the service runs it beside its agents and monitor,
+``service/process.py``), TLS or a loopback address only, with the rounds' Spark work (the partition feed,
+``feed.py``): the SparkSession starts with the first round that moves more than ``[spark] driver_round_changes``
+changes."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +30,8 @@ def check_listen(topology: Topology) -> None:
             obj="server.listen")
 
 
-def _server(topology: Topology, report: Reporter, spark: Callable[[], Any] | None):
+def device_endpoint(topology: Topology, report: Reporter, spark: Callable[[], Any] | None):
+    """The device endpoint's uvicorn server (not started) and its partition feed (started)."""
     import uvicorn
 
     check_listen(topology)
@@ -54,28 +55,10 @@ def url_of(topology: Topology) -> str:
     return f"{'https' if server.tls_cert else 'http'}://{server.listen}"
 
 
-def serve(topology: Topology, report: Reporter = silent, spark: Callable[[], Any] | None = None) -> None:
-    """Run the device endpoint until interrupted (SIGINT, SIGTERM: requests in flight finish). ``spark``:
-    the SparkSession's factory for big rounds (None: every round in this process)."""
-    server, feed = _server(topology, report, spark)
-    # uvicorn finishes the requests in flight on SIGTERM, then raises the signal again for the handler it
-    # found: this one ends the process as an exit, so the feed's files are removed on the way out
-    previous = signal.signal(signal.SIGTERM, _exit)
-    try:
-        server.run()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        feed.stop()
-
-
-def _exit(signum: int, frame: object) -> None:
-    raise SystemExit(0)
-
-
 @contextlib.contextmanager
 def serving(topology: Topology, report: Reporter = silent, spark: Callable[[], Any] | None = None) -> Iterator[str]:
     """The device endpoint in a thread of this process while inside (the demo); yields its URL."""
-    server, feed = _server(topology, report, spark)
+    server, feed = device_endpoint(topology, report, spark)
     thread = threading.Thread(target=server.run, name="sparksync-serve", daemon=True)
     thread.start()
     while not server.started:

@@ -1,0 +1,1 @@
+"""The operator's monitor of ``sparksync serve``: the page, ``/api``, ``/metrics``, ``/healthz``, and alerts."""

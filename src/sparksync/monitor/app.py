@@ -1,0 +1,159 @@
+"""The operator's monitor over HTTP (Starlette), on its own listener (``[server] monitor``), never the device
+endpoint's: devices' tokens open nothing here.
+
+    GET /               the page (``?part=main``: the part its script refreshes)
+    GET /api/status     the document of ``sparksync status --json``
+    GET /api/conflicts  the document of ``sparksync conflicts --json`` (``?publication=``, ``?article=``)
+    GET /api/history    the document of ``sparksync history --json`` (``?limit=``)
+    GET /metrics        Prometheus text
+    GET /healthz        200 while the agents' loop is alive, else 503 (no token)
+
+Read-only: any other method is a 405. With an operator token (``SPARKSYNC_OPERATOR_TOKEN``; required when the
+listener is not loopback) every request but ``/healthz`` carries it, as ``Authorization: Bearer <token>``
+or as the password of HTTP Basic authentication (what a browser asks for: the 401 says so).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sparksync.config import Topology
+from sparksync.errors import ConfigurationError
+from sparksync.merge.conflicts.view import list_conflicts
+from sparksync.monitor import page
+from sparksync.monitor.metrics import SparksyncCollector
+from sparksync.monitor.view import build_view
+from sparksync.monitor.watch import Agents, Watch
+from sparksync.redaction import redact
+from sparksync.run_history import LIMIT, gather_history
+from sparksync.spark.failures import recover
+from sparksync.status import gather_status
+
+OPEN = ("/healthz",)
+
+
+def problem(status: int, title: str, detail: str = "", headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"type": "about:blank", "title": title, "status": status, **({"detail": redact(detail)} if detail else {})}
+    return JSONResponse(body, status_code=status, media_type="application/problem+json", headers=headers)
+
+
+def _document(doc: Any) -> Response:
+    """A document as the CLI's ``--json`` prints it (the same ``json.dumps``)."""
+    return Response(redact(json.dumps(doc, default=str)), media_type="application/json")
+
+
+class ReadOnly:
+    """GET only (405 otherwise), and the operator's token on every path but ``/healthz``."""
+
+    def __init__(self, app: ASGIApp, token: str | None):
+        self.app, self.token = app, token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] != "GET":
+            response: Response = problem(405, "method not allowed", "the monitor is read-only: GET only",
+                                         headers={"Allow": "GET"})
+        elif self.token is not None and scope["path"] not in OPEN and not self._authorized(scope):
+            response = problem(401, "unauthorized", "the operator's token is required",
+                               headers={"WWW-Authenticate": 'Basic realm="sparksync monitor", charset="UTF-8"'})
+        else:
+            await self.app(scope, receive, send)
+            return
+        await response(scope, receive, send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        assert self.token is not None
+        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        kind, _, value = header.partition(" ")
+        sent = None
+        if kind.lower() == "bearer":
+            sent = value.strip()
+        elif kind.lower() == "basic":
+            try:
+                sent = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")[2]
+            except (binascii.Error, UnicodeDecodeError):
+                return False
+        return sent is not None and hmac.compare_digest(sent.encode(), self.token.encode())
+
+
+def make_monitor_app(topology: Topology, agents: Agents, watch: Watch | None, token: str | None) -> ASGIApp:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SparksyncCollector(topology, agents, watch))
+
+    def guarded(work: Callable[[Request], Any]) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await run_in_threadpool(work, request)
+            except Exception as e:  # noqa: BLE001 - one clear message, never a traceback
+                error = recover(e)
+                if error is None:
+                    return problem(500, "internal error", f"{type(e).__name__}: {e}")
+                status = 400 if isinstance(error, ConfigurationError) else 503 if error.transient else 500
+                return problem(status, {400: "bad request", 503: "unavailable"}.get(status, "error"), error.message)
+        return endpoint
+
+    def home(request: Request) -> Response:
+        part = request.query_params.get("part")
+        if part not in (None, "main"):
+            raise ConfigurationError(f"part={part!r}: the page has one part, main", obj="part")
+        html = page.render(build_view(topology, agents, watch), topology.alerts.latency_s, part)
+        return HTMLResponse(redact(html), headers={"Cache-Control": "no-store"})
+
+    def status(request: Request) -> Response:
+        return _document(gather_status(topology))
+
+    def conflicts(request: Request) -> Response:
+        q = request.query_params
+        return _document(list_conflicts(topology, q.get("publication") or None, q.get("article") or None))
+
+    def history(request: Request) -> Response:
+        limit = request.query_params.get("limit", str(LIMIT))
+        if not limit.isdigit() or not 0 < int(limit) <= 10_000:
+            raise ConfigurationError(f"limit={limit[:20]!r}: a number of runs from 1 to 10000", obj="limit")
+        return _document(gather_history(topology, int(limit)))
+
+    def metrics(request: Request) -> Response:
+        return Response(redact(generate_latest(registry).decode()), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(request: Request) -> Response:
+        alive = agents.alive()
+        return JSONResponse({"status": "ok" if alive else "stopped"}, status_code=200 if alive else 503)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return problem(404, "not found", f"{request.url.path[:200]}: the monitor serves /, /api/status, "
+                                         "/api/conflicts, /api/history, /metrics and /healthz")
+
+    routes = [Route("/", guarded(home)), Route("/api/status", guarded(status)),
+              Route("/api/conflicts", guarded(conflicts)), Route("/api/history", guarded(history)),
+              Route("/metrics", guarded(metrics)), Route("/healthz", healthz)]
+    app = Starlette(routes=routes, exception_handlers={404: not_found})
+    return ReadOnly(app, token)
+
+
+def check_monitor(topology: Topology, token: str | None) -> None:
+    """The monitor refuses to listen beyond loopback without the operator's token."""
+    from sparksync.web.addresses import is_loopback
+
+    if token is None and not is_loopback(topology.server.monitor_host):
+        raise ConfigurationError(
+            f"[server] monitor = {topology.server.monitor!r} is not a loopback address: set SPARKSYNC_OPERATOR_TOKEN "
+            "(every request but /healthz must carry it), or listen on 127.0.0.1", obj="server.monitor")
+    if token is not None and len(token) < 16:
+        raise ConfigurationError("SPARKSYNC_OPERATOR_TOKEN is too short: use at least 16 characters (e.g. "
+                                 "python -c 'import secrets; print(secrets.token_urlsafe(32))')",
+                                 obj="SPARKSYNC_OPERATOR_TOKEN")

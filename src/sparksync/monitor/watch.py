@@ -1,0 +1,99 @@
+"""The monitor's watch: every ``[alerts] interval_s`` seconds, in a thread of its own, it reads ``status`` and
+the agents' history, rolls them up and evaluates the alerts; each fired or resolved alert goes to the
+webhook. The page and ``/metrics`` show the alerts it holds."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from sparksync.config import Topology
+from sparksync.errors import ErrorInfo
+from sparksync.monitor.alerts import AlertBook, Evaluator
+from sparksync.monitor.rollup import roll_up
+from sparksync.monitor.webhook import Webhook
+from sparksync.progress import Reporter, silent
+from sparksync.run_history import gather_history
+from sparksync.spark.failures import recover
+from sparksync.status import gather_status
+
+
+class Agents(Protocol):
+    """What the monitor reads of the service's agents' loop (``service.scheduler.Scheduler``)."""
+
+    def alive(self) -> bool: ...
+
+    def snapshot(self) -> list[dict[str, Any]]: ...
+
+    def running(self) -> set[tuple[str, str | None]]: ...
+
+
+class NoAgents:
+    """A monitor without an agents' loop (tests, a monitor of agents run elsewhere)."""
+
+    def alive(self) -> bool:
+        return True
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return []
+
+    def running(self) -> set[tuple[str, str | None]]:
+        return set()
+
+
+class Watch:
+    def __init__(self, topology: Topology, agents: Agents, report: Reporter = silent,
+                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)):
+        self.topology, self.agents, self.report, self.clock = topology, agents, report, clock
+        self.evaluator = Evaluator(topology.alerts)
+        self.book = AlertBook()
+        self.webhook = Webhook(topology.alerts, report)
+        self.evaluated_at: dt.datetime | None = None
+        self.error: str | None = None           # why the last evaluation could not be made
+        self.evaluations = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self.webhook.start()
+        self._thread = threading.Thread(target=self._loop, name="sparksync alerts", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        self.webhook.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.evaluate()
+            self._stop.wait(self.topology.alerts.interval_s)
+
+    def evaluate(self) -> None:
+        """One evaluation: status, history, roll-up, alerts, and the webhook told of what changed."""
+        try:
+            now = self.clock()
+            status = gather_status(self.topology)
+            history = gather_history(self.topology)["runs"]
+            rollup = roll_up(status, self.topology.alerts, self.agents.running(), now)
+            alerts = self.evaluator.evaluate(status, rollup, history, now)
+        except Exception as e:  # noqa: BLE001 - the watch goes on; the page says why it could not look
+            error = recover(e)
+            self.error = error.message if error is not None else ErrorInfo.of(e).recorded()
+            self.report(f"alerts: could not evaluate: {self.error}")
+            return
+        with self._lock:
+            events = self.book.update(alerts, now)
+            self.evaluated_at, self.error = now, None
+            self.evaluations += 1
+        for event in events:
+            self.report(f"alert {event.status}: {event.alert.name}: {event.alert.message}")
+        self.webhook.post(events)
+
+    def active(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return self.book.active()

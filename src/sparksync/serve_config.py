@@ -1,0 +1,88 @@
+"""The configuration of ``sparksync serve``: ``[server]`` (its listeners, the device endpoint's limits, how it
+stops) and ``[alerts]`` (the monitor's thresholds and webhook). Part of the topology (``config.Topology``)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Model):
+    """``[server]``: the device endpoint of ``sparksync serve`` (web synchronization)."""
+
+    listen: str = Field(default="127.0.0.1:8443", description="HOST:PORT the device endpoint listens on")
+    tls_cert: str | None = Field(default=None, description="PEM certificate (chain) of the endpoint")
+    tls_key: str | None = Field(default=None, description="PEM private key of tls_cert")
+    max_request_mb: float = Field(default=64, gt=0, le=4096, description="the largest request body accepted (MB)")
+    feed_dir: str = Field(default="feed", description="where serve writes the partition feed's segments (relative "
+                          "to the config file; shared storage when Spark runs on a cluster)")
+    monitor: str = Field(default="127.0.0.1:8470", description="HOST:PORT of the operator's monitor (the page, "
+                         "/api, /metrics, /healthz); anything but loopback needs SPARKSYNC_OPERATOR_TOKEN")
+    stop_grace_s: float = Field(default=30, ge=0, le=3600, description="after SIGTERM, seconds serve waits for the "
+                                "agent runs in flight before it cuts them off (their transactions roll back)")
+    tracer_interval_s: float = Field(default=300, ge=0, description="serve posts a tracer token to each "
+                                     "scheduled transactional publication this often (0: never)")
+
+    @field_validator("listen", "monitor")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        return check_host_port(v)
+
+    @model_validator(mode="after")
+    def _tls(self) -> ServerConfig:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both (TLS) or neither (behind a reverse proxy, "
+                             "on a loopback address)")
+        return self
+
+    @property
+    def host(self) -> str:
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    @property
+    def monitor_host(self) -> str:
+        return self.monitor.rpartition(":")[0].strip("[]")
+
+    @property
+    def monitor_port(self) -> int:
+        return int(self.monitor.rpartition(":")[2])
+
+
+def check_host_port(v: str) -> str:
+    host, sep, port = v.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{v!r} is not HOST:PORT (e.g. \"0.0.0.0:8443\" or \"127.0.0.1:8443\")")
+    return v
+
+
+class AlertsConfig(_Model):
+    """``[alerts]``: the thresholds ``sparksync serve`` watches (each optional) and where it says so."""
+
+    latency_s: float | None = Field(default=None, gt=0, description="a change waiting longer than this (oldest pending age, "
+                                    "or a tracer token's latency) fires 'latency'; also the performance rating's "
+                                    "threshold")
+    expiry_fraction: float | None = Field(default=None, gt=0, lt=1, description="a subscription that has not merged for "
+                                          "this share of its publication's retention fires 'expiry'")
+    merge_duration_s: float | None = Field(default=None, gt=0, description="an agent run longer than this fires 'duration'")
+    min_rows_per_s: float | None = Field(default=None, gt=0, description="a run that moved rows slower than this fires "
+                                         "'throughput'")
+    stuck_minutes: float | None = Field(default=None, gt=0, description="a backlog above zero that has not shrunk for this "
+                                        "long fires 'stuck'")
+    webhook: str | None = Field(default=None, description="URL each fired and resolved alert is POSTed to (JSON)")
+    interval_s: float = Field(default=10.0, ge=0.2, le=3600, description="seconds between two evaluations of the alerts")
+    webhook_timeout_s: float = Field(default=5.0, gt=0, le=120)
+    webhook_retries: int = Field(default=5, ge=0, le=100, description="tries after the first, with backoff")
+
+    @field_validator("webhook")
+    @classmethod
+    def _hook(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError(f"{v!r} is not an http:// or https:// URL")
+        return v

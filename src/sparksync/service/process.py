@@ -1,0 +1,123 @@
+"""``sparksync serve``: the agents' loop (``scheduler.py``), the operator's monitor (``[server] monitor``) and,
+when the topology has web subscriptions, the device endpoint (``[server] listen``), in one process until
+SIGTERM or SIGINT.
+
+Stopping: the listeners close, no agent run starts any more, the runs in flight finish their batch (waited
+for up to ``[server] stop_grace_s`` seconds; what still runs then is cut off with the process: its open transaction
+rolls back and the next start resumes from the watermarks), Spark stops. A second signal cuts off at once.
+kill -9 loses nothing either: every batch is applied with its watermark in one transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sparksync.config import Topology
+from sparksync.errors import ConfigurationError
+from sparksync.monitor.app import check_monitor, make_monitor_app
+from sparksync.monitor.watch import Watch
+from sparksync.progress import Reporter, silent
+from sparksync.redaction import register_secret
+from sparksync.service.scheduler import Scheduler, SharedSpark
+
+OPERATOR_TOKEN_ENV = "SPARKSYNC_OPERATOR_TOKEN"
+
+
+def _uvicorn(app: Any, host: str, port: int, **tls: Any) -> Any:
+    import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                                         lifespan="off", server_header=False, **tls))
+
+
+def _start(name: str, server: Any, what: str) -> threading.Thread:
+    """Run a uvicorn server in a thread (it installs no signal handler there); wait until it listens."""
+    thread = threading.Thread(target=server.run, name=name, daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise ConfigurationError(f"{what}: the listener did not start (is the address in use?)", obj=what)
+        time.sleep(0.02)
+    return thread
+
+
+class Service:
+    def __init__(self, topology: Topology, report: Reporter = silent, spark: Callable[[], Any] | None = None,
+                 operator_token: str | None = None):
+        check_monitor(topology, operator_token)
+        if operator_token:
+            register_secret(operator_token)
+        self.topology, self.report = topology, report
+        self.spark = SharedSpark(spark)
+        self.scheduler = Scheduler(topology, self.spark.get, report)
+        self.watch = Watch(topology, self.scheduler, report)
+        self.monitor = _uvicorn(make_monitor_app(topology, self.scheduler, self.watch, operator_token),
+                                topology.server.monitor_host, topology.server.monitor_port)
+        self.device: Any = None
+        self.feed: Any = None
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        topo = self.topology
+        self._threads.append(_start("sparksync monitor", self.monitor, "server.monitor"))
+        if any(s.transport == "web" for s in topo.subscriptions):
+            from sparksync.web.server.serve import device_endpoint
+
+            self.device, self.feed = device_endpoint(topo, self.report, self.spark.get)
+            self._threads.append(_start("sparksync devices", self.device, "server.listen"))
+        self.scheduler.start()
+        self.watch.start()
+        workers = self.scheduler.states
+        self.report(f"serve: monitor on http://{topo.server.monitor}; {len(workers)} scheduled agent(s)"
+                    + (": " + "; ".join(f"{s.worker.name} " + ", ".join(g.schedule.text for g in s.worker.groups)
+                                        for s in workers) if workers else " (no agent_schedule in the configuration)"))
+
+    def stop(self, grace: float | None = None) -> list[str]:
+        """Stop everything; the workers cut off because their run outlived ``grace`` (their names)."""
+        for server in (self.monitor, self.device):
+            if server is not None:
+                server.should_exit = True
+        left = self.scheduler.stop(self.topology.server.stop_grace_s if grace is None else grace)
+        self.watch.stop()
+        for t in self._threads:
+            t.join(5.0)
+        if self.feed is not None:
+            self.feed.stop()
+        if not left:
+            self.spark.stop()
+        return left
+
+
+def run_service(topology: Topology, report: Reporter = silent, spark: Callable[[], Any] | None = None,
+                operator_token: str | None = None) -> None:
+    """Run until SIGTERM or SIGINT (see the module's doc)."""
+    service = Service(topology, report, spark, operator_token)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        if stop.is_set():                 # the second signal: cut off now
+            os._exit(128 + signum)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        service.start()
+        stop.wait()
+        report("serve: stopping: no new run starts; waiting for the runs in flight")
+        left = service.stop()
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    if left:
+        report(f"serve: {', '.join(left)} still running after {topology.server.stop_grace_s:g}s: cut off (its open "
+               "transaction rolls back; the next start resumes from its watermarks)")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    report("serve: stopped")

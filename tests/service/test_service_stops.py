@@ -1,0 +1,119 @@
+"""Stopping ``sparksync serve`` in the middle of a round loses nothing (the demo's topology, SQLite files):
+
+- SIGTERM while a download batch is applied (held inside its transaction by a failpoint): the service starts
+  no new run, waits for the one in flight, which commits its batch, and exits 0;
+- SIGTERM with a run that outlives ``[server] stop_grace_s``: it is cut off with the process, its transaction
+  rolls back, and the next start applies the change, once;
+- kill -9 inside the transaction: the next start applies the change, once.
+
+After each, every store holds the publisher's value, and ``status`` is ok with nothing pending or failed.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+
+import pytest
+from typer.testing import CliRunner
+
+from sparksync import failpoints as fp
+from sparksync.cli.app import app
+from tests.support.service import Service, service_config, sql, wait_until
+
+pytestmark = pytest.mark.spark
+
+STORES = ("store1.db", "store2.db", "store3.db")
+POINT = "apply.before_commit Store1:0"
+
+
+def price(db, product: str) -> float:
+    return sql(db, "SELECT ListPrice FROM Product WHERE ProductID = ?", (product,))[0][0]
+
+
+def change(demo, value: float) -> str:
+    """A new price for one product at the publisher; its ProductID."""
+    (pid,), = sql(demo / "hq.db", "SELECT min(ProductID) FROM Product")
+    sql(demo / "hq.db", "UPDATE Product SET ListPrice = ? WHERE ProductID = ?", (value, pid))
+    return pid
+
+
+def converged(demo, pid: str, value: float) -> None:
+    for db in STORES:
+        wait_until(lambda db=db: price(demo / db, pid) == value, f"the price at {db}")
+    result = CliRunner().invoke(app, ["status", "-c", str(demo / "stops.toml"), "--json"])
+    assert result.exit_code == 0, result.output
+    status = json.loads(result.stdout)
+    for s in status["subscriptions"]:
+        if s["publication"] == "Sales":
+            assert (s["pending_download"], s["pending_upload"], s["failed_download"], s["failed_upload"]) == (0, 0, 0, 0)
+
+
+@pytest.fixture
+def stops(service_demo, tmp_path):
+    """A service configuration for these tests, a failpoints file only its process reads, and its log."""
+    cfg = service_config(service_demo, name="stops.toml", server={"stop_grace_s": 60})
+    points = str(tmp_path / "failpoints")
+    open(points, "w").close()
+    yield cfg, points, tmp_path / "serve.log"
+    for f in glob.glob(points + ".paused.*"):       # a process cut off while paused leaves its marker
+        os.remove(f)
+
+
+def paused(points: str) -> bool:
+    return bool(glob.glob(points + ".paused.*"))
+
+
+def test_sigterm_waits_for_the_batch_in_flight_and_exits(service_demo, stops):
+    cfg, points, log = stops
+    fp.arm(points, POINT + " !pause")
+    svc = Service(cfg, log, env={"SPARKSYNC_FAILPOINTS": points}).start()
+    pid = change(service_demo, 1234.5)
+    wait_until(lambda: paused(points), "the download to Store1 inside its transaction")
+    assert price(service_demo / "store1.db", pid) != 1234.5
+    svc.signal(signal.SIGTERM)
+    svc.said("serve: stopping: no new run starts")
+    assert svc.proc.poll() is None                 # waiting for the run in flight
+    fp.resume(points, "apply.before_commit", "Store1:0")
+    assert svc.wait() == 0
+    assert "serve: stopped" in svc.text()
+    assert price(service_demo / "store1.db", pid) == 1234.5       # the batch in flight was committed
+    svc = Service(cfg, log).start()
+    try:
+        converged(service_demo, pid, 1234.5)
+    finally:
+        assert svc.stop() == 0
+
+
+def test_sigterm_cuts_off_a_run_that_outlives_the_grace_and_the_next_start_resumes(service_demo, stops):
+    cfg, points, log = stops
+    short = service_config(service_demo, name="stops.toml", server={"stop_grace_s": 0.5})
+    fp.arm(points, POINT + " !pause")
+    svc = Service(short, log, env={"SPARKSYNC_FAILPOINTS": points}).start()
+    pid = change(service_demo, 2345.5)
+    wait_until(lambda: paused(points), "the download to Store1 inside its transaction")
+    svc.signal(signal.SIGTERM)
+    assert svc.wait() == 0
+    assert "merge agent Sales still running after 0.5s: cut off" in svc.text()
+    assert price(service_demo / "store1.db", pid) != 2345.5       # rolled back with the process
+    svc = Service(cfg, log).start()
+    try:
+        converged(service_demo, pid, 2345.5)
+    finally:
+        assert svc.stop() == 0
+
+
+def test_kill_9_inside_a_batch_loses_nothing(service_demo, stops):
+    cfg, points, log = stops
+    fp.arm(points, POINT + " !kill")
+    svc = Service(cfg, log, env={"SPARKSYNC_FAILPOINTS": points}).start()
+    pid = change(service_demo, 3456.5)
+    assert svc.wait() == -signal.SIGKILL
+    assert price(service_demo / "store1.db", pid) != 3456.5
+    svc = Service(cfg, log).start()
+    try:
+        converged(service_demo, pid, 3456.5)
+    finally:
+        assert svc.stop() == 0
