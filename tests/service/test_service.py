@@ -125,7 +125,7 @@ def test_metrics_agree_with_status(quiet, service_demo):
     assert value("sparksync_conflicts_total", publication="Sales", subscription="Store2") == 5
     # the example rules file asks only for metrics there are
     rules = (Path(__file__).resolve().parents[2] / "docs" / "examples" / "prometheus-rules.yml").read_text()
-    exported = {name for name, _ in samples}
+    exported = {name for name, _ in samples} | {f.name for f in text_string_to_metric_families(text)}
     assert set(re.findall(r"\bsparksync_[a-z_]+", rules)) <= exported
 
 
@@ -157,6 +157,74 @@ def test_the_monitor_is_read_only_and_needs_the_operators_token(quiet, service_d
     for env, needle in (({}, "[server] monitor"), ({"SPARKSYNC_OPERATOR_TOKEN": "short"}, "too short")):
         result = CliRunner().invoke(app, ["serve", "-c", str(wide)], env=env)
         assert result.exit_code == 2 and needle in result.output and "Traceback" not in result.output
+
+
+def test_no_password_or_token_in_any_page_document_metric_or_alert(service_demo):
+    """The redaction tests' URLs in the configuration (a password with a raw '@', one in a plain URL), a webhook
+    whose path is its key, and the operator's token: none of them in anything the monitor serves or sends."""
+    secrets = ("sec@retPW", "retPW", "hunter2", "XXXXhookkeyXXXX", OPERATOR_TOKEN)
+    cfg = service_config(
+        service_demo, name="secrets.toml", distributor={"database": "postgresql://postgres:hunter2@127.0.0.1:1/nowhere"},
+        alerts={"webhook": "https://hooks.example.com/services/T0/B0/XXXXhookkeyXXXX", "latency_s": 0.001})
+    data = tomllib.loads(cfg.read_text())
+    data["subscriptions"].append({"name": "Remote", "publication": "Sales",
+                                  "database": "postgresql://postgres:sec@retPW@127.0.0.1:1/nowhere"})
+    cfg.write_text(toml(data))
+    topology = load_config(cfg)
+    sql(service_demo / "hq.db", "UPDATE Product SET ListPrice = ListPrice + 1 WHERE ProductID = "
+                                "(SELECT min(ProductID) FROM Product)")     # waits for the stores (no agent runs yet)
+    watch = Watch(topology, NoAgents())
+    watch.evaluate()
+    assert {a["alert"] for a in watch.active()} == {"latency"}, watch.active()
+    port = free_port()
+    server = _uvicorn(make_monitor_app(topology, NoAgents(), watch, OPERATOR_TOKEN), "127.0.0.1", port)
+    _start("secrets monitor", server, "monitor")
+    try:
+        headers = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+        texts = [json.dumps(watch.active())]
+        for path in ("/", "/?part=main", "/api/status", "/api/conflicts", "/api/history", "/metrics", "/healthz",
+                     "/nowhere"):
+            r = httpx.get(f"http://127.0.0.1:{port}{path}", headers=headers, timeout=30)
+            assert r.status_code in (200, 404), (path, r.status_code, r.text[:500])
+            texts.append(r.text)
+        status = json.loads(texts[3])
+        assert status["transactional"]["distributor"]["state"] == "unreachable"
+        for text in texts:
+            for secret in secrets:
+                assert secret not in text
+    finally:
+        server.should_exit = True
+
+
+def test_an_unreachable_publisher_is_said_on_the_page_the_api_and_as_an_alert(service_demo):
+    cfg = service_config(service_demo, name="unreachable.toml")
+    data = tomllib.loads(cfg.read_text())
+    data["publisher"]["database"] = "postgresql://postgres:hunter2@127.0.0.1:1/nowhere"
+    cfg.write_text(toml(data))
+    topology = load_config(cfg)
+    watch = Watch(topology, NoAgents())
+    watch.evaluate()
+    (alert,) = watch.active()
+    assert alert["alert"] == "error" and alert["publication"] == "HQ" and "cannot read" in alert["message"]
+    assert "hunter2" not in json.dumps(alert)
+    port = free_port()
+    server = _uvicorn(make_monitor_app(topology, NoAgents(), watch, None), "127.0.0.1", port)
+    _start("unreachable monitor", server, "monitor")
+    try:
+        page = httpx.get(f"http://127.0.0.1:{port}/", timeout=30)
+        assert page.status_code == 503 and page.headers["content-type"].startswith("text/html")
+        assert 'id="unreadable"' in page.text and "127.0.0.1:1" in page.text and "hunter2" not in page.text
+        part = httpx.get(f"http://127.0.0.1:{port}/?part=main", timeout=30)
+        assert part.status_code == 503 and "<script" not in part.text and 'id="unreadable"' in part.text
+        for path in ("/api/status", "/metrics"):
+            r = httpx.get(f"http://127.0.0.1:{port}{path}", timeout=30)
+            assert r.status_code == 503 and r.json()["title"] == "unavailable" and "hunter2" not in r.text
+        assert httpx.get(f"http://127.0.0.1:{port}/?part=../../etc", timeout=30).status_code == 400
+        assert httpx.get(f"http://127.0.0.1:{port}/api/history?limit=-1", timeout=30).status_code == 400
+        assert httpx.get(f"http://127.0.0.1:{port}/api/status", timeout=30,
+                         headers={"Authorization": "Basic !!!"}).status_code == 503       # no token asked here
+    finally:
+        server.should_exit = True
 
 
 @pytest.fixture(scope="module")
@@ -241,37 +309,3 @@ def test_an_alert_reaches_the_webhook_and_resolves(service, service_demo, hook):
                "the change made while Store3 was broken, at Store3")
     assert len(hook.events("error", "Store3")) == 2           # each once
 
-
-def test_no_password_or_token_in_any_page_document_metric_or_alert(service_demo):
-    """The redaction tests' URLs in the configuration (a password with a raw '@', one in a plain URL), a webhook
-    whose path is its key, and the operator's token: none of them in anything the monitor serves or sends."""
-    secrets = ("sec@retPW", "retPW", "hunter2", "XXXXhookkeyXXXX", OPERATOR_TOKEN)
-    cfg = service_config(
-        service_demo, name="secrets.toml", distributor={"database": "postgresql://postgres:hunter2@127.0.0.1:1/nowhere"},
-        alerts={"webhook": "https://hooks.example.com/services/T0/B0/XXXXhookkeyXXXX", "latency_s": 0.001})
-    data = tomllib.loads(cfg.read_text())
-    data["subscriptions"].append({"name": "Remote", "publication": "Sales",
-                                  "database": "postgresql://postgres:sec@retPW@127.0.0.1:1/nowhere"})
-    cfg.write_text(toml(data))
-    topology = load_config(cfg)
-    watch = Watch(topology, NoAgents())
-    watch.evaluate()
-    assert watch.active(), "the tiny latency threshold fires alerts"
-    port = free_port()
-    server = _uvicorn(make_monitor_app(topology, NoAgents(), watch, OPERATOR_TOKEN), "127.0.0.1", port)
-    _start("secrets monitor", server, "monitor")
-    try:
-        headers = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
-        texts = [json.dumps(watch.active())]
-        for path in ("/", "/?part=main", "/api/status", "/api/conflicts", "/api/history", "/metrics", "/healthz",
-                     "/nowhere"):
-            r = httpx.get(f"http://127.0.0.1:{port}{path}", headers=headers, timeout=30)
-            assert r.status_code in (200, 404), (path, r.status_code, r.text[:500])
-            texts.append(r.text)
-        status = json.loads(texts[3])
-        assert status["transactional"]["distributor"]["state"] == "unreachable"
-        for text in texts:
-            for secret in secrets:
-                assert secret not in text
-    finally:
-        server.should_exit = True

@@ -110,8 +110,15 @@ def make_monitor_app(topology: Topology, agents: Agents, watch: Watch | None, to
     def home(request: Request) -> Response:
         part = request.query_params.get("part")
         if part not in (None, "main"):
-            raise ConfigurationError(f"part={part!r}: the page has one part, main", obj="part")
-        html = page.render(build_view(topology, agents, watch), topology.alerts.latency_s, part)
+            raise ConfigurationError(f"part={part[:40]!r}: the page has one part, main", obj="part")
+        try:
+            html = page.render(build_view(topology, agents, watch), topology.alerts.latency_s, part)
+        except Exception as e:  # noqa: BLE001 - the page says what it cannot read, and keeps refreshing
+            error = recover(e)
+            if error is None:
+                raise
+            html = page.render_unreadable(topology.publisher.name, error.message, part)
+            return HTMLResponse(redact(html), status_code=503, headers={"Cache-Control": "no-store"})
         return HTMLResponse(redact(html), headers={"Cache-Control": "no-store"})
 
     def status(request: Request) -> Response:

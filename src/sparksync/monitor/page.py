@@ -65,4 +65,12 @@ def render(view: dict[str, Any], latency_s: float | None, part: str | None = Non
     """The whole page, or (``part="main"``) only what the page's script puts in place of its main part."""
     context = {"v": view, "chart": latency_svg(view["latency"]), "threshold": f"{latency_s or DEFAULT_LATENCY_S:g}",
                "refresh_s": REFRESH_S, "refresh_ms": REFRESH_S * 1000}
-    return _env.get_template("main.html" if part == "main" else "page.html").render(**context)
+    return _env.get_template("main.html" if part == "main" else "page.html").render(body="main.html", **context)
+
+
+def render_unreadable(publisher: str, message: str, part: str | None = None) -> str:
+    """The page when the replication state cannot be read (the publisher unreachable): why, and the page's
+    refresh going on, so it shows the state again as soon as it can be read."""
+    context = {"publisher": publisher, "message": message, "refresh_s": REFRESH_S, "refresh_ms": REFRESH_S * 1000}
+    return _env.get_template("unreadable.html" if part == "main" else "page.html").render(
+        v={"publisher": {"name": publisher}, "time": ""}, body="unreadable.html", **context)

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from sparksync.config import Topology
 from sparksync.errors import ErrorInfo
-from sparksync.monitor.alerts import AlertBook, Evaluator
+from sparksync.monitor.alerts import Alert, AlertBook, Evaluator
 from sparksync.monitor.rollup import roll_up
 from sparksync.monitor.webhook import Webhook
 from sparksync.progress import Reporter, silent
@@ -75,20 +75,21 @@ class Watch:
 
     def evaluate(self) -> None:
         """One evaluation: status, history, roll-up, alerts, and the webhook told of what changed."""
+        now = self.clock()
         try:
-            now = self.clock()
             status = gather_status(self.topology)
             history = gather_history(self.topology)["runs"]
             rollup = roll_up(status, self.topology.alerts, self.agents.running(), now)
             alerts = self.evaluator.evaluate(status, rollup, history, now)
-        except Exception as e:  # noqa: BLE001 - the watch goes on; the page says why it could not look
-            error = recover(e)
-            self.error = error.message if error is not None else ErrorInfo.of(e).recorded()
-            self.report(f"alerts: could not evaluate: {self.error}")
-            return
+            error = None
+        except Exception as e:  # noqa: BLE001 - the watch goes on, and says it cannot see: an alert of its own
+            typed = recover(e)
+            error = typed.message if typed is not None else ErrorInfo.of(e).recorded()
+            alerts = [Alert("error", self.topology.publisher.name, None,
+                            f"the monitor cannot read the replication state: {error}")]
         with self._lock:
             events = self.book.update(alerts, now)
-            self.evaluated_at, self.error = now, None
+            self.evaluated_at, self.error = now, error
             self.evaluations += 1
         for event in events:
             self.report(f"alert {event.status}: {event.alert.name}: {event.alert.message}")
