@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit lint venv bench clean
+.PHONY: demo test test-unit lint venv bytecode bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -14,12 +14,17 @@ $(STAMP): pyproject.toml constraints.txt
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+# Bytecode written once: the demo's and the suite's many processes (CLI runs, devices, `serve`, Spark's Python
+# workers) then read it, also where PYTHONDONTWRITEBYTECODE is set and no process would write it.
+bytecode: $(STAMP)
+	$(VENV)/bin/python -m compileall -q src tests bench > /dev/null
+
+demo: bytecode
 	$(VENV)/bin/sparksync demo --dir demo-run
 
 # The gates first (ruff, mypy, the import layers: seconds), then the whole suite in two processes (pytest-xdist;
 # a module and its topology stay in one process), the slowest tests listed at the end.
-test: lint
+test: lint bytecode
 	scripts/ensure-services
 	$(VENV)/bin/python -m pytest -n 2 --dist loadscope --durations=12
 
@@ -45,6 +50,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/cleanup.py
 	$(VENV)/bin/python bench/web_sync.py
 	$(VENV)/bin/python bench/small_rounds.py
+	$(VENV)/bin/python bench/service_rounds.py
 	$(VENV)/bin/python bench/scale.py
 	$(VENV)/bin/python bench/results.py
 

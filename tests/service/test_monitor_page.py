@@ -58,7 +58,7 @@ def test_the_page_follows_a_subscription_into_error_and_back(browser, service, s
         return rows[0].get_attribute("data-state") if rows else None
 
     wait = WebDriverWait(browser, 60, poll_frequency=0.2)
-    browser.get(service.monitor + "/")
+    browser.get(service.monitor + "/?refresh=1")
     assert "sparksync monitor" in browser.title
     wait.until(lambda d: state("Store2") in ("idle", "running"))
     # the page refreshes itself (its script fetches its main part again and puts it in place)

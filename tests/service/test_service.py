@@ -300,6 +300,10 @@ def test_an_alert_reaches_the_webhook_and_resolves(service, service_demo, hook):
         assert 'data-alert="error"' in page and 'data-subscription="Store3" data-state="error"' in page
         sql(service_demo / "hq.db", "UPDATE Product SET ListPrice = 555.55 WHERE ProductID = "
                                     "(SELECT max(ProductID) FROM Product)")
+        for healthy in ("store1.db", "store2.db"):         # one broken subscriber stops no other
+            wait_until(lambda db=healthy: sql(service_demo / db, "SELECT count(*) FROM Product WHERE ListPrice = "
+                                                                 "555.55")[0][0] == 1, f"the change at {healthy}")
+        assert sql(store3, "SELECT count(*) FROM Product WHERE ListPrice = 555.55") == [(0,)]
     finally:
         repair_replica(store3)
     resolved = wait_until(lambda: [e for e in hook.events("error", "Store3") if e["status"] == "resolved"],

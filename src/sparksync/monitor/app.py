@@ -1,7 +1,8 @@
 """The operator's monitor over HTTP (Starlette), on its own listener (``[server] monitor``), never the device
 endpoint's: devices' tokens open nothing here.
 
-    GET /               the page (``?part=main``: the part its script refreshes)
+    GET /               the page (``?refresh=N``: every N seconds, default 5; ``?part=main``: the part its
+                        script refreshes)
     GET /api/status     the document of ``sparksync status --json``
     GET /api/conflicts  the document of ``sparksync conflicts --json`` (``?publication=``, ``?article=``)
     GET /api/history    the document of ``sparksync history --json`` (``?limit=``)
@@ -111,13 +112,16 @@ def make_monitor_app(topology: Topology, agents: Agents, watch: Watch | None, to
         part = request.query_params.get("part")
         if part not in (None, "main"):
             raise ConfigurationError(f"part={part[:40]!r}: the page has one part, main", obj="part")
+        refresh = request.query_params.get("refresh", str(page.REFRESH_S))
+        if not refresh.isdigit() or not 1 <= int(refresh) <= 3600:
+            raise ConfigurationError(f"refresh={refresh[:20]!r}: seconds between refreshes, 1 to 3600", obj="refresh")
         try:
-            html = page.render(build_view(topology, agents, watch), topology.alerts.latency_s, part)
+            html = page.render(build_view(topology, agents, watch), topology.alerts.latency_s, part, int(refresh))
         except Exception as e:  # noqa: BLE001 - the page says what it cannot read, and keeps refreshing
             error = recover(e)
             if error is None:
                 raise
-            html = page.render_unreadable(topology.publisher.name, error.message, part)
+            html = page.render_unreadable(topology.publisher.name, error.message, part, int(refresh))
             return HTMLResponse(redact(html), status_code=503, headers={"Cache-Control": "no-store"})
         return HTMLResponse(redact(html), headers={"Cache-Control": "no-store"})
 

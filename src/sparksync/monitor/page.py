@@ -61,16 +61,17 @@ def latency_svg(series: dict[str, list[tuple[str, float]]]) -> Markup:
     return Markup("".join(out))
 
 
-def render(view: dict[str, Any], latency_s: float | None, part: str | None = None) -> str:
-    """The whole page, or (``part="main"``) only what the page's script puts in place of its main part."""
+def render(view: dict[str, Any], latency_s: float | None, part: str | None = None, refresh: int = REFRESH_S) -> str:
+    """The whole page, or (``part="main"``) only what the page's script puts in place of its main part;
+    ``refresh``: seconds between two refreshes."""
     context = {"v": view, "chart": latency_svg(view["latency"]), "threshold": f"{latency_s or DEFAULT_LATENCY_S:g}",
-               "refresh_s": REFRESH_S, "refresh_ms": REFRESH_S * 1000}
+               "refresh_s": refresh, "refresh_ms": refresh * 1000}
     return _env.get_template("main.html" if part == "main" else "page.html").render(body="main.html", **context)
 
 
-def render_unreadable(publisher: str, message: str, part: str | None = None) -> str:
+def render_unreadable(publisher: str, message: str, part: str | None = None, refresh: int = REFRESH_S) -> str:
     """The page when the replication state cannot be read (the publisher unreachable): why, and the page's
     refresh going on, so it shows the state again as soon as it can be read."""
-    context = {"publisher": publisher, "message": message, "refresh_s": REFRESH_S, "refresh_ms": REFRESH_S * 1000}
+    context = {"publisher": publisher, "message": message, "refresh_s": refresh, "refresh_ms": refresh * 1000}
     return _env.get_template("unreadable.html" if part == "main" else "page.html").render(
         v={"publisher": {"name": publisher}, "time": ""}, body="unreadable.html", **context)
