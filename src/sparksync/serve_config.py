@@ -76,7 +76,8 @@ class AlertsConfig(_Model):
     stuck_minutes: float | None = Field(default=None, gt=0, description="a backlog above zero that has not shrunk for this "
                                         "long fires 'stuck'")
     webhook: str | None = Field(default=None, description="URL each fired and resolved alert is POSTed to (JSON)")
-    interval_s: float = Field(default=10.0, ge=0.2, le=3600, description="seconds between two evaluations of the alerts")
+    interval_s: float = Field(default=10.0, ge=0.2, le=3600, description="with a webhook, seconds between two "
+                              "evaluations of the alerts (without one: whenever the page or /metrics is read)")
     webhook_timeout_s: float = Field(default=5.0, gt=0, le=120)
     webhook_retries: int = Field(default=5, ge=0, le=100, description="tries after the first, with backoff")
 

@@ -36,6 +36,9 @@ class SparksyncCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         now = dt.datetime.now(dt.UTC)
         status = gather_status(self.topology)
+        history = gather_history(self.topology)["runs"]
+        if self.watch is not None:
+            self.watch.observe(status, history, now)
         rollup = roll_up(status, self.topology.alerts, self.agents.running(), now)
         tx = status.get("transactional") or {}
         merge_subs, tx_subs = status["subscriptions"], tx.get("subscriptions", [])
@@ -92,12 +95,13 @@ class SparksyncCollector(Collector):
                 queued.add_metric([p["name"]], float(p["queued_commands"]))
         yield queued
 
-        yield from self._history([(status["publications"], "snapshot agent", True),
+        yield from self._history(history, [(status["publications"], "snapshot agent", True),
                                   (tx.get("publications", []), "log reader", True),
                                   (merge_subs, "merge agent", False), (tx_subs, "distribution agent", False)])
         yield self._alerts()
 
-    def _history(self, groups: list[tuple[list[dict[str, Any]], str, bool]]) -> Iterator[Metric]:
+    def _history(self, history: list[dict[str, Any]],
+                 groups: list[tuple[list[dict[str, Any]], str, bool]]) -> Iterator[Metric]:
         rows = CounterMetricFamily("sparksync_rows_moved", "Rows applied by the agents' runs (merge: inserts, "
                                    "updates, deletes; transactional: commands)", labels=[*PS, "direction"])
         conflicts = CounterMetricFamily("sparksync_conflicts", "Conflicts resolved by the merge agent's runs",
@@ -119,7 +123,7 @@ class SparksyncCollector(Collector):
         success = GaugeMetricFamily("sparksync_last_success_timestamp_seconds", "When the agent's last successful "
                                     "run ended (Unix time)", labels=[*PS, "agent"])
         seen: set[tuple[str, str, str]] = set()
-        for r in gather_history(self.topology)["runs"]:
+        for r in history:
             key = (r["publication"], r.get("subscription") or "", r["agent"])
             if key not in seen and r.get("seconds") is not None:
                 seen.add(key)

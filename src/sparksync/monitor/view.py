@@ -73,6 +73,8 @@ def build_view(topology: Topology, agents: Agents, watch: Watch | None) -> dict[
     now = dt.datetime.now(dt.UTC)
     status = gather_status(topology)
     history = gather_history(topology)
+    if watch is not None:
+        watch.observe(status, history["runs"], now)
     running = agents.running()
     rollup = roll_up(status, topology.alerts, running, now)
     per_day = _conflicts_per_day(topology, now)

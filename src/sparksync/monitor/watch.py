@@ -1,6 +1,8 @@
-"""The monitor's watch: every ``[alerts] interval_s`` seconds, in a thread of its own, it reads ``status`` and
-the agents' history, rolls them up and evaluates the alerts; each fired or resolved alert goes to the
-webhook. The page and ``/metrics`` show the alerts it holds."""
+"""The monitor's watch: it rolls up ``status`` and the agents' history and evaluates the alerts, keeping what
+fires. With a webhook, someone must be told even when nobody looks: a thread of its own reads the state every
+``[alerts] interval_s`` seconds and each fired or resolved alert goes to the webhook. Without one, the alerts
+are evaluated from what the page and ``/metrics`` read anyway, when they are read (``observe``): a service
+nobody looks at reads nothing more than its agents do."""
 
 from __future__ import annotations
 
@@ -58,6 +60,8 @@ class Watch:
         self._lock = threading.Lock()
 
     def start(self) -> None:
+        if self.topology.alerts.webhook is None:
+            return
         self.webhook.start()
         self._thread = threading.Thread(target=self._loop, name="sparksync alerts", daemon=True)
         self._thread.start()
@@ -66,7 +70,7 @@ class Watch:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5.0)
-        self.webhook.stop()
+            self.webhook.stop()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -74,19 +78,28 @@ class Watch:
             self._stop.wait(self.topology.alerts.interval_s)
 
     def evaluate(self) -> None:
-        """One evaluation: status, history, roll-up, alerts, and the webhook told of what changed."""
+        """Read the state (status, history) and evaluate the alerts on it."""
         now = self.clock()
         try:
             status = gather_status(self.topology)
             history = gather_history(self.topology)["runs"]
-            rollup = roll_up(status, self.topology.alerts, self.agents.running(), now)
-            alerts = self.evaluator.evaluate(status, rollup, history, now)
-            error = None
         except Exception as e:  # noqa: BLE001 - the watch goes on, and says it cannot see: an alert of its own
             typed = recover(e)
             error = typed.message if typed is not None else ErrorInfo.of(e).recorded()
-            alerts = [Alert("error", self.topology.publisher.name, None,
-                            f"the monitor cannot read the replication state: {error}")]
+            self._record([Alert("error", self.topology.publisher.name, None,
+                                f"the monitor cannot read the replication state: {error}")], now, error)
+            return
+        self.observe(status, history, now)
+
+    def observe(self, status: dict[str, Any], history: list[dict[str, Any]], now: dt.datetime | None = None) -> None:
+        """Evaluate the alerts on a state already read (the page's, a scrape's): the webhook told of what changed."""
+        now = now or self.clock()
+        with self._lock:
+            rollup = roll_up(status, self.topology.alerts, self.agents.running(), now)
+            alerts = self.evaluator.evaluate(status, rollup, history, now)
+        self._record(alerts, now, None)
+
+    def _record(self, alerts: list[Alert], now: dt.datetime, error: str | None) -> None:
         with self._lock:
             events = self.book.update(alerts, now)
             self.evaluated_at, self.error = now, error
