@@ -55,6 +55,8 @@ def converged(demo, pid: str, value: float) -> None:
 def stops(service_demo, tmp_path):
     """A service configuration for these tests, a failpoints file only its process reads, and its log."""
     cfg = service_config(service_demo, name="stops.toml", server={"stop_grace_s": 60})
+    merged = CliRunner().invoke(app, ["merge", "-c", str(cfg)])   # nothing left over: the failpoint's batch is ours
+    assert merged.exit_code == 0, merged.output
     points = str(tmp_path / "failpoints")
     open(points, "w").close()
     yield cfg, points, tmp_path / "serve.log"
