@@ -108,6 +108,7 @@ def run(repeats: int) -> dict:
                     assert time.perf_counter() - t0 < 60, log.read_text()[-2000:]
                     time.sleep(0.02)
                 end_to_end.append(time.perf_counter() - t0)
+            time.sleep(4.0)             # a few rounds with nothing to do
             runs = httpx.get(f"{monitor}/api/history?limit=500", timeout=60).json()["runs"]
         finally:
             proc.terminate()
