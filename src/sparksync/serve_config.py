@@ -40,19 +40,27 @@ class ServerConfig(_Model):
 
     @property
     def host(self) -> str:
-        return self.listen.rpartition(":")[0].strip("[]")
+        return _host(self.listen)
 
     @property
     def port(self) -> int:
-        return int(self.listen.rpartition(":")[2])
+        return _port(self.listen)
 
     @property
     def monitor_host(self) -> str:
-        return self.monitor.rpartition(":")[0].strip("[]")
+        return _host(self.monitor)
 
     @property
     def monitor_port(self) -> int:
-        return int(self.monitor.rpartition(":")[2])
+        return _port(self.monitor)
+
+
+def _host(address: str) -> str:
+    return address.rpartition(":")[0].strip("[]")
+
+
+def _port(address: str) -> int:
+    return int(address.rpartition(":")[2])
 
 
 def check_host_port(v: str) -> str:

@@ -51,6 +51,15 @@ def converged(demo, pid: str, value: float) -> None:
             assert (s["pending_download"], s["pending_upload"], s["failed_download"], s["failed_upload"]) == (0, 0, 0, 0)
 
 
+def next_start_converges(demo, cfg, log, pid: str, value: float) -> None:
+    """The next start of serve (no failpoint) brings the change to every store, and stops cleanly."""
+    svc = Service(cfg, log).start()
+    try:
+        converged(demo, pid, value)
+    finally:
+        assert svc.stop() == 0
+
+
 @pytest.fixture
 def stops(service_demo, tmp_path):
     """A service configuration for these tests, a failpoints file only its process reads, and its log."""
@@ -82,11 +91,7 @@ def test_sigterm_waits_for_the_batch_in_flight_and_exits(service_demo, stops):
     assert svc.wait() == 0
     assert "serve: stopped" in svc.text()
     assert price(service_demo / "store1.db", pid) == 1234.5       # the batch in flight was committed
-    svc = Service(cfg, log).start()
-    try:
-        converged(service_demo, pid, 1234.5)
-    finally:
-        assert svc.stop() == 0
+    next_start_converges(service_demo, cfg, log, pid, 1234.5)
 
 
 def test_sigterm_cuts_off_a_run_that_outlives_the_grace_and_the_next_start_resumes(service_demo, stops):
@@ -100,11 +105,7 @@ def test_sigterm_cuts_off_a_run_that_outlives_the_grace_and_the_next_start_resum
     assert svc.wait() == 0
     assert "merge agent Sales still running after 0.5s: cut off" in svc.text()
     assert price(service_demo / "store1.db", pid) != 2345.5       # rolled back with the process
-    svc = Service(cfg, log).start()
-    try:
-        converged(service_demo, pid, 2345.5)
-    finally:
-        assert svc.stop() == 0
+    next_start_converges(service_demo, cfg, log, pid, 2345.5)
 
 
 def test_kill_9_inside_a_batch_loses_nothing(service_demo, stops):
@@ -114,8 +115,4 @@ def test_kill_9_inside_a_batch_loses_nothing(service_demo, stops):
     pid = change(service_demo, 3456.5)
     assert svc.wait() == -signal.SIGKILL
     assert price(service_demo / "store1.db", pid) != 3456.5
-    svc = Service(cfg, log).start()
-    try:
-        converged(service_demo, pid, 3456.5)
-    finally:
-        assert svc.stop() == 0
+    next_start_converges(service_demo, cfg, log, pid, 3456.5)

@@ -10,7 +10,7 @@ from sparksync.config import Topology
 from sparksync.errors import SparksyncError
 from sparksync.merge.conflicts.view import list_conflicts
 from sparksync.metadata.history import iso
-from sparksync.monitor.rollup import roll_up
+from sparksync.monitor.rollup import roll_up, worst
 from sparksync.monitor.watch import Agents, Watch
 from sparksync.run_history import gather_history
 from sparksync.status import gather_status
@@ -113,7 +113,7 @@ def build_view(topology: Topology, agents: Agents, watch: Watch | None) -> dict[
                for e in entries for line in e.get("problems", [])]
     waiting = [f"publisher: {w}" for w in status["publisher"].get("waiting", [])] + \
         [f"{s['name']}: {w}" for s in subscriptions for w in s.get("waiting", [])]
-    overall = min([p["rollup"]["state"] for p in publications] or ["idle"], key=_rank)
+    overall = worst([p["rollup"]["state"] for p in publications])
     return {
         "time": iso(now), "publisher": status["publisher"], "distributor": tx.get("distributor"),
         "overall": overall, "publications": publications, "subscriptions": subscriptions,
@@ -124,8 +124,3 @@ def build_view(topology: Topology, agents: Agents, watch: Watch | None) -> dict[
         "loop": loop, "loop_alive": agents.alive(), "problems": status["problems"],
     }
 
-
-def _rank(state: str) -> int:
-    from sparksync.monitor.rollup import ORDER
-
-    return ORDER.index(state)

@@ -52,9 +52,7 @@ class Watch:
         self.evaluator = Evaluator(topology.alerts)
         self.book = AlertBook()
         self.webhook = Webhook(topology.alerts, report)
-        self.evaluated_at: dt.datetime | None = None
         self.error: str | None = None           # why the last evaluation could not be made
-        self.evaluations = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -102,8 +100,7 @@ class Watch:
     def _record(self, alerts: list[Alert], now: dt.datetime, error: str | None) -> None:
         with self._lock:
             events = self.book.update(alerts, now)
-            self.evaluated_at, self.error = now, error
-            self.evaluations += 1
+            self.error = error
         for event in events:
             self.report(f"alert {event.status}: {event.alert.name}: {event.alert.message}")
         self.webhook.post(events)

@@ -50,7 +50,6 @@ class SharedSpark:
         self._factory = factory
         self._session: Any = None
         self._lock = threading.Lock()
-        self.started_at: dt.datetime | None = None
 
     def get(self) -> Any:
         with self._lock:
@@ -58,12 +57,7 @@ class SharedSpark:
                 if self._factory is None:
                     raise RuntimeError("this service was started without Spark")
                 self._session = self._factory()
-                self.started_at = utcnow()
             return self._session
-
-    @property
-    def started(self) -> bool:
-        return self._session is not None
 
     def stop(self) -> None:
         with self._lock:
@@ -166,11 +160,9 @@ class Scheduler:
         self.states = [WorkerState(w, [g.schedule.first_run(now) for g in w.groups]) for w in workers_of(topology)]
         self._agents: dict[str, Any] = {}
         self._says: dict[str, RunReport] = {}
-        self.started_at: dt.datetime | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
-        self.started_at = utcnow()
         for st in self.states:
             t = threading.Thread(target=self._loop, args=(st,), name=f"sparksync {st.worker.name}", daemon=True)
             self._threads.append(t)
