@@ -229,8 +229,33 @@ class Unauthorized(Terminal, SparksyncError):
     code = "unauthorized"
 
 
+class TlsError(Terminal, SparksyncError):
+    """A device's connection to the sync server failed in a way retrying cannot mend: the server's TLS
+    certificate could not be verified (a private CA not given with ``--ca-file``, another host's name), or
+    the port does not speak what the URL says (``https://`` to plain HTTP, ``http://`` to TLS)."""
+
+    code = "tls"
+
+
 class ProtocolError(Terminal, SparksyncError):
     """A web synchronization message that is malformed, or that the other side may not send (a wrong
     schema, an unknown article, an upload that is not the device's own): refused, nothing changed."""
 
     code = "protocol"
+
+
+class RequestTooLarge(ProtocolError):
+    """A request that is, or says it unpacks to, more than the server takes (``[server] max_request_mb``):
+    refused before it is read or unpacked, nothing changed."""
+
+    code = "request_too_large"
+
+
+class ServerBusy(Transient, SparksyncError):
+    """The server works on as many requests as it takes at once: try again after ``retry_after`` seconds."""
+
+    code = "server_busy"
+
+    def __init__(self, message: str, retry_after: float = 1.0, *, obj: str | None = None):
+        super().__init__(message, obj=obj)
+        self.retry_after = retry_after

@@ -179,6 +179,7 @@ def test_demo_runs(demo):
     code, out, directory = demo
     assert code == 0
     assert "Store1" in out and "Store2" in out and "Store3" in out
+    assert "─" * 100 not in out             # a section rule is a short line, also where the output is not a terminal
     assert out.count("active") == 6     # three stores and two territory stores (merge), the reporting database
     assert "update wins delete" in out and "update between Store2 (lost) and Store1 (won)" in out
     assert "identical: HQ and 3 stores hold the same" in out
@@ -368,3 +369,70 @@ def test_reinit_command_recreates_a_damaged_transactional_subscriber(demo):
     assert [p for p in directory.iterdir() if p.name.startswith("reporting.db.damaged-") and p.suffix != ".db-wal"]
     code, out = run("validate", "-c", cfg, "-p", "Reports", "--checksum")
     assert code == 0 and "Reporting" in out and "differs" not in out
+
+
+def _with_unset_variable(tmp_path: Path) -> Path:
+    """A valid configuration but for one key: ``[server] tls_cert`` names a variable that is not set (a key
+    most commands never read)."""
+    return write_config(tmp_path, {
+        "publisher": {"name": "HQ", "database": _demo_publisher(tmp_path), "snapshot_dir": str(tmp_path / "snap")},
+        "server": {"tls_cert": "${SPARKSYNC_TEST_UNSET_CERTS}/sync.pem", "tls_key": "certs/sync.key"},
+        "publications": [{"name": "Sales", "articles": [{"table": "Customer"}]}],
+        "subscriptions": [{"name": "Till", "publication": "Sales", "transport": "web"}],
+    })
+
+
+def test_an_unset_variable_stops_token_loudly_and_writes_nothing_to_stdout(tmp_path, monkeypatch):
+    """``sparksync token ... > tokfile``: exit 2, the key and the variable named on stderr, the file empty."""
+    monkeypatch.delenv("SPARKSYNC_TEST_UNSET_CERTS", raising=False)
+    cfg = _with_unset_variable(tmp_path)
+    tokfile = tmp_path / "tokfile"
+    with open(tokfile, "w") as out:
+        p = subprocess.run([str(Path(sys.executable).parent / "sparksync"), "token", "-c", str(cfg), "-s", "Till"],
+                           stdout=out, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "server.tls_cert: environment variable SPARKSYNC_TEST_UNSET_CERTS is not set" in p.stderr
+    assert tokfile.read_text() == "" and "Traceback" not in p.stderr
+
+
+def test_an_unset_variable_stops_every_command_that_reads_the_configuration(tmp_path, monkeypatch):
+    from typer.main import get_command
+
+    monkeypatch.delenv("SPARKSYNC_TEST_UNSET_CERTS", raising=False)
+    cfg = str(_with_unset_variable(tmp_path))
+    values = {"publication": "Sales", "subscription": "Till", "article": "Customer", "add_column": "Note text"}
+    commands = {name: cmd for name, cmd in get_command(app).commands.items()
+                if any("--config" in p.opts for p in cmd.params)}
+    assert {"status", "merge", "setup", "serve", "token", "logreader", "schema-change"} <= set(commands)
+    for name, cmd in commands.items():
+        args = [a for p in cmd.params if p.required or p.name == "subscription" or (name == "schema-change"
+                and p.name == "add_column") for a in (p.opts[0], values[str(p.name)])]
+        code, out = run(name, "-c", cfg, *args)
+        assert code == 2 and "server.tls_cert: environment variable SPARKSYNC_TEST_UNSET_CERTS is not set" in out, \
+            f"{name}: exit {code}: {out}"
+
+
+def test_a_section_rule_in_output_that_is_not_a_terminal_is_a_short_line():
+    """Through a real pipe (the console's width is WIDE there, so that tables are never cut): a rule is 80
+    columns, or its title's width when that is longer, and a table beside it is still whole."""
+    title = " ".join(["a long section title"] * 6)
+    script = (
+        "from rich.table import Table\n"
+        "from sparksync.cli.common import console, handle_errors\n"
+        "@handle_errors\n"
+        "def show():\n"
+        "    console.rule('[bold]4. sparksync status')\n"
+        f"    console.rule('[bold]{title}')\n"
+        "    console.rule()\n"
+        "    table = Table('subscription', 'article')\n"
+        "    table.add_row('S' * 150, 'Article' * 20)\n"
+        "    console.print(table)\n"
+        "show()\n")
+    p = subprocess.run(f"{shlex.quote(sys.executable)} -c {shlex.quote(script)} | cat", shell=True, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    lines = p.stdout.splitlines()
+    assert [len(x) for x in lines[:3]] == [80, len(title) + 6, 80], lines[:3]
+    assert lines[1] == f"── {title} ──"
+    assert lines[0].startswith("─" * 20) and " 4. sparksync status " in lines[0] and set(lines[2]) == {"─"}
+    assert "S" * 150 in p.stdout and "Article" * 20 in p.stdout

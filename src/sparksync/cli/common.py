@@ -10,8 +10,12 @@ from pathlib import Path
 from typing import IO, Annotated, cast
 
 import typer
+from rich.align import AlignMethod
 from rich.console import Console
 from rich.markup import escape
+from rich.rule import Rule
+from rich.style import Style
+from rich.text import Text, TextType
 
 from sparksync import locks
 from sparksync.config import DEFAULT_CONFIG, Topology
@@ -20,11 +24,30 @@ from sparksync.redaction import RedactingStream
 from sparksync.spark.failures import recover, spark_error_message
 from sparksync.topology import load_config
 
+WIDE = 10_000       # columns of output that is not a terminal (a log, a pipe, `| less`): a table is as wide
+                    # as its content, never cut
+RULE_WIDTH = 80     # a section rule's columns there (or its title's, when longer): a line, not WIDE of them
+
+
+class _Console(Console):
+    """rich's console, whose section rules (``rule``) are short lines where the output is not a terminal (its
+    width is ``WIDE`` there, and a rule fills the width)."""
+
+    def rule(self, title: TextType = "", *, characters: str = "─", style: str | Style = "rule.line",
+             align: AlignMethod = "center") -> None:
+        if self.is_terminal:
+            super().rule(title, characters=characters, style=style, align=align)
+            return
+        text = title if isinstance(title, Text) else self.render_str(title)
+        width = min(self.width, max(RULE_WIDTH, text.cell_len + 6))      # the title whole, a little line each side
+        self.print(Rule(title, characters=characters, style=style, align=align), width=width)
+
+
 # Everything the CLI prints goes through the redaction: no password reaches a terminal or a log.
 # (RedactingStream forwards everything else to the real stream: rich sees a terminal as a terminal.)
 # soft_wrap: a message is one line, whatever the width (a log, a pipe)
-console = Console(file=cast(IO[str], RedactingStream(lambda: sys.stdout)), soft_wrap=True)
-err_console = Console(file=cast(IO[str], RedactingStream(lambda: sys.stderr)), stderr=True, soft_wrap=True)
+console = _Console(file=cast(IO[str], RedactingStream(lambda: sys.stdout)), soft_wrap=True)
+err_console = _Console(file=cast(IO[str], RedactingStream(lambda: sys.stderr)), stderr=True, soft_wrap=True)
 
 LockTimeoutOption = Annotated[float, typer.Option(
     "--lock-timeout", min=0.0, help="Seconds to wait for a publication's lock held by another command "
@@ -44,8 +67,10 @@ def load(config: Path) -> Topology:
 
 # Exit codes by error code: the configuration and the command line are the user's to fix (2, like a
 # usage error); everything else that stops a command is 1. Interrupted: 130.
-# A lock held by another command past --lock-timeout: 75 (EX_TEMPFAIL), nothing was done; try later.
-EXIT_CODES = {"config": 2, "invalid_name": 2, "busy": 75}
+# A lock held by another command past --lock-timeout, or a sync server busy at every attempt: 75 (EX_TEMPFAIL),
+# nothing was done; try later. A server's certificate not verified, or a URL of the wrong scheme: 2 (--ca-file,
+# --server).
+EXIT_CODES = {"config": 2, "invalid_name": 2, "tls": 2, "busy": 75, "server_busy": 75}
 
 
 def exit_code(error: SparksyncError) -> int:
@@ -83,13 +108,9 @@ def handle_errors(fn):
     return wrapper
 
 
-WIDE = 10_000       # columns of output that is not a terminal (a log, a pipe, `| less`): a table is as wide
-                    # as its content, never cut
-
-
 def _fit_output() -> None:
     """Tables as wide as they need when the output is not a terminal (rich would cut them at 80
-    columns); a terminal's own width otherwise."""
+    columns; a section rule stays short: ``_Console.rule``); a terminal's own width otherwise."""
     for c in (console, err_console):
         c.width = None if c.is_terminal else WIDE  # type: ignore[assignment]
 

@@ -1,14 +1,22 @@
 """The device's HTTP side (httpx): the server's address checked, the token read safely, every request
-retried when the network or the server fails on the way (each is idempotent), and the server's
-``application/problem+json`` answers turned into typed errors.
+retried when the network or the server fails on the way (each is idempotent; a busy server's
+``Retry-After`` waited for), and the server's ``application/problem+json`` answers turned into typed errors.
+What retrying cannot mend (a certificate that cannot be verified, a port that speaks TLS to ``http://`` or
+plain HTTP to ``https://``) is one error at once.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import email.utils
+import math
 import os
+import re
+import socket
 import ssl
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,7 +29,9 @@ from sparksync.errors import (
     ConnectionFailed,
     NotInitialized,
     ProtocolError,
+    ServerBusy,
     SparksyncError,
+    TlsError,
     Unauthorized,
 )
 from sparksync.web.addresses import is_loopback
@@ -30,6 +40,9 @@ from sparksync.web.wire import MEDIA_ARROW, PROTOCOL
 TOKEN_ENV = "SPARKSYNC_TOKEN"
 RETRIES = 6                    # attempts of one request when the network or the server fails on the way
 _BACKOFF = 0.2
+RETRY_AFTER_MAX = 30.0         # seconds: the longest a server's Retry-After is waited for, per attempt
+_RETRIED = (429, 502, 503, 504)
+_PROBE_TIMEOUT = 3.0
 
 
 def read_token(token_file: str | None) -> str:
@@ -53,14 +66,45 @@ def read_token(token_file: str | None) -> str:
 
 
 def check_server(url: str) -> str:
-    """``url`` as the device uses it: https, or http to a loopback address only (a token in the clear)."""
+    """``url`` as the device uses it: https, or http to a loopback address only (a token in the clear); no
+    user or password in it (the device authenticates with its token, and a password there would be sent)."""
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if "@" in parts.netloc:
+        host = parts.netloc.rpartition("@")[2]
+        raise ConfigurationError(f"--server {parts.scheme}://{host}{parts.path}: the URL holds a user or password; the "
+                                 f"device authenticates with its token only ({TOKEN_ENV} or --token-file): remove the "
+                                 "'user:password@' part", obj="server")
+    try:
+        port = parts.port
+    except ValueError as e:
+        raise ConfigurationError(f"--server {url}: {e}", obj="server") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
         raise ConfigurationError(f"--server {url}: not an http(s) URL", obj="server")
     if parts.scheme == "http" and not is_loopback(parts.hostname):
         raise ConfigurationError(f"--server {url}: http:// to {parts.hostname} would send the token in the clear; "
                                  "use https:// (http:// only to a loopback address)", obj="server")
     return url.rstrip("/")
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """The seconds a ``Retry-After`` header asks to wait (delay-seconds or an HTTP date), at most
+    ``RETRY_AFTER_MAX``; None without one (or with one that says nothing)."""
+    value = response.headers.get("Retry-After", "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        seconds = (when - dt.datetime.now(dt.UTC)).total_seconds()
+    if math.isnan(seconds):
+        return None
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX)
 
 
 class ServerClient:
@@ -75,7 +119,9 @@ class ServerClient:
             except (OSError, ssl.SSLError) as e:
                 raise ConfigurationError(f"--ca-file {ca_file}: {e}", obj=ca_file) from None
         self.server = check_server(server)
+        self.ca_file = ca_file
         self.retries = retries
+        self._probed = False
         self.http = httpx.Client(base_url=self.server, verify=verify, timeout=timeout, headers={
             "Authorization": f"Bearer {token}", "Sparksync-Protocol": str(PROTOCOL),
             "User-Agent": f"sparksync/{__version__}"})
@@ -90,22 +136,9 @@ class ServerClient:
         self.close()
 
     def request(self, method: str, path: str, **kw) -> httpx.Response:
-        """The request, tried again when the connection fails or the server is unavailable; a refusal
+        """The request, tried again when the connection fails or the server is unavailable or busy; a refusal
         (4xx) or a server error (500) is a typed error at once."""
-        delay = _BACKOFF
-        for attempt in range(1, self.retries + 1):
-            try:
-                response = self.http.request(method, path, **kw)
-            except httpx.TransportError as e:
-                if attempt == self.retries:
-                    raise ConnectionFailed(f"{self.server}: {type(e).__name__}: {_first(e)} (after {attempt} "
-                                           "attempts)", obj=self.server) from None
-            else:
-                if response.status_code not in (502, 503, 504) or attempt == self.retries:
-                    return _checked(response, self.server, path)
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
-        raise AssertionError("unreachable")
+        return self._attempts(path, lambda: self.http.request(method, path, **kw))
 
     def json(self, method: str, path: str, **kw) -> dict:
         return self.request(method, path, **kw).json()
@@ -117,28 +150,110 @@ class ServerClient:
     def download_file(self, path: str, target: Path) -> None:
         """A snapshot file, resumed where a cut connection stopped it (HTTP Range)."""
         target.parent.mkdir(parents=True, exist_ok=True)
-        delay = _BACKOFF
-        for attempt in range(1, self.retries + 1):
+
+        def attempt() -> httpx.Response:
             have = target.stat().st_size if target.exists() else 0
             headers = {"Range": f"bytes={have}-"} if have else {}
-            try:
-                with self.http.stream("GET", path, headers=headers) as response:
-                    if response.status_code == 416:          # nothing left to read
-                        return
-                    if response.status_code not in (200, 206):
-                        response.read()
-                        _checked(response, self.server, path)
-                    mode = "ab" if response.status_code == 206 else "wb"
-                    with open(target, mode) as fh:
+            with self.http.stream("GET", path, headers=headers) as response:
+                if response.status_code in (200, 206):
+                    with open(target, "ab" if response.status_code == 206 else "wb") as fh:
                         for chunk in response.iter_bytes():
                             fh.write(chunk)
-                return
+                else:
+                    response.read()
+            return response
+
+        self._attempts(path, attempt, done=(416,))          # 416: nothing left to read
+
+    def _attempts(self, path: str, send: Callable[[], httpx.Response], done: tuple[int, ...] = ()) -> httpx.Response:
+        """``send()`` up to ``retries`` times: again after a failed connection (with backoff) or a 502, 503 or
+        504 answer, and after a 429 (busy), waiting what its ``Retry-After`` asks (a 503's too). What retrying
+        cannot mend is raised at once (``_lasting``)."""
+        delay = _BACKOFF
+        for attempt in range(1, self.retries + 1):
+            last = attempt == self.retries
+            try:
+                response = send()
             except httpx.TransportError as e:
-                if attempt == self.retries:
+                lasting = self._lasting(e)
+                if lasting is not None:
+                    raise lasting from None
+                if last:
                     raise ConnectionFailed(f"{self.server}: {type(e).__name__}: {_first(e)} (after {attempt} "
                                            "attempts)", obj=self.server) from None
-            time.sleep(delay)
+                wait = delay
+            else:
+                status = response.status_code
+                if status in done:
+                    return response
+                asked = retry_after(response) if status in (429, 503) else None
+                if status not in _RETRIED:
+                    return _checked(response, self.server, path)
+                if last and (status == 429 or asked is not None):
+                    raise ServerBusy(f"{self.server}: the server is busy ({status} {response.reason_phrase}, after "
+                                     f"{attempt} attempts); try again later", asked or delay, obj=self.server)
+                if last:
+                    return _checked(response, self.server, path)
+                wait = asked if asked is not None else delay
+            time.sleep(wait)
             delay = min(delay * 2, 5.0)
+        raise AssertionError("unreachable")
+
+    def _lasting(self, e: httpx.TransportError) -> SparksyncError | None:
+        """The error to show at once when retrying ``e`` cannot help: the server's certificate not verified,
+        a TLS handshake that failed (not cut), or a TLS server behind an ``http://`` URL. None: try again."""
+        parts = urlsplit(self.server)
+        if isinstance(e, httpx.ConnectError):
+            cause = _ssl_cause(e)
+            if isinstance(cause, ssl.SSLCertVerificationError):
+                reason = cause.verify_message or _ssl_reason(cause)
+                if self.ca_file:
+                    return TlsError(f"{self.server}: the server's certificate could not be verified with --ca-file "
+                                    f"{self.ca_file} ({reason}): is that the CA that signed it?", obj=self.server)
+                return TlsError(f"{self.server}: the server's certificate could not be verified ({reason}); pass "
+                                "--ca-file with the certificate (PEM) of the CA that signed it", obj=self.server)
+            if cause is not None and not isinstance(cause, (ssl.SSLEOFError, ssl.SSLZeroReturnError,
+                                                              ssl.SSLSyscallError)):
+                return TlsError(f"{self.server}: the TLS handshake failed ({_ssl_reason(cause)}): the port may not "
+                                "speak TLS (a plain http:// server), or no TLS version both sides know", obj=self.server)
+        elif (isinstance(e, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)) and parts.scheme == "http"
+              and not self._probed and parts.hostname):
+            self._probed = True             # once: a connection cut on the way is the usual cause
+            if _speaks_tls(parts.hostname, parts.port or 80):
+                return TlsError(f"{self.server}: the server did not answer HTTP: it speaks TLS on this port; use "
+                                f"https://{parts.netloc}", obj=self.server)
+        return None
+
+
+def _ssl_cause(e: BaseException) -> ssl.SSLError | None:
+    """The ssl error under an httpx error, if one is."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, ssl.SSLError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _ssl_reason(e: ssl.SSLError) -> str:
+    """``[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)`` as ``wrong version number``."""
+    text = re.sub(r"^\[[^]]*\]\s*|\s*\(_ssl\.c:\d+\)$", "", _first(e))
+    return text or str(e.reason or type(e).__name__)
+
+
+def _speaks_tls(host: str, port: int) -> bool:
+    """Whether ``host:port`` completes a TLS handshake (its certificate not checked: only the protocol)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=_PROBE_TIMEOUT) as raw, \
+                context.wrap_socket(raw, server_hostname=host):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def _first(e: BaseException) -> str:
