@@ -16,7 +16,13 @@ class ServerConfig(_Model):
     listen: str = Field(default="127.0.0.1:8443", description="HOST:PORT the device endpoint listens on")
     tls_cert: str | None = Field(default=None, description="PEM certificate (chain) of the endpoint")
     tls_key: str | None = Field(default=None, description="PEM private key of tls_cert")
-    max_request_mb: float = Field(default=64, gt=0, le=4096, description="the largest request body accepted (MB)")
+    max_request_mb: float = Field(default=64, gt=0, le=4096, description="the largest request body accepted, and the "
+                                  "most an upload's frames may unpack to (MB)")
+    max_active_requests: int = Field(default=8, ge=1, le=1024, description="uploads and downloads the device endpoint "
+                                     "works on at once; one past them waits up to request_queue_s, then gets 429 with "
+                                     "Retry-After (the device waits and asks again)")
+    request_queue_s: float = Field(default=5, ge=0, le=300, description="how long an upload or download waits for its "
+                                   "turn before a 429")
     feed_dir: str = Field(default="feed", description="where serve writes the partition feed's segments (relative "
                           "to the config file; shared storage when Spark runs on a cluster)")
     monitor: str = Field(default="127.0.0.1:8470", description="HOST:PORT of the operator's monitor (the page, "

@@ -9,6 +9,7 @@ from sparksync.config import Topology
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica, redact_url
 from sparksync.errors import ReplicaDamaged, SparksyncError
+from sparksync.merge.conflicts.model import REFUSED
 from sparksync.merge.maintenance.expiration import expiry
 from sparksync.merge.maintenance.integrity import check_identity, check_not_behind, replica_problems
 from sparksync.merge.partitions.evaluation import describe_partitions, evaluated_at_sync
@@ -128,6 +129,21 @@ def _failed_count(replica: Replica, source_nick: int | None) -> int:
         return 0
     return int(replica.scalar(f"SELECT count(*) FROM {replica.meta('MSmerge_failed_changes')} "
                               f"WHERE source_nickname = {int(source_nick)}") or 0)
+
+
+def _refused_claims(pub: Replica, source_nick: int | None) -> list[str]:
+    """A replica's changes the publisher refused for what they claim (a lineage out of range or beyond
+    what the publisher had, a version far above the row's history): its database was edited or damaged.
+    One line saying so, or none."""
+    if source_nick is None:
+        return []
+    rows = pub.query(f"SELECT count(*), min(reason) FROM {pub.meta('MSmerge_failed_changes')} "
+                     f"WHERE source_nickname = {int(source_nick)} AND reason LIKE {pub.p}", [f"{REFUSED}%"])
+    n, example = rows[0] if rows else (0, None)
+    if not n:
+        return []
+    return [f"the publisher refused {n} of its change(s) for what they claim ({str(example)[:300]}): its database "
+            "was edited or is damaged, and those rows stay as the publisher has them"]
 
 
 def _waiting(replica: Replica) -> list[str]:
@@ -290,7 +306,9 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                         waiting = _waiting(sub)
                         if waiting:
                             entry["waiting"] = waiting
-                        damaged = replica_problems(sub, prow.pubid)
+                        damaged = replica_problems(sub, prow.pubid) + [
+                            f"{line}; run 'sparksync reinit --subscription {s.name} --upload-first'"
+                            for line in _refused_claims(pub, r.replnickname)]
                         if damaged:
                             entry["status"] = "damaged"
                             entry["problems"] = damaged
@@ -330,4 +348,8 @@ def _web_subscription(pub, s, r: SubscriptionRow | None, prow, arts, scheme) -> 
                   "pending_download": pending,
                   "oldest_pending_download": iso(_generation_time(pub, lowest)),
                   "failed_upload": _failed_count(pub, r.replnickname)})
+    refused = _refused_claims(pub, r.replnickname)
+    if refused:
+        entry.update({"status": "damaged", "problems": [f"{refused[0]}; initialize a new file on the device "
+                                                        "('sparksync sync --reinitialize --upload-first')"]})
     return entry

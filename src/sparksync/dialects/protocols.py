@@ -254,6 +254,10 @@ class MergeStaging(Protocol):
     def lineage_without_sql(self, lineage: str, nickname: int) -> str:
         """A lineage SQL expression without the entry of ``nickname``."""
 
+    def lineage_advance_sql(self, lineage: str, known: str, nickname: int, advance: int) -> str:
+        """A boolean SQL expression: the entry of ``nickname`` in lineage ``lineage`` is more than
+        ``advance`` above the highest version of lineage ``known`` (0 when it has none)."""
+
 
 @runtime_checkable
 class MergeHooks(Protocol):

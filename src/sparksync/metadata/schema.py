@@ -475,7 +475,7 @@ PUBLISHER_LOG = TableSet("transactional publication log", 4, PUBLISHER_LOG_VERSI
     ),
 ))
 
-WEB_VERSION = 1
+WEB_VERSION = 2        # 2: MSweb_recoveries
 WEB = TableSet("web synchronization", 5, WEB_VERSION, (
     MetaTable(
         "MSweb_tokens",
@@ -497,6 +497,19 @@ WEB = TableSet("web synchronization", 5, WEB_VERSION, (
          C("digest", TEXT, False, "hex SHA-256 of the request body"), C("reply", JSON, False),
          C("applied_at", TS, False)),
         ("subscription", "lo", "hi"),
+    ),
+    MetaTable(
+        "MSweb_recoveries",
+        "At the publisher: each device file found restored from an older copy and recovered (its changes since "
+        "the copy uploaded under a new replica nickname, what it lacks sent again): the file's state as it "
+        "said it, and the nicknames before and after. The same recovery asked again gets the same nickname.",
+        (C("subscription", TEXT, False), C("old_nickname", INT, False), C("new_nickname", INT, False),
+         C("sentgen", BIG, False, "what the restored file had uploaded, by its own record"),
+         C("recgen", BIG, False, "what the restored file had received, by its own record"),
+         C("publisher_recgen", BIG, True, "what the publisher had received from the old nickname"),
+         C("publisher_sentgen", BIG, True, "what the publisher had sent to the old nickname"),
+         C("recovered_at", TS, False)),
+        ("subscription", "old_nickname"),
     ),
     MetaTable(
         "MSweb_device",

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from sparksync.dialects.replica import Replica
 from sparksync.errors import MetadataVersionError, NotInitialized, ReplicaDamaged
 from sparksync.metadata.records import Record, ReplicaRow, Role, UnknownCode
-from sparksync.metadata.schema import DISTRIBUTION, MERGE, TABLE_SETS, TABLES_BY_NAME, MetaTable, TableSet
+from sparksync.metadata.schema import DISTRIBUTION, MERGE, TABLE_SETS, TABLES_BY_NAME, WEB, MetaTable, TableSet
 from sparksync.types import Kind
 
 
@@ -112,6 +112,9 @@ MIGRATIONS: dict[str, dict[int, Any]] = {
         5: _add_columns("sysmergepublications", "cleanup_generation", "schema_version"),
         6: lambda replica: None,            # MSsnapshot_history: a new table
         7: lambda replica: None,            # MSmerge_pending: a new table (the triggers: merge.tracking.upgrade)
+    },
+    WEB.name: {
+        2: lambda replica: None,            # MSweb_recoveries: a new table
     },
     DISTRIBUTION.name: {
         2: _add_column("MSlogreader_history", "status"),

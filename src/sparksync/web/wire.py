@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sparksync.errors import ProtocolError
+from sparksync.errors import ProtocolError, RequestTooLarge
 from sparksync.merge.session.changes import ALL_PARTITIONS, CHANGE_SCHEMA, OP_REMOVE, OP_UNREADABLE, RETRY_GENERATION
 from sparksync.rows import RowCodec
 from sparksync.spark.results import result_arrow_schema
@@ -103,20 +103,24 @@ def _to_wire(table):
                      pa.array(inside, pa.bool_())], schema=wire_schema())
 
 
-def read_changes(body: bytes, what: str):
+def read_changes(body: bytes, what: str, limit: int = MAX_STREAM):
     """(change rows as ``change_schema``, metadata) of a body of one frame or more (their rows in order, the
     first frame's metadata); ``ProtocolError`` naming ``what`` when the bytes are not frames of changes
-    (truncated, another format, other columns). The sender's name and nickname come from the metadata (the
-    door replaces them with what it knows)."""
+    (truncated, another format, other columns), ``RequestTooLarge`` when they say they unpack to more than
+    ``limit`` bytes. The sender's name and nickname come from the metadata (the door replaces them with
+    what it knows)."""
     import pyarrow as pa
 
-    frames = read_frames(body, what)
+    frames = read_frames(body, what, limit)
     table = frames[0][0] if len(frames) == 1 else pa.concat_tables([t for t, _ in frames])
     return table, frames[0][1]
 
 
-def read_frames(body: bytes, what: str) -> list[tuple[Any, dict]]:
-    """Each frame of ``body``: (its change rows as ``change_schema``, its metadata)."""
+def read_frames(body: bytes, what: str, limit: int = MAX_STREAM) -> list[tuple[Any, dict]]:
+    """Each frame of ``body``: (its change rows as ``change_schema``, its metadata). Every frame's header
+    says what its payload unpacks to: a body whose frames say more than ``limit`` bytes in all is refused
+    before anything is unpacked, and a frame is unpacked into exactly the size it said (a payload that
+    unpacks to more is refused), so a small body never takes more memory than ``limit``."""
     frames: list[tuple[Any, dict]] = []
     at = total = 0
     view = memoryview(body)
@@ -127,9 +131,10 @@ def read_frames(body: bytes, what: str) -> list[tuple[Any, dict]]:
             raise ProtocolError(f"{what}: not frames of changes ({where} with this protocol's header)", obj=what)
         size, packed = HEADER.unpack(view[at + len(MAGIC):at + head])
         total += size
-        if total > MAX_STREAM:
-            raise ProtocolError(f"{what}: not frames of changes (they say they hold more than {MAX_STREAM:,} bytes)",
-                                obj=what)
+        if total > limit:
+            raise RequestTooLarge(f"{what}: its frames say they unpack to more than {limit:,} bytes, more than "
+                                  "this side takes at once (the server's max_request_mb); send fewer generations "
+                                  "per request", obj=what)
         if len(body) < at + head + packed:
             raise ProtocolError(f"{what}: not frames of changes (frame {len(frames) + 1} is truncated: "
                                 f"{len(body) - at - head:,} of {packed:,} bytes)", obj=what)

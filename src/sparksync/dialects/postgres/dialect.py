@@ -442,6 +442,10 @@ class PostgresDialect(DialectBase, TrackingLog):
         return (f"NOT EXISTS (SELECT 1 FROM jsonb_each_text({b}) e "
                 f"WHERE coalesce(({a} ->> e.key)::bigint, 0) < e.value::bigint)")
 
+    def lineage_advance_sql(self, lineage: str, known: str, nickname: int, advance: int) -> str:
+        return (f"coalesce(({lineage} ->> '{int(nickname)}')::bigint, 0) > "
+                f"coalesce((SELECT max(value::bigint) FROM jsonb_each_text({known})), 0) + {int(advance)}")
+
     def json_without_key_sql(self, expr: str, key: str) -> str:
         return f"({expr} - '{key.replace(chr(39), chr(39) * 2)}')"
 

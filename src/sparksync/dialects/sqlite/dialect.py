@@ -340,6 +340,10 @@ class SQLiteDialect(DialectBase):
         return (f"NOT EXISTS (SELECT 1 FROM json_each({b}) e "
                 f"WHERE coalesce(json_extract({a}, '$.\"' || e.key || '\"'), 0) < e.value)")
 
+    def lineage_advance_sql(self, lineage: str, known: str, nickname: int, advance: int) -> str:
+        return (f"coalesce(json_extract({lineage}, '$.\"{int(nickname)}\"'), 0) > "
+                f"coalesce((SELECT max(value) FROM json_each({known})), 0) + {int(advance)}")
+
     def json_without_key_sql(self, expr: str, key: str) -> str:
         return f"json_remove({expr}, '$.\"{key.replace(chr(39), chr(39) * 2)}\"')"
 

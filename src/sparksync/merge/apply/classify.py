@@ -13,7 +13,7 @@ from sparksync.errors import CHANGE_REJECTED, SparksyncError
 from sparksync.merge.apply.decide import Decision, Incoming, Local, decide
 from sparksync.merge.apply.outcome import ArticleStats, BatchOutcome
 from sparksync.merge.apply.staging import LocalMeta, StagedArticle, Staging
-from sparksync.merge.conflicts.model import Failure
+from sparksync.merge.conflicts.model import REFUSED, Failure
 from sparksync.merge.conflicts.resolvers import ResolverFailed
 from sparksync.merge.session.changes import OP_REMOVE, OP_UNREADABLE, ArticleChanges, Change
 from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
@@ -134,7 +134,8 @@ def plan_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch
 
 def _known_failures(replica: Replica, cc: ArticleChanges, art: TrackedArticle, codec: RowCodec) -> dict[int, Failure]:
     """Changes that cannot be applied here whatever the destination holds: rows their source could
-    not read, and values this database cannot store (found by a quick scan of the row JSON)."""
+    not read, lineage out of the range a version may take (an edited file), and values this database
+    cannot store (each found by a quick scan of the texts)."""
     d = replica.dialect
     bad: dict[int, Failure] = {}
     if cc.op.count(OP_UNREADABLE):                  # rare: the scan runs in C, the loop only then
@@ -143,6 +144,10 @@ def _known_failures(replica: Replica, cc: ArticleChanges, art: TrackedArticle, c
                 info = json.loads(cc.row[i] or "{}")
                 bad[i] = Failure(f"unreadable at its source: {info['reason']}", info.get("key") or "",
                                   info.get("column") or None, info.get("value") or None)
+    for i in lin.suspects(cc.lineage):
+        why = lin.out_of_range(cc.lineage[i]) if cc.op[i] != OP_REMOVE else None
+        if why and i not in bad:
+            bad[i] = Failure(f"{REFUSED}{why}")
     for i in _rows_holding(cc.row, d.unstorable_markers()):
         if i not in bad:
             values = codec.decode(cc.row[i]) or {}
@@ -269,13 +274,19 @@ def _lock_and_flush(replica: Replica, staging: Staging, art: TrackedArticle, row
 def _forged(inc: Incoming, local: Local, ctx: ApplyContext) -> Failure | None:
     """At the publisher: an uploaded version may only add its own replica's changes to what the
     publisher has seen. Lineage that claims a version of another replica (the publisher included)
-    that the publisher never had is refused: it would silently beat a newer change (trust model)."""
+    that the publisher never had is refused: it would silently beat a newer change (trust model); so is
+    an entry of its own more than ``lineage.MAX_ADVANCE`` above the row's newest version there."""
     known = lin.merge(local.lineage or {}, local.tombstone or {})
     over = sorted((n, v) for n, v in inc.lineage.items() if n != inc.source and v > known.get(n, 0))
-    if not over:
-        return None
-    claims = ", ".join(f"version {v} of {ctx.replicas.name(n)} (publisher has {known.get(n, 0)})" for n, v in over)
-    return Failure(f"refused: its lineage claims {claims}, which the publisher never had")
+    if over:
+        claims = ", ".join(f"version {v} of {ctx.replicas.name(n)} (publisher has {known.get(n, 0)})" for n, v in over)
+        return Failure(f"{REFUSED}its lineage claims {claims}, which the publisher never had")
+    own, newest = inc.lineage.get(inc.source, 0), max(known.values(), default=0)
+    if own > newest + lin.MAX_ADVANCE:
+        return Failure(f"{REFUSED}its lineage claims version {own} of {ctx.replicas.name(inc.source)}, more than "
+                       f"{lin.MAX_ADVANCE:,} above the row's newest version at the publisher ({newest}): more local "
+                       "changes of one row than a replica makes between two syncs")
+    return None
 
 
 def load_row(replica: Replica, article: TrackedArticle, rowguid: str) -> dict[str, Any] | None:

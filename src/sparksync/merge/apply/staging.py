@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparksync.dialects.replica import Replica
+from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking.articles import TrackedArticle
 from sparksync.rows import RowCodec
 
@@ -117,7 +118,8 @@ class Staging:
     # -- 2. classify ------------------------------------------------------------------------------
     def classify(self, art: TrackedArticle, forged_from: int | None = None) -> StagedArticle:
         """``forged_from``: at the publisher, the source's nickname: a change whose lineage claims a
-        version of another replica that the publisher never had goes to Python (refused there).
+        version of another replica that the publisher never had, or an entry of its own more than
+        ``lineage.MAX_ADVANCE`` above the row's newest version, goes to Python (refused there).
 
         ``present``: 0 the row is not in the table, 1 it is, 2 it is with other primary key values."""
         d, r, s = self.d, self.replica, self.table(art.nickname)
@@ -140,7 +142,8 @@ class Staging:
             forged = None
             if forged_from is not None:
                 known = f"coalesce(clin, tlin, {d.empty_lineage_sql()})"
-                forged = f"NOT {d.lineage_dominates_sql(known, d.lineage_without_sql('lineage', forged_from))}"
+                forged = (f"(NOT {d.lineage_dominates_sql(known, d.lineage_without_sql('lineage', forged_from))} "
+                          f"OR {d.lineage_advance_sql('lineage', known, forged_from, lin.MAX_ADVANCE)})")
             r.execute(f"UPDATE {s} SET verdict = " + _verdict_sql(
                 d.lineage_dominates_sql("lineage", local), d.lineage_dominates_sql(local, "lineage"), forged))
         out = StagedArticle()
@@ -180,7 +183,9 @@ class Staging:
             forged_cte = (f", fg AS (SELECT i.rowguid, bool_or(coalesce(k.v, 0) < i.v) AS forged FROM "
                           f"({entries('lineage', own)}) i "
                           f"LEFT JOIN ({entries('known')}) k ON k.rowguid = i.rowguid AND k.key = i.key GROUP BY 1)")
-            forged_join, forged = " LEFT JOIN fg ON fg.rowguid = l.rowguid", "coalesce(fg.forged, false)"
+            forged_join = " LEFT JOIN fg ON fg.rowguid = l.rowguid"
+            forged = (f"(coalesce(fg.forged, false) OR "
+                      f"{d.lineage_advance_sql('l.lineage', 'l.known', forged_from, lin.MAX_ADVANCE)})")
         return (
             f"WITH z AS (SELECT s.rowguid, s.op, s.lineage, s.colv{values}, "
             f"CASE WHEN t.{rg} IS NULL THEN 0 WHEN {moved} THEN 2 ELSE 1 END AS present, "

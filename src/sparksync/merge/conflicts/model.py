@@ -56,6 +56,9 @@ class ConflictRecord:
     columns: list[str] = field(default_factory=list)
 
 
+REFUSED = "refused: "        # a failed change whose claim the publisher refused (a forged or edited replica's)
+
+
 @dataclass(frozen=True)
 class Failure:
     """Why a change cannot be applied at a replica: a constraint or a value it rejects, a row its

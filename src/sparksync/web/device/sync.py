@@ -45,6 +45,7 @@ from sparksync.metadata.records import FailedChangeRow, PublicationRow, Role, Su
 from sparksync.metadata.schema import WEB
 from sparksync.progress import Reporter, silent
 from sparksync.web.device.client import ServerClient
+from sparksync.web.device.restored import file_state, interrupted, restamp, restored
 from sparksync.web.wire import MAX_RETRIES, change_schema, read_frames, write_changes
 
 PER_BATCH = 100                   # generations per upload request and per download batch
@@ -80,6 +81,7 @@ def sync(options: DeviceOptions, report: Reporter = silent) -> MergeSummary:
             hello = client.json("GET", "/v1/sync/hello")
         if store.upgrade_metadata(device) and upgrade_tracking(device):
             report(f"{options.subscription}: change tracking upgraded")
+        hello = _recover_if_restored(client, device, hello, report)
         _replay_schema(device, hello, report)
         make_generation(device, hello["nickname"], level=DEVICE_LEVEL)
         _upload(client, device, hello, options, session, report)
@@ -112,11 +114,35 @@ def _initialized(device: Replica, hello: dict) -> bool:
         return False
     mine = store.select_one(device, SubscriptionRow, {"pubid": hello["pubid"], "name": hello["subscription"],
                                                       "role": Role.SUBSCRIBER})
-    if mine is not None and hello["status"] == "active" and int(mine.replnickname) != int(hello["nickname"]):
+    state = file_state(device, hello["pubid"])
+    if mine is not None and hello["status"] == "active" and int(mine.replnickname) != int(hello["nickname"]) and \
+            not (state is not None and interrupted(state, hello)):
         raise ReplicaBehind(f"{device.label} is an older file of subscription {hello['subscription']} (replica "
                             f"{mine.replnickname}; a newer file, replica {hello['nickname']}, has synced since): its "
                             "changes since then cannot be merged; sync a new file", obj=hello["subscription"])
     return mine is not None and hello["status"] == "active"
+
+
+def _recover_if_restored(client: ServerClient, device: Replica, hello: dict, report: Reporter) -> dict:
+    """A file restored from an older copy of itself (``restored.py``) is recovered before anything is sent:
+    the publisher gives it a new nickname and takes its watermarks, the file's changes since are stamped as
+    that replica's. Returns ``hello`` as it is then."""
+    state = file_state(device, hello["pubid"])
+    if state is None:
+        return hello
+    name = hello["subscription"]
+    if restored(state, hello):
+        report(f"{name}: {device.label} is an older copy of itself (restored from a backup?): its newest generation "
+               f"is {state.open_generation}, and the publisher already has its changes up to {hello['recgen']}; "
+               "recovering it")
+        hello = client.json("POST", "/v1/sync/recover", json=state.as_request())
+    if not interrupted(state, hello):
+        return hello
+    failpoints.hit("device.recovered", name)         # tests: recovered at the publisher, not yet here
+    n = restamp(device, state.nickname, int(hello["nickname"]), state.sentgen)
+    report(f"{name}: recovered as replica {hello['nickname']} (was {state.nickname}): {n} change(s) made since "
+           f"generation {state.sentgen} are uploaded as new ones; what the file lacks is downloaded again")
+    return hello
 
 
 def _initialize(client: ServerClient, device: Replica, options: DeviceOptions, hello: dict, report: Reporter) -> None:

@@ -7,6 +7,7 @@
     GET  /v1/sync/snapshot/{snapshot_id}/{path}    one file of it (Range requests resume)
     POST /v1/sync/initialize                       the device starts a new file (a fresh identity if it had one)
     POST /v1/sync/initialized                      the device committed its initialization
+    POST /v1/sync/recover                          its file is an older copy of itself: recovered (restored.py)
     PUT  /v1/sync/uploads/{lo}-{hi}                its changes of generations (lo, hi] (Arrow stream)
     POST /v1/sync/download                         the publisher's changes for it after its watermark (frames
                                                    of Arrow streams: its own, then the partition feed's), in
@@ -15,13 +16,21 @@
     POST /v1/sync/done                             its sync ended: what it did (a merge session row)
 
 Every request but ``/healthz`` carries ``Authorization: Bearer <token>`` and ``Sparksync-Protocol``; a
-wrong, revoked or missing token is a 401 that says nothing more; a body over ``max_request_mb`` a 413.
+wrong, revoked or missing token is a 401 that says nothing more. Every request is bounded: a body over
+``max_request_mb`` is a 413 (by its Content-Length, or as soon as a chunked body passes it), frames that say
+they unpack to more a 413 before anything is unpacked, a JSON body over ``MAX_JSON`` bytes a 413 and one
+nested deeper than ``MAX_DEPTH`` a 400; uploads and downloads run ``max_active_requests`` at a time, a
+request past them waits up to ``request_queue_s`` for its turn (holding nothing but its connection: its
+body is read once it has one), then gets 429 with ``Retry-After``. A malformed request is a 4xx with one
+message; a 500 only when the server itself failed (its log says why).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,7 +42,16 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sparksync import __version__
-from sparksync.errors import ConfigurationError, NotInitialized, ProtocolError, SnapshotError, SparksyncError, Unauthorized
+from sparksync.errors import (
+    ConfigurationError,
+    NotInitialized,
+    ProtocolError,
+    RequestTooLarge,
+    ServerBusy,
+    SnapshotError,
+    SparksyncError,
+    Unauthorized,
+)
 from sparksync.redaction import redact
 from sparksync.web.server.door import Device, Door, UploadConflict
 from sparksync.web.wire import MAX_RETRIES, MEDIA_ARROW, PROTOCOL
@@ -42,8 +60,21 @@ log = logging.getLogger("sparksync.serve")
 PROTOCOL_HEADER = "Sparksync-Protocol"
 
 
+MAX_JSON = 2 * 1024 * 1024        # a JSON request's body (a download's failed list: 10,000 pairs, ~0.5 MB)
+MAX_DEPTH = 8                      # the deepest nesting a JSON request may have (the protocol's own is 3)
+RETRY_AFTER_S = 2                  # what a 429 tells the device to wait
+
+
 class _TooLarge(Exception):
-    """The body passed the limit while it was read (``BodyLimit`` answers 413)."""
+    """The body passed the limit while it was read (answered 413)."""
+
+    def __init__(self, limit: int):
+        super().__init__(limit)
+        self.limit = limit
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return problem(413, "request too large", f"the body is over the server's max_request_mb ({limit / 1024 / 1024:g} MB)")
 
 
 def problem(status: int, title: str, detail: str = "", **extra: Any) -> JSONResponse:
@@ -55,6 +86,10 @@ def problem(status: int, title: str, detail: str = "", **extra: Any) -> JSONResp
 def _status(e: SparksyncError) -> int:
     if isinstance(e, Unauthorized):
         return 401
+    if isinstance(e, RequestTooLarge):
+        return 413
+    if isinstance(e, ServerBusy):
+        return 429
     if isinstance(e, UploadConflict):
         return 409
     if isinstance(e, ProtocolError | ConfigurationError):
@@ -67,17 +102,43 @@ def _status(e: SparksyncError) -> int:
 Handler = Callable[[Request, Device], Awaitable[Response]]
 
 
-def _endpoint(door: Door, handler: Handler, authenticated: bool = True):
+class Turns:
+    """Uploads and downloads worked on at once (``max_active_requests``): a request waits up to ``queue_s``
+    for its turn, then is refused with ``ServerBusy`` (429)."""
+
+    def __init__(self, at_once: int, queue_s: float):
+        self.at_once, self.queue_s = at_once, queue_s
+        self._slots: asyncio.Semaphore | None = None      # made in the server's event loop
+
+    async def __aenter__(self) -> None:
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.at_once)
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self.queue_s)
+        except TimeoutError:
+            raise ServerBusy(f"the server works on {self.at_once} uploads and downloads at once; try again in "
+                             f"{RETRY_AFTER_S} s", RETRY_AFTER_S) from None
+
+    async def __aexit__(self, *exc) -> None:
+        assert self._slots is not None
+        self._slots.release()
+
+
+def _endpoint(door: Door, handler: Handler, turns: Turns | None = None):
+    """``handler`` behind the protocol's version check and the token; ``turns``: it works only in its turn."""
     async def endpoint(request: Request) -> Response:
         try:
             sent = request.headers.get(PROTOCOL_HEADER)
-            if sent is not None and (not sent.isdigit() or int(sent) < PROTOCOL):
+            if sent is not None and (not sent.isascii() or not sent.isdigit() or len(sent) > 6 or int(sent) < PROTOCOL):
                 return problem(426, "client too old", f"this server (sparksync {__version__}) speaks protocol "
                                f"{PROTOCOL}; the client speaks {sent[:10]!r}: upgrade sparksync on the device")
             header = request.headers.get("authorization", "")
             token = header[7:].strip() if header[:7].lower() == "bearer " else None
             device = await run_in_threadpool(door.authenticate, token)
-            return await handler(request, device)
+            if turns is None:
+                return await handler(request, device)
+            async with turns:
+                return await handler(request, device)
         except SparksyncError as e:
             status = _status(e)
             if status == 401:
@@ -85,13 +146,26 @@ def _endpoint(door: Door, handler: Handler, authenticated: bool = True):
             extra = {"expected_lo": e.expected_lo} if isinstance(e, UploadConflict) and e.expected_lo is not None else {}
             if status >= 500:
                 log.warning("%s %s: %s", request.method, request.url.path, redact(e.message))
-            return problem(status, e.code, redact(e.message), **extra)
-        except _TooLarge:
-            raise
+            response = problem(status, e.code, redact(e.message), **extra)
+            if isinstance(e, ServerBusy):
+                response.headers["Retry-After"] = str(int(e.retry_after))
+            return response
+        except _TooLarge as e:
+            return _too_large(e.limit)
         except Exception:  # noqa: BLE001 - never a traceback to a client
             log.exception("%s %s failed", request.method, request.url.path)
             return problem(500, "internal error", "the server failed; its log says why")
     return endpoint
+
+
+def _guid(value: object) -> bool:
+    if not isinstance(value, str) or len(value) > 64:
+        return False
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _int(value: str | None, name: str) -> int:
@@ -101,16 +175,40 @@ def _int(value: str | None, name: str) -> int:
 
 
 async def _json_body(request: Request) -> dict:
+    """The request's JSON object: at most ``MAX_JSON`` bytes (413) and ``MAX_DEPTH`` levels deep (400)."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_JSON:
+            raise RequestTooLarge(f"{request.url.path}: a JSON body of more than {MAX_JSON:,} bytes",
+                                  obj=request.url.path)
+        chunks.append(chunk)
+    text = b"".join(chunks)
+    if _depth(text) > MAX_DEPTH:
+        raise ProtocolError(f"the body is nested more than {MAX_DEPTH} levels deep", obj=request.url.path)
     try:
-        body = json.loads(await request.body())
-    except ValueError:
+        body = json.loads(text)
+    except (ValueError, RecursionError):
         raise ProtocolError("the body is not JSON", obj=request.url.path) from None
     if not isinstance(body, dict):
         raise ProtocolError("the body is not a JSON object", obj=request.url.path)
     return body
 
 
-def make_app(door: Door, max_request_mb: float = 64) -> ASGIApp:
+def _depth(text: bytes) -> int:
+    """How deep the brackets of a JSON text nest (an upper bound: brackets inside strings count too), without
+    parsing it: the parser is recursive, and a body of nested brackets would exhaust it."""
+    depth = deepest = 0
+    for b in text.translate(None, _NOT_BRACKETS):
+        depth += 1 if b in b"[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def make_app(door: Door, max_request_mb: float = 64, max_active_requests: int = 8, queue_s: float = 5.0) -> ASGIApp:
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok", "version": __version__, "protocol": PROTOCOL})
 
@@ -129,6 +227,12 @@ def make_app(door: Door, max_request_mb: float = 64) -> ASGIApp:
     async def begin(request: Request, device: Device) -> Response:
         return JSONResponse(await run_in_threadpool(door.begin, device))
 
+    async def recover(request: Request, device: Device) -> Response:
+        body = await _json_body(request)
+        return JSONResponse(await run_in_threadpool(
+            door.recover, device, _int(str(body.get("nickname")), "nickname"), _int(str(body.get("sentgen")), "sentgen"),
+            _int(str(body.get("recgen")), "recgen")))
+
     async def initialized(request: Request, device: Device) -> Response:
         body = await _json_body(request)
         return JSONResponse(await run_in_threadpool(
@@ -137,6 +241,7 @@ def make_app(door: Door, max_request_mb: float = 64) -> ASGIApp:
 
     async def upload(request: Request, device: Device) -> Response:
         lo, _, hi = request.path_params["range"].partition("-")
+        _int(lo, "lo"), _int(hi, "hi")               # a malformed range is refused before the body is read
         body = await request.body()
         return JSONResponse(await run_in_threadpool(door.upload, device, _int(lo, "lo"), _int(hi, "hi"), body))
 
@@ -148,7 +253,8 @@ def make_app(door: Door, max_request_mb: float = 64) -> ASGIApp:
             raise ProtocolError(f"batch: {per_batch} generations per batch is outside 1..10000", obj="batch")
         failed = body.get("failed") or []
         if not isinstance(failed, list) or len(failed) > MAX_RETRIES or not all(
-                isinstance(f, list) and len(f) == 2 and isinstance(f[0], int) and isinstance(f[1], str) for f in failed):
+                isinstance(f, list) and len(f) == 2 and isinstance(f[0], int) and not isinstance(f[0], bool)
+                and 0 < f[0] < 1 << 31 and _guid(f[1]) for f in failed):
             raise ProtocolError(f"failed: a list of at most {MAX_RETRIES} [article nickname, rowguid] pairs",
                                 obj="failed")
         keyset = body.get("keyset") is True          # the device takes a big generation in parts (by key)
@@ -163,6 +269,7 @@ def make_app(door: Door, max_request_mb: float = 64) -> ASGIApp:
         body = await _json_body(request)
         return JSONResponse(await run_in_threadpool(door.ack, device, _int(str(body.get("hi")), "hi")))
 
+    turns = Turns(max_active_requests, queue_s)
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/v1/sync/hello", _endpoint(door, hello), methods=["GET"]),
@@ -170,8 +277,9 @@ def make_app(door: Door, max_request_mb: float = 64) -> ASGIApp:
         Route("/v1/sync/snapshot/{snapshot_id}/{path:path}", _endpoint(door, snapshot_file), methods=["GET"]),
         Route("/v1/sync/initialize", _endpoint(door, begin), methods=["POST"]),
         Route("/v1/sync/initialized", _endpoint(door, initialized), methods=["POST"]),
-        Route("/v1/sync/uploads/{range}", _endpoint(door, upload), methods=["PUT"]),
-        Route("/v1/sync/download", _endpoint(door, download), methods=["POST"]),
+        Route("/v1/sync/recover", _endpoint(door, recover), methods=["POST"]),
+        Route("/v1/sync/uploads/{range}", _endpoint(door, upload, turns), methods=["PUT"]),
+        Route("/v1/sync/download", _endpoint(door, download, turns), methods=["POST"]),
         Route("/v1/sync/download/ack", _endpoint(door, ack), methods=["POST"]),
         Route("/v1/sync/done", _endpoint(door, done), methods=["POST"]),
     ]
@@ -180,7 +288,8 @@ def make_app(door: Door, max_request_mb: float = 64) -> ASGIApp:
 
 class BodyLimit:
     """A request body over ``limit`` bytes is a 413 before the app reads it (by its Content-Length) or as
-    soon as it passes the limit (a chunked body); uvicorn has no limit of its own."""
+    soon as it passes the limit (a chunked body: the endpoint reading it answers); uvicorn has no limit of
+    its own."""
 
     def __init__(self, app: ASGIApp, limit: int):
         self.app, self.limit = app, limit
@@ -190,10 +299,8 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         length = dict(scope.get("headers") or []).get(b"content-length")
-        too_big = problem(413, "request too large", f"the body is over the server's max_request_mb "
-                          f"({self.limit / 1024 / 1024:g} MB)")
         if length is not None and (not length.isdigit() or int(length) > self.limit):
-            await too_big(scope, receive, send)
+            await _too_large(self.limit)(scope, receive, send)
             return
         seen = 0
 
@@ -203,18 +310,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise _TooLarge()
+                    raise _TooLarge(self.limit)
             return message
 
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, limited, tracking_send)
-        except _TooLarge:
-            if not started:
-                await too_big(scope, receive, send)
+        await self.app(scope, limited, send)

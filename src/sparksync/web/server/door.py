@@ -32,7 +32,7 @@ from sparksync import __version__, failpoints, locks
 from sparksync.config import PublicationConfig, SubscriptionConfig, Topology
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
-from sparksync.errors import NotInitialized, ProtocolError, SnapshotError, SparksyncError, Unauthorized
+from sparksync.errors import NotInitialized, ProtocolError, ReplicaBehind, SnapshotError, SparksyncError, Unauthorized
 from sparksync.merge.apply.batch import apply_batch
 from sparksync.merge.apply.classify import ArticleAt
 from sparksync.merge.apply.outcome import BatchOutcome
@@ -91,6 +91,7 @@ class Door:
         self.topology = topology
         self.report = report
         self.feed = feed
+        self.max_request = int(topology.server.max_request_mb * 1024 * 1024)   # what an upload may unpack to
         self._rounds: dict[str, float] = {}
         self._round_lock = threading.Lock()
         self._snapshot_lock = threading.Lock()
@@ -144,10 +145,15 @@ class Door:
 
     def hello(self, device: Device) -> dict:
         with self.publisher() as pub:
-            prow, reg = self._registration(pub, device)
-            ident = store.replica_identity(pub)
-            changes = pending(pub, prow.pubid, 0)
-            failed = _failed_from(pub, reg.replnickname)
+            return self._hello(pub, device)
+
+    def _hello(self, pub: Replica, device: Device) -> dict:
+        prow, reg = self._registration(pub, device)
+        ident = store.replica_identity(pub)
+        changes = pending(pub, prow.pubid, 0)
+        failed = _failed_from(pub, reg.replnickname)
+        recoveries = [[r["old_nickname"], r["sentgen"], r["recgen"]] for r in store.select_rows(
+            pub, "MSweb_recoveries", {"subscription": device.name, "new_nickname": reg.replnickname})]
         assert ident is not None             # a publisher set up (require_metadata at start)
         return {
             "protocol": PROTOCOL, "server_version": __version__, "subscription": device.name,
@@ -159,6 +165,8 @@ class Door:
             "recgen": reg.recgen, "sentgen": reg.sentgen, "schema_version": prow.schema_version or 0,
             "schema_changes": json.loads(json.dumps(changes, default=str)),
             "failed": failed,        # the device's changes that failed here: it sends them again
+            "recoveries": recoveries,    # [old nickname, sentgen, recgen] of the files recovered to this nickname
+            "max_request_bytes": self.max_request,
         }
 
     # -- the first sync ---------------------------------------------------------------------------
@@ -207,6 +215,60 @@ class Door:
                             f"-> {nick}")
         return self.hello(device)
 
+    def recover(self, device: Device, nickname: int, sentgen: int, recgen: int) -> dict:
+        """The device's file is an older copy of itself (``web/device/restored.py``): its replica ``nickname``,
+        what it uploaded (``sentgen``) and received (``recgen``), by its own record. The subscription gets a
+        new nickname (the file's changes since its ``sentgen`` are uploaded as that replica's), its watermarks
+        are set to what the file holds (downloads from ``recgen``: what it lacks comes again, its own uploads
+        since the copy included), the device's failed changes move to the new nickname. Refused, naming the
+        way out, where that cannot be done safely. The same request again gets the same answer. Returns
+        ``hello``."""
+        with self.publisher() as pub, pub.transaction():
+            prow, reg = self._registration(pub, device)
+            pub.query_one(f"SELECT 1 FROM {pub.meta('sysmergesubscriptions')} WHERE subid = "
+                          f"{pub.dialect.uuid_param()}{pub.dialect.row_lock_clause()}", [reg.subid])
+            done = store.select_rows(pub, "MSweb_recoveries", {"subscription": device.name, "old_nickname": nickname})
+            if done:
+                if [done[0]["sentgen"], done[0]["recgen"]] != [sentgen, recgen] or \
+                        done[0]["new_nickname"] != reg.replnickname:
+                    raise ReplicaBehind(f"{device.name}: a file of replica {nickname} was recovered before from "
+                                        "another state; this one cannot be: initialize a new file (sparksync sync "
+                                        "--reinitialize)", obj=device.name)
+                return self._hello(pub, device)
+            if not reg.active:
+                raise NotInitialized(f"subscription {device.name} is not initialized yet", obj=device.name)
+            have_from, sent_to = int(reg.recgen or 0), int(reg.sentgen or 0)
+            if nickname != reg.replnickname:
+                raise ReplicaBehind(f"{device.name}: the file is replica {nickname}, but the subscription is replica "
+                                    f"{reg.replnickname} now (a newer file has synced since): initialize a new file "
+                                    "(sparksync sync --reinitialize)", obj=device.name)
+            if not 0 <= sentgen < have_from:
+                raise ProtocolError(f"{device.name}: a recovery of a file that uploaded up to generation {sentgen}, "
+                                    f"while the publisher has its changes up to {have_from}: not an older copy",
+                                    obj=device.name)
+            start = min(recgen, sent_to)
+            cleaned = prow.cleanup_generation
+            if cleaned is not None and start < cleaned:
+                raise ReplicaBehind(
+                    f"{device.name}: the file is an older copy of itself (restored from a backup?), older than the "
+                    f"publisher's metadata cleanup (generation {cleaned} > its {start}): what it lacks cannot be "
+                    "told apart from what it holds. Initialize a new file: 'sparksync sync --reinitialize "
+                    "--upload-first' (its changes are uploaded first)", obj=device.name)
+            new = store.next_nickname(pub)
+            store.note_nickname(pub, new)
+            store.update(pub, SubscriptionRow, {"replnickname": new, "recgen": sentgen, "sentgen": start},
+                         {"subid": reg.subid})
+            store.update(pub, FailedChangeRow, {"source_nickname": new}, {"source_nickname": nickname})
+            store.delete_rows(pub, "MSweb_uploads", {"subscription": device.name})
+            store.insert_row(pub, "MSweb_recoveries", {
+                "subscription": device.name, "old_nickname": nickname, "new_nickname": new, "sentgen": sentgen,
+                "recgen": recgen, "publisher_recgen": have_from, "publisher_sentgen": sent_to,
+                "recovered_at": store.utcnow()})
+            self.report(f"{device.name}: its file is an older copy of itself (it uploaded up to generation {sentgen}, "
+                        f"the publisher has up to {have_from}): recovered as replica {new} (was {nickname}); its "
+                        f"changes since are uploaded again, what it lacks is downloaded from generation {start}")
+            return self._hello(pub, device)
+
     def initialized(self, device: Device, snapshot_id: str, baseline: int, snapshot_generation: int) -> dict:
         """The device committed its initialization: the registration turns active, with the watermarks
         the device recorded (the publisher's sentgen: the snapshot's generation; recgen: its baseline).
@@ -227,7 +289,7 @@ class Door:
         if not 0 <= lo <= hi:
             raise ProtocolError(f"{what}: not a generation range", obj=device.name)
         digest = hashlib.sha256(body).hexdigest()
-        table, _ = read_changes(body, what)
+        table, _ = read_changes(body, what, self.max_request)
         with self.publisher() as pub:
             return with_retries(functools.partial(self._apply_upload, pub, device, lo, hi, digest, table, what),
                                 connections=[pub])
@@ -349,6 +411,7 @@ class Door:
         first frame holds every row, read for this device. ``keyset``: the device takes a generation bigger
         than a batch in parts cut by key (its batches' key ranges in the metadata); a device of an earlier
         release, which does not say so, gets whole generations."""
+        failpoints.hit("door.download", device.name)          # tests: a download held inside the door
         self.round(device.publication)
         with self.publisher() as pub:
             reading_closed(pub)         # up to the round's head, which its flush and close bounded

@@ -43,7 +43,8 @@ def device_endpoint(topology: Topology, report: Reporter, spark: Callable[[], An
     web = [s.name for s in topology.subscriptions if s.transport == "web"]
     report(f"serve: device endpoint on {url_of(topology)} for {len(web)} web subscription(s)")
     logging.getLogger("sparksync.serve").addHandler(_ReportHandler(report))
-    config = uvicorn.Config(make_app(door, server.max_request_mb), host=server.host, port=server.port,
+    app = make_app(door, server.max_request_mb, server.max_active_requests, server.request_queue_s)
+    config = uvicorn.Config(app, host=server.host, port=server.port,
                             ssl_certfile=topology.resolve_path(server.tls_cert) if server.tls_cert else None,
                             ssl_keyfile=topology.resolve_path(server.tls_key) if server.tls_key else None,
                             log_level="warning", access_log=False, lifespan="off", server_header=False)

@@ -1,0 +1,386 @@
+"""What a device may claim about itself, on both publisher dialects: ``sparksync serve`` and ``sparksync sync`` as
+processes, device files edited and restored through the sqlite3 shell and the file system, hostile requests
+over real HTTP. One topology per dialect, built once; the checks run in order on it.
+
+Store is filtered by ``region = HOST_NAME()``; Sale joins Store; Item is not filtered. TillN, TillS, Copy
+(north) and Rogue (south) are devices.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import threading
+
+import httpx
+import pyarrow as pa
+import pytest
+
+from sparksync import failpoints as fp
+from sparksync.dialects import connect
+from sparksync.merge.tracking import lineage as lin
+from sparksync.merge.tracking import pending
+from sparksync.metadata import store
+from sparksync.web.wire import HEADER, MAGIC, META, PROTOCOL
+from tests.support.clients import shell
+from tests.support.databases import databases
+from tests.support.web import EXE, Server, WebWorld
+
+pytestmark = pytest.mark.spark
+
+REGIONS = {"TillN": "north", "TillS": "south", "Copy": "north", "Rogue": "south"}
+FAILPOINTS = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"sparksync-trust-failpoints-{os.getpid()}")
+
+
+def _publisher(url: str) -> None:
+    q = "?" if url.startswith("sqlite") else "%s"
+    with connect(url) as r:
+        r.execute('CREATE TABLE "Item" ("id" integer PRIMARY KEY, "v" text, "n" integer)')
+        r.execute('CREATE TABLE "Store" ("id" integer PRIMARY KEY, "region" text NOT NULL, "name" varchar(20))')
+        r.execute('CREATE TABLE "Sale" ("id" integer PRIMARY KEY, "store_id" integer NOT NULL REFERENCES "Store"("id"), '
+                  '"qty" integer)')
+        r.executemany(f'INSERT INTO "Item" VALUES ({q}, {q}, {q})', [(i, f"v{i}", i) for i in range(1, 21)])
+        r.executemany(f'INSERT INTO "Store" VALUES ({q}, {q}, {q})',
+                      [(i, "north" if i % 2 else "south", f"store {i}") for i in range(1, 11)])
+        r.executemany(f'INSERT INTO "Sale" VALUES ({q}, {q}, {q})', [(i, 1 + i % 10, i) for i in range(1, 31)])
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def world(request, spark, tmp_path_factory):
+    kind = request.param
+    tmp = tmp_path_factory.mktemp(f"trust-{kind}")
+    with databases(tmp, lambda: request.getfixturevalue("pg_admin_url")) as dbs:
+        pub = dbs.url(kind, "trustpub")
+        _publisher(pub)
+        data = {
+            "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap")},
+            "server": {"max_request_mb": 1, "max_active_requests": 2, "request_queue_s": 0.5},
+            "publications": [{"name": "Shop", "articles": [
+                {"table": "Item"}, {"table": "Store", "filter": "region = HOST_NAME()"},
+                {"table": "Sale", "join_filters": [{"parent": "Store", "clause": "Sale.store_id = Store.id",
+                                                    "unique_key": True}]}]}],
+            "subscriptions": [{"name": name, "publication": "Shop", "transport": "web", "host_name": region}
+                              for name, region in REGIONS.items()]}
+        w = WebWorld(tmp, data, spark)
+        w.kind = kind
+        w.server = Server(w.config, w.port, tmp / "serve.log", env={"SPARKSYNC_FAILPOINTS": FAILPOINTS})
+        w.server.start()
+        try:
+            for name in REGIONS:
+                _ok(w.sync(name))
+            yield w
+        finally:
+            w.server.stop()
+            log = (tmp / "serve.log").read_text(encoding="utf-8", errors="replace")
+            assert "Traceback" not in log, log[-3000:]
+            assert not any(t.split("_")[-1] in log for t in w.tokens.values()), "a token appears in the server's log"
+
+
+def _ok(p: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert p.returncode == 0, f"exit {p.returncode}: {p.stdout}\n{p.stderr}"
+    assert "Traceback" not in p.stderr + p.stdout
+    return p
+
+
+def _rows(url: str, table: str) -> dict[int, tuple]:
+    cols = {"Item": '"id", "v", "n"', "Store": '"id", "region", "name"', "Sale": '"id", "store_id", "qty"'}[table]
+    with connect(url) as r:
+        return {row[0]: tuple(row) for row in r.query(f'SELECT {cols} FROM "{table}" ORDER BY "id"')}
+
+
+def _partition(w, region: str) -> dict[str, dict[int, tuple]]:
+    items, stores, sales = (_rows(w.pub_url, t) for t in ("Item", "Store", "Sale"))
+    mine = {k: v for k, v in stores.items() if v[1] == region}
+    return {"Item": items, "Store": mine, "Sale": {k: v for k, v in sales.items() if v[1] in mine}}
+
+
+def _holds(w, name: str) -> dict[str, dict[int, tuple]]:
+    return {t: _rows(w.device_url(name), t) for t in ("Item", "Store", "Sale")}
+
+
+def _converged(w, name: str) -> None:
+    held, want = _holds(w, name), _partition(w, REGIONS[name])
+    assert held == want, (name, {t: (sorted(set(held[t]) - set(want[t])), sorted(set(want[t]) - set(held[t])),
+                                     [k for k in held[t] if k in want[t] and held[t][k] != want[t][k]]) for t in held})
+
+
+def _status(w) -> tuple[int, dict]:
+    p = subprocess.run([EXE, "status", "-c", str(w.config), "--json"], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p.returncode, json.loads(p.stdout)
+
+
+def _lineage(url: str, table: str, key: int) -> dict:
+    with connect(url) as r:
+        pending.flush(r)
+        art = next(a for a in store.select_rows(r, "sysmergearticles") if a["source_table"] == table)
+        guid = r.scalar(f'SELECT rowguid FROM "{table}" WHERE "id" = {key}')
+        text = r.scalar(f"SELECT lineage FROM {r.meta('MSmerge_contents')} WHERE tablenick = {art['nickname']} "
+                        f"AND rowguid = {r.dialect.uuid_param()}", [str(guid)])
+    return (json.loads(text) if isinstance(text, str) else text) or {}
+
+
+def _nickname(w, name: str) -> int:
+    with connect(w.pub_url) as pub:
+        return int(store.select_rows(pub, "sysmergesubscriptions", {"name": name})[0]["replnickname"])
+
+
+def _set_own_version(w, name: str, table: str, key: int, version: int) -> None:
+    """The device's own entry of a row's lineage set by hand in its file, as whoever holds the device can."""
+    nick = _nickname(w, name)
+    shell(w.device_url(name), f"UPDATE \"{table}\" SET v = 'before the claim' WHERE id = {key};\n")
+    with connect(w.device_url(name)) as dev:           # the row's metadata written, as any sync would
+        pending.flush(dev)
+    shell(w.device_url(name), f"UPDATE MSmerge_contents SET lineage = json_set(lineage, '$.\"{nick}\"', {version}) "
+                              f"WHERE rowguid = (SELECT rowguid FROM \"{table}\" WHERE id = {key});\n"
+                              f"UPDATE \"{table}\" SET v = 'claimed' WHERE id = {key};\n")
+
+
+# -- a device's claims about itself ----------------------------------------------------------------------
+def test_a_lineage_version_beyond_what_a_lineage_may_hold_is_a_failed_change_and_poisons_nothing(world):
+    """Finding: a device set its own entry to 2**63 - 2: the SQLite publisher stored a float that no longer
+    increases (later changes of the row silently dropped for every device), the PostgreSQL one answered every
+    download 500 "bigint out of range"."""
+    _set_own_version(world, "TillN", "Item", 3, 2**63 - 2)
+    p = _ok(world.sync("TillN"))
+    assert _rows(world.pub_url, "Item")[3][1] == "v3", "the claimed row was applied"
+    stored = _lineage(world.pub_url, "Item", 3)
+    assert all(isinstance(v, int) and v <= lin.MAX_VERSION for v in stored.values()), stored
+    with connect(world.pub_url) as pub:
+        (failed,) = [f for f in store.select_rows(pub, "MSmerge_failed_changes")
+                     if f["source_nickname"] == _nickname(world, "TillN")]
+    assert failed["reason"].startswith("refused: ") and "outside the versions a lineage may hold" in failed["reason"]
+    assert "1 failed" in p.stdout + p.stderr or "failed" in p.stdout, p.stdout
+    # the publisher's row lives on: an application's update reaches every device, the tampering one's partition too
+    shell(world.pub_url, 'UPDATE "Item" SET "v" = \'after the claim\' WHERE "id" = 3;\n')
+    for name in ("TillS", "Copy"):
+        _ok(world.sync(name))
+        assert _rows(world.device_url(name), "Item")[3][1] == "after the claim"
+    code, st = _status(world)
+    assert code != 0, st
+    (entry,) = [s for s in st["subscriptions"] if s["name"] == "TillN"]
+    assert entry["status"] == "damaged" and "refused" in " ".join(entry["problems"]), entry
+
+
+def test_an_own_version_far_above_the_rows_history_is_refused(world):
+    """The rule a device's own entry follows: at most ``lineage.MAX_ADVANCE`` above the row's newest version at
+    the publisher (within 2^40, so no range check sees it)."""
+    newest = max(_lineage(world.pub_url, "Item", 4).values(), default=0)
+    _set_own_version(world, "TillS", "Item", 4, newest + lin.MAX_ADVANCE + 10)
+    _ok(world.sync("TillS"))
+    assert _rows(world.pub_url, "Item")[4][1] == "v4"
+    with connect(world.pub_url) as pub:
+        reasons = [f["reason"] for f in store.select_rows(pub, "MSmerge_failed_changes")
+                   if f["source_nickname"] == _nickname(world, "TillS")]
+    assert any("above the row's newest version" in r for r in reasons), reasons
+
+
+# -- a file restored from an older copy --------------------------------------------------------------------
+def _copy_file(w, name: str, to) -> None:
+    """The device's file as a backup holds it (its -wal and -shm not copied: a checkpointed file)."""
+    with connect(w.device_url(name)) as dev:
+        dev.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shutil.copyfile(w.device(name), to)
+
+
+def _restore_file(w, name: str, backup) -> None:
+    for suffix in ("-wal", "-shm"):
+        path = w.device(name).with_name(w.device(name).name + suffix)
+        if path.exists():
+            path.unlink()
+    shutil.copyfile(backup, w.device(name))
+
+
+def test_a_device_file_restored_from_an_older_copy_is_recovered(world, tmp_path):
+    """Finding: after a restore, the file's new order was never sent ("0 to send") and the order it had sent
+    after the copy never came back, every later sync "succeeded". Recovered: both arrive, nothing lost, a row
+    changed on both sides of the copy is a conflict settled by the rules (not taken for a version the
+    publisher had), and later syncs go on as replica of a new nickname."""
+    _ok(world.sync("Copy"))
+    backup = tmp_path / "copy.db.bak"
+    _copy_file(world, "Copy", backup)
+    shell(world.device_url("Copy"), "INSERT INTO Store (id, region, name) VALUES (7771, 'north', 'after the copy');\n"
+                                    "UPDATE Item SET v = 'after the copy' WHERE id = 5;\n"
+                                    "UPDATE Item SET v = 'deleted after' WHERE id = 6;\nDELETE FROM Sale WHERE id = 10;\n")
+    _ok(world.sync("Copy"))
+    assert 7771 in _rows(world.pub_url, "Store") and 10 not in _rows(world.pub_url, "Sale")
+    before = _nickname(world, "Copy")
+    _restore_file(world, "Copy", backup)
+    shell(world.device_url("Copy"), "INSERT INTO Store (id, region, name) VALUES (7772, 'north', 'restored copy');\n"
+                                    "UPDATE Item SET v = 'restored copy' WHERE id = 5;\n"
+                                    "UPDATE Item SET n = 66 WHERE id = 7;\n")
+    p = _ok(world.sync("Copy"))
+    assert "older copy of itself" in p.stdout + p.stderr and "recovered as replica" in p.stdout + p.stderr, p.stdout
+    assert _nickname(world, "Copy") != before
+    stores = _rows(world.pub_url, "Store")
+    assert stores[7772] == (7772, "north", "restored copy") and stores[7771] == (7771, "north", "after the copy")
+    assert _rows(world.pub_url, "Item")[7][2] == 66
+    _converged(world, "Copy")                     # 7771 came back, Sale 10 is gone again, Item 5 as decided
+    with connect(world.pub_url) as pub:
+        logged = [c for c in store.select_rows(pub, "MSmerge_conflicts_info", {"subscription": "Copy"})]
+        assert any(c["conflict_type"] == 1 for c in logged), logged      # Item 5, changed on both sides of the copy
+        assert store.select_rows(pub, "MSweb_recoveries", {"subscription": "Copy"})
+    p = _ok(world.sync("Copy", "--json"))          # nothing more to move
+    summary = json.loads(p.stdout)
+    assert not [st for s in summary["subscriptions"] for d in ("upload", "download") for st in s[d].values()
+                if st["inserts"] + st["updates"] + st["deletes"]], summary
+    shell(world.device_url("Copy"), "INSERT INTO Store (id, region, name) VALUES (7773, 'north', 'after recovery');\n")
+    _ok(world.sync("Copy"))
+    assert 7773 in _rows(world.pub_url, "Store")
+    code, st = _status(world)
+    (entry,) = [s for s in st["subscriptions"] if s["name"] == "Copy"]
+    assert entry["status"] == "active", entry
+
+
+def test_a_recovery_cut_between_its_two_steps_is_finished_by_the_next_sync(world, tmp_path):
+    """The publisher recovered the file and the sync died before the file took its new nickname: the next sync
+    finishes it (the file is not refused as an older file of the subscription)."""
+    _ok(world.sync("Copy"))
+    backup = tmp_path / "copy.db.bak"
+    _copy_file(world, "Copy", backup)
+    shell(world.device_url("Copy"), "INSERT INTO Store (id, region, name) VALUES (7781, 'north', 'sent');\n")
+    _ok(world.sync("Copy"))
+    _restore_file(world, "Copy", backup)
+    shell(world.device_url("Copy"), "INSERT INTO Store (id, region, name) VALUES (7782, 'north', 'restored');\n")
+    fp.arm(FAILPOINTS, "device.recovered Copy !kill")
+    p = world.sync("Copy", env={"SPARKSYNC_FAILPOINTS": FAILPOINTS})
+    assert p.returncode == -9, p
+    _ok(world.sync("Copy"))
+    stores = _rows(world.pub_url, "Store")
+    assert 7781 in stores and 7782 in stores
+    _converged(world, "Copy")
+
+
+# -- every request bounded ----------------------------------------------------------------------------------
+def _client(w, name: str | None = None, **headers) -> httpx.Client:
+    auth = {"Authorization": f"Bearer {w.tokens[name]}"} if name else {}
+    return httpx.Client(base_url=w.server.url, timeout=60,
+                        headers={"Sparksync-Protocol": str(PROTOCOL), **auth, **headers})
+
+
+def _peak_kb(pid: int) -> int:
+    """The process's peak resident memory (VmHWM)."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        return int(next(ln.split()[1] for ln in fh if ln.startswith("VmHWM:")))
+
+
+def test_a_small_body_that_says_it_unpacks_to_a_gigabyte_is_refused_before_it_is_inflated(world):
+    """Finding: a 32 KB upload whose frame said 1 GiB (zeros compress 30,000:1) was inflated whole before it
+    was refused: 3.2 GiB of the server's memory. Its declared size is checked against the limit first."""
+    bomb = pa.compress(b"\0" * (256 << 20), codec="zstd", asbytes=True)
+    body = MAGIC + HEADER.pack(256 << 20, len(bomb)) + bomb
+    assert len(body) < 64 << 10
+    with connect(world.pub_url) as pub:
+        lo = int(store.select_rows(pub, "sysmergesubscriptions", {"name": "Rogue"})[0]["recgen"])
+    before = _peak_kb(world.server.proc.pid)
+    with _client(world, "Rogue") as c:
+        for _ in range(3):
+            r = c.put(f"/v1/sync/uploads/{lo}-{lo + 1}", content=body)
+            assert r.status_code == 413 and "unpack to more than" in r.json()["detail"], r.text
+        small = pa.compress(b"\0" * 200_000, codec="zstd", asbytes=True)      # under the limit, a lie inside it
+        r = c.put(f"/v1/sync/uploads/{lo}-{lo + 1}", content=MAGIC + HEADER.pack(100_000, len(small)) + small)
+        assert r.status_code == 400, r.text
+    assert _peak_kb(world.server.proc.pid) - before < 64 << 10, "serve's peak memory grew by more than 64 MB"
+
+
+def test_a_chunked_body_over_the_limit_is_a_413(world):
+    """Finding: a body without a Content-Length (chunked) over the limit was answered 500."""
+    def chunks():
+        for _ in range(40):
+            yield b"x" * 65536
+    with connect(world.pub_url) as pub:
+        lo = int(store.select_rows(pub, "sysmergesubscriptions", {"name": "Rogue"})[0]["recgen"])
+    with _client(world, "Rogue") as c:
+        r = c.put(f"/v1/sync/uploads/{lo}-{lo + 1}", content=chunks())
+        assert r.status_code == 413, r.text
+        r = c.post("/v1/sync/download", content=chunks(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 413, r.text
+
+
+def test_json_nested_deeper_than_the_protocol_is_a_400(world):
+    """Finding: a download body of deeply nested JSON was a 500 with a traceback in serve's log."""
+    with _client(world, "Rogue") as c:
+        for body in ("[" * 50_000 + "]" * 50_000, '{"after": 0, "failed": ' + "[" * 3000 + "]" * 3000 + "}"):
+            r = c.post("/v1/sync/download", content=body)
+            assert r.status_code == 400 and "nested" in r.json()["detail"], r.text
+        r = c.post("/v1/sync/done", content='{"seconds": 1, "errors": [' + '"x", ' * 400_000 + '"x"]}')
+        assert r.status_code == 413, r.text
+
+
+def test_random_requests_on_every_route_get_a_4xx_never_a_500(world):
+    """Fuzzing the door: random methods, paths, headers and bodies (JSON of random shape and depth, random
+    bytes, frames with random bytes changed) on every route, with a device's token and without: never a 5xx,
+    never a traceback in serve's log (checked when the module ends)."""
+    rng = random.Random(35)
+    routes = [("GET", "/v1/sync/hello"), ("GET", "/v1/sync/snapshot"), ("GET", "/v1/sync/snapshot/x/y.parquet"),
+              ("POST", "/v1/sync/initialized"), ("POST", "/v1/sync/recover"), ("PUT", "/v1/sync/uploads/1-2"),
+              ("PUT", "/v1/sync/uploads/-1-99999999999999999999"), ("POST", "/v1/sync/download"),
+              ("POST", "/v1/sync/download/ack"), ("POST", "/v1/sync/done"), ("GET", "/healthz"), ("GET", "/nothing")]
+
+    keys = ["after", "batch", "failed", "keyset", "hi", "seconds", "errors", "upload", "nickname", "sentgen",
+            "recgen", "snapshot_id", "baseline"]
+
+    def value(depth: int = 0):
+        kinds = [lambda: None, lambda: True, lambda: rng.randint(-2**70, 2**70), lambda: rng.random() * 1e300,
+                 lambda: "x" * rng.randrange(300), lambda: "\u0000\ud7ff",
+                 lambda: [[rng.randint(-5, 2**40), "g" * rng.randrange(80)]],
+                 lambda: [value(depth + 1) for _ in range(rng.randrange(4))],
+                 lambda: {rng.choice(keys): value(depth + 1) for _ in range(rng.randrange(5))}]
+        return kinds[rng.randrange(len(kinds) if depth < 4 else len(kinds) - 2)]()
+
+    def body() -> bytes:
+        k = rng.randrange(4)
+        if k == 0:
+            return json.dumps(value()).encode()
+        if k == 1:
+            return rng.randbytes(rng.randrange(2000))
+        if k == 2:
+            frame = bytearray(MAGIC + HEADER.pack(rng.randrange(1 << 20), rng.randrange(1 << 20)) + META.pack(3))
+            return bytes(frame) + rng.randbytes(rng.randrange(200))
+        return json.dumps({"after": value(), "batch": value(), "failed": value(), "keyset": value()}).encode()
+
+    seen: dict[int, int] = {}
+    with _client(world, "Rogue") as authed, _client(world) as anonymous:
+        for i in range(400):
+            method, path = rng.choice(routes)
+            headers = {}
+            if rng.random() < 0.3:
+                headers[rng.choice(["Sparksync-Protocol", "Content-Type", "Range", "Accept", "X-Any"])] = rng.choice(
+                    ["", "999999999999", "-1", "0x10", "bytes=9-1", "bytes=-", "text/plain", "1.5", "a" * 2000])
+            c = authed if i % 5 else anonymous
+            r = c.request(method, path, content=body() if method != "GET" else None, headers=headers)
+            seen[r.status_code] = seen.get(r.status_code, 0) + 1
+            assert r.status_code < 500, (method, path, headers, r.status_code, r.text)
+    assert 400 in seen and 401 in seen, seen
+    _ok(world.sync("Rogue"))
+
+
+def test_more_uploads_and_downloads_than_the_door_works_on_at_once_get_429_with_retry_after(world):
+    """Nothing bounded how many requests ran at once: two downloads held inside the door (max_active_requests =
+    2), a third waits its request_queue_s and gets 429 with Retry-After; the held ones then finish."""
+    fp.arm(FAILPOINTS, "door.download TillS !pause", "door.download Copy !pause")
+    results: dict[str, int] = {}
+
+    def download(name: str) -> None:
+        with _client(world, name) as c:
+            results[name] = c.post("/v1/sync/download", json={"after": 0}).status_code
+
+    held = [threading.Thread(target=download, args=(n,)) for n in ("TillS", "Copy")]
+    for t in held:
+        t.start()
+    try:
+        for n in ("TillS", "Copy"):
+            fp.wait_paused(FAILPOINTS, "door.download", n)
+        with _client(world, "Rogue") as c:
+            r = c.post("/v1/sync/download", json={"after": 0})
+        assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1, r.text
+    finally:
+        for n in ("TillS", "Copy"):
+            fp.resume(FAILPOINTS, "door.download", n)
+        for t in held:
+            t.join()
+    assert results == {"TillS": 200, "Copy": 200}
+    _ok(world.sync("Rogue"))
