@@ -24,6 +24,7 @@ from sparksync.dialects import connect
 from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking import pending
 from sparksync.metadata import store
+from sparksync.metadata.records import Role, SubscriptionRow
 from sparksync.web.wire import HEADER, MAGIC, META, PROTOCOL
 from tests.support.clients import shell
 from tests.support.databases import databases
@@ -384,3 +385,74 @@ def test_more_uploads_and_downloads_than_the_door_works_on_at_once_get_429_with_
             t.join()
     assert results == {"TillS": 200, "Copy": 200}
     _ok(world.sync("Rogue"))
+
+
+# -- no oracle across partitions -----------------------------------------------------------------------------
+def _guid(w, table: str, key: int) -> str:
+    with connect(w.pub_url) as pub:
+        pending.flush(pub)              # a row inserted through the sqlite3 shell gets its rowguid there
+        return str(pub.scalar(f'SELECT rowguid FROM "{table}" WHERE "id" = {key}')).lower()
+
+
+def _tablenick(w, table: str) -> int:
+    with connect(w.pub_url) as pub:
+        return next(int(a["nickname"]) for a in store.select_rows(pub, "sysmergearticles") if a["source_table"] == table)
+
+
+def test_a_download_listing_another_partitions_rows_as_failed_learns_nothing_of_them(world):
+    """Finding: a download listing another partition's rowguid in "failed" returned that row's tombstone with
+    its lineage. A row of another partition, a row deleted there and a rowguid that exists nowhere get the
+    same answer: a removal without lineage (the device forgets it, if it holds it)."""
+    shell(world.pub_url, 'INSERT INTO "Store" ("id", "region", "name") VALUES (801, \'south\', \'to delete\');\n')
+    gone = _guid(world, "Store", 801)
+    shell(world.pub_url, 'DELETE FROM "Store" WHERE "id" = 801;\nUPDATE "Store" SET "name" = \'one\' WHERE "id" = 1;\n')
+    nick = _tablenick(world, "Store")
+    asked = {"elsewhere": _guid(world, "Store", 2), "deleted there": gone,
+             "nowhere": "01a21d23-c921-73e1-8b79-5e49e915af2b", "mine": _guid(world, "Store", 1)}
+    with connect(world.device_url("TillN")) as dev:
+        after = int(store.select(dev, SubscriptionRow, {"role": Role.PUBLISHER})[0].recgen or 0)
+    with _client(world, "TillN") as c:
+        r = c.post("/v1/sync/download", json={"after": after, "failed": [[nick, g] for g in asked.values()]})
+    assert r.status_code == 200, r.text
+    from sparksync.web.wire import read_frames
+    rows = [row for t, _ in read_frames(r.content, "download") for row in t.to_pylist()]
+    by_guid = {str(row["rowguid"]).lower(): row for row in rows if row["tablenick"] == nick}
+    answers = {what: (by_guid[g]["op"], by_guid[g]["lineage"], by_guid[g]["row"]) for what, g in asked.items()
+               if what != "mine"}
+    assert set(answers.values()) == {("remove", "{}", None)}, answers
+    assert by_guid[asked["mine"]]["op"] == "upsert"
+
+
+def _claim(w, name: str, guid: str, key: int, op: str = "upsert") -> dict:
+    """An upload of one change of Store row ``guid`` whose lineage says it has the publisher's history."""
+    from sparksync.web.wire import change_schema, write_changes
+
+    with connect(w.pub_url) as pub:
+        lo = int(store.select_rows(pub, "sysmergesubscriptions", {"name": name})[0]["recgen"])
+    change = {"source": "", "source_nick": 0, "tablenick": _tablenick(w, "Store"), "rowguid": guid, "generation": lo + 1,
+              "op": op, "lineage": json.dumps({"1": 2, str(_nickname(w, name)): 3}), "colv": None,
+              "row": json.dumps({"id": key, "region": "north", "name": f"claimed {key}"}) if op == "upsert" else None,
+              "target": None, "partition_id": 0}
+    with _client(w, name) as c:
+        r = c.put(f"/v1/sync/uploads/{lo}-{lo + 1}", content=write_changes(pa.Table.from_pylist([change], change_schema())))
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_an_upload_never_tells_a_row_of_another_partition_from_one_that_exists_nowhere(world):
+    """Finding: an upload reply's "refused": N confirmed that guessed rowguids exist elsewhere. A change to a row
+    of another partition and one to a rowguid that exists nowhere get the same answer; and a failed change's
+    text shown to the device never quotes the publisher's database (which can quote another partition's row)."""
+    elsewhere = _claim(world, "TillN", _guid(world, "Store", 4), 4)
+    nowhere = _claim(world, "TillN", "01a21d23-c921-73e1-8b79-5e49e915af2c", 4)
+    strip = ("lo", "hi")
+    assert {k: v for k, v in elsewhere.items() if k not in strip} == {k: v for k, v in nowhere.items() if k not in strip}
+    assert elsewhere["refused"] == 1, elsewhere
+    assert _rows(world.pub_url, "Store")[4] == (4, "south", "store 4")
+    shell(world.device_url("TillN"), "INSERT INTO Store (id, region, name) VALUES (2, 'north', 'a taken key');\n")
+    p = _ok(world.sync("TillN", "--json"))
+    assert "store 2" not in p.stdout + p.stderr and "south" not in p.stdout + p.stderr, p.stdout
+    with connect(world.pub_url) as pub:
+        failed = store.select_rows(pub, "MSmerge_failed_changes")
+    assert any(f["source_nickname"] == _nickname(world, "TillN") for f in failed)
+    shell(world.device_url("TillN"), "DELETE FROM Store WHERE id = 2;\n")

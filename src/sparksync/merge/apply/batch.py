@@ -268,8 +268,13 @@ class _BatchApplier:
 
     def remove(self, w: Removal, st: ArticleStats) -> None:
         """Rows that left this subscriber's partition: gone from it with their metadata, recorded
-        nowhere (not a delete: the rows live on in other partitions)."""
+        nowhere (not a delete: the rows live on in other partitions); a change of theirs that failed here
+        is moot."""
         st.removed += forget_rows(self.replica, w.art, w.rowguids)
+        u, failed = self.replica.dialect.uuid_param(), self.replica.meta("MSmerge_failed_changes")
+        for chunk in in_chunks(w.rowguids):
+            self.replica.execute(f"DELETE FROM {failed} WHERE tablenick = {int(w.art.nickname)} AND rowguid IN "
+                                 f"({', '.join([u] * len(chunk))})", chunk)
 
     def one_row(self, w: DecidedChange, st: ArticleStats) -> None:
         gen = self.generation_for(w.decision.send_back)

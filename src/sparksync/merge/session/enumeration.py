@@ -334,10 +334,12 @@ def retry_reads(destination: Replica, dest_name: str, source: Replica, source_ur
 
 def retries_of(failed: list[tuple[int, str]], dest_name: str, source: Replica, source_url: str, label: str,
                pubid: str, source_name: str, source_nick: int, start: int, partition: int | None = None,
-               partitions: PartitionRead | None = None) -> list[ReadPartition]:
+               partitions: PartitionRead | None = None, guarded: bool = False) -> list[ReadPartition]:
     """``retry_reads`` of the changes ``failed`` ((tablenick, rowguid) each) at a destination the source
     cannot open (a web device: it says which of the publisher's changes failed there, and the publisher
-    which of the device's)."""
+    which of the device's). ``guarded`` (what the destination lists is not trusted: the web door): a deleted
+    row of a filtered article is read only if it was in the destination's partition (never where that
+    cannot be known: membership evaluated at sync time), so a forged list learns nothing of other partitions."""
     if not failed:
         return []
     by_nick: dict[int, list[str]] = {}
@@ -349,25 +351,32 @@ def retries_of(failed: list[tuple[int, str]], dest_name: str, source: Replica, s
         if nick not in rows:
             continue
         art = tracked_article(rows[nick])
-        member = None
+        member = was_member = None
         if partitions is not None and partition is not None and nick in partitions.filtered:
             if nick in partitions.at_sync:
                 assert partitions.scheme is not None
                 member = member_sql(source, partitions.scheme, rows[nick], "c.rowguid", str(int(partition)))
+                was_member = "1 = 0" if guarded else None    # a deleted row's membership cannot be evaluated
             else:
                 member = (f"EXISTS (SELECT 1 FROM {source.meta('MSmerge_current_partition_mappings')} cm WHERE "
                           f"cm.tablenick = c.tablenick AND cm.rowguid = c.rowguid AND cm.partition_id = {int(partition)})")
+                was_member = (f"EXISTS (SELECT 1 FROM {source.meta('MSmerge_past_partition_mappings')} pm WHERE "
+                              f"pm.tablenick = t.tablenick AND pm.rowguid = t.rowguid AND pm.partition_id = "
+                              f"{int(partition)})") if guarded else None
         base = {"source": source_name, "source_nick": source_nick, "tablenick": nick, "target": dest_name,
                 "key": list(art.info.primary_key)}
         for i in range(0, len(guids), RETRY_CHUNK):   # a driver binds at most so many parameters
-            parts += _retry_partitions(source, source_url, label, art, guids[i:i + RETRY_CHUNK], start, base, member)
+            parts += _retry_partitions(source, source_url, label, art, guids[i:i + RETRY_CHUNK], start, base, member,
+                                       was_member)
     return parts
 
 
 def _retry_partitions(source: Replica, source_url: str, label: str, art, guids: list[str], start: int,
-                      base: dict, member: str | None = None) -> list[ReadPartition]:
+                      base: dict, member: str | None = None, was_member: str | None = None) -> list[ReadPartition]:
     """The upserts and the deletes of ``guids`` (one article) at the source, in generations up to
-    ``start``; ``member``: a condition on the contents row ``c`` an upsert must meet (its partition)."""
+    ``start``; ``member``: a condition on the contents row ``c`` an upsert must meet (its partition);
+    ``was_member``: on the tombstone ``t`` a delete must meet (the row was in the partition): a row of
+    another partition is read for nobody, whatever a destination lists as failed."""
     d = source.dialect
     p = d.capabilities.paramstyle
     nick = int(art.nickname)
@@ -383,7 +392,8 @@ def _retry_partitions(source: Replica, source_url: str, label: str, art, guids: 
             + (f" AND {member}" if member else ""),
             [*guids, start], cols, f"{label}/{art.table} retries", {**base, "op": "upsert"}),
         change_read(
-            source_url, f"SELECT generation, rowguid, lineage, NULL FROM {source.meta('MSmerge_tombstone')} "
-            f"WHERE tablenick = {nick} AND rowguid IN ({inlist}) AND generation <= {p}",
+            source_url, f"SELECT t.generation, t.rowguid, t.lineage, NULL FROM {source.meta('MSmerge_tombstone')} t "
+            f"WHERE t.tablenick = {nick} AND t.rowguid IN ({inlist}) AND t.generation <= {p}"
+            + (f" AND {was_member}" if was_member else ""),
             [*guids, start], [], f"{label}/{art.table} retried deletes", {**base, "op": "delete"}),
     ]

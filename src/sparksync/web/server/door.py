@@ -36,6 +36,7 @@ from sparksync.errors import NotInitialized, ProtocolError, ReplicaBehind, Snaps
 from sparksync.merge.apply.batch import apply_batch
 from sparksync.merge.apply.classify import ArticleAt
 from sparksync.merge.apply.outcome import BatchOutcome
+from sparksync.merge.conflicts.model import ConflictType
 from sparksync.merge.conflicts.resolvers import check_resolvers
 from sparksync.merge.partitions.evaluation import evaluate, evaluated_at_sync, partitions
 from sparksync.merge.partitions.scheme import scheme_of
@@ -326,7 +327,8 @@ class Door:
             retried = bool(checked.num_rows) and RETRY_GENERATION in set(checked.column("generation").to_pylist())
             if lo == hi and not retried:
                 raise ProtocolError(f"{what}: an empty range carries only changes sent again", obj=device.name)
-            refused = foreign_rows(pub, prow.pubid, scheme, articles, reg.partition_id, checked)
+            refused = foreign_rows(pub, prow.pubid, scheme, articles, reg.partition_id, checked, reg.replnickname,
+                                   filtered - at_sync)
             session_id = store.new_guid()
             if refused:
                 part = next(p for p in partitions(pub, prow.pubid) if p.partition_id == reg.partition_id)
@@ -491,8 +493,22 @@ def _codec(a: ArticleRow) -> RowCodec:
 
 
 def _reply(lo: int, hi: int, outcome: BatchOutcome, ctx: ApplyContext, refused: int) -> dict:
-    return {"lo": lo, "hi": hi, "status": outcome.status, "message": outcome.message, "refused": refused,
+    """What the device is told of its upload. A failed change's reason is said without the database's own
+    words (a message of the publisher's database can quote values of rows the device may not see)."""
+    return {"lo": lo, "hi": hi, "status": outcome.status, "message": _for_device(outcome.message), "refused": refused,
             "stats": {ctx.article_names.get(n, str(n)): vars(st) for n, st in outcome.stats.items()},
             "conflicts": [{"article": ctx.article_names.get(c.record.tablenick, ""), "rowguid": c.record.rowguid,
-                           "type": int(c.record.conflict_type), "reason": c.record.reason_text,
+                           "type": int(c.record.conflict_type), "reason": _reason_for_device(c.record),
                            "winner": c.record.winner} for c in outcome.conflicts]}
+
+
+def _reason_for_device(record) -> str:
+    if record.conflict_type < ConflictType.UPLOAD_INSERT_FAILED or "refused" in record.reason_text.split(":")[0]:
+        return record.reason_text           # a conflict, or a claim of the device's refused: about its own row
+    op = record.conflict_type.label.split()[1]            # "upload insert failed" -> "insert"
+    return (f"{op} failed at the publisher: its database refused the row ({record.reason_code}); it is tried "
+            "again at the next sync")
+
+
+def _for_device(message: str) -> str:
+    return message.split(": ", 1)[0] if message else message

@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from sparksync.dialects.replica import Replica
+from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.errors import ErrorInfo, ReportedError
 from sparksync.merge.partitions.evaluation import evaluated_at_sync
+from sparksync.merge.partitions.evaluation import partitions as partitions_of
 from sparksync.merge.partitions.scheme import scheme_of
-from sparksync.merge.session.changes import ALL_PARTITIONS, READ_ERROR_GENERATION, REMOVE_GENERATION
+from sparksync.merge.session.changes import ALL_PARTITIONS, OP_REMOVE, READ_ERROR_GENERATION, REMOVE_GENERATION
 from sparksync.merge.session.enumeration import (
     KeyRange,
     PartitionRead,
@@ -34,6 +35,7 @@ from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import enumeration_bound
 from sparksync.metadata.records import PublicationRow, SubscriptionRow
 from sparksync.spark.reads import ReadPartition
+from sparksync.web.server.trust import membership
 
 
 @dataclass
@@ -49,6 +51,7 @@ class DownloadPlan:
     where: dict[int, int] = field(default_factory=dict)       # generation -> batch
     ranges: list[KeyRange] = field(default_factory=list)      # generations cut across batches, by key
     reads: list[ReadPartition] = field(default_factory=list)
+    retried: list[tuple[int, str]] = field(default_factory=list)   # failed rows of filtered articles it asked for
 
     def metadata(self) -> dict:
         return {"source": self.publisher, "source_nick": 1, "start": self.start, "bound": self.bound,
@@ -84,7 +87,10 @@ def plan_download(pub: Replica, url: str, publisher: str, prow: PublicationRow, 
         partitions = PartitionRead((pid,) if pid != ALL_PARTITIONS else (), filtered, prow.precomputed, scheme,
                                    at_sync, int(prow.partitions_evaluated or 0))
     retry = retries_of(failed, reg.name, pub, url, publisher, pubid, publisher, 1, start,
-                       pid if pid != ALL_PARTITIONS else None, partitions)
+                       pid if pid != ALL_PARTITIONS else None, partitions, guarded=True)
+    if partitions is not None and pid != ALL_PARTITIONS:
+        plan.retried = _outside(pub, pubid, scheme, articles, pid, [(int(n), str(g).lower()) for n, g in failed
+                                                                  if int(n) in partitions.filtered])
     link = plan_link(pub, pubid, publisher, 1, reg.replnickname, pid, start, bound, per_batch, partitions,
                      retry=bool(retry), threshold=prow.generation_leveling_threshold if keyset else 0)
     plan.batches, plan.where, plan.ranges = link.batches, link.where, link.ranges
@@ -96,6 +102,24 @@ def plan_download(pub: Replica, url: str, publisher: str, prow: PublicationRow, 
     return plan
 
 
+def _outside(pub: Replica, pubid: str, scheme, articles, partition_id: int,
+             failed: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Of ``failed`` (rows of filtered articles), those the publisher does not hold in the partition."""
+    part = next((p for p in partitions_of(pub, pubid) if p.partition_id == partition_id), None)
+    if part is None or not failed:
+        return failed
+    by_nick = {a.nickname: a for a in articles}
+    inside: set[tuple[int, str]] = set()
+    for nick in {n for n, _ in failed}:
+        a = by_nick.get(nick)
+        cond = scheme.condition(pub.dialect, a.name, "m", part.params) if a is not None else None
+        if cond is None:
+            continue
+        for chunk in in_chunks([g for n, g in failed if n == nick]):
+            inside |= {(nick, g) for g in membership(pub, a, cond, chunk)[1]}
+    return [f for f in failed if f not in inside]
+
+
 def read_download(plan: DownloadPlan):
     """The plan's change rows that are the device's: of its generations, of its partition (or of every
     partition), and not meant for another destination."""
@@ -103,11 +127,12 @@ def read_download(plan: DownloadPlan):
     import pyarrow.compute as pc
 
     table = read_changes(plan.reads)
-    if not table.num_rows:
-        return table
     failed = table.filter(pc.equal(table.column("generation"), READ_ERROR_GENERATION))
     if failed.num_rows:      # a read that failed: nothing of this download is sent (never a partial one)
         raise ReportedError(ErrorInfo.from_dict(json.loads(failed.column("row")[0].as_py())))
+    table = _not_in_partition(plan, table)
+    if not table.num_rows:
+        return table
     keep = pc.is_in(table.column("generation"),
                     pa.array(list(plan.where) + [r.generation for r in plan.ranges], pa.int64()))
     part = table.column("partition_id")
@@ -116,3 +141,27 @@ def read_download(plan: DownloadPlan):
     keep = pc.and_(keep, pc.fill_null(pc.equal(target, plan.subscription), True))
     return table.filter(keep).sort_by([("generation", "ascending"), ("tablenick", "ascending"),
                                        ("rowguid", "ascending")])
+
+
+def _not_in_partition(plan: DownloadPlan, table):
+    """The failed rows of filtered articles the device asked for that are not in its partition and were read
+    for nobody (in another partition, deleted there, or nowhere at all) go as removals: the device forgets
+    them if it holds them, and the answer is the same whatever the rowguid is elsewhere."""
+    import pyarrow as pa
+
+    if not plan.retried or REMOVE_GENERATION not in plan.where:
+        return table
+    got = {(int(n), str(g).lower()) for n, g in zip(table.column("tablenick").to_pylist(),
+                                                    table.column("rowguid").to_pylist())}
+    gone = [(n, g) for n, g in dict.fromkeys(plan.retried) if (n, g) not in got]
+    if not gone:
+        return table
+    n = len(gone)
+    removals = pa.table({
+        "source": [plan.publisher] * n, "source_nick": pa.array([1] * n, pa.int32()),
+        "tablenick": pa.array([t for t, _ in gone], pa.int32()), "rowguid": [g for _, g in gone],
+        "generation": pa.array([REMOVE_GENERATION] * n, pa.int64()), "op": [OP_REMOVE] * n,
+        "lineage": ["{}"] * n, "colv": pa.nulls(n, pa.string()), "row": pa.nulls(n, pa.string()),
+        "target": [plan.subscription] * n, "partition_id": pa.array([plan.partition_id] * n, pa.int32()),
+    }, schema=table.schema)
+    return pa.concat_tables([table, removals])

@@ -1,14 +1,21 @@
 """The door is the trust boundary: a device changes only rows of its partition and rows it created.
 
-An uploaded change of a filtered article whose row is at the publisher and, as the publisher has it now,
-outside the device's partition (a rowguid of another partition, guessed or forged) is never applied: it
-is taken out of the upload and logged as a refused change (``MSmerge_conflicts_info``, a failed-change
-conflict of the device, with the reason). A row the publisher does not have is one the device created:
-its insert is applied and then follows the article's ``partition_options`` like any subscriber's.
+An uploaded change of a filtered article to a row that is not in the device's partition is never applied:
+it is taken out of the upload and logged as a refused change (``MSmerge_conflicts_info``, a failed-change
+conflict of the device, with the reason). Not in its partition means: the row is at the publisher and, as
+the publisher has it now, outside the partition (a rowguid of another partition, guessed or forged); or the
+row is nowhere in the partition and the change says it is not the device's own creation (its lineage
+names another replica) — whether the row is in another partition, was deleted
+there, or exists nowhere, the answer is the same, so an upload never tells a device which rowguids exist
+elsewhere. A row deleted at the publisher while it was in the partition (its tombstone and past mapping)
+goes on to the apply (an update-delete conflict). A row the publisher does not have, changed by its
+creator only, is one the device created: its insert is applied and then follows the article's
+``partition_options`` like any subscriber's.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from sparksync.dialects.replica import Replica, in_chunks
@@ -27,8 +34,9 @@ class Refused:
 
 
 def foreign_rows(pub: Replica, pubid: str, scheme: PartitionScheme, articles: list[ArticleRow], partition_id: int | None,
-                 table) -> list[Refused]:
-    """The changes of ``table`` (uploaded change rows) to rows the publisher holds outside the partition."""
+                 table, source_nick: int, mapped: frozenset[int]) -> list[Refused]:
+    """The changes of ``table`` (uploaded change rows of replica ``source_nick``) to rows not in the partition;
+    ``mapped``: the filtered articles whose partition mappings are kept (precomputed partitions)."""
     import pyarrow.compute as pc
 
     if not partition_id or not scheme.filtered or not table.num_rows:
@@ -47,13 +55,52 @@ def foreign_rows(pub: Replica, pubid: str, scheme: PartitionScheme, articles: li
         if not mine.num_rows:
             continue
         ops = dict(zip(mine.column("rowguid").to_pylist(), mine.column("op").to_pylist()))
-        art = tracked_article(a)
-        rg = d.quote(art.rowguid_column)
+        claims = dict(zip(mine.column("rowguid").to_pylist(), mine.column("lineage").to_pylist()))
         for chunk in in_chunks(list(ops)):
-            for (g,) in pub.query(f"SELECT m.{rg} FROM {d.table_sql(art.table)} AS m WHERE m.{rg} IN "
-                                  f"({', '.join([d.uuid_param()] * len(chunk))}) AND NOT ({cond})", chunk):
-                out.append(Refused(a.nickname, str(g), str(ops.get(str(g), "upsert"))))
+            inlist = ", ".join([d.uuid_param()] * len(chunk))
+            present, inside = membership(pub, a, cond, chunk)
+            was_here = _deleted_in_partition(pub, a.nickname, int(part.partition_id), inlist, chunk,
+                                             a.nickname in mapped)
+            for g in chunk:
+                if str(g).lower() in inside or str(g).lower() in was_here:
+                    continue
+                if str(g).lower() in present or _claims_others(claims[g], source_nick):
+                    out.append(Refused(a.nickname, str(g), str(ops[g])))
     return out
+
+
+def membership(pub: Replica, a: ArticleRow, cond: str, rowguids: list[str]) -> tuple[set[str], set[str]]:
+    """Of ``rowguids`` (at most a chunk) of article ``a``: those the publisher holds, and those of them in the
+    partition whose rows ``cond`` (``PartitionScheme.condition`` on alias ``m``) holds for."""
+    d = pub.dialect
+    art = tracked_article(a)
+    rg = d.quote(art.rowguid_column)
+    present, inside = set(), set()
+    for g, member in pub.query(f"SELECT m.{rg}, CASE WHEN {cond} THEN 1 ELSE 0 END FROM {d.table_sql(art.table)} AS m "
+                               f"WHERE m.{rg} IN ({', '.join([d.uuid_param()] * len(rowguids))})", rowguids):
+        present.add(str(g).lower())
+        if member:
+            inside.add(str(g).lower())
+    return present, inside
+
+
+def _deleted_in_partition(pub: Replica, nick: int, partition_id: int, inlist: str, chunk: list, mapped: bool) -> set[str]:
+    """Of ``chunk``, the rows deleted at the publisher that were in the partition (a tombstone and, where
+    mappings are kept, a past mapping of the partition; else any tombstone: where membership is evaluated at
+    sync time, a deleted row's cannot be)."""
+    tomb, past = pub.meta("MSmerge_tombstone"), pub.meta("MSmerge_past_partition_mappings")
+    was = (f" AND EXISTS (SELECT 1 FROM {past} pm WHERE pm.tablenick = t.tablenick AND pm.rowguid = t.rowguid "
+           f"AND pm.partition_id = {int(partition_id)})") if mapped else ""
+    return {str(g).lower() for (g,) in pub.query(f"SELECT t.rowguid FROM {tomb} t WHERE t.tablenick = {int(nick)} AND "
+                                         f"t.rowguid IN ({inlist}){was}", chunk)}
+
+
+def _claims_others(lineage, source_nick: int) -> bool:
+    """The change says the row has a history beyond its sender's (a row it did not create)."""
+    try:
+        return any(int(k) != int(source_nick) for k in json.loads(lineage or "{}"))
+    except (ValueError, TypeError, AttributeError):
+        return True
 
 
 def without(table, refused: list[Refused]):
