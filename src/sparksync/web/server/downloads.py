@@ -113,7 +113,7 @@ def _outside(pub: Replica, pubid: str, scheme, articles, partition_id: int,
     for nick in {n for n, _ in failed}:
         a = by_nick.get(nick)
         cond = scheme.condition(pub.dialect, a.name, "m", part.params) if a is not None else None
-        if cond is None:
+        if a is None or cond is None:
             continue
         for chunk in in_chunks([g for n, g in failed if n == nick]):
             inside |= {(nick, g) for g in membership(pub, a, cond, chunk)[1]}
