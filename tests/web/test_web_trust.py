@@ -25,10 +25,11 @@ from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking import pending
 from sparksync.metadata import store
 from sparksync.metadata.records import Role, SubscriptionRow
-from sparksync.web.wire import HEADER, MAGIC, META, PROTOCOL
+from sparksync.web.server.feed import ECHO_LIMIT
+from sparksync.web.wire import HEADER, MAGIC, META, PROTOCOL, change_schema, read_frames, write_changes
 from tests.support.clients import shell
 from tests.support.databases import databases
-from tests.support.web import EXE, Server, WebWorld
+from tests.support.web import EXE, Server, WebWorld, upload_body
 
 pytestmark = pytest.mark.spark
 
@@ -414,7 +415,6 @@ def test_a_download_listing_another_partitions_rows_as_failed_learns_nothing_of_
     with _client(world, "TillN") as c:
         r = c.post("/v1/sync/download", json={"after": after, "failed": [[nick, g] for g in asked.values()]})
     assert r.status_code == 200, r.text
-    from sparksync.web.wire import read_frames
     rows = [row for t, _ in read_frames(r.content, "download") for row in t.to_pylist()]
     by_guid = {str(row["rowguid"]).lower(): row for row in rows if row["tablenick"] == nick}
     answers = {what: (by_guid[g]["op"], by_guid[g]["lineage"], by_guid[g]["row"]) for what, g in asked.items()
@@ -425,8 +425,6 @@ def test_a_download_listing_another_partitions_rows_as_failed_learns_nothing_of_
 
 def _claim(w, name: str, guid: str, key: int, op: str = "upsert") -> dict:
     """An upload of one change of Store row ``guid`` whose lineage says it has the publisher's history."""
-    from sparksync.web.wire import change_schema, write_changes
-
     with connect(w.pub_url) as pub:
         lo = int(store.select_rows(pub, "sysmergesubscriptions", {"name": name})[0]["recgen"])
     change = {"source": "", "source_nick": 0, "tablenick": _tablenick(w, "Store"), "rowguid": guid, "generation": lo + 1,
@@ -456,3 +454,57 @@ def test_an_upload_never_tells_a_row_of_another_partition_from_one_that_exists_n
         failed = store.select_rows(pub, "MSmerge_failed_changes")
     assert any(f["source_nickname"] == _nickname(world, "TillN") for f in failed)
     shell(world.device_url("TillN"), "DELETE FROM Store WHERE id = 2;\n")
+
+
+# -- the history says what the door saw --------------------------------------------------------------------
+def _sessions(w, name: str) -> list[dict]:
+    with connect(w.pub_url) as pub:
+        return sorted(store.select_rows(pub, "MSmerge_sessions", {"subscription": name}), key=lambda r: r["end_time"])
+
+
+def test_the_history_records_what_the_door_saw_not_what_the_device_says(world):
+    """Finding: a sync that died on a server error never reached /done, so the monitor kept "succeeded"; /done
+    took invented counts (rows moved pushed to 1.1e12) and invented failures with device-written text."""
+    with _client(world, "TillS") as c:
+        before = len(_sessions(world, "TillS"))
+        r = c.post("/v1/sync/done", json={"seconds": 1, "upload": {"inserts": 10**12 - 1},
+                                          "download": {"updates": 10**12 - 1},
+                                          "errors": ["\x1b[31m<script>alert(1)</script>\n" + "x" * 5000]})
+        assert r.status_code == 200, r.text
+        (row,) = _sessions(world, "TillS")[before:]
+        assert row["upload_inserts"] == 0 and row["download_updates"] == 0, row       # nothing was applied or sent
+        assert row["message"].startswith("the device says: ") and len(row["message"]) < 300, row["message"]
+        assert "\x1b" not in row["message"] and "\n" not in row["message"]
+        r = c.post("/v1/sync/download", json={"after": 0, "failed": "everything"})
+        assert r.status_code == 400
+    last = _sessions(world, "TillS")[-1]
+    assert last["status"] == "failed" and "failed: a list of" in last["message"], last
+    code, st = _status(world)
+    (entry,) = [s for s in st["subscriptions"] if s["name"] == "TillS"]
+    assert "failed: a list of" in json.dumps(entry), entry
+    shell(world.pub_url, 'UPDATE "Item" SET "n" = "n" + 1 WHERE "id" < 4;\n')
+    p = _ok(world.sync("TillS", "--json"))
+    last = _sessions(world, "TillS")[-1]
+    assert last["status"] == "succeeded" and last["download_updates"] == 3, last
+    assert json.loads(p.stdout)["ok"]
+
+
+def test_a_devices_big_upload_is_not_sent_back_to_it(world):
+    """Finding: a device's first big sync downloaded back the 50,000 rows it had just uploaded (none applied):
+    the partition feed's segments are written for every device of the partition. A device whose own changes
+    are more than feed.ECHO_LIMIT of its download is read for itself, without them (SQL Server's no-echo)."""
+    _ok(world.sync("Rogue"))                      # at the feed's head: its next download starts a segment
+    values = ",".join(f"({i}, 'bulk {i}', {i})" for i in range(20_000, 20_000 + ECHO_LIMIT + 500))
+    shell(world.device_url("Rogue"), f"INSERT INTO Item (id, v, n) VALUES {values};\n")
+    lo, hi, body = upload_body(world, "Rogue")
+    with connect(world.device_url("Rogue")) as dev:
+        after = int(store.select(dev, SubscriptionRow, {"role": Role.PUBLISHER})[0].recgen or 0)
+    with _client(world, "Rogue") as c:
+        assert c.put(f"/v1/sync/uploads/{lo}-{hi}", content=body).status_code == 200
+        r = c.post("/v1/sync/download", json={"after": after, "keyset": True})
+    assert r.status_code == 200, r.text
+    sent = sum(t.num_rows for t, _ in read_frames(r.content, "download"))
+    assert sent < ECHO_LIMIT, f"{sent} rows sent back to the device that uploaded them"
+    _ok(world.sync("Rogue"))
+    _ok(world.sync("TillN"))
+    assert len([k for k in _rows(world.device_url("TillN"), "Item") if k >= 20_000]) == ECHO_LIMIT + 500

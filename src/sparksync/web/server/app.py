@@ -127,6 +127,7 @@ class Turns:
 def _endpoint(door: Door, handler: Handler, turns: Turns | None = None):
     """``handler`` behind the protocol's version check and the token; ``turns``: it works only in its turn."""
     async def endpoint(request: Request) -> Response:
+        device: Device | None = None
         try:
             sent = request.headers.get(PROTOCOL_HEADER)
             if sent is not None and (not sent.isascii() or not sent.isdigit() or len(sent) > 6 or int(sent) < PROTOCOL):
@@ -146,14 +147,22 @@ def _endpoint(door: Door, handler: Handler, turns: Turns | None = None):
             extra = {"expected_lo": e.expected_lo} if isinstance(e, UploadConflict) and e.expected_lo is not None else {}
             if status >= 500:
                 log.warning("%s %s: %s", request.method, request.url.path, redact(e.message))
+            if device is not None and status not in (429, 503):          # (busy: the device asks again)
+                await run_in_threadpool(door.failed, device, f"{request.method} {request.url.path}: {status} {e.message}")
             response = problem(status, e.code, redact(e.message), **extra)
             if isinstance(e, ServerBusy):
                 response.headers["Retry-After"] = str(int(e.retry_after))
             return response
         except _TooLarge as e:
+            if device is not None:
+                await run_in_threadpool(door.failed, device, f"{request.method} {request.url.path}: 413 a body over "
+                                        f"max_request_mb")
             return _too_large(e.limit)
-        except Exception:  # noqa: BLE001 - never a traceback to a client
+        except Exception as e:  # noqa: BLE001 - never a traceback to a client
             log.exception("%s %s failed", request.method, request.url.path)
+            if device is not None:
+                await run_in_threadpool(door.failed, device, f"{request.method} {request.url.path}: the server failed "
+                                        f"({type(e).__name__}); its log says why")
             return problem(500, "internal error", "the server failed; its log says why")
     return endpoint
 

@@ -18,7 +18,6 @@ the requests that wait for it, and skipped (not waited for) while a merge agent 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import functools
 import hashlib
 import json
@@ -58,6 +57,7 @@ from sparksync.snapshot.manifest import current_snapshot
 from sparksync.web import tokens
 from sparksync.web.server.downloads import DownloadPlan, plan_download, read_download
 from sparksync.web.server.feed import Feed
+from sparksync.web.server.ledger import Ledger, session_row
 from sparksync.web.server.partitioned import device_snapshot
 from sparksync.web.server.trust import foreign_rows, log_refused, without
 from sparksync.web.wire import MAX_RETRIES, PROTOCOL, UploadArticle, check_upload, read_changes, write_changes
@@ -93,6 +93,7 @@ class Door:
         self.report = report
         self.feed = feed
         self.max_request = int(topology.server.max_request_mb * 1024 * 1024)   # what an upload may unpack to
+        self.ledger = Ledger()
         self._rounds: dict[str, float] = {}
         self._round_lock = threading.Lock()
         self._snapshot_lock = threading.Lock()
@@ -292,8 +293,10 @@ class Door:
         digest = hashlib.sha256(body).hexdigest()
         table, _ = read_changes(body, what, self.max_request)
         with self.publisher() as pub:
-            return with_retries(functools.partial(self._apply_upload, pub, device, lo, hi, digest, table, what),
-                                connections=[pub])
+            reply = with_retries(functools.partial(self._apply_upload, pub, device, lo, hi, digest, table, what),
+                                 connections=[pub])
+        self.ledger.seen(device.name).uploaded(reply)
+        return reply
 
     def _apply_upload(self, pub: Replica, device: Device, lo: int, hi: int, digest: str, table, what: str) -> dict:
         """One try of an upload, in one transaction (a deadlock with another writer rolls it back whole: it is
@@ -422,11 +425,14 @@ class Door:
                 raise NotInitialized(f"subscription {device.name} is not initialized yet", obj=device.name)
             start = min_watermark(reg.sentgen, int(recgen))
             pid = int(reg.partition_id or ALL_PARTITIONS)
-            served = self.feed.serve(device.publication.name, start, pid) if self.feed is not None else None
+            served = self.feed.serve(device.publication.name, start, pid, reg.replnickname) \
+                if self.feed is not None else None
             files = []
             for f in served[1] if served is not None else []:     # read now: no handle outlives this request
                 with f:
                     files.append(f.read())
+            seen = self.ledger.seen(device.name)
+            seen.sent += served[2] if served is not None else 0
             if served is not None and served[0] == start and not failed:    # at the head: nothing to plan
                 empty = DownloadPlan(device.name, self.topology.publisher.name, pid, start, start)
                 return [write_changes(None, {**empty.metadata(), "frames": 1})]
@@ -436,11 +442,13 @@ class Door:
                                  bound=served[0] if served is not None else head, from_feed=served is not None,
                                  keyset=keyset)
         table = read_download(plan)
+        seen.sent += table.num_rows
         return [write_changes(table, {**plan.metadata(), "frames": 1 + len(files)}), *files]
 
     def done(self, device: Device, report: dict) -> dict:
         """The device's sync ended: one ``MSmerge_sessions`` row, as a merge session of a direct subscriber
-        has (``status`` and history read it). The counts are the device's own, about itself."""
+        has (``status`` and history read it), made from what the door saw (``ledger.py``): the device's own
+        counts only where the door cannot know them, and bounded by what it sent."""
         seconds = report.get("seconds")
         if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not 0 <= seconds < 86_400 * 365:
             raise ProtocolError("session: seconds is not a duration", obj="session")
@@ -448,19 +456,27 @@ class Door:
         errors = report.get("errors") or []
         if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
             raise ProtocolError("session: errors is not a list of messages", obj="session")
-        now = store.utcnow()
+        for k in ("inserts", "updates", "deletes", "conflicts", "retries", "failed"):
+            _count(up, k), _count(down, k)
+        row = session_row(self.ledger.end(device.name), float(seconds), up, down, errors)
+        self._record(device, {**row, "message": redact(row["message"]) if row["message"] else None})
+        return {"recorded": True}
+
+    def failed(self, device: Device, message: str) -> None:
+        """A request of the device's sync failed at the door: a failed run of its subscription, with the door's
+        own message (the sync it was part of is over for the door)."""
+        seen = self.ledger.end(device.name)
+        row = session_row(seen, 0.0, {}, {}, [])
+        try:
+            self._record(device, {**row, "status": "failed", "message": redact(message)[:1000]})
+        except SparksyncError as e:                    # the publisher unreachable: the log has both
+            self.report(f"{device.name}: its failed sync could not be recorded ({redact(e.message)})")
+
+    def _record(self, device: Device, row: dict) -> None:
         with self.publisher() as pub, pub.transaction():
             prow, _ = self._registration(pub, device)
-            store.insert_row(pub, "MSmerge_sessions", {
-                "session_id": store.new_guid(), "subscription": device.name, "pubid": prow.pubid,
-                "start_time": now - dt.timedelta(seconds=float(seconds)), "end_time": now, "duration": float(seconds),
-                "status": "failed" if errors else "succeeded",
-                **{f"upload_{k}": _count(up, k) for k in ("inserts", "updates", "deletes", "conflicts")},
-                **{f"download_{k}": _count(down, k) for k in ("inserts", "updates", "deletes", "conflicts")},
-                "retries": _count(up, "retries") + _count(down, "retries"),
-                "failed": _count(up, "failed") + _count(down, "failed"),
-                "message": redact("; ".join(e[:500] for e in errors[:10])) or None})
-        return {"recorded": True}
+            store.insert_row(pub, "MSmerge_sessions", {"session_id": store.new_guid(), "subscription": device.name,
+                                                       "pubid": prow.pubid, **row})
 
     def ack(self, device: Device, hi: int) -> dict:
         """The device applied the download up to ``hi``: the publisher's sentgen toward it moves."""

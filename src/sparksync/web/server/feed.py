@@ -50,6 +50,19 @@ from sparksync.web.wire import write_changes
 
 MAX_SEGMENTS = 4096           # segments kept per publication (a device behind the oldest is read for itself)
 WRITTEN = "partition_id INT, path STRING, rows BIGINT, bytes BIGINT"     # a Spark task's result rows
+ECHO_LIMIT = 1000     # a device's own changes a download may carry back to it (each skipped there) before it is
+                      # read for the device instead of served from the segments
+
+
+def _sources(gens: list[dict]) -> dict[int, int]:
+    """Replica nickname -> the changes of ``gens`` received from it (the generations a replica's upload made
+    at the publisher name it)."""
+    out: dict[int, int] = {}
+    for g in gens:
+        for n in g["nicknames"] or []:
+            if int(n) != 1:
+                out[int(n)] = out.get(int(n), 0) + int(g.get("changecount") or 0)
+    return out
 
 
 @dataclass(frozen=True)
@@ -64,9 +77,17 @@ class Segment:
     files: dict[int, Path]
     rows: int
     bytes: int
+    counts: dict[int, int] = field(default_factory=dict)       # partition -> the rows of its frame
+    sources: dict[int, int] = field(default_factory=dict)      # replica nickname -> changes it sent in these generations
 
     def files_of(self, partition_id: int) -> list[Path]:
-        return [self.files[p] for p in dict.fromkeys((ALL_PARTITIONS, partition_id)) if p in self.files]
+        return [self.files[p] for p in self._of(partition_id)]
+
+    def rows_of(self, partition_id: int) -> int:
+        return sum(self.counts.get(p, 0) for p in self._of(partition_id))
+
+    def _of(self, partition_id: int) -> list[int]:
+        return [p for p in dict.fromkeys((ALL_PARTITIONS, partition_id)) if p in self.files]
 
 
 @dataclass
@@ -134,18 +155,24 @@ class Feed:
             feed = self._pubs.get(publication)
             return feed.head if feed is not None else None
 
-    def serve(self, publication: str, start: int, partition_id: int) -> tuple[int, list[BinaryIO]] | None:
+    def serve(self, publication: str, start: int, partition_id: int,
+              nickname: int | None = None) -> tuple[int, list[BinaryIO], int] | None:
         """(head, the frames of the segments covering (start, head], opened: a segment removed meanwhile
-        stays readable) for a device of partition ``partition_id`` whose download starts at ``start``; None
-        when the feed cannot give it (the device is read for itself). The caller closes the files."""
+        stays readable, the rows they hold) for a device of partition ``partition_id`` whose download starts
+        at ``start``; None when the feed cannot give it (the device is read for itself). The caller closes the
+        files. A device (``nickname``) whose own uploads are more than ``ECHO_LIMIT`` changes of these
+        segments is read for itself too: its download leaves its own changes out (what the segments, written
+        for every device of the partition, cannot)."""
         with self._lock:
             feed = self._pubs.get(publication)
             if feed is None:
                 return None
             if start == feed.head:
-                return feed.head, []
+                return feed.head, [], 0
             at = next((i for i, s in enumerate(feed.segments) if s.lo == start), None)
             if at is None or any(partition_id not in s.partitions for s in feed.segments[at:]):
+                return None
+            if nickname is not None and sum(s.sources.get(nickname, 0) for s in feed.segments[at:]) > ECHO_LIMIT:
                 return None
             files: list[BinaryIO] = []
             try:
@@ -155,7 +182,7 @@ class Feed:
                 for f in files:
                     f.close()
                 return None
-            return feed.head, files
+            return feed.head, files, sum(s.rows_of(partition_id) for s in feed.segments[at:])
 
     # -- a round ----------------------------------------------------------------------------------
     def extend(self, pub: Replica, url: str, publisher: str, publication: str, web: set[str]) -> Segment | None:
@@ -230,7 +257,8 @@ class Feed:
             shutil.rmtree(folder, ignore_errors=True)
             raise ReportedError(ErrorInfo.from_dict(json.loads(errors[0]["path"])))
         segment = Segment(lo, bound, pids, {int(w["partition_id"]): Path(w["path"]) for w in written},
-                          sum(int(w["rows"]) for w in written), sum(int(w["bytes"]) for w in written))
+                          sum(int(w["rows"]) for w in written), sum(int(w["bytes"]) for w in written),
+                          {int(w["partition_id"]): int(w["rows"]) for w in written}, _sources(gens))
         lowest = min((sent for _, sent, active in regs if active), default=bound)
         with self._lock:
             feed.segments.append(segment)
