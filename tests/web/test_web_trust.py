@@ -508,3 +508,18 @@ def test_a_devices_big_upload_is_not_sent_back_to_it(world):
     _ok(world.sync("Rogue"))
     _ok(world.sync("TillN"))
     assert len([k for k in _rows(world.device_url("TillN"), "Item") if k >= 20_000]) == ECHO_LIMIT + 500
+
+
+def test_a_device_named_damaged_is_mended_by_reinitializing_it_with_its_changes_uploaded_first(world):
+    """The way out status names for a file whose claims were refused (the first check's TillN): ``sync
+    --reinitialize --upload-first`` uploads what it holds, keeps the old file beside the new one, and the
+    subscription is no longer damaged."""
+    shell(world.device_url("TillN"), "INSERT INTO Store (id, region, name) VALUES (901, 'north', 'before reinit');\n")
+    p = _ok(world.sync("TillN", "--reinitialize", "--upload-first"))
+    assert "set aside as" in p.stdout + p.stderr, p.stdout
+    assert 901 in _rows(world.pub_url, "Store")
+    assert list(world.folder.glob("tilln.db.replaced-*")), "the old file was not kept"
+    _converged(world, "TillN")
+    code, st = _status(world)
+    (entry,) = [s for s in st["subscriptions"] if s["name"] == "TillN"]
+    assert entry["status"] == "active", entry

@@ -86,14 +86,23 @@ def sync_command(
     generations_per_batch: Annotated[int, typer.Option(
         min=1, max=10_000, help="Generations per upload request and per download batch.")] = PER_BATCH,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable sync summary.")] = False,
+    reinitialize: Annotated[bool, typer.Option("--reinitialize", help="Set the device's file aside (kept as "
+                                               "<file>.replaced-<time>) and start a new one from the snapshot, "
+                                               "under a fresh replica identity.")] = False,
+    upload_first: Annotated[bool, typer.Option("--upload-first", help="With --reinitialize: upload the old file's "
+                                               "changes first.")] = False,
 ) -> None:
     """On a device: sync its database with the publisher over HTTPS (upload, then download). Needs no Spark
     and no Java."""
     for value, hint in ((server, "--server"), (subscription, "--subscription"), (database, "--database")):
         if not value:
             raise typer.BadParameter("required", param_hint=hint)
+    if upload_first and not reinitialize:
+        raise typer.BadParameter("goes with --reinitialize", param_hint="--upload-first")
+    if reinitialize and continuous:
+        raise typer.BadParameter("--reinitialize is one sync, not --continuous", param_hint="--reinitialize")
     options = DeviceOptions(server, subscription, _database_url(database), read_token(token_file), ca_file,
-                            generations_per_batch)
+                            generations_per_batch, reinitialize, upload_first)
     def once() -> bool:
         summary = sync(options, reporter if not as_json else (lambda m: None))
         show_summary(summary, as_json)

@@ -200,7 +200,7 @@ class FilesDefaults:
     def damage(self, url: str) -> str | None:
         return None
 
-    def set_aside(self, url: str) -> str:
+    def set_aside(self, url: str, why: str = "damaged") -> str:
         raise NotImplementedError(f"{self.capabilities.product} databases are not set aside")
 
 

@@ -362,9 +362,9 @@ class Files(Protocol):
         """Why the database at ``url`` cannot be used at all (a file whose pages are corrupt), or None.
         A server database is never damaged in this sense: its server answers or it does not."""
 
-    def set_aside(self, url: str) -> str:
-        """Move a damaged database out of the way, keeping it (a new one is created at ``url``); returns
-        where it went."""
+    def set_aside(self, url: str, why: str = "damaged") -> str:
+        """Move a damaged (or replaced: ``why``) database out of the way, keeping it as ``<file>.<why>-<UTC
+        time>`` (a new one is created at ``url``); returns where it went."""
 
 
 @runtime_checkable

@@ -134,10 +134,10 @@ class SQLiteDialect(DialectBase):
             return str(exc)
         return None if found == ["ok"] else "; ".join(found)
 
-    def set_aside(self, url: str) -> str:
+    def set_aside(self, url: str, why: str = "damaged") -> str:
         path = sqlite_path(url)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-        target = f"{path}.damaged-{stamp}"
+        target = f"{path}.{why}-{stamp}"
         for suffix in ("", "-wal", "-shm"):         # the write-ahead log belongs to the same database
             if Path(path + suffix).exists():
                 os.replace(path + suffix, target + suffix)

@@ -61,12 +61,18 @@ class DeviceOptions:
     token: str
     ca_file: str | None = None
     generations_per_batch: int = PER_BATCH
+    reinitialize: bool = False    # a new file from the snapshot, the old one kept beside it (a SQLite file)
+    upload_first: bool = False    # with reinitialize: the old file's changes uploaded first
 
 
 def sync(options: DeviceOptions, report: Reporter = silent) -> MergeSummary:
-    """One sync: upload, then download (both, always: as SQL Server's web synchronization does)."""
+    """One sync: upload, then download (both, always: as SQL Server's web synchronization does).
+    ``reinitialize``: the file is set aside first (its changes uploaded before, with ``upload_first``) and a
+    new one initialized from the snapshot, under a fresh replica identity."""
     t0 = time.perf_counter()
     summary = MergeSummary(store.new_guid())
+    if options.reinitialize:
+        _reinitialize(options, summary, report)
     with ServerClient(options.server, options.token, options.ca_file) as client, \
             connect(options.database, options.subscription) as device:
         hello = client.json("GET", "/v1/sync/hello")
@@ -97,6 +103,33 @@ def sync(options: DeviceOptions, report: Reporter = silent) -> MergeSummary:
     return summary
 
 
+def _reinitialize(options: DeviceOptions, summary: MergeSummary, report: Reporter) -> None:
+    """``sync --reinitialize``: with ``upload_first``, what the file holds that the publisher has not is
+    uploaded (as a sync's upload: a restored file is recovered first); then the file is set aside as
+    ``<file>.replaced-<UTC time>`` and the sync goes on with a new one, initialized from the snapshot."""
+    url = options.database
+    if not url.startswith("sqlite"):
+        raise ConfigurationError(f"--reinitialize sets the device's SQLite file aside and starts a new one; "
+                                 f"{url.split(':')[0]} databases are reinitialized by dropping their tables and "
+                                 "sparksync metadata by hand", obj=options.subscription)
+    if options.upload_first:
+        with ServerClient(options.server, options.token, options.ca_file) as client, \
+                connect(url, options.subscription) as device:
+            hello = client.json("GET", "/v1/sync/hello")
+            if store.metadata_version(device) is not None and _initialized(device, hello):
+                _check_binding(device, options, hello)
+                hello = _recover_if_restored(client, device, hello, report)
+                _replay_schema(device, hello, report)
+                make_generation(device, hello["nickname"], level=DEVICE_LEVEL)
+                session = SubscriptionSession(options.subscription, hello["publication"])
+                _upload(client, device, hello, options, session, report)
+                summary.subscriptions.append(session)
+    with connect(url, options.subscription) as device:
+        dialect = device.dialect
+    where = dialect.set_aside(url, "replaced")
+    report(f"{options.subscription}: the file is set aside as {where}; a new one is initialized from the snapshot")
+
+
 # -- the file and its subscription ------------------------------------------------------------------
 def _check_binding(device: Replica, options: DeviceOptions, hello: dict) -> None:
     if store.table_set_version(device, WEB) is None:
@@ -119,7 +152,8 @@ def _initialized(device: Replica, hello: dict) -> bool:
             not (state is not None and interrupted(state, hello)):
         raise ReplicaBehind(f"{device.label} is an older file of subscription {hello['subscription']} (replica "
                             f"{mine.replnickname}; a newer file, replica {hello['nickname']}, has synced since): its "
-                            "changes since then cannot be merged; sync a new file", obj=hello["subscription"])
+                            "changes since then cannot be merged; start a new file: sparksync sync --reinitialize",
+                            obj=hello["subscription"])
     return mine is not None and hello["status"] == "active"
 
 
@@ -211,6 +245,8 @@ def _upload(client: ServerClient, device: Replica, hello: dict, options: DeviceO
         reads = (change_reads(options.database, name, device, articles, name, nick, b.lo, b.hi) if b.hi > b.lo else [])
         reads += retry if b.seq == 0 else []
         table = _rows_of(read_changes(reads) if mine else None, mine)
+        if b.hi == b.lo and not table.num_rows:         # changes to send again whose rows are gone here
+            continue
         reply = client.json("PUT", f"/v1/sync/uploads/{b.lo}-{b.hi}", content=write_changes(table))
         failpoints.hit("device.after_upload", name)       # tests: applied at the publisher, not yet recorded here
         if reply.get("refused"):
