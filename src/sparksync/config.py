@@ -16,11 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sparksync.errors import ConfigurationError, InvalidNameError
 from sparksync.names import TableName, check_identifier
 from sparksync.redaction import register_url, register_webhook
-from sparksync.schedule import parse_schedule
+from sparksync.schedule import parse_interval, parse_schedule
 from sparksync.serve_config import AlertsConfig, ServerConfig
 
 DEFAULT_CONFIG = "sparksync.toml"
+DEFAULT_VALIDATE_SCHEDULE = "every 1h"   # a merge publication's subscriptions validated by serve this often
 PUBLISHER_PRIORITY = 100.0
+DEFAULT_SYNC_INTERVAL = "15m"       # how often a web device is expected to sync, unless its sync_interval says
 
 
 class _Model(BaseModel):
@@ -50,6 +52,12 @@ def expand_env(text: str) -> str:
 
 def _check_schedule(v: str | None) -> str | None:
     return v if v is None else parse_schedule(v).text
+
+
+def _check_interval(v: str | None) -> str | None:
+    if v is not None:
+        parse_interval(v)
+    return v
 
 
 def _check_url(v: str) -> str:
@@ -188,9 +196,14 @@ class PublicationConfig(_Model):
     partitions: list[PartitionConfig] = Field(default_factory=list, description="partitions made at setup")
     agent_schedule: str | None = Field(None, description="when 'sparksync serve' runs this publication's agents: "
                                        "continuous | every 30s | every 5m | a five-field cron expression (UTC)")
+    validate_schedule: str | None = Field(DEFAULT_VALIDATE_SCHEDULE, description="a merge publication: when "
+                                          "'sparksync serve' validates its direct subscriptions (row counts and "
+                                          "checksums of each one's partition) and asks its devices to at their next "
+                                          "sync; every N s/m/h or cron; \"never\": not at all")
 
     _n = field_validator("name")(lambda cls, v: _check_name(v, "publication name"))
     _s = field_validator("agent_schedule")(lambda cls, v: _check_schedule(v))
+    _v = field_validator("validate_schedule")(lambda cls, v: None if v in (None, "never") else _check_schedule(v))
 
     @property
     def filtered(self) -> bool:
@@ -251,7 +264,11 @@ class SubscriptionConfig(_Model):
     skip_errors: list[str] = Field(default_factory=list, description="error numbers to log and skip")
     agent_schedule: str | None = Field(None, description="this subscription's own schedule in 'sparksync serve' "
                                        "(default: its publication's)")
+    sync_interval: str | None = Field(None, description="a web subscription: how often its device is expected to "
+                                      f"sync ('90s', '15m', '4h', '1d'; default {DEFAULT_SYNC_INTERVAL}); longer "
+                                      "without a sync, the monitor shows it offline")
     _s = field_validator("agent_schedule")(lambda cls, v: _check_schedule(v))
+    _i = field_validator("sync_interval")(lambda cls, v: _check_interval(v))
 
     @field_validator("skip_errors")
     @classmethod
@@ -272,7 +289,15 @@ class SubscriptionConfig(_Model):
         if self.transport == "web" and self.database is not None:
             raise ValueError("a web subscription has no database here: its database is on the device (remove "
                              "'database', or use transport = \"direct\")")
+        if self.transport == "direct" and self.sync_interval is not None:
+            raise ValueError("sync_interval is for web subscriptions (a device that syncs when it wants); the agents "
+                             "of a direct subscription run on its agent_schedule")
         return self
+
+    @property
+    def sync_interval_s(self) -> float:
+        """Seconds between two syncs of a web subscription's device, as expected (``sync_interval``)."""
+        return parse_interval(self.sync_interval or DEFAULT_SYNC_INTERVAL)
 
     @model_validator(mode="after")
     def _priority(self) -> SubscriptionConfig:
@@ -299,7 +324,7 @@ MERGE_ARTICLE_KEYS = {"column_tracking", "rowguid_column", "resolver", "resolver
                       "join_filters", "partition_options"}
 TRANSACTIONAL_ARTICLE_KEYS = {"ins_cmd", "upd_cmd", "del_cmd", "columns"}
 MERGE_PUBLICATION_KEYS = {"generation_leveling_threshold", "retention", "conflict_logging", "use_partition_groups",
-                          "partitions"}
+                          "partitions", "validate_schedule"}
 MERGE_SUBSCRIPTION_KEYS = {"subscriber_type", "priority", "host_name", "login"}
 TRANSACTIONAL_SUBSCRIPTION_KEYS = {"commit_batch_size", "commit_batch_threshold", "subscription_streams",
                                    "subscription_streams_threshold", "skip_errors"}
@@ -332,6 +357,13 @@ class Topology(_Model):
     def schedule_of(self, s: SubscriptionConfig) -> str | None:
         """When ``sparksync serve`` runs the agent of ``s``: its own schedule, else its publication's."""
         return s.agent_schedule or self.publication(s.publication).agent_schedule
+
+    def log_reader_schedule(self, publication: str) -> str | None:
+        """When ``sparksync serve`` runs a transactional publication's log reader: on the publication's
+        schedule, or, when only its subscriptions have one, on the first of theirs (what they receive must be
+        read first)."""
+        own = self.publication(publication).agent_schedule
+        return own or next(filter(None, (self.schedule_of(s) for s in self.subscriptions_of(publication))), None)
 
     def subscriptions_of(self, publication: str) -> list[SubscriptionConfig]:
         """The subscriptions of ``publication`` the agents reach (``transport = "direct"``)."""

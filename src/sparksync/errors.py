@@ -223,6 +223,13 @@ class ReplicaBehind(ReplicaDamaged):
 
 
 
+class Diverged(ReplicaDamaged):
+    """A replica's validation failed: it does not hold what the publisher holds of its partition (row counts
+    or checksums differ) with nothing pending either way."""
+
+    code = "diverged"
+
+
 class Unauthorized(Terminal, SparksyncError):
     """A device's token is missing, wrong or revoked. Its message never says which (nor the token)."""
 

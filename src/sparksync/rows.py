@@ -214,3 +214,35 @@ def diagnose_row(codec: RowCodec, values: Sequence[Any]) -> tuple[str, str, str]
     return "", "the row cannot be encoded", ""
 
 
+# -- a row as one canonical text (validation, digests) ----------------------------------------------
+def encode(arrays) -> Any:
+    """One text per row of ``arrays`` (typed columns): ``v<len>:<text>`` per value, ``n`` for NULL, so two
+    different rows never have the same text, and the same rows typed alike at any database have the same."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts = []
+    for arr in arrays:
+        if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type):
+            text = pa.array([None if v is None else v.hex() for v in arr.to_pylist()], pa.string())
+        else:
+            text = arr if pa.types.is_string(arr.type) else pc.cast(arr, pa.string())
+        length = pc.cast(pc.utf8_length(text), pa.string())
+        parts.append(pc.fill_null(pc.binary_join_element_wise("v", length, ":", text, ""), "n"))
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def decode(text: str | None) -> list[str | None]:
+    """The values of an encoding made by :func:`encode`, as their texts."""
+    out: list[str | None] = []
+    i = 0
+    while text and i < len(text):
+        if text[i] == "n":
+            out.append(None)
+            i += 1
+            continue
+        colon = text.index(":", i)
+        n = int(text[i + 1:colon])
+        out.append(text[colon + 1:colon + 1 + n])
+        i = colon + 1 + n
+    return out

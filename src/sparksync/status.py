@@ -10,47 +10,18 @@ from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica, redact_url
 from sparksync.errors import ReplicaDamaged, SparksyncError
 from sparksync.merge.conflicts.model import REFUSED
+from sparksync.merge.maintenance import validations
 from sparksync.merge.maintenance.expiration import expiry
 from sparksync.merge.maintenance.integrity import check_identity, check_not_behind, replica_problems
-from sparksync.merge.partitions.evaluation import describe_partitions, evaluated_at_sync
+from sparksync.merge.partitions.evaluation import describe_partitions
 from sparksync.merge.partitions.scheme import scheme_of
-from sparksync.merge.tracking import pending
+from sparksync.merge.session.backlog import count_after, pending_download
 from sparksync.merge.tracking.generations import enumeration_bound, waiting_writers
 from sparksync.metadata import store
 from sparksync.metadata.history import age_seconds, agent_state, iso
 from sparksync.metadata.records import ArticleRow, GenStatus, PublicationRow, Role, SubscriptionRow
 from sparksync.names import TableName
 from sparksync.transactional.status import gather
-
-
-def _count_after(replica: Replica, nicknames: list[int], after: int | None,
-                 exclude_received_from: int | None = None) -> tuple[int, int | None]:
-    """Changes of the articles ``nicknames`` in generations after ``after`` (leaving out those received
-    from ``exclude_received_from``), and the lowest generation holding one."""
-    if not nicknames:
-        return 0, None
-    p = replica.p
-    nick_list = ", ".join(str(int(n)) for n in nicknames)
-    gh = replica.meta("MSmerge_genhistory")
-    excl = ""
-    params: list[Any] = [int(after or 0)]
-    if exclude_received_from is not None:
-        excl = (f" AND generation NOT IN (SELECT generation FROM {gh} WHERE genstatus = {GenStatus.RECEIVED:d} "
-                f"AND source_nickname = {p})")
-        params.append(exclude_received_from)
-    total = logged = pending.count(replica, nicknames, after)     # read-only: what the next flush records
-    lowest = replica.dialect.current_open_generation(replica) if logged else None
-    for t in ("MSmerge_contents", "MSmerge_tombstone"):
-        n, g = replica.aggregate(
-            f"SELECT count(*), min(generation) FROM {replica.meta(t)} WHERE tablenick IN ({nick_list}) "
-            f"AND generation > {p}{excl}", params)
-        total += int(n or 0)
-        lowest = _lower(lowest, g)
-    return total, lowest
-
-
-def _lower(a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else min(int(a), int(b))
 
 
 def _generation_time(replica: Replica, generation: int | None) -> Any:
@@ -64,53 +35,10 @@ def _generation_time(replica: Replica, generation: int | None) -> Any:
                           f"(SELECT max(coldate) FROM {gh} WHERE generation < {p}))", [int(generation), int(generation)])
 
 
-def _pending_download(pub: Replica, arts: list[ArticleRow], scheme, registered: SubscriptionRow) -> tuple[int, int | None]:
-    """What the publisher has for a subscription: every change of its unfiltered articles, and of the
-    filtered ones only what concerns its partition (by their mappings, with precomputed partitions;
-    ``scheme`` None: every change, as SetupBelongs evaluates them at the sync; so for articles with
-    partition_options = 3, which have no mappings); and the lowest generation holding one."""
-    at_sync = evaluated_at_sync(arts, scheme, True) if scheme is not None else frozenset()
-    filtered = {a.nickname for a in arts if scheme is not None and scheme.articles[a.name].filtered
-                and a.nickname not in at_sync}
-    whole = [a.nickname for a in arts if a.nickname not in filtered]
-    n, lowest = _count_after(pub, whole, registered.sentgen, exclude_received_from=registered.replnickname)
-    if filtered and registered.partition_id is not None:
-        m, g = _count_for_partition(pub, sorted(filtered), registered.sentgen, registered.partition_id,
-                                    registered.replnickname)
-        n, lowest = n + m, _lower(lowest, g)
-    return n, lowest
-
-
-def _count_for_partition(replica: Replica, nicknames: list[int], after: int | None, partition_id: int,
-                         exclude_received_from: int | None) -> tuple[int, int | None]:
-    """Changes of filtered articles after ``after`` for one partition (as of the last partition
-    evaluation): upserts of rows in it, deletes and removals of rows that left it; and the lowest
-    generation holding one."""
-    if not nicknames:
-        return 0, None
-    p = replica.p
-    nick_list = ", ".join(str(int(n)) for n in nicknames)
-    gh, cur, past = (replica.meta(t) for t in ("MSmerge_genhistory", "MSmerge_current_partition_mappings",
-                                                "MSmerge_past_partition_mappings"))
-    excl, params = "", [int(after or 0)]
-    if exclude_received_from is not None:
-        excl = (f" AND x.generation NOT IN (SELECT generation FROM {gh} WHERE genstatus = {GenStatus.RECEIVED:d} "
-                f"AND source_nickname = {p})")
-        params.append(exclude_received_from)
-    logged = pending.count(replica, nicknames, after, partition_id)    # rows of the partition changed since
-    ups, g1 = replica.aggregate(
-        f"SELECT count(*), min(x.generation) FROM {replica.meta('MSmerge_contents')} x JOIN {cur} cm "
-        f"ON cm.tablenick = x.tablenick AND cm.rowguid = x.rowguid AND cm.partition_id = {int(partition_id)} "
-        f"WHERE x.tablenick IN ({nick_list}) AND x.generation > {p}{excl}", params)
-    gone, g2 = replica.aggregate(
-        f"SELECT count(DISTINCT x.rowguid), min(x.generation) FROM {past} x WHERE x.partition_id = {int(partition_id)} "
-        f"AND x.tablenick IN ({nick_list}) AND x.generation > {p} AND NOT EXISTS (SELECT 1 FROM {cur} cm "
-        f"WHERE cm.tablenick = x.tablenick AND cm.rowguid = x.rowguid AND cm.partition_id = x.partition_id)",
-        [int(after or 0)])
-    lowest = _lower(g1, g2)
-    if logged:
-        lowest = _lower(lowest, replica.dialect.current_open_generation(replica))
-    return int(ups or 0) + int(gone or 0) + logged, lowest
+def _in_open(lowest: int | None, open_generation: int | None) -> bool:
+    """The oldest waiting change is in the open generation: its time is when that generation was opened, and
+    the change came later (the monitor's rating reads this)."""
+    return lowest is not None and lowest == open_generation
 
 
 def _expires_at(retention_days: int | None, r: SubscriptionRow) -> str | None:
@@ -170,7 +98,7 @@ def gather_status(topology: Topology) -> dict[str, Any]:
     return out
 
 
-BAD_STATES = ("stopped", "damaged", "unreachable", "expired", "inactive")
+BAD_STATES = ("stopped", "damaged", "diverged", "unreachable", "expired", "inactive")
 
 
 def _entries(st: dict[str, Any]) -> list[tuple[str, dict]]:
@@ -181,10 +109,12 @@ def _entries(st: dict[str, Any]) -> list[tuple[str, dict]]:
 
 
 def _add_ages(st: dict[str, Any], now: dt.datetime) -> None:
-    """Beside every ``oldest_*`` timestamp, its age in seconds (``oldest_*_age``)."""
+    """Beside every ``oldest_*`` timestamp, its age in seconds (``oldest_*_age``); a last validation's too."""
     for _, e in _entries(st):
         for k in [k for k in e if k.startswith("oldest_")]:
             e[f"{k}_age"] = age_seconds(e[k], now)
+        if isinstance(e.get("validation"), dict):
+            e["validation_age"] = age_seconds(e["validation"]["at"], now)
 
 
 def _problems(st: dict[str, Any]) -> list[str]:
@@ -280,13 +210,14 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                     continue
                 runs = agent_state(pub, "MSmerge_sessions", f"pubid = {pub.dialect.uuid_param()} AND subscription = {pub.p}",
                                    [prow.pubid, s.name], ("succeeded",))
-                pending, lowest = _pending_download(pub, arts, scheme if precomputed else None, r)
+                pending, lowest = pending_download(pub, arts, scheme if precomputed else None, r)
                 entry.update({"status": "stopped" if "stopped_since" in runs else "active",
                               "last_sync": iso(r.last_sync_date), "expires_at": _expires_at(prow.retention, r),
                               "nickname": r.replnickname, "partition_id": r.partition_id,
                               "publisher_sentgen": r.sentgen, "publisher_recgen": r.recgen,
                               "pending_download": pending,
                               "oldest_pending_download": iso(_generation_time(pub, lowest)),
+                              "download_in_open_generation": _in_open(lowest, out["publisher"]["open_generation"]),
                               "failed_upload": _failed_count(pub, r.replnickname), **runs})
                 try:
                     with connect(topology.subscriber_url(s), s.name) as sub:
@@ -298,10 +229,11 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                             entry["subscriber_recgen"] = prow_sub.recgen
                             entry["subscriber_sentgen"] = prow_sub.sentgen
                         entry["open_generation"] = sub.dialect.current_open_generation(sub)
-                        up, lowest = _count_after(sub, nicks, entry.get("subscriber_sentgen"),
+                        up, lowest = count_after(sub, nicks, entry.get("subscriber_sentgen"),
                                                   exclude_received_from=pub_nick)
                         entry["pending_upload"] = up
                         entry["oldest_pending_upload"] = iso(_generation_time(sub, lowest))
+                        entry["upload_in_open_generation"] = _in_open(lowest, entry["open_generation"])
                         entry["failed_download"] = _failed_count(sub, pub_nick)
                         waiting = _waiting(sub)
                         if waiting:
@@ -318,6 +250,8 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                 except SparksyncError as e:
                     entry["status"] = "unreachable"
                     entry["error"] = e.message
+                _validation(pub, prow.pubid, entry, f"'sparksync validate --checksum -s {s.name}' lists the rows that "
+                            f"differ and '--repair' mends them (or 'sparksync reinit -s {s.name}')")
                 out["subscriptions"].append(entry)
             for s in topology.web_subscriptions_of(pcfg.name):
                 out["subscriptions"].append(_web_subscription(pub, s, sub_rows.get(s.name), prow, arts,
@@ -338,7 +272,7 @@ def _web_subscription(pub, s, r: SubscriptionRow | None, prow, arts, scheme) -> 
     if expired is not None:
         entry.update({"status": "expired", "problems": [expired]})
         return entry
-    pending, lowest = _pending_download(pub, arts, scheme, r)
+    pending, lowest = pending_download(pub, arts, scheme, r)
     runs = agent_state(pub, "MSmerge_sessions", f"pubid = {pub.dialect.uuid_param()} AND subscription = {pub.p}",
                        [prow.pubid, s.name], ("succeeded",))
     entry.update({"status": "stopped" if "stopped_since" in runs else "active", **runs,
@@ -347,9 +281,26 @@ def _web_subscription(pub, s, r: SubscriptionRow | None, prow, arts, scheme) -> 
                   "last_sync": iso(r.last_sync_date), "expires_at": _expires_at(prow.retention, r),
                   "pending_download": pending,
                   "oldest_pending_download": iso(_generation_time(pub, lowest)),
+                  "download_in_open_generation": _in_open(lowest, pub.dialect.current_open_generation(pub)),
                   "failed_upload": _failed_count(pub, r.replnickname)})
     refused = _refused_claims(pub, r.replnickname)
     if refused:
         entry.update({"status": "damaged", "problems": [f"{refused[0]}; initialize a new file on the device "
                                                         "('sparksync sync --reinitialize --upload-first')"]})
+    _validation(pub, prow.pubid, entry, "the device's next sync validates it again; 'sparksync sync --reinitialize "
+                "--upload-first' on the device starts a new file")
     return entry
+
+
+def _validation(pub: Replica, pubid: str, entry: dict[str, Any], way_out: str) -> None:
+    """The subscription's last validation and its age; a subscription whose last conclusive validation failed
+    has diverged from its partition (unless something worse is already said of it)."""
+    newest = validations.last(pub, pubid, entry["name"])
+    if newest is None:
+        return
+    entry["validation"] = newest.to_dict()
+    conclusive = newest if newest.result != validations.INCONCLUSIVE else validations.last(pub, pubid, entry["name"], True)
+    if conclusive is not None and conclusive.result == validations.FAILED and entry.get("status") == "active":
+        entry["status"] = "diverged"
+        entry["problems"] = [f"its validation of {iso(conclusive.validated_at)} ({conclusive.how}) failed: "
+                             f"{conclusive.message}; {way_out}"]

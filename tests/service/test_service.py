@@ -24,7 +24,7 @@ from sparksync.cli.app import app
 from sparksync.config import AlertsConfig
 from sparksync.dialects import connect
 from sparksync.monitor.app import make_monitor_app
-from sparksync.monitor.rollup import roll_up
+from sparksync.monitor.rollup import cadences_of, roll_up
 from sparksync.monitor.watch import NoAgents, Watch
 from sparksync.service.process import _start, _uvicorn
 from sparksync.topology import load_config
@@ -109,12 +109,14 @@ def test_metrics_agree_with_status(quiet, service_demo):
     (rep,) = status["transactional"]["subscriptions"]
     assert value("sparksync_pending_changes", direction="download", publication="Reports",
                  subscription="Reporting") == rep["pending_transactions"]
-    rolled = roll_up(status, AlertsConfig(), set(), dt.datetime.now(dt.UTC))["subscriptions"]
-    for s in subs:      # one roll-up state each, the one status's document gives; the demo's are healthy
+    rolled = roll_up(status, AlertsConfig(), set(), dt.datetime.now(dt.UTC),
+                     cadences_of(load_config(cfg)))["subscriptions"]
+    for s in subs:      # one roll-up state each, the one status's document gives; the demo's are healthy (no agent
+        # runs here: what waits grows late; the till has not synced since the demo, maybe 15 minutes ago)
         states = {lbl["status"]: v for (n, lbls), v in samples.items() if n == "sparksync_subscription_status"
                   for lbl in [dict(lbls)] if lbl["subscription"] == s["name"]}
         assert sum(states.values()) == 1 and states[rolled[s["name"]]["state"]] == 1, (s["name"], states)
-        assert rolled[s["name"]]["state"] in ("idle", "performance critical"), rolled[s["name"]]
+        assert rolled[s["name"]]["state"] in ("idle", "performance critical", "offline"), rolled[s["name"]]
     # the counters are the history tables' sums, read independently here
     hq = service_demo / "hq.db"
     for name in ("Store1", "Store2", "Canada", "Till"):

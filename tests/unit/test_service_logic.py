@@ -1,6 +1,7 @@
 """The service's and the monitor's logic without databases: schedules, which workers a configuration makes, the
-status roll-up and performance rating, the alert rules (the stuck rule on a clock of the test's), the alert
-book's fired and resolved events, the webhook's retries, and the webhook URL kept out of every output."""
+status roll-up and performance rating (relative to the agents' schedules; a web device offline past its
+sync_interval), the alert rules (the stuck rule on a clock of the test's), the alert book's fired and resolved
+events, the webhook's retries, and the webhook URL kept out of every output."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ from sparksync.config import AlertsConfig
 from sparksync.errors import ConfigurationError
 from sparksync.monitor import webhook as webhook_module
 from sparksync.monitor.alerts import Alert, AlertBook, Evaluator
-from sparksync.monitor.rollup import ORDER, rating, roll_up
+from sparksync.monitor.rollup import ORDER, Cadence, cadences_of, rating, roll_up
 from sparksync.monitor.webhook import Webhook
 from sparksync.redaction import redact
-from sparksync.schedule import CONTINUOUS_IDLE, parse_schedule
+from sparksync.schedule import CONTINUOUS_IDLE, parse_interval, parse_schedule
 from sparksync.service.jobs import workers_of
 from sparksync.topology import parse_topology
 
@@ -54,6 +55,15 @@ def test_schedules():
     for bad in ("sometimes", "every 0s", "every 5 d", "61 * * * *", "* * * *"):
         with pytest.raises(ValueError):
             parse_schedule(bad)
+    # the latest a run starts after a moment, by the schedule alone: what a waiting change is rated against
+    at = T0 + dt.timedelta(seconds=30)
+    assert parse_schedule("continuous").latest_run_after(at) == at + dt.timedelta(seconds=CONTINUOUS_IDLE)
+    assert parse_schedule("every 1m").latest_run_after(at) == at + dt.timedelta(minutes=1)
+    assert cron.latest_run_after(at) == T0 + dt.timedelta(minutes=10)
+    assert [parse_interval(t) for t in ("90s", "15m", "1.5 h", "1d")] == [90, 900, 5400, 86400]
+    for bad in ("soon", "0m", "15", "every 15m", "-5m"):
+        with pytest.raises(ValueError):
+            parse_interval(bad)
 
 
 def test_agent_schedule_in_the_configuration():
@@ -75,12 +85,17 @@ def test_agent_schedule_in_the_configuration():
 
 def test_workers_group_subscriptions_by_schedule(tmp_path):
     data = valid_data()
+    data["publications"][0]["validate_schedule"] = "never"
     assert workers_of(parse_topology(copy.deepcopy(data), tmp_path)) == []        # no schedule: no runs
     data["publications"][0]["agent_schedule"] = "every 30s"
     data["subscriptions"][1]["agent_schedule"] = "every 5m"
     (w,) = workers_of(parse_topology(data, tmp_path))
     assert w.name == "merge agent Sales"
     assert [(g.schedule.text, g.subscriptions) for g in w.groups] == [("every 30s", ("S1",)), ("every 5m", ("S2",))]
+    del data["publications"][0]["validate_schedule"]             # by default: every hour, the direct subscriptions
+    merge, validation = workers_of(parse_topology(data, tmp_path))
+    assert validation.name == "validation Sales" and [(g.schedule.text, g.subscriptions) for g in validation.groups] \
+        == [("every 1h", ("S1", "S2"))]
 
 
 def sub(name: str, **kw) -> dict:
@@ -93,23 +108,144 @@ def status_of(*subs: dict, **pub) -> dict:
             "subscriptions": list(subs), "publisher": {}}
 
 
+def ago(**kw) -> str:
+    return (T0 - dt.timedelta(**kw)).isoformat()
+
+
+def device(name: str, **kw) -> dict:
+    """A web subscription's entry: its device synced ``kw["last_sync"]``, one minute ago by default."""
+    return sub(name, transport="web", **{"last_sync": ago(minutes=1), **kw})
+
+
 def test_the_roll_up_takes_the_worst_state_in_sql_servers_order():
     alerts = AlertsConfig(latency_s=60)
     soon = (T0 + dt.timedelta(days=1)).isoformat()          # 1 of 10 days of retention left
     st = status_of(sub("A", status="stopped", last_error="boom"), sub("B", oldest_pending_download_age=90.0),
                    sub("C", failed_upload=2), sub("D", status="expired", problems=["x"]), sub("E", expires_at=soon),
-                   sub("F", status="not initialized"), sub("G"), sub("H"))
+                   sub("F", status="not initialized"), sub("G"), sub("H"),
+                   device("I", last_sync=ago(hours=2), oldest_pending_download_age=7200.0))
     r = roll_up(st, alerts, {("P", "G")}, T0)["subscriptions"]
-    assert [r[n]["state"] for n in "ABCDEFGH"] == ["error", "performance critical", "retrying", "expired",
-                                                   "expiring soon", "uninitialized", "running", "idle"]
+    assert [r[n]["state"] for n in "ABCDEFGHI"] == ["error", "performance critical", "retrying", "expired",
+                                                    "expiring soon", "uninitialized", "running", "idle", "offline"]
+    assert list(ORDER) == [r[n]["state"] for n in "ABCDEFGHI"]
     assert r["A"]["why"] == "boom" and r["B"]["rating"] == "critical"
     # a publication is the worst of its subscriptions' and its own
     for worst_first in range(len(ORDER)):
-        names = "ABCDEFGH"[worst_first:]
+        names = "ABCDEFGHI"[worst_first:]
         rolled = roll_up(status_of(*[s for s in st["subscriptions"] if s["name"] in names]), alerts, {("P", "G")}, T0)
-        assert rolled["publications"]["P"]["state"] == [r[n]["state"] for n in "ABCDEFGH"][worst_first]
+        assert rolled["publications"]["P"]["state"] == [r[n]["state"] for n in "ABCDEFGHI"][worst_first]
     damaged = roll_up(status_of(sub("G"), state="damaged", problems=["triggers missing"]), alerts, set(), T0)
     assert damaged["publications"]["P"] == {"state": "error", "why": "triggers missing", "subscriptions": 1}
+
+
+def every(text: str, **kw) -> Cadence:
+    return Cadence((parse_schedule(text),), **kw)
+
+
+def rolled(entry: dict, cadence: Cadence | None, alerts: AlertsConfig | None = None, **pub) -> dict:
+    """The roll-up of one subscription, its agents on ``cadence`` (None: no schedule), at T0."""
+    return roll_up(status_of(entry, **pub), alerts or AlertsConfig(), set(), T0,
+                   None if cadence is None else {entry["name"]: cadence})["subscriptions"][entry["name"]]
+
+
+def test_a_change_is_late_only_past_the_scheduled_run_that_should_carry_it():
+    """Threshold 30 s (the default). A change waits for the next run of each agent on its way: it is late from
+    the latest that run can start, and only the time past it is rated."""
+    minute = every("every 1m")
+    on_time = rolled(sub("A", oldest_pending_download_age=50.0), minute)
+    assert (on_time["state"], on_time["late_s"], on_time["rating"], on_time["latency_s"]) == ("idle", 0, "excellent", 50)
+    assert rolled(sub("A", oldest_pending_download_age=50.0), None)["state"] == "performance critical"  # no schedule
+    late = rolled(sub("A", oldest_pending_upload_age=100.0), minute)
+    assert (late["state"], late["late_s"]) == ("performance critical", 40)
+    assert late["why"] == "40s past its scheduled run (latency 100s) >= threshold 30s"
+    assert rolled(sub("A", oldest_pending_download_age=80.0), minute)["rating"] == "fair"       # 20 s of 30
+    # continuous: 5 s after it arrived
+    assert rolled(sub("A", oldest_pending_download_age=20.0), every("continuous"))["late_s"] == 20 - CONTINUOUS_IDLE
+    # cron */10: the first time of the expression after the change arrived (T0 is 06:00:00)
+    cron = every("*/10 * * * *")
+    at = T0 + dt.timedelta(minutes=10, seconds=20)
+    for age, expected in ((590.0, 20.0), (640.0, 620.0)):              # arrived 06:00:30 / 05:59:40
+        r = roll_up(status_of(sub("A", oldest_pending_download_age=age)), AlertsConfig(), set(), at, {"A": cron})
+        assert r["subscriptions"]["A"]["late_s"] == expected
+    # transactional: the log reader, then the distribution agent; an unread change waits for the log reader only
+    tx = Cadence((parse_schedule("continuous"), parse_schedule("every 30s")), (parse_schedule("continuous"),))
+    assert rolled(sub("R", oldest_pending_age=34.0), tx)["late_s"] == 0
+    assert rolled(sub("R", oldest_pending_age=34.0), tx, oldest_unread_age=34.0)["late_s"] == 29
+    # a change in the open generation came after the agent's last successful run for it (which found it empty):
+    # its generation's time (when it was opened) says nothing of when the change came
+    opened_long_ago = sub("A", oldest_pending_download_age=500.0, last_success=ago(seconds=20))
+    assert rolled(opened_long_ago, minute)["late_s"] == 440
+    assert rolled({**opened_long_ago, "download_in_open_generation": True}, minute)["late_s"] == 0
+    assert rolled({**opened_long_ago, "download_in_open_generation": True, "last_success": ago(seconds=70)},
+                  minute)["late_s"] == 10
+
+
+def test_the_latency_alert_follows_the_rating():
+    ev = Evaluator(AlertsConfig(latency_s=30))
+    minute = {"A": every("every 1m")}
+
+    def latency_alerts(age: float) -> list[Alert]:
+        st = status_of(sub("A", oldest_pending_download_age=age))
+        return [a for a in ev.evaluate(st, roll_up(st, ev.config, set(), T0, minute), [], T0) if a.name == "latency"]
+
+    assert not latency_alerts(50.0) and not latency_alerts(89.0)
+    (alert,) = latency_alerts(95.0)
+    assert alert.message == "subscription A: its oldest waiting change is 35s late (it has waited 95s; threshold 30s)"
+    st = status_of(device("T", last_sync=ago(hours=3), oldest_pending_download_age=9000.0))
+    assert not ev.evaluate(st, roll_up(st, ev.config, set(), T0), [], T0)           # offline: not late, no alert
+
+
+def test_a_web_device_past_its_sync_interval_is_offline_not_critical():
+    quarter = Cadence.device(900)
+    away = rolled(device("T", last_sync=ago(minutes=16), oldest_pending_download_age=960.0), quarter)
+    assert away == {"publication": "P", "state": "offline", "late_s": None, "rating": None, "latency_s": 960,
+                    "why": "offline since 2026-11-27 05:44:00 UTC (expected to sync every 15m)",
+                    "offline_since": ago(minutes=16), "expires_in_s": None}
+    # within its interval, rated against it like a scheduled agent
+    near = rolled(device("T", last_sync=ago(minutes=14), oldest_pending_download_age=840.0), quarter)
+    assert (near["state"], near["late_s"], near["rating"]) == ("idle", 0, "excellent")
+    # it synced, yet a change older than its interval and the threshold still waits for it: late
+    synced = rolled(device("T", oldest_pending_download_age=1000.0), quarter)
+    assert (synced["state"], synced["why"]) == ("performance critical", "100s past its expected sync (every 15m) "
+                                                                        "(latency 1000s) >= threshold 30s")
+    # the states that say more still apply: a failed sync, changes to retry, retention running out
+    gone = {"last_sync": ago(days=9), "oldest_pending_download_age": 9 * 86400.0}
+    assert rolled(device("T", status="stopped", last_error="boom", **gone), quarter)["state"] == "error"
+    assert rolled(device("T", failed_upload=1, **gone), quarter)["state"] == "retrying"
+    assert rolled(device("T", expires_at=(T0 + dt.timedelta(days=1)).isoformat(), **gone), quarter)["state"] == \
+        "expiring soon"
+    # without the configuration's cadences, a device is expected every 15 minutes; with a month, it is on time
+    assert rolled(device("T", **gone), None)["state"] == "offline"
+    assert rolled(device("T", **gone), Cadence.device(30 * 86400))["state"] == "idle"
+    # an offline device does not colour its publication
+    both = roll_up(status_of(sub("S"), device("T", **gone)), AlertsConfig(), set(), T0)
+    assert both["publications"]["P"]["state"] == "idle" and both["subscriptions"]["T"]["state"] == "offline"
+
+
+def test_sync_interval_and_cadences_in_the_configuration(tmp_path):
+    data = valid_data()
+    data["publications"][0]["agent_schedule"] = "every 30s"
+    data["publications"].append({"name": "Reports", "kind": "transactional", "articles": [{"table": "Customer"}]})
+    data["distributor"] = {"database": "sqlite:///data/dist.db"}
+    data["subscriptions"] += [
+        {"name": "Till", "publication": "Sales", "transport": "web"},
+        {"name": "Van", "publication": "Sales", "transport": "web", "sync_interval": "2h"},
+        {"name": "R1", "publication": "Reports", "database": "sqlite:///data/r1.db", "agent_schedule": "every 1m"}]
+    topology = parse_topology(copy.deepcopy(data), tmp_path)
+    assert [s.sync_interval_s for s in topology.web_subscriptions_of("Sales")] == [900, 7200]
+    c = cadences_of(topology)
+    assert c["S1"] == every("every 30s") and c["Till"] == Cadence.device(900) and c["Van"].sync_interval_s == 7200
+    # R1: its log reader runs on its publication's schedule, or the first of its subscriptions'; then R1's own
+    assert c["R1"] == Cadence((parse_schedule("every 1m"),) * 2, (parse_schedule("every 1m"),))
+    assert [(w.agent, w.groups[0].schedule.text) for w in workers_of(topology) if w.publication == "Reports"][:2] == \
+        [("log reader", "every 1m"), ("distribution agent", "every 1m")]
+    bad = copy.deepcopy(data)
+    bad["subscriptions"][3]["sync_interval"] = "soon"
+    assert one_problem(bad).startswith("subscriptions[3] (Van).sync_interval: 'soon' is not a duration")
+    bad = copy.deepcopy(data)
+    bad["subscriptions"][0]["sync_interval"] = "15m"
+    assert one_problem(bad) == ("subscriptions[0] (S1): sync_interval is for web subscriptions (a device that syncs "
+                                "when it wants); the agents of a direct subscription run on its agent_schedule")
 
 
 def test_performance_rating_bands():

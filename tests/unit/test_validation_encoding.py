@@ -8,7 +8,8 @@ import decimal
 
 import pyarrow as pa
 
-from sparksync.validation.reads import SideRead, decode, encode, tasks_of
+from sparksync.rows import decode, encode
+from sparksync.validation.reads import SideRead, tasks_of
 
 
 def rows(*columns):

@@ -465,6 +465,7 @@ def _sessions(w, name: str) -> list[dict]:
 def test_the_history_records_what_the_door_saw_not_what_the_device_says(world):
     """Finding: a sync that died on a server error never reached /done, so the monitor kept "succeeded"; /done
     took invented counts (rows moved pushed to 1.1e12) and invented failures with device-written text."""
+    _ok(world.sync("TillS"))                       # its syncs so far are over (their requests counted there)
     with _client(world, "TillS") as c:
         before = len(_sessions(world, "TillS"))
         r = c.post("/v1/sync/done", json={"seconds": 1, "upload": {"inserts": 10**12 - 1},
@@ -523,3 +524,30 @@ def test_a_device_named_damaged_is_mended_by_reinitializing_it_with_its_changes_
     code, st = _status(world)
     (entry,) = [s for s in st["subscriptions"] if s["name"] == "TillN"]
     assert entry["status"] == "active", entry
+
+
+# -- divergence made loud ------------------------------------------------------------------------------------
+def test_a_device_that_diverged_silently_fails_its_validation_and_status_names_it(world):
+    """A row gone from the device without a trace (its tracking log emptied by hand): no sync would notice.
+    The door asks the device for its digests when its validate_schedule says (every device's first sync
+    validated it); they differ from the publisher's: the sync fails naming it, status exits 1 with the
+    subscription "diverged", and the way out it names mends it."""
+    with connect(world.pub_url) as pub:
+        runs = [v["result"] for v in store.select_rows(pub, "MSmerge_validations", {"subscription": "Copy"})]
+    assert runs and set(runs) <= {"passed", "inconclusive"} and "passed" in runs, runs
+    shell(world.device_url("Copy"), "DELETE FROM Item WHERE id = 12;\nDELETE FROM MSmerge_pending;\n")
+    shell(world.pub_url, "DELETE FROM " + ("MSmerge_validations" if world.kind == "sqlite" else
+                                           "sparksync.msmerge_validations") + " WHERE subscription = 'Copy';\n")
+    p = world.sync("Copy")
+    assert p.returncode == 1 and "validation of this file failed" in p.stdout + p.stderr, p.stdout + p.stderr
+    assert "Item" in p.stdout + p.stderr and "Traceback" not in p.stderr
+    code, st = _status(world)
+    (entry,) = [s for s in st["subscriptions"] if s["name"] == "Copy"]
+    assert code == 1 and entry["status"] == "diverged", entry
+    assert entry["validation"]["result"] == "failed" and entry["validation_age"] is not None, entry
+    assert "reinitialize" in entry["problems"][0], entry
+    _ok(world.sync("Copy", "--reinitialize", "--upload-first"))     # a new file: validated at its first sync
+    _converged(world, "Copy")
+    code, st = _status(world)
+    (entry,) = [s for s in st["subscriptions"] if s["name"] == "Copy"]
+    assert entry["status"] == "active" and entry["validation"]["result"] == "passed", entry

@@ -18,7 +18,8 @@ from sparksync.types import Kind, SqlType
 #    sysmergepublications.schema_version)
 # 6: MSsnapshot_history (every snapshot run, the failed ones with their error)
 # 7: MSmerge_pending (lean change tracking: the triggers log which rows changed, a flush writes the metadata)
-SCHEMA_VERSION = 7
+# 8: MSmerge_validations (each subscription's validations: on a schedule, at a device's sync, on demand)
+SCHEMA_VERSION = 8
 
 INT = SqlType(Kind.INTEGER)
 BIG = SqlType(Kind.BIGINT)
@@ -216,6 +217,17 @@ TABLES = TABLES + (
          C("failed", INT, False), C("message", TEXT)),
         ("session_id", "subscription"),
         (MetaIndex("MSmerge_sessions_time", ("pubid", "subscription", "start_time")),),
+    ),
+    MetaTable(
+        "MSmerge_validations",
+        "At the publisher: each validation of a subscription (row counts and checksums of its partition, by "
+        "'sparksync serve' on the publication's validate_schedule, at a device's sync, or by 'sparksync validate'): "
+        "passed, failed (what differs), or inconclusive (changes were pending either way). The newest few are kept.",
+        (C("subscription", TEXT, False), C("pubid", GUID, False), C("validated_at", TS, False),
+         C("result", TEXT, False, "passed | failed | inconclusive"), C("how", TEXT, False, "schedule | sync | validate"),
+         C("articles", JSON, True, "article -> [publisher rows, subscriber rows, checksums equal]"),
+         C("message", TEXT), C("seconds", REAL)),
+        ("subscription", "pubid", "validated_at"),
     ),
     MetaTable(
         "MSsnapshot_history",

@@ -112,6 +112,7 @@ MIGRATIONS: dict[str, dict[int, Any]] = {
         5: _add_columns("sysmergepublications", "cleanup_generation", "schema_version"),
         6: lambda replica: None,            # MSsnapshot_history: a new table
         7: lambda replica: None,            # MSmerge_pending: a new table (the triggers: merge.tracking.upgrade)
+        8: lambda replica: None,            # MSmerge_validations: a new table
     },
     WEB.name: {
         2: lambda replica: None,            # MSweb_recoveries: a new table

@@ -2,7 +2,8 @@
 
 =============  ==========================================================================================
 ``error``      a subscription or publication whose roll-up is error (always on: it needs no threshold)
-``latency``    a subscription's latency (its oldest waiting change) at or above ``latency_s``
+``latency``    a subscription's oldest waiting change late by ``latency_s`` or more: past the scheduled run
+               that should have carried it (the roll-up's rule, ``rollup.late_of``); never an offline device
 ``expiry``     a subscription that has not merged for ``expiry_fraction`` of its retention (or expired)
 ``duration``   a merge agent's last run took longer than ``merge_duration_s``
 ``throughput`` an agent's last run that moved rows did so slower than ``min_rows_per_s``
@@ -65,9 +66,10 @@ class Evaluator:
             pub, sub = e.get("publication", ""), e["name"]
             if r["state"] == "error":
                 out.append(Alert("error", pub, sub, f"subscription {sub}: {r['why']}"))
-            if c.latency_s is not None and r["latency_s"] >= c.latency_s:
-                out.append(Alert("latency", pub, sub, f"subscription {sub}: its oldest waiting change has waited "
-                                                      f"{r['latency_s']:.0f}s (threshold {c.latency_s:g}s)"))
+            if c.latency_s is not None and r["late_s"] is not None and r["late_s"] >= c.latency_s:
+                out.append(Alert("latency", pub, sub, f"subscription {sub}: its oldest waiting change is "
+                                                      f"{r['late_s']:.0f}s late (it has waited {r['latency_s']:.0f}s; "
+                                                      f"threshold {c.latency_s:g}s)"))
             if c.expiry_fraction is not None and r["state"] in ("expired", "expiring soon"):
                 left = r["expires_in_s"]
                 out.append(Alert("expiry", pub, sub, f"subscription {sub}: " + (

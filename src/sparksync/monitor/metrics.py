@@ -14,7 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from sparksync.config import Topology
-from sparksync.monitor.rollup import ORDER, roll_up
+from sparksync.monitor.rollup import ORDER, cadences_of, roll_up
 from sparksync.monitor.watch import Agents, Watch
 from sparksync.run_history import gather_history, totals
 from sparksync.status import gather_status
@@ -39,7 +39,7 @@ class SparksyncCollector(Collector):
         history = gather_history(self.topology)["runs"]
         if self.watch is not None:
             self.watch.observe(status, history, now)
-        rollup = roll_up(status, self.topology.alerts, self.agents.running(), now)
+        rollup = roll_up(status, self.topology.alerts, self.agents.running(), now, cadences_of(self.topology))
         tx = status.get("transactional") or {}
         merge_subs, tx_subs = status["subscriptions"], tx.get("subscriptions", [])
 
@@ -72,13 +72,27 @@ class SparksyncCollector(Collector):
                 lag.add_metric([p["name"], "", "publisher_to_distributor"], float(p.get("oldest_unread_age") or 0.0))
         yield from (pending, failed, lag)
 
+        valid = GaugeMetricFamily("sparksync_validation_failed", "1 while the subscription's last conclusive "
+                                  "validation failed (it does not hold its partition), 0 after one passed", labels=PS)
+        valid_age = GaugeMetricFamily("sparksync_validation_age_seconds", "Seconds since the subscription's last "
+                                      "validation (whatever its result)", labels=PS)
+        for s in merge_subs:
+            if isinstance(s.get("validation"), dict):
+                k = [s["publication"], s["name"]]
+                valid.add_metric(k, 1.0 if s.get("status") == "diverged" else 0.0)
+                valid_age.add_metric(k, float(s.get("validation_age") or 0.0))
+        yield from (valid, valid_age)
+
         state = GaugeMetricFamily("sparksync_subscription_status", "1 for the subscription's roll-up state (error, "
-                                  "performance critical, retrying, expired, expiring soon, uninitialized, running, idle)",
-                                  labels=[*PS, "status"])
+                                  "performance critical, retrying, expired, expiring soon, uninitialized, running, idle, "
+                                  "offline)", labels=[*PS, "status"])
         expiry = GaugeMetricFamily("sparksync_expiry_seconds", "Seconds until the subscription expires unless it "
                                    "merges (negative: expired)", labels=PS)
-        latency = GaugeMetricFamily("sparksync_latency_seconds", "The subscription's latency (its oldest waiting "
-                                    "change), the roll-up's performance measure", labels=PS)
+        latency = GaugeMetricFamily("sparksync_latency_seconds", "The subscription's latency: how long its oldest "
+                                    "waiting change has waited", labels=PS)
+        late = GaugeMetricFamily("sparksync_late_seconds", "How long the subscription's oldest waiting change has "
+                                 "waited past the scheduled run that should have carried it: the performance rating's "
+                                 "measure (none for an offline web device)", labels=PS)
         for name, r in rollup["subscriptions"].items():
             k = [r["publication"] or "", name]
             for st in ORDER:
@@ -86,7 +100,9 @@ class SparksyncCollector(Collector):
             if r["expires_in_s"] is not None:
                 expiry.add_metric(k, float(r["expires_in_s"]))
             latency.add_metric(k, float(r["latency_s"]))
-        yield from (state, expiry, latency)
+            if r["late_s"] is not None:
+                late.add_metric(k, float(r["late_s"]))
+        yield from (state, expiry, latency, late)
 
         queued = GaugeMetricFamily("sparksync_undistributed_commands", "Commands queued at the distributor",
                                    labels=["publication"])

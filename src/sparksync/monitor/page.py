@@ -11,7 +11,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
-from sparksync.monitor.rollup import DEFAULT_LATENCY_S
+from sparksync.monitor.rollup import ATTENTION, DEFAULT_LATENCY_S
 
 REFRESH_S = 5
 COLORS = ("#1565c0", "#c62828", "#2e7d32", "#ef6c00", "#6a1b9a", "#00838f", "#5d4037", "#ad1457")
@@ -65,7 +65,7 @@ def render(view: dict[str, Any], latency_s: float | None, part: str | None = Non
     """The whole page, or (``part="main"``) only what the page's script puts in place of its main part;
     ``refresh``: seconds between two refreshes."""
     context = {"v": view, "chart": latency_svg(view["latency"]), "threshold": f"{latency_s or DEFAULT_LATENCY_S:g}",
-               "refresh_s": refresh, "refresh_ms": refresh * 1000}
+               "refresh_s": refresh, "refresh_ms": refresh * 1000, "warnings": ATTENTION}
     return _env.get_template("main.html" if part == "main" else "page.html").render(body="main.html", **context)
 
 

@@ -10,7 +10,7 @@ from sparksync.config import Topology
 from sparksync.errors import SparksyncError
 from sparksync.merge.conflicts.view import list_conflicts
 from sparksync.metadata.history import iso
-from sparksync.monitor.rollup import roll_up, worst
+from sparksync.monitor.rollup import cadences_of, duration, roll_up, worst
 from sparksync.monitor.watch import Agents, Watch
 from sparksync.run_history import gather_history
 from sparksync.status import gather_status
@@ -76,7 +76,7 @@ def build_view(topology: Topology, agents: Agents, watch: Watch | None) -> dict[
     if watch is not None:
         watch.observe(status, history["runs"], now)
     running = agents.running()
-    rollup = roll_up(status, topology.alerts, running, now)
+    rollup = roll_up(status, topology.alerts, running, now, watch.cadences if watch else cadences_of(topology))
     per_day = _conflicts_per_day(topology, now)
     loop = agents.snapshot()
     tx = status.get("transactional") or {}
@@ -117,7 +117,8 @@ def build_view(topology: Topology, agents: Agents, watch: Watch | None) -> dict[
     return {
         "time": iso(now), "publisher": status["publisher"], "distributor": tx.get("distributor"),
         "overall": overall, "publications": publications, "subscriptions": subscriptions,
-        "web": [s for s in subscriptions if s.get("transport") == "web"],
+        "web": [{**s, "sync_interval": duration(topology.subscription(s["name"]).sync_interval_s)}
+                for s in subscriptions if s.get("transport") == "web"],
         "history": history["runs"][:RUNS], "history_errors": history["errors"], "sessions": sessions,
         "damaged": damaged, "waiting": waiting, "latency": latency_series(topology),
         "alerts": watch.active() if watch else [], "alerts_error": watch.error if watch else None,

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from sparksync.config import Topology
 from sparksync.errors import ErrorInfo
 from sparksync.monitor.alerts import Alert, AlertBook, Evaluator
-from sparksync.monitor.rollup import roll_up
+from sparksync.monitor.rollup import cadences_of, roll_up
 from sparksync.monitor.webhook import Webhook
 from sparksync.progress import Reporter, silent
 from sparksync.run_history import gather_history
@@ -50,6 +50,7 @@ class Watch:
                  clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)):
         self.topology, self.agents, self.report, self.clock = topology, agents, report, clock
         self.evaluator = Evaluator(topology.alerts)
+        self.cadences = cadences_of(topology)
         self.book = AlertBook()
         self.webhook = Webhook(topology.alerts, report)
         self.error: str | None = None           # why the last evaluation could not be made
@@ -93,7 +94,7 @@ class Watch:
         """Evaluate the alerts on a state already read (the page's, a scrape's): the webhook told of what changed."""
         now = now or self.clock()
         with self._lock:
-            rollup = roll_up(status, self.topology.alerts, self.agents.running(), now)
+            rollup = roll_up(status, self.topology.alerts, self.agents.running(), now, self.cadences)
             alerts = self.evaluator.evaluate(status, rollup, history, now)
         self._record(alerts, now, None)
 

@@ -1,7 +1,8 @@
 """What ``sparksync serve`` runs: each publication's agents with the subscriptions they serve, grouped by
 schedule (``agent_schedule`` of the publication, or a subscription's own).
 
-One worker per publication and agent (merge agent, log reader, distribution agent, tracer tokens): its
+One worker per publication and agent (merge agent, log reader, distribution agent, tracer tokens, and the
+validation of a merge publication's direct subscriptions on its ``validate_schedule``): its
 groups of subscriptions share the agent lock, so a worker runs the groups that are due together, in one
 run of the agent, and never competes with itself for the lock.
 """
@@ -15,6 +16,7 @@ from sparksync.locks import DISTRIBUTE, LOGREADER, MERGE
 from sparksync.schedule import Schedule, parse_schedule
 
 TRACER = "tracer tokens"
+VALIDATE = "validation"
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,7 @@ class Group:
 
 @dataclass(frozen=True)
 class Worker:
-    agent: str                  # MERGE | LOGREADER | DISTRIBUTE | TRACER
+    agent: str                  # MERGE | LOGREADER | DISTRIBUTE | TRACER | VALIDATE
     publication: str
     groups: tuple[Group, ...]
 
@@ -59,8 +61,11 @@ def workers_of(topology: Topology) -> list[Worker]:
         if p.kind == "merge":
             if groups:
                 out.append(Worker(MERGE, p.name, groups))
+            direct = tuple(s.name for s in topology.subscriptions_of(p.name) if s.transport == "direct")
+            if p.validate_schedule is not None and direct:
+                out.append(Worker(VALIDATE, p.name, (Group(parse_schedule(p.validate_schedule), direct),)))
             continue
-        text = p.agent_schedule or (groups[0].schedule.text if groups else None)
+        text = topology.log_reader_schedule(p.name)
         if text is None:
             continue
         out.append(Worker(LOGREADER, p.name, (Group(parse_schedule(text), ()),)))

@@ -25,15 +25,17 @@ from sparksync import locks
 from sparksync.config import Topology
 from sparksync.errors import ErrorInfo
 from sparksync.locks import DISTRIBUTE, LOGREADER, MERGE, LockBusy
+from sparksync.merge.maintenance import validations
 from sparksync.merge.session.agent import MergeAgent
 from sparksync.merge.session.summary import MergeOptions
 from sparksync.metadata.history import iso
 from sparksync.progress import Reporter, silent
-from sparksync.service.jobs import TRACER, Worker, workers_of
+from sparksync.service.jobs import TRACER, VALIDATE, Worker, workers_of
 from sparksync.spark.failures import recover
 from sparksync.transactional import tracer
 from sparksync.transactional.agent import DistributeOptions, DistributionAgent
 from sparksync.transactional.logreader import READ_BATCH, read_publication
+from sparksync.validation.scheduled import validate_on_schedule
 
 BEAT = 1.0          # seconds: the longest a worker sleeps without looking at the clock and the stop flag
 
@@ -265,6 +267,10 @@ class Scheduler:
             d = dist.run(DistributeOptions(list(subs)))
             errors = [s.message for s in d.subscriptions if not s.ok]
             return sum(s.commands for s in d.subscriptions), "; ".join(errors) or None
+        if w.agent == VALIDATE:
+            results = validate_on_schedule(self.topology, w.publication, list(subs), said)
+            failed = [f"{v.subscription}: {v.message}" for v in results if v.result == validations.FAILED]
+            return 0, "; ".join(failed) or None
         assert w.agent == TRACER
         tracer.post(self.topology, w.publication)
         return 0, None

@@ -15,9 +15,9 @@ ends that read with one row naming the side and why; the task goes on with its o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from sparksync.errors import SparksyncError
+from sparksync.rows import encode
 from sparksync.spark.reads import ReadPartition, per_task, stream_rows
 from sparksync.types import SqlType, ValueError_, rows_to_record_batch
 
@@ -83,35 +83,3 @@ def read_side(r: SideRead):
     except SparksyncError as e:
         cause = e.__cause__
         yield out(1, error=f"{where}: {str(cause).splitlines()[0] if cause else e.message}")
-
-
-def encode(arrays) -> Any:
-    """One text per row of ``arrays`` (typed columns): ``v<len>:<text>`` per value, ``n`` for NULL."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    parts = []
-    for arr in arrays:
-        if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type):
-            text = pa.array([None if v is None else v.hex() for v in arr.to_pylist()], pa.string())
-        else:
-            text = arr if pa.types.is_string(arr.type) else pc.cast(arr, pa.string())
-        length = pc.cast(pc.utf8_length(text), pa.string())
-        parts.append(pc.fill_null(pc.binary_join_element_wise("v", length, ":", text, ""), "n"))
-    return pc.binary_join_element_wise(*parts, "")
-
-
-def decode(text: str | None) -> list[str | None]:
-    """The values of an encoding made by :func:`encode`, as their texts."""
-    out: list[str | None] = []
-    i = 0
-    while text and i < len(text):
-        if text[i] == "n":
-            out.append(None)
-            i += 1
-            continue
-        colon = text.index(":", i)
-        n = int(text[i + 1:colon])
-        out.append(text[colon + 1:colon + 1 + n])
-        i = colon + 1 + n
-    return out

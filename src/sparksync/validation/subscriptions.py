@@ -38,6 +38,7 @@ from sparksync.dialects.model import Column, from_table_dict
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ConfigurationError, NotInitialized, SparksyncError
 from sparksync.filters import parse_filter
+from sparksync.merge.maintenance import validations
 from sparksync.merge.partitions.evaluation import partitions as partitions_of
 from sparksync.merge.partitions.scheme import PartitionScheme, scheme_of
 from sparksync.merge.tracking import pending as pending_log
@@ -50,11 +51,11 @@ from sparksync.metadata import store
 from sparksync.metadata.records import PublicationRow, SubscriptionRow
 from sparksync.names import TableName
 from sparksync.progress import Reporter, silent
-from sparksync.rows import row_key
+from sparksync.rows import decode, row_key
 from sparksync.status import gather_status
 from sparksync.transactional import distribution as dst
 from sparksync.types import Kind
-from sparksync.validation.reads import READ_ERROR, SIDE, SideRead, decode, read_frame, tasks_of
+from sparksync.validation.reads import READ_ERROR, SIDE, SideRead, read_frame, tasks_of
 from sparksync.validation.report import (
     CHANGED,
     EXTRA,
@@ -116,7 +117,27 @@ def validate(topology: Topology, spark_factory, publication: str | None = None,
                        f"{len(live)} article(s)" + (", with checksums (Spark)" if checksum else ", row counts"))
                 work += live
         _compare(topology, pub, work, checksum, spark_factory, report)    # every publication's articles at once
+        _record(pub, out)
     return out
+
+
+def _record(pub: Replica, out: ValidationReport) -> None:
+    """Each merge subscription's result, as its last validation (``status`` and the monitor read it): a
+    difference with changes pending either way is inconclusive (the next merge may deliver it)."""
+    prows = {p.name: p.pubid for p in store.select(pub, PublicationRow)}
+    for s in out.subscriptions:
+        if s.kind != "merge" or s.error is not None or s.publication not in prows:
+            continue
+        result = validations.PASSED if s.ok else validations.INCONCLUSIVE if s.pending else validations.FAILED
+        differs = [f"{a.article} ({a.publisher_rows} row(s) at the publisher, {a.subscriber_rows} there"
+                   + (", other values" if a.publisher_rows == a.subscriber_rows else "") + ")"
+                   for a in s.articles if not a.ok]
+        message = ("differs: " + "; ".join(differs)) if differs else ""
+        if result == validations.INCONCLUSIVE:
+            message = f"{message}; changes were pending either way"
+        validations.record(pub, validations.Validation(s.subscription, prows[s.publication], result, "validate",
+                                                       {a.article: [a.publisher_rows, a.subscriber_rows, a.ok]
+                                                        for a in s.articles}, message))
 
 
 def _selected(topology: Topology, publication: str | None, names: list[str] | None) -> list:

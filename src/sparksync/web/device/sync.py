@@ -24,13 +24,15 @@ from pathlib import Path
 from sparksync import failpoints
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
-from sparksync.errors import ConfigurationError, ProtocolError, ReplicaBehind, SparksyncError
+from sparksync.errors import ConfigurationError, Diverged, ProtocolError, ReplicaBehind, SparksyncError
 from sparksync.merge.apply.batch import apply_batch
 from sparksync.merge.apply.classify import ArticleAt
 from sparksync.merge.apply.decide import ArticleRules
+from sparksync.merge.maintenance.digest import replica_digests
 from sparksync.merge.maintenance.integrity import upgrade_tracking
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.publish.schema_changes import replay, schema_version
+from sparksync.merge.session.backlog import unsent
 from sparksync.merge.session.changes import RETRY_GENERATION, by_article, key_range_mask
 from sparksync.merge.session.enumeration import change_reads, make_batches, retries_of
 from sparksync.merge.session.in_driver import read_changes
@@ -93,14 +95,38 @@ def sync(options: DeviceOptions, report: Reporter = silent) -> MergeSummary:
         _upload(client, device, hello, options, session, report)
         hello = client.json("GET", "/v1/sync/hello")
         _download(client, device, options.database, hello, session, summary, report, options.generations_per_batch)
+        validation = _digests(device, options.database, hello, report) if hello.get("validate") else None
         session.seconds = summary.seconds = time.perf_counter() - t0
         up, down = session.total("upload"), session.total("download")
-        client.json("POST", "/v1/sync/done", json={
+        said = client.json("POST", "/v1/sync/done", json={
             "seconds": session.seconds, "errors": session.errors,
             "upload": {k: getattr(up, k) for k in ("inserts", "updates", "deletes", "conflicts", "retries", "failed")},
             "download": {k: getattr(down, k) for k in ("inserts", "updates", "deletes", "conflicts", "retries",
-                                                        "failed")}})
+                                                        "failed")},
+            **({"validation": validation} if validation is not None else {})})
+        verdict = said.get("validation") or {}
+        if verdict.get("result") == "failed":
+            message = (f"{options.subscription}: the publisher's validation of this file failed: "
+                       f"{verdict.get('message', '')}; run 'sparksync sync --reinitialize --upload-first'")
+            session.fail(message, Diverged(message, obj=options.subscription))
+        elif verdict:
+            report(f"{options.subscription}: validation {verdict.get('result')}"
+                   + (f" ({verdict['message']})" if verdict.get("message") else ""))
     return summary
+
+
+def _digests(device: Replica, url: str, hello: dict, report: Reporter) -> dict:
+    """What the device holds, as the publisher asked (``hello["validate"]``): each article's row count and
+    checksum (``merge.maintenance.digest``), or only that changes are pending here (the publisher's digests
+    would differ for a reason the next sync mends)."""
+    pubid = hello["pubid"]
+    if unsent(device, pubid, int(hello["publisher_nickname"])):
+        return {"pending": True}
+    t0 = time.perf_counter()
+    digests = replica_digests(device, url, pubid)
+    report(f"{hello['subscription']}: digests of {len(digests)} article(s), "
+           f"{sum(d.rows for d in digests.values())} row(s), in {time.perf_counter() - t0:.2f}s")
+    return {"pending": False, "articles": {k: d.to_list() for k, d in digests.items()}}
 
 
 def _reinitialize(options: DeviceOptions, summary: MergeSummary, report: Reporter) -> None:

@@ -18,6 +18,7 @@ the requests that wait for it, and skipped (not waited for) while a merge agent 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import functools
 import hashlib
 import json
@@ -37,9 +38,12 @@ from sparksync.merge.apply.classify import ArticleAt
 from sparksync.merge.apply.outcome import BatchOutcome
 from sparksync.merge.conflicts.model import ConflictType
 from sparksync.merge.conflicts.resolvers import check_resolvers
+from sparksync.merge.maintenance import validations
+from sparksync.merge.maintenance.digest import partition_digests
 from sparksync.merge.partitions.evaluation import evaluate, evaluated_at_sync, partitions
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.publish.schema_changes import pending
+from sparksync.merge.session.backlog import unsettled
 from sparksync.merge.session.changes import ALL_PARTITIONS, RETRY_GENERATION, by_article
 from sparksync.merge.session.enumeration import min_watermark
 from sparksync.merge.session.links import article_rules, session_replicas
@@ -53,6 +57,7 @@ from sparksync.progress import Reporter, silent
 from sparksync.redaction import redact
 from sparksync.retry import with_retries
 from sparksync.rows import RowCodec
+from sparksync.schedule import parse_schedule
 from sparksync.snapshot.manifest import current_snapshot
 from sparksync.web import tokens
 from sparksync.web.server.downloads import DownloadPlan, plan_download, read_download
@@ -169,6 +174,7 @@ class Door:
             "failed": failed,        # the device's changes that failed here: it sends them again
             "recoveries": recoveries,    # [old nickname, sentgen, recgen] of the files recovered to this nickname
             "max_request_bytes": self.max_request,
+            "validate": self._validation_due(pub, device, prow.pubid),   # send its digests with done
         }
 
     # -- the first sync ---------------------------------------------------------------------------
@@ -213,6 +219,7 @@ class Door:
                     "sentgen": None, "recgen": None}, {"subid": reg.subid})
                 store.delete(pub, FailedChangeRow, {"source_nickname": reg.replnickname})
                 store.delete_rows(pub, "MSweb_uploads", {"subscription": device.name})
+                store.delete_rows(pub, "MSmerge_validations", {"subscription": device.name, "pubid": reg.pubid})
                 self.report(f"{device.name}: its device starts a new file: replica nickname {reg.replnickname} "
                             f"-> {nick}")
         return self.hello(device)
@@ -460,7 +467,59 @@ class Door:
             _count(up, k), _count(down, k)
         row = session_row(self.ledger.end(device.name), float(seconds), up, down, errors)
         self._record(device, {**row, "message": redact(row["message"]) if row["message"] else None})
-        return {"recorded": True}
+        if "validation" not in report:
+            return {"recorded": True}
+        v = self.validate(device, report["validation"])
+        return {"recorded": True, "validation": {"result": v.result, "message": v.message}}
+
+    def _validation_due(self, pub: Replica, device: Device, pubid: str) -> bool:
+        """The device is asked for its partition's digests when its last validation passed longer ago than its
+        publication's validate_schedule says (at every sync while it has none that passed since)."""
+        text = device.publication.validate_schedule
+        if text is None:
+            return False
+        newest = validations.last(pub, pubid, device.name)
+        if newest is None or newest.validated_at is None or newest.result != validations.PASSED:
+            return True                  # none yet, or the last one failed or could not tell: at every sync
+        at = newest.validated_at if newest.validated_at.tzinfo else newest.validated_at.replace(tzinfo=dt.UTC)
+        return parse_schedule(text).next_run(at, False) <= dt.datetime.now(dt.UTC)
+
+    def validate(self, device: Device, said: object) -> validations.Validation:
+        """The device's digests of what it holds (``said``: {"pending": bool, "articles": {article: [rows,
+        checksum]}}) against the publisher's of its partition: passed or failed, or inconclusive where
+        changes were pending either way (the device's, or the publisher's for it, before or after the
+        publisher's digests were read). Recorded."""
+        t0 = time.monotonic()
+        if not isinstance(said, dict) or not isinstance(said.get("articles", {}), dict) or \
+                len(said.get("articles", {})) > 10_000 or not all(
+                    isinstance(v, list) and len(v) == 2 and isinstance(v[0], int) and not isinstance(v[0], bool)
+                    and v[0] >= 0 and isinstance(v[1], str) and v[1].isdigit() and len(v[1]) <= 20
+                    for v in said.get("articles", {}).values()):
+            raise ProtocolError("session: validation is not {\"pending\": bool, \"articles\": {article: [rows, "
+                                "checksum]}}", obj="session")
+        with self.publisher() as pub:
+            prow, reg = self._registration(pub, device)
+            v = validations.Validation(device.name, prow.pubid, validations.INCONCLUSIVE, "sync")
+            if said.get("pending") is not False:
+                v.message = "changes were pending at the device"
+            else:
+                before = unsettled(pub, prow.pubid, reg)
+                params = None
+                if reg.partition_id is not None:
+                    part = next((p for p in partitions(pub, prow.pubid) if p.partition_id == reg.partition_id), None)
+                    params = part.params if part is not None else None
+                expected = partition_digests(pub, self.topology.publisher_url, prow.pubid, params) if not before else {}
+                after = before or unsettled(pub, prow.pubid, reg)
+                if after:
+                    v.message = f"{after} change(s) were pending at the publisher for it"
+                else:
+                    v = validations.compare(device.name, prow.pubid, "sync", expected,
+                                            {str(k): x for k, x in said["articles"].items()})
+            v.seconds = time.monotonic() - t0
+            validations.record(pub, v)
+        if v.result == validations.FAILED:
+            self.report(f"{device.name}: its validation failed: {v.message}")
+        return v
 
     def failed(self, device: Device, message: str) -> None:
         """A request of the device's sync failed at the door: a failed run of its subscription, with the door's

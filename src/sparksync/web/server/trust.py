@@ -23,6 +23,7 @@ from sparksync.merge.conflicts.model import ConflictRecord, failed_type, log_con
 from sparksync.merge.partitions.evaluation import partitions
 from sparksync.merge.partitions.scheme import PartitionScheme
 from sparksync.merge.tracking.articles import tracked_article
+from sparksync.merge.tracking.pending import flush_rows
 from sparksync.metadata.records import ArticleRow
 
 
@@ -58,6 +59,7 @@ def foreign_rows(pub: Replica, pubid: str, scheme: PartitionScheme, articles: li
         claims = dict(zip(mine.column("rowguid").to_pylist(), mine.column("lineage").to_pylist()))
         for chunk in in_chunks(list(ops)):
             inlist = ", ".join([d.uuid_param()] * len(chunk))
+            flush_rows(pub, a.nickname, inlist, chunk)     # a delete committed a moment ago has its tombstone
             present, inside = membership(pub, a, cond, chunk)
             was_here = _deleted_in_partition(pub, a.nickname, int(part.partition_id), inlist, chunk,
                                              a.nickname in mapped)

@@ -1,0 +1,75 @@
+"""Divergence made loud: ``serve`` validates each direct subscription of a merge publication on its
+``validate_schedule`` (row counts and checksums of its partition, read in ``serve``'s process), and a replica
+that lost a row without a trace is said by ``status`` (exit 1, "diverged"), the monitor's roll-up (error),
+``/metrics`` and the alerts, until a repair mends it and a validation passes. On the demo's topology (a copy of
+its own); the validation runs here as ``serve``'s worker runs it (no serve process, no Spark job)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from prometheus_client.core import Metric
+
+from sparksync.config import AlertsConfig
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions
+from sparksync.monitor.alerts import Evaluator
+from sparksync.monitor.metrics import SparksyncCollector
+from sparksync.monitor.rollup import cadences_of, roll_up
+from sparksync.monitor.watch import NoAgents
+from sparksync.progress import silent
+from sparksync.service.jobs import VALIDATE, workers_of
+from sparksync.status import gather_status
+from sparksync.topology import load_config
+from sparksync.validation.repair import repair
+from sparksync.validation.scheduled import validate_on_schedule
+from sparksync.validation.subscriptions import validate
+from tests.support.service import sql
+
+pytestmark = pytest.mark.spark
+
+
+def _metric(collector: SparksyncCollector, name: str, subscription: str) -> float | None:
+    for family in collector.collect():
+        assert isinstance(family, Metric)
+        for s in family.samples:
+            if s.name == name and s.labels.get("subscription") == subscription:
+                return s.value
+    return None
+
+
+def test_a_store_that_lost_a_row_without_a_trace_is_said_everywhere_until_it_is_repaired(service_demo, spark):
+    topology = load_config(service_demo / "sparksync.toml")
+    stores = [s.name for s in topology.subscriptions_of("Sales") if s.transport == "direct"]
+    assert any(w.agent == VALIDATE and w.publication == "Sales" and set(w.subscriptions) == set(stores)
+               for w in workers_of(topology)), "serve has no validation worker for Sales' stores"
+    assert validate_on_schedule(topology, "Sales", stores)[0].result == "inconclusive"   # the demo left changes
+    assert MergeAgent(topology, None, silent).run(MergeOptions(subscriptions=stores)).ok        # serve's next round
+    first = validate_on_schedule(topology, "Sales", stores)
+    assert {v.subscription: v.result for v in first} == dict.fromkeys(stores, "passed"), [v.message for v in first]
+    # a row gone from Store2 with the trace its tracking trigger left: no merge would ever notice
+    sql(service_demo / "store2.db", "DELETE FROM Vendor WHERE BusinessEntityID = (SELECT min(BusinessEntityID) FROM Vendor)")
+    sql(service_demo / "store2.db", "DELETE FROM MSmerge_pending")
+    results = {v.subscription: v for v in validate_on_schedule(topology, "Sales", stores)}
+    assert results["Store2"].result == "failed" and "Vendor" in results["Store2"].message, results["Store2"]
+    assert results["Store1"].result == "passed"
+    status = gather_status(topology)
+    entry = next(s for s in status["subscriptions"] if s["name"] == "Store2")
+    assert not status["ok"] and entry["status"] == "diverged", entry
+    assert "validate --checksum" in entry["problems"][0] and entry["validation_age"] is not None
+    rolled = roll_up(status, AlertsConfig(), set(), dt.datetime.now(dt.UTC), cadences_of(topology))
+    assert rolled["subscriptions"]["Store2"]["state"] == "error", rolled["subscriptions"]["Store2"]
+    assert rolled["publications"]["Sales"]["state"] == "error"
+    fired = Evaluator(AlertsConfig()).evaluate(status, rolled, [], dt.datetime.now(dt.UTC))
+    assert any(a.subscription == "Store2" and a.name == "error" and "validation" in a.message for a in fired), fired
+    collector = SparksyncCollector(topology, NoAgents(), None)
+    assert _metric(collector, "sparksync_validation_failed", "Store2") == 1.0
+    assert _metric(collector, "sparksync_validation_failed", "Store1") == 0.0
+    # the way out status names: validate --checksum --repair; the next validation passes
+    report = validate(topology, lambda: spark, "Sales", ["Store2"], checksum=True)
+    assert not report.ok
+    repair(topology, report)
+    assert validate_on_schedule(topology, "Sales", ["Store2"])[0].result == "passed"
+    entry = next(s for s in gather_status(topology)["subscriptions"] if s["name"] == "Store2")
+    assert entry["status"] == "active" and entry["validation"]["result"] == "passed", entry
