@@ -8,12 +8,15 @@ Store is filtered by ``region = HOST_NAME()``; Sale joins Store; Item is not fil
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import json
 import os
 import random
 import shutil
 import subprocess
 import threading
+from dataclasses import replace
 
 import httpx
 import pyarrow as pa
@@ -21,10 +24,12 @@ import pytest
 
 from sparksync import failpoints as fp
 from sparksync.dialects import connect
+from sparksync.errors import SparksyncError
 from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking import pending
 from sparksync.metadata import store
 from sparksync.metadata.records import Role, SubscriptionRow
+from sparksync.web.device.sync import DeviceOptions, sync
 from sparksync.web.server.feed import ECHO_LIMIT
 from sparksync.web.wire import HEADER, MAGIC, META, PROTOCOL, change_schema, read_frames, write_changes
 from tests.support.clients import shell
@@ -34,6 +39,7 @@ from tests.support.web import EXE, Server, WebWorld, upload_body
 pytestmark = pytest.mark.spark
 
 REGIONS = {"TillN": "north", "TillS": "south", "Copy": "north", "Rogue": "south"}
+FLEET = {"HonestN": "north", "HonestS": "south", "EvilN": "north", "EvilS": "south"}   # the randomized test's
 FAILPOINTS = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"sparksync-trust-failpoints-{os.getpid()}")
 
 
@@ -60,12 +66,13 @@ def world(request, spark, tmp_path_factory):
         data = {
             "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap")},
             "server": {"max_request_mb": 1, "max_active_requests": 2, "request_queue_s": 0.5},
-            "publications": [{"name": "Shop", "articles": [
+            "publications": [{"name": "Shop", "validate_schedule": "every 2s", "articles": [
                 {"table": "Item"}, {"table": "Store", "filter": "region = HOST_NAME()"},
                 {"table": "Sale", "join_filters": [{"parent": "Store", "clause": "Sale.store_id = Store.id",
                                                     "unique_key": True}]}]}],
             "subscriptions": [{"name": name, "publication": "Shop", "transport": "web", "host_name": region}
-                              for name, region in REGIONS.items()]}
+                              for name, region in {**REGIONS, **FLEET}.items()]
+            + [{"name": "Branch", "publication": "Shop", "database": dbs.url("sqlite", "branch"), "host_name": "north"}]}
         w = WebWorld(tmp, data, spark)
         w.kind = kind
         w.server = Server(w.config, w.port, tmp / "serve.log", env={"SPARKSYNC_FAILPOINTS": FAILPOINTS})
@@ -551,3 +558,168 @@ def test_a_device_that_diverged_silently_fails_its_validation_and_status_names_i
     code, st = _status(world)
     (entry,) = [s for s in st["subscriptions"] if s["name"] == "Copy"]
     assert entry["status"] == "active" and entry["validation"]["result"] == "passed", entry
+
+
+# -- randomized: hostile devices beside honest ones ----------------------------------------------------------
+TAMPERS = ["lineage", "advance", "watermark", "generation", "guids", "restore", "replay", "malformed", "oversized",
+           "mend"]     # mend: the way out status names (a new file, its changes uploaded first or not)
+
+
+def _tamper(url: str, script: str) -> None:
+    """Whoever holds the device edits its file (what the database refuses, say a duplicate key, is not done)."""
+    subprocess.run(["sqlite3", url.removeprefix("sqlite:///")], input=script, text=True, capture_output=True)
+
+
+class Fleet:
+    """The randomized test's actors: honest devices, a direct subscriber and an application at the publisher,
+    and devices that tamper with their own files and requests; what each honest writer saw committed."""
+
+    def __init__(self, world, rng: random.Random, spark):
+        self.w, self.rng, self.spark = world, rng, spark
+        self.ids = iter(range(rng.randrange(100, 900) * 1000, 10**9))
+        self.written: list[int] = []              # Store ids honest writers inserted and saw committed
+        self.backups: dict[str, list] = {}
+        self.bodies: list[tuple[str, int, int, bytes]] = []
+        self.options = {n: DeviceOptions(world.server.url, n, world.device_url(n), world.tokens[n]) for n in FLEET}
+
+    def sync(self, name: str):
+        return sync(self.options[name])
+
+    def held(self, name: str) -> list[int]:
+        return list(_rows(self.w.device_url(name), "Store"))
+
+    def hq(self) -> None:
+        r, ids = self.rng, list(_rows(self.w.pub_url, "Store"))
+        k = r.choice(ids)
+        region = r.choice(["north", "south", "east"])
+        shell(self.w.pub_url, r.choice([
+            f'INSERT INTO "Store" ("id", "region", "name") VALUES ({next(self.ids)}, \'{region}\', \'hq\');\n',
+            f'UPDATE "Store" SET "name" = \'hq {r.randrange(99)}\' WHERE "id" = {k};\n',
+            f'UPDATE "Store" SET "region" = \'{region}\' WHERE "id" = {k};\n',
+            f'INSERT INTO "Sale" ("id", "store_id", "qty") VALUES ({next(self.ids)}, {k}, 1);\n',
+            f'UPDATE "Item" SET "n" = "n" + 1 WHERE "id" = {r.randrange(1, 21)};\n']))
+
+    def honest(self) -> None:
+        name = self.rng.choice(["HonestN", "HonestS"])
+        i = next(self.ids)
+        shell(self.w.device_url(name), f"INSERT INTO Store (id, region, name) VALUES ({i}, '{FLEET[name]}', 'by {name}');\n"
+                                       f"UPDATE Item SET v = 'by {name}' WHERE id = {self.rng.randrange(1, 21)};\n")
+        summary = self.sync(name)
+        assert summary.ok, summary.to_dict()
+        self.written.append(i)
+
+    def branch(self) -> None:
+        from sparksync.merge.session.agent import MergeAgent
+        from sparksync.progress import silent
+
+        i = next(self.ids)
+        branch = self.w.topology.subscriber_url(self.w.topology.subscription("Branch"))
+        shell(branch, f"INSERT INTO Store (id, region, name) VALUES ({i}, 'north', 'by Branch');\n")
+        summary = MergeAgent(self.w.topology, self.spark, silent).run()
+        assert summary.ok, summary.to_dict()
+        self.written.append(i)
+
+    def evil(self) -> str:
+        name, how = self.rng.choice(["EvilN", "EvilS"]), self.rng.choice(TAMPERS)
+        url, r = self.w.device_url(name), self.rng
+        held = [k for k in _rows(url, "Item")]
+        if r.random() < 0.4:                                     # a backup, restored some day
+            copy = self.w.folder / f"{name.lower()}-{len(self.backups.get(name, []))}.bak"
+            _copy_file(self.w, name, copy)
+            self.backups.setdefault(name, []).append(copy)
+        if how == "lineage":
+            _set_own_version(self.w, name, "Item", r.choice(held), r.choice([2**63 - 2, 2**40 + 1, -5]))
+        elif how == "advance":
+            key = r.choice(held)
+            _set_own_version(self.w, name, "Item", key, max(_lineage(self.w.pub_url, "Item", key).values(), default=0)
+                             + lin.MAX_ADVANCE + r.randrange(2, 9))
+        elif how == "watermark":
+            _tamper(url, r.choice(["UPDATE sysmergesubscriptions SET recgen = 0 WHERE role = 'publisher';\n",
+                                 "UPDATE sysmergesubscriptions SET recgen = recgen + 1000 WHERE role = 'publisher';\n",
+                                 "UPDATE sysmergesubscriptions SET sentgen = sentgen + 7 WHERE role = 'publisher';\n",
+                                 "UPDATE sysmergesubscriptions SET sentgen = 0 WHERE role = 'publisher';\n"]))
+        elif how == "generation":
+            _tamper(url, r.choice(["UPDATE MSmerge_genhistory SET generation = generation - 1 WHERE genstatus = 0;\n",
+                                 "UPDATE MSmerge_genhistory SET generation = generation + 100000 WHERE genstatus = 0;\n",
+                                 "DELETE FROM MSmerge_genhistory WHERE genstatus = 0;\n"]))
+        elif how == "guids":
+            _tamper(url, "UPDATE MSmerge_genhistory SET guidsrc = lower(hex(randomblob(16)));\n"
+                       "UPDATE MSmerge_replica SET replica_id = lower(hex(randomblob(16)));\n")
+        elif how == "restore" and self.backups.get(name):
+            _restore_file(self.w, name, r.choice(self.backups[name]))
+        elif how == "replay":
+            shell(url, f"UPDATE Item SET v = 'replayed {r.randrange(99)}' WHERE id = {r.choice(held)};\n")
+            with contextlib.suppress(SparksyncError, ValueError):      # a tampered file may make no body at all
+                self.bodies.append((name, *upload_body(self.w, name)))
+            if self.bodies:
+                who, lo, hi, body = r.choice(self.bodies)
+                with _client(self.w, name) as c:
+                    reply = c.put(f"/v1/sync/uploads/{lo}-{hi}", content=body)
+                    assert reply.status_code < 500, reply.text
+        elif how == "mend":
+            with contextlib.suppress(SparksyncError):
+                sync(replace(self.options[name], reinitialize=True, upload_first=r.random() < 0.5))
+        elif how in ("malformed", "oversized"):
+            body = r.randbytes(r.randrange(10, 5000)) if how == "malformed" else b"\0" * (1 << 20 | 5)
+            with _client(self.w, name) as c:
+                for path, method in (("/v1/sync/uploads/0-1", "PUT"), ("/v1/sync/download", "POST")):
+                    reply = c.request(method, path, content=body)
+                    assert 400 <= reply.status_code < 500, reply.text
+        self.attempt(name)
+        return f"{name}:{how}"
+
+    def attempt(self, name: str) -> None:
+        """A sync that a tampering device may see refused: said, never a server failure."""
+        try:
+            self.sync(name)
+        except SparksyncError as e:
+            assert "(500)" not in e.message and "Traceback" not in e.message, e
+
+
+@pytest.mark.parametrize("seed", [int(s) for s in os.environ.get("SPARKSYNC_HOSTILE_SEEDS", "1,2").split(",")])
+def test_randomized_hostile_devices_never_touch_an_honest_replica_and_are_recovered_or_named(world, spark, seed):
+    """Devices that tamper with their own metadata (lineage entries, generation numbers and guids, watermarks),
+    restore older copies of their file, replay requests and send malformed or oversized bodies, beside honest
+    devices, a direct subscriber and an application writing at the publisher. At the end every honest replica
+    holds exactly its partition with every write its writer saw committed; every tampering device is either
+    recovered (it holds its partition) or named by status (exit 1) and the monitor's roll-up; serve's peak
+    memory stayed bounded. The seeds are in the test (SPARKSYNC_HOSTILE_STEPS sets the steps, default 24)."""
+    from sparksync.config import AlertsConfig
+    from sparksync.monitor.rollup import roll_up
+    from sparksync.status import gather_status
+
+    rng = random.Random(seed * 1009 + (0 if world.kind == "sqlite" else 7))
+    fleet = Fleet(world, rng, spark)
+    for name in FLEET:
+        fleet.attempt(name)
+    done = []
+    for _ in range(int(os.environ.get("SPARKSYNC_HOSTILE_STEPS", "24"))):
+        step = rng.choice(["hq", "hq", "honest", "honest", "branch", "evil", "evil", "evil"])
+        done.append(getattr(fleet, step)() or step)
+    for _ in range(2):                                      # the honest replicas catch up
+        fleet.branch()
+        for name in ("HonestN", "HonestS"):
+            assert fleet.sync(name).ok
+    for name in ("HonestN", "HonestS", "Branch"):
+        url = world.topology.subscriber_url(world.topology.subscription(name)) if name == "Branch" else \
+            world.device_url(name)
+        held = {t: _rows(url, t) for t in ("Item", "Store", "Sale")}
+        want = _partition(world, FLEET.get(name, "north"))
+        assert held == want, (seed, name, done)
+    stores = _rows(world.pub_url, "Store")
+    assert all(i in stores for i in fleet.written), (seed, [i for i in fleet.written if i not in stores], done)
+    shell(world.pub_url, "DELETE FROM " + ("MSmerge_validations" if world.kind == "sqlite" else
+                                           "sparksync.msmerge_validations") + " WHERE subscription LIKE 'Evil%';\n")
+    for name in ("EvilN", "EvilS"):                           # their validation comes due
+        fleet.attempt(name)
+    status = gather_status(world.topology)
+    rolled = roll_up(status, AlertsConfig(), set(), dt.datetime.now(dt.UTC))
+    for name in ("EvilN", "EvilS"):
+        entry = next(s for s in status["subscriptions"] if s["name"] == name)
+        recovered = {t: _rows(world.device_url(name), t) for t in ("Item", "Store", "Sale")} == \
+            _partition(world, FLEET[name])
+        named = entry["status"] in ("damaged", "diverged", "stopped") and rolled["subscriptions"][name]["state"] == "error"
+        assert recovered or named, (seed, name, entry, [d for d in done if d.startswith(name)])
+        if named:
+            assert not status["ok"]
+    assert _peak_kb(world.server.proc.pid) < 900 << 10, "serve's peak memory passed 900 MB"

@@ -260,10 +260,24 @@ def _first(e: BaseException) -> str:
     return (str(e).splitlines() or [""])[0][:200]
 
 
+def answered(error: BaseException) -> bool:
+    """``error`` is the server's own answer to a request (it knows of it: a refusal or its failure)."""
+    return bool(getattr(error, "answered", False))
+
+
 def _checked(response: httpx.Response, server: str, path: str) -> httpx.Response:
     status = response.status_code
     if status < 400:
         return response
+    try:
+        _raise_for(response, status, server, path)
+    except SparksyncError as e:
+        e.answered = True            # type: ignore[attr-defined]
+        raise
+    return response
+
+
+def _raise_for(response: httpx.Response, status: int, server: str, path: str) -> None:
     try:
         body = response.json()
     except ValueError:

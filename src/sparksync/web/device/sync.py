@@ -15,6 +15,7 @@ device, with nothing of Spark or Java.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import time
@@ -46,7 +47,7 @@ from sparksync.metadata import store
 from sparksync.metadata.records import FailedChangeRow, PublicationRow, Role, SubscriptionRow
 from sparksync.metadata.schema import WEB
 from sparksync.progress import Reporter, silent
-from sparksync.web.device.client import ServerClient
+from sparksync.web.device.client import ServerClient, answered
 from sparksync.web.device.restored import file_state, interrupted, restamp, restored
 from sparksync.web.wire import MAX_RETRIES, change_schema, read_frames, write_changes
 
@@ -83,36 +84,50 @@ def sync(options: DeviceOptions, report: Reporter = silent) -> MergeSummary:
                                      f"{options.subscription}", obj=options.subscription)
         session = SubscriptionSession(options.subscription, hello["publication"])
         summary.subscriptions.append(session)
-        _check_binding(device, options, hello)
-        if not _initialized(device, hello):
-            _initialize(client, device, options, hello, report)
-            hello = client.json("GET", "/v1/sync/hello")
-        if store.upgrade_metadata(device) and upgrade_tracking(device):
-            report(f"{options.subscription}: change tracking upgraded")
-        hello = _recover_if_restored(client, device, hello, report)
-        _replay_schema(device, hello, report)
-        make_generation(device, hello["nickname"], level=DEVICE_LEVEL)
-        _upload(client, device, hello, options, session, report)
-        hello = client.json("GET", "/v1/sync/hello")
-        _download(client, device, options.database, hello, session, summary, report, options.generations_per_batch)
-        validation = _digests(device, options.database, hello, report) if hello.get("validate") else None
-        session.seconds = summary.seconds = time.perf_counter() - t0
-        up, down = session.total("upload"), session.total("download")
-        said = client.json("POST", "/v1/sync/done", json={
-            "seconds": session.seconds, "errors": session.errors,
-            "upload": {k: getattr(up, k) for k in ("inserts", "updates", "deletes", "conflicts", "retries", "failed")},
-            "download": {k: getattr(down, k) for k in ("inserts", "updates", "deletes", "conflicts", "retries",
-                                                        "failed")},
-            **({"validation": validation} if validation is not None else {})})
-        verdict = said.get("validation") or {}
-        if verdict.get("result") == "failed":
-            message = (f"{options.subscription}: the publisher's validation of this file failed: "
-                       f"{verdict.get('message', '')}; run 'sparksync sync --reinitialize --upload-first'")
-            session.fail(message, Diverged(message, obj=options.subscription))
-        elif verdict:
-            report(f"{options.subscription}: validation {verdict.get('result')}"
-                   + (f" ({verdict['message']})" if verdict.get("message") else ""))
+        try:
+            _sync_file(client, device, options, hello, session, summary, report, t0)
+        except SparksyncError as e:
+            if not answered(e):          # what stopped it here, the door is told (as the device's word)
+                with contextlib.suppress(SparksyncError):
+                    client.json("POST", "/v1/sync/done", json={"seconds": time.perf_counter() - t0,
+                                                               "errors": [e.message]})
+            raise
     return summary
+
+
+def _sync_file(client: ServerClient, device: Replica, options: DeviceOptions, hello: dict,
+               session: SubscriptionSession, summary: MergeSummary, report: Reporter, t0: float) -> None:
+    """The sync after ``hello``: the file checked (and initialized, upgraded, recovered), upload, download,
+    its digests when asked, then ``done``."""
+    _check_binding(device, options, hello)
+    if not _initialized(device, hello):
+        _initialize(client, device, options, hello, report)
+        hello = client.json("GET", "/v1/sync/hello")
+    if store.upgrade_metadata(device) and upgrade_tracking(device):
+        report(f"{options.subscription}: change tracking upgraded")
+    hello = _recover_if_restored(client, device, hello, report)
+    _replay_schema(device, hello, report)
+    make_generation(device, hello["nickname"], level=DEVICE_LEVEL)
+    _upload(client, device, hello, options, session, report)
+    hello = client.json("GET", "/v1/sync/hello")
+    _download(client, device, options.database, hello, session, summary, report, options.generations_per_batch)
+    validation = _digests(device, options.database, hello, report) if hello.get("validate") else None
+    session.seconds = summary.seconds = time.perf_counter() - t0
+    up, down = session.total("upload"), session.total("download")
+    said = client.json("POST", "/v1/sync/done", json={
+        "seconds": session.seconds, "errors": session.errors,
+        "upload": {k: getattr(up, k) for k in ("inserts", "updates", "deletes", "conflicts", "retries", "failed")},
+        "download": {k: getattr(down, k) for k in ("inserts", "updates", "deletes", "conflicts", "retries",
+                                                    "failed")},
+        **({"validation": validation} if validation is not None else {})})
+    verdict = said.get("validation") or {}
+    if verdict.get("result") == "failed":
+        message = (f"{options.subscription}: the publisher's validation of this file failed: "
+                   f"{verdict.get('message', '')}; run 'sparksync sync --reinitialize --upload-first'")
+        session.fail(message, Diverged(message, obj=options.subscription))
+    elif verdict:
+        report(f"{options.subscription}: validation {verdict.get('result')}"
+               + (f" ({verdict['message']})" if verdict.get("message") else ""))
 
 
 def _digests(device: Replica, url: str, hello: dict, report: Reporter) -> dict:
