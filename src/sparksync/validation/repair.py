@@ -1,6 +1,7 @@
 """Repair (SQL Server's answer to a failed validation is a reinitialization; sparksync can also repair the
 rows that differ): the publisher's version of each differing row written at the subscriber as an agent
-write, with its lineage; a row changed at the subscriber since validation is skipped, never overwritten."""
+write, with its lineage; a row changed at the subscriber since validation is skipped, never overwritten.
+The failed changes of a repaired row are cleared with it (the publisher's version is there now)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,14 @@ from sparksync.merge.tracking.articles import (
 from sparksync.merge.tracking.generations import new_generation
 from sparksync.merge.tracking.pending import flush, flush_rows
 from sparksync.metadata import store
-from sparksync.metadata.records import GenerationRow, GenStatus, PublicationRow, Role, SubscriptionRow
+from sparksync.metadata.records import (
+    FailedChangeRow,
+    GenerationRow,
+    GenStatus,
+    PublicationRow,
+    Role,
+    SubscriptionRow,
+)
 from sparksync.progress import Reporter, silent
 from sparksync.types import arrow_converter
 from sparksync.validation.report import (
@@ -79,7 +87,8 @@ def _repair_one(topology: Topology, pub: Replica, s: SubscriptionValidation) -> 
        read: the merge apply's lock-then-classify order, so a write committed before the lock is seen;
     3. a row with a change at the subscriber not uploaded yet (:func:`_local_state`), or one the
        subscriber holds in a version the publisher's does not include, is left as it is; the others
-       are written (received from the publisher, never uploaded back) or removed."""
+       are written (received from the publisher, never uploaded back) or removed, and the failed
+       changes of the rows written or removed are cleared: the repair made them moot."""
     prow = store.select(pub, PublicationRow, {"name": s.publication})[0]
     pubid = prow.pubid
     flush(pub)                          # the publisher's rows are read with their lineage
@@ -138,6 +147,7 @@ def _repair_one(topology: Topology, pub: Replica, s: SubscriptionValidation) -> 
                             done += forget_rows(sub, art, [d.rowguid])
                         else:
                             write_row_with_lineage(sub, art, row, lineage, gen, colv)
+                            _clear_failed(sub, art, d.rowguid, pub_nick)
                             done += 1
                         sub.execute("RELEASE SAVEPOINT sparksync_repair")
                     except CHANGE_REJECTED as e:          # e.g. its parent is one of the rows left
@@ -146,6 +156,13 @@ def _repair_one(topology: Topology, pub: Replica, s: SubscriptionValidation) -> 
                         leave(a, d, f"{SKIPPED_REFUSED}: {e.message}")
             store.update(sub, GenerationRow, {"changecount": done}, {"generation": gen})
     return done
+
+
+def _clear_failed(sub: Replica, art: TrackedArticle, rowguid: str, pub_nick: int) -> None:
+    """The publisher's changes of a row that failed at the subscriber are moot once the repair wrote the
+    publisher's version there (the row and its lineage, which includes theirs): no longer listed, nor
+    tried again. (A row the repair removed loses its failed changes with its other metadata.)"""
+    store.delete(sub, FailedChangeRow, {"tablenick": art.nickname, "rowguid": rowguid, "source_nickname": pub_nick})
 
 
 def _nickname(replica: Replica) -> int:

@@ -13,7 +13,8 @@ from sparksync.dialects.replica import Replica
 from sparksync.errors import ReplicaBehind, ReplicaDamaged, SparksyncError
 from sparksync.merge.tracking.articles import install_tracking, published_articles, tracked_article, trigger_context
 from sparksync.metadata import store
-from sparksync.metadata.records import PublicationRow, Role, SubscriptionRow
+from sparksync.metadata.records import ArticleRow, PublicationRow, Role, SubscriptionRow
+from sparksync.names import TableName
 
 
 def replica_problems(replica: Replica, pubid: str) -> list[str]:
@@ -31,6 +32,7 @@ def replica_problems(replica: Replica, pubid: str) -> list[str]:
     articles = published_articles(replica, pubid)
     if not articles:
         problems.append("its publication metadata (sysmergearticles) is missing")
+    problems += shared_nicknames(replica, articles)
     for a in articles:
         art = tracked_article(a)
         info = replica.reflect(art.table)
@@ -42,6 +44,27 @@ def replica_problems(replica: Replica, pubid: str) -> list[str]:
             continue
         problems += replica.dialect.tracking_problems(replica, trigger_context(replica, art, ident.nickname))
     return problems
+
+
+def shared_nicknames(replica: Replica, articles: list[ArticleRow]) -> list[str]:
+    """Tables of ``articles`` (a publication's ``sysmergearticles`` rows) whose nickname another table of
+    the database has too (in another publication): their tracking metadata is keyed by the nickname, so
+    the changes of only one of them are recorded. A publisher that numbered each publication's articles
+    on their own left them so; a nickname never changes once given, so it stays until republished."""
+    mine = {a.nickname: _table_of(a) for a in articles}
+    pubs = {r.pubid: r.name for r in store.select(replica, PublicationRow)}
+    problems = []
+    for r in store.select(replica, ArticleRow, order_by=("nickname",)):
+        table = _table_of(r)
+        if r.nickname in mine and table != mine[r.nickname]:
+            problems.append(f"table {mine[r.nickname]} shares article nickname {r.nickname} with table {table} of "
+                            f"publication {pubs.get(r.pubid, r.pubid)}: the changes of only one of them are "
+                            "recorded (a nickname cannot change in place: see docs/failures.md)")
+    return list(dict.fromkeys(problems))
+
+
+def _table_of(a: ArticleRow) -> str:
+    return str(TableName(a.source_schema, a.source_table))
 
 
 def describe(problems: list[str], limit: int = 3) -> str:

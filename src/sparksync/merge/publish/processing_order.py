@@ -38,6 +38,8 @@ def _reach(start: str, step: Mapping[str, set[str]]) -> set[str]:
 def assign_nicknames(articles: Sequence[str], parents_of: Mapping[str, Iterable[str]],
                      existing: Mapping[str, int] | None = None) -> dict[str, int]:
     """Nicknames for ``articles``, keeping ``existing`` ones (a nickname never changes once given).
+    ``existing`` holds every table's nickname in the database, of every publication: a nickname names one
+    table (the tracking metadata is keyed by it), so none of them is given to another table.
 
     A new article gets a nickname above every (transitive) parent's and, where the gaps allow, below
     every (transitive) child's that already has one; otherwise the next multiple of NICKNAME_STEP.

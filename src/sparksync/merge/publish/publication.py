@@ -251,14 +251,15 @@ def apply_publication(replica: Replica, topology: Topology, plan: PublicationPla
             subid=store.new_guid(), pubid=pubid, name=topology.publisher.name, replica_id=ident.replica_id,
             replnickname=ident.nickname, database_label=replica.label, created_at=store.utcnow()))
 
-    # Nicknames follow DRI; a table published before keeps its nickname (also across publications).
+    # Nicknames follow DRI; a table published before keeps its nickname (also across publications), and
+    # a nickname names one table in the database: the tracking metadata of every publication is keyed by it
     known = {str(TableName(r.source_schema, r.source_table)): r.nickname
              for r in store.select(replica, ArticleRow)}
     keys = [a.key for a in plan.articles]
     parents_of = {a.key: a.parents for a in plan.articles}
     # a join filter's parent is evaluated (and applied) before its children, like a foreign key's
     ordered = {a.key: list(dict.fromkeys(a.parents + a.join_parents)) for a in plan.articles}
-    nicknames = art.assign_nicknames(keys, ordered, {k: v for k, v in known.items() if k in keys})
+    nicknames = art.assign_nicknames(keys, ordered, known)
     groups = art.processing_groups(parents_of, [a.key for a in plan.articles if a.join_filters]
                                    + [p for a in plan.articles for p in a.join_parents])
     related = art.related_articles(parents_of)
