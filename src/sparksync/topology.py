@@ -8,16 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from sparksync.config import (
-    DEFAULT_CONFIG,
-    MERGE_SUBSCRIPTION_KEYS,
-    TRANSACTIONAL_SUBSCRIPTION_KEYS,
-    Topology,
-    _named,
-    list_at,
-    read_config,
-    validate_structure,
-)
+from sparksync.config import DEFAULT_CONFIG, MERGE_SUBSCRIPTION_KEYS, TRANSACTIONAL_SUBSCRIPTION_KEYS, Topology
+from sparksync.config_read import list_at, named, read_config, validate_structure
 from sparksync.dialects import dialect_for_url
 from sparksync.errors import ConfigurationError, InvalidNameError
 from sparksync.merge.conflicts.resolvers import BUILTIN, check_resolver
@@ -52,7 +44,7 @@ def _article_problems(data: dict[str, Any]) -> list[str]:
         for j, a in enumerate(arts):
             if not isinstance(a, dict) or not isinstance(a.get("table"), str):
                 continue
-            where = f"{_named(pubs, i, 'publications')}.articles[{j}] ({a['table']})"
+            where = f"{named(pubs, i, 'publications')}.articles[{j}] ({a['table']})"
             try:
                 table = TableName.parse(a["table"])
             except InvalidNameError:
@@ -96,7 +88,7 @@ def _transactional_problems(topology: Topology, data: dict[str, Any]) -> list[st
         except ConfigurationError:
             distributor = None
     for i, s in enumerate(topology.subscriptions):
-        where = _named(subs_raw, i, "subscriptions")
+        where = named(subs_raw, i, "subscriptions")
         pub = transactional.get(s.publication)
         wrong = sorted(s.model_fields_set & (MERGE_SUBSCRIPTION_KEYS if pub else TRANSACTIONAL_SUBSCRIPTION_KEYS))
         if wrong and s.publication in known:
