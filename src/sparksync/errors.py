@@ -113,6 +113,14 @@ class SparkUnavailable(Terminal, SparksyncError):
     code = "spark_unavailable"
 
 
+class SparkClusterUnavailable(Transient, SparksyncError):
+    """The Spark cluster a command runs its jobs on cannot run them: its master cannot be reached or does
+    not take the application, or it gives the application no executor within ``[spark] executor_wait_s``
+    (its cores held by other applications). Named in one line with the master; it may pass."""
+
+    code = "spark_cluster"
+
+
 class InvalidNameError(ConfigurationError):
     """A table, schema or column name that cannot be used (quotes, control characters, too long)."""
 

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from sparksync.dialects import connect
 from sparksync.merge.tracking.generations import make_generation
+from sparksync.metadata import store
+from tests.support.cluster import Cluster
+from tests.support.config import write_config
 from tests.support.merge_topology import Topo
 
 pytestmark = pytest.mark.spark
@@ -126,3 +135,39 @@ def test_a_generation_cut_by_key_crash_inside_its_second_batch(topo, failpoints)
     second = t.merge(download_generations_per_batch=2)
     assert second.ok and sum(downloaded(second, "S1")) == 13
     t.assert_converged()
+
+
+def test_batches_committed_by_a_lost_task_attempt_are_counted_by_the_attempt_spark_runs_again(
+        spark, dbs, failpoints):
+    """The apply task's process is killed right after a batch commits (an executor lost), twice: Spark runs
+    the task again each time (``local[2,3]``: a task may fail twice), and the attempt that finds a batch
+    applied reports what the lost attempt applied. Batch 0 is the first part of a generation cut by key
+    (the watermark stays before the generation: its changes are recognized by their lineage), batch 1 its
+    last part (the watermark covers it). The session counts every change once, as applied."""
+    c = Cluster(spark, dbs, "sqlite", {"S1": "sqlite"}, lambda kind: [
+        'CREATE TABLE "Item" ("id" INTEGER PRIMARY KEY, "n" INTEGER)',
+        *[f'INSERT INTO "Item" VALUES ({i}, 0)' for i in range(1, 21)]], [{"table": "Item"}],
+        publication={"generation_leveling_threshold": LEVEL})
+    for stmts in (['UPDATE "Item" SET "n" = "n" + 1 WHERE "id" <= 10'], ['UPDATE "Item" SET "n" = "n" + 1 WHERE "id" > 10'],
+                  [f'INSERT INTO "Item" ("id", "n") VALUES ({700 + i}, 0)' for i in range(LEVEL)]):
+        c.sql("P", *stmts)
+        with connect(c.urls["P"]) as r:
+            make_generation(r, 1)     # 10 updates, 10 updates, 5 inserts: batches of 5 (the first two cut by key)
+    failpoints("apply.after_commit S1:0 !kill", "apply.after_commit S1:1 !kill")
+    cfg = write_config(dbs.folder, {**c.data, "spark": {"master": "local[2,3]", "driver_round_changes": 0}})
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_MASTER"}
+    run = subprocess.run([str(Path(sys.executable).with_name("sparksync")), "merge", "--json", "--exchange-type",
+                          "download", "--download-generations-per-batch", "1", "-c", str(cfg)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert Path(os.environ["SPARKSYNC_FAILPOINTS"]).read_text(encoding="utf-8").strip() == ""   # both fired
+    summary = json.loads(run.stdout)
+    (s1,) = summary["subscriptions"]
+    got = s1["download"]["Item"]
+    assert (got["inserts"], got["updates"], got["skipped"], s1["batches"]["download"]) == (LEVEL, 20, 0, 5), s1
+    with connect(c.urls["P"]) as r:
+        (row,) = store.select_rows(r, "MSmerge_sessions", {"session_id": summary["session_id"]})
+        published = r.query('SELECT "id", "n" FROM "Item" ORDER BY "id"')
+    assert (row["download_inserts"], row["download_updates"]) == (LEVEL, 20)
+    with connect(c.urls["S1"]) as r:
+        assert r.query('SELECT "id", "n" FROM "Item" ORDER BY "id"') == published

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sparksync.config import AlertsConfig
-from sparksync.errors import ConfigurationError
+from sparksync.errors import ConfigurationError, SparkClusterUnavailable
 from sparksync.monitor import webhook as webhook_module
 from sparksync.monitor.alerts import Alert, AlertBook, Evaluator
 from sparksync.monitor.rollup import ORDER, Cadence, cadences_of, rating, roll_up
@@ -23,6 +23,7 @@ from sparksync.monitor.webhook import Webhook
 from sparksync.redaction import redact
 from sparksync.schedule import CONTINUOUS_IDLE, parse_interval, parse_schedule
 from sparksync.service.jobs import workers_of
+from sparksync.service.scheduler import SharedSpark
 from sparksync.topology import parse_topology
 
 T0 = dt.datetime(2026, 11, 27, 6, 0, 0, tzinfo=dt.UTC)
@@ -332,3 +333,54 @@ def test_a_webhook_url_never_appears_in_output(tmp_path):
     parse_topology(data, tmp_path)
     text = redact("posting to https://hooks.example.com/services/T000/B000/XXXXsecretXXXX failed")
     assert "XXXXsecretXXXX" not in text and "hooks.example.com" in text
+
+
+class NoticedLock:
+    """A lock that says when a second thread waits for it."""
+
+    def __init__(self):
+        self._lock, self.waited = threading.Lock(), threading.Event()
+
+    def __enter__(self):
+        if not self._lock.acquire(blocking=False):
+            self.waited.set()
+            self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self._lock.release()
+
+
+def test_a_failed_spark_start_is_the_answer_of_the_rounds_that_waited_for_it():
+    """The service's first round starts Spark on a cluster that gives it no executor; a second round asks
+    meanwhile: it gets the same error, without waiting for the cluster again. A round asking later tries again."""
+    starting, give_up, calls = threading.Event(), threading.Event(), []
+
+    def factory():
+        calls.append(len(calls))
+        if len(calls) > 1:
+            return "session"
+        starting.set()
+        give_up.wait(30)
+        raise SparkClusterUnavailable("Spark master spark://m:7077 gave this application no executor in 60 s")
+
+    shared = SharedSpark(factory)
+    shared._lock = NoticedLock()  # type: ignore[assignment]
+    errors: list[Exception] = []
+
+    def round_():
+        try:
+            shared.get()
+        except SparkClusterUnavailable as e:
+            errors.append(e)
+
+    rounds = [threading.Thread(target=round_) for _ in range(2)]
+    rounds[0].start()
+    assert starting.wait(30)
+    rounds[1].start()
+    assert shared._lock.waited.wait(30)
+    give_up.set()
+    for t in rounds:
+        t.join(30)
+    assert len(errors) == 2 and errors[0] is errors[1] and calls == [0]
+    assert shared.get() == "session" and calls == [0, 1]

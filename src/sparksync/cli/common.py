@@ -130,7 +130,8 @@ def make_spark(topology: Topology):
         reporter(f"starting Spark ({topology.spark_master})")
         from sparksync.spark.session import spark_session
 
-        return spark_session(topology.spark_master, conf=topology.spark.conf)
+        return spark_session(topology.spark_master, conf=topology.spark.conf,
+                             executor_wait_s=topology.spark.executor_wait_s)
 
     return factory
 

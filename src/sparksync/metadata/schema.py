@@ -19,7 +19,8 @@ from sparksync.types import Kind, SqlType
 # 6: MSsnapshot_history (every snapshot run, the failed ones with their error)
 # 7: MSmerge_pending (lean change tracking: the triggers log which rows changed, a flush writes the metadata)
 # 8: MSmerge_validations (each subscription's validations: on a schedule, at a device's sync, on demand)
-SCHEMA_VERSION = 8
+# 9: MSmerge_applied_batches (what a session's batches applied, read back by a task that Spark runs again)
+SCHEMA_VERSION = 9
 
 INT = SqlType(Kind.INTEGER)
 BIG = SqlType(Kind.BIGINT)
@@ -248,6 +249,19 @@ TABLES = TABLES + (
          C("duration", REAL, True, "seconds spent applying this article's changes at the destination"),
          C("removed", INT, True, "rows removed from the subscriber: they left its partition (filtered publications)")),
         ("session_id", "subscription", "tablenick", "direction"),
+    ),
+    MetaTable(
+        "MSmerge_applied_batches",
+        "At a destination: what each generation batch of the latest merge session from a source applied here (its "
+        "counts per article and its conflicts, as its task reported them), written in the batch's transaction with "
+        "the watermark. A task run again (Spark re-runs a task whose executor was lost) finds its batches already "
+        "applied and reports these, so the session counts what was applied by whichever attempt. The rows of a "
+        "source's earlier sessions go when a later session applies a batch from it.",
+        (C("pubid", GUID, False), C("source_nickname", INT, False, "the replica the batch came from"),
+         C("session_id", GUID, False), C("batch_seq", INT, False, "the batch's number in the session, from that source"),
+         C("generation", BIG, False, "the watermark the batch moved to"),
+         C("outcome", JSON, False, "{stats: {nickname: counts}, conflicts: [conflict]}: the batch's result row")),
+        ("pubid", "source_nickname", "session_id", "batch_seq"),
     ),
     MetaTable(
         "MSmerge_failed_changes",

@@ -113,6 +113,7 @@ MIGRATIONS: dict[str, dict[int, Any]] = {
         6: lambda replica: None,            # MSsnapshot_history: a new table
         7: lambda replica: None,            # MSmerge_pending: a new table (the triggers: merge.tracking.upgrade)
         8: lambda replica: None,            # MSmerge_validations: a new table
+        9: lambda replica: None,            # MSmerge_applied_batches: a new table
     },
     WEB.name: {
         2: lambda replica: None,            # MSweb_recoveries: a new table

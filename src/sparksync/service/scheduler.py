@@ -46,19 +46,31 @@ def utcnow() -> dt.datetime:
 
 class SharedSpark:
     """One SparkSession for every worker, made by the first round that needs it (under a lock: two
-    workers asking at once get the same session)."""
+    workers asking at once get the same session). A start that fails (a cluster whose master cannot be
+    reached, or that gives no executor within ``[spark] executor_wait_s``) is that round's error, and the
+    answer of every round that was waiting for it: they do not wait for the cluster again, one after
+    another; the next round that asks tries again."""
 
     def __init__(self, factory: Any):
         self._factory = factory
         self._session: Any = None
         self._lock = threading.Lock()
+        self._failed: tuple[float, Exception] | None = None     # when the last start failed, and why
 
     def get(self) -> Any:
+        asked = time.monotonic()
         with self._lock:
             if self._session is None:
                 if self._factory is None:
                     raise RuntimeError("this service was started without Spark")
-                self._session = self._factory()
+                if self._failed is not None and self._failed[0] >= asked:
+                    raise self._failed[1]
+                try:
+                    self._session = self._factory()
+                except Exception as e:
+                    self._failed = (time.monotonic(), e)
+                    raise
+                self._failed = None
             return self._session
 
     def stop(self) -> None:

@@ -4,19 +4,30 @@
 partitions (AQE on); Arrow on; workers run this interpreter (``PYSPARK_PYTHON``); Spark's JVM
 logging kept to errors. On a cluster the executors must be able to import ``sparksync`` (ship a
 packed virtual environment) and reach the SQLite files and snapshot folder (shared storage).
+
+On a cluster (any master but ``local``) a session is handed out only once the cluster can run its
+tasks, within ``[spark] executor_wait_s``: a standalone master that cannot be reached is refused before
+the JVM tries (Spark would try for a minute, then fail with a Java stack that never names it), and an
+application the cluster gives no executor (every core held by other applications, e.g. ``sparksync
+serve``'s warm session) is stopped (Spark would let its first job wait for one without end, saying so
+only in a warning). Either is one :class:`~sparksync.errors.SparkClusterUnavailable` naming the master.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
-from sparksync.errors import SparkUnavailable
+from sparksync.config import SparkConfig
+from sparksync.errors import SparkClusterUnavailable, SparkUnavailable
 
 _lock = threading.Lock()
+EXECUTOR_WAIT_S: float = SparkConfig.model_fields["executor_wait_s"].default     # [spark] executor_wait_s
 
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
@@ -32,8 +43,10 @@ DEFAULT_CONF = {
 }
 
 
-def spark_session(master: str | None = None, app_name: str = "sparksync", conf: dict[str, str] | None = None):
-    """Return the process's SparkSession, creating it on first use."""
+def spark_session(master: str | None = None, app_name: str = "sparksync", conf: dict[str, str] | None = None,
+                  executor_wait_s: float = EXECUTOR_WAIT_S):
+    """Return the process's SparkSession, creating it on first use; on a cluster, once it has an executor
+    (the module doc), waiting at most ``executor_wait_s`` seconds."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -45,24 +58,116 @@ def spark_session(master: str | None = None, app_name: str = "sparksync", conf: 
     os.environ["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON") or sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
+    url = master or os.environ.get("SPARK_MASTER") or "local[*]"
 
     with _lock:
         active = SparkSession.getActiveSession()
         if active is not None:
             return active
+        if url.startswith("spark://"):
+            _reach_master(url, executor_wait_s)
         log4j = Path(__file__).with_name("log4j2.properties")
         java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dlog4j.configurationFile=file:{log4j}"
-        builder = SparkSession.builder.master(master or os.environ.get("SPARK_MASTER") or "local[*]").appName(app_name)
+        builder = SparkSession.builder.master(url).appName(app_name)
         settings = {**DEFAULT_CONF, "spark.driver.extraJavaOptions": java_opts,
                     "spark.executor.extraJavaOptions": java_opts, **(conf or {})}
         for k, v in settings.items():
             builder = builder.config(k, v)
-        spark = builder.getOrCreate()
+        try:
+            spark = builder.getOrCreate()
+        except Exception as e:  # noqa: BLE001 - Spark's reason, in one line (its log of it is off)
+            raise _not_started(url, e) from None
         spark.sparkContext.setLogLevel("ERROR")
+        if not _is_local(url):
+            _await_executor(spark, url, executor_wait_s)
         from sparksync.spark.datasource import ReplicaSource
 
         spark.dataSource.register(ReplicaSource)
         return spark
+
+
+def _is_local(master: str) -> bool:
+    """Spark in this process (``local``, ``local[N]``, ``local[N,F]``): no master, no executors to wait for."""
+    return master == "local" or master.startswith("local[")
+
+
+def _not_started(url: str, e: Exception) -> SparkUnavailable | SparkClusterUnavailable:
+    """Spark could not make its context: the reason, one line (the Java exception's class and message)."""
+    java = getattr(e, "java_exception", None)
+    text = (str(java.toString()) if java is not None else str(e)).strip()
+    name, sep, rest = (text.splitlines()[0] if text else type(e).__name__).partition(": ")
+    reason = f"{name.rsplit('.', 1)[-1]}{sep}{rest}"
+    if _is_local(url):
+        return SparkUnavailable(f"Spark could not start ({url}): {reason}")
+    if url.startswith("spark://"):
+        from pyspark import __version__
+
+        if "stopped SparkContext" in reason or reason.startswith("NullPointerException"):
+            # killed while it registered: the master never answered Spark's tries (about a minute), or refused it
+            return SparkClusterUnavailable(f"Spark master {url} never took this application (Spark gave up registering "
+                                           f"it): is a Spark {__version__} master listening at that address, not "
+                                           "another service?", obj=url)
+        return SparkClusterUnavailable(f"Spark master {url} did not take this application ({reason}): is a Spark "
+                                       f"{__version__} master running at that address?", obj=url)
+    return SparkClusterUnavailable(f"Spark could not start the application on master {url}: {reason}", obj=url)
+
+
+def _reach_master(url: str, wait_s: float) -> None:
+    """A standalone master (``spark://host:port``, or several for a standby: ``spark://h1:p1,h2:p2``) takes
+    connections at one of its addresses at least; else the command stops here, naming it."""
+    deadline = time.monotonic() + wait_s
+    problems = []
+    for address in url[len("spark://"):].split(","):
+        host, _, port = address.strip().rpartition(":")
+        if not host or not port.isdigit():
+            host, port = address.strip(), "7077"
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)),
+                                          timeout=max(0.1, deadline - time.monotonic())):
+                return
+        except OSError as e:
+            problems.append(f"{host}:{port}: {_why(e)}")
+    raise SparkClusterUnavailable(f"Spark master {url} cannot be reached ({'; '.join(problems)}): is the master "
+                                  "running, and is that address and port reachable from this host?", obj=url)
+
+
+def _why(e: OSError) -> str:
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(e, TimeoutError):
+        return "no answer"
+    if isinstance(e, socket.gaierror):
+        return "unknown host"
+    return e.strerror or type(e).__name__
+
+
+def _await_executor(spark, url: str, wait_s: float) -> None:
+    """Until the cluster gives this application an executor (Spark lists the driver with them: two entries).
+    None by the deadline: the application is stopped (its registration at the master goes with it) and the
+    command stops, naming the master and what may hold its cores."""
+    sc = spark.sparkContext
+    if _on_demand(sc.getConf()):
+        return
+    tracker = sc._jsc.sc().statusTracker()
+    deadline = time.monotonic() + wait_s
+    while len(tracker.getExecutorInfos()) < 2:
+        if time.monotonic() >= deadline:
+            spark.stop()
+            raise SparkClusterUnavailable(
+                f"Spark master {url} gave this application no executor in {wait_s:g} s ([spark] executor_wait_s): "
+                "are its workers running, with free cores and memory, or does another application hold them all "
+                "(sparksync serve keeps its executors: cap each application with spark.cores.max in [spark] conf)?",
+                obj=url)
+        time.sleep(0.1)
+
+
+def _on_demand(conf) -> bool:
+    """Dynamic allocation starting from no executor: the first job asks for them, there is none to wait for."""
+    if (conf.get("spark.dynamicAllocation.enabled") or "false").lower() != "true":
+        return False
+    return all(int(conf.get(k) or 0) == 0 for k in ("spark.dynamicAllocation.minExecutors",
+                                                     "spark.dynamicAllocation.initialExecutors",
+                                                     "spark.executor.instances"))
 
 
 def stop_spark() -> None:

@@ -1,6 +1,8 @@
 """Applying one generation batch at its destination, in one transaction with its watermark.
 
-1. skip it if the destination's watermark already covers it (a re-run task applies nothing twice);
+1. skip it if the destination's watermark already covers it (a re-run task applies nothing twice); a batch
+   this session applied already (by an attempt of its task lost after the commit, which Spark runs again)
+   is reported with what that attempt applied, recorded with the watermark (``MSmerge_applied_batches``);
 2. stage the batch's changes and classify them in SQL (``staging.py``); decide the others in Python
    (``decide.decide``); set aside the changes that cannot be applied here (failed changes);
 3. apply in article processing order (seeds 003/004): deletes in descending nickname order, group 1
@@ -8,11 +10,13 @@
    a change that fails on a constraint or a value is retried after the other articles, then it is a
    failed change (``conflicts.record_failed_change``);
 4. record a received generation (known to the source), and a generation for resolved conflicts
-   (not known to the source, so the result goes back to it), the conflicts, and the watermark.
+   (not known to the source, so the result goes back to it), the conflicts, what the batch applied, and the
+   watermark.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -115,6 +119,9 @@ class _BatchApplier:
         replica, dest, batch, outcome = self.replica, self.dest, self.batch, self.outcome
         failpoints.hit("apply.before_begin", f"{dest.name}:{batch.seq}")   # tests: changes read, nothing locked
         with replica.transaction():
+            if _applied_in_session(replica, self.ctx, batch, outcome):
+                outcome.message = "applied by an earlier attempt of this session's task"
+                return
             wm = read_watermark(replica, dest, batch.source)
             if wm is not None and wm >= batch.covered_at and not batch.retry:
                 outcome.status, outcome.message = "skipped", f"already applied (watermark {wm})"
@@ -152,6 +159,7 @@ class _BatchApplier:
                 failpoints.hit("apply.before_commit", f"{dest.name}:{batch.seq}")
                 if self.record is not None:
                     self.record(replica, outcome)
+                _record_applied(replica, self.ctx, batch, outcome)
                 write_watermark(replica, dest, batch.source, batch.hi)
         failpoints.hit("apply.after_commit", f"{dest.name}:{batch.seq}")
 
@@ -402,6 +410,35 @@ def _try_apply(replica: Replica, art: TrackedArticle, inc: Incoming, decision: D
         return e
     replica.execute("RELEASE SAVEPOINT sparksync_change")
     return None
+
+
+def _record_applied(replica: Replica, ctx: ApplyContext, batch: BatchInfo, outcome: BatchOutcome) -> None:
+    """What this batch applied, in its transaction, before the watermark (``MSmerge_applied_batches``):
+    the source's rows of earlier sessions go (a session reads back only its own), and any row of this batch
+    (an attempt running beside this one, which Spark may start for a slow task)."""
+    table, u = replica.meta("MSmerge_applied_batches"), replica.dialect.uuid_param()
+    replica.execute(f"DELETE FROM {table} WHERE pubid = {u} AND source_nickname = {int(batch.source_nick)} "
+                    f"AND (session_id <> {u} OR batch_seq = {int(batch.seq)})", [ctx.pubid, ctx.session_id])
+    done = {"stats": {str(nick): vars(st) for nick, st in outcome.stats.items()},
+            "conflicts": [c.to_dict() for c in outcome.conflicts]}
+    store.insert_row(replica, "MSmerge_applied_batches", {
+        "pubid": ctx.pubid, "source_nickname": batch.source_nick, "session_id": ctx.session_id,
+        "batch_seq": batch.seq, "generation": batch.hi,
+        "outcome": json.loads(json.dumps(done, default=str))})    # a losing row's values as the result row has them
+
+
+def _applied_in_session(replica: Replica, ctx: ApplyContext, batch: BatchInfo, outcome: BatchOutcome) -> bool:
+    """Whether this session applied ``batch`` already (an attempt of its task lost after the commit: Spark
+    runs the task again); if so, ``outcome`` is what that attempt applied."""
+    rows = store.select_rows(replica, "MSmerge_applied_batches", {
+        "pubid": ctx.pubid, "source_nickname": batch.source_nick, "session_id": ctx.session_id, "batch_seq": batch.seq})
+    if not rows:
+        return False
+    done = rows[0]["outcome"]
+    outcome.status = "applied"
+    outcome.stats = {int(nick): ArticleStats.from_dict(st) for nick, st in done["stats"].items()}
+    outcome.conflicts = [BatchConflict.from_dict(c) for c in done["conflicts"]]
+    return True
 
 
 def _record_conflict(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,

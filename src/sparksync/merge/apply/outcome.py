@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, get_type_hints
 
-from sparksync.merge.conflicts.model import ConflictRecord
+from sparksync.merge.conflicts.model import ConflictRecord, ConflictType
 
 
 @dataclass
@@ -42,6 +42,16 @@ class BatchConflict:
 
     record: ConflictRecord
     log_remote: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its form as JSON (a task's result row, ``MSmerge_applied_batches``), read back by ``from_dict``."""
+        return {**vars(self.record), "conflict_type": int(self.record.conflict_type), "log_remote": self.log_remote}
+
+    @classmethod
+    def from_dict(cls, c: Mapping[str, Any]) -> BatchConflict:
+        return cls(ConflictRecord(ConflictType(c["conflict_type"]), c["tablenick"], c["rowguid"], c["reason_code"],
+                                  c["reason_text"], c["origin"], c["winner"], c["losing_row"], c["columns"]),
+                   bool(c["log_remote"]))
 
 
 @dataclass

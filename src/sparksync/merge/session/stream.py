@@ -25,7 +25,6 @@ from sparksync.errors import ErrorInfo, SparksyncError
 from sparksync.merge.apply.batch import apply_batch
 from sparksync.merge.apply.classify import ArticleAt
 from sparksync.merge.apply.outcome import ArticleStats, BatchConflict, BatchOutcome, stats_types
-from sparksync.merge.conflicts.model import ConflictRecord, ConflictType
 from sparksync.merge.session.changes import (
     ALL_PARTITIONS,
     READ_ERROR_GENERATION,
@@ -50,8 +49,7 @@ def _articles(replica: Replica, pubid: str) -> dict[int, ArticleAt]:
 
 def _result(dest: str, source: str, seq: int, outcome: BatchOutcome) -> dict:
     stats = [{"tablenick": nick, **vars(st)} for nick, st in outcome.stats.items()]
-    conflicts = [{**vars(c.record), "conflict_type": int(c.record.conflict_type), "log_remote": c.log_remote}
-                 for c in outcome.conflicts]
+    conflicts = [c.to_dict() for c in outcome.conflicts]
     return {"destination": dest, "source": source, "batch_seq": seq, "status": outcome.status,
             "stats": stats, "conflicts": json.dumps(conflicts, default=str), "message": outcome.message,
             "seconds": outcome.seconds, "error": None}
@@ -83,15 +81,8 @@ class BatchResult:
         """A result row (``RESULT_SCHEMA``; its structs as dicts, e.g. ``Row.asDict(recursive=True)``)."""
         return cls(row["destination"], row["source"], int(row["batch_seq"]), row["status"],
                    {int(s["tablenick"]): ArticleStats.from_dict(s) for s in row["stats"] or ()},
-                   [_conflict(c) for c in json.loads(row["conflicts"] or "[]")], row["message"] or "",
+                   [BatchConflict.from_dict(c) for c in json.loads(row["conflicts"] or "[]")], row["message"] or "",
                    float(row["seconds"] or 0.0), ErrorInfo.from_dict(row["error"]) if row.get("error") else None)
-
-
-def _conflict(c: dict[str, Any]) -> BatchConflict:
-    """A conflict of a result row (its JSON form, ``_result``)."""
-    return BatchConflict(ConflictRecord(ConflictType(c["conflict_type"]), c["tablenick"], c["rowguid"],
-                                        c["reason_code"], c["reason_text"], c["origin"], c["winner"], c["losing_row"],
-                                        c["columns"]), bool(c["log_remote"]))
 
 
 @dataclass
