@@ -4,13 +4,15 @@ A PostgreSQL publisher (``Item`` unfiltered, ``Store`` filtered by ``region = HO
 subscriptions in P partitions (default 1,000 in 50), set up with ``setup``; ``serve`` runs in its own
 process and its CPU time is read from /proc before and after each phase. The devices are simulated at
 the protocol level (httpx, 16 at a time): each is marked initialized through the door, then syncs as a
-device does (``hello``, the download request, the ack when something came). Measured in one run:
+device does (``hello``, the download request, the ack when something came, ``done``). Measured in one run:
 
 * the floor: ``GET /healthz`` (the HTTP stack alone): server CPU per request;
 * an idle sync (nothing to download): syncs per second and server CPU per sync, and its ratio to the floor;
 * a sync with changes (HQ changed every store, 20 per partition, and 10 items every device receives):
   server CPU per sync, bytes on the wire per changed row (the response bodies as they crossed the
   network) and their ratio to the rows' raw size (their values as text, as a CSV line holds them);
+* a sync with a validation (every device's validation due: it sends its digests, the door computes its own of
+  the partition and compares): server CPU per sync;
 * the fan-out: one partition with 1, 5, 10 and 20 devices; HQ changes its 200 stores, every device syncs
   (three times each): server CPU per device. It falls when the changes are evaluated, read and written once
   per partition (the partition feed) and each device is sent those bytes.
@@ -110,9 +112,10 @@ class Device:
         r.raise_for_status()
         self.recgen = manifest["snapshot_generation"]
 
-    def sync(self) -> int:
-        """One sync without local changes: hello, download, ack. Returns the changes received."""
-        self.call("GET", "/v1/sync/hello")
+    def sync(self, digests: dict | None = None) -> int:
+        """One sync without local changes: hello, download, ack, done (with ``digests``, what the device holds,
+        when the server asks for them). Returns the changes received."""
+        hello = self.call("GET", "/v1/sync/hello").json()
         r = self.call("POST", "/v1/sync/download", json={"after": self.recgen, "batch": 100})
         self.bytes += r.num_bytes_downloaded
         table, meta = read_changes(r.content, "download")
@@ -121,7 +124,34 @@ class Device:
             hi = batches[-1]["hi"]
             self.call("POST", "/v1/sync/download/ack", json={"hi": hi})
             self.recgen = hi
+        said = {"seconds": 0.01}
+        if hello.get("validate") and digests is not None:
+            said["validation"] = {"pending": False, "articles": digests}
+        self.verdict = self.call("POST", "/v1/sync/done", json=said).json().get("validation", {}).get("result")
         return table.num_rows
+
+
+def _partition_digests(pub: str, partitions: int) -> dict | None:
+    """Each partition's digests of the publisher's rows (None: a release without digests)."""
+    try:
+        from sparksync.merge.maintenance.digest import partition_digests
+    except ImportError:
+        return None
+    from sparksync.merge.partitions.evaluation import partitions as partitions_of
+    from sparksync.merge.tracking import pending
+    from sparksync.metadata import store
+
+    with connect(pub) as r:
+        pending.flush(r)
+        pubid = store.select_rows(r, "sysmergepublications")[0]["pubid"]
+        return {p.params["host_name"]: {a: d.to_list() for a, d in partition_digests(r, pub, str(pubid), p.params).items()}
+                for p in partitions_of(r, str(pubid))}
+
+
+def _due(pub: str) -> None:
+    """Every device's validation comes due (as its validate_schedule's time passing makes it)."""
+    with connect(pub) as r:
+        r.execute("DELETE FROM sparksync.msmerge_validations")
 
 
 def run(devices: int, partitions: int) -> dict:
@@ -194,6 +224,16 @@ def run(devices: int, partitions: int) -> dict:
                 out["bytes / row"] = wire / max(rows, 1)
                 out["wire / raw"] = wire / raw_total
 
+                # a validation at each device's sync: the device's digests (made here from the publisher's rows of
+                # its partition, as an intact device's would be) against the door's own
+                digests = _partition_digests(pub, partitions)
+                if digests is not None:
+                    _due(pub)
+                    c0 = cpu_seconds(server.pid)
+                    list(pool.map(lambda d: d.sync(digests[names[d.name]]), fleet))
+                    out["validated ms"] = (cpu_seconds(server.pid) - c0) / len(fleet) * 1000
+                    out["validated"] = sum(d.verdict == "passed" for d in fleet)
+
                 fan_devices = [clients[n] for n in fan]
                 with connect(pub) as r:
                     r.executemany('INSERT INTO "Store" VALUES (%s, \'fan\', %s, \'fan city\')',
@@ -232,6 +272,11 @@ def main() -> None:
                  [[args.devices, args.partitions, r["floor ms"], r["idle ms"], r["idle ms"] / r["floor ms"],
                    r["idle syncs/s"], r["changed ms"], r["changed rows"], r["bytes / row"], r["wire / raw"]]],
                  "Targets: idle sync <= 20 ms CPU; >= 50 syncs/s; wire <= 3x raw")
+    if "validated ms" in r:
+        result.table(["devices", "sync with a validation ms CPU", "vs an idle sync", "validations passed"],
+                     [[args.devices, r["validated ms"], r["validated ms"] / r["idle ms"], r["validated"]]],
+                     "A validation at each device's sync (the door's digests of the partition, 20 stores and 200 "
+                     "items, against the device's)")
     result.table(["devices in the partition", "server ms CPU per device", "vs 1 device"],
                  [[k, v, v / r["fan"][1]] for k, v in r["fan"].items()],
                  f"Fan-out: HQ changes the {FAN_ROWS} stores of one partition, every device of it syncs (three rounds; "

@@ -500,7 +500,7 @@ def test_random_upload_bodies_never_break_the_door(world):
 
 def test_a_device_file_belongs_to_one_subscription(world):
     p = world.sync("TillS", database=world.device("TillN"))
-    assert p.returncode != 0 and "belongs to subscription TillN" in p.stderr, p.stderr
+    assert p.returncode != 0 and f"{world.device('TillN')} belongs to subscription TillN" in p.stderr, p.stderr
 
 
 def test_the_device_refuses_to_send_its_token_in_the_clear(world, tmp_path):

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from sparksync import failpoints
 from sparksync.dialects import connect
-from sparksync.dialects.replica import Replica
+from sparksync.dialects.replica import Replica, redact_url
 from sparksync.errors import ConfigurationError, Diverged, ProtocolError, ReplicaBehind, SparksyncError
 from sparksync.merge.apply.batch import apply_batch
 from sparksync.merge.apply.classify import ArticleAt
@@ -178,9 +178,14 @@ def _check_binding(device: Replica, options: DeviceOptions, hello: dict) -> None
     rows = store.select_rows(device, "MSweb_device", {"id": 1})
     if rows and (rows[0]["subscription"] != hello["subscription"] or str(rows[0]["pubid"]) != str(hello["pubid"])):
         raise ConfigurationError(
-            f"{device.label} belongs to subscription {rows[0]['subscription']} (publication {rows[0]['publication']}, "
-            f"synced with {rows[0]['server']}); it cannot sync subscription {hello['subscription']}: use another "
-            "file", obj=options.subscription)
+            f"{_file_of(options.database)} belongs to subscription {rows[0]['subscription']} (publication "
+            f"{rows[0]['publication']}, synced with {rows[0]['server']}); it cannot sync subscription "
+            f"{hello['subscription']}: use another file", obj=options.database)
+
+
+def _file_of(url: str) -> str:
+    """The device's database as its user names it: the file's path, or the URL without its password."""
+    return url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else redact_url(url)
 
 
 def _initialized(device: Replica, hello: dict) -> bool:

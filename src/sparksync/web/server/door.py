@@ -18,7 +18,6 @@ the requests that wait for it, and skipped (not waited for) while a merge agent 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import functools
 import hashlib
 import json
@@ -32,18 +31,16 @@ from sparksync import __version__, failpoints, locks
 from sparksync.config import PublicationConfig, SubscriptionConfig, Topology
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
-from sparksync.errors import NotInitialized, ProtocolError, ReplicaBehind, SnapshotError, SparksyncError, Unauthorized
+from sparksync.errors import NotInitialized, ProtocolError, SnapshotError, SparksyncError, Unauthorized
 from sparksync.merge.apply.batch import apply_batch
 from sparksync.merge.apply.classify import ArticleAt
 from sparksync.merge.apply.outcome import BatchOutcome
 from sparksync.merge.conflicts.model import ConflictType
 from sparksync.merge.conflicts.resolvers import check_resolvers
 from sparksync.merge.maintenance import validations
-from sparksync.merge.maintenance.digest import partition_digests
 from sparksync.merge.partitions.evaluation import evaluate, evaluated_at_sync, partitions
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.publish.schema_changes import pending
-from sparksync.merge.session.backlog import unsettled
 from sparksync.merge.session.changes import ALL_PARTITIONS, RETRY_GENERATION, by_article
 from sparksync.merge.session.enumeration import min_watermark
 from sparksync.merge.session.links import article_rules, session_replicas
@@ -57,14 +54,15 @@ from sparksync.progress import Reporter, silent
 from sparksync.redaction import redact
 from sparksync.retry import with_retries
 from sparksync.rows import RowCodec
-from sparksync.schedule import parse_schedule
 from sparksync.snapshot.manifest import current_snapshot
 from sparksync.web import tokens
 from sparksync.web.server.downloads import DownloadPlan, plan_download, read_download
 from sparksync.web.server.feed import Feed
 from sparksync.web.server.ledger import Ledger, session_row
 from sparksync.web.server.partitioned import device_snapshot
+from sparksync.web.server.recovery import recover_file
 from sparksync.web.server.trust import foreign_rows, log_refused, without
+from sparksync.web.server.validated import validate_device, validation_due
 from sparksync.web.wire import MAX_RETRIES, PROTOCOL, UploadArticle, check_upload, read_changes, write_changes
 
 
@@ -174,7 +172,7 @@ class Door:
             "failed": failed,        # the device's changes that failed here: it sends them again
             "recoveries": recoveries,    # [old nickname, sentgen, recgen] of the files recovered to this nickname
             "max_request_bytes": self.max_request,
-            "validate": self._validation_due(pub, device, prow.pubid),   # send its digests with done
+            "validate": validation_due(pub, device.publication, prow.pubid, device.name),  # digests with done
         }
 
     # -- the first sync ---------------------------------------------------------------------------
@@ -225,57 +223,11 @@ class Door:
         return self.hello(device)
 
     def recover(self, device: Device, nickname: int, sentgen: int, recgen: int) -> dict:
-        """The device's file is an older copy of itself (``web/device/restored.py``): its replica ``nickname``,
-        what it uploaded (``sentgen``) and received (``recgen``), by its own record. The subscription gets a
-        new nickname (the file's changes since its ``sentgen`` are uploaded as that replica's), its watermarks
-        are set to what the file holds (downloads from ``recgen``: what it lacks comes again, its own uploads
-        since the copy included), the device's failed changes move to the new nickname. Refused, naming the
-        way out, where that cannot be done safely. The same request again gets the same answer. Returns
+        """The device's file is an older copy of itself: recovered at the publisher (``recovery.py``). Returns
         ``hello``."""
         with self.publisher() as pub, pub.transaction():
             prow, reg = self._registration(pub, device)
-            pub.query_one(f"SELECT 1 FROM {pub.meta('sysmergesubscriptions')} WHERE subid = "
-                          f"{pub.dialect.uuid_param()}{pub.dialect.row_lock_clause()}", [reg.subid])
-            done = store.select_rows(pub, "MSweb_recoveries", {"subscription": device.name, "old_nickname": nickname})
-            if done:
-                if [done[0]["sentgen"], done[0]["recgen"]] != [sentgen, recgen] or \
-                        done[0]["new_nickname"] != reg.replnickname:
-                    raise ReplicaBehind(f"{device.name}: a file of replica {nickname} was recovered before from "
-                                        "another state; this one cannot be: initialize a new file (sparksync sync "
-                                        "--reinitialize)", obj=device.name)
-                return self._hello(pub, device)
-            if not reg.active:
-                raise NotInitialized(f"subscription {device.name} is not initialized yet", obj=device.name)
-            have_from, sent_to = int(reg.recgen or 0), int(reg.sentgen or 0)
-            if nickname != reg.replnickname:
-                raise ReplicaBehind(f"{device.name}: the file is replica {nickname}, but the subscription is replica "
-                                    f"{reg.replnickname} now (a newer file has synced since): initialize a new file "
-                                    "(sparksync sync --reinitialize)", obj=device.name)
-            if not 0 <= sentgen < have_from:
-                raise ProtocolError(f"{device.name}: a recovery of a file that uploaded up to generation {sentgen}, "
-                                    f"while the publisher has its changes up to {have_from}: not an older copy",
-                                    obj=device.name)
-            start = min(recgen, sent_to)
-            cleaned = prow.cleanup_generation
-            if cleaned is not None and start < cleaned:
-                raise ReplicaBehind(
-                    f"{device.name}: the file is an older copy of itself (restored from a backup?), older than the "
-                    f"publisher's metadata cleanup (generation {cleaned} > its {start}): what it lacks cannot be "
-                    "told apart from what it holds. Initialize a new file: 'sparksync sync --reinitialize "
-                    "--upload-first' (its changes are uploaded first)", obj=device.name)
-            new = store.next_nickname(pub)
-            store.note_nickname(pub, new)
-            store.update(pub, SubscriptionRow, {"replnickname": new, "recgen": sentgen, "sentgen": start},
-                         {"subid": reg.subid})
-            store.update(pub, FailedChangeRow, {"source_nickname": new}, {"source_nickname": nickname})
-            store.delete_rows(pub, "MSweb_uploads", {"subscription": device.name})
-            store.insert_row(pub, "MSweb_recoveries", {
-                "subscription": device.name, "old_nickname": nickname, "new_nickname": new, "sentgen": sentgen,
-                "recgen": recgen, "publisher_recgen": have_from, "publisher_sentgen": sent_to,
-                "recovered_at": store.utcnow()})
-            self.report(f"{device.name}: its file is an older copy of itself (it uploaded up to generation {sentgen}, "
-                        f"the publisher has up to {have_from}): recovered as replica {new} (was {nickname}); its "
-                        f"changes since are uploaded again, what it lacks is downloaded from generation {start}")
+            recover_file(pub, prow, reg, device.name, nickname, sentgen, recgen, self.report)
             return self._hello(pub, device)
 
     def initialized(self, device: Device, snapshot_id: str, baseline: int, snapshot_generation: int) -> dict:
@@ -472,51 +424,12 @@ class Door:
         v = self.validate(device, report["validation"])
         return {"recorded": True, "validation": {"result": v.result, "message": v.message}}
 
-    def _validation_due(self, pub: Replica, device: Device, pubid: str) -> bool:
-        """The device is asked for its partition's digests when its last validation passed longer ago than its
-        publication's validate_schedule says (at every sync while it has none that passed since)."""
-        text = device.publication.validate_schedule
-        if text is None:
-            return False
-        newest = validations.last(pub, pubid, device.name)
-        if newest is None or newest.validated_at is None or newest.result != validations.PASSED:
-            return True                  # none yet, or the last one failed or could not tell: at every sync
-        at = newest.validated_at if newest.validated_at.tzinfo else newest.validated_at.replace(tzinfo=dt.UTC)
-        return parse_schedule(text).next_run(at, False) <= dt.datetime.now(dt.UTC)
-
     def validate(self, device: Device, said: object) -> validations.Validation:
-        """The device's digests of what it holds (``said``: {"pending": bool, "articles": {article: [rows,
-        checksum]}}) against the publisher's of its partition: passed or failed, or inconclusive where
-        changes were pending either way (the device's, or the publisher's for it, before or after the
-        publisher's digests were read). Recorded."""
-        t0 = time.monotonic()
-        if not isinstance(said, dict) or not isinstance(said.get("articles", {}), dict) or \
-                len(said.get("articles", {})) > 10_000 or not all(
-                    isinstance(v, list) and len(v) == 2 and isinstance(v[0], int) and not isinstance(v[0], bool)
-                    and v[0] >= 0 and isinstance(v[1], str) and v[1].isdigit() and len(v[1]) <= 20
-                    for v in said.get("articles", {}).values()):
-            raise ProtocolError("session: validation is not {\"pending\": bool, \"articles\": {article: [rows, "
-                                "checksum]}}", obj="session")
+        """The device's digests of what it holds against the publisher's of its partition, recorded
+        (``validated.py``)."""
         with self.publisher() as pub:
             prow, reg = self._registration(pub, device)
-            v = validations.Validation(device.name, prow.pubid, validations.INCONCLUSIVE, "sync")
-            if said.get("pending") is not False:
-                v.message = "changes were pending at the device"
-            else:
-                before = unsettled(pub, prow.pubid, reg)
-                params = None
-                if reg.partition_id is not None:
-                    part = next((p for p in partitions(pub, prow.pubid) if p.partition_id == reg.partition_id), None)
-                    params = part.params if part is not None else None
-                expected = partition_digests(pub, self.topology.publisher_url, prow.pubid, params) if not before else {}
-                after = before or unsettled(pub, prow.pubid, reg)
-                if after:
-                    v.message = f"{after} change(s) were pending at the publisher for it"
-                else:
-                    v = validations.compare(device.name, prow.pubid, "sync", expected,
-                                            {str(k): x for k, x in said["articles"].items()})
-            v.seconds = time.monotonic() - t0
-            validations.record(pub, v)
+            v = validate_device(pub, self.topology.publisher_url, prow, reg, said)
         if v.result == validations.FAILED:
             self.report(f"{device.name}: its validation failed: {v.message}")
         return v

@@ -1,0 +1,67 @@
+"""A device validated at its sync (docs/web-sync.md, "Validation at the device's sync"): ``hello`` asks for its
+digests when its publication's ``validate_schedule`` says (``validation_due``), the device sends each article's
+row count and checksum of what it holds with ``done``, and the door compares them with its own of the device's
+partition (``validate_device``): passed or failed, or inconclusive where anything stood between the two
+(``merge.session.backlog.unsettled``, before and after the publisher's rows were read; the device's own
+changes not sent, as it says). Each result is recorded (``merge.maintenance.validations``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+from sparksync.config import PublicationConfig
+from sparksync.dialects.replica import Replica
+from sparksync.errors import ProtocolError
+from sparksync.merge.maintenance import validations
+from sparksync.merge.maintenance.digest import partition_digests
+from sparksync.merge.partitions.evaluation import partitions
+from sparksync.merge.session.backlog import unsettled
+from sparksync.metadata.records import PublicationRow, SubscriptionRow
+from sparksync.schedule import parse_schedule
+
+MAX_ARTICLES = 10_000
+
+
+def validation_due(pub: Replica, publication: PublicationConfig, pubid: str, name: str) -> bool:
+    """Whether subscription ``name``'s device is asked for its digests: its last validation passed longer ago
+    than the publication's validate_schedule says (at every sync while none has passed since)."""
+    if publication.validate_schedule is None:
+        return False
+    newest = validations.last(pub, pubid, name)
+    if newest is None or newest.validated_at is None or newest.result != validations.PASSED:
+        return True
+    at = newest.validated_at if newest.validated_at.tzinfo else newest.validated_at.replace(tzinfo=dt.UTC)
+    return parse_schedule(publication.validate_schedule).next_run(at, False) <= dt.datetime.now(dt.UTC)
+
+
+def validate_device(pub: Replica, url: str, prow: PublicationRow, reg: SubscriptionRow,
+                    said: object) -> validations.Validation:
+    """The device's digests (``said``: {"pending": bool, "articles": {article: [rows, checksum]}}) against the
+    publisher's (``url``: its database) of the device's partition; recorded."""
+    t0 = time.monotonic()
+    articles = said.get("articles", {}) if isinstance(said, dict) else None
+    if not isinstance(said, dict) or not isinstance(articles, dict) or len(articles) > MAX_ARTICLES or not all(
+            isinstance(v, list) and len(v) == 2 and isinstance(v[0], int) and not isinstance(v[0], bool) and v[0] >= 0
+            and isinstance(v[1], str) and v[1].isdigit() and len(v[1]) <= 20 for v in articles.values()):
+        raise ProtocolError('session: validation is not {"pending": bool, "articles": {article: [rows, checksum]}}',
+                            obj="session")
+    v = validations.Validation(reg.name, prow.pubid, validations.INCONCLUSIVE, "sync")
+    if said.get("pending") is not False:
+        v.message = "changes were pending at the device"
+    else:
+        before = unsettled(pub, prow.pubid, reg)
+        params = None
+        if reg.partition_id is not None:
+            part = next((p for p in partitions(pub, prow.pubid) if p.partition_id == reg.partition_id), None)
+            params = part.params if part is not None else None
+        expected = partition_digests(pub, url, prow.pubid, params) if not before else {}
+        after = before or unsettled(pub, prow.pubid, reg)
+        if after:
+            v.message = f"{after} change(s) were pending at the publisher for it"
+        else:
+            v = validations.compare(reg.name, prow.pubid, "sync", expected, {str(k): x for k, x in articles.items()})
+    v.seconds = time.monotonic() - t0
+    validations.record(pub, v)
+    return v
