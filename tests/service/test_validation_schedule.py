@@ -7,6 +7,7 @@ its own); the validation runs here as ``serve``'s worker runs it (no serve proce
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from prometheus_client.core import Metric
@@ -14,9 +15,11 @@ from prometheus_client.core import Metric
 from sparksync.config import AlertsConfig
 from sparksync.merge.session.agent import MergeAgent
 from sparksync.merge.session.summary import MergeOptions
+from sparksync.monitor import page
 from sparksync.monitor.alerts import Evaluator
 from sparksync.monitor.metrics import SparksyncCollector
 from sparksync.monitor.rollup import cadences_of, roll_up
+from sparksync.monitor.view import build_view
 from sparksync.monitor.watch import NoAgents
 from sparksync.progress import silent
 from sparksync.service.jobs import VALIDATE, workers_of
@@ -63,6 +66,8 @@ def test_a_store_that_lost_a_row_without_a_trace_is_said_everywhere_until_it_is_
     assert rolled["publications"]["Sales"]["state"] == "error"
     fired = Evaluator(AlertsConfig()).evaluate(status, rolled, [], dt.datetime.now(dt.UTC))
     assert any(a.subscription == "Store2" and a.name == "error" and "validation" in a.message for a in fired), fired
+    html = page.render(build_view(topology, NoAgents(), None), None, "main")
+    assert re.search(r'data-subscription="Store2".*?<td class="validation"><span class="err">failed</span>', html, re.S)
     collector = SparksyncCollector(topology, NoAgents(), None)
     assert _metric(collector, "sparksync_validation_failed", "Store2") == 1.0
     assert _metric(collector, "sparksync_validation_failed", "Store1") == 0.0
