@@ -12,7 +12,7 @@ Meanwhile:
   ALWAYS: it fires in the apply worker) stamps ``arrived``. Latency = arrived - t.
 - sparksync: ``sparksync logreader --continuous`` and ``sparksync distribute --continuous`` run as
   separate processes (as an operator runs them, with ``--polling-interval``); every ``--every``
-  seconds the bench posts a tracer token (``sparksync.transactional.tracer.post``); latency = the
+  seconds the bench posts a tracer token (``sparksync.transactional.status.tracer.post``); latency = the
   token's commit at the subscriber - its commit at the publisher (MStracer_history).
 
 The two systems are measured one after the other (never both loads at once on this machine).
@@ -38,7 +38,7 @@ from results import Result
 from transactional_vs_pg_logical import make_db as make_item_db
 
 from sparksync.topology import load_config
-from sparksync.transactional import tracer
+from sparksync.transactional.status import tracer
 
 ROWS = 10_000
 MARKER = "CREATE TABLE marker (id integer PRIMARY KEY, t timestamptz NOT NULL, arrived timestamptz)"

@@ -37,8 +37,8 @@ from results import Result
 from sparksync.provision import setup
 from sparksync.spark.session import spark_session
 from sparksync.topology import parse_topology
-from sparksync.transactional.agent import DistributeOptions, DistributionAgent
-from sparksync.transactional.logreader import run_logreader
+from sparksync.transactional.delivery.agent import DistributeOptions, DistributionAgent
+from sparksync.transactional.distribution.logreader import run_logreader
 
 TABLE = "CREATE TABLE item (id integer PRIMARY KEY, v integer NOT NULL, s text NOT NULL)"
 WORKER = """CREATE OR REPLACE PROCEDURE one_row_transactions(n integer) LANGUAGE plpgsql AS $$

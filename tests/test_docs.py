@@ -15,6 +15,14 @@ from sparksync.cli.app import app
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def test_the_protocol_section_of_web_sync_is_what_the_models_say():
+    """docs/web-sync.md's protocol section is generated from the wire models (web/protocol.py)."""
+    from sparksync.web.protocol import with_protocol
+
+    doc = (ROOT / "docs" / "web-sync.md").read_text(encoding="utf-8")
+    assert with_protocol(doc) == doc, "docs/web-sync.md is out of date: run .venv/bin/python -m sparksync.web.protocol"
+
+
 def test_the_cli_reference_is_what_the_cli_says():
     """The reference block of docs/cli.md is generated from the typer app (cog --check style)."""
     from sparksync.cli.reference import with_reference

@@ -122,3 +122,85 @@ def test_shared_code_lives_in_tests_support():
 ])
 def test_the_check_recognizes_imports_of_test_modules(importer, source, flagged):
     assert bool(imports_of_test_modules(TESTS / importer, source)) == flagged
+
+
+SESSION_INTERNALS = ("ApplyContext", "DestinationInfo", "ArticleAt", "route_table", "routes_by_key")
+
+
+def test_only_the_session_package_builds_a_sessions_internals():
+    """A merge session's apply side is made in one place (merge/session/context.py): no module outside
+    merge/session/ (nor merge/apply/, which they are given to) constructs ApplyContext, DestinationInfo or ArticleAt,
+    or builds a routing table (merge/session/plan.route_table, routes_by_key)."""
+    src = ROOT / "src" / "sparksync"
+    found = []
+    for path in src.rglob("*.py"):
+        rel = path.relative_to(src).as_posix()
+        if rel.startswith(("merge/session/", "merge/apply/")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = getattr(node.func, "id", getattr(node.func, "attr", None)) if isinstance(node, ast.Call) else None
+            if name in SESSION_INTERNALS:
+                found.append(f"{rel}:{node.lineno}")
+    assert not found, f"built outside the session package: {found}"
+
+
+def _cycles(graph) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph.modules):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child)))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycle_in_the_package():
+    """No two modules of sparksync import each other, even through others: every import counts, those inside
+    functions and under TYPE_CHECKING too (a cycle hidden inside a function is still a cycle)."""
+    import grimp
+
+    graph = grimp.build_graph("sparksync", cache_dir=None)
+    assert len(graph.modules) > 150
+    assert not _cycles(graph), f"import cycles: {_cycles(graph)}"
+
+
+def test_the_cycle_check_finds_a_cycle():
+    """The check above, on a graph with one cycle through three modules (and a module outside it)."""
+    import grimp
+
+    graph = grimp.ImportGraph()
+    for importer, imported in [("p.a", "p.b"), ("p.b", "p.c"), ("p.c", "p.a"), ("p.d", "p.a")]:
+        graph.add_import(importer=importer, imported=imported)
+    assert _cycles(graph) == [["p.a", "p.b", "p.c"]]

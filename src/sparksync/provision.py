@@ -42,11 +42,11 @@ from sparksync.metadata.records import (
 from sparksync.progress import Reporter, silent
 from sparksync.snapshot.load import InitResult, initialize_in_parallel
 from sparksync.snapshot.manifest import current_snapshot
-from sparksync.transactional import distribution as dst
-from sparksync.transactional.initialize import initialize_subscriptions as init_tx
-from sparksync.transactional.initialize import install_procedures
-from sparksync.transactional.publish import apply_transactional, plan_transactional
-from sparksync.transactional.subscriber import article_targets
+from sparksync.transactional.delivery.subscriber import article_targets
+from sparksync.transactional.distribution import database as dst
+from sparksync.transactional.publish.initialize import initialize_subscriptions as init_tx
+from sparksync.transactional.publish.initialize import install_procedures
+from sparksync.transactional.publish.publication import apply_transactional, plan_transactional
 
 
 @dataclass

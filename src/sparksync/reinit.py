@@ -25,7 +25,7 @@ from sparksync.metadata.records import DistSubscriptionRow, PublicationRow, Role
 from sparksync.progress import Reporter, silent
 from sparksync.provision import SetupSummary, drop_registration, setup
 from sparksync.status import gather_status
-from sparksync.transactional import distribution as dst
+from sparksync.transactional.distribution import database as dst
 
 
 class PendingChanges(ConfigurationError):

@@ -21,7 +21,7 @@ from sparksync.metadata.history import iso
 from sparksync.metadata.records import PublicationRow
 from sparksync.metadata.schema import DISTRIBUTION
 from sparksync.redaction import redact
-from sparksync.transactional import distribution as dst
+from sparksync.transactional.distribution import database as dst
 
 LIMIT = 50          # runs per agent table
 

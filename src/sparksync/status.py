@@ -21,7 +21,7 @@ from sparksync.metadata import store
 from sparksync.metadata.history import age_seconds, agent_state, iso
 from sparksync.metadata.records import ArticleRow, GenStatus, PublicationRow, Role, SubscriptionRow
 from sparksync.names import TableName
-from sparksync.transactional.status import gather
+from sparksync.transactional.status.publications import gather
 
 
 def _generation_time(replica: Replica, generation: int | None) -> Any:

@@ -14,7 +14,7 @@ from sparksync.dialects import dialect_for_url
 from sparksync.errors import ConfigurationError, InvalidNameError
 from sparksync.merge.conflicts.resolvers import BUILTIN, check_resolver
 from sparksync.names import TableName
-from sparksync.transactional.calls import CommandSyntaxError, effective_command, parse_command
+from sparksync.transactional.delivery.calls import CommandSyntaxError, effective_command, parse_command
 
 
 def parse_topology(data: dict[str, Any], base_dir: Path, source: str = "config") -> Topology:

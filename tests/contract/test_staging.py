@@ -28,9 +28,9 @@ from sparksync.merge.tracking.articles import (
     agent_writes,
     delete_row_with_lineage,
     published_articles,
-    tracked_article,
     write_row_with_lineage,
 )
+from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.names import TableName
 from sparksync.rows import RowCodec
 from tests.support.all_types import COLS, ROWS

@@ -17,10 +17,10 @@ from sparksync.merge.tracking.articles import (
     agent_writes,
     delete_row_with_lineage,
     published_articles,
-    tracked_article,
     write_row_with_lineage,
 )
 from sparksync.merge.tracking.generations import enumeration_bound, make_generation
+from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.schema import SCHEMA_VERSION
 from sparksync.names import TableName

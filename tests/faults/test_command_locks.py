@@ -402,8 +402,8 @@ def _tx_converged(tx, spark) -> None:
 
 
 def test_logreader_and_schema_change(tx, spark, failpoints):
-    from sparksync.transactional.logreader import run_logreader
-    from sparksync.transactional.schema_change import change as tx_change
+    from sparksync.transactional.distribution.logreader import run_logreader
+    from sparksync.transactional.publish.schema_change import change as tx_change
 
     tx.publish(vendor_rows(tx.publisher_kind, [101, 102]))
     a, b = run_pair(tx, failpoints, ("logreader", lambda rep: run_logreader(tx.topology, report=rep)),
@@ -419,8 +419,8 @@ def test_logreader_and_schema_change(tx, spark, failpoints):
 
 
 def test_distribute_and_reinit(tx, spark, failpoints):
-    from sparksync.transactional.agent import DistributeOptions, DistributionAgent
-    from sparksync.transactional.logreader import run_logreader
+    from sparksync.transactional.delivery.agent import DistributeOptions, DistributionAgent
+    from sparksync.transactional.distribution.logreader import run_logreader
 
     tx.publish(vendor_rows(tx.publisher_kind, [201, 202]))
     run_logreader(tx.topology)

@@ -24,11 +24,11 @@ import psycopg
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.transactional import distribution as dst
-from sparksync.transactional.agent import DistributeOptions, DistributionAgent
 from sparksync.transactional.capture import capture_method
-from sparksync.transactional.logreader import run_logreader
-from sparksync.transactional.subscriber import position
+from sparksync.transactional.delivery.agent import DistributeOptions, DistributionAgent
+from sparksync.transactional.delivery.subscriber import position
+from sparksync.transactional.distribution import database as dst
+from sparksync.transactional.distribution.logreader import run_logreader
 from tests.support.cluster import Cluster, session
 from tests.support.databases import databases
 from tests.support.transactional import TxTopology, build, setup_topology, vendor_rows

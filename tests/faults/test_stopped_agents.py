@@ -20,8 +20,8 @@ from sparksync.metadata import store
 from sparksync.provision import setup, snapshot
 from sparksync.reinit import reinitialize
 from sparksync.status import gather_status
-from sparksync.transactional.agent import DistributeOptions, DistributionAgent
-from sparksync.transactional.logreader import run_logreader
+from sparksync.transactional.delivery.agent import DistributeOptions, DistributionAgent
+from sparksync.transactional.distribution.logreader import run_logreader
 from tests.support.cluster import Cluster
 from tests.support.config import write_config
 from tests.support.databases import databases

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.transactional.agent import DistributeOptions, DistributionAgent
-from sparksync.transactional.logreader import run_logreader
+from sparksync.transactional.delivery.agent import DistributeOptions, DistributionAgent
+from sparksync.transactional.distribution.logreader import run_logreader
 from tests.support.transactional import build, replicate, setup_topology
 
 pytestmark = pytest.mark.spark

@@ -10,7 +10,7 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.errors import SparksyncError
-from sparksync.transactional.logreader import run_logreader
+from sparksync.transactional.distribution.logreader import run_logreader
 from tests.support.databases import databases
 from tests.support.transactional import build, replicate, setup_topology
 

@@ -27,7 +27,8 @@ from sparksync.merge.conflicts.view import list_failed_changes
 from sparksync.merge.maintenance.integrity import replica_problems
 from sparksync.merge.session.agent import MergeAgent
 from sparksync.merge.session.summary import MergeOptions
-from sparksync.merge.tracking.articles import agent_writes, install_tracking, tracked_article
+from sparksync.merge.tracking.articles import agent_writes, install_tracking
+from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, PublicationRow
 from sparksync.provision import setup

@@ -24,8 +24,8 @@ from sparksync.monitor.watch import NoAgents
 from sparksync.progress import silent
 from sparksync.status import gather_status
 from sparksync.topology import load_config
-from sparksync.transactional.agent import DistributeOptions, DistributionAgent
-from sparksync.transactional.logreader import READ_BATCH, read_publication
+from sparksync.transactional.delivery.agent import DistributeOptions, DistributionAgent
+from sparksync.transactional.distribution.logreader import READ_BATCH, read_publication
 from tests.support.clock import advance
 from tests.support.service import sql
 

@@ -11,11 +11,11 @@ from sparksync.config import Topology
 from sparksync.dialects import connect
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
-from sparksync.transactional import distribution as dst
-from sparksync.transactional.agent import DistributeOptions, DistributionAgent
-from sparksync.transactional.decoding import Decoder
-from sparksync.transactional.logreader import run_logreader
-from sparksync.transactional.subscriber import Command
+from sparksync.transactional.delivery.agent import DistributeOptions, DistributionAgent
+from sparksync.transactional.delivery.decoding import Decoder
+from sparksync.transactional.delivery.subscriber import Command
+from sparksync.transactional.distribution import database as dst
+from sparksync.transactional.distribution.logreader import run_logreader
 
 from .databases import Databases
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import jinja2
 
 from sparksync.dialects import connect
-from sparksync.merge.tracking.articles import published_articles, tracked_article, trigger_context
+from sparksync.merge.tracking.articles import published_articles
+from sparksync.merge.tracking.tracked import tracked_article, trigger_context
 from sparksync.metadata import store
 from sparksync.names import quote_ident, quote_literal
 

@@ -13,9 +13,9 @@ from sparksync.dialects import connect
 from sparksync.errors import RowNotFound
 from sparksync.names import TableName
 from sparksync.rows import RowCodec
-from sparksync.transactional.bulk import BulkApplier
-from sparksync.transactional.calls import effective_command, procedure_statements
-from sparksync.transactional.subscriber import Applier, ArticleTarget, Command
+from sparksync.transactional.delivery.bulk import BulkApplier
+from sparksync.transactional.delivery.calls import effective_command, procedure_statements
+from sparksync.transactional.delivery.subscriber import Applier, ArticleTarget, Command
 from sparksync.types import Kind, SqlType
 
 COLS = [("id", SqlType(Kind.INTEGER)), ("name", SqlType(Kind.TEXT, length=40)), ("qty", SqlType(Kind.INTEGER)),

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparksync.transactional.agent import DistributeOptions, DistributionAgent
-from sparksync.transactional.logreader import run_logreader
+from sparksync.transactional.delivery.agent import DistributeOptions, DistributionAgent
+from sparksync.transactional.distribution.logreader import run_logreader
 from tests.support.transactional import build, setup_topology, stored_commands, vendor_rows, vendor_table
 
 pytestmark = pytest.mark.spark

@@ -8,10 +8,10 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.metadata import store
-from sparksync.transactional import distribution as dst
-from sparksync.transactional.logreader import run_logreader
-from sparksync.transactional.pgoutput import lsn_int
-from sparksync.transactional.subscriber import Command
+from sparksync.transactional.capture.pgoutput import lsn_int
+from sparksync.transactional.delivery.subscriber import Command
+from sparksync.transactional.distribution import database as dst
+from sparksync.transactional.distribution.logreader import run_logreader
 from tests.support.transactional import build, replicate, setup_topology, stored_commands, vendor_rows, vendor_table
 
 pytestmark = pytest.mark.spark

@@ -12,8 +12,8 @@ from sparksync.dialects import connect
 from sparksync.errors import RowNotFound
 from sparksync.names import TableName
 from sparksync.rows import RowCodec
-from sparksync.transactional.calls import effective_command, parse_command, procedure_statements
-from sparksync.transactional.subscriber import Applier, ArticleTarget, Command, error_number
+from sparksync.transactional.delivery.calls import effective_command, parse_command, procedure_statements
+from sparksync.transactional.delivery.subscriber import Applier, ArticleTarget, Command, error_number
 from sparksync.types import Kind, SqlType
 from tests.support.transactional import VENDOR_DDL
 

@@ -25,8 +25,8 @@ from sparksync.dialects import connect
 from sparksync.failpoints import InjectedFault
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
-from sparksync.transactional.agent import DistributionAgent
-from sparksync.transactional.logreader import run_logreader
+from sparksync.transactional.delivery.agent import DistributionAgent
+from sparksync.transactional.distribution.logreader import run_logreader
 from tests.support.databases import databases
 
 pytestmark = pytest.mark.spark

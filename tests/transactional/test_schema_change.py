@@ -8,7 +8,7 @@ import pytest
 from sparksync.dialects import connect
 from sparksync.errors import SchemaError
 from sparksync.names import TableName
-from sparksync.transactional.schema_change import change
+from sparksync.transactional.publish.schema_change import change
 from tests.support.transactional import build, replicate, setup_topology, vendor_article, vendor_rows, vendor_table
 
 pytestmark = pytest.mark.spark

@@ -9,9 +9,9 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.metadata import store
-from sparksync.transactional.bulk_text import TextStaging
-from sparksync.transactional.deliver import route
-from sparksync.transactional.subscriber import ArticleTarget, Command
+from sparksync.transactional.delivery.bulk_text import TextStaging
+from sparksync.transactional.delivery.deliver import route
+from sparksync.transactional.delivery.subscriber import ArticleTarget, Command
 from tests.support.transactional import build, replicate, setup_topology, vendor_rows
 
 pytestmark = pytest.mark.spark

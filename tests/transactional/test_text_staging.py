@@ -14,14 +14,14 @@ import random
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.transactional import bulk_text
-from sparksync.transactional import distribution as dst
-from sparksync.transactional.bulk import BulkApplier
-from sparksync.transactional.bulk_text import TextStaging
-from sparksync.transactional.calls import effective_command, procedure_statements
-from sparksync.transactional.decoding import Decoder
-from sparksync.transactional.logreader import run_logreader
-from sparksync.transactional.subscriber import Applier, article_targets
+from sparksync.transactional.delivery import bulk_text
+from sparksync.transactional.delivery.bulk import BulkApplier
+from sparksync.transactional.delivery.bulk_text import TextStaging
+from sparksync.transactional.delivery.calls import effective_command, procedure_statements
+from sparksync.transactional.delivery.decoding import Decoder
+from sparksync.transactional.delivery.subscriber import Applier, article_targets
+from sparksync.transactional.distribution import database as dst
+from sparksync.transactional.distribution.logreader import run_logreader
 from sparksync.types import SqlType
 from tests.support.transactional import build, setup_topology
 

@@ -10,10 +10,10 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.metadata import store
-from sparksync.transactional import distribution as dst
-from sparksync.transactional import tracer
-from sparksync.transactional.agent import DistributeOptions, DistributionAgent
-from sparksync.transactional.logreader import run_logreader
+from sparksync.transactional.delivery.agent import DistributeOptions, DistributionAgent
+from sparksync.transactional.distribution import database as dst
+from sparksync.transactional.distribution.logreader import run_logreader
+from sparksync.transactional.status import tracer
 from tests.support.transactional import build, replicate, setup_topology, vendor_rows, vendor_table
 
 pytestmark = pytest.mark.spark

@@ -83,3 +83,12 @@ def test_a_command_that_runs_spark_jobs_says_what_to_install(tmp_path):
     out = _run(code, tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "pip install 'sparksync[spark]'" in out.stdout and "Traceback" not in out.stdout, out.stdout
+
+
+def test_the_python_api_loads_without_spark_or_java(tmp_path):
+    """``from sparksync import Topology, Device`` (and every name of the API) where pyspark cannot be imported."""
+    out = _run("import sparksync\nfrom sparksync import Device, Topology\n"
+               "names = [getattr(sparksync, n) for n in sparksync.__all__]\n"
+               "assert Device.__module__ == 'sparksync.api' and Topology.__module__ == 'sparksync.config'\n"
+               "assert not [m for m in sys.modules if m.startswith(('pyspark', 'py4j'))]\nprint('ok')\n", tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

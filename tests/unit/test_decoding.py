@@ -11,10 +11,11 @@ import struct
 
 import pytest
 
-from sparksync.transactional import pgoutput as po
-from sparksync.transactional.bulk_text import NULL, _escape, _fields
+from sparksync.transactional.capture import pgoutput as po
 from sparksync.transactional.capture.logical import _Chunk
-from sparksync.transactional.decoding import Decoder, RawChange, Shape, ShapeDef
+from sparksync.transactional.capture.shapes import ShapeDef
+from sparksync.transactional.delivery.bulk_text import NULL, _escape, _fields
+from sparksync.transactional.delivery.decoding import Decoder, RawChange, Shape
 
 COLUMNS = (("a", "text", 25), ("id", "integer", 23), ("b", "text", 25), ("id2", "integer", 23))
 SCHEMA = {"schema": "public", "name": "T", "primary_key": ["id", "id2"], "foreign_keys": [],

@@ -1,5 +1,7 @@
 """The dialect protocols (dialects/protocols.py): each dialect is every concern's protocol, every member of a
-dialect belongs to exactly one concern, and the foundations learn what they need of a database as a value.
+dialect belongs to exactly one concern, each mixin a dialect is composed of (its own in ``sqlite/`` and
+``postgres/``, the shared ones of ``defaults.py``) implements one concern, and the foundations learn what they
+need of a database as a value.
 
 mypy checks the same statically (``dialects/__init__.py``: ``_satisfies_every_protocol``)."""
 
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sparksync.dialects import protocols
 from sparksync.dialects.base import DialectBase
 from sparksync.dialects.postgres.dialect import PostgresDialect
 from sparksync.dialects.protocols import CONCERNS, Dialect
@@ -21,6 +24,10 @@ SHARED = {"capabilities"}       # every concern may read what the database can d
 
 def _members(proto: type) -> set[str]:
     return {n for n in (*vars(proto), *vars(proto).get("__annotations__", {})) if not n.startswith("_")}
+
+
+def _public(klass: type) -> set[str]:
+    return {n for n in vars(klass) if not n.startswith("_") and n.islower()}
 
 
 @pytest.mark.parametrize("dialect", DIALECTS, ids=lambda d: d.capabilities.name)
@@ -42,6 +49,34 @@ def test_each_member_belongs_to_one_concern():
                 public |= {n for n in vars(klass) if not n.startswith("_") and n.islower()}
     assert public - set(owners) - SHARED == set(), "dialect members no protocol declares"
     assert set(owners) - public == set(), "protocol members no dialect defines"
+
+
+def _concern_of(klass: type) -> list[str]:
+    """The concerns whose members ``klass`` defines (one, for a mixin of one concern)."""
+    return [proto.__name__ for proto in CONCERNS if (_public(klass) - SHARED) & _members(proto)]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS, ids=lambda d: d.capabilities.name)
+def test_each_mixin_implements_one_concern(dialect):
+    """A dialect is its mixins composed: the class itself and ``DialectBase`` define nothing but what every
+    concern shares; each mixin defines members of exactly one concern, and none a member another of the same
+    dialect's own mixins defines (one place per member: nothing is shadowed by the order of the bases)."""
+    composed = (type(dialect), DialectBase)
+    for klass in composed:
+        assert _public(klass) <= SHARED, f"{klass.__name__} defines {_public(klass) - SHARED}"
+    mixins = [k for k in type(dialect).__mro__ if k.__module__.startswith("sparksync.dialects") and k not in composed]
+    for klass in mixins:
+        concerns = _concern_of(klass)
+        assert len(concerns) == 1, f"{klass.__module__}.{klass.__name__} implements {concerns or 'no concern'}"
+        stray = _public(klass) - SHARED - _members(getattr(protocols, concerns[0]))
+        assert not stray, f"{klass.__name__} ({concerns[0]}) defines {stray}, not members of its concern"
+    own = [k for k in mixins if k.__module__.startswith(type(dialect).__module__.rpartition(".")[0] + ".")]
+    assert own, "the dialect has no mixins of its own"
+    seen: dict[str, str] = {}
+    for klass in own:
+        for name in _public(klass) - SHARED:
+            assert name not in seen, f"{name} is defined by both {seen[name]} and {klass.__name__}"
+            seen[name] = klass.__name__
 
 
 def test_capabilities_tell_the_filters_their_sql():

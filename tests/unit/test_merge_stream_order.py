@@ -10,7 +10,7 @@ from sparksync.merge.conflicts.resolvers import Replicas
 from sparksync.merge.session.changes import CHANGE_SCHEMA
 from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo, Route
 from sparksync.merge.session.stream import BatchResult, apply_stream
-from sparksync.spark.results import result_arrow_schema
+from sparksync.result_rows import result_arrow_schema
 
 
 def rows(generation: int, keys: list[str]) -> pa.RecordBatch:

@@ -1,4 +1,4 @@
-"""A big batch's COPY lines made by forked processes (``transactional/bulk_text._ranges_at_once``): whatever a
+"""A big batch's COPY lines made by forked processes (``transactional/delivery/bulk_text._ranges_at_once``): whatever a
 child does (succeeds, fails, hangs) the caller gets every range made, or the error the range raises
 when made here, and no child or descriptor is left behind."""
 
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from sparksync.transactional import bulk_text
-from sparksync.transactional.bulk_text import _ranges_at_once, _Staged
+from sparksync.transactional.delivery import bulk_text
+from sparksync.transactional.delivery.bulk_text import _ranges_at_once, _Staged
 
 BIG = 1 << 20        # more than a pipe holds: a child blocks on its write until it is read
 

@@ -23,7 +23,7 @@ from sparksync.monitor.webhook import Webhook
 from sparksync.redaction import redact
 from sparksync.schedule import CONTINUOUS_IDLE, parse_interval, parse_schedule
 from sparksync.service.jobs import workers_of
-from sparksync.service.scheduler import SharedSpark
+from sparksync.spark.lazy import LazySpark
 from sparksync.topology import parse_topology
 
 T0 = dt.datetime(2026, 11, 27, 6, 0, 0, tzinfo=dt.UTC)
@@ -364,7 +364,7 @@ def test_a_failed_spark_start_is_the_answer_of_the_rounds_that_waited_for_it():
         give_up.wait(30)
         raise SparkClusterUnavailable("Spark master spark://m:7077 gave this application no executor in 60 s")
 
-    shared = SharedSpark(factory)
+    shared = LazySpark(factory)
     shared._lock = NoticedLock()  # type: ignore[assignment]
     errors: list[Exception] = []
 

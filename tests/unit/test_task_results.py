@@ -10,9 +10,9 @@ from sparksync.merge.apply.outcome import ArticleStats, BatchConflict, BatchOutc
 from sparksync.merge.conflicts.model import ConflictRecord, ConflictType
 from sparksync.merge.session.stream import RESULT_SCHEMA, BatchResult, _failed, _result
 from sparksync.merge.session.summary import DirectionStats
-from sparksync.spark.results import result_arrow_schema, result_columns, spark_struct
-from sparksync.transactional import deliver
-from sparksync.transactional.agent import SubscriptionRun
+from sparksync.result_rows import result_arrow_schema, result_columns, spark_struct
+from sparksync.transactional.delivery import results as deliver
+from sparksync.transactional.delivery.agent import SubscriptionRun
 
 
 def _through_arrow(ddl: str, rows: list[dict]) -> list[dict]:

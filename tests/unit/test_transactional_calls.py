@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparksync.names import TableName
-from sparksync.transactional.calls import (
+from sparksync.transactional.delivery.calls import (
     CallSpec,
     CommandSyntaxError,
     arguments,

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparksync.transactional import pgoutput as po
+from sparksync.transactional.capture import pgoutput as po
 from sparksync.transactional.capture import seen_by_snapshot
 from sparksync.transactional.capture.logical import server_problems, slot_name
-from sparksync.transactional.deliver import route
-from sparksync.transactional.subscriber import ArticleTarget, Command
+from sparksync.transactional.delivery.deliver import route
+from sparksync.transactional.delivery.subscriber import ArticleTarget, Command
 
 # -- the sync point ----------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from sparksync.dialects.model import Column, TableInfo
 from sparksync.dialects.postgres.dialect import PostgresDialect
 from sparksync.dialects.sqlite.dialect import SQLiteDialect
 from sparksync.dialects.templates import STATEMENT_SEPARATOR
-from sparksync.merge.tracking.articles import TrackedArticle, trigger_context
+from sparksync.merge.tracking.tracked import TrackedArticle, trigger_context
 from sparksync.names import TableName
 from sparksync.types import Kind, SqlType
 

@@ -25,7 +25,8 @@ from sparksync.metadata import store
 from sparksync.metadata.records import Role, SubscriptionRow
 from sparksync.web import tokens
 from sparksync.web.device.sync import DeviceOptions, sync
-from sparksync.web.wire import HEADER, MAGIC, META, PROTOCOL, change_schema, read_frames, wire_schema, write_changes
+from sparksync.web.protocol import PROTOCOL
+from sparksync.web.wire import HEADER, MAGIC, META, change_schema, read_frames, wire_schema, write_changes
 from tests.support.clients import shell
 from tests.support.databases import databases
 from tests.support.upgrade import downgrade

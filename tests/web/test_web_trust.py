@@ -30,8 +30,9 @@ from sparksync.merge.tracking import pending
 from sparksync.metadata import store
 from sparksync.metadata.records import Role, SubscriptionRow
 from sparksync.web.device.sync import DeviceOptions, sync
+from sparksync.web.protocol import PROTOCOL
 from sparksync.web.server.feed import ECHO_LIMIT
-from sparksync.web.wire import HEADER, MAGIC, META, PROTOCOL, change_schema, read_frames, write_changes
+from sparksync.web.wire import HEADER, MAGIC, META, change_schema, read_frames, write_changes
 from tests.support.clients import shell
 from tests.support.databases import databases
 from tests.support.web import EXE, Server, WebWorld, upload_body

@@ -8,9 +8,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from sparksync import api
 from sparksync.cli.common import DEFAULT_CONFIG_PATH, ConfigOption, LockTimeoutOption, console, handle_errors, load, reporter
 from sparksync.locks import DEFAULT_WAIT
-from sparksync.merge.maintenance.cleanup import CleanupSummary, cleanup
+from sparksync.merge.maintenance.cleanup import CleanupSummary
 
 
 def _print(summary: CleanupSummary) -> None:
@@ -39,7 +40,7 @@ def cleanup_command(
     expired; conflicts and merge history older than retention. The merge agent does the same at the end of
     each session. Exit code 1 when a replica could not be cleaned."""
     topology = load(config)
-    summary = cleanup(topology, publication, dry_run, report=(lambda m: None) if as_json else reporter)
+    summary = api.cleanup(topology, publication, dry_run=dry_run, progress=None if as_json else reporter)
     if as_json:
         print(json.dumps(summary.to_dict(), indent=2))
     else:

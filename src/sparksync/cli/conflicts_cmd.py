@@ -8,10 +8,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from sparksync import api
 from sparksync.cli.common import DEFAULT_CONFIG_PATH, ConfigOption, LockTimeoutOption, console, handle_errors, load
 from sparksync.locks import DEFAULT_WAIT
-from sparksync.merge.conflicts.override import resolve_conflict
-from sparksync.merge.conflicts.view import list_conflicts, list_failed_changes
 
 
 @handle_errors
@@ -33,7 +32,7 @@ def conflicts_command(
     if resolve is not None or keep is not None:
         if resolve is None or keep not in ("winner", "loser"):
             raise typer.BadParameter("give --resolve ID with --keep winner or --keep loser", param_hint="--keep")
-        done = resolve_conflict(topology, resolve, keep)
+        done = api.resolve_conflict(topology, resolve, keep)
         if as_json:
             console.print_json(json.dumps(done, default=str))
         elif keep == "loser":
@@ -44,9 +43,9 @@ def conflicts_command(
             console.print(f"conflict {done['conflict_id']}: the winner is kept", highlight=False)
         return
     if failed:
-        _failed(list_failed_changes(topology, publication, article), as_json)
+        _failed(api.failed_changes(topology, publication, article), as_json)
         return
-    rows = list_conflicts(topology, publication, article)
+    rows = api.conflicts(topology, publication, article)
     if as_json:
         console.print_json(json.dumps(rows, default=str))
         return
@@ -57,7 +56,7 @@ def conflicts_command(
                   r["winner"], r["reason_text"] + (f" (resolved: {r['resolution']} kept)" if r.get("resolution") else ""))
     console.print(t)
     console.print(f"{len(rows)} conflict(s)")
-    waiting = list_failed_changes(topology, publication, article)
+    waiting = api.failed_changes(topology, publication, article)
     if waiting:
         console.print(f"{len(waiting)} failed change(s) waiting to be tried again at the next merge "
                       "(sparksync conflicts --failed)")

@@ -9,8 +9,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from sparksync import api
 from sparksync.cli.common import DEFAULT_CONFIG_PATH, ConfigOption, console, err_console, handle_errors, load
-from sparksync.run_history import LIMIT, gather_history
+from sparksync.run_history import LIMIT
 
 
 @handle_errors
@@ -21,7 +22,7 @@ def history_command(
 ) -> None:
     """The agents' recent runs, newest first: merge sessions, snapshots, log reader and distribution agent
     runs, failed ones with their error."""
-    doc = gather_history(load(config), limit)
+    doc = api.history(load(config), limit)
     if as_json:
         console.print_json(json.dumps(doc, default=str))
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -11,6 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from sparksync import api
 from sparksync.cli.common import (
     DEFAULT_CONFIG_PATH,
     ConfigOption,
@@ -23,8 +25,7 @@ from sparksync.cli.common import (
     reporter,
 )
 from sparksync.locks import DEFAULT_WAIT, LockBusy
-from sparksync.merge.session.agent import MergeAgent
-from sparksync.merge.session.summary import DEFAULT_GENERATIONS_PER_BATCH, DirectionStats, MergeOptions, MergeSummary
+from sparksync.merge.session.summary import DEFAULT_GENERATIONS_PER_BATCH, DirectionStats, MergeSummary
 
 
 def print_summary(summary: MergeSummary) -> None:
@@ -99,13 +100,14 @@ def merge_command(
         raise typer.BadParameter("use both, upload or download", param_hint="--exchange-type")
     topology = load(config)
     check_subscriptions(topology, subscription, "merge", other_command="distribute")
-    agent = MergeAgent(topology, make_spark(topology), reporter if not as_json else (lambda m: None))
-    options = MergeOptions(exchange_type, upload_generations_per_batch, download_generations_per_batch,
-                           list(subscription) if subscription else None, cleanup=not no_cleanup)
+    spark = functools.cache(make_spark(topology))          # one session for every round, started when needed
 
     def once() -> bool:
         try:
-            summary = agent.run(options)
+            summary = api.merge(topology, list(subscription) if subscription else None, exchange=exchange_type,
+                                spark=spark, progress=reporter if not as_json else None,
+                                upload_generations_per_batch=upload_generations_per_batch,
+                                download_generations_per_batch=download_generations_per_batch, cleanup=not no_cleanup)
         except LockBusy as e:
             if not continuous:
                 raise

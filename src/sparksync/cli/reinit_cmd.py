@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from sparksync import api
 from sparksync.cli.common import (
     DEFAULT_CONFIG_PATH,
     ConfigOption,
@@ -17,7 +18,6 @@ from sparksync.cli.common import (
     reporter,
 )
 from sparksync.locks import DEFAULT_WAIT
-from sparksync.reinit import reinitialize
 
 
 @handle_errors
@@ -32,7 +32,8 @@ def reinit_command(
     """Re-create a subscription from a snapshot: an expired, damaged or restored subscriber, or one whose
     database was lost or replaced (merge or transactional)."""
     topology = load(config)
-    summary = reinitialize(topology, make_spark(topology), subscription, upload_first, yes, reporter)
+    summary = api.reinit(topology, subscription, upload_first=upload_first, discard=yes, spark=make_spark(topology),
+                         progress=reporter)
     mine = [r for r in summary.initialized if r.subscription == subscription and r.ok]
     rows = mine[0].rows if mine else 0
     if subscription in summary.caught_up:

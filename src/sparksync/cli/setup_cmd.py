@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sparksync import api
 from sparksync.cli.common import (
     DEFAULT_CONFIG_PATH,
     ConfigOption,
@@ -13,14 +14,13 @@ from sparksync.cli.common import (
     reporter,
 )
 from sparksync.locks import DEFAULT_WAIT
-from sparksync.provision import setup
 
 
 @handle_errors
 def setup_command(config: ConfigOption = DEFAULT_CONFIG_PATH, lock_timeout: LockTimeoutOption = DEFAULT_WAIT) -> None:
     """Publish, track, snapshot and initialize subscribers (idempotent: safe to run again)."""
     topology = load(config)
-    summary = setup(topology, make_spark(topology), reporter)
+    summary = api.setup(topology, spark=make_spark(topology), progress=reporter)
     done = [r for r in summary.initialized if r.ok and not r.skipped]
     console.print(f"[green]setup complete[/]: {len(topology.publications)} publication(s), "
                   f"{len(summary.snapshots)} snapshot(s) written, {len(done)} subscription(s) initialized")

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from sparksync import api
 from sparksync.cli.common import (
     DEFAULT_CONFIG_PATH,
     ConfigOption,
@@ -17,7 +18,7 @@ from sparksync.cli.common import (
     reporter,
 )
 from sparksync.locks import DEFAULT_WAIT
-from sparksync.provision import check_snapshot_dir, snapshot
+from sparksync.provision import check_snapshot_dir
 
 
 @handle_errors
@@ -32,6 +33,6 @@ def snapshot_command(
     for name in publication or []:
         topology.publication(name)
     check_snapshot_dir(topology)                      # before Spark starts
-    out = snapshot(topology, make_spark(topology)(), publication, reporter)
+    out = api.snapshot(topology, publication, spark=make_spark(topology), progress=reporter)
     for name, path in out.items():
         console.print(f"[green]snapshot[/] {name}: {path}")

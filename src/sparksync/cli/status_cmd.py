@@ -9,8 +9,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from sparksync import api
 from sparksync.cli.common import DEFAULT_CONFIG_PATH, ConfigOption, console, handle_errors, load
-from sparksync.status import gather_status
 
 
 def _fmt(v) -> str:
@@ -34,7 +34,7 @@ def status_command(
 ) -> None:
     """Publications, articles and nicknames, subscriptions and their watermarks."""
     topology = load(config)
-    st = gather_status(topology)
+    st = api.status(topology)
     tx = st.get("transactional") or {}
     if as_json:
         console.print_json(json.dumps(st, default=str))

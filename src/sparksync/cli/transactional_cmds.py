@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from typing import Annotated
@@ -10,6 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from sparksync import api
 from sparksync.cli.common import (
     DEFAULT_CONFIG_PATH,
     ConfigOption,
@@ -23,10 +25,10 @@ from sparksync.cli.common import (
 )
 from sparksync.locks import DEFAULT_WAIT, LockBusy
 from sparksync.merge.publish import schema_change as merge_schema_change
-from sparksync.transactional import tracer
-from sparksync.transactional.agent import DistributeOptions, DistributeSummary, DistributionAgent
-from sparksync.transactional.logreader import READ_BATCH, run_logreader
-from sparksync.transactional.schema_change import change
+from sparksync.transactional.delivery.agent import DistributeSummary
+from sparksync.transactional.distribution.logreader import READ_BATCH
+from sparksync.transactional.publish.schema_change import change
+from sparksync.transactional.status import tracer
 
 Continuous = Annotated[bool, typer.Option("--continuous", help="Keep running: a round right after a round that "
                                                                 "found work, else after the polling interval.")]
@@ -81,8 +83,8 @@ def logreader_command(
     rounds_ = _Rounds(continuous, polling_interval, rounds)
     for _ in rounds_:
         try:
-            runs = run_logreader(topology, list(publication) if publication else None, read_batch,
-                                 reporter if not as_json else (lambda m: None))
+            runs = api.logreader(topology, list(publication) if publication else None, read_batch=read_batch,
+                                 progress=reporter if not as_json else None)
         except LockBusy as e:
             rounds_.skip(e)
             continue
@@ -97,7 +99,7 @@ def logreader_command(
                               highlight=False)
 
 
-def _print_distribution(summary: DistributeSummary) -> None:
+def print_distribution(summary: DistributeSummary) -> None:
     t = Table("publication", "subscription", "transactions", "commands", "batches", "on streams", "fallbacks", "skipped",
               "last xact_seqno", "seconds", "status", box=None)
     for s in summary.subscriptions:
@@ -126,12 +128,13 @@ def distribute_command(
     """Deliver queued commands to the subscriptions of transactional publications."""
     topology = load(config)
     check_subscriptions(topology, subscription, "transactional", other_command="merge")
-    agent = DistributionAgent(topology, make_spark(topology), reporter if not as_json else (lambda m: None))
+    spark = functools.cache(make_spark(topology))        # one session for every round, started when needed
     failed = False
     rounds_ = _Rounds(continuous, polling_interval, rounds)
     for _ in rounds_:
         try:
-            summary = agent.run(DistributeOptions(list(subscription) if subscription else None))
+            summary = api.distribute(topology, list(subscription) if subscription else None, spark=spark,
+                                     progress=reporter if not as_json else None)
         except LockBusy as e:
             rounds_.skip(e)
             continue
@@ -140,7 +143,7 @@ def distribute_command(
         if as_json:
             console.print_json(json.dumps(summary.to_dict(), default=str))
         else:
-            _print_distribution(summary)
+            print_distribution(summary)
     if failed:
         raise typer.Exit(1)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from typing import Annotated
@@ -9,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from sparksync import api
 from sparksync.cli.common import (
     DEFAULT_CONFIG_PATH,
     ConfigOption,
@@ -20,9 +22,7 @@ from sparksync.cli.common import (
     reporter,
 )
 from sparksync.locks import DEFAULT_WAIT
-from sparksync.validation.repair import repair
 from sparksync.validation.report import ValidationReport
-from sparksync.validation.subscriptions import validate
 
 SHOWN = 20          # differing rows printed per article (--json lists them all)
 
@@ -76,8 +76,9 @@ def validate_command(
     counts and, with --checksum, checksums and the rows that differ. Exit code 1 when any differs."""
     topology = load(config)
     quiet = (lambda m: None) if as_json else reporter
-    report = validate(topology, make_spark(topology), publication, list(subscription) if subscription else None,
-                      checksum or repair_, quiet)
+    spark = functools.cache(make_spark(topology))
+    subs = list(subscription) if subscription else None
+    report = api.validate(topology, publication, subs, checksum=checksum or repair_, spark=spark, progress=quiet)
     if repair_ and not report.ok:
         if not as_json:
             _print(report)
@@ -87,11 +88,10 @@ def validate_command(
                 raise typer.BadParameter("repairing needs confirmation: pass --yes", param_hint="--repair")
             if not typer.confirm(f"Write {rows} row(s) at the subscribers from the publisher?"):
                 raise typer.Exit(1)
-        repaired = repair(topology, report, quiet)
+        repaired = api.repair(topology, report, progress=quiet)
         done = {s.subscription: s.repaired for s in repaired.subscriptions}
         left = {s.subscription: s.skipped for s in repaired.subscriptions}
-        report = validate(topology, make_spark(topology), publication, list(subscription) if subscription else None,
-                          True, quiet)
+        report = api.validate(topology, publication, subs, checksum=True, spark=spark, progress=quiet)
         for s in report.subscriptions:
             s.repaired, s.skipped = done.get(s.subscription, 0), left.get(s.subscription, [])
         if not as_json:

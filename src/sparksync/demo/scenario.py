@@ -25,24 +25,17 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from sparksync.api import Device, Publisher
 from sparksync.cli.merge_cmd import print_summary as _print
 from sparksync.cli.partitions_cmd import partitions_command
 from sparksync.cli.status_cmd import status_command
-from sparksync.cli.transactional_cmds import _print_distribution
+from sparksync.cli.transactional_cmds import print_distribution
 from sparksync.demo.adventureworks import article_names, create_demo_database
 from sparksync.dialects import connect
-from sparksync.merge.conflicts.view import list_conflicts
 from sparksync.merge.publish import schema_change as merge_schema_change
-from sparksync.merge.session.agent import MergeAgent
-from sparksync.merge.session.summary import MergeOptions
 from sparksync.progress import Reporter
-from sparksync.provision import setup
-from sparksync.topology import load_config
-from sparksync.transactional import tracer
-from sparksync.transactional.agent import DistributionAgent
-from sparksync.transactional.logreader import run_logreader
+from sparksync.transactional.status import tracer
 from sparksync.validation.compare import compare_replicas, compare_transactional
-from sparksync.validation.subscriptions import validate
 
 if TYPE_CHECKING:
     from sparksync.merge.session.summary import MergeSummary
@@ -175,28 +168,27 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
         elif old.exists():
             old.unlink()
     console.rule("[bold]1. A publisher database (HQ) with an AdventureWorks-like schema")
-    with connect(f"sqlite:///{directory / 'hq.db'}", "HQ") as hq:
-        counts = create_demo_database(hq)
+    with connect(f"sqlite:///{directory / 'hq.db'}", "HQ") as db:
+        counts = create_demo_database(db)
     console.print(", ".join(f"{k}: {v} rows" for k, v in counts.items()))
     cfg = directory / "sparksync.toml"
     cfg.write_text(demo_config(directory, _free_port()), encoding="utf-8")
     console.print(f"wrote {cfg}")
 
     console.rule("[bold]2. sparksync setup: publish, track, snapshot (Spark), initialize three stores (Spark)")
-    topology = load_config(cfg)
-    from sparksync.spark.session import spark_session
-
-    summary = setup(topology, lambda: spark_session(topology.spark_master, conf=topology.spark.conf), report)
+    hq = Publisher(cfg, progress=report)          # the Python API the commands call (docs/python-api.md)
+    topology = hq.topology
+    summary = hq.setup()
     for r in summary.initialized:
         console.print(f"  {r.subscription}: {r.message}, {r.rows} rows, {r.seconds:.1f}s")
 
     console.rule("[bold]3. Changes at the publisher and at the stores, from different clients")
-    with connect(topology.publisher_url, "HQ") as hq:
-        hq.execute('UPDATE "Product" SET "ListPrice" = "ListPrice" * 1.1 WHERE "ProductLine" = \'M\'')
-        hq.execute('INSERT INTO "Customer" ("CustomerID", "FirstName", "LastName", "EmailAddress", "Territory", '
+    with connect(topology.publisher_url, "HQ") as db:
+        db.execute('UPDATE "Product" SET "ListPrice" = "ListPrice" * 1.1 WHERE "ProductLine" = \'M\'')
+        db.execute('INSERT INTO "Customer" ("CustomerID", "FirstName", "LastName", "EmailAddress", "Territory", '
                    '"ModifiedDate") VALUES (10001, \'Ana\', \'Trujillo\', \'ana0@adventure-works.com\', '
                    '\'Central\', \'2026-11-22 09:00:00\')')
-        hq.execute('UPDATE "SalesOrderDetail" SET "OrderQty" = "OrderQty" + 1 WHERE "SalesOrderID" = 1')
+        db.execute('UPDATE "SalesOrderDetail" SET "OrderQty" = "OrderQty" + 1 WHERE "SalesOrderID" = 1')
     console.print("HQ (python sqlite3): raised Mountain list prices 10%, added customer 10001, "
                   "changed the quantities of order 1")
     via = _shell(directory / "store1.db",
@@ -219,14 +211,12 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
 
     console.rule("[bold]5. sparksync merge: upload from every store, then download to every store "
                  "(rounds this small run in the agent's process, big ones on Spark)")
-    from sparksync.spark.session import spark_session as _spark
-
-    merged = MergeAgent(topology, _spark(topology.spark_master, conf=topology.spark.conf), report).run()
+    merged = hq.merge()
     _print(merged)
 
     console.rule("[bold]6. sparksync conflicts: how each conflict was resolved")
 
-    for c in list_conflicts(topology):
+    for c in hq.conflicts():
         console.print(f"  {c['article']}: {c['conflict_type_name']} between {c['origin_datasource']} (lost) and "
                       f"{c['winner']} (won): {c['reason_text']}", highlight=False)
 
@@ -241,10 +231,9 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
     console.rule("[bold]7b. sparksync schema-change: a column added at HQ reaches every store")
     for line in merge_schema_change.change(topology, "Sales", "Vendor", add="Website text"):
         console.print(f"  HQ: {line}", highlight=False)
-    with connect(f"sqlite:///{directory / 'hq.db'}") as hq:
-        hq.execute('UPDATE "Vendor" SET "Website" = \'https://vendor1001.example\' WHERE "BusinessEntityID" = 1001')
-    after = MergeAgent(topology, _spark(topology.spark_master, conf=topology.spark.conf), report).run(
-        MergeOptions(subscriptions=[n for n, *_ in STORES]))
+    with connect(f"sqlite:///{directory / 'hq.db'}") as db:
+        db.execute('UPDATE "Vendor" SET "Website" = \'https://vendor1001.example\' WHERE "BusinessEntityID" = 1001')
+    after = hq.merge([n for n, *_ in STORES])
     sites = {}
     for n, *_ in STORES:
         with connect(f"sqlite:///{directory / (n.lower() + '.db')}") as st:
@@ -259,11 +248,10 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
                  "(a round this small runs in the agent's process, a big one on Spark)")
 
     token = tracer.post(topology, "Reports")
-    for run in run_logreader(topology, report=report):
+    for run in hq.logreader():
         console.print(f"  log reader: {run.transactions} transaction(s), {run.commands} command(s) moved from HQ's capture "
                       "log to the distribution database")
-    _print_distribution(DistributionAgent(topology, _spark(topology.spark_master, conf=topology.spark.conf),
-                                          report).run())
+    print_distribution(hq.distribute())
     latency = tracer.report(topology, "Reports", token)
     console.print(f"  tracer token: HQ -> distributor {latency.publisher_to_distributor:.3f}s, distributor -> "
                   f"Reporting {latency.distributor_to('Reporting'):.3f}s", highlight=False)
@@ -273,8 +261,8 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
     else:
         console.print(f"[green]identical[/]: Reporting holds HQ's {tx_rows} published rows (Northwest customers, "
                       "four columns of Product, every order)")
-    partitioned = _territories(console, topology, report)
-    synced = _till(console, topology, directory, report)
+    partitioned = _territories(console, hq)
+    synced = _till(console, hq, directory, report)
     console.print(f"\nThe demo's files are in {directory}. Try: sparksync partitions -c {cfg}; or run the agents on "
                   f"their schedules with the monitor on http://127.0.0.1:8470: sparksync serve -c {cfg}")
     return DemoResult(directory, cfg, not diffs and not tx_diffs and partitioned and synced, merged)
@@ -286,34 +274,29 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _till(console: Console, topology, directory: Path, report: Reporter) -> bool:
+def _till(console: Console, hq: Publisher, directory: Path, report: Reporter) -> bool:
     """A device syncing over HTTP: the door in this process, the till's file in ``device/``."""
-    from sparksync.spark.session import spark_session
-    from sparksync.web import tokens
-    from sparksync.web.device.sync import DeviceOptions, sync
-    from sparksync.web.server.serve import serving
-
+    topology = hq.topology
     name, host = TILL
     console.rule(f"[bold]10. Web synchronization: a till in {host} syncs over HTTP (sparksync serve / sparksync sync)")
-    with connect(topology.publisher_url, "HQ") as hq:
-        token = tokens.create(hq, name, rotate=True)
+    token = hq.token(name, rotate=True)
     console.print(f"sparksync token -s {name}: a token for the till (shown once; kept at HQ as a salted hash)")
     till = directory / "device" / "till.db"
     till.parent.mkdir(exist_ok=True)
-    with serving(topology, report, lambda: spark_session(topology.spark_master, conf=topology.spark.conf)) as url:
-        options = DeviceOptions(url, name, f"sqlite:///{till}", token)
+    with hq.serving() as url:
+        device = Device(str(till), url, name, token)
         console.print(f"sparksync sync --server {url} -s {name} --database {till}  (no Spark, no Java on a device)")
-        _print(sync(options, report))
-        with connect(topology.publisher_url, "HQ") as hq:
-            customer = hq.scalar('SELECT "CustomerID" FROM "Customer" WHERE "Territory" = ? ORDER BY "CustomerID" '
+        _print(device.sync(progress=report))
+        with connect(topology.publisher_url, "HQ") as db:
+            customer = db.scalar('SELECT "CustomerID" FROM "Customer" WHERE "Territory" = ? ORDER BY "CustomerID" '
                                  'LIMIT 1', [host])
         via = _shell(till, f'UPDATE "Customer" SET "EmailAddress" = \'till@adventure-works.com\' '
                            f'WHERE "CustomerID" = {int(customer)};\n')
         console.print(f"{name} ({via}, offline): changed customer {customer}'s email address; then it syncs again")
-        second = sync(options, report)
+        second = device.sync(progress=report)
         _print(second)
-    with connect(topology.publisher_url, "HQ") as hq:
-        email = hq.scalar(f'SELECT "EmailAddress" FROM "Customer" WHERE "CustomerID" = {int(customer)}')
+    with connect(topology.publisher_url, "HQ") as db:
+        email = db.scalar(f'SELECT "EmailAddress" FROM "Customer" WHERE "CustomerID" = {int(customer)}')
     problems = _partition_check(topology, [(name, host, f"sqlite:///{till}")])
     for p in problems:
         console.print(f"[red]  {p}[/]")
@@ -350,21 +333,19 @@ def _partition_check(topology, stores: list[tuple[str, str, str]] | None = None)
     return problems
 
 
-def _territories(console: Console, topology, report: Reporter) -> bool:
-    from sparksync.spark.session import spark_session
-
+def _territories(console: Console, hq: Publisher) -> bool:
+    topology = hq.topology
     console.rule("[bold]9. A filtered publication: each territory's store holds only its own customers")
     with contextlib.suppress(SystemExit):
         partitions_command(topology.base_dir / "sparksync.toml", None, False)
-    with connect(topology.publisher_url, "HQ") as hq:
-        moving = hq.scalar('SELECT c."CustomerID" FROM "Customer" c WHERE c."Territory" = \'Northwest\' AND EXISTS '
+    with connect(topology.publisher_url, "HQ") as db:
+        moving = db.scalar('SELECT c."CustomerID" FROM "Customer" c WHERE c."Territory" = \'Northwest\' AND EXISTS '
                            '(SELECT 1 FROM "SalesOrderHeader" h WHERE h."CustomerID" = c."CustomerID") '
                            'ORDER BY c."CustomerID" LIMIT 1')
-        orders = hq.scalar(f'SELECT count(*) FROM "SalesOrderHeader" WHERE "CustomerID" = {int(moving)}')
-        hq.execute(f'UPDATE "Customer" SET "Territory" = \'Canada\' WHERE "CustomerID" = {int(moving)}')
+        orders = db.scalar(f'SELECT count(*) FROM "SalesOrderHeader" WHERE "CustomerID" = {int(moving)}')
+        db.execute(f'UPDATE "Customer" SET "Territory" = \'Canada\' WHERE "CustomerID" = {int(moving)}')
     console.print(f"HQ: customer {moving} moves from Northwest to Canada ({orders} order(s) go along)")
-    spark = spark_session(topology.spark_master, conf=topology.spark.conf)
-    _print(MergeAgent(topology, spark, report).run(MergeOptions(subscriptions=[n for n, _ in TERRITORY_STORES])))
+    _print(hq.merge([n for n, _ in TERRITORY_STORES]))
     with connect(topology.subscriber_url(topology.subscription("Northwest")), "Northwest") as nw, \
             connect(topology.subscriber_url(topology.subscription("Canada")), "Canada") as ca:
         at = {"Northwest": nw.scalar(f'SELECT count(*) FROM "Customer" WHERE "CustomerID" = {int(moving)}'),
@@ -378,7 +359,7 @@ def _territories(console: Console, topology, report: Reporter) -> bool:
         console.print("[green]partitioned[/]: each territory store holds exactly its customers, their orders and "
                       "the orders' lines")
 
-    validated = validate(topology, lambda: spark, "Territories", checksum=True)
+    validated = hq.validate("Territories", checksum=True)
     for sv in validated.subscriptions:
         for a in sv.articles:
             if not a.ok:

@@ -50,19 +50,19 @@ if TYPE_CHECKING:
 
     def _satisfies_every_protocol(d: SQLiteDialect | PostgresDialect) -> None:
         """Never run: mypy checks that each dialect is each concern's protocol (and so a ``Dialect``)."""
-        driver: Driver = d
+        driver: Driver[Replica] = d
         naming: Naming = d
-        catalog: Catalog = d
+        catalog: Catalog[Replica] = d
         ddl: Ddl = d
-        data_movement: DataMovement = d
+        data_movement: DataMovement[Replica] = d
         staged_rows: StagedRows = d
-        merge_staging: MergeStaging = d
-        merge_hooks: MergeHooks = d
-        transactional: TransactionalHooks = d
+        merge_staging: MergeStaging[Replica] = d
+        merge_hooks: MergeHooks[Replica] = d
+        transactional: TransactionalHooks[Replica] = d
         files: Files = d
         locks: Locks = d
         value_checks: ValueChecks = d
-        dialect: Dialect = d
+        dialect: Dialect[Replica] = d
         del driver, naming, catalog, ddl, data_movement, staged_rows, merge_staging, merge_hooks, transactional
         del files, locks, value_checks, dialect
 

@@ -27,8 +27,9 @@ __all__ = ["Capabilities", "Dialect", "DialectBase", "table_not_found"]
 
 class DialectBase(DriverDefaults, NamingDefaults, DdlDefaults, DataMovementDefaults,
                   MergeStagingDefaults, MergeHooksDefaults, TransactionalDefaults, FilesDefaults, ValueChecksDefaults):
-    """The defaults of every concern; a dialect adds the rest of :class:`Dialect` (its driver, catalog,
-    types, staging SQL, triggers, locks). One instance per kind of database; stateless."""
+    """The defaults of every concern; a dialect puts its own mixins, one per concern (its driver, catalog,
+    types, staging SQL, triggers, locks: ``sqlite/``, ``postgres/``), before this class, and so adds the
+    rest of :class:`Dialect`. One instance per kind of database; stateless."""
 
     capabilities: Capabilities
 

@@ -8,6 +8,10 @@ share are ``defaults.py``; ``base.py`` composes them into the class both dialect
 
 SQL that differs between databases lives in the dialect (small hooks) or in its ``templates/`` folder
 (trigger and function SQL).
+
+The protocols that take a connection are generic in it (``R``): the connection is ``replica.Replica``,
+which holds a ``Dialect[Replica]``. So ``replica.py`` imports this module and this module never imports
+it back: the arrow runs one way.
 """
 
 from __future__ import annotations
@@ -15,15 +19,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from sparksync.dialects.agent_locks import AgentLock
 from sparksync.dialects.model import Column, TableInfo
-from sparksync.dialects.replica import Replica
 from sparksync.errors import SparksyncError
 from sparksync.filters import SqlFlavor
 from sparksync.names import TableName
 from sparksync.types import Kind, SqlType
+
+R = TypeVar("R")
+"""The connection a dialect works on (``replica.Replica``), in a protocol that also makes one."""
+R_contra = TypeVar("R_contra", contravariant=True)
+"""The connection a dialect works on, in a protocol that only takes one."""
 
 
 @dataclass(frozen=True)
@@ -45,13 +53,13 @@ class Capabilities:
 
 
 @runtime_checkable
-class Driver(Protocol):
+class Driver(Protocol[R]):
     """The connection: statements, transactions, parameters, errors. One instance per kind; stateless."""
 
     capabilities: Capabilities
     begin_write_sql: str                   # what opens a write transaction ("BEGIN IMMEDIATE" on SQLite)
 
-    def connect(self, url: str, label: str | None = None) -> Replica: ...
+    def connect(self, url: str, label: str | None = None) -> R: ...
 
     def execute(self, raw: Any, sql: str, params: Sequence[Any]) -> Any: ...
 
@@ -66,13 +74,13 @@ class Driver(Protocol):
     def translate_error(self, exc: BaseException, context: str) -> SparksyncError:
         """The typed error (``errors.py``) of a driver's exception."""
 
-    def relax_commit_durability(self, replica: Replica) -> None:
+    def relax_commit_durability(self, replica: R) -> None:
         """From now on, commits on this connection need not wait for the disk (see restore)."""
 
-    def restore_commit_durability(self, replica: Replica) -> None:
+    def restore_commit_durability(self, replica: R) -> None:
         """Commits wait for the disk again; the next one makes every earlier one durable."""
 
-    def set_lock_timeout(self, replica: Replica, timeout: str) -> None:
+    def set_lock_timeout(self, replica: R, timeout: str) -> None:
         """From now on, a statement of this connection waiting longer than ``timeout`` (e.g. "2s") for
         a row lock fails (``concurrent_writers``: one stream must not wait forever on another)."""
 
@@ -116,20 +124,20 @@ class Naming(Protocol):
 
 
 @runtime_checkable
-class Catalog(Protocol):
+class Catalog(Protocol[R_contra]):
     """What exists in the database: tables, their columns and types, indexes."""
 
-    def reflect_table(self, replica: Replica, name: TableName) -> TableInfo | None: ...
+    def reflect_table(self, replica: R_contra, name: TableName) -> TableInfo | None: ...
 
     def parse_type(self, type_text: str) -> SqlType:
         """A column type as the catalog writes it -> its logical type (SchemaError if unsupported)."""
 
-    def similar_tables(self, replica: Replica, name: TableName) -> list[str]:
+    def similar_tables(self, replica: R_contra, name: TableName) -> list[str]:
         """Existing tables whose names are close to ``name`` (for a "did you mean")."""
 
-    def metadata_table_exists(self, replica: Replica, name: str) -> bool: ...
+    def metadata_table_exists(self, replica: R_contra, name: str) -> bool: ...
 
-    def index_exists(self, replica: Replica, schema: str | None, name: str) -> bool:
+    def index_exists(self, replica: R_contra, schema: str | None, name: str) -> bool:
         """Whether index ``name`` exists (in ``schema``; None: the default one). Asked before a
         ``CREATE INDEX IF NOT EXISTS``, which on PostgreSQL locks the table against writes even when the
         index is there: a setup run again must not stop (or deadlock with) application writes."""
@@ -164,27 +172,27 @@ class Ddl(Protocol):
 
 
 @runtime_checkable
-class DataMovement(Protocol):
+class DataMovement(Protocol[R]):
     """Rows in and out in bulk, consistent reads, bounded deletes, row locks."""
 
     def db_converters(self, types: Sequence[SqlType]) -> list:
         """Per type: a function turning a logical value into what the driver stores, or None (as is)."""
 
-    def bulk_load(self, replica: Replica, table: TableName, columns: Sequence[str], types: Sequence[SqlType],
+    def bulk_load(self, replica: R, table: TableName, columns: Sequence[str], types: Sequence[SqlType],
                   rows: Iterable[Sequence[Any]]) -> int:
         """Load rows of logical values into ``table``; returns how many."""
 
-    def load_rows(self, replica: Replica, table_sql: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
+    def load_rows(self, replica: R, table_sql: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
         """Insert many rows of driver-ready values into ``table_sql`` (an already quoted name) at once;
         returns how many."""
 
-    def stream(self, replica: Replica, sql: str, params: Sequence[Any], batch_rows: int,
+    def stream(self, replica: R, sql: str, params: Sequence[Any], batch_rows: int,
                snapshot: str | None = None, lenient_text: bool = False) -> Iterator[list[tuple]]:
         """Run a query and yield its rows in lists of at most ``batch_rows`` (inside ``snapshot`` if given).
         ``lenient_text``: text that is not valid UTF-8 is read with its bad bytes as lone surrogates
         (so the caller can name the row) instead of failing the whole read."""
 
-    def consistent_reads(self, replica: Replica, workdir: str) -> AbstractContextManager[tuple[str, str | None, Replica]]:
+    def consistent_reads(self, replica: R, workdir: str) -> AbstractContextManager[tuple[str, str | None, R]]:
         """Context manager yielding ``(url, snapshot_id, frozen)``: a source whose reads, from any number of
         connections, all see the database as of one moment (SQLite: a backup copy; PostgreSQL: an
         exported snapshot), and a Replica open on that moment."""
@@ -202,7 +210,7 @@ class DataMovement(Protocol):
 @runtime_checkable
 class StagedRows(Protocol):
     """SQL reading the rows of a staged batch, held as JSON, for the transactional set-based apply
-    (``transactional/bulk.py``; the merge apply stages typed columns: ``MergeStaging``)."""
+    (``transactional/delivery/bulk.py``; the merge apply stages typed columns: ``MergeStaging``)."""
 
     def staged_values(self, table: TableName, columns: Sequence[tuple[str, SqlType]], alias: str,
                       payload: str = "payload") -> tuple[str, list[str]]:
@@ -222,20 +230,20 @@ class StagedRows(Protocol):
 
 
 @runtime_checkable
-class MergeStaging(Protocol):
+class MergeStaging(Protocol[R_contra]):
     """The merge apply's typed staging tables and the lineage SQL its verdicts are computed with."""
 
-    def create_staging(self, replica: Replica, table: str, source: str, columns: Sequence[str]) -> None:
+    def create_staging(self, replica: R_contra, table: str, source: str, columns: Sequence[str]) -> None:
         """(Re)create the connection's temporary staging table ``table`` of one article: rowguid, op,
         lineage, colv, present, clin, tlin, verdict, then ``c0``, ``c1``, ... typed as the article's columns
         ``columns`` of the table ``source`` (SQL) are, so a staged value is stored as the table stores it."""
 
-    def load_staging(self, replica: Replica, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    def load_staging(self, replica: R_contra, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         """Insert typed rows into ``columns`` of the staging table (rowguid, op, lineage, colv as the changes
         carry them, then ``c0``, ``c1``, ... as the row-at-a-time apply binds the values); a value the
         staging table refuses raises ConstraintViolation / ValueRejected."""
 
-    def create_staging_from(self, replica: Replica, table: str, select: str) -> None:
+    def create_staging_from(self, replica: R_contra, table: str, select: str) -> None:
         """(Re)create the temporary table ``table`` holding the rows of ``select``, for the batch's transaction."""
 
     def distinct_sql(self, a: str, b: str) -> str:
@@ -260,20 +268,20 @@ class MergeStaging(Protocol):
 
 
 @runtime_checkable
-class MergeHooks(Protocol):
+class MergeHooks(Protocol[R_contra]):
     """Merge change tracking at a replica: rowguids, tracking triggers, the agent's own writes, open
     generations."""
 
     def new_rowguid_sql(self) -> str:
         """A SQL expression producing a new time-ordered GUID (UUIDv7 layout)."""
 
-    def install_support_objects(self, replica: Replica) -> None:
+    def install_support_objects(self, replica: R_contra) -> None:
         """Functions, sequences or schemas the metadata and triggers need (idempotent)."""
 
-    def add_rowguid_column(self, replica: Replica, table: TableName, column: str) -> None:
+    def add_rowguid_column(self, replica: R_contra, table: TableName, column: str) -> None:
         """Add and backfill the rowguid column of a newly published table."""
 
-    def adopt_rowguid_column(self, replica: Replica, table: TableName, column: str) -> None:
+    def adopt_rowguid_column(self, replica: R_contra, table: TableName, column: str) -> None:
         """Use an existing GUID column as the rowguid: fill missing values, give it a default."""
 
     def render_merge_triggers(self, ctx: dict) -> list[str]:
@@ -283,7 +291,7 @@ class MergeHooks(Protocol):
         """The statements that flush one article's claimed tracking log entries into its metadata
         (``ctx``: ``trigger_context`` with ``source``, the claimed entries; ``__GEN__``: the generation)."""
 
-    def claim_pending(self, replica: Replica, articles: Sequence[dict],
+    def claim_pending(self, replica: R_contra, articles: Sequence[dict],
                       only: tuple[int, str, Sequence[Any]] | None = None,
                       wait: bool = False) -> tuple[str, list[int], int]:
         """Inside a transaction: claim the committed entries of the tracking log (``only``: those of one
@@ -292,65 +300,65 @@ class MergeHooks(Protocol):
         tablenicks it has and how many changed rows it claimed. ``articles``: every tracked article's
         ``trigger_context``."""
 
-    def release_pending(self, replica: Replica, source: str) -> None:
+    def release_pending(self, replica: R_contra, source: str) -> None:
         """The claimed entries are flushed: forget them."""
 
-    def flush_generation(self, replica: Replica) -> int | None:
+    def flush_generation(self, replica: R_contra) -> int | None:
         """Inside a transaction: the open generation flushed changes go to, held as a writer's where
         writers run at once (commit safety: it is not enumerated before this transaction ends)."""
 
-    def drop_merge_triggers(self, replica: Replica, table: TableName, artid: str) -> None: ...
+    def drop_merge_triggers(self, replica: R_contra, table: TableName, artid: str) -> None: ...
 
-    def list_merge_triggers(self, replica: Replica, table: TableName) -> list[str]: ...
+    def list_merge_triggers(self, replica: R_contra, table: TableName) -> list[str]: ...
 
-    def tracking_problems(self, replica: Replica, ctx: dict) -> list[str]:
+    def tracking_problems(self, replica: R_contra, ctx: dict) -> list[str]:
         """What is wrong with the tracking triggers of one article (``ctx``: ``trigger_context``): each
         missing, disabled or altered trigger (compared with what ``render_merge_triggers`` installs)."""
 
-    def begin_agent_writes(self, replica: Replica) -> None:
+    def begin_agent_writes(self, replica: R_contra) -> None:
         """Inside a transaction: make the tracking triggers ignore this transaction's DML."""
 
-    def end_agent_writes(self, replica: Replica) -> None: ...
+    def end_agent_writes(self, replica: R_contra) -> None: ...
 
-    def current_open_generation(self, replica: Replica) -> int | None: ...
+    def current_open_generation(self, replica: R_contra) -> int | None: ...
 
-    def set_open_generation(self, replica: Replica, generation: int) -> None:
+    def set_open_generation(self, replica: R_contra, generation: int) -> None:
         """Point new changes at ``generation`` (its genhistory row already exists, open)."""
 
-    def try_claim_generation(self, replica: Replica, generation: int) -> bool:
+    def try_claim_generation(self, replica: R_contra, generation: int) -> bool:
         """Inside a transaction: True (and hold it until commit) when no writer of ``generation`` is running."""
 
-    def lock_generation_numbers(self, replica: Replica) -> None:
+    def lock_generation_numbers(self, replica: R_contra) -> None:
         """Inside a transaction: until it ends, no other transaction numbers a generation. A generation is
         numbered above every committed one; two transactions numbering at once (the web door applying
         several devices' uploads, a merge agent's apply, closing the open generation) would take the same
         number, or one would commit below a bound a download has already passed."""
 
-    def generation_writers(self, replica: Replica, generation: int) -> list[dict]:
+    def generation_writers(self, replica: R_contra, generation: int) -> list[dict]:
         """The transactions that wrote into ``generation`` and are still open (``concurrent_writers``):
         {"pid", "seconds", "state", "application"} each."""
 
 
 @runtime_checkable
-class TransactionalHooks(Protocol):
+class TransactionalHooks(Protocol[R_contra]):
     """Transactional replication at a subscriber: the command staging table and stored procedures
     (``supports_procedures``)."""
 
     def tx_staging_table_ddl(self, table: str) -> str:
         """The connection's temporary table for staging commands: ord, article_id, op, wave, after, before."""
 
-    def copy_text_lines(self, replica: Replica, table: str, columns: Sequence[str], lines: Iterable[bytes]) -> None:
+    def copy_text_lines(self, replica: R_contra, table: str, columns: Sequence[str], lines: Iterable[bytes]) -> None:
         """Load lines of ``COPY``'s text format (fields already escaped) into ``table`` (``takes_server_text``)."""
 
     def render_procedure(self, shape: Any, types: dict[str, SqlType]) -> list[str]:
         """CREATE PROCEDURE for a generated procedure of a transactional article (``shape``: a
-        ``transactional.calls.ProcedureShape``; ``types``: the article's column types)."""
+        ``transactional.delivery.calls.ProcedureShape``; ``types``: the article's column types)."""
 
-    def procedure_schema(self, replica: Replica, name: str, fallback: str | None) -> str | None:
+    def procedure_schema(self, replica: R_contra, name: str, fallback: str | None) -> str | None:
         """The schema an unqualified procedure name resolves to: the first schema of the search path
         that has it, else ``fallback`` (the article's schema) if it is there, else None."""
 
-    def procedure_exists(self, replica: Replica, schema: str | None, name: str) -> bool:
+    def procedure_exists(self, replica: R_contra, schema: str | None, name: str) -> bool:
         """Is there a stored procedure ``schema.name``?"""
 
 
@@ -388,9 +396,10 @@ class ValueChecks(Protocol):
 
 
 @runtime_checkable
-class Dialect(Driver, Naming, Catalog, Ddl, DataMovement, StagedRows, MergeStaging, MergeHooks, TransactionalHooks,
-              Files, Locks, ValueChecks, Protocol):
-    """Everything sparksync needs from one kind of database: what ``Replica.dialect`` is."""
+class Dialect(Driver[R], Naming, Catalog[R], Ddl, DataMovement[R], StagedRows, MergeStaging[R], MergeHooks[R],
+              TransactionalHooks[R], Files, Locks, ValueChecks, Protocol[R]):
+    """Everything sparksync needs from one kind of database: what ``Replica.dialect`` is (a
+    ``Dialect[Replica]``)."""
 
 
 CONCERNS: tuple[type, ...] = (Driver, Naming, Catalog, Ddl, DataMovement, StagedRows, MergeStaging, MergeHooks,

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparksync.dialects.model import TableInfo
+from sparksync.dialects.protocols import Dialect
 from sparksync.errors import ConnectionFailed, SparksyncError, TrackingNotFlushed
 from sparksync.names import TableName
 from sparksync.redaction import redact
-
-if TYPE_CHECKING:
-    from sparksync.dialects.protocols import Dialect
-
 
 IN_LIST = 500     # values bound in one IN (...) list: far below every driver's parameter limit
 
@@ -42,7 +39,7 @@ class Replica:
     Driver errors are translated by the dialect into :class:`SparksyncError` subclasses.
     """
 
-    def __init__(self, dialect: Dialect, raw: Any, url: str, label: str | None = None):
+    def __init__(self, dialect: Dialect[Replica], raw: Any, url: str, label: str | None = None):
         self.dialect = dialect
         self.raw = raw
         self.url = url

@@ -16,9 +16,6 @@ or as the password of HTTP Basic authentication (what a browser asks for: the 40
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hmac
 import json
 from collections.abc import Callable
 from typing import Any
@@ -42,13 +39,10 @@ from sparksync.redaction import redact
 from sparksync.run_history import LIMIT, gather_history
 from sparksync.spark.failures import recover
 from sparksync.status import gather_status
+from sparksync.web.addresses import is_loopback
+from sparksync.web.listener import basic_password, bearer, problem, same_secret
 
 OPEN = ("/healthz",)
-
-
-def problem(status: int, title: str, detail: str = "", headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {"type": "about:blank", "title": title, "status": status, **({"detail": redact(detail)} if detail else {})}
-    return JSONResponse(body, status_code=status, media_type="application/problem+json", headers=headers)
 
 
 def _document(doc: Any) -> Response:
@@ -80,16 +74,7 @@ class ReadOnly:
     def _authorized(self, scope: Scope) -> bool:
         assert self.token is not None
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        kind, _, value = header.partition(" ")
-        sent = None
-        if kind.lower() == "bearer":
-            sent = value.strip()
-        elif kind.lower() == "basic":
-            try:
-                sent = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")[2]
-            except (binascii.Error, UnicodeDecodeError):
-                return False
-        return sent is not None and hmac.compare_digest(sent.encode(), self.token.encode())
+        return same_secret(bearer(header) or basic_password(header), self.token)
 
 
 def make_monitor_app(topology: Topology, agents: Agents, watch: Watch | None, token: str | None) -> ASGIApp:
@@ -158,8 +143,6 @@ def make_monitor_app(topology: Topology, agents: Agents, watch: Watch | None, to
 
 def check_monitor(topology: Topology, token: str | None) -> None:
     """The monitor refuses to listen beyond loopback without the operator's token."""
-    from sparksync.web.addresses import is_loopback
-
     if token is None and not is_loopback(topology.server.monitor_host):
         raise ConfigurationError(
             f"[server] monitor = {topology.server.monitor!r} is not a loopback address: set SPARKSYNC_OPERATOR_TOKEN "

@@ -14,7 +14,7 @@ from sparksync.monitor.rollup import cadences_of, duration, roll_up, worst
 from sparksync.monitor.watch import Agents, Watch
 from sparksync.run_history import gather_history
 from sparksync.status import gather_status
-from sparksync.transactional import tracer
+from sparksync.transactional.status import tracer
 
 TOKENS = 30             # tracer tokens per publication on the latency chart
 RUNS = 25               # agent runs in the history table

@@ -14,37 +14,20 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from sparksync.config import Topology
-from sparksync.errors import ConfigurationError
 from sparksync.monitor.app import check_monitor, make_monitor_app
 from sparksync.monitor.watch import Watch
 from sparksync.progress import Reporter, silent
 from sparksync.redaction import register_secret
-from sparksync.service.scheduler import Scheduler, SharedSpark
+from sparksync.service.scheduler import Scheduler
+from sparksync.spark.lazy import LazySpark
+from sparksync.web.listener import Listener
+from sparksync.web.server.serve import device_endpoint
 
 OPERATOR_TOKEN_ENV = "SPARKSYNC_OPERATOR_TOKEN"
-
-
-def _uvicorn(app: Any, host: str, port: int, **tls: Any) -> Any:
-    import uvicorn
-
-    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                                         lifespan="off", server_header=False, **tls))
-
-
-def _start(name: str, server: Any, what: str) -> threading.Thread:
-    """Run a uvicorn server in a thread (it installs no signal handler there); wait until it listens."""
-    thread = threading.Thread(target=server.run, name=name, daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise ConfigurationError(f"{what}: the listener did not start (is the address in use?)", obj=what)
-        time.sleep(0.02)
-    return thread
 
 
 class Service:
@@ -54,23 +37,20 @@ class Service:
         if operator_token:
             register_secret(operator_token)
         self.topology, self.report = topology, report
-        self.spark = SharedSpark(spark)
+        self.spark = LazySpark(spark)
         self.scheduler = Scheduler(topology, self.spark.get, report)
         self.watch = Watch(topology, self.scheduler, report)
-        self.monitor = _uvicorn(make_monitor_app(topology, self.scheduler, self.watch, operator_token),
-                                topology.server.monitor_host, topology.server.monitor_port)
-        self.device: Any = None
+        self.monitor = Listener(make_monitor_app(topology, self.scheduler, self.watch, operator_token),
+                                topology.server.monitor_host, topology.server.monitor_port, "server.monitor")
+        self.device: Listener | None = None
         self.feed: Any = None
-        self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
         topo = self.topology
-        self._threads.append(_start("sparksync monitor", self.monitor, "server.monitor"))
+        self.monitor.start("sparksync monitor")
         if any(s.transport == "web" for s in topo.subscriptions):
-            from sparksync.web.server.serve import device_endpoint
-
             self.device, self.feed = device_endpoint(topo, self.report, self.spark.get)
-            self._threads.append(_start("sparksync devices", self.device, "server.listen"))
+            self.device.start("sparksync devices")
         self.scheduler.start()
         self.watch.start()
         workers = self.scheduler.states
@@ -80,13 +60,14 @@ class Service:
 
     def stop(self, grace: float | None = None) -> list[str]:
         """Stop everything; the workers cut off because their run outlived ``grace`` (their names)."""
-        for server in (self.monitor, self.device):
-            if server is not None:
-                server.should_exit = True
+        for listener in (self.monitor, self.device):
+            if listener is not None:
+                listener.server.should_exit = True          # no new request from now on
         left = self.scheduler.stop(self.topology.server.stop_grace_s if grace is None else grace)
         self.watch.stop()
-        for t in self._threads:
-            t.join(5.0)
+        for listener in (self.monitor, self.device):
+            if listener is not None:
+                listener.stop(5.0)
         if self.feed is not None:
             self.feed.stop()
         if not left:

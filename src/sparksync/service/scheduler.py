@@ -32,9 +32,9 @@ from sparksync.metadata.history import iso
 from sparksync.progress import Reporter, silent
 from sparksync.service.jobs import TRACER, VALIDATE, Worker, workers_of
 from sparksync.spark.failures import recover
-from sparksync.transactional import tracer
-from sparksync.transactional.agent import DistributeOptions, DistributionAgent
-from sparksync.transactional.logreader import READ_BATCH, read_publication
+from sparksync.transactional.delivery.agent import DistributeOptions, DistributionAgent
+from sparksync.transactional.distribution.logreader import READ_BATCH, read_publication
+from sparksync.transactional.status import tracer
 from sparksync.validation.scheduled import validate_on_schedule
 
 BEAT = 1.0          # seconds: the longest a worker sleeps without looking at the clock and the stop flag
@@ -42,42 +42,6 @@ BEAT = 1.0          # seconds: the longest a worker sleeps without looking at th
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-class SharedSpark:
-    """One SparkSession for every worker, made by the first round that needs it (under a lock: two
-    workers asking at once get the same session). A start that fails (a cluster whose master cannot be
-    reached, or that gives no executor within ``[spark] executor_wait_s``) is that round's error, and the
-    answer of every round that was waiting for it: they do not wait for the cluster again, one after
-    another; the next round that asks tries again."""
-
-    def __init__(self, factory: Any):
-        self._factory = factory
-        self._session: Any = None
-        self._lock = threading.Lock()
-        self._failed: tuple[float, Exception] | None = None     # when the last start failed, and why
-
-    def get(self) -> Any:
-        asked = time.monotonic()
-        with self._lock:
-            if self._session is None:
-                if self._factory is None:
-                    raise RuntimeError("this service was started without Spark")
-                if self._failed is not None and self._failed[0] >= asked:
-                    raise self._failed[1]
-                try:
-                    self._session = self._factory()
-                except Exception as e:
-                    self._failed = (time.monotonic(), e)
-                    raise
-                self._failed = None
-            return self._session
-
-    def stop(self) -> None:
-        with self._lock:
-            if self._session is not None:
-                self._session.stop()
-                self._session = None
 
 
 class RunReport:
@@ -163,7 +127,7 @@ class WorkerState:
 
 class Scheduler:
     def __init__(self, topology: Topology, spark: Any, report: Reporter = silent, keep: int = 20):
-        """``spark``: a function giving the shared SparkSession (``SharedSpark.get``), or None (no Spark:
+        """``spark``: a function giving the shared SparkSession (``LazySpark.get``), or None (no Spark:
         every round in this process, as ``[spark] driver_round_changes`` allows)."""
         self.topology, self.report, self.keep = topology, report, keep
         self._spark = spark

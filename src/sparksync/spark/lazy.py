@@ -1,19 +1,46 @@
-"""A SparkSession made on first use, importing nothing of Spark: what an agent holds when its small rounds
-run in its own process (``[spark] driver_round_changes``) and only a bigger round needs Spark."""
+"""The one holder of a SparkSession made on first use, importing nothing of Spark: what a merge or distribution
+agent holds when its small rounds run in its own process (``[spark] driver_round_changes``) and only a bigger
+round needs Spark, and what ``sparksync serve`` shares between its workers."""
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
+
 
 class LazySpark:
-    """A SparkSession given, or a function making one on first use (an agent whose small rounds run in its
-    own process starts Spark only for a round that needs it)."""
+    """A SparkSession given, or made by ``spark`` (a function) when first asked, under a lock: two threads asking
+    at once get the same session. A start that fails (a cluster whose master cannot be reached, or that gives no
+    executor within ``[spark] executor_wait_s``) is the error of the one that asked, and the answer of every one
+    that was waiting for it then (they do not wait for the cluster again, one after another); the next to ask
+    tries again. ``spark`` None: no Spark here (a run that needs it is an error)."""
 
-    def __init__(self, spark):
-        self._session = None if callable(spark) else spark
-        self._make = spark if callable(spark) else None
+    def __init__(self, spark: Any):
+        self._session = None if spark is None or callable(spark) else spark
+        self._factory = spark if callable(spark) else None
+        self._lock = threading.Lock()
+        self._failed: tuple[float, Exception] | None = None     # when the last start failed, and why
 
-    def get(self):
-        if self._session is None:
-            assert self._make is not None
-            self._session = self._make()
-        return self._session
+    def get(self) -> Any:
+        asked = time.monotonic()
+        with self._lock:
+            if self._session is None:
+                if self._factory is None:
+                    raise RuntimeError("this process was started without Spark")
+                if self._failed is not None and self._failed[0] >= asked:
+                    raise self._failed[1]
+                try:
+                    self._session = self._factory()
+                except Exception as e:
+                    self._failed = (time.monotonic(), e)
+                    raise
+                self._failed = None
+            return self._session
+
+    def stop(self) -> None:
+        """Stop the session this holder made (one it was given is its owner's to stop)."""
+        with self._lock:
+            if self._session is not None and self._factory is not None:
+                self._session.stop()
+                self._session = None

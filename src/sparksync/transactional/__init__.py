@@ -1,1 +1,2 @@
-"""Transactional replication (seed 001): log reader, distribution database, distribution agent."""
+"""Transactional replication (seed 001), a folder per stage: capture at the publisher, the log reader and
+the distribution database, the distribution agent's delivery, publishing and initialization, status."""

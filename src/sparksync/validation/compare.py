@@ -17,7 +17,7 @@ from sparksync.merge.tracking.articles import published_articles
 from sparksync.metadata import store
 from sparksync.metadata.records import PublicationRow
 from sparksync.names import TableName
-from sparksync.transactional import distribution as dst
+from sparksync.transactional.distribution import database as dst
 from sparksync.types import Kind, arrow_converter
 
 

@@ -15,16 +15,10 @@ from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.errors import CHANGE_REJECTED, ConfigurationError, ReplicaDamaged
 from sparksync.merge.tracking import lineage as lin
-from sparksync.merge.tracking.articles import (
-    TrackedArticle,
-    agent_writes,
-    forget_rows,
-    published_articles,
-    tracked_article,
-    write_row_with_lineage,
-)
+from sparksync.merge.tracking.articles import agent_writes, forget_rows, published_articles, write_row_with_lineage
 from sparksync.merge.tracking.generations import new_generation
 from sparksync.merge.tracking.pending import flush, flush_rows
+from sparksync.merge.tracking.tracked import TrackedArticle, tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import (
     FailedChangeRow,

@@ -42,18 +42,15 @@ from sparksync.merge.maintenance import validations
 from sparksync.merge.partitions.evaluation import partitions as partitions_of
 from sparksync.merge.partitions.scheme import PartitionScheme, scheme_of
 from sparksync.merge.tracking import pending as pending_log
-from sparksync.merge.tracking.articles import (
-    TrackedArticle,
-    published_articles,
-    tracked_article,
-)
+from sparksync.merge.tracking.articles import published_articles
+from sparksync.merge.tracking.tracked import TrackedArticle, tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import PublicationRow, SubscriptionRow
 from sparksync.names import TableName
 from sparksync.progress import Reporter, silent
 from sparksync.rows import decode, row_key
 from sparksync.status import gather_status
-from sparksync.transactional import distribution as dst
+from sparksync.transactional.distribution import database as dst
 from sparksync.types import Kind
 from sparksync.validation.reads import READ_ERROR, SIDE, SideRead, read_frame, tasks_of
 from sparksync.validation.report import (

@@ -23,13 +23,11 @@ from typing import Any
 
 from sparksync.errors import ProtocolError, RequestTooLarge
 from sparksync.merge.session.changes import ALL_PARTITIONS, CHANGE_SCHEMA, OP_REMOVE, OP_UNREADABLE, RETRY_GENERATION
+from sparksync.result_rows import result_arrow_schema
 from sparksync.rows import RowCodec
-from sparksync.spark.results import result_arrow_schema
 
-PROTOCOL = 2                 # the version of this protocol; a device that speaks an older one is refused (426)
 MEDIA_ARROW = "application/vnd.apache.arrow.stream"
 OPS = frozenset({"upsert", "delete", OP_UNREADABLE})
-MAX_RETRIES = 10_000         # failed changes one request sends again (the rest at the next sync)
 MAGIC = b"SSW2"              # a frame of changes: this, its payload's size and the compressed size (8 bytes each),
 HEADER = struct.Struct("<QQ")  # then the zstd-compressed payload: metadata length (4 bytes), metadata, stream
 META = struct.Struct("<I")

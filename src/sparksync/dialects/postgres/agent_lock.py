@@ -1,7 +1,9 @@
 """PostgreSQL's agent lock: a session advisory lock taken on a connection of its own, whose
 ``application_name`` names the holder (command, pid, host); the server's ``pg_locks`` and
 ``pg_stat_activity`` say who holds it and since when. The server drops it when the connection ends
-(the holder exits, dies or loses its connection)."""
+(the holder exits, dies or loses its connection).
+
+``PostgresLocks`` is the dialect's ``Locks``: it makes one."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import contextlib
 import re
 from typing import Any
 
-from sparksync.dialects.agent_locks import LockHolder
+from sparksync.dialects.agent_locks import AgentLock, LockHolder
+from sparksync.dialects.postgres.driver import open_connection
 
 AGENT_LOCK_CLASS = 1397771084     # advisory lock class of agent locks (generation locks use 1397771083)
 _TAG = re.compile(r"^sparksync (?P<command>.+?) pid (?P<pid>\d+)(?:@(?P<host>.*))?$")
@@ -27,9 +30,7 @@ class AdvisoryLock:
 
     def _connection(self):
         if self._conn is None:
-            from sparksync.dialects.postgres.dialect import PostgresDialect
-
-            self._conn = PostgresDialect().connect(self.url, "agent lock").raw
+            self._conn = open_connection(self.url)
         return self._conn
 
     def try_acquire(self, holder: LockHolder) -> bool:
@@ -59,3 +60,10 @@ class AdvisoryLock:
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()          # the session's advisory locks go with it
+
+
+class PostgresLocks:
+    """``Locks`` on PostgreSQL: an advisory lock on a connection of its own."""
+
+    def agent_lock(self, url: str, key: str) -> AgentLock:
+        return AdvisoryLock(url, key)

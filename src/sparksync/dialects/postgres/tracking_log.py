@@ -6,30 +6,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sparksync.dialects.postgres.naming import METADATA_SCHEMA
+from sparksync.dialects.protocols import Dialect
 from sparksync.dialects.replica import Replica
 from sparksync.dialects.templates import render_statements
 
-METADATA_SCHEMA = "sparksync"
 FLUSH_LOCK_CLASS = 1397771085       # advisory lock class of the lock a whole flush of the tracking log holds
 FLUSHING = "sparksync_flushing"     # the connection's temporary table of claimed tracking log entries
 
 
 class TrackingLog:
-    """``MergeHooks``' tracking log part of :class:`PostgresDialect`."""
-
-    def metadata_table_sql(self, name: str) -> str:         # (the dialect's, first in its bases)
-        raise NotImplementedError
-
-    def quote(self, name: str) -> str:
-        raise NotImplementedError
+    """``MergeHooks`` on PostgreSQL: the tracking log's part (the rest is ``tracking.PostgresMergeHooks``)."""
 
     def render_flush(self, ctx: dict) -> list[str]:
         columns = [{**c, "cmp": ""} for c in ctx["columns"]]
         return render_statements("postgres/templates/merge_flush.sql",
                                  {**ctx, "columns": columns, "schema": METADATA_SCHEMA})
 
-    def claim_pending(self, replica: Replica, articles: Sequence[dict], only: tuple[int, str, Sequence[Any]] | None = None,
-                      wait: bool = False):
+    def claim_pending(self: Dialect, replica: Replica, articles: Sequence[dict],
+                      only: tuple[int, str, Sequence[Any]] | None = None, wait: bool = False):
         # Entries are claimed by deleting them into the connection's temporary table: two flushes never
         # take the same entry. One whole flush runs at a time (the flush lock; a second one finds it held
         # and leaves the entries to the next) and skips entries another transaction holds (an apply
@@ -62,6 +57,6 @@ class TrackingLog:
     def release_pending(self, replica: Replica, source: str) -> None:
         replica.execute(f"DELETE FROM {source}")
 
-    def flush_generation(self, replica: Replica) -> int | None:
+    def flush_generation(self: Dialect, replica: Replica) -> int | None:
         return int(replica.scalar(f"SELECT {self.quote(METADATA_SCHEMA)}.writer_generation()"))
 

@@ -1,5 +1,8 @@
 """SQLite's agent lock: an exclusive ``flock`` on a file next to the database, which says who holds it
-(JSON: command, pid, host, since). The kernel drops the lock when the process dies."""
+(JSON: command, pid, host, since). The kernel drops the lock when the process dies. An in-memory
+database's lock is one of its process.
+
+``SQLiteLocks`` is the dialect's ``Locks``: it makes one."""
 
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ import os
 import threading
 from typing import IO
 
-from sparksync.dialects.agent_locks import LockHolder
+from sparksync.dialects.agent_locks import AgentLock, LockHolder
+from sparksync.dialects.sqlite.driver import sqlite_path
 from sparksync.errors import ConnectionFailed
 
 
@@ -102,3 +106,11 @@ class ProcessLock:
             with self._mutex:
                 self._held.pop(self.key, None)
             self._mine = False
+
+
+class SQLiteLocks:
+    """``Locks`` on SQLite: a locked file next to the database (in memory: a lock of this process)."""
+
+    def agent_lock(self, url: str, key: str) -> AgentLock:
+        path = sqlite_path(url)
+        return ProcessLock(key) if path == ":memory:" else FileLock(path, key)

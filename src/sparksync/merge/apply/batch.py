@@ -48,7 +48,6 @@ from sparksync.merge.session.changes import ArticleChanges, Change
 from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
 from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking.articles import (
-    TrackedArticle,
     agent_writes,
     delete_row_with_lineage,
     forget_rows,
@@ -56,6 +55,7 @@ from sparksync.merge.tracking.articles import (
     write_row_with_lineage,
 )
 from sparksync.merge.tracking.generations import new_generation
+from sparksync.merge.tracking.tracked import TrackedArticle
 from sparksync.metadata import store
 from sparksync.metadata.records import FailedChangeRow, GenerationRow, GenStatus
 from sparksync.progress import send_progress

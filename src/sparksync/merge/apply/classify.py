@@ -18,8 +18,8 @@ from sparksync.merge.conflicts.resolvers import ResolverFailed
 from sparksync.merge.session.changes import OP_REMOVE, OP_UNREADABLE, ArticleChanges, Change
 from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
 from sparksync.merge.tracking import lineage as lin
-from sparksync.merge.tracking.articles import TrackedArticle
 from sparksync.merge.tracking.pending import flush_rows
+from sparksync.merge.tracking.tracked import TrackedArticle
 from sparksync.rows import RowCodec, row_key, summarize_value
 from sparksync.types import ValueError_, arrow_converter
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from sparksync.dialects.replica import Replica
 from sparksync.merge.tracking import lineage as lin
-from sparksync.merge.tracking.articles import TrackedArticle
+from sparksync.merge.tracking.tracked import TrackedArticle
 from sparksync.rows import RowCodec
 
 STAGED = "sparksync_staged"     # + "_<article nickname>"

@@ -16,7 +16,7 @@ from sparksync.redaction import redact
 from sparksync.types import Kind, SqlType
 
 if TYPE_CHECKING:
-    from sparksync.merge.tracking.articles import TrackedArticle
+    from sparksync.merge.tracking.tracked import TrackedArticle
 
 
 class ConflictType(IntEnum):

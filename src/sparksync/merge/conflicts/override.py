@@ -21,7 +21,8 @@ from sparksync.dialects.replica import Replica
 from sparksync.errors import ConfigurationError
 from sparksync.merge.conflicts.model import ConflictType
 from sparksync.merge.conflicts.view import list_conflicts
-from sparksync.merge.tracking.articles import TrackedArticle, published_articles, tracked_article, upsert_by_rowguid
+from sparksync.merge.tracking.articles import published_articles, upsert_by_rowguid
+from sparksync.merge.tracking.tracked import TrackedArticle, tracked_article
 from sparksync.metadata import store
 from sparksync.rows import row_key
 

@@ -9,7 +9,8 @@ from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
 from sparksync.errors import SparksyncError
 from sparksync.merge.conflicts.model import ConflictType, conflict_table_name
-from sparksync.merge.tracking.articles import published_articles, tracked_article
+from sparksync.merge.tracking.articles import published_articles
+from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, FailedChangeRow, PublicationRow, SubscriptionRow
 from sparksync.types import arrow_converter

@@ -38,8 +38,9 @@ from sparksync.errors import ConfigurationError, SparksyncError
 from sparksync.merge.conflicts.model import conflict_table_name
 from sparksync.merge.maintenance.expiration import expiry
 from sparksync.merge.tracking import pending
-from sparksync.merge.tracking.articles import published_articles, tracked_article
+from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import enumeration_bound
+from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import GenStatus, PublicationKind, PublicationRow, Role, SubscriptionRow
 from sparksync.progress import Reporter, silent

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from sparksync.dialects.replica import Replica
 from sparksync.merge.partitions.scheme import scheme_of
-from sparksync.merge.tracking.articles import published_articles, tracked_article
+from sparksync.merge.tracking.articles import published_articles
+from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.rows import encode
 from sparksync.spark.reads import ReadPartition, stream_rows
 from sparksync.types import rows_to_record_batch

@@ -11,7 +11,8 @@ from __future__ import annotations
 from sparksync.dialects.model import table_drift
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ReplicaBehind, ReplicaDamaged, SparksyncError
-from sparksync.merge.tracking.articles import install_tracking, published_articles, tracked_article, trigger_context
+from sparksync.merge.tracking.articles import install_tracking, published_articles
+from sparksync.merge.tracking.tracked import tracked_article, trigger_context
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, PublicationRow, Role, SubscriptionRow
 from sparksync.names import TableName

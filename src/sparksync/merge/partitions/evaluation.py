@@ -32,9 +32,9 @@ from sparksync.errors import ConfigurationError
 from sparksync.filters import partition_column
 from sparksync.merge.partitions.scheme import PartitionScheme
 from sparksync.merge.session.changes import ALL_PARTITIONS
-from sparksync.merge.tracking.articles import tracked_article
 from sparksync.merge.tracking.generations import enumeration_bound, new_generation
 from sparksync.merge.tracking.pending import flush
+from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import (
     ArticleRow,

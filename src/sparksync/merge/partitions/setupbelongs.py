@@ -24,7 +24,7 @@ from sparksync.filters import partition_column
 from sparksync.merge.partitions.evaluation import PARTITION_ALIAS, SETTINGS, member_sql
 from sparksync.merge.partitions.scheme import PartitionScheme
 from sparksync.merge.session.changes import OP_REMOVE, REALIGN_GENERATION, REMOVE_GENERATION, change_read
-from sparksync.merge.tracking.articles import tracked_article
+from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata.records import ArticleRow
 from sparksync.spark.reads import ReadPartition
 

@@ -19,8 +19,9 @@ from sparksync.merge.publish import processing_order as art
 from sparksync.merge.publish.schema_changes import check_added_values, plan_changes
 from sparksync.merge.publish.schema_changes import record as record_schema_changes
 from sparksync.merge.tracking import pending
-from sparksync.merge.tracking.articles import TrackedArticle, install_tracking, remove_tracking, tracked_article
-from sparksync.merge.tracking.generations import ensure_open_generation
+from sparksync.merge.tracking.articles import install_tracking, remove_tracking
+from sparksync.merge.tracking.open_generation import ensure_open_generation
+from sparksync.merge.tracking.tracked import TrackedArticle, tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import (
     ArticleRow,

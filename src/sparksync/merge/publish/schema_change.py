@@ -11,8 +11,9 @@ from sparksync.dialects.model import parse_column_definition
 from sparksync.errors import ConfigurationError, SchemaError
 from sparksync.merge.publish.publication import apply_publication, plan_publication
 from sparksync.merge.publish.schema_changes import plan_changes
-from sparksync.merge.tracking.articles import remove_tracking, tracked_article
+from sparksync.merge.tracking.articles import remove_tracking
 from sparksync.merge.tracking.pending import flush
+from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, PublicationRow
 from sparksync.names import TableName, check_identifier

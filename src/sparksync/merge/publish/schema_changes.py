@@ -27,8 +27,9 @@ from sparksync.dialects.replica import Replica
 from sparksync.errors import SchemaDrift
 from sparksync.filters import parse_filter
 from sparksync.merge.conflicts.model import conflict_table_name
-from sparksync.merge.tracking.articles import TrackedArticle, install_tracking, remove_tracking, tracked_article
+from sparksync.merge.tracking.articles import install_tracking, remove_tracking
 from sparksync.merge.tracking.pending import flush as flush_log
+from sparksync.merge.tracking.tracked import TrackedArticle, tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, PublicationRow
 from sparksync.types import SqlType

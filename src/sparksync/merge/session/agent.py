@@ -35,9 +35,9 @@ from sparksync.merge.publish.schema_changes import pending, publisher_drift, sch
 from sparksync.merge.session.changes import (
     ALL_PARTITIONS,
     CHANGE_SCHEMA,
-    READ_ERROR_GENERATION,
     REMOVE_GENERATION,
 )
+from sparksync.merge.session.context import destination, session_context
 from sparksync.merge.session.enumeration import (
     KeyCut,
     PartitionRead,
@@ -55,14 +55,21 @@ from sparksync.merge.session.links import (
     Link,
     PublisherSchema,
     article_rules,
-    session_replicas,
 )
 from sparksync.merge.session.opening import open_subscribers, report_waits
-from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo, Route
+from sparksync.merge.session.plan import (
+    ROUTE_TABLE,
+    ApplyContext,
+    BatchInfo,
+    Route,
+    route_table,
+    routes_by_key,
+)
 from sparksync.merge.session.stream import RESULT_SCHEMA, BatchResult, apply_stream_empty, make_mapper
 from sparksync.merge.session.summary import DirectionStats, MergeOptions, MergeSummary, SubscriptionSession
-from sparksync.merge.tracking.articles import published_articles, tracked_article
+from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import enumeration_bound, make_generation
+from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, PublicationRow, Role, SubscriptionRow
 from sparksync.progress import ProgressListener, Reporter, driver_host, silent
@@ -164,14 +171,8 @@ class MergeAgent:
         precomputed = prow.precomputed     # else SetupBelongs: evaluated by the reads
         filtered = frozenset(a.nickname for a in articles if scheme.articles[a.name].filtered)
         at_sync = evaluated_at_sync(articles, scheme, precomputed)
-        base = ApplyContext(pubid=pubid, upload=True, session_id=summary.session_id, publication=pubcfg.name,
-                            rules=article_rules(pubcfg, pub, articles, str(topo.base_dir)),
-                            replicas=session_replicas(pub, pubid),
-                            destinations={}, article_names={a.nickname: a.name for a in articles},
-                            filtered=filtered, mapped=filtered - at_sync,
-                            refused_out_of_partition=frozenset(a.nickname for a in articles
-                                                               if a.nickname in filtered
-                                                               and a.refuses_out_of_partition))
+        base = session_context(pub, pubid, True, summary.session_id, pubcfg.name,
+                               article_rules(pubcfg, pub, articles, str(topo.base_dir)), articles)
         started = {s.name: time.perf_counter() for s, _ in active}
         drift = publisher_drift(pub, articles)
         if drift:
@@ -343,11 +344,9 @@ class MergeAgent:
             plan.links.append(link)
             info = plan.destinations.get(dest.name)
             if info is None:
-                info = plan.destinations[dest.name] = DestinationInfo(
-                    name=dest.name, url=dest.url, nickname=dest.nickname, is_publisher=dest.is_publisher,
-                    partition_id=dest.partition_id,
-                    watermark={"pubid": pubid}, batches={}, log_conflicts_here=pubcfg.conflict_logging in here,
-                    log_conflicts_remote=pubcfg.conflict_logging in there)
+                info = plan.destinations[dest.name] = destination(
+                    dest.name, dest.url, dest.nickname, dest.is_publisher, pubid, pubcfg.conflict_logging in here,
+                    pubcfg.conflict_logging in there, dest.partition_id)
             info.batches[source.name] = batches
             self.report(f"{direction} {link.subscription}: generations ({start}, {bound}], {len(gens)} to send in "
                         f"{len(batches)} batch(es)")
@@ -402,20 +401,9 @@ class MergeAgent:
         partitions = max(1, min(len(plan.destinations), spark.sparkContext.defaultParallelism))
         labels = group_labels(partitions)
         destinations = list(dict.fromkeys(r.destination for r in plan.routes))
-        source_order = {s: i for i, s in enumerate(dict.fromkeys(r.source for r in plan.routes))}   # upload: config order
         groups = {d: labels[i % partitions] for i, d in enumerate(destinations)}
-        routes: dict[tuple[str, int], list[Route]] = {}
-        for r in plan.routes:
-            routes.setdefault((r.source, r.generation), []).append(r)
-        # every destination takes the changes of all partitions (unfiltered articles) and of its own
-        part_of = {name: info.partition_id for name, info in plan.destinations.items()}
-        route_rows = {(r.source, r.generation, p, groups[r.destination], source_order[r.source]) for r in plan.routes
-                      for p in {ALL_PARTITIONS, part_of.get(r.destination, ALL_PARTITIONS)}}
-        # a failed read sends one error row, to every group with a destination fed by its source
-        route_rows |= {(r.source, READ_ERROR_GENERATION, ALL_PARTITIONS, groups[r.destination], source_order[r.source])
-                       for r in plan.routes}
-        routed = spark.createDataFrame(
-            sorted(route_rows), "source STRING, generation BIGINT, partition_id INT, apply_group INT, source_order INT")
+        routes = routes_by_key(plan.routes)
+        routed = spark.createDataFrame(route_table(plan.routes, plan.destinations, groups), ROUTE_TABLE)
         changes = spark.read.format("sparksync").schema(CHANGE_SCHEMA).option(
             "plan", ReadPlan(plan.reads).to_json()).load()
         with ProgressListener(self._progress_line, driver_host(spark)) as listener:

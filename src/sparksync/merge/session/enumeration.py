@@ -20,8 +20,9 @@ from sparksync.merge.session.changes import (
     change_read,
 )
 from sparksync.merge.session.plan import BatchInfo
-from sparksync.merge.tracking.articles import published_articles, tracked_article
+from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import generation_rows
+from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, FailedChangeRow
 from sparksync.spark.partitioning import split_ranges

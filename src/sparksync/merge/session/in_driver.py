@@ -19,11 +19,11 @@ them itself (``applied_rows`` in one Spark task: the rows held in memory once, a
 
 from __future__ import annotations
 
-from sparksync.merge.session.changes import ALL_PARTITIONS, CHANGE_SCHEMA, READ_ERROR_GENERATION
-from sparksync.merge.session.plan import ApplyContext, Route
+from sparksync.merge.session.changes import CHANGE_SCHEMA
+from sparksync.merge.session.plan import ApplyContext, Route, route_table
 from sparksync.merge.session.stream import BatchResult, apply_stream
+from sparksync.result_rows import result_arrow_schema
 from sparksync.spark.reads import ReadPartition, read_partition
-from sparksync.spark.results import result_arrow_schema
 
 _SORT = ("apply_group", "source_order", "generation", "tablenick", "rowguid")
 ONE_TASK_CHANGES = 2_000_000    # the most changes one task reads and holds for its one destination
@@ -57,13 +57,8 @@ def applied_rows(reads: list[ReadPartition], routes: list[Route], ctx: ApplyCont
     import pyarrow as pa
 
     changes = read_changes(reads)
-    source_order = {s: i for i, s in enumerate(dict.fromkeys(r.source for r in routes))}
-    part_of = {name: info.partition_id for name, info in ctx.destinations.items()}
-    route_rows = {(r.source, r.generation, p, groups[r.destination], source_order[r.source]) for r in routes
-                  for p in {ALL_PARTITIONS, part_of.get(r.destination, ALL_PARTITIONS)}}
-    route_rows |= {(r.source, READ_ERROR_GENERATION, ALL_PARTITIONS, groups[r.destination], source_order[r.source])
-                   for r in routes}
-    routed = pa.table({k: pa.array([row[i] for row in sorted(route_rows)], t) for i, (k, t) in enumerate(
+    table = route_table(routes, ctx.destinations, groups)
+    routed = pa.table({k: pa.array([row[i] for row in table], t) for i, (k, t) in enumerate(
         (("source", pa.string()), ("generation", pa.int64()), ("partition_id", pa.int32()),
          ("apply_group", pa.int32()), ("source_order", pa.int32())))})
     rows = changes.join(routed, ["source", "generation", "partition_id"], join_type="inner")

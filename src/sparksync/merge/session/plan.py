@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from sparksync.merge.apply.decide import ArticleRules
 from sparksync.merge.conflicts.resolvers import Replicas
+from sparksync.merge.session.changes import ALL_PARTITIONS, READ_ERROR_GENERATION
 
 
 class Route(NamedTuple):
@@ -81,3 +82,28 @@ class ApplyContext:
     groups: dict[str, int] = field(default_factory=dict)
     progress: tuple[str, int] | None = None     # the driver's progress listener (progress.py)
     defer_conflicts: bool = False               # a web device: a conflict is not decided here (kept local)
+
+
+ROUTE_TABLE = "source STRING, generation BIGINT, partition_id INT, apply_group INT, source_order INT"
+
+
+def routes_by_key(routes: list[Route]) -> dict[tuple[str, int], list[Route]]:
+    """(source, generation) -> its routes, in destination order: what the apply task looks a row's batch up in."""
+    out: dict[tuple[str, int], list[Route]] = {}
+    for r in routes:
+        out.setdefault((r.source, r.generation), []).append(r)
+    return out
+
+
+def route_table(routes: list[Route], destinations: dict[str, DestinationInfo],
+                groups: dict[str, int]) -> list[tuple[str, int, int, int, int]]:
+    """The routing table a direction's change rows are joined with (``ROUTE_TABLE``), the same in Spark and in
+    the agent's process: (source, generation, partition, apply group, source order). Every destination takes
+    the changes of all partitions (unfiltered articles) and of its own; a failed read sends one error row to
+    every group with a destination fed by its source."""
+    order = {s: i for i, s in enumerate(dict.fromkeys(r.source for r in routes))}    # upload: configuration order
+    part_of = {name: info.partition_id for name, info in destinations.items()}
+    rows = {(r.source, r.generation, p, groups[r.destination], order[r.source]) for r in routes
+            for p in {ALL_PARTITIONS, part_of.get(r.destination, ALL_PARTITIONS)}}
+    rows |= {(r.source, READ_ERROR_GENERATION, ALL_PARTITIONS, groups[r.destination], order[r.source]) for r in routes}
+    return sorted(rows)

@@ -23,7 +23,6 @@ from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ErrorInfo, SparksyncError
 from sparksync.merge.apply.batch import apply_batch
-from sparksync.merge.apply.classify import ArticleAt
 from sparksync.merge.apply.outcome import ArticleStats, BatchConflict, BatchOutcome, stats_types
 from sparksync.merge.session.changes import (
     ALL_PARTITIONS,
@@ -32,19 +31,17 @@ from sparksync.merge.session.changes import (
     by_article,
     key_range_mask,
 )
+from sparksync.merge.session.context import articles_at
 from sparksync.merge.session.plan import ApplyContext, BatchInfo
-from sparksync.merge.tracking.articles import published_articles, tracked_article
 from sparksync.redaction import redact
+from sparksync.result_rows import ERROR_TYPE, result_mapper, spark_struct
 from sparksync.retry import with_retries
-from sparksync.spark.results import ERROR_TYPE, result_mapper, spark_struct
 
 _STATS_TYPE = f"ARRAY<{spark_struct({'tablenick': int} | stats_types())}>"   # one per article of the batch
 RESULT_SCHEMA = (f"destination STRING, source STRING, batch_seq INT, status STRING, stats {_STATS_TYPE}, "
                  f"conflicts STRING, message STRING, seconds DOUBLE, error {ERROR_TYPE}")
 
 
-def _articles(replica: Replica, pubid: str) -> dict[int, ArticleAt]:
-    return {a.nickname: ArticleAt(tracked_article(a), a.processing_group) for a in published_articles(replica, pubid)}
 
 
 def _result(dest: str, source: str, seq: int, outcome: BatchOutcome) -> dict:
@@ -125,7 +122,7 @@ def apply_stream(ctx: ApplyContext, batches: Iterable) -> Iterator[dict]:
             # a connection lost on the way (a server restart, a terminated backend) is opened again
             # before the next try; a batch whose commit got through is then skipped by its watermark
             reconnect = [replica]
-            articles = with_retries(functools.partial(_articles, replica, ctx.pubid), connections=reconnect)
+            articles = with_retries(functools.partial(articles_at, replica, ctx.pubid), connections=reconnect)
             for b in dest.batches[source]:
                 if b.seq >= seq or done.get((dest_name, source), -1) >= b.seq:
                     continue
@@ -265,7 +262,7 @@ def apply_stream_empty(ctx: ApplyContext, dest_name: str, source: str, batches: 
     """Watermark-only batches that no change row reached (after the last one with data), on the driver."""
     dest = ctx.destinations[dest_name]
     with connect(dest.url, dest.name) as replica:
-        articles = _articles(replica, ctx.pubid)
+        articles = articles_at(replica, ctx.pubid)
         for b in batches:
             try:
                 yield _result(dest_name, source, b.seq, apply_batch(replica, ctx, dest, b, {}, articles))

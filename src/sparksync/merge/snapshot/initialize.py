@@ -22,8 +22,10 @@ from sparksync.dialects.replica import Replica, redact_url
 from sparksync.errors import SchemaDrift, SchemaError
 from sparksync.merge.conflicts.model import ConflictType
 from sparksync.merge.tracking import pending
-from sparksync.merge.tracking.articles import TrackedArticle, install_tracking, remove_tracking, tracked_article
-from sparksync.merge.tracking.generations import ensure_open_generation, next_generation
+from sparksync.merge.tracking.articles import install_tracking, remove_tracking
+from sparksync.merge.tracking.generations import next_generation
+from sparksync.merge.tracking.open_generation import ensure_open_generation
+from sparksync.merge.tracking.tracked import TrackedArticle, tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import (
     ArticleRow,

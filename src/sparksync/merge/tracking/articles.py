@@ -8,60 +8,16 @@ are not recorded again as new local changes (no echo).
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from sparksync.dialects.model import TableInfo, from_table_dict
 from sparksync.dialects.protocols import MergeHooks
 from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.errors import SparksyncError
+from sparksync.merge.tracking import pending
+from sparksync.merge.tracking.tracked import TrackedArticle, trigger_context
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow
-from sparksync.names import TableName
-
-
-@dataclass(frozen=True)
-class TrackedArticle:
-    """What the triggers of one article need to know."""
-
-    artid: str
-    table: TableName
-    nickname: int
-    rowguid_column: str
-    column_tracking: bool
-    info: TableInfo
-
-    @property
-    def trigger_id(self) -> str:
-        return self.artid.replace("-", "").upper()
-
-
-def trigger_context(replica: Replica, article: TrackedArticle, replica_nickname: int) -> dict[str, Any]:
-    d = replica.dialect
-    columns = [{"name": c.name, "type": c.type} for c in article.info.columns if c.name != article.rowguid_column]
-    for pos, c in enumerate(columns, 1):
-        c["pos"] = pos                       # a column's place in a column-tracked update's mask
-    return {
-        "table": d.table_sql(article.table),
-        "table_name": article.table,
-        "artid": article.trigger_id,
-        "tablenick": int(article.nickname),
-        "replnick": int(replica_nickname),
-        "rowguid": d.quote(article.rowguid_column),
-        "pk": list(article.info.primary_key),
-        "columns": columns,
-        "column_tracking": article.column_tracking,
-        "contents": d.metadata_table_sql("MSmerge_contents"),
-        "tombstone": d.metadata_table_sql("MSmerge_tombstone"),
-        "genhistory": d.metadata_table_sql("MSmerge_genhistory"),
-        "replica_state": d.metadata_table_sql("MSmerge_replica"),
-        "pending": d.metadata_table_sql("MSmerge_pending"),
-        "new_guid": d.new_rowguid_sql(),
-        # every column, as keys of a JSON object (an insert stamps them all with its version)
-        "all_columns_json": json.dumps({c["name"]: 1 for c in columns}).replace("'", "''"),
-    }
 
 
 def install_tracking(replica: Replica, article: TrackedArticle, replica_nickname: int) -> None:
@@ -147,8 +103,6 @@ def forget_rows(replica: Replica, article: TrackedArticle, rowguids: Sequence[st
     """Rows this replica should not hold (they left its partition, or a repair found them extra): gone
     with every piece of metadata about them here — contents, tombstone, failed changes — and recorded
     nowhere: not a delete, nothing to send. Inside :func:`agent_writes`. Returns the rows deleted."""
-    from sparksync.merge.tracking import pending  # (it imports this module)
-
     d, n = replica.dialect, 0
     for chunk in in_chunks(list(rowguids)):
         inlist = ", ".join([d.uuid_param()] * len(chunk))
@@ -178,8 +132,3 @@ def delete_row_with_lineage(replica: Replica, article: TrackedArticle, rowguid: 
 def published_articles(replica: Replica, pubid: str) -> list[ArticleRow]:
     """The publication's articles in ascending nickname order."""
     return store.select(replica, ArticleRow, {"pubid": pubid}, order_by=("nickname",))
-
-
-def tracked_article(row: ArticleRow) -> TrackedArticle:
-    return TrackedArticle(row.artid, TableName(row.source_schema, row.source_table), row.nickname,
-                          row.rowguid_column, bool(row.column_tracking), from_table_dict(row.table_schema))

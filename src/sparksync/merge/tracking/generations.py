@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from sparksync import failpoints
 from sparksync.dialects.protocols import MergeHooks
 from sparksync.dialects.replica import Replica
+from sparksync.merge.tracking.open_generation import ensure_open_generation, insert_open, max_generation
 from sparksync.merge.tracking.pending import flush
 from sparksync.metadata import store
 from sparksync.metadata.records import GenerationRow, GenStatus
@@ -35,40 +36,11 @@ def _gh(replica: Replica) -> str:
 CLOSED = f"genstatus > {GenStatus.OPEN:d}"      # SQL: a closed generation (made here or received)
 
 
-def _max_generation(replica: Replica) -> int:
-    return int(replica.scalar(f"SELECT coalesce(max(generation), 0) FROM {_gh(replica)}") or 0)
-
-
-def _insert_open(replica: Replica, generation: int, nickname: int, pubid: str | None = None) -> None:
-    store.insert(replica, GenerationRow(
-        generation=generation, guidsrc=store.new_guid(), pubid=pubid, genstatus=GenStatus.OPEN, settled=1,
-        nicknames=[nickname], changecount=0, coldate=store.utcnow()))    # opened now; closing sets it again
-
-
-def ensure_open_generation(replica: Replica, nickname: int) -> int:
-    """Make sure an open generation exists and new changes go to it. Inside a transaction."""
-    d: MergeHooks = replica.dialect
-    g = d.current_open_generation(replica)
-    if g is not None:
-        g = int(g)
-        row = store.select_one(replica, GenerationRow, {"generation": g})
-        if row is not None and row.genstatus is GenStatus.OPEN:
-            return g
-        if row is None and g > _max_generation(replica):
-            _insert_open(replica, g, nickname)
-            d.set_open_generation(replica, g)
-            return g
-    new = _max_generation(replica) + 1
-    _insert_open(replica, new, nickname)
-    d.set_open_generation(replica, new)
-    return new
-
-
 def next_generation(replica: Replica) -> int:
     """A generation number above every existing one and the open one (inside a transaction, which then
     numbers generations alone until it ends: ``MergeHooks.lock_generation_numbers``)."""
     replica.dialect.lock_generation_numbers(replica)
-    return max(_max_generation(replica), int(replica.dialect.current_open_generation(replica) or 0)) + 1
+    return max(max_generation(replica), int(replica.dialect.current_open_generation(replica) or 0)) + 1
 
 
 def new_generation(replica: Replica, genstatus: GenStatus, nicknames: list[int], pubid: str,
@@ -125,7 +97,7 @@ def _close(replica: Replica, generation: int, genstatus: GenStatus, nickname: in
     n_c, n_t = count_changes(replica, generation)
     numbers = [generation]
     if level:
-        first_new = max(_max_generation(replica), replica.dialect.current_open_generation(replica) or 0) + 1
+        first_new = max(max_generation(replica), replica.dialect.current_open_generation(replica) or 0) + 1
         numbers = _renumber(replica, generation, first_new, level, n_c, n_t)
     now = store.utcnow()
     for g in numbers:
@@ -159,23 +131,23 @@ def make_generation(replica: Replica, nickname: int, level: int = 0) -> MakeGene
                 closed = _close(replica, g, GenStatus.CLOSED, nickname, level)
                 result.closed.extend(closed)
                 result.changes += n_c + n_t
-                new_open = max(_max_generation(replica), g) + 1
-                _insert_open(replica, new_open, nickname)
+                new_open = max(max_generation(replica), g) + 1
+                insert_open(replica, new_open, nickname)
                 d.set_open_generation(replica, new_open)
-            elif _max_generation(replica) > g:
+            elif max_generation(replica) > g:
                 # Empty, but closed generations sit above it (leveled late, or received): move the open
                 # generation above them so the enumeration bound can pass them.
                 store.delete(replica, GenerationRow, {"generation": g})
-                new_open = _max_generation(replica) + 1
-                _insert_open(replica, new_open, nickname)
+                new_open = max_generation(replica) + 1
+                insert_open(replica, new_open, nickname)
                 d.set_open_generation(replica, new_open)
         else:
             # Writers are still in flight: close it for new changes now, settle it once they end.
             store.update(replica, GenerationRow,
                          {"genstatus": GenStatus.CLOSED, "settled": 0, "coldate": store.utcnow()}, {"generation": g})
             result.unsettled.append(g)
-            new_open = max(_max_generation(replica), g) + 1
-            _insert_open(replica, new_open, nickname)
+            new_open = max(max_generation(replica), g) + 1
+            insert_open(replica, new_open, nickname)
             d.set_open_generation(replica, new_open)
     result.unsettled = [int(g) for (g,) in replica.query(
         f"SELECT generation FROM {_gh(replica)} WHERE {CLOSED} AND settled = 0 ORDER BY generation")]

@@ -22,7 +22,8 @@ from sparksync import failpoints
 from sparksync.dialects.protocols import MergeHooks
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ReplicaDamaged
-from sparksync.merge.tracking.articles import tracked_article, trigger_context
+from sparksync.merge.tracking.open_generation import ensure_open_generation
+from sparksync.merge.tracking.tracked import tracked_article, trigger_context
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow
 
@@ -144,7 +145,6 @@ def _flush(replica: Replica, only: tuple[int, str, list] | None, wait: bool) -> 
         if not nickname:
             raise ReplicaDamaged(f"{replica.label}: its replica identity (MSmerge_replica) is missing; its changes "
                                  "cannot be recorded", obj=replica.label)
-        from sparksync.merge.tracking.generations import ensure_open_generation  # (it imports this module)
         generation = ensure_open_generation(replica, nickname)
     by_nick = {a["tablenick"]: a for a in articles}
     for nick in nicks:

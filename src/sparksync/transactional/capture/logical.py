@@ -13,8 +13,8 @@ confirmed (a crash in between) is read again and skipped by its position (the co
 
 Row changes are not decoded here: consecutive changes of one transaction and one relation are stored
 as one ``rows`` command holding the server's messages (each behind its length), with the shape that
-decodes them (the Relation message and the article's columns then: ``decoding.ShapeDef``). The
-distribution agent's tasks decode them (``decoding.py``). What the log reader still reads of a change:
+decodes them (the Relation message and the article's columns then: ``shapes.ShapeDef``). The
+distribution agent's tasks decode them (``delivery/decoding.py``). What the log reader still reads of a change:
 its relation (which article, which shape) and one tag byte (is the before image there).
 """
 
@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, NoReturn
 
+import sparksync.transactional.capture.pgoutput as po
 from sparksync.dialects.model import TableInfo, from_table_dict
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ConfigurationError, SchemaError, SparksyncError
@@ -37,9 +38,8 @@ from sparksync.filters import RowFilter
 from sparksync.metadata.records import DistArticleRow
 from sparksync.names import TableName
 from sparksync.progress import Reporter
-from sparksync.transactional import pgoutput as po
-from sparksync.transactional.capture import Begin, End
-from sparksync.transactional.decoding import (
+from sparksync.transactional.capture.model import Begin, End, StoredCommand
+from sparksync.transactional.capture.shapes import (
     CHUNK_BYTES,
     CHUNK_CHANGES,
     CHUNK_LENGTH,
@@ -47,7 +47,6 @@ from sparksync.transactional.decoding import (
     ShapeDef,
     before_image_missing,
 )
-from sparksync.transactional.distribution import StoredCommand
 
 TRACER_PREFIX = "sparksync.tracer"
 DDL_PREFIX = "sparksync.ddl"
@@ -163,7 +162,7 @@ _INSERT, _UPDATE, _DELETE, _BEGIN, _COMMIT = ord("I"), ord("U"), ord("D"), ord("
 
 class _Chunk:
     """Consecutive row changes of one transaction and one shape, stored as one ``rows`` command
-    (``decoding.CHUNK``: each message behind its length)."""
+    (``shapes.CHUNK_LENGTH``: each message behind its length)."""
 
     def __init__(self) -> None:
         self.rel: _Relation | None = None

@@ -27,8 +27,7 @@ from sparksync.metadata.records import DistArticleRow
 from sparksync.metadata.schema import PUBLISHER_LOG
 from sparksync.progress import Reporter
 from sparksync.rows import RowCodec
-from sparksync.transactional.capture import Begin, End
-from sparksync.transactional.distribution import StoredCommand
+from sparksync.transactional.capture.model import Begin, End, StoredCommand
 from sparksync.types import Kind
 
 FETCH = 5_000

@@ -18,10 +18,11 @@ import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from sparksync import __version__
 from sparksync.errors import (
@@ -35,8 +36,10 @@ from sparksync.errors import (
     Unauthorized,
 )
 from sparksync.web.addresses import is_loopback
-from sparksync.web.wire import MEDIA_ARROW, PROTOCOL
+from sparksync.web.protocol import PROTOCOL, PROTOCOL_HEADER, Route
+from sparksync.web.wire import MEDIA_ARROW
 
+M = TypeVar("M", bound=BaseModel)
 TOKEN_ENV = "SPARKSYNC_TOKEN"
 RETRIES = 6                    # attempts of one request when the network or the server fails on the way
 _BACKOFF = 0.2
@@ -123,7 +126,7 @@ class ServerClient:
         self.retries = retries
         self._probed = False
         self.http = httpx.Client(base_url=self.server, verify=verify, timeout=timeout, headers={
-            "Authorization": f"Bearer {token}", "Sparksync-Protocol": str(PROTOCOL),
+            "Authorization": f"Bearer {token}", PROTOCOL_HEADER: str(PROTOCOL),
             "User-Agent": f"sparksync/{__version__}"})
 
     def close(self) -> None:
@@ -142,6 +145,20 @@ class ServerClient:
 
     def json(self, method: str, path: str, **kw) -> dict:
         return self.request(method, path, **kw).json()
+
+    def send(self, route: Route, reply: type[M], body: BaseModel | None = None, **params: Any) -> M:
+        """A request of the protocol (``web/protocol.py``): ``body`` as its JSON (or ``content``), the reply read
+        as ``reply``; ``params``: the route's path parameters. A reply that is not the model is a typed error."""
+        content = params.pop("content", None)
+        kw: dict[str, Any] = {"content": content} if content is not None else \
+            {"json": body.model_dump(mode="json", by_alias=True)} if body is not None else {}
+        path = route.url(**params)
+        data = self.request(route.method, path, **kw).json()
+        try:
+            return reply.model_validate(data)
+        except ValidationError as e:
+            raise ProtocolError(f"{self.server}{path}: the server's reply is not a {reply.__name__} "
+                                f"({' '.join(str(e).split())[:200]})", obj=self.server) from None
 
     def changes(self, path: str, **kw) -> bytes:
         response = self.request("POST", path, headers={"Accept": MEDIA_ARROW}, **kw)

@@ -39,6 +39,7 @@ from sparksync.merge.tracking.lineage import parse, to_json
 from sparksync.merge.tracking.pending import flush
 from sparksync.metadata import store
 from sparksync.metadata.records import GenerationRow, GenStatus, ReplicaRow, Role, SubscriptionRow
+from sparksync.web.protocol import Hello
 
 
 @dataclass(frozen=True)
@@ -63,17 +64,17 @@ def file_state(device: Replica, pubid: str) -> FileState | None:
                      int(device.dialect.current_open_generation(device) or 0))
 
 
-def restored(state: FileState, hello: dict) -> bool:
+def restored(state: FileState, hello: Hello) -> bool:
     """The file went back in time: its open generation is one the publisher already received from it (an
     honest file's is always above: the publisher records a generation only after the file closed it)."""
-    return state.nickname == int(hello["nickname"]) and 0 < state.open_generation <= int(hello["recgen"] or 0)
+    return state.nickname == int(hello.nickname) and 0 < state.open_generation <= int(hello.recgen or 0)
 
 
-def interrupted(state: FileState, hello: dict) -> bool:
+def interrupted(state: FileState, hello: Hello) -> bool:
     """The publisher recovered this file (its nickname and watermarks as the file has them) and the file did
     not take its new nickname yet (the sync stopped between the two steps)."""
-    return state.nickname != int(hello["nickname"]) and \
-        [state.nickname, state.sentgen, state.recgen] in [list(r) for r in hello.get("recoveries", [])]
+    return state.nickname != int(hello.nickname) and \
+        (state.nickname, state.sentgen, state.recgen) in [tuple(r) for r in hello.recoveries]
 
 
 def restamp(device: Replica, old: int, new: int, after: int) -> int:

@@ -26,30 +26,51 @@ from sparksync import failpoints
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica, redact_url
 from sparksync.errors import ConfigurationError, Diverged, ProtocolError, ReplicaBehind, SparksyncError
-from sparksync.merge.apply.batch import apply_batch
-from sparksync.merge.apply.classify import ArticleAt
-from sparksync.merge.apply.decide import ArticleRules
 from sparksync.merge.maintenance.digest import replica_digests
 from sparksync.merge.maintenance.integrity import upgrade_tracking
-from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.publish.schema_changes import replay, schema_version
 from sparksync.merge.session.backlog import unsent
-from sparksync.merge.session.changes import RETRY_GENERATION, by_article, key_range_mask
+from sparksync.merge.session.changes import RETRY_GENERATION, key_range_mask
+from sparksync.merge.session.context import subscriber_half
 from sparksync.merge.session.enumeration import change_reads, make_batches, retries_of
 from sparksync.merge.session.in_driver import read_changes
-from sparksync.merge.session.links import session_replicas
-from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
+from sparksync.merge.session.plan import BatchInfo
 from sparksync.merge.session.summary import DirectionStats, MergeSummary, SubscriptionSession
 from sparksync.merge.snapshot.initialize import SubscriberInit, initialize_subscriber
-from sparksync.merge.tracking.articles import published_articles, tracked_article
+from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import enumeration_bound, generation_rows, make_generation
 from sparksync.metadata import store
-from sparksync.metadata.records import FailedChangeRow, PublicationRow, Role, SubscriptionRow
+from sparksync.metadata.records import FailedChangeRow, Role, SubscriptionRow
 from sparksync.metadata.schema import WEB
 from sparksync.progress import Reporter, silent
 from sparksync.web.device.client import ServerClient, answered
 from sparksync.web.device.restored import file_state, interrupted, restamp, restored
-from sparksync.web.wire import MAX_RETRIES, change_schema, read_frames, write_changes
+from sparksync.web.protocol import (
+    ACK,
+    DONE,
+    DOWNLOAD,
+    HELLO,
+    INITIALIZE,
+    INITIALIZED,
+    MAX_RETRIES,
+    RECOVER,
+    SNAPSHOT,
+    SNAPSHOT_FILE,
+    UPLOAD,
+    AckReply,
+    AckRequest,
+    Counts,
+    Digests,
+    DoneReply,
+    DoneRequest,
+    DownloadRequest,
+    Hello,
+    InitializedReply,
+    InitializedRequest,
+    RecoverRequest,
+    UploadReply,
+)
+from sparksync.web.wire import change_schema, read_frames, write_changes
 
 PER_BATCH = 100                   # generations per upload request and per download batch
 DEVICE_LEVEL = 1000               # a device's generation of more changes is renumbered into ones of this many,
@@ -78,70 +99,68 @@ def sync(options: DeviceOptions, report: Reporter = silent) -> MergeSummary:
         _reinitialize(options, summary, report)
     with ServerClient(options.server, options.token, options.ca_file) as client, \
             connect(options.database, options.subscription) as device:
-        hello = client.json("GET", "/v1/sync/hello")
-        if hello["subscription"] != options.subscription:
-            raise ConfigurationError(f"the token belongs to subscription {hello['subscription']}, not "
+        hello = client.send(HELLO, Hello)
+        if hello.subscription != options.subscription:
+            raise ConfigurationError(f"the token belongs to subscription {hello.subscription}, not "
                                      f"{options.subscription}", obj=options.subscription)
-        session = SubscriptionSession(options.subscription, hello["publication"])
+        session = SubscriptionSession(options.subscription, hello.publication)
         summary.subscriptions.append(session)
         try:
             _sync_file(client, device, options, hello, session, summary, report, t0)
         except SparksyncError as e:
             if not answered(e):          # what stopped it here, the door is told (as the device's word)
                 with contextlib.suppress(SparksyncError):
-                    client.json("POST", "/v1/sync/done", json={"seconds": time.perf_counter() - t0,
-                                                               "errors": [e.message]})
+                    client.send(DONE, DoneReply, DoneRequest(seconds=time.perf_counter() - t0, errors=[e.message]))
             raise
     return summary
 
 
-def _sync_file(client: ServerClient, device: Replica, options: DeviceOptions, hello: dict,
+def _sync_file(client: ServerClient, device: Replica, options: DeviceOptions, hello: Hello,
                session: SubscriptionSession, summary: MergeSummary, report: Reporter, t0: float) -> None:
     """The sync after ``hello``: the file checked (and initialized, upgraded, recovered), upload, download,
     its digests when asked, then ``done``."""
     _check_binding(device, options, hello)
     if not _initialized(device, hello):
         _initialize(client, device, options, hello, report)
-        hello = client.json("GET", "/v1/sync/hello")
+        hello = client.send(HELLO, Hello)
     if store.upgrade_metadata(device) and upgrade_tracking(device):
         report(f"{options.subscription}: change tracking upgraded")
     hello = _recover_if_restored(client, device, hello, report)
     _replay_schema(device, hello, report)
-    make_generation(device, hello["nickname"], level=DEVICE_LEVEL)
+    make_generation(device, hello.nickname, level=DEVICE_LEVEL)
     _upload(client, device, hello, options, session, report)
-    hello = client.json("GET", "/v1/sync/hello")
+    hello = client.send(HELLO, Hello)
     _download(client, device, options.database, hello, session, summary, report, options.generations_per_batch)
-    validation = _digests(device, options.database, hello, report) if hello.get("validate") else None
+    validation = _digests(device, options.database, hello, report) if hello.validate_ else None
     session.seconds = summary.seconds = time.perf_counter() - t0
     up, down = session.total("upload"), session.total("download")
-    said = client.json("POST", "/v1/sync/done", json={
-        "seconds": session.seconds, "errors": session.errors,
-        "upload": {k: getattr(up, k) for k in ("inserts", "updates", "deletes", "conflicts", "retries", "failed")},
-        "download": {k: getattr(down, k) for k in ("inserts", "updates", "deletes", "conflicts", "retries",
-                                                    "failed")},
-        **({"validation": validation} if validation is not None else {})})
-    verdict = said.get("validation") or {}
-    if verdict.get("result") == "failed":
-        message = (f"{options.subscription}: the publisher's validation of this file failed: "
-                   f"{verdict.get('message', '')}; run 'sparksync sync --reinitialize --upload-first'")
+    said = client.send(DONE, DoneReply, DoneRequest(
+        seconds=session.seconds, errors=session.errors, upload=_counts(up), download=_counts(down), validation=validation))
+    verdict = said.validation
+    if verdict is not None and verdict.result == "failed":
+        message = (f"{options.subscription}: the publisher's validation of this file failed: {verdict.message}; run "
+                   "'sparksync sync --reinitialize --upload-first'")
         session.fail(message, Diverged(message, obj=options.subscription))
-    elif verdict:
-        report(f"{options.subscription}: validation {verdict.get('result')}"
-               + (f" ({verdict['message']})" if verdict.get("message") else ""))
+    elif verdict is not None:
+        report(f"{options.subscription}: validation {verdict.result}" + (f" ({verdict.message})" if verdict.message else ""))
 
 
-def _digests(device: Replica, url: str, hello: dict, report: Reporter) -> dict:
-    """What the device holds, as the publisher asked (``hello["validate"]``): each article's row count and
+def _counts(st: DirectionStats) -> Counts:
+    return Counts(**{k: int(getattr(st, k)) for k in Counts.model_fields})
+
+
+def _digests(device: Replica, url: str, hello: Hello, report: Reporter) -> Digests:
+    """What the device holds, as the publisher asked (``hello.validate_``): each article's row count and
     checksum (``merge.maintenance.digest``), or only that changes are pending here (the publisher's digests
     would differ for a reason the next sync mends)."""
-    pubid = hello["pubid"]
-    if unsent(device, pubid, int(hello["publisher_nickname"])):
-        return {"pending": True}
+    pubid = hello.pubid
+    if unsent(device, pubid, int(hello.publisher_nickname)):
+        return Digests(pending=True)
     t0 = time.perf_counter()
     digests = replica_digests(device, url, pubid)
-    report(f"{hello['subscription']}: digests of {len(digests)} article(s), "
+    report(f"{hello.subscription}: digests of {len(digests)} article(s), "
            f"{sum(d.rows for d in digests.values())} row(s), in {time.perf_counter() - t0:.2f}s")
-    return {"pending": False, "articles": {k: d.to_list() for k, d in digests.items()}}
+    return Digests(pending=False, articles={k: (d.rows, d.checksum) for k, d in digests.items()})
 
 
 def _reinitialize(options: DeviceOptions, summary: MergeSummary, report: Reporter) -> None:
@@ -156,13 +175,13 @@ def _reinitialize(options: DeviceOptions, summary: MergeSummary, report: Reporte
     if options.upload_first:
         with ServerClient(options.server, options.token, options.ca_file) as client, \
                 connect(url, options.subscription) as device:
-            hello = client.json("GET", "/v1/sync/hello")
+            hello = client.send(HELLO, Hello)
             if store.metadata_version(device) is not None and _initialized(device, hello):
                 _check_binding(device, options, hello)
                 hello = _recover_if_restored(client, device, hello, report)
                 _replay_schema(device, hello, report)
-                make_generation(device, hello["nickname"], level=DEVICE_LEVEL)
-                session = SubscriptionSession(options.subscription, hello["publication"])
+                make_generation(device, hello.nickname, level=DEVICE_LEVEL)
+                session = SubscriptionSession(options.subscription, hello.publication)
                 _upload(client, device, hello, options, session, report)
                 summary.subscriptions.append(session)
     with connect(url, options.subscription) as device:
@@ -172,15 +191,15 @@ def _reinitialize(options: DeviceOptions, summary: MergeSummary, report: Reporte
 
 
 # -- the file and its subscription ------------------------------------------------------------------
-def _check_binding(device: Replica, options: DeviceOptions, hello: dict) -> None:
+def _check_binding(device: Replica, options: DeviceOptions, hello: Hello) -> None:
     if store.table_set_version(device, WEB) is None:
         return
     rows = store.select_rows(device, "MSweb_device", {"id": 1})
-    if rows and (rows[0]["subscription"] != hello["subscription"] or str(rows[0]["pubid"]) != str(hello["pubid"])):
+    if rows and (rows[0]["subscription"] != hello.subscription or str(rows[0]["pubid"]) != str(hello.pubid)):
         raise ConfigurationError(
             f"{_file_of(options.database)} belongs to subscription {rows[0]['subscription']} (publication "
             f"{rows[0]['publication']}, synced with {rows[0]['server']}); it cannot sync subscription "
-            f"{hello['subscription']}: use another file", obj=options.database)
+            f"{hello.subscription}: use another file", obj=options.database)
 
 
 def _file_of(url: str) -> str:
@@ -188,46 +207,46 @@ def _file_of(url: str) -> str:
     return url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else redact_url(url)
 
 
-def _initialized(device: Replica, hello: dict) -> bool:
+def _initialized(device: Replica, hello: Hello) -> bool:
     if store.metadata_version(device) is None:
         return False
-    mine = store.select_one(device, SubscriptionRow, {"pubid": hello["pubid"], "name": hello["subscription"],
+    mine = store.select_one(device, SubscriptionRow, {"pubid": hello.pubid, "name": hello.subscription,
                                                       "role": Role.SUBSCRIBER})
-    state = file_state(device, hello["pubid"])
-    if mine is not None and hello["status"] == "active" and int(mine.replnickname) != int(hello["nickname"]) and \
+    state = file_state(device, hello.pubid)
+    if mine is not None and hello.status == "active" and int(mine.replnickname) != int(hello.nickname) and \
             not (state is not None and interrupted(state, hello)):
-        raise ReplicaBehind(f"{device.label} is an older file of subscription {hello['subscription']} (replica "
-                            f"{mine.replnickname}; a newer file, replica {hello['nickname']}, has synced since): its "
+        raise ReplicaBehind(f"{device.label} is an older file of subscription {hello.subscription} (replica "
+                            f"{mine.replnickname}; a newer file, replica {hello.nickname}, has synced since): its "
                             "changes since then cannot be merged; start a new file: sparksync sync --reinitialize",
-                            obj=hello["subscription"])
-    return mine is not None and hello["status"] == "active"
+                            obj=hello.subscription)
+    return mine is not None and hello.status == "active"
 
 
-def _recover_if_restored(client: ServerClient, device: Replica, hello: dict, report: Reporter) -> dict:
+def _recover_if_restored(client: ServerClient, device: Replica, hello: Hello, report: Reporter) -> Hello:
     """A file restored from an older copy of itself (``restored.py``) is recovered before anything is sent:
     the publisher gives it a new nickname and takes its watermarks, the file's changes since are stamped as
     that replica's. Returns ``hello`` as it is then."""
-    state = file_state(device, hello["pubid"])
+    state = file_state(device, hello.pubid)
     if state is None:
         return hello
-    name = hello["subscription"]
+    name = hello.subscription
     if restored(state, hello):
         report(f"{name}: {device.label} is an older copy of itself (restored from a backup?): its newest generation "
-               f"is {state.open_generation}, and the publisher already has its changes up to {hello['recgen']}; "
+               f"is {state.open_generation}, and the publisher already has its changes up to {hello.recgen}; "
                "recovering it")
-        hello = client.json("POST", "/v1/sync/recover", json=state.as_request())
+        hello = client.send(RECOVER, Hello, RecoverRequest.model_validate(state.as_request()))
     if not interrupted(state, hello):
         return hello
     failpoints.hit("device.recovered", name)         # tests: recovered at the publisher, not yet here
-    n = restamp(device, state.nickname, int(hello["nickname"]), state.sentgen)
-    report(f"{name}: recovered as replica {hello['nickname']} (was {state.nickname}): {n} change(s) made since "
+    n = restamp(device, state.nickname, int(hello.nickname), state.sentgen)
+    report(f"{name}: recovered as replica {hello.nickname} (was {state.nickname}): {n} change(s) made since "
            f"generation {state.sentgen} are uploaded as new ones; what the file lacks is downloaded again")
     return hello
 
 
-def _initialize(client: ServerClient, device: Replica, options: DeviceOptions, hello: dict, report: Reporter) -> None:
-    hello = client.json("POST", "/v1/sync/initialize")      # a fresh identity if the subscription synced before
-    manifest = client.json("GET", "/v1/sync/snapshot")
+def _initialize(client: ServerClient, device: Replica, options: DeviceOptions, hello: Hello, report: Reporter) -> None:
+    hello = client.send(INITIALIZE, Hello)      # a fresh identity if the subscription synced before
+    manifest = client.json(SNAPSHOT.method, SNAPSHOT.path)
     sid = manifest["snapshot_id"]
     files = [f"{a['path']}/{f['name']}" for a in manifest["articles"] for f in a["files"] or ()]
     files += [f"{manifest['contents_path']}/{f['name']}" for f in manifest["contents_files"] or ()]
@@ -235,15 +254,15 @@ def _initialize(client: ServerClient, device: Replica, options: DeviceOptions, h
     with tempfile.TemporaryDirectory(prefix="sparksync-snapshot-") as tmp:
         folder = Path(tmp)
         for rel in files:
-            client.download_file(f"/v1/sync/snapshot/{sid}/{rel}", folder / rel)
+            client.download_file(SNAPSHOT_FILE.url(snapshot_id=sid, path=rel), folder / rel)
         (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
         spec = SubscriberInit(
-            subscription=options.subscription, publication=hello["publication"], url=options.database,
-            label=options.subscription, subid=hello["subid"], replica_id=hello["replica_id"],
-            replnickname=int(hello["nickname"]), priority=float(hello["priority"] or 0.0),
-            subscriber_type=int(hello["subscriber_type"]), host_name=hello["host_name"], pre_creation_cmd="drop",
-            publisher_name=hello["publisher"], snapshot_dir=str(folder), login=hello["login"],
-            partition_id=hello["partition_id"], known_replicas=(str(hello["replica_id"]),))
+            subscription=options.subscription, publication=hello.publication, url=options.database,
+            label=options.subscription, subid=hello.subid, replica_id=hello.replica_id,
+            replnickname=int(hello.nickname), priority=float(hello.priority or 0.0),
+            subscriber_type=int(hello.subscriber_type), host_name=hello.host_name, pre_creation_cmd="drop",
+            publisher_name=hello.publisher, snapshot_dir=str(folder), login=hello.login,
+            partition_id=hello.partition_id, known_replicas=(str(hello.replica_id),))
         result = initialize_subscriber(spec)
     if not result.ok:
         raise SparksyncError(f"{options.subscription}: initialization failed: {result.message}",
@@ -252,36 +271,36 @@ def _initialize(client: ServerClient, device: Replica, options: DeviceOptions, h
         store.install_table_set(device, WEB)
         store.delete_rows(device, "MSweb_device", {"id": 1})
         store.insert_row(device, "MSweb_device", {"id": 1, "server": client.server, "subscription": options.subscription,
-                                                  "publication": hello["publication"], "pubid": hello["pubid"],
+                                                  "publication": hello.publication, "pubid": hello.pubid,
                                                   "bound_at": store.utcnow()})
     snap_gen = result.snapshot_generation if result.snapshot_generation is not None else manifest["snapshot_generation"]
-    client.json("POST", "/v1/sync/initialized", json={"snapshot_id": sid, "baseline": result.baseline_generation,
-                                                       "snapshot_generation": snap_gen})
+    client.send(INITIALIZED, InitializedReply, InitializedRequest(snapshot_id=sid, baseline=result.baseline_generation,
+                                                                  snapshot_generation=int(snap_gen)))
     report(f"{options.subscription}: {result.rows} row(s) loaded")
 
 
-def _replay_schema(device: Replica, hello: dict, report: Reporter) -> None:
-    have = schema_version(device, hello["pubid"])
-    newer = [c for c in hello.get("schema_changes", []) if int(c["schemaversion"]) > have]
-    for line in replay(device, hello["pubid"], hello["publication"], newer, int(hello["nickname"])) if newer else []:
-        report(f"{hello['subscription']}: schema change replayed: {line}")
+def _replay_schema(device: Replica, hello: Hello, report: Reporter) -> None:
+    have = schema_version(device, hello.pubid)
+    newer = [c for c in hello.schema_changes if int(c["schemaversion"]) > have]
+    for line in replay(device, hello.pubid, hello.publication, newer, int(hello.nickname)) if newer else []:
+        report(f"{hello.subscription}: schema change replayed: {line}")
 
 
 # -- upload ---------------------------------------------------------------------------------------
-def _upload(client: ServerClient, device: Replica, hello: dict, options: DeviceOptions, session: SubscriptionSession,
+def _upload(client: ServerClient, device: Replica, hello: Hello, options: DeviceOptions, session: SubscriptionSession,
             report: Reporter) -> None:
-    pubid, nick, name = hello["pubid"], int(hello["nickname"]), options.subscription
+    pubid, nick, name = hello.pubid, int(hello.nickname), options.subscription
     partner = {"pubid": pubid, "role": Role.PUBLISHER}
     # The publisher's watermark of this device is what it has received: above the device's own record when
     # a reply was lost after the publisher committed (nothing is sent twice), below it when the publisher
     # was restored from a backup (sent again)
-    start = int(hello["recgen"] or 0)
+    start = int(hello.recgen or 0)
     bound = enumeration_bound(device)
-    publisher = int(hello["publisher_nickname"])
+    publisher = int(hello.publisher_nickname)
     gens = [g for g in generation_rows(device, start, bound) if publisher not in (g["nicknames"] or [])]
     batches, where = make_batches(gens, start, bound, options.generations_per_batch, name, nick)
     articles = published_articles(device, pubid)
-    retry = retries_of([(int(n), str(g)) for n, g in hello.get("failed", [])], hello["publisher"], device,
+    retry = retries_of([(int(n), str(g)) for n, g in hello.failed], hello.publisher, device,
                        options.database, name, pubid, name, nick, start)
     if retry and not batches:            # only changes that failed at the publisher: sent again on their own
         batches, where = [BatchInfo(name, nick, 0, start, start, [])], {}
@@ -293,15 +312,15 @@ def _upload(client: ServerClient, device: Replica, hello: dict, options: DeviceO
         table = _rows_of(read_changes(reads) if mine else None, mine)
         if b.hi == b.lo and not table.num_rows:         # changes to send again whose rows are gone here
             continue
-        reply = client.json("PUT", f"/v1/sync/uploads/{b.lo}-{b.hi}", content=write_changes(table))
+        reply = client.send(UPLOAD, UploadReply, content=write_changes(table), lo=b.lo, hi=b.hi)
         failpoints.hit("device.after_upload", name)       # tests: applied at the publisher, not yet recorded here
-        if reply.get("refused"):
-            report(f"upload {name}: {reply['refused']} change(s) to rows outside this device's partition were refused "
+        if reply.refused:
+            report(f"upload {name}: {reply.refused} change(s) to rows outside this device's partition were refused "
                    "by the publisher (sparksync conflicts there lists them)")
-        for article, st in reply.get("stats", {}).items():
+        for article, st in reply.stats.items():
             session.upload.setdefault(article, DirectionStats()).add(_stats(st))
-        for c in reply.get("conflicts", []):
-            report(f"upload {name}: conflict on {c['article']} row {c['rowguid']}: {c['reason']}")
+        for c in reply.conflicts:
+            report(f"upload {name}: conflict on {c.article} row {c.rowguid}: {c.reason}")
         with device.transaction():
             store.update(device, SubscriptionRow, {"sentgen": b.hi, "last_sync_date": store.utcnow()}, partner)
         session.batches["upload"] = session.batches.get("upload", 0) + 1
@@ -355,22 +374,22 @@ def _stats(st: dict) -> DirectionStats:
 
 
 # -- download -------------------------------------------------------------------------------------
-def _download(client: ServerClient, device: Replica, url: str, hello: dict, session: SubscriptionSession,
+def _download(client: ServerClient, device: Replica, url: str, hello: Hello, session: SubscriptionSession,
               summary: MergeSummary, report: Reporter, per_batch: int = PER_BATCH) -> None:
-    pubid, nick, name = hello["pubid"], int(hello["nickname"]), hello["subscription"]
+    pubid, nick, name = hello.pubid, int(hello.nickname), hello.subscription
     partner = {"pubid": pubid, "role": Role.PUBLISHER}
     mine = store.select_one(device, SubscriptionRow, partner)
     recgen = (mine.recgen if mine is not None else None) or 0
-    failed = [[f.tablenick, str(f.rowguid)] for f in store.select(
-        device, FailedChangeRow, {"source_nickname": int(hello["publisher_nickname"])})][:MAX_RETRIES]
-    frames = read_frames(client.changes("/v1/sync/download", json={"after": int(recgen), "batch": per_batch,
-                                                                    "failed": failed, "keyset": True}), "download")
+    failed = [(int(f.tablenick), str(f.rowguid)) for f in store.select(
+        device, FailedChangeRow, {"source_nickname": int(hello.publisher_nickname)})][:MAX_RETRIES]
+    frames = read_frames(client.changes(DOWNLOAD.path, json=DownloadRequest(
+        after=int(recgen), batch=per_batch, failed=failed, keyset=True).model_dump(mode="json")), "download")
     meta = frames[0][1]
     if meta.get("frames", 1) != len(frames):
         raise ProtocolError(f"download: {len(frames)} frame(s) arrived of {meta.get('frames')}", obj=name)
     table = _last_appearances([t for t, _ in frames])
-    publisher = hello["publisher"]
-    batches = [BatchInfo(publisher, int(hello["publisher_nickname"]), int(b["seq"]), int(b["lo"]), int(b["hi"]),
+    publisher = hello.publisher
+    batches = [BatchInfo(publisher, int(hello.publisher_nickname), int(b["seq"]), int(b["lo"]), int(b["hi"]),
                          [int(n) for n in b["nicknames"]], retry=bool(b.get("retry")),
                          ends_within=int(b.get("ends_within") or 0)) for b in meta.get("batches", [])]
     where = {int(g): int(k) for g, k in meta.get("where", {}).items()}
@@ -378,20 +397,8 @@ def _download(client: ServerClient, device: Replica, url: str, hello: dict, sess
            f"{len(batches)} batch(es)")
     if not batches:
         return
-    articles = published_articles(device, pubid)
-    scheme = scheme_of(articles)
-    filtered = frozenset(a.nickname for a in articles if scheme.articles[a.name].filtered)
-    prow = store.select_one(device, PublicationRow, {"pubid": pubid})
-    dest = DestinationInfo(name=name, url=url, nickname=nick, is_publisher=False, watermark={"pubid": pubid},
-                           batches={publisher: batches}, log_conflicts_here=False,
-                           partition_id=int(hello["partition_id"] or 0))
-    ctx = ApplyContext(pubid=pubid, upload=False, session_id=summary.session_id,
-                       publication=prow.name if prow else hello["publication"],
-                       rules={a.nickname: ArticleRules(a.nickname, bool(a.column_tracking)) for a in articles},
-                       replicas=session_replicas(device, pubid), destinations={name: dest},
-                       article_names={a.nickname: a.name for a in articles}, filtered=filtered,
-                       defer_conflicts=True)
-    arts = {a.nickname: ArticleAt(tracked_article(a), a.processing_group) for a in articles}
+    half = subscriber_half(device, url, name, nick, pubid, hello.publication, publisher, batches,
+                           summary.session_id, hello.partition_id)
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -409,13 +416,13 @@ def _download(client: ServerClient, device: Replica, url: str, hello: dict, sess
     done = None
     for b in batches:
         rows = table.filter(pc.equal(seqs, b.seq)) if seqs is not None else table
-        outcome = apply_batch(device, ctx, dest, b, by_article(rows) if rows.num_rows else {}, arts)
+        outcome = half.apply(b, rows)
         failpoints.hit("device.after_download_batch", name)
         if outcome.status == "error":
             raise ProtocolError(f"download batch {b.seq} at {name}: {outcome.message}", obj=name)
         for nick_, st in outcome.stats.items():
-            session.download.setdefault(ctx.article_names.get(nick_, str(nick_)), DirectionStats()).add(st)
+            session.download.setdefault(half.ctx.article_names.get(nick_, str(nick_)), DirectionStats()).add(st)
         session.batches["download"] = session.batches.get("download", 0) + (outcome.status == "applied")
         done = b.hi
     if done is not None:
-        client.json("POST", "/v1/sync/download/ack", json={"hi": done})
+        client.send(ACK, AckReply, AckRequest(hi=done))

@@ -28,12 +28,11 @@ message; a 500 only when the server itself failed (its log says why).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -53,11 +52,24 @@ from sparksync.errors import (
     Unauthorized,
 )
 from sparksync.redaction import redact
+from sparksync.web import listener
+from sparksync.web.protocol import (
+    HEALTHZ,
+    PROTOCOL,
+    PROTOCOL_HEADER,
+    ROUTES,
+    AckRequest,
+    DoneRequest,
+    DownloadRequest,
+    InitializedRequest,
+    RecoverRequest,
+    parse,
+)
+from sparksync.web.protocol import Route as ProtocolRoute
 from sparksync.web.server.door import Device, Door, UploadConflict
-from sparksync.web.wire import MAX_RETRIES, MEDIA_ARROW, PROTOCOL
+from sparksync.web.wire import MEDIA_ARROW
 
 log = logging.getLogger("sparksync.serve")
-PROTOCOL_HEADER = "Sparksync-Protocol"
 
 
 MAX_JSON = 2 * 1024 * 1024        # a JSON request's body (a download's failed list: 10,000 pairs, ~0.5 MB)
@@ -78,9 +90,8 @@ def _too_large(limit: int) -> JSONResponse:
 
 
 def problem(status: int, title: str, detail: str = "", **extra: Any) -> JSONResponse:
-    body = {"type": "about:blank", "title": title, "status": status, **({"detail": detail} if detail else {}), **extra}
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(body, status_code=status, media_type="application/problem+json", headers=headers)
+    """The door's problem document (``web/listener.problem``): a 401 names the Bearer scheme."""
+    return listener.problem(status, title, detail, {"WWW-Authenticate": "Bearer"} if status == 401 else None, **extra)
 
 
 def _status(e: SparksyncError) -> int:
@@ -133,8 +144,7 @@ def _endpoint(door: Door, handler: Handler, turns: Turns | None = None):
             if sent is not None and (not sent.isascii() or not sent.isdigit() or len(sent) > 6 or int(sent) < PROTOCOL):
                 return problem(426, "client too old", f"this server (sparksync {__version__}) speaks protocol "
                                f"{PROTOCOL}; the client speaks {sent[:10]!r}: upgrade sparksync on the device")
-            header = request.headers.get("authorization", "")
-            token = header[7:].strip() if header[:7].lower() == "bearer " else None
+            token = listener.bearer(request.headers.get("authorization", ""))
             device = await run_in_threadpool(door.authenticate, token)
             if turns is None:
                 return await handler(request, device)
@@ -167,24 +177,15 @@ def _endpoint(door: Door, handler: Handler, turns: Turns | None = None):
     return endpoint
 
 
-def _guid(value: object) -> bool:
-    if not isinstance(value, str) or len(value) > 64:
-        return False
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
-
-
 def _int(value: str | None, name: str) -> int:
     if value is None or not value.isdigit() or len(value) > 18:
         raise ProtocolError(f"{name}: {str(value)[:20]!r} is not a generation", obj=name)
     return int(value)
 
 
-async def _json_body(request: Request) -> dict:
-    """The request's JSON object: at most ``MAX_JSON`` bytes (413) and ``MAX_DEPTH`` levels deep (400)."""
+async def _json_body(request: Request) -> bytes:
+    """The request's JSON text: at most ``MAX_JSON`` bytes (413) and ``MAX_DEPTH`` levels deep (400), then read
+    by its model (``web/protocol.parse``)."""
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -195,13 +196,7 @@ async def _json_body(request: Request) -> dict:
     text = b"".join(chunks)
     if _depth(text) > MAX_DEPTH:
         raise ProtocolError(f"the body is nested more than {MAX_DEPTH} levels deep", obj=request.url.path)
-    try:
-        body = json.loads(text)
-    except (ValueError, RecursionError):
-        raise ProtocolError("the body is not JSON", obj=request.url.path) from None
-    if not isinstance(body, dict):
-        raise ProtocolError("the body is not a JSON object", obj=request.url.path)
-    return body
+    return text
 
 
 def _depth(text: bytes) -> int:
@@ -222,7 +217,7 @@ def make_app(door: Door, max_request_mb: float = 64, max_active_requests: int = 
         return JSONResponse({"status": "ok", "version": __version__, "protocol": PROTOCOL})
 
     async def hello(request: Request, device: Device) -> Response:
-        return JSONResponse(await run_in_threadpool(door.hello, device))
+        return _reply(await run_in_threadpool(door.hello, device))
 
     async def snapshot(request: Request, device: Device) -> Response:
         _, manifest = await run_in_threadpool(door.snapshot, device)
@@ -234,65 +229,53 @@ def make_app(door: Door, max_request_mb: float = 64, max_active_requests: int = 
         return FileResponse(path, media_type="application/vnd.apache.parquet")
 
     async def begin(request: Request, device: Device) -> Response:
-        return JSONResponse(await run_in_threadpool(door.begin, device))
+        return _reply(await run_in_threadpool(door.begin, device))
 
     async def recover(request: Request, device: Device) -> Response:
-        body = await _json_body(request)
-        return JSONResponse(await run_in_threadpool(
-            door.recover, device, _int(str(body.get("nickname")), "nickname"), _int(str(body.get("sentgen")), "sentgen"),
-            _int(str(body.get("recgen")), "recgen")))
+        body = parse(RecoverRequest, await _json_body(request), request.url.path)
+        return _reply(await run_in_threadpool(door.recover, device, body.nickname, body.sentgen, body.recgen))
 
     async def initialized(request: Request, device: Device) -> Response:
-        body = await _json_body(request)
-        return JSONResponse(await run_in_threadpool(
-            door.initialized, device, str(body.get("snapshot_id", "")), _int(str(body.get("baseline")), "baseline"),
-            _int(str(body.get("snapshot_generation")), "snapshot_generation")))
+        body = parse(InitializedRequest, await _json_body(request), request.url.path)
+        return _reply(await run_in_threadpool(door.initialized, device, body.snapshot_id, body.baseline,
+                                              body.snapshot_generation))
 
     async def upload(request: Request, device: Device) -> Response:
-        lo, _, hi = request.path_params["range"].partition("-")
-        _int(lo, "lo"), _int(hi, "hi")               # a malformed range is refused before the body is read
+        lo, hi = _int(request.path_params["lo"], "lo"), _int(request.path_params["hi"], "hi")  # before the body
         body = await request.body()
-        return JSONResponse(await run_in_threadpool(door.upload, device, _int(lo, "lo"), _int(hi, "hi"), body))
+        return _reply(await run_in_threadpool(door.upload, device, lo, hi, body))
 
     async def download(request: Request, device: Device) -> Response:
-        body = await _json_body(request)
-        after = _int(str(body.get("after")), "after")
-        per_batch = _int(str(body.get("batch", 100)), "batch")
-        if not 1 <= per_batch <= 10_000:
-            raise ProtocolError(f"batch: {per_batch} generations per batch is outside 1..10000", obj="batch")
-        failed = body.get("failed") or []
-        if not isinstance(failed, list) or len(failed) > MAX_RETRIES or not all(
-                isinstance(f, list) and len(f) == 2 and isinstance(f[0], int) and not isinstance(f[0], bool)
-                and 0 < f[0] < 1 << 31 and _guid(f[1]) for f in failed):
-            raise ProtocolError(f"failed: a list of at most {MAX_RETRIES} [article nickname, rowguid] pairs",
-                                obj="failed")
-        keyset = body.get("keyset") is True          # the device takes a big generation in parts (by key)
-        frames = await run_in_threadpool(door.download, device, after, per_batch, [(n, g) for n, g in failed], keyset)
+        body = parse(DownloadRequest, await _json_body(request), request.url.path)
+        frames = await run_in_threadpool(door.download, device, body.after, body.batch, list(body.failed), body.keyset)
         return StreamingResponse(iter(frames), media_type=MEDIA_ARROW,
                                  headers={"Content-Length": str(sum(len(f) for f in frames))})
 
     async def done(request: Request, device: Device) -> Response:
-        return JSONResponse(await run_in_threadpool(door.done, device, await _json_body(request)))
+        return _reply(await run_in_threadpool(door.done, device, parse(DoneRequest, await _json_body(request),
+                                                                        request.url.path)))
 
     async def ack(request: Request, device: Device) -> Response:
-        body = await _json_body(request)
-        return JSONResponse(await run_in_threadpool(door.ack, device, _int(str(body.get("hi")), "hi")))
+        body = parse(AckRequest, await _json_body(request), request.url.path)
+        return _reply(await run_in_threadpool(door.ack, device, body.hi))
 
     turns = Turns(max_active_requests, queue_s)
-    routes = [
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/v1/sync/hello", _endpoint(door, hello), methods=["GET"]),
-        Route("/v1/sync/snapshot", _endpoint(door, snapshot), methods=["GET"]),
-        Route("/v1/sync/snapshot/{snapshot_id}/{path:path}", _endpoint(door, snapshot_file), methods=["GET"]),
-        Route("/v1/sync/initialize", _endpoint(door, begin), methods=["POST"]),
-        Route("/v1/sync/initialized", _endpoint(door, initialized), methods=["POST"]),
-        Route("/v1/sync/recover", _endpoint(door, recover), methods=["POST"]),
-        Route("/v1/sync/uploads/{range}", _endpoint(door, upload, turns), methods=["PUT"]),
-        Route("/v1/sync/download", _endpoint(door, download, turns), methods=["POST"]),
-        Route("/v1/sync/download/ack", _endpoint(door, ack), methods=["POST"]),
-        Route("/v1/sync/done", _endpoint(door, done), methods=["POST"]),
-    ]
+    handlers = {"hello": (hello, None), "snapshot": (snapshot, None), "snapshot_file": (snapshot_file, None),
+                "initialize": (begin, None), "initialized": (initialized, None), "recover": (recover, None),
+                "upload": (upload, turns), "download": (download, turns), "ack": (ack, None), "done": (done, None)}
+    routes = [Route(HEALTHZ.path, healthz, methods=[HEALTHZ.method])] + [
+        Route(_path(ROUTES[name]), _endpoint(door, handler, turn), methods=[ROUTES[name].method])
+        for name, (handler, turn) in handlers.items()]
     return BodyLimit(Starlette(routes=routes), int(max_request_mb * 1024 * 1024))
+
+
+def _path(route: ProtocolRoute) -> str:
+    """A protocol route's path as Starlette matches it (a snapshot file's path may hold slashes)."""
+    return route.path.replace("{path}", "{path:path}")
+
+
+def _reply(message: BaseModel) -> JSONResponse:
+    return JSONResponse(message.model_dump(mode="json", by_alias=True))
 
 
 class BodyLimit:

@@ -32,22 +32,19 @@ from sparksync.config import PublicationConfig, SubscriptionConfig, Topology
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
 from sparksync.errors import NotInitialized, ProtocolError, SnapshotError, SparksyncError, Unauthorized
-from sparksync.merge.apply.batch import apply_batch
-from sparksync.merge.apply.classify import ArticleAt
-from sparksync.merge.apply.outcome import BatchOutcome
 from sparksync.merge.conflicts.model import ConflictType
 from sparksync.merge.conflicts.resolvers import check_resolvers
 from sparksync.merge.maintenance import validations
 from sparksync.merge.partitions.evaluation import evaluate, evaluated_at_sync, partitions
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.publish.schema_changes import pending
-from sparksync.merge.session.changes import ALL_PARTITIONS, RETRY_GENERATION, by_article
+from sparksync.merge.session.changes import ALL_PARTITIONS, RETRY_GENERATION
+from sparksync.merge.session.context import BatchOutcome, publisher_half, upload_batch
 from sparksync.merge.session.enumeration import min_watermark
-from sparksync.merge.session.links import article_rules, session_replicas
-from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
-from sparksync.merge.tracking.articles import published_articles, tracked_article
+from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import make_generation
 from sparksync.merge.tracking.pending import reading_closed
+from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, FailedChangeRow, PublicationRow, Role, SubscriptionRow, SubscriptionStatus
 from sparksync.progress import Reporter, silent
@@ -56,6 +53,18 @@ from sparksync.retry import with_retries
 from sparksync.rows import RowCodec
 from sparksync.snapshot.manifest import current_snapshot
 from sparksync.web import tokens
+from sparksync.web.protocol import (
+    MAX_RETRIES,
+    PROTOCOL,
+    AckReply,
+    Digests,
+    DoneReply,
+    DoneRequest,
+    Hello,
+    InitializedReply,
+    UploadReply,
+    Verdict,
+)
 from sparksync.web.server.downloads import DownloadPlan, plan_download, read_download
 from sparksync.web.server.feed import Feed
 from sparksync.web.server.ledger import Ledger, session_row
@@ -63,7 +72,7 @@ from sparksync.web.server.partitioned import device_snapshot
 from sparksync.web.server.recovery import recover_file
 from sparksync.web.server.trust import foreign_rows, log_refused, without
 from sparksync.web.server.validated import validate_device, validation_due
-from sparksync.web.wire import MAX_RETRIES, PROTOCOL, UploadArticle, check_upload, read_changes, write_changes
+from sparksync.web.wire import UploadArticle, check_upload, read_changes, write_changes
 
 
 class UploadConflict(ProtocolError):
@@ -148,11 +157,11 @@ class Door:
                                  "'sparksync setup'", obj=device.name)
         return prow, reg
 
-    def hello(self, device: Device) -> dict:
+    def hello(self, device: Device) -> Hello:
         with self.publisher() as pub:
             return self._hello(pub, device)
 
-    def _hello(self, pub: Replica, device: Device) -> dict:
+    def _hello(self, pub: Replica, device: Device) -> Hello:
         prow, reg = self._registration(pub, device)
         ident = store.replica_identity(pub)
         changes = pending(pub, prow.pubid, 0)
@@ -160,7 +169,7 @@ class Door:
         recoveries = [[r["old_nickname"], r["sentgen"], r["recgen"]] for r in store.select_rows(
             pub, "MSweb_recoveries", {"subscription": device.name, "new_nickname": reg.replnickname})]
         assert ident is not None             # a publisher set up (require_metadata at start)
-        return {
+        return Hello.model_validate({
             "protocol": PROTOCOL, "server_version": __version__, "subscription": device.name,
             "publication": device.publication.name, "pubid": prow.pubid, "publisher": self.topology.publisher.name,
             "publisher_nickname": ident.nickname, "publisher_replica_id": ident.replica_id,
@@ -173,7 +182,7 @@ class Door:
             "recoveries": recoveries,    # [old nickname, sentgen, recgen] of the files recovered to this nickname
             "max_request_bytes": self.max_request,
             "validate": validation_due(pub, device.publication, prow.pubid, device.name),  # digests with done
-        }
+        })
 
     # -- the first sync ---------------------------------------------------------------------------
     def snapshot(self, device: Device) -> tuple[Path, dict]:
@@ -202,7 +211,7 @@ class Door:
             raise ProtocolError(f"file {path[:200]!r} is not in this subscription's snapshot", obj=device.name)
         return folder / path
 
-    def begin(self, device: Device) -> dict:
+    def begin(self, device: Device) -> Hello:
         """The device starts initializing a file. A registration that synced before (its device lost its
         file, or starts over) gets a fresh replica identity: the publisher believes the old nickname has
         every generation it sent, and the new file has none of them (a direct subscriber's database that
@@ -222,7 +231,7 @@ class Door:
                             f"-> {nick}")
         return self.hello(device)
 
-    def recover(self, device: Device, nickname: int, sentgen: int, recgen: int) -> dict:
+    def recover(self, device: Device, nickname: int, sentgen: int, recgen: int) -> Hello:
         """The device's file is an older copy of itself: recovered at the publisher (``recovery.py``). Returns
         ``hello``."""
         with self.publisher() as pub, pub.transaction():
@@ -230,22 +239,22 @@ class Door:
             recover_file(pub, prow, reg, device.name, nickname, sentgen, recgen, self.report)
             return self._hello(pub, device)
 
-    def initialized(self, device: Device, snapshot_id: str, baseline: int, snapshot_generation: int) -> dict:
+    def initialized(self, device: Device, snapshot_id: str, baseline: int, snapshot_generation: int) -> InitializedReply:
         """The device committed its initialization: the registration turns active, with the watermarks
         the device recorded (the publisher's sentgen: the snapshot's generation; recgen: its baseline).
         The same request again (its reply lost) changes nothing."""
         with self.publisher() as pub, pub.transaction():
             _, reg = self._registration(pub, device)
             if reg.active:
-                return {"status": "active"}
+                return InitializedReply(status="active")
             store.update(pub, SubscriptionRow, {
                 "status": SubscriptionStatus.ACTIVE, "sentgen": int(snapshot_generation), "recgen": int(baseline),
                 "last_sync_date": store.utcnow()}, {"subid": reg.subid})
         self.report(f"{device.name}: initialized from snapshot {snapshot_id}")
-        return {"status": "active"}
+        return InitializedReply(status="active")
 
     # -- upload -----------------------------------------------------------------------------------
-    def upload(self, device: Device, lo: int, hi: int, body: bytes) -> dict:
+    def upload(self, device: Device, lo: int, hi: int, body: bytes) -> UploadReply:
         what = f"upload ({lo}, {hi}] of {device.name}"
         if not 0 <= lo <= hi:
             raise ProtocolError(f"{what}: not a generation range", obj=device.name)
@@ -255,7 +264,7 @@ class Door:
             reply = with_retries(functools.partial(self._apply_upload, pub, device, lo, hi, digest, table, what),
                                  connections=[pub])
         self.ledger.seen(device.name).uploaded(reply)
-        return reply
+        return UploadReply.model_validate(reply)
 
     def _apply_upload(self, pub: Replica, device: Device, lo: int, hi: int, digest: str, table, what: str) -> dict:
         """One try of an upload, in one transaction (a deadlock with another writer rolls it back whole: it is
@@ -289,39 +298,28 @@ class Door:
             retried = bool(checked.num_rows) and RETRY_GENERATION in set(checked.column("generation").to_pylist())
             if lo == hi and not retried:
                 raise ProtocolError(f"{what}: an empty range carries only changes sent again", obj=device.name)
+            session_id = store.new_guid()
             refused = foreign_rows(pub, prow.pubid, scheme, articles, reg.partition_id, checked, reg.replnickname,
                                    filtered - at_sync)
-            session_id = store.new_guid()
             if refused:
                 part = next(p for p in partitions(pub, prow.pubid) if p.partition_id == reg.partition_id)
                 log_refused(pub, prow.pubid, device.publication.name, articles, refused, device.name,
                             part.describe(), session_id)
                 checked = without(checked, refused)
-            publisher = self.topology.publisher.name
-            batch = BatchInfo(device.name, reg.replnickname, 0, lo, hi, [reg.replnickname], retry=retried,
-                              partition_id=reg.partition_id or ALL_PARTITIONS)
-            dest = DestinationInfo(name=publisher, url=self.topology.publisher_url, nickname=1, is_publisher=True,
-                                   watermark={"pubid": prow.pubid}, batches={device.name: [batch]},
-                                   log_conflicts_here=True)
-            ctx = ApplyContext(
-                pubid=prow.pubid, upload=True, session_id=session_id, publication=device.publication.name,
-                rules=article_rules(device.publication, pub, articles, str(self.topology.base_dir)),
-                replicas=session_replicas(pub, prow.pubid), destinations={publisher: dest},
-                article_names={a.nickname: a.name for a in articles}, filtered=filtered, mapped=filtered - at_sync,
-                refused_out_of_partition=frozenset(a.nickname for a in articles
-                                                   if a.nickname in filtered and a.refuses_out_of_partition))
-            arts = {a.nickname: ArticleAt(tracked_article(a), a.processing_group) for a in articles}
+            half = publisher_half(pub, self.topology.publisher.name, self.topology.publisher_url, device.publication,
+                                  str(self.topology.base_dir), prow.pubid, device.name, reg.replnickname, session_id,
+                                  upload_batch(device.name, reg.replnickname, lo, hi, retried, reg.partition_id))
             replies: list[dict] = []
 
             def record(replica: Replica, outcome: BatchOutcome) -> None:
-                replies.append(_reply(lo, hi, outcome, ctx, len(refused)))
+                replies.append(_reply(lo, hi, outcome, half.ctx.article_names, len(refused)))
                 store.insert_row(replica, "MSweb_uploads", {
                     "subscription": device.name, "lo": lo, "hi": hi, "digest": digest,
                     "reply": json.dumps(replies[0]), "applied_at": store.utcnow()})
 
-            outcome = apply_batch(pub, ctx, dest, batch, by_article(checked), arts, record)
+            outcome = half.apply(half.dest.batches[device.name][0], checked, record)
         failpoints.hit("door.after_upload_commit", device.name)     # tests: committed, no reply sent yet
-        return replies[0] if replies else _reply(lo, hi, outcome, ctx, len(refused))
+        return replies[0] if replies else _reply(lo, hi, outcome, half.ctx.article_names, len(refused))
 
     # -- download ---------------------------------------------------------------------------------
     def round(self, publication: PublicationConfig) -> None:
@@ -404,27 +402,19 @@ class Door:
         seen.sent += table.num_rows
         return [write_changes(table, {**plan.metadata(), "frames": 1 + len(files)}), *files]
 
-    def done(self, device: Device, report: dict) -> dict:
+    def done(self, device: Device, report: DoneRequest) -> DoneReply:
         """The device's sync ended: one ``MSmerge_sessions`` row, as a merge session of a direct subscriber
         has (``status`` and history read it), made from what the door saw (``ledger.py``): the device's own
         counts only where the door cannot know them, and bounded by what it sent."""
-        seconds = report.get("seconds")
-        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not 0 <= seconds < 86_400 * 365:
-            raise ProtocolError("session: seconds is not a duration", obj="session")
-        up, down = report.get("upload") or {}, report.get("download") or {}
-        errors = report.get("errors") or []
-        if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
-            raise ProtocolError("session: errors is not a list of messages", obj="session")
-        for k in ("inserts", "updates", "deletes", "conflicts", "retries", "failed"):
-            _count(up, k), _count(down, k)
-        row = session_row(self.ledger.end(device.name), float(seconds), up, down, errors)
+        row = session_row(self.ledger.end(device.name), report.seconds, report.upload.model_dump(),
+                          report.download.model_dump(), list(report.errors))
         self._record(device, {**row, "message": redact(row["message"]) if row["message"] else None})
-        if "validation" not in report:
-            return {"recorded": True}
-        v = self.validate(device, report["validation"])
-        return {"recorded": True, "validation": {"result": v.result, "message": v.message}}
+        if report.validation is None:
+            return DoneReply(recorded=True)
+        v = self.validate(device, report.validation)
+        return DoneReply(recorded=True, validation=Verdict.model_validate({"result": v.result, "message": v.message}))
 
-    def validate(self, device: Device, said: object) -> validations.Validation:
+    def validate(self, device: Device, said: Digests) -> validations.Validation:
         """The device's digests of what it holds against the publisher's of its partition, recorded
         (``validated.py``)."""
         with self.publisher() as pub:
@@ -450,7 +440,7 @@ class Door:
             store.insert_row(pub, "MSmerge_sessions", {"session_id": store.new_guid(), "subscription": device.name,
                                                        "pubid": prow.pubid, **row})
 
-    def ack(self, device: Device, hi: int) -> dict:
+    def ack(self, device: Device, hi: int) -> AckReply:
         """The device applied the download up to ``hi``: the publisher's sentgen toward it moves."""
         with self.publisher() as pub, pub.transaction():
             _, reg = self._registration(pub, device)
@@ -460,7 +450,7 @@ class Door:
                     raise ProtocolError(f"ack of generation {hi}: the publisher has no such generation", obj=device.name)
                 store.update(pub, SubscriptionRow, {"sentgen": int(hi), "last_sync_date": store.utcnow()},
                              {"subid": reg.subid})
-        return {"sentgen": hi}
+        return AckReply(sentgen=hi)
 
 
 def _count(totals: object, key: str) -> int:
@@ -480,12 +470,12 @@ def _codec(a: ArticleRow) -> RowCodec:
     return RowCodec([(c.name, c.type) for c in tracked_article(a).info.columns])
 
 
-def _reply(lo: int, hi: int, outcome: BatchOutcome, ctx: ApplyContext, refused: int) -> dict:
+def _reply(lo: int, hi: int, outcome: BatchOutcome, names: dict[int, str], refused: int) -> dict:
     """What the device is told of its upload. A failed change's reason is said without the database's own
     words (a message of the publisher's database can quote values of rows the device may not see)."""
     return {"lo": lo, "hi": hi, "status": outcome.status, "message": _for_device(outcome.message), "refused": refused,
-            "stats": {ctx.article_names.get(n, str(n)): vars(st) for n, st in outcome.stats.items()},
-            "conflicts": [{"article": ctx.article_names.get(c.record.tablenick, ""), "rowguid": c.record.rowguid,
+            "stats": {names.get(n, str(n)): vars(st) for n, st in outcome.stats.items()},
+            "conflicts": [{"article": names.get(c.record.tablenick, ""), "rowguid": c.record.rowguid,
                            "type": int(c.record.conflict_type), "reason": _reason_for_device(c.record),
                            "winner": c.record.winner} for c in outcome.conflicts]}
 

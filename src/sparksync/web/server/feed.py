@@ -45,6 +45,7 @@ from sparksync.merge.tracking.generations import enumeration_bound, generation_r
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, PublicationRow, Role, SubscriptionStatus
 from sparksync.progress import Reporter, silent
+from sparksync.result_rows import result_arrow_schema
 from sparksync.spark.reads import ReadPartition, per_task
 from sparksync.web.wire import write_changes
 
@@ -306,8 +307,6 @@ def write_item(item: FeedItem) -> Iterator:
     whose path is the error (nothing is written)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-
-    from sparksync.spark.results import result_arrow_schema
 
     schema = result_arrow_schema(WRITTEN)
     table = read_changes(item.reads)

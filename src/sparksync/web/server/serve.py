@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +14,7 @@ from sparksync.config import Topology
 from sparksync.errors import ConfigurationError
 from sparksync.progress import Reporter, silent
 from sparksync.web.addresses import is_loopback
+from sparksync.web.listener import Listener
 from sparksync.web.server.app import make_app
 from sparksync.web.server.door import Door
 from sparksync.web.server.feed import Feed
@@ -30,10 +29,8 @@ def check_listen(topology: Topology) -> None:
             obj="server.listen")
 
 
-def device_endpoint(topology: Topology, report: Reporter, spark: Callable[[], Any] | None):
-    """The device endpoint's uvicorn server (not started) and its partition feed (started)."""
-    import uvicorn
-
+def device_endpoint(topology: Topology, report: Reporter, spark: Callable[[], Any] | None) -> tuple[Listener, Feed]:
+    """The device endpoint's listener (not started) and its partition feed (started)."""
     check_listen(topology)
     server = topology.server
     feed = Feed(topology.feed_root, spark, topology.spark.driver_round_changes, report)
@@ -44,11 +41,9 @@ def device_endpoint(topology: Topology, report: Reporter, spark: Callable[[], An
     report(f"serve: device endpoint on {url_of(topology)} for {len(web)} web subscription(s)")
     logging.getLogger("sparksync.serve").addHandler(_ReportHandler(report))
     app = make_app(door, server.max_request_mb, server.max_active_requests, server.request_queue_s)
-    config = uvicorn.Config(app, host=server.host, port=server.port,
-                            ssl_certfile=topology.resolve_path(server.tls_cert) if server.tls_cert else None,
-                            ssl_keyfile=topology.resolve_path(server.tls_key) if server.tls_key else None,
-                            log_level="warning", access_log=False, lifespan="off", server_header=False)
-    return uvicorn.Server(config), feed
+    return Listener(app, server.host, server.port, "server.listen",
+                    topology.resolve_path(server.tls_cert) if server.tls_cert else None,
+                    topology.resolve_path(server.tls_key) if server.tls_key else None), feed
 
 
 def url_of(topology: Topology) -> str:
@@ -59,19 +54,12 @@ def url_of(topology: Topology) -> str:
 @contextlib.contextmanager
 def serving(topology: Topology, report: Reporter = silent, spark: Callable[[], Any] | None = None) -> Iterator[str]:
     """The device endpoint in a thread of this process while inside (the demo); yields its URL."""
-    server, feed = device_endpoint(topology, report, spark)
-    thread = threading.Thread(target=server.run, name="sparksync-serve", daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise ConfigurationError(f"[server] listen = {topology.server.listen!r}: the endpoint did not start "
-                                     "(is the address in use?)", obj="server.listen")
-        time.sleep(0.05)
+    endpoint, feed = device_endpoint(topology, report, spark)
     try:
+        endpoint.start("sparksync-serve")
         yield url_of(topology)
     finally:
-        server.should_exit = True
-        thread.join()
+        endpoint.stop(None)
         feed.stop()
 
 

@@ -22,8 +22,8 @@ from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.merge.conflicts.model import ConflictRecord, failed_type, log_conflict
 from sparksync.merge.partitions.evaluation import partitions
 from sparksync.merge.partitions.scheme import PartitionScheme
-from sparksync.merge.tracking.articles import tracked_article
 from sparksync.merge.tracking.pending import flush_rows
+from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata.records import ArticleRow
 
 

@@ -13,15 +13,13 @@ import time
 
 from sparksync.config import PublicationConfig
 from sparksync.dialects.replica import Replica
-from sparksync.errors import ProtocolError
 from sparksync.merge.maintenance import validations
 from sparksync.merge.maintenance.digest import partition_digests
 from sparksync.merge.partitions.evaluation import partitions
 from sparksync.merge.session.backlog import unsettled
 from sparksync.metadata.records import PublicationRow, SubscriptionRow
 from sparksync.schedule import parse_schedule
-
-MAX_ARTICLES = 10_000
+from sparksync.web.protocol import Digests
 
 
 def validation_due(pub: Replica, publication: PublicationConfig, pubid: str, name: str) -> bool:
@@ -37,18 +35,12 @@ def validation_due(pub: Replica, publication: PublicationConfig, pubid: str, nam
 
 
 def validate_device(pub: Replica, url: str, prow: PublicationRow, reg: SubscriptionRow,
-                    said: object) -> validations.Validation:
-    """The device's digests (``said``: {"pending": bool, "articles": {article: [rows, checksum]}}) against the
-    publisher's (``url``: its database) of the device's partition; recorded."""
+                    said: Digests) -> validations.Validation:
+    """The device's digests (``said``, checked as the protocol's ``Digests``) against the publisher's (``url``:
+    its database) of the device's partition; recorded."""
     t0 = time.monotonic()
-    articles = said.get("articles", {}) if isinstance(said, dict) else None
-    if not isinstance(said, dict) or not isinstance(articles, dict) or len(articles) > MAX_ARTICLES or not all(
-            isinstance(v, list) and len(v) == 2 and isinstance(v[0], int) and not isinstance(v[0], bool) and v[0] >= 0
-            and isinstance(v[1], str) and v[1].isdigit() and len(v[1]) <= 20 for v in articles.values()):
-        raise ProtocolError('session: validation is not {"pending": bool, "articles": {article: [rows, checksum]}}',
-                            obj="session")
     v = validations.Validation(reg.name, prow.pubid, validations.INCONCLUSIVE, "sync")
-    if said.get("pending") is not False:
+    if said.pending:
         v.message = "changes were pending at the device"
     else:
         before = unsettled(pub, prow.pubid, reg)
@@ -61,7 +53,7 @@ def validate_device(pub: Replica, url: str, prow: PublicationRow, reg: Subscript
         if after:
             v.message = f"{after} change(s) were pending at the publisher for it"
         else:
-            v = validations.compare(reg.name, prow.pubid, "sync", expected, {str(k): x for k, x in articles.items()})
+            v = validations.compare(reg.name, prow.pubid, "sync", expected, {k: list(x) for k, x in said.articles.items()})
     v.seconds = time.monotonic() - t0
     validations.record(pub, v)
     return v

@@ -6,7 +6,8 @@
    (the *sync point*): PostgreSQL, an exported snapshot and its ``pg_current_snapshot()`` (the
    transactions it sees), plus the log position once every transaction it did not see had ended;
    SQLite, a backup copy and the last log sequence number in it.
-3. Each article (published columns, rows passing the row filter) is written as Parquet by Spark.
+3. Each article (published columns, rows passing the row filter) is written as Parquet by Spark
+   (steps 2 and 3: ``snapshot.py``).
 4. One Spark task per subscription creates the tables, loads them, creates the procedures (on
    PostgreSQL) and records the starting position, in one transaction at the subscriber.
 
@@ -18,10 +19,9 @@ neither missed nor applied twice.
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from sparksync import locks
@@ -30,7 +30,6 @@ from sparksync.dialects import connect, dialect_for_url
 from sparksync.dialects.model import from_table_dict
 from sparksync.dialects.replica import Replica, redact_url
 from sparksync.errors import SchemaError, SnapshotError
-from sparksync.filters import parse_filter
 from sparksync.metadata import store
 from sparksync.metadata.records import DeliveryMarkRow, DistSubscriptionRow, DistSubscriptionStatus, SubscriptionArticleRow
 from sparksync.metadata.schema import TRANSACTIONAL_SUBSCRIBER
@@ -38,85 +37,14 @@ from sparksync.names import TableName
 from sparksync.ordering import dri_order
 from sparksync.progress import Reporter, silent
 from sparksync.redaction import redact
-from sparksync.snapshot.files import read_partitions, seal, write_parquet
 from sparksync.snapshot.load import InitResult, check_distinct_tables, initialize_in_parallel, load_parquet, pre_create
-from sparksync.snapshot.manifest import new_snapshot_id, publication_dir, remove_stale, verify_files
-from sparksync.spark.reads import ReadPlan
-from sparksync.transactional import distribution as dst
-from sparksync.transactional.calls import procedure_statements
+from sparksync.snapshot.manifest import publication_dir, remove_stale, verify_files
 from sparksync.transactional.capture import capture_method
-from sparksync.transactional.subscriber import ArticleTarget, article_targets
+from sparksync.transactional.delivery.calls import procedure_statements
+from sparksync.transactional.delivery.subscriber import ArticleTarget, article_targets
+from sparksync.transactional.distribution import database as dst
+from sparksync.transactional.publish.snapshot import TxArticleSnapshot, write_snapshot
 from sparksync.types import SqlType
-
-# -- snapshot -----------------------------------------------------------------------------------------
-
-@dataclass
-class TxArticleSnapshot:
-    article_id: int
-    name: str
-    source_schema: str | None
-    source_table: str
-    table_schema: dict
-    path: str
-    rows: int = 0
-    files: list[dict] | None = None          # [{name, bytes, sha256, rows}] (snapshot.manifest.describe_files)
-    key_digest: str | None = None            # KeyDigest of the first key column
-
-
-@dataclass
-class TxSnapshot:
-    publication: str
-    publication_id: str
-    snapshot_id: str
-    directory: str
-    start: int                      # the subscriptions' first watermark: deliver what comes after it
-    sync_point: dict
-    articles: list[TxArticleSnapshot] = field(default_factory=list)
-
-
-def write_snapshot(spark, topology: Topology, pub: PublicationConfig, publication: dst.Publication,
-                   report: Reporter = silent) -> TxSnapshot:
-    """Write the publication's snapshot as of one moment and record that moment's place in the log."""
-    root = publication_dir(topology.snapshot_root, pub.name)
-    snapshot_id = new_snapshot_id()
-    sdir = root / snapshot_id
-    sdir.mkdir(parents=True, exist_ok=False)
-    articles = [a for a in publication.articles if a.active]
-    try:
-        with connect(topology.publisher_url, topology.publisher.name) as pubdb:
-            d = pubdb.dialect
-            with d.consistent_reads(pubdb, str(root / ".work")) as (url, sid, frozen):
-                sync, start = capture_method(pubdb).sync_point(pubdb, frozen, report)
-                snap = TxSnapshot(pub.name, publication.publication_id, snapshot_id, str(sdir), start, sync)
-                for a in articles:
-                    info = from_table_dict(a.table_schema)
-                    name = TableName(a.source_schema, a.source_table)
-                    cols = [[c.name, c.type.to_dict()] for c in info.columns]
-                    select = "SELECT " + ", ".join(d.quote(c.name) for c in info.columns)
-                    where = ""
-                    if a.filter:
-                        f = parse_filter(a.filter, [c.name for c in info.columns], a.name)
-                        where = " WHERE " + f.sql_for(d.capabilities.sql, info.columns)
-                    first_key = info.key_columns[0]
-                    parts, total = read_partitions(frozen, url, sid, d.table_sql(name), select,
-                                                   d.quote(first_key.name), cols, f"{pub.name}/{a.name}", where,
-                                                   order_param=d.typed_param(first_key.type),
-                                                   key=list(info.primary_key))
-                    rel = f"articles/{a.article_id}_{name.slug}"
-                    report(f"snapshot {pub.name}: {a.name} ({total} rows, {len(parts)} partition(s))")
-                    write_parquet(spark, ReadPlan(parts), sdir / rel)
-                    files, digest = seal(sdir / rel, total, first_key.name, f"snapshot {pub.name}/{a.name}")
-                    snap.articles.append(TxArticleSnapshot(a.article_id, a.name, a.source_schema,
-                                                           a.source_table, a.table_schema, rel, total, files,
-                                                           digest))
-        (sdir / "manifest.json").write_text(json.dumps(asdict(snap), default=str, indent=1), encoding="utf-8")
-    except BaseException:
-        shutil.rmtree(sdir, ignore_errors=True)
-        raise
-    finally:
-        shutil.rmtree(root / ".work", ignore_errors=True)
-    return snap
-
 
 # -- initialization ----------------------------------------------------------------------------------
 

@@ -15,8 +15,8 @@ from sparksync.config import Topology
 from sparksync.dialects import connect
 from sparksync.errors import ConfigurationError
 from sparksync.metadata import store
-from sparksync.transactional import distribution as dst
 from sparksync.transactional.capture import capture_method
+from sparksync.transactional.distribution import database as dst
 
 
 @dataclass

@@ -22,10 +22,10 @@ from sparksync.errors import ConfigurationError, ErrorInfo
 from sparksync.metadata import store
 from sparksync.metadata.records import DistSubscriptionStatus
 from sparksync.progress import Reporter, silent
-from sparksync.transactional import distribution as dst
-from sparksync.transactional.capture import Begin, End, capture_method, seen_by_snapshot
-from sparksync.transactional.decoding import ShapeDef
-from sparksync.transactional.distribution import StoredCommand, TransactionInfo
+from sparksync.transactional.capture import Begin, End, StoredCommand, capture_method, seen_by_snapshot
+from sparksync.transactional.capture.shapes import ShapeDef
+from sparksync.transactional.distribution import database as dst
+from sparksync.transactional.distribution.database import TransactionInfo
 
 READ_BATCH = 100_000       # changes per read (whole transactions: a bigger one is read whole)
 

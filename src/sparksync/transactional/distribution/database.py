@@ -13,31 +13,20 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from sparksync.dialects.replica import Replica
 from sparksync.errors import NotInitialized
 from sparksync.metadata import store
 from sparksync.metadata.records import DistArticleRow, DistPublicationRow, DistSubscriptionRow, DistSubscriptionStatus
 from sparksync.metadata.schema import DISTRIBUTION
-from sparksync.transactional.decoding import ShapeDef
+from sparksync.transactional.capture import StoredCommand
+from sparksync.transactional.capture.shapes import ShapeDef
 from sparksync.types import Kind, SqlType
 
 COMMAND_COLUMNS = ("publication_id", "xact_seqno", "command_id", "article_id", "type", "origin", "after", "before",
                    "rowhash", "data", "shape")
 INSERT_CHUNK = 5_000
-
-
-class StoredCommand(NamedTuple):
-    article_id: int
-    type: str                  # ins | upd | del | trunc | token | ddl
-    origin: int | None         # PostgreSQL: the transaction's xid; SQLite: the change's log sequence number
-    after: str | None
-    before: str | None
-    rowhash: int | None = None  # a hash of the row's key (before the change): its subscription stream
-    data: bytes | None = None   # a PostgreSQL publisher's row changes ("rows"): pgoutput messages, undecoded
-    shape: str | None = None    # the MSrepl_shapes row that decodes them
-    changes: int = 1            # how many commands this row holds (numbered from its command_id)
 
 
 @dataclass

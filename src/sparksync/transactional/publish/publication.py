@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from sparksync.config import ArticleConfig, PublicationConfig, Topology
+from sparksync.config import PublicationConfig, Topology
 from sparksync.dialects.base import table_not_found
 from sparksync.dialects.model import TableInfo, describe_drift, from_table_dict, to_table_dict
 from sparksync.dialects.replica import Replica
@@ -20,18 +20,9 @@ from sparksync.filters import FilterError, RowFilter, parse_filter
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleStatus, DistArticleRow, DistPublicationRow
 from sparksync.names import TableName, check_identifier
-from sparksync.transactional import distribution as dst
+from sparksync.transactional.articles import TxArticle
 from sparksync.transactional.capture import capture_method
-
-
-@dataclass
-class TxArticle:
-    article_id: int
-    key: str                       # "Purchasing.Vendor" ("Vendor" on SQLite)
-    name: TableName                # resolved at the publisher
-    published: TableInfo           # the published columns, primary key, foreign keys to other articles
-    filter: RowFilter | None
-    config: ArticleConfig
+from sparksync.transactional.distribution import database as dst
 
 
 @dataclass

@@ -12,9 +12,9 @@ from sparksync.errors import SparksyncError
 from sparksync.metadata import store
 from sparksync.metadata.history import agent_state, iso
 from sparksync.metadata.schema import DISTRIBUTION
-from sparksync.transactional import distribution as dst
 from sparksync.transactional.capture import capture_method
-from sparksync.transactional.subscriber import position
+from sparksync.transactional.delivery.subscriber import position
+from sparksync.transactional.distribution import database as dst
 
 
 def gather(topology: Topology) -> dict[str, Any]:

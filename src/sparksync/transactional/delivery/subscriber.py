@@ -23,7 +23,14 @@ from sparksync.metadata.records import DeliveryMarkRow, DistArticleRow
 from sparksync.metadata.schema import TRANSACTIONAL_SUBSCRIBER
 from sparksync.names import TableName
 from sparksync.rows import RowCodec
-from sparksync.transactional.calls import OP_WORDS, CallSpec, arguments, effective_command, parameters, procedure_statements
+from sparksync.transactional.delivery.calls import (
+    OP_WORDS,
+    CallSpec,
+    arguments,
+    effective_command,
+    parameters,
+    procedure_statements,
+)
 from sparksync.types import SqlType
 
 # SQL Server's numbers for the errors a distribution agent meets (skip_errors speaks them).

@@ -36,9 +36,9 @@ from typing import Any
 from sparksync.dialects.replica import Replica
 from sparksync.errors import RowNotFound
 from sparksync.ordering import dri_order
-from sparksync.transactional import pgoutput as po
-from sparksync.transactional.decoding import Shape
-from sparksync.transactional.subscriber import ArticleTarget, Command
+from sparksync.transactional.capture import pgoutput as po
+from sparksync.transactional.delivery.decoding import Shape
+from sparksync.transactional.delivery.subscriber import ArticleTarget, Command
 
 _SPECIAL = re.compile(rb"[\\\n\r\t]")
 _ESCAPES = {b"\\": b"\\\\", b"\n": b"\\n", b"\r": b"\\r", b"\t": b"\\t"}

@@ -32,8 +32,8 @@ import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
-from typing import Any, TypedDict, cast, get_type_hints
+from dataclasses import dataclass, field
+from typing import Any
 
 from sparksync import failpoints
 from sparksync.dialects import connect
@@ -45,39 +45,20 @@ from sparksync.metadata.records import DeliveryMarkRow, SubscriptionArticleRow
 from sparksync.progress import send_progress
 from sparksync.redaction import redact
 from sparksync.retry import with_retries
-from sparksync.spark.results import ERROR_TYPE, result_columns, spark_struct
-from sparksync.transactional.bulk import BulkApplier
-from sparksync.transactional.bulk_text import TextBatch
 from sparksync.transactional.capture import seen_by_snapshot
-from sparksync.transactional.decoding import ShapeDef
-from sparksync.transactional.subscriber import Applier, ArticleTarget, Command, error_number, schema_change, skippable
+from sparksync.transactional.capture.shapes import ShapeDef
+from sparksync.transactional.delivery.bulk import BulkApplier
+from sparksync.transactional.delivery.bulk_text import TextBatch
+from sparksync.transactional.delivery.results import CommandError, DeliveryResult, TokenDelivered
+from sparksync.transactional.delivery.subscriber import (
+    Applier,
+    ArticleTarget,
+    Command,
+    error_number,
+    schema_change,
+    skippable,
+)
 
-
-class CommandError(TypedDict):
-    """A command that failed at the subscriber (``MSrepl_errors``): skipped, or what stopped the delivery."""
-
-    xact_seqno: int
-    command_id: int
-    article_id: int | None
-    error_code: str                   # SQL Server's error number, else the database's own code
-    native_code: str | None
-    message: str
-    skipped: bool
-
-
-class TokenDelivered(TypedDict):
-    """A tracer token delivered to the subscriber, and when (ISO 8601)."""
-
-    tracer_id: str
-    subscriber_commit: str
-
-
-RESULT_SCHEMA = ("subscription STRING, status STRING, transactions BIGINT, commands BIGINT, batches BIGINT, "
-                 "parallel BIGINT, fallbacks BIGINT, skipped BIGINT, first_seqno BIGINT, last_seqno BIGINT, "
-                 f"errors ARRAY<{spark_struct(get_type_hints(CommandError))}>, "
-                 f"tokens ARRAY<{spark_struct(get_type_hints(TokenDelivered))}>, message STRING, seconds DOUBLE, "
-                 f"error {ERROR_TYPE}")
-RESULT_COLUMNS = result_columns(RESULT_SCHEMA)
 STREAM_LOCK_TIMEOUT = "2s"      # a stream waiting on another stream's lock gives up: the batch falls back
 
 
@@ -104,52 +85,6 @@ class DeliveryContext:
     shapes: dict[str, ShapeDef] = field(default_factory=dict)     # what decodes a PostgreSQL publisher's changes
     progress: tuple[str, int] | None = None
     processes: int = 1          # processes one delivery may use to make a big batch's lines (at most its cores)
-
-
-@dataclass
-class DeliveryResult:
-    subscription: str
-    status: str = "ok"                       # ok | error
-    transactions: int = 0
-    commands: int = 0
-    batches: int = 0
-    parallel: int = 0                        # batches applied over the subscription streams
-    fallbacks: int = 0                       # batches that failed on the streams, applied over one connection
-    skipped: int = 0
-    first_seqno: int | None = None
-    last_seqno: int | None = None
-    errors: list[CommandError] = field(default_factory=list)
-    tokens: list[TokenDelivered] = field(default_factory=list)
-    message: str = ""
-    seconds: float = 0.0
-    error: ErrorInfo | None = None           # what stopped the delivery (status "error")
-
-    def fail(self, e: BaseException, message: str | None = None) -> None:
-        info = ErrorInfo.of(e)
-        self.status, self.message = "error", redact(message if message is not None else info.message)
-        self.error = ErrorInfo(info.code, self.message, info.obj, info.transient)
-
-    def row(self) -> dict[str, Any]:
-        """The task's result row (``RESULT_SCHEMA``): errors and tokens as lists of structs, the error a struct."""
-        out = {k: getattr(self, k) for k in RESULT_COLUMNS}
-        out["error"] = self.error.to_dict() if self.error else None
-        return out
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> DeliveryResult:
-        """A result row (``row()``; its structs as dicts, e.g. ``Row.asDict(recursive=True)``), on the driver."""
-        values = {k: row[k] for k in RESULT_COLUMNS}
-        values["errors"] = cast("list[CommandError]", list(row["errors"] or ()))       # typed by RESULT_SCHEMA
-        values["tokens"] = cast("list[TokenDelivered]", list(row["tokens"] or ()))
-        values["error"] = ErrorInfo.from_dict(row["error"]) if row["error"] else None
-        return cls(**values)
-
-    def take(self, result: DeliveryResult) -> None:
-        """Take what a task reported (its fields that are set) into this one."""
-        for f in fields(DeliveryResult):
-            value = getattr(result, f.name)
-            if value is not None:
-                setattr(self, f.name, value)
 
 
 class StreamFailed(Exception):
@@ -593,7 +528,4 @@ def _error(c: Command, e: SparksyncError, skipped: bool) -> CommandError:
     return CommandError(xact_seqno=c.xact_seqno, command_id=c.command_id, article_id=c.article_id,
                         error_code=error_number(e), native_code=getattr(e, "native_code", None),
                         message=redact(e.message), skipped=skipped)
-
-
-# -- the Spark task --------------------------------------------------------------------------------
 

@@ -23,8 +23,8 @@ from sparksync.filters import parse_filter
 from sparksync.metadata import store
 from sparksync.metadata.records import DistArticleRow
 from sparksync.names import TableName, check_identifier
-from sparksync.transactional import distribution as dst
 from sparksync.transactional.capture import capture_method
+from sparksync.transactional.distribution import database as dst
 
 
 def change(topology: Topology, publication: str, article: str, add: str | None = None,

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from sparksync.dialects.replica import Replica
 from sparksync.errors import RowNotFound
 from sparksync.ordering import dri_order
-from sparksync.transactional.bulk_text import TextBatch, TextStaging
-from sparksync.transactional.subscriber import ArticleTarget, Command
+from sparksync.transactional.delivery.bulk_text import TextBatch, TextStaging
+from sparksync.transactional.delivery.subscriber import ArticleTarget, Command
 from sparksync.types import SqlType
 
 STAGED = "sparksync_tx_staged"

@@ -1,7 +1,7 @@
 """The Spark side of the distribution agent: a task reads its subscriptions' commands, in
 subscription and commit order (``spark.reads.map_partitions``), and delivers them one
-subscription after another, a :class:`~sparksync.transactional.deliver.Delivery` each. One result
-row per subscription (``deliver.RESULT_SCHEMA``); a subscription that fails is reported and the next
+subscription after another, a :class:`~sparksync.transactional.delivery.deliver.Delivery` each. One
+result row per subscription (``results.RESULT_SCHEMA``); a subscription that fails is reported and the next
 one goes on."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ import functools
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
-from sparksync.spark.results import result_mapper
-from sparksync.transactional.decoding import Decoder
-from sparksync.transactional.deliver import RESULT_SCHEMA, Delivery, DeliveryContext, DeliveryResult
-from sparksync.transactional.subscriber import Command
+from sparksync.result_rows import result_mapper
+from sparksync.transactional.delivery.decoding import Decoder
+from sparksync.transactional.delivery.deliver import Delivery, DeliveryContext
+from sparksync.transactional.delivery.results import RESULT_SCHEMA, DeliveryResult
+from sparksync.transactional.delivery.subscriber import Command
 
 
 def deliver_stream(ctx: DeliveryContext, chunks: Iterable[Sequence[Sequence]]) -> Iterator[dict]:

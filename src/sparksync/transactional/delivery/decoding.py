@@ -3,74 +3,30 @@
 The log reader stores each row change as the server sent it (the pgoutput Insert / Update / Delete
 message), with the *shape* that decodes it: the Relation message the server sent before it and the
 article's columns in effect at that point of the log (``MSrepl_shapes``; a schema change makes a new
-shape, and changes made before it keep theirs). Each subscription's task decodes its own commands, in
-parallel with the others, and only as far as its subscriber needs: a PostgreSQL subscriber's set-based
-apply takes the values in the server's text form as they are (:meth:`RawChange.tuples`, into
-``COPY``); JSON images (what a SQLite subscriber, a procedure call or a command-by-command retry
-binds) are made from a message the first time a command's ``after`` or ``before`` is read.
+shape, and changes made before it keep theirs; the stored form is ``capture/shapes.py``'s). Each
+subscription's task decodes its own commands, in parallel with the others, and only as far as its
+subscriber needs: a PostgreSQL subscriber's set-based apply takes the values in the server's text form
+as they are (:meth:`RawChange.tuples`, into ``COPY``); JSON images (what a SQLite subscriber, a
+procedure call or a command-by-command retry binds) are made from a message the first time a command's
+``after`` or ``before`` is read.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sparksync.dialects.model import from_table_dict
 from sparksync.errors import SchemaError
 from sparksync.rows import VERBATIM_KINDS, RowCodec
-from sparksync.transactional import pgoutput as po
-from sparksync.transactional.subscriber import Command
+from sparksync.transactional.capture import pgoutput as po
+from sparksync.transactional.capture.shapes import CHUNK_LENGTH, OPERATIONS, NoBeforeImage, ShapeDef
+from sparksync.transactional.delivery.subscriber import Command
 from sparksync.types import Kind, SqlType
 
-
-@dataclass(frozen=True)
-class ShapeDef:
-    """What decodes one relation's messages (an ``MSrepl_shapes`` row; picklable, for the tasks)."""
-
-    shape_id: str
-    article_id: int
-    relation: bytes               # the pgoutput Relation message
-    table_schema: dict            # the article's columns when the shape was made
-
-    @classmethod
-    def make(cls, article_id: int, relation: bytes, table_schema: dict) -> ShapeDef:
-        digest = hashlib.sha1(relation)
-        digest.update(json.dumps(table_schema, sort_keys=True, separators=(",", ":")).encode())
-        return cls(f"{article_id}:{digest.hexdigest()[:20]}", article_id, bytes(relation), table_schema)
-
-
-class NoBeforeImage(SchemaError):
-    """An update or delete in the log without its before image: made while its table's REPLICA IDENTITY
-    was not FULL (changed behind sparksync's back). SCALL's changed columns and XCALL's before image
-    cannot be made from it, so it is never delivered as a guess."""
-
-    def __init__(self, what: str, table: str):
-        super().__init__(f"{'an' if what == 'update' else 'a'} {what} of {table} arrived without its before image",
-                         obj=table)
-        self.what, self.table = what, table
-
-
-def before_image_missing(data: bytes) -> str | None:
-    """``update`` / ``delete`` when this change message carries no full before image (read from its
-    tag byte, without decoding the message), else None."""
-    kind = data[0]
-    if kind == _UPDATE:
-        return None if len(data) > 5 and data[5] == _OLD else "update"
-    if kind == _DELETE:
-        return None if len(data) > 5 and data[5] == _OLD else "delete"
-    return None
-
-
-CHUNK_CHANGES = 1_000       # row changes stored in one "rows" command at most
-CHUNK_BYTES = 1 << 20       # and bytes of messages
-CHUNK_LENGTH = struct.Struct("!I")     # each message of a chunk behind its length
-_INSERT, _UPDATE, _DELETE, _OLD = ord("I"), ord("U"), ord("D"), ord("O")
-OPERATIONS = {_INSERT: "ins", _UPDATE: "upd", _DELETE: "del"}
 _TEXT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _INT_KINDS = (Kind.SMALLINT, Kind.INTEGER, Kind.BIGINT)
 

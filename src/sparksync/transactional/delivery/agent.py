@@ -28,10 +28,11 @@ from sparksync.progress import ProgressListener, Reporter, driver_host, silent
 from sparksync.redaction import redact
 from sparksync.spark.lazy import LazySpark
 from sparksync.spark.reads import ReadPartition, ReadPlan, map_partitions, stream_rows
-from sparksync.transactional import distribution as dst
-from sparksync.transactional.deliver import RESULT_SCHEMA, DeliveryContext, DeliveryResult, SubscriptionTarget
-from sparksync.transactional.subscriber import article_targets, position
-from sparksync.transactional.task import deliver_stream, make_mapper
+from sparksync.transactional.delivery.deliver import DeliveryContext, SubscriptionTarget
+from sparksync.transactional.delivery.results import RESULT_SCHEMA, DeliveryResult
+from sparksync.transactional.delivery.subscriber import article_targets, position
+from sparksync.transactional.delivery.task import deliver_stream, make_mapper
+from sparksync.transactional.distribution import database as dst
 from sparksync.types import Kind, SqlType
 
 COMMAND_COLUMNS = [[name, SqlType(kind).to_dict()] for name, kind in (

@@ -1,0 +1,321 @@
+"""sparksync's Python API: what the commands do, as typed functions an application calls (the CLI parses, calls
+one of these, and prints). docs/python-api.md shows it with examples the test suite runs.
+
+- The publisher's side: ``load`` a topology (a file, or the configuration as Python objects), then ``setup``, ``snapshot``,
+  ``merge``, ``status``, ``history``, ``conflicts`` / ``failed_changes`` / ``resolve_conflict``, ``validate`` /
+  ``repair``,
+  ``reinit``, ``cleanup``, ``logreader``, ``distribute``, ``token``; each returns what ``--json`` prints (a typed
+  summary, or the document). A function that runs Spark jobs takes ``spark`` (a SparkSession) or makes one from
+  the topology's ``[spark]`` when it first needs one (never before: a small merge runs in this process).
+- The device's side: ``Device``, a device database bound to its server and subscription: ``sync()`` returns the
+  sync's summary; ``start()`` / ``stop()`` sync it in the background of an application, every ``interval``
+  seconds, with backoff after a failure and a callback per finished sync.
+
+The functions raise the typed errors of ``sparksync.errors``; they never print, exit or read the environment
+(a token is given, not read from ``SPARKSYNC_TOKEN``); progress goes to ``progress``, a callback of one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparksync.config import Topology
+from sparksync.dialects import connect
+from sparksync.errors import SparksyncError
+from sparksync.merge.conflicts.override import resolve_conflict as _resolve
+from sparksync.merge.conflicts.view import list_conflicts, list_failed_changes
+from sparksync.merge.maintenance.cleanup import CleanupSummary
+from sparksync.merge.maintenance.cleanup import cleanup as _cleanup
+from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.summary import MergeOptions, MergeSummary
+from sparksync.progress import Reporter, silent
+from sparksync.provision import SetupSummary
+from sparksync.provision import setup as _setup
+from sparksync.provision import snapshot as _snapshot
+from sparksync.reinit import reinitialize
+from sparksync.run_history import LIMIT, gather_history
+from sparksync.status import gather_status
+from sparksync.topology import load_config, parse_topology
+from sparksync.transactional.delivery.agent import DistributeOptions, DistributeSummary, DistributionAgent
+from sparksync.transactional.distribution.logreader import READ_BATCH, LogReaderRun, run_logreader
+from sparksync.validation.repair import repair as _repair
+from sparksync.validation.report import ValidationReport
+from sparksync.validation.subscriptions import validate as _validate
+from sparksync.web import tokens
+from sparksync.web.device.sync import DeviceOptions
+from sparksync.web.device.sync import sync as _sync
+
+Progress = Reporter            # a callback of one line of progress
+
+
+# -- a topology ---------------------------------------------------------------------------------------------
+def load(source: str | Path | dict[str, Any], base_dir: str | Path = ".") -> Topology:
+    """A topology: of a configuration file (``sparksync.toml``; relative paths are the file's folder's), or of the
+    configuration as Python objects (the TOML's tables as dicts; relative paths relative to ``base_dir``). One
+    ``ConfigurationError`` lists every problem."""
+    if isinstance(source, dict):
+        return parse_topology(source, Path(base_dir), "topology")
+    return load_config(source)
+
+
+def _spark(topology: Topology, spark: Any) -> Callable[[], Any]:
+    """A function giving the SparkSession: ``spark`` as given (a SparkSession, or a function making one when
+    first asked), or one made from ``[spark]`` when first asked."""
+    if callable(spark):
+        return spark
+    if spark is not None:
+        return lambda: spark
+    made: list[Any] = []
+
+    def factory() -> Any:
+        if not made:
+            from sparksync.spark.session import spark_session
+
+            made.append(spark_session(topology.spark_master, conf=topology.spark.conf,
+                                      executor_wait_s=topology.spark.executor_wait_s))
+        return made[0]
+
+    return factory
+
+
+def _said(progress: Progress | None) -> Reporter:
+    return progress or silent
+
+
+# -- the publisher's side -----------------------------------------------------------------------------------
+def setup(topology: Topology, *, spark: Any = None, progress: Progress | None = None) -> SetupSummary:
+    """``sparksync setup``: publish, snapshot, initialize every subscriber (idempotent)."""
+    return _setup(topology, _spark(topology, spark), _said(progress))
+
+
+def snapshot(topology: Topology, publications: list[str] | None = None, *, spark: Any = None,
+             progress: Progress | None = None) -> dict[str, str]:
+    """``sparksync snapshot``: a new snapshot of each publication (all of them by default): publication -> its id."""
+    return _snapshot(topology, _spark(topology, spark)(), publications, _said(progress))
+
+
+def merge(topology: Topology, subscriptions: list[str] | None = None, *, exchange: str = "both",
+          spark: Any = None, progress: Progress | None = None, **options: Any) -> MergeSummary:
+    """``sparksync merge``: one merge session of every direct subscription (or of ``subscriptions``): upload, then
+    download (``exchange``: both, upload or download); ``options``: the other fields of ``MergeOptions``."""
+    agent = MergeAgent(topology, _spark(topology, spark), _said(progress))
+    return agent.run(MergeOptions(exchange=exchange, subscriptions=subscriptions, **options))
+
+
+def status(topology: Topology) -> dict[str, Any]:
+    """``sparksync status --json``: every publication and subscription; ``ok`` False while anything needs care."""
+    return gather_status(topology)
+
+
+def history(topology: Topology, limit: int = LIMIT) -> dict[str, Any]:
+    """``sparksync history --json``: the agents' recent runs, newest first."""
+    return gather_history(topology, limit)
+
+
+def conflicts(topology: Topology, publication: str | None = None, article: str | None = None) -> list[dict[str, Any]]:
+    """``sparksync conflicts --json``: the conflicts resolved, with both versions."""
+    return list_conflicts(topology, publication, article)
+
+
+def failed_changes(topology: Topology, publication: str | None = None,
+                   article: str | None = None) -> list[dict[str, Any]]:
+    """``sparksync conflicts --failed --json``: the changes waiting at every replica to be tried again."""
+    return list_failed_changes(topology, publication, article)
+
+
+def resolve_conflict(topology: Topology, conflict_id: str, keep: str) -> dict[str, Any]:
+    """``sparksync conflicts --resolve ID --keep winner|loser``."""
+    return _resolve(topology, conflict_id, keep)
+
+
+def validate(topology: Topology, publication: str | None = None, subscriptions: list[str] | None = None, *,
+             checksum: bool = False, repair_rows: bool = False, spark: Any = None,
+             progress: Progress | None = None) -> ValidationReport:
+    """``sparksync validate``: each subscriber against its partition (row counts; ``checksum``: checksums and the
+    rows that differ, on Spark); ``repair_rows``: write them from the publisher (publisher wins)."""
+    report = _validate(topology, _spark(topology, spark), publication, subscriptions, checksum or repair_rows,
+                       _said(progress))
+    return _repair(topology, report, _said(progress)) if repair_rows and not report.ok else report
+
+
+def repair(topology: Topology, report: ValidationReport, *, progress: Progress | None = None) -> ValidationReport:
+    """``sparksync validate --repair``'s writing: the rows a checksum validation (``report``) found different,
+    written at each merge subscriber from the publisher (rows changed there since are left, in ``skipped``)."""
+    return _repair(topology, report, _said(progress))
+
+
+def reinit(topology: Topology, subscription: str, *, upload_first: bool = False, discard: bool = False,
+           spark: Any = None, progress: Progress | None = None) -> SetupSummary:
+    """``sparksync reinit``: re-create a subscriber from a snapshot (``upload_first``: its changes merged before;
+    ``discard``: its changes that cannot be uploaded are given up)."""
+    return reinitialize(topology, _spark(topology, spark), subscription, upload_first, discard, _said(progress))
+
+
+def cleanup(topology: Topology, publication: str | None = None, *, dry_run: bool = False,
+            progress: Progress | None = None) -> CleanupSummary:
+    """``sparksync cleanup``: the merge metadata that retention lets every replica forget."""
+    return _cleanup(topology, publication, dry_run, report=_said(progress))
+
+
+def logreader(topology: Topology, publications: list[str] | None = None, *, read_batch: int = READ_BATCH,
+              progress: Progress | None = None) -> list[LogReaderRun]:
+    """``sparksync logreader``: each transactional publication's committed transactions moved from the publisher's
+    log to the distribution database (whole transactions, ``read_batch`` changes a read)."""
+    return run_logreader(topology, publications, read_batch, _said(progress))
+
+
+def distribute(topology: Topology, subscriptions: list[str] | None = None, *, spark: Any = None,
+               progress: Progress | None = None) -> DistributeSummary:
+    """``sparksync distribute``: the queued commands delivered to the transactional subscriptions (or to
+    ``subscriptions``), exactly once, in commit order."""
+    return DistributionAgent(topology, _spark(topology, spark), _said(progress)).run(DistributeOptions(subscriptions))
+
+
+def token(topology: Topology, subscription: str, *, rotate: bool = False) -> str:
+    """``sparksync token``: a web subscription's device token (its only copy: the publisher keeps a hash)."""
+    topology.subscription(subscription)
+    with connect(topology.publisher_url, topology.publisher.name) as pub:
+        return tokens.create(pub, subscription, rotate=rotate)
+
+
+@contextlib.contextmanager
+def serving(topology: Topology, *, spark: Any = None, progress: Progress | None = None) -> Iterator[str]:
+    """The device endpoint of ``sparksync serve`` in a thread of this process while inside (an application, a
+    test): yields its URL. Needs the ``server`` extra."""
+    from sparksync.web.server.serve import serving as _serving
+
+    with _serving(topology, _said(progress), _spark(topology, spark) if spark is not None else None) as url:
+        yield url
+
+
+# -- the device's side --------------------------------------------------------------------------------------
+@dataclass
+class Device:
+    """A device database (a SQLite file path, or a ``sqlite:///`` / ``postgresql://`` URL) bound to its server
+    (``https://host:port``, or ``http://`` to a loopback address) and its web subscription, with the token the
+    operator made for it (``token``). Needs neither Spark nor the server extra."""
+
+    database: str
+    server: str
+    subscription: str
+    token: str = field(repr=False)
+    ca_file: str | None = None
+    generations_per_batch: int = 100
+    _thread: threading.Thread | None = field(default=None, init=False, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+
+    @property
+    def url(self) -> str:
+        db = self.database
+        if db.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            return db
+        return "sqlite:///" + str(Path(db).expanduser().resolve())
+
+    def sync(self, *, reinitialize: bool = False, upload_first: bool = False,
+             progress: Progress | None = None) -> MergeSummary:
+        """One sync: upload, then download (``sparksync sync``); ``reinitialize``: a new file from the snapshot,
+        the old one kept beside it (``upload_first``: its changes uploaded before)."""
+        return _sync(DeviceOptions(self.server, self.subscription, self.url, self.token, self.ca_file,
+                                   self.generations_per_batch, reinitialize, upload_first), _said(progress))
+
+    def start(self, interval: float = 60.0, on_sync: Callable[[MergeSummary], None] | None = None,
+              on_error: Callable[[SparksyncError], None] | None = None, max_backoff: float = 600.0) -> None:
+        """Sync in a thread of this process every ``interval`` seconds until ``stop()``: ``on_sync`` is called with
+        each finished sync's summary, ``on_error`` with what stopped a sync (after which the next one waits twice
+        as long, up to ``max_backoff``, until one succeeds)."""
+        if self._thread is not None and self._thread.is_alive():
+            raise RuntimeError(f"device {self.subscription} is already syncing in the background")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, args=(interval, on_sync, on_error, max_backoff),
+                                        name=f"sparksync device {self.subscription}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop syncing in the background: a sync in flight finishes first."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _loop(self, interval: float, on_sync, on_error, max_backoff: float) -> None:
+        wait = interval
+        while not self._stop.is_set():
+            try:
+                summary = self.sync()
+            except SparksyncError as e:
+                if on_error is not None:
+                    on_error(e)
+                wait = min(max(wait, interval) * 2, max_backoff)
+            else:
+                if on_sync is not None:
+                    on_sync(summary)
+                wait = interval
+            self._stop.wait(wait)
+
+
+# -- the publisher's side, as one object -------------------------------------------------------------------
+class Publisher:
+    """A topology's publisher, and what can be done to its replication (each method is the function of this
+    module of the same name): ``Publisher(topology)`` or ``Publisher("sparksync.toml")``; ``spark``: a
+    SparkSession for every job (default: one made from ``[spark]`` when first needed, kept for the next
+    calls); ``progress``: a callback of one line."""
+
+    def __init__(self, topology: Topology | str | Path | dict[str, Any], *, spark: Any = None,
+                 progress: Progress | None = None):
+        self.topology = topology if isinstance(topology, Topology) else load(topology)
+        self.progress = progress
+        self._spark = _spark(self.topology, spark)          # made once, when a job first needs it
+
+    def setup(self) -> SetupSummary:
+        return setup(self.topology, spark=self._spark, progress=self.progress)
+
+    def snapshot(self, publications: list[str] | None = None) -> dict[str, str]:
+        return snapshot(self.topology, publications, spark=self._spark, progress=self.progress)
+
+    def merge(self, subscriptions: list[str] | None = None, *, exchange: str = "both", **options: Any) -> MergeSummary:
+        return merge(self.topology, subscriptions, exchange=exchange, spark=self._spark, progress=self.progress,
+                     **options)
+
+    def status(self) -> dict[str, Any]:
+        return status(self.topology)
+
+    def history(self, limit: int = LIMIT) -> dict[str, Any]:
+        return history(self.topology, limit)
+
+    def conflicts(self, publication: str | None = None, article: str | None = None) -> list[dict[str, Any]]:
+        return conflicts(self.topology, publication, article)
+
+    def failed_changes(self, publication: str | None = None, article: str | None = None) -> list[dict[str, Any]]:
+        return failed_changes(self.topology, publication, article)
+
+    def resolve_conflict(self, conflict_id: str, keep: str) -> dict[str, Any]:
+        return resolve_conflict(self.topology, conflict_id, keep)
+
+    def validate(self, publication: str | None = None, subscriptions: list[str] | None = None, *,
+                 checksum: bool = False, repair_rows: bool = False) -> ValidationReport:
+        return validate(self.topology, publication, subscriptions, checksum=checksum, repair_rows=repair_rows,
+                        spark=self._spark, progress=self.progress)
+
+    def reinit(self, subscription: str, *, upload_first: bool = False, discard: bool = False) -> SetupSummary:
+        return reinit(self.topology, subscription, upload_first=upload_first, discard=discard, spark=self._spark,
+                      progress=self.progress)
+
+    def cleanup(self, publication: str | None = None, *, dry_run: bool = False) -> CleanupSummary:
+        return cleanup(self.topology, publication, dry_run=dry_run, progress=self.progress)
+
+    def logreader(self, publications: list[str] | None = None) -> list[LogReaderRun]:
+        return logreader(self.topology, publications, progress=self.progress)
+
+    def distribute(self, subscriptions: list[str] | None = None) -> DistributeSummary:
+        return distribute(self.topology, subscriptions, spark=self._spark, progress=self.progress)
+
+    def token(self, subscription: str, *, rotate: bool = False) -> str:
+        return token(self.topology, subscription, rotate=rotate)
+
+    def serving(self) -> contextlib.AbstractContextManager[str]:
+        return serving(self.topology, spark=self._spark, progress=self.progress)

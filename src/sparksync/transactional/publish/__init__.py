@@ -1,0 +1,1 @@
+"""Publishing transactional articles: the publication, its snapshot and initialized subscribers, schema changes."""

@@ -1,0 +1,1 @@
+"""Watching transactional publications: status (positions and backlogs) and tracer tokens."""

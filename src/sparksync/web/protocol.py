@@ -1,0 +1,298 @@
+"""The device endpoint's protocol, named once for both ends: its version, its routes, and every request and reply
+as a model (pydantic). The door (``web/server/app.py``) reads requests and writes replies with them, the device
+(``web/device/sync.py``) the other way round; ``python -m sparksync.web.protocol`` writes the protocol section of
+docs/web-sync.md from them (``tests/test_docs.py`` checks it is current). Change rows travel as Arrow frames
+(``web/wire.py``), not as JSON.
+
+A request is refused (400) when a field is missing, of another type (no string for a number, no boolean for a
+count) or out of range, naming the field; a field the model does not know is left out (a newer device's).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal, NamedTuple, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sparksync.errors import ProtocolError
+
+PROTOCOL = 2                   # the version of this protocol; a device that speaks an older one is refused (426)
+PROTOCOL_HEADER = "Sparksync-Protocol"
+MAX_GENERATION = 1 << 62       # the largest generation number a request may carry
+MAX_RETRIES = 10_000           # failed changes one request sends again (the rest at the next sync)
+
+
+class Route(NamedTuple):
+    method: str
+    path: str                  # a template: {name} is a path parameter
+
+    def url(self, **params: Any) -> str:
+        return self.path.format(**params)
+
+
+HEALTHZ = Route("GET", "/healthz")
+HELLO = Route("GET", "/v1/sync/hello")
+SNAPSHOT = Route("GET", "/v1/sync/snapshot")
+SNAPSHOT_FILE = Route("GET", "/v1/sync/snapshot/{snapshot_id}/{path}")
+INITIALIZE = Route("POST", "/v1/sync/initialize")
+INITIALIZED = Route("POST", "/v1/sync/initialized")
+RECOVER = Route("POST", "/v1/sync/recover")
+UPLOAD = Route("PUT", "/v1/sync/uploads/{lo}-{hi}")
+DOWNLOAD = Route("POST", "/v1/sync/download")
+ACK = Route("POST", "/v1/sync/download/ack")
+DONE = Route("POST", "/v1/sync/done")
+ROUTES = {"healthz": HEALTHZ, "hello": HELLO, "snapshot": SNAPSHOT, "snapshot_file": SNAPSHOT_FILE,
+          "initialize": INITIALIZE, "initialized": INITIALIZED, "recover": RECOVER, "upload": UPLOAD,
+          "download": DOWNLOAD, "ack": ACK, "done": DONE}
+
+Generation = int
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+
+def _generation(description: str) -> Any:
+    return Field(ge=0, le=MAX_GENERATION, description=description)
+
+
+class Hello(_Message):
+    """Reply to ``hello`` (and to ``initialize``, ``recover``): who the device is at the publisher."""
+
+    protocol: int = Field(description="the server's protocol version")
+    server_version: str
+    subscription: str
+    publication: str
+    pubid: str
+    publisher: str = Field(description="the publisher's name")
+    publisher_nickname: int
+    publisher_replica_id: str
+    status: Literal["active", "created"] = Field(description="created: the device initializes a file first")
+    subid: str
+    replica_id: str = Field(description="the device's replica identity at the publisher")
+    nickname: int = Field(description="the device's replica nickname")
+    priority: float | None
+    subscriber_type: int
+    host_name: str | None
+    login: str | None
+    partition_id: int | None
+    recgen: int | None = Field(description="the device's changes the publisher has, up to this generation")
+    sentgen: int | None = Field(description="the publisher's changes the device acknowledged, up to this generation")
+    schema_version: int
+    schema_changes: list[dict[str, Any]] = Field(description="the publication's schema changes, to replay")
+    failed: list[tuple[int, str]] = Field(description="[article nickname, rowguid] of the device's changes that "
+                                                      "failed at the publisher: sent again")
+    recoveries: list[tuple[int, int, int]] = Field(default_factory=list, description="[old nickname, sentgen, "
+                                                   "recgen] of the device's files recovered to this nickname")
+    max_request_bytes: int = Field(default=64 << 20, description="the largest request body, and the most an "
+                                                                 "upload may unpack to")
+    validate_: bool = Field(default=False, alias="validate", description="send the file's digests with done")
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=False, populate_by_name=True)
+
+
+class InitializedRequest(_Message):
+    """``initialized``: the device committed its initialization from snapshot ``snapshot_id``."""
+
+    snapshot_id: str = Field(max_length=200)
+    baseline: Generation = _generation("the device's generations up to this one are the snapshot's")
+    snapshot_generation: Generation = _generation("the publisher's generation the snapshot holds")
+
+
+class RecoverRequest(_Message):
+    """``recover``: the device's file is an older copy of itself (docs/web-sync.md)."""
+
+    nickname: int = Field(ge=0, lt=1 << 31, description="the file's replica nickname")
+    sentgen: Generation = _generation("what the file uploaded, by its own record")
+    recgen: Generation = _generation("what the file received, by its own record")
+
+
+class DownloadRequest(_Message):
+    """``download``: the publisher's changes for the device after its watermark."""
+
+    after: Generation = _generation("the device's watermark: the publisher's changes it has")
+    batch: int = Field(default=100, ge=1, le=10_000, description="generations per batch")
+    failed: list[tuple[int, str]] = Field(default_factory=list, max_length=MAX_RETRIES,
+                                          description="[article nickname, rowguid] of the publisher's changes that "
+                                                      "failed at the device: read again for it")
+    keyset: bool = Field(default=False, description="a generation bigger than a batch is taken in parts cut by key")
+
+    @field_validator("failed")
+    @classmethod
+    def _failed(cls, v: list[tuple[int, str]]) -> list[tuple[int, str]]:
+        for nick, guid in v:
+            if not 0 < nick < 1 << 31 or len(guid) > 64:
+                raise ValueError("[article nickname, rowguid] pairs")
+            uuid.UUID(guid)
+        return v
+
+
+class AckRequest(_Message):
+    """``download/ack``: the device applied the download up to generation ``hi``."""
+
+    hi: Generation = _generation("the last generation applied")
+
+
+class Counts(_Message):
+    """What one direction of a sync did at its destination."""
+
+    inserts: int = Field(default=0, ge=0, lt=1 << 40)
+    updates: int = Field(default=0, ge=0, lt=1 << 40)
+    deletes: int = Field(default=0, ge=0, lt=1 << 40)
+    conflicts: int = Field(default=0, ge=0, lt=1 << 40)
+    retries: int = Field(default=0, ge=0, lt=1 << 40)
+    failed: int = Field(default=0, ge=0, lt=1 << 40)
+
+
+class Digests(_Message):
+    """What the device holds, when ``hello`` asked: each article's [rows, checksum] (``merge/maintenance/digest``),
+    or only that changes are pending at the device."""
+
+    pending: bool
+    articles: dict[str, tuple[int, str]] = Field(default_factory=dict, max_length=10_000)
+
+    @field_validator("articles")
+    @classmethod
+    def _articles(cls, v: dict[str, tuple[int, str]]) -> dict[str, tuple[int, str]]:
+        for rows, checksum in v.values():
+            if rows < 0 or not (checksum.isdigit() and len(checksum) <= 20):
+                raise ValueError("each article's [rows, checksum] is a count and a decimal checksum")
+        return v
+
+
+class DoneRequest(_Message):
+    """``done``: the device's sync ended (what it says of itself: the door keeps what it saw, ``ledger.py``)."""
+
+    seconds: float = Field(ge=0, lt=86_400 * 365)
+    errors: list[str] = Field(default_factory=list, max_length=100)
+    upload: Counts = Field(default_factory=Counts)
+    download: Counts = Field(default_factory=Counts)
+    validation: Digests | None = None
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    @field_validator("seconds", mode="before")
+    @classmethod
+    def _seconds(cls, v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError("a duration in seconds")
+        return float(v)
+
+
+class Verdict(_Message):
+    result: Literal["passed", "failed", "inconclusive"]
+    message: str = ""
+
+
+class DoneReply(_Message):
+    recorded: bool
+    validation: Verdict | None = None
+
+
+class AckReply(_Message):
+    sentgen: int
+
+
+class InitializedReply(_Message):
+    status: Literal["active"]
+
+
+class UploadConflictReply(_Message):
+    article: str
+    rowguid: str
+    type: int
+    reason: str
+    winner: str
+
+
+class UploadReply(_Message):
+    """Reply to an upload of generations (lo, hi]: what the publisher applied (the same upload again gets the
+    same reply)."""
+
+    lo: int
+    hi: int
+    status: str
+    message: str
+    refused: int = Field(description="changes to rows not in the device's partition, refused")
+    stats: dict[str, dict[str, int | float]] = Field(description="per article: inserts, updates, deletes, conflicts, "
+                                                           "retries, failed, skipped, removed, seconds")
+    conflicts: list[UploadConflictReply]
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=False)
+
+
+class Problem(_Message):
+    """Every refusal and failure (application/problem+json)."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str | None = None
+    expected_lo: int | None = Field(default=None, description="409 on an upload: the generation to upload from")
+
+
+REQUESTS: dict[str, type[_Message] | None] = {
+    "hello": None, "snapshot": None, "snapshot_file": None, "initialize": None, "initialized": InitializedRequest,
+    "recover": RecoverRequest, "upload": None, "download": DownloadRequest, "ack": AckRequest, "done": DoneRequest}
+REPLIES: dict[str, type[_Message] | None] = {
+    "hello": Hello, "snapshot": None, "snapshot_file": None, "initialize": Hello, "initialized": InitializedReply,
+    "recover": Hello, "upload": UploadReply, "download": None, "ack": AckReply, "done": DoneReply}
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse(model: type[M], body: bytes | str, what: str) -> M:
+    """``body`` (JSON text) as ``model``, or ``ProtocolError`` naming the first field that is wrong."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(x) for x in err["loc"]) or "the body"
+        raise ProtocolError(f"{what}: {field}: {err['msg']}", obj=field) from None
+
+
+# -- the protocol section of docs/web-sync.md -----------------------------------------------------------------
+BEGIN = "<!-- BEGIN GENERATED: python -m sparksync.web.protocol -->"
+END = "<!-- END GENERATED -->"
+
+
+def render_protocol() -> str:
+    """The routes and the models as markdown: what the generated block of docs/web-sync.md holds."""
+    lines = [f"Protocol version {PROTOCOL} (header `{PROTOCOL_HEADER}`). Every request but `/healthz` carries "
+             "`Authorization: Bearer <token>`.", "", "| route | request | reply |", "|---|---|---|"]
+    for name, route in ROUTES.items():
+        req, rep = REQUESTS.get(name), REPLIES.get(name)
+        body = {"upload": "an Arrow frame (`web/wire.py`)"}.get(name, f"`{req.__name__}`" if req else "-")
+        reply = {"download": "Arrow frames", "snapshot": "the partition's manifest (JSON)",
+                 "snapshot_file": "a Parquet file (Range requests resume)", "healthz": "`{status, version, protocol}`"
+                 }.get(name, f"`{rep.__name__}`" if rep else "-")
+        lines.append(f"| `{route.method} {route.path}` | {body} | {reply} |")
+    models: list[type[BaseModel]] = [InitializedRequest, RecoverRequest, DownloadRequest, AckRequest, DoneRequest,
+                                     Counts, Digests, Hello, UploadReply, UploadConflictReply, DoneReply, Verdict,
+                                     AckReply, InitializedReply, Problem]
+    for model in models:
+        doc = " ".join((model.__doc__ or "").split()).replace("``", "`")
+        lines += ["", f"**`{model.__name__}`**: {doc}".rstrip(": "), ""]
+        for fname, f in model.model_fields.items():
+            key = f.alias or fname
+            kind = str(f.annotation).replace("typing.", "").replace("sparksync.web.protocol.", "") \
+                .replace("<class '", "").replace("'>", "")
+            optional = "" if f.is_required() else " (optional)"
+            lines.append(f"- `{key}`: {kind}{optional}" + (f" — {f.description}" if f.description else ""))
+    return "\n".join(lines)
+
+
+def with_protocol(doc: str) -> str:
+    start, end = doc.index(BEGIN) + len(BEGIN), doc.index(END)
+    return doc[:start] + "\n" + render_protocol() + "\n" + doc[end:]
+
+
+if __name__ == "__main__":          # pragma: no cover - a maintenance command
+    from pathlib import Path
+
+    from sparksync.web import protocol  # the models by their own module's name, not __main__'s
+
+    path = Path(__file__).resolve().parents[3] / "docs" / "web-sync.md"
+    path.write_text(protocol.with_protocol(path.read_text(encoding="utf-8")), encoding="utf-8")
