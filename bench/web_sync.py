@@ -39,12 +39,12 @@ import httpx
 from results import Result
 
 from sparksync.dialects import connect
+from sparksync.merge.session.remote.frames import read_changes
 from sparksync.provision import setup
 from sparksync.spark.session import spark_session
 from sparksync.topology import load_config
 from sparksync.web import tokens
 from sparksync.web.protocol import PROTOCOL
-from sparksync.web.wire import read_changes
 
 PG = os.environ.get("SPARKSYNC_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 EXE = str(Path(sys.executable).with_name("sparksync"))

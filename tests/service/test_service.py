@@ -26,9 +26,9 @@ from sparksync.dialects import connect
 from sparksync.monitor.app import make_monitor_app
 from sparksync.monitor.rollup import cadences_of, roll_up
 from sparksync.monitor.watch import NoAgents, Watch
-from sparksync.service.process import _start, _uvicorn
 from sparksync.topology import load_config
 from sparksync.web import tokens
+from sparksync.web.listener import Listener
 from tests.support.config import toml
 from tests.support.service import Service, Webhook, break_replica, repair_replica, service_config, sql, wait_until
 from tests.support.web import free_port
@@ -63,8 +63,9 @@ def quiet(service_demo):
     urls = []
     for token in (None, OPERATOR_TOKEN):
         port = free_port()
-        server = _uvicorn(make_monitor_app(topology, NoAgents(), None, token), "127.0.0.1", port)
-        _start("test monitor", server, "monitor")
+        listener = Listener(make_monitor_app(topology, NoAgents(), None, token), "127.0.0.1", port, "monitor")
+        listener.start("test monitor")
+        server = listener.server
         servers.append(server)
         urls.append(f"http://127.0.0.1:{port}")
     yield cfg, urls[0], urls[1]
@@ -183,8 +184,9 @@ def test_no_password_or_token_in_any_page_document_metric_or_alert(service_demo)
     watch.evaluate()
     assert {a["alert"] for a in watch.active()} == {"latency"}, watch.active()
     port = free_port()
-    server = _uvicorn(make_monitor_app(topology, NoAgents(), watch, OPERATOR_TOKEN), "127.0.0.1", port)
-    _start("secrets monitor", server, "monitor")
+    listener = Listener(make_monitor_app(topology, NoAgents(), watch, OPERATOR_TOKEN), "127.0.0.1", port, "monitor")
+    listener.start("secrets monitor")
+    server = listener.server
     try:
         headers = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
         texts = [json.dumps(watch.active())]
@@ -214,8 +216,9 @@ def test_an_unreachable_publisher_is_said_on_the_page_the_api_and_as_an_alert(se
     assert alert["alert"] == "error" and alert["publication"] == "HQ" and "cannot read" in alert["message"]
     assert "hunter2" not in json.dumps(alert)
     port = free_port()
-    server = _uvicorn(make_monitor_app(topology, NoAgents(), watch, None), "127.0.0.1", port)
-    _start("unreachable monitor", server, "monitor")
+    listener = Listener(make_monitor_app(topology, NoAgents(), watch, None), "127.0.0.1", port, "monitor")
+    listener.start("unreachable monitor")
+    server = listener.server
     try:
         page = httpx.get(f"http://127.0.0.1:{port}/", timeout=30)
         assert page.status_code == 503 and page.headers["content-type"].startswith("text/html")

@@ -122,11 +122,11 @@ def upload_body(world: WebWorld, name: str) -> tuple[int, int, bytes]:
     changes of its closed generations after the publisher's watermark of it, as the wire format."""
     from sparksync.merge.session.enumeration import change_reads
     from sparksync.merge.session.in_driver import read_changes
+    from sparksync.merge.session.remote.frames import write_changes
     from sparksync.merge.tracking.articles import published_articles
     from sparksync.merge.tracking.generations import enumeration_bound, make_generation
     from sparksync.metadata import store
     from sparksync.web.device.sync import DEVICE_LEVEL
-    from sparksync.web.wire import write_changes
 
     url = world.device_url(name)
     with connect(world.pub_url) as pub:

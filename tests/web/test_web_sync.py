@@ -20,13 +20,13 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.remote.frames import HEADER, MAGIC, META, change_schema, read_frames, wire_schema, write_changes
 from sparksync.merge.tracking import pending
 from sparksync.metadata import store
 from sparksync.metadata.records import Role, SubscriptionRow
 from sparksync.web import tokens
 from sparksync.web.device.sync import DeviceOptions, sync
 from sparksync.web.protocol import PROTOCOL
-from sparksync.web.wire import HEADER, MAGIC, META, change_schema, read_frames, wire_schema, write_changes
 from tests.support.clients import shell
 from tests.support.databases import databases
 from tests.support.upgrade import downgrade
@@ -204,9 +204,9 @@ def test_a_partitions_changes_are_read_once_and_sent_as_the_same_bytes_to_each_o
 def test_a_round_written_by_spark_holds_what_the_server_writes_itself(world, spark, tmp_path):
     """A big round is one Spark job (a task per group of partitions); a small one is read in the server's
     process: the segments are the same, row for row."""
+    from sparksync.merge.session.remote.frames import read_frames
     from sparksync.web.server.door import Door
     from sparksync.web.server.feed import Feed
-    from sparksync.web.wire import read_frames
 
     shop = world.topology.publication("Shop")
     said: list[str] = []

@@ -2,7 +2,7 @@
 as a model (pydantic). The door (``web/server/app.py``) reads requests and writes replies with them, the device
 (``web/device/sync.py``) the other way round; ``python -m sparksync.web.protocol`` writes the protocol section of
 docs/web-sync.md from them (``tests/test_docs.py`` checks it is current). Change rows travel as Arrow frames
-(``web/wire.py``), not as JSON.
+(``merge/session/remote/frames.py``), not as JSON.
 
 A request is refused (400) when a field is missing, of another type (no string for a number, no boolean for a
 count) or out of range, naming the field; a field the model does not know is left out (a newer device's).
@@ -118,14 +118,23 @@ class DownloadRequest(_Message):
                                                       "failed at the device: read again for it")
     keyset: bool = Field(default=False, description="a generation bigger than a batch is taken in parts cut by key")
 
-    @field_validator("failed")
+    @field_validator("failed", mode="before")
     @classmethod
-    def _failed(cls, v: list[tuple[int, str]]) -> list[tuple[int, str]]:
-        for nick, guid in v:
-            if not 0 < nick < 1 << 31 or len(guid) > 64:
-                raise ValueError("[article nickname, rowguid] pairs")
-            uuid.UUID(guid)
-        return v
+    def _failed(cls, v: Any) -> Any:
+        """Anything but a list of at most ``MAX_RETRIES`` [article nickname, rowguid] pairs is refused whole,
+        with one message saying what the field holds."""
+        shape = f"a list of at most {MAX_RETRIES} [article nickname, rowguid] pairs"
+        if not isinstance(v, list) or len(v) > MAX_RETRIES:
+            raise ValueError(shape)
+        for pair in v:
+            if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and type(pair[0]) is int
+                    and isinstance(pair[1], str) and 0 < pair[0] < 1 << 31 and len(pair[1]) <= 64):
+                raise ValueError(shape)
+            try:
+                uuid.UUID(pair[1])
+            except ValueError:
+                raise ValueError(shape) from None
+        return [(nick, guid) for nick, guid in v]
 
 
 class AckRequest(_Message):
@@ -250,7 +259,8 @@ def parse(model: type[M], body: bytes | str, what: str) -> M:
     except ValidationError as e:
         err = e.errors()[0]
         field = ".".join(str(x) for x in err["loc"]) or "the body"
-        raise ProtocolError(f"{what}: {field}: {err['msg']}", obj=field) from None
+        said = str(err["ctx"]["error"]) if err["type"] == "value_error" else err["msg"]    # a validator's own words
+        raise ProtocolError(f"{what}: {field}: {said}", obj=field) from None
 
 
 # -- the protocol section of docs/web-sync.md -----------------------------------------------------------------
@@ -264,7 +274,7 @@ def render_protocol() -> str:
              "`Authorization: Bearer <token>`.", "", "| route | request | reply |", "|---|---|---|"]
     for name, route in ROUTES.items():
         req, rep = REQUESTS.get(name), REPLIES.get(name)
-        body = {"upload": "an Arrow frame (`web/wire.py`)"}.get(name, f"`{req.__name__}`" if req else "-")
+        body = {"upload": "an Arrow frame (`merge/session/remote/frames.py`)"}.get(name, f"`{req.__name__}`" if req else "-")
         reply = {"download": "Arrow frames", "snapshot": "the partition's manifest (JSON)",
                  "snapshot_file": "a Parquet file (Range requests resume)", "healthz": "`{status, version, protocol}`"
                  }.get(name, f"`{rep.__name__}`" if rep else "-")

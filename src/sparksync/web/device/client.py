@@ -35,9 +35,9 @@ from sparksync.errors import (
     TlsError,
     Unauthorized,
 )
+from sparksync.merge.session.remote.frames import MEDIA_ARROW
 from sparksync.web.addresses import is_loopback
 from sparksync.web.protocol import PROTOCOL, PROTOCOL_HEADER, Route
-from sparksync.web.wire import MEDIA_ARROW
 
 M = TypeVar("M", bound=BaseModel)
 TOKEN_ENV = "SPARKSYNC_TOKEN"

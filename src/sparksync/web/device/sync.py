@@ -35,6 +35,7 @@ from sparksync.merge.session.context import subscriber_half
 from sparksync.merge.session.enumeration import change_reads, make_batches, retries_of
 from sparksync.merge.session.in_driver import read_changes
 from sparksync.merge.session.plan import BatchInfo
+from sparksync.merge.session.remote.frames import change_schema, read_frames, write_changes
 from sparksync.merge.session.summary import DirectionStats, MergeSummary, SubscriptionSession
 from sparksync.merge.snapshot.initialize import SubscriberInit, initialize_subscriber
 from sparksync.merge.tracking.articles import published_articles
@@ -70,7 +71,6 @@ from sparksync.web.protocol import (
     RecoverRequest,
     UploadReply,
 )
-from sparksync.web.wire import change_schema, read_frames, write_changes
 
 PER_BATCH = 100                   # generations per upload request and per download batch
 DEVICE_LEVEL = 1000               # a device's generation of more changes is renumbered into ones of this many,

@@ -51,6 +51,7 @@ from sparksync.errors import (
     SparksyncError,
     Unauthorized,
 )
+from sparksync.merge.session.remote.frames import MEDIA_ARROW
 from sparksync.redaction import redact
 from sparksync.web import listener
 from sparksync.web.protocol import (
@@ -67,7 +68,6 @@ from sparksync.web.protocol import (
 )
 from sparksync.web.protocol import Route as ProtocolRoute
 from sparksync.web.server.door import Device, Door, UploadConflict
-from sparksync.web.wire import MEDIA_ARROW
 
 log = logging.getLogger("sparksync.serve")
 

@@ -41,6 +41,7 @@ from sparksync.merge.publish.schema_changes import pending
 from sparksync.merge.session.changes import ALL_PARTITIONS, RETRY_GENERATION
 from sparksync.merge.session.context import BatchOutcome, publisher_half, upload_batch
 from sparksync.merge.session.enumeration import min_watermark
+from sparksync.merge.session.remote.frames import UploadArticle, check_upload, read_changes, write_changes
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import make_generation
 from sparksync.merge.tracking.pending import reading_closed
@@ -72,7 +73,6 @@ from sparksync.web.server.partitioned import device_snapshot
 from sparksync.web.server.recovery import recover_file
 from sparksync.web.server.trust import foreign_rows, log_refused, without
 from sparksync.web.server.validated import validate_device, validation_due
-from sparksync.web.wire import UploadArticle, check_upload, read_changes, write_changes
 
 
 class UploadConflict(ProtocolError):

@@ -5,7 +5,7 @@ After a round (``door.Door.round``) has closed the publisher's generation and ev
 feed takes the generations after its head up to the new bound (at most the last evaluated one) and makes
 one *segment* of them: the unfiltered articles' changes read once for every device, each web partition's
 changes — and the rows that left it — read once for its devices, each written as one wire frame
-(``web/wire.py``) under ``[server] feed_dir``. Small rounds are read and written in this process; a round
+(``merge/session/remote/frames.py``) under ``[server] feed_dir``. Small rounds are read and written in this process; a round
 of more than ``[spark] driver_round_changes`` changes is one Spark job, a task per group of partitions
 (``spark.reads.per_task``), so the work that grows with the number of devices runs in bulk, in Spark.
 
@@ -40,6 +40,7 @@ from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.session.changes import ALL_PARTITIONS, READ_ERROR_GENERATION
 from sparksync.merge.session.enumeration import PartitionRead, change_reads, removal_reads
 from sparksync.merge.session.in_driver import estimated_changes, read_changes
+from sparksync.merge.session.remote.frames import write_changes
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import enumeration_bound, generation_rows
 from sparksync.metadata import store
@@ -47,7 +48,6 @@ from sparksync.metadata.records import ArticleRow, PublicationRow, Role, Subscri
 from sparksync.progress import Reporter, silent
 from sparksync.result_rows import result_arrow_schema
 from sparksync.spark.reads import ReadPartition, per_task
-from sparksync.web.wire import write_changes
 
 MAX_SEGMENTS = 4096           # segments kept per publication (a device behind the oldest is read for itself)
 WRITTEN = "partition_id INT, path STRING, rows BIGINT, bytes BIGINT"     # a Spark task's result rows
