@@ -266,6 +266,18 @@ class RequestTooLarge(ProtocolError):
     code = "request_too_large"
 
 
+class UploadConflict(ProtocolError):
+    """A remote subscriber's upload whose generations were applied before from another body, or that do not
+    follow what the publisher has of them (``expected_lo``: where the publisher has them up to): refused,
+    nothing applied."""
+
+    code = "upload_conflict"
+
+    def __init__(self, message: str, expected_lo: int | None = None, *, obj: str | None = None):
+        super().__init__(message, obj=obj)
+        self.expected_lo = expected_lo
+
+
 class ServerBusy(Transient, SparksyncError):
     """The server works on as many requests as it takes at once: try again after ``retry_after`` seconds."""
 

@@ -123,10 +123,10 @@ def upload_body(world: WebWorld, name: str) -> tuple[int, int, bytes]:
     from sparksync.merge.session.enumeration import change_reads
     from sparksync.merge.session.in_driver import read_changes
     from sparksync.merge.session.remote.frames import write_changes
+    from sparksync.merge.session.remote.subscriber import DEVICE_LEVEL
     from sparksync.merge.tracking.articles import published_articles
     from sparksync.merge.tracking.generations import enumeration_bound, make_generation
     from sparksync.metadata import store
-    from sparksync.web.device.sync import DEVICE_LEVEL
 
     url = world.device_url(name)
     with connect(world.pub_url) as pub:

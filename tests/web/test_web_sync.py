@@ -204,9 +204,9 @@ def test_a_partitions_changes_are_read_once_and_sent_as_the_same_bytes_to_each_o
 def test_a_round_written_by_spark_holds_what_the_server_writes_itself(world, spark, tmp_path):
     """A big round is one Spark job (a task per group of partitions); a small one is read in the server's
     process: the segments are the same, row for row."""
+    from sparksync.merge.session.remote.feed import Feed
     from sparksync.merge.session.remote.frames import read_frames
     from sparksync.web.server.door import Door
-    from sparksync.web.server.feed import Feed
 
     shop = world.topology.publication("Shop")
     said: list[str] = []
@@ -239,8 +239,8 @@ def test_a_feed_that_cannot_be_written_is_refused_at_start_and_never_stalls_a_do
     full or broken disk) stops the feed of that publication, so downloads are read for each device instead
     of ending at a head that no longer moves; the next round starts it again."""
     from sparksync.errors import ConfigurationError
+    from sparksync.merge.session.remote.feed import Feed
     from sparksync.web.server.door import Door
-    from sparksync.web.server.feed import Feed
 
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")

@@ -25,6 +25,7 @@ import pytest
 from sparksync import failpoints as fp
 from sparksync.dialects import connect
 from sparksync.errors import SparksyncError
+from sparksync.merge.session.remote.feed import ECHO_LIMIT
 from sparksync.merge.session.remote.frames import HEADER, MAGIC, META, change_schema, read_frames, write_changes
 from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking import pending
@@ -32,7 +33,6 @@ from sparksync.metadata import store
 from sparksync.metadata.records import Role, SubscriptionRow
 from sparksync.web.device.sync import DeviceOptions, sync
 from sparksync.web.protocol import PROTOCOL
-from sparksync.web.server.feed import ECHO_LIMIT
 from tests.support.clients import shell
 from tests.support.databases import databases
 from tests.support.web import EXE, Server, WebWorld, upload_body

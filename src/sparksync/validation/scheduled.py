@@ -1,5 +1,6 @@
 """Validation on a schedule: ``sparksync serve`` validates each direct subscription of a merge publication on
-its ``validate_schedule`` (a device is validated at its sync, by the door: ``web/server/door.py``).
+its ``validate_schedule`` (a device is validated at its sync, by the door:
+``merge/session/remote/validated.py``).
 
 Each subscription's digests (``merge.maintenance.digest``: every article's row count and checksum, read in
 ``serve``'s process) against the publisher's of its partition, recorded (``merge.maintenance.validations``):

@@ -50,6 +50,7 @@ from sparksync.errors import (
     SnapshotError,
     SparksyncError,
     Unauthorized,
+    UploadConflict,
 )
 from sparksync.merge.session.remote.frames import MEDIA_ARROW
 from sparksync.redaction import redact
@@ -67,7 +68,7 @@ from sparksync.web.protocol import (
     parse,
 )
 from sparksync.web.protocol import Route as ProtocolRoute
-from sparksync.web.server.door import Device, Door, UploadConflict
+from sparksync.web.server.door import Device, Door
 
 log = logging.getLogger("sparksync.serve")
 

@@ -1,18 +1,21 @@
-"""The web door's work, without HTTP: what a device may ask of the publisher, each answer bounded.
+"""The web door's work, without HTTP: what a device may ask of the publisher, each answer bounded. The
+replication is the publisher's half of the device's merge session (``merge/session/remote/``:
+``publisher.PublisherHalf``, ``downloads.py``, ``feed.py``, ``recovery.py``, ``validated.py``); this is its
+orchestration for one request at a time.
 
 * ``hello``: who the device is at the publisher (its registration, watermarks, the protocol).
 * ``snapshot`` / ``snapshot_file``: its partition of the current snapshot (``web/server/partitioned.py``).
 * ``initialized``: the device loaded it; its registration turns active with the snapshot's watermarks.
-* ``upload``: one range of the device's closed generations, applied at the publisher with the merge
-  agent's apply (``merge.apply.batch.apply_batch``) in one transaction with its watermark and the reply
-  (``MSweb_uploads``): the same upload again gets that reply, the same range with another body is refused.
+* ``upload``: one range of the device's closed generations, applied at the publisher
+  (``PublisherHalf.apply_upload``) in one transaction with its watermark and the reply: the same upload again
+  gets that reply, the same range with another body is refused.
 * ``download``: the publisher's changes for the device's partition after the device's watermark, as
-  generation batches the device applies with the same apply code (``web/device/sync.py``); ``ack``
-  records what it applied.
+  generation batches the device applies with the same apply code (``merge/session/remote/subscriber.py``);
+  ``ack`` records what it applied.
 
-Every decision is made here: conflicts and resolvers at the upload, partition membership in the reads.
-Publication-wide work (closing the publisher's generation, evaluating partitions) is a *round*, shared by
-the requests that wait for it, and skipped (not waited for) while a merge agent holds the publication.
+Every decision is made at the publisher: conflicts and resolvers at the upload, partition membership in the
+reads. Publication-wide work (closing the publisher's generation, evaluating partitions) is a *round*, shared
+by the requests that wait for it, and skipped (not waited for) while a merge agent holds the publication.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -31,27 +33,18 @@ from sparksync import __version__, failpoints, locks
 from sparksync.config import PublicationConfig, SubscriptionConfig, Topology
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
-from sparksync.errors import NotInitialized, ProtocolError, SnapshotError, SparksyncError, Unauthorized
-from sparksync.merge.conflicts.model import ConflictType
-from sparksync.merge.conflicts.resolvers import check_resolvers
-from sparksync.merge.maintenance import validations
-from sparksync.merge.partitions.evaluation import evaluate, evaluated_at_sync, partitions
-from sparksync.merge.partitions.scheme import scheme_of
-from sparksync.merge.publish.schema_changes import pending
-from sparksync.merge.session.changes import ALL_PARTITIONS, RETRY_GENERATION
-from sparksync.merge.session.context import BatchOutcome, publisher_half, upload_batch
-from sparksync.merge.session.enumeration import min_watermark
-from sparksync.merge.session.remote.frames import UploadArticle, check_upload, read_changes, write_changes
-from sparksync.merge.tracking.articles import published_articles
-from sparksync.merge.tracking.generations import make_generation
-from sparksync.merge.tracking.pending import reading_closed
-from sparksync.merge.tracking.tracked import tracked_article
+from sparksync.errors import ProtocolError, SnapshotError, SparksyncError, Unauthorized, UploadConflict
+from sparksync.merge.session.remote.downloads import DownloadPlan, plan_download, read_download
+from sparksync.merge.session.remote.feed import Feed
+from sparksync.merge.session.remote.frames import read_changes, write_changes
+from sparksync.merge.session.remote.publisher import PublisherHalf, ReceivedUpload
+from sparksync.merge.session.remote.recovery import recover_file, recoveries
+from sparksync.merge.session.remote.validated import FAILED, Validation, validate_device, validation_due
 from sparksync.metadata import store
-from sparksync.metadata.records import ArticleRow, FailedChangeRow, PublicationRow, Role, SubscriptionRow, SubscriptionStatus
+from sparksync.metadata.records import FailedChangeRow, PublicationRow, SubscriptionRow, SubscriptionStatus
 from sparksync.progress import Reporter, silent
 from sparksync.redaction import redact
 from sparksync.retry import with_retries
-from sparksync.rows import RowCodec
 from sparksync.snapshot.manifest import current_snapshot
 from sparksync.web import tokens
 from sparksync.web.protocol import (
@@ -66,23 +59,8 @@ from sparksync.web.protocol import (
     UploadReply,
     Verdict,
 )
-from sparksync.web.server.downloads import DownloadPlan, plan_download, read_download
-from sparksync.web.server.feed import Feed
 from sparksync.web.server.ledger import Ledger, session_row
 from sparksync.web.server.partitioned import device_snapshot
-from sparksync.web.server.recovery import recover_file
-from sparksync.web.server.trust import foreign_rows, log_refused, without
-from sparksync.web.server.validated import validate_device, validation_due
-
-
-class UploadConflict(ProtocolError):
-    """The upload's generations were applied from another body, or do not follow what the publisher has."""
-
-    code = "upload_conflict"
-
-    def __init__(self, message: str, expected_lo: int | None = None, *, obj: str | None = None):
-        super().__init__(message, obj=obj)
-        self.expected_lo = expected_lo
 
 
 @dataclass(frozen=True)
@@ -106,6 +84,7 @@ class Door:
         self.feed = feed
         self.max_request = int(topology.server.max_request_mb * 1024 * 1024)   # what an upload may unpack to
         self.ledger = Ledger()
+        self.half = PublisherHalf(topology, MAX_RETRIES)
         self._rounds: dict[str, float] = {}
         self._round_lock = threading.Lock()
         self._snapshot_lock = threading.Lock()
@@ -137,7 +116,7 @@ class Door:
                 tokens.install(pub)
         for pubcfg in self.topology.publications_of_kind("merge"):
             if self.topology.web_subscriptions_of(pubcfg.name):
-                check_resolvers(self.topology, pubcfg)
+                self.half.check(pubcfg)
 
     # -- who ------------------------------------------------------------------------------------
     def authenticate(self, token: str | None) -> Device:
@@ -149,13 +128,7 @@ class Door:
         return Device(s, self.topology.publication(s.publication))
 
     def _registration(self, pub: Replica, device: Device) -> tuple[PublicationRow, SubscriptionRow]:
-        prow = store.select_one(pub, PublicationRow, {"name": device.publication.name})
-        reg = store.select_one(pub, SubscriptionRow, {"pubid": prow.pubid, "name": device.name,
-                                                       "role": Role.SUBSCRIBER}) if prow else None
-        if prow is None or reg is None:
-            raise NotInitialized(f"subscription {device.name} is not registered at the publisher; the operator runs "
-                                 "'sparksync setup'", obj=device.name)
-        return prow, reg
+        return self.half.registration(pub, device.publication.name, device.name)
 
     def hello(self, device: Device) -> Hello:
         with self.publisher() as pub:
@@ -164,10 +137,6 @@ class Door:
     def _hello(self, pub: Replica, device: Device) -> Hello:
         prow, reg = self._registration(pub, device)
         ident = store.replica_identity(pub)
-        changes = pending(pub, prow.pubid, 0)
-        failed = _failed_from(pub, reg.replnickname)
-        recoveries = [[r["old_nickname"], r["sentgen"], r["recgen"]] for r in store.select_rows(
-            pub, "MSweb_recoveries", {"subscription": device.name, "new_nickname": reg.replnickname})]
         assert ident is not None             # a publisher set up (require_metadata at start)
         return Hello.model_validate({
             "protocol": PROTOCOL, "server_version": __version__, "subscription": device.name,
@@ -177,9 +146,10 @@ class Door:
             "nickname": reg.replnickname, "priority": reg.priority, "subscriber_type": int(reg.subscriber_type),
             "host_name": reg.host_name, "login": reg.login, "partition_id": reg.partition_id,
             "recgen": reg.recgen, "sentgen": reg.sentgen, "schema_version": prow.schema_version or 0,
-            "schema_changes": json.loads(json.dumps(changes, default=str)),
-            "failed": failed,        # the device's changes that failed here: it sends them again
-            "recoveries": recoveries,    # [old nickname, sentgen, recgen] of the files recovered to this nickname
+            "schema_changes": self.half.schema_changes(pub, prow.pubid),
+            "failed": self.half.failed_changes(pub, reg.replnickname),   # failed here: the device sends them again
+            # [old nickname, sentgen, recgen] of the files recovered to this nickname
+            "recoveries": recoveries(pub, device.name, reg.replnickname),
             "max_request_bytes": self.max_request,
             "validate": validation_due(pub, device.publication, prow.pubid, device.name),  # digests with done
         })
@@ -259,67 +229,13 @@ class Door:
         if not 0 <= lo <= hi:
             raise ProtocolError(f"{what}: not a generation range", obj=device.name)
         digest = hashlib.sha256(body).hexdigest()
-        table, _ = read_changes(body, what, self.max_request)
+        rows, _ = read_changes(body, what, self.max_request)
+        upload = ReceivedUpload(device.name, lo, hi, rows, digest, what)
         with self.publisher() as pub:
-            reply = with_retries(functools.partial(self._apply_upload, pub, device, lo, hi, digest, table, what),
+            reply = with_retries(functools.partial(self.half.apply_upload, pub, device.publication, upload),
                                  connections=[pub])
         self.ledger.seen(device.name).uploaded(reply)
         return UploadReply.model_validate(reply)
-
-    def _apply_upload(self, pub: Replica, device: Device, lo: int, hi: int, digest: str, table, what: str) -> dict:
-        """One try of an upload, in one transaction (a deadlock with another writer rolls it back whole: it is
-        tried again)."""
-        with pub.transaction():
-            prow, reg = self._registration(pub, device)
-            if not reg.active:
-                raise NotInitialized(f"subscription {device.name} is not initialized yet", obj=device.name)
-            # one upload of a subscription at a time, whatever process serves it
-            locked = pub.query_one(f"SELECT recgen FROM {pub.meta('sysmergesubscriptions')} WHERE subid = "
-                                   f"{pub.dialect.uuid_param()}{pub.dialect.row_lock_clause()}", [reg.subid])
-            prior = store.select_rows(pub, "MSweb_uploads", {"subscription": device.name, "lo": lo, "hi": hi})
-            if prior:
-                if prior[0]["digest"] != digest:
-                    raise UploadConflict(f"{what}: these generations were uploaded before with other changes; "
-                                         "nothing was applied", obj=device.name)
-                reply = prior[0]["reply"]
-                return json.loads(reply) if isinstance(reply, str) else reply
-            have = int((locked[0] if locked else None) or 0)
-            if lo > have:
-                raise UploadConflict(f"{what}: the publisher has this device's changes up to generation {have}; "
-                                     f"upload from there", expected_lo=have, obj=device.name)
-            articles = published_articles(pub, prow.pubid)
-            scheme = scheme_of(articles)
-            at_sync = evaluated_at_sync(articles, scheme, prow.precomputed)
-            filtered = frozenset(a.nickname for a in articles if scheme.articles[a.name].filtered)
-            retries = frozenset((int(n), str(g)) for n, g in _failed_from(pub, reg.replnickname))
-            checked = check_upload(table, {a.nickname: UploadArticle(a.nickname, a.name, _codec(a))
-                                           for a in articles}, lo, hi, device.name, reg.replnickname,
-                                   reg.partition_id or ALL_PARTITIONS, what, retries)
-            retried = bool(checked.num_rows) and RETRY_GENERATION in set(checked.column("generation").to_pylist())
-            if lo == hi and not retried:
-                raise ProtocolError(f"{what}: an empty range carries only changes sent again", obj=device.name)
-            session_id = store.new_guid()
-            refused = foreign_rows(pub, prow.pubid, scheme, articles, reg.partition_id, checked, reg.replnickname,
-                                   filtered - at_sync)
-            if refused:
-                part = next(p for p in partitions(pub, prow.pubid) if p.partition_id == reg.partition_id)
-                log_refused(pub, prow.pubid, device.publication.name, articles, refused, device.name,
-                            part.describe(), session_id)
-                checked = without(checked, refused)
-            half = publisher_half(pub, self.topology.publisher.name, self.topology.publisher_url, device.publication,
-                                  str(self.topology.base_dir), prow.pubid, device.name, reg.replnickname, session_id,
-                                  upload_batch(device.name, reg.replnickname, lo, hi, retried, reg.partition_id))
-            replies: list[dict] = []
-
-            def record(replica: Replica, outcome: BatchOutcome) -> None:
-                replies.append(_reply(lo, hi, outcome, half.ctx.article_names, len(refused)))
-                store.insert_row(replica, "MSweb_uploads", {
-                    "subscription": device.name, "lo": lo, "hi": hi, "digest": digest,
-                    "reply": json.dumps(replies[0]), "applied_at": store.utcnow()})
-
-            outcome = half.apply(half.dest.batches[device.name][0], checked, record)
-        failpoints.hit("door.after_upload_commit", device.name)     # tests: committed, no reply sent yet
-        return replies[0] if replies else _reply(lo, hi, outcome, half.ctx.article_names, len(refused))
 
     # -- download ---------------------------------------------------------------------------------
     def round(self, publication: PublicationConfig) -> None:
@@ -336,18 +252,7 @@ class Door:
             started = time.monotonic()
             try:
                 with locks.hold(self.topology, "merge", [publication.name], wait=0.0), self.publisher() as pub:
-                    prow = store.select_one(pub, PublicationRow, {"name": publication.name})
-                    if prow is None:
-                        return
-                    make_generation(pub, 1)
-                    articles = published_articles(pub, prow.pubid)
-                    scheme = scheme_of(articles)
-                    if scheme.filtered and prow.precomputed:
-                        for _ in range(2):
-                            ev = evaluate(pub, prow.pubid, scheme, articles)
-                            if ev.realignment_generation is None:
-                                break
-                            make_generation(pub, 1)
+                    self.half.close_and_evaluate(pub, publication.name)
             except locks.LockBusy:
                 pass
             if self.feed is not None:
@@ -376,13 +281,9 @@ class Door:
         failpoints.hit("door.download", device.name)          # tests: a download held inside the door
         self.round(device.publication)
         with self.publisher() as pub:
-            reading_closed(pub)         # up to the round's head, which its flush and close bounded
-            prow, reg = self._registration(pub, device)
-            if not reg.active:
-                raise NotInitialized(f"subscription {device.name} is not initialized yet", obj=device.name)
-            start = min_watermark(reg.sentgen, int(recgen))
-            pid = int(reg.partition_id or ALL_PARTITIONS)
-            served = self.feed.serve(device.publication.name, start, pid, reg.replnickname) \
+            at = self.half.download_start(pub, device.publication.name, device.name, int(recgen))
+            start, pid = at.start, at.partition_id
+            served = self.feed.serve(device.publication.name, start, pid, at.registration.replnickname) \
                 if self.feed is not None else None
             files = []
             for f in served[1] if served is not None else []:     # read now: no handle outlives this request
@@ -394,8 +295,8 @@ class Door:
                 empty = DownloadPlan(device.name, self.topology.publisher.name, pid, start, start)
                 return [write_changes(None, {**empty.metadata(), "frames": 1})]
             head = self.feed.head(device.publication.name) if self.feed is not None and served is None else None
-            plan = plan_download(pub, self.topology.publisher_url, self.topology.publisher.name, prow, reg,
-                                 int(recgen), per_batch, failed or [],
+            plan = plan_download(pub, self.topology.publisher_url, self.topology.publisher.name, at.publication,
+                                 at.registration, int(recgen), per_batch, failed or [],
                                  bound=served[0] if served is not None else head, from_feed=served is not None,
                                  keyset=keyset)
         table = read_download(plan)
@@ -414,13 +315,14 @@ class Door:
         v = self.validate(device, report.validation)
         return DoneReply(recorded=True, validation=Verdict.model_validate({"result": v.result, "message": v.message}))
 
-    def validate(self, device: Device, said: Digests) -> validations.Validation:
+    def validate(self, device: Device, said: Digests) -> Validation:
         """The device's digests of what it holds against the publisher's of its partition, recorded
         (``validated.py``)."""
         with self.publisher() as pub:
             prow, reg = self._registration(pub, device)
-            v = validate_device(pub, self.topology.publisher_url, prow, reg, said)
-        if v.result == validations.FAILED:
+            v = validate_device(pub, self.topology.publisher_url, prow, reg, said.pending,
+                                {k: list(x) for k, x in said.articles.items()})
+        if v.result == FAILED:
             self.report(f"{device.name}: its validation failed: {v.message}")
         return v
 
@@ -451,42 +353,3 @@ class Door:
                 store.update(pub, SubscriptionRow, {"sentgen": int(hi), "last_sync_date": store.utcnow()},
                              {"subid": reg.subid})
         return AckReply(sentgen=hi)
-
-
-def _count(totals: object, key: str) -> int:
-    value = totals.get(key, 0) if isinstance(totals, dict) else 0
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 40:
-        raise ProtocolError(f"session: {key} is not a count", obj="session")
-    return value
-
-
-def _failed_from(pub: Replica, nickname: int) -> list[list]:
-    """[tablenick, rowguid] of the changes of replica ``nickname`` that failed at the publisher."""
-    rows = store.select(pub, FailedChangeRow, {"source_nickname": nickname})
-    return [[f.tablenick, str(f.rowguid)] for f in rows[:MAX_RETRIES]]
-
-
-def _codec(a: ArticleRow) -> RowCodec:
-    return RowCodec([(c.name, c.type) for c in tracked_article(a).info.columns])
-
-
-def _reply(lo: int, hi: int, outcome: BatchOutcome, names: dict[int, str], refused: int) -> dict:
-    """What the device is told of its upload. A failed change's reason is said without the database's own
-    words (a message of the publisher's database can quote values of rows the device may not see)."""
-    return {"lo": lo, "hi": hi, "status": outcome.status, "message": _for_device(outcome.message), "refused": refused,
-            "stats": {names.get(n, str(n)): vars(st) for n, st in outcome.stats.items()},
-            "conflicts": [{"article": names.get(c.record.tablenick, ""), "rowguid": c.record.rowguid,
-                           "type": int(c.record.conflict_type), "reason": _reason_for_device(c.record),
-                           "winner": c.record.winner} for c in outcome.conflicts]}
-
-
-def _reason_for_device(record) -> str:
-    if record.conflict_type < ConflictType.UPLOAD_INSERT_FAILED or "refused" in record.reason_text.split(":")[0]:
-        return record.reason_text           # a conflict, or a claim of the device's refused: about its own row
-    op = record.conflict_type.label.split()[1]            # "upload insert failed" -> "insert"
-    return (f"{op} failed at the publisher: its database refused the row ({record.reason_code}); it is tried "
-            "again at the next sync")
-
-
-def _for_device(message: str) -> str:
-    return message.split(": ", 1)[0] if message else message

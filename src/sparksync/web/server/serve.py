@@ -1,7 +1,7 @@
 """The device endpoint of ``sparksync serve`` (uvicorn; the service runs it beside its agents and monitor,
 ``service/process.py``), TLS or a loopback address only, with the rounds' Spark work (the partition feed,
-``feed.py``): the SparkSession starts with the first round that moves more than ``[spark] driver_round_changes``
-changes."""
+``merge/session/remote/feed.py``): the SparkSession starts with the first round that moves more than
+``[spark] driver_round_changes`` changes."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from typing import Any
 
 from sparksync.config import Topology
 from sparksync.errors import ConfigurationError
+from sparksync.merge.session.remote.feed import Feed
 from sparksync.progress import Reporter, silent
 from sparksync.web.addresses import is_loopback
 from sparksync.web.listener import Listener
 from sparksync.web.server.app import make_app
 from sparksync.web.server.door import Door
-from sparksync.web.server.feed import Feed
 
 
 def check_listen(topology: Topology) -> None:

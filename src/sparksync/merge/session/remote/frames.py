@@ -5,7 +5,7 @@ rows (the rows the merge agent's reads produce, ``merge.session.changes.CHANGE_S
 receiver knows: ``WIRE_COLUMNS``) whose schema message is left out (both ends know the wire schema of their
 protocol), compressed together with zstd behind a small header (``MAGIC``, the payload's size, the
 compressed size); everything else is JSON. An upload is one frame; a download is its own frame followed by
-the frames of the partition feed's segments (``web/server/feed.py``), sent as they were written. An upload
+the frames of the partition feed's segments (``feed.py``), sent as they were written. An upload
 is checked here, at the door, before anything is written (:func:`check_upload`): the exact schema, known articles,
 generations inside the range the request names, operations, rowguids, lineage and every row's columns.
 What the device says about *who* sent the changes (source, nickname, partition) is not read from the

@@ -17,10 +17,10 @@ Recovery (``recover``), when ``restored`` finds it:
    device's failed changes to the new nickname and records the recovery (``MSweb_recoveries``). Refused,
    naming the way out, where it cannot be done safely (the publisher's metadata cleanup passed the file's
    watermark).
-2. The file, in one transaction (``restamp``): every change it made after its ``sentgen`` (what it may not
-   have uploaded, or made after the copy) is stamped again as a change of the new nickname (the old
-   nickname's entry, which the publisher may know with other values, leaves its lineage and column
-   versions), and the file takes the new nickname.
+2. The file, in one transaction (``restamp``, from ``subscriber.finish_recovery``): every change it made
+   after its ``sentgen`` (what it may not have uploaded, or made after the copy) is stamped again as a
+   change of the new nickname (the old nickname's entry, which the publisher may know with other values,
+   leaves its lineage and column versions), and the file takes the new nickname.
 
 The upload then sends those changes (a row the publisher also changed since is a conflict, settled by the
 article's rules and logged: never taken for a version the publisher has), and the download brings what the
@@ -32,6 +32,7 @@ of the current nickname).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sparksync.dialects.replica import Replica
@@ -39,7 +40,6 @@ from sparksync.merge.tracking.lineage import parse, to_json
 from sparksync.merge.tracking.pending import flush
 from sparksync.metadata import store
 from sparksync.metadata.records import GenerationRow, GenStatus, ReplicaRow, Role, SubscriptionRow
-from sparksync.web.protocol import Hello
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,8 @@ class FileState:
     recgen: int
     open_generation: int
 
-    def as_request(self) -> dict:
+    def as_request(self) -> dict[str, int]:
+        """What the publisher's ``recover`` takes of it."""
         return {"nickname": self.nickname, "sentgen": self.sentgen, "recgen": self.recgen}
 
 
@@ -64,17 +65,19 @@ def file_state(device: Replica, pubid: str) -> FileState | None:
                      int(device.dialect.current_open_generation(device) or 0))
 
 
-def restored(state: FileState, hello: Hello) -> bool:
+def restored(state: FileState, nickname: int, recgen: int | None) -> bool:
     """The file went back in time: its open generation is one the publisher already received from it (an
-    honest file's is always above: the publisher records a generation only after the file closed it)."""
-    return state.nickname == int(hello.nickname) and 0 < state.open_generation <= int(hello.recgen or 0)
+    honest file's is always above: the publisher records a generation only after the file closed it).
+    ``nickname``, ``recgen``: the subscription's replica nickname and watermark at the publisher."""
+    return state.nickname == int(nickname) and 0 < state.open_generation <= int(recgen or 0)
 
 
-def interrupted(state: FileState, hello: Hello) -> bool:
+def interrupted(state: FileState, nickname: int, recoveries: Iterable[Sequence[int]]) -> bool:
     """The publisher recovered this file (its nickname and watermarks as the file has them) and the file did
-    not take its new nickname yet (the sync stopped between the two steps)."""
-    return state.nickname != int(hello.nickname) and \
-        (state.nickname, state.sentgen, state.recgen) in [tuple(r) for r in hello.recoveries]
+    not take its new nickname yet (the sync stopped between the two steps). ``nickname``: the subscription's
+    at the publisher; ``recoveries``: [old nickname, sentgen, recgen] of the files recovered to it."""
+    return state.nickname != int(nickname) and \
+        (state.nickname, state.sentgen, state.recgen) in [tuple(r) for r in recoveries]
 
 
 def restamp(device: Replica, old: int, new: int, after: int) -> int:

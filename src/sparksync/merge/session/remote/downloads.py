@@ -1,5 +1,6 @@
-"""A device's download, planned and read at the door: the merge agent's plan of one link (the publisher to
-one subscription, ``merge.session.enumeration.plan_link``), with the device's own watermark.
+"""A remote subscriber's download (a web device's), planned and read at the publisher: the merge agent's
+plan of one link (the publisher to one subscription, ``merge.session.enumeration.plan_link``), with the
+device's own watermark.
 
 The generations after the common watermark (the publisher's ``sentgen`` toward the device against the
 device's ``recgen``; the lower) that the device does not already have, of its partition, cut into
@@ -31,11 +32,11 @@ from sparksync.merge.session.enumeration import (
 )
 from sparksync.merge.session.in_driver import read_changes
 from sparksync.merge.session.plan import BatchInfo
+from sparksync.merge.session.remote.trust import membership
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import enumeration_bound
 from sparksync.metadata.records import PublicationRow, SubscriptionRow
 from sparksync.spark.reads import ReadPartition
-from sparksync.web.server.trust import membership
 
 
 @dataclass

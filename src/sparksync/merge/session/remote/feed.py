@@ -1,18 +1,19 @@
 """The partition feed: a round's changes of a publication read once and written once per partition, as
 compressed columnar segments that every device's download sends as they are.
 
-After a round (``door.Door.round``) has closed the publisher's generation and evaluated partitions, the
-feed takes the generations after its head up to the new bound (at most the last evaluated one) and makes
-one *segment* of them: the unfiltered articles' changes read once for every device, each web partition's
-changes — and the rows that left it — read once for its devices, each written as one wire frame
-(``merge/session/remote/frames.py``) under ``[server] feed_dir``. Small rounds are read and written in this process; a round
-of more than ``[spark] driver_round_changes`` changes is one Spark job, a task per group of partitions
-(``spark.reads.per_task``), so the work that grows with the number of devices runs in bulk, in Spark.
+After a round (the web door's ``Door.round``: ``publisher.close_and_evaluate``) has closed the publisher's
+generation and evaluated partitions, the feed takes the generations after its head up to the new bound (at
+most the last evaluated one) and makes one *segment* of them: the unfiltered articles' changes read once for
+every device, each web partition's changes — and the rows that left it — read once for its devices, each
+written as one wire frame (``frames.py``) under ``[server] feed_dir``. Small rounds are read and written in
+this process; a round of more than ``[spark] driver_round_changes`` changes is one Spark job, a task per
+group of partitions (``spark.reads.per_task``), so the work that grows with the number of devices runs in
+bulk, in Spark.
 
 A download whose watermark is the feed's head or the start of one of its segments (a device that synced
 before: every download ends at the head) is its own small frame (its batches, changes sent again) followed
 by the segments' files: nothing read from the publisher's tables for that device, nothing encoded for it.
-The device applies a row's last appearance only (``web/device/sync.py``): a segment is what the publisher
+The device applies a row's last appearance only (``subscriber.apply_download``): a segment is what the publisher
 held when it was read, so a row changed again, or that left the partition, in a later segment appears
 twice. A device further behind, of a partition a segment was not written for, or of a publication the feed
 cannot serve (filters evaluated at sync time: SetupBelongs, partitions not precomputed) is read for itself

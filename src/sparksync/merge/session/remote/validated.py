@@ -15,11 +15,13 @@ from sparksync.config import PublicationConfig
 from sparksync.dialects.replica import Replica
 from sparksync.merge.maintenance import validations
 from sparksync.merge.maintenance.digest import partition_digests
+from sparksync.merge.maintenance.validations import FAILED, Validation
 from sparksync.merge.partitions.evaluation import partitions
 from sparksync.merge.session.backlog import unsettled
 from sparksync.metadata.records import PublicationRow, SubscriptionRow
 from sparksync.schedule import parse_schedule
-from sparksync.web.protocol import Digests
+
+__all__ = ["FAILED", "Validation", "validate_device", "validation_due"]
 
 
 def validation_due(pub: Replica, publication: PublicationConfig, pubid: str, name: str) -> bool:
@@ -34,13 +36,14 @@ def validation_due(pub: Replica, publication: PublicationConfig, pubid: str, nam
     return parse_schedule(publication.validate_schedule).next_run(at, False) <= dt.datetime.now(dt.UTC)
 
 
-def validate_device(pub: Replica, url: str, prow: PublicationRow, reg: SubscriptionRow,
-                    said: Digests) -> validations.Validation:
-    """The device's digests (``said``, checked as the protocol's ``Digests``) against the publisher's (``url``:
-    its database) of the device's partition; recorded."""
+def validate_device(pub: Replica, url: str, prow: PublicationRow, reg: SubscriptionRow, pending: bool,
+                    said: dict[str, list]) -> Validation:
+    """The device's digests (``said``: article -> [rows, checksum], as the door checked them) against the
+    publisher's (``url``: its database) of the device's partition; recorded. ``pending``: the device said
+    changes were pending there (it sent no digests)."""
     t0 = time.monotonic()
-    v = validations.Validation(reg.name, prow.pubid, validations.INCONCLUSIVE, "sync")
-    if said.pending:
+    v = Validation(reg.name, prow.pubid, validations.INCONCLUSIVE, "sync")
+    if pending:
         v.message = "changes were pending at the device"
     else:
         before = unsettled(pub, prow.pubid, reg)
@@ -53,7 +56,7 @@ def validate_device(pub: Replica, url: str, prow: PublicationRow, reg: Subscript
         if after:
             v.message = f"{after} change(s) were pending at the publisher for it"
         else:
-            v = validations.compare(reg.name, prow.pubid, "sync", expected, {k: list(x) for k, x in said.articles.items()})
+            v = validations.compare(reg.name, prow.pubid, "sync", expected, said)
     v.seconds = time.monotonic() - t0
     validations.record(pub, v)
     return v

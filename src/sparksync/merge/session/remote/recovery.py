@@ -1,5 +1,5 @@
 """A device file restored from an older copy, recovered at the publisher (the device's side:
-``web/device/restored.py``).
+``restored.py``).
 
 The subscription gets a new replica nickname (the file's changes since its ``sentgen`` are uploaded as that
 replica's), its watermarks are set to what the file says it holds (downloads from its ``recgen``: what it
@@ -62,3 +62,10 @@ def recover_file(pub: Replica, prow: PublicationRow, reg: SubscriptionRow, name:
            f"has up to {have_from}): recovered as replica {new} (was {nickname}); its changes since are uploaded "
            f"again, what it lacks is downloaded from generation {start}")
     return new
+
+
+def recoveries(pub: Replica, name: str, nickname: int) -> list[list[int]]:
+    """[old nickname, sentgen, recgen] of subscription ``name``'s files recovered to replica ``nickname``, as
+    ``hello`` tells the device."""
+    return [[r["old_nickname"], r["sentgen"], r["recgen"]] for r in store.select_rows(
+        pub, "MSweb_recoveries", {"subscription": name, "new_nickname": nickname})]

@@ -1,0 +1,367 @@
+"""The subscriber's half of a merge session whose publisher is remote (a web device): everything the device
+does to its own file, with nothing of HTTP (``web/device/sync.py`` carries it to the door and back).
+
+1. The file is checked to be this subscription's (``check_binding``) and initialized (``initialized``); on a
+   first sync, the device's partition of the snapshot, downloaded into a folder, is loaded with the same
+   initialization as a direct subscriber (``merge.snapshot.initialize``) and the file bound to the
+   subscription (``initialize_from_snapshot``).
+2. Before an upload: the metadata and the tracking upgraded (``upgrade``), a file restored from an older
+   copy recovered (``restored.py``; the file's step: ``finish_recovery``), the schema changes it has not had
+   replayed, its open generation closed (``prepare_upload``).
+3. Upload: its closed generations after the publisher's watermark of it, in batches of whole generations
+   (``plan_upload``: ``Upload.rows`` of each batch; ``Upload.sent`` once the publisher applied it).
+4. Download: what to ask for (``download_request``), then the publisher's changes applied batch by batch
+   with the merge agent's apply code (``apply_download``), each batch in one transaction with its
+   watermark; a local write that raced the download is kept (``ApplyContext.defer_conflicts``) and goes up
+   at the next sync.
+5. The file's digests when the publisher asks for a validation (``digests``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparksync import failpoints
+from sparksync.dialects.replica import Replica, redact_url
+from sparksync.errors import ConfigurationError, ProtocolError, ReplicaBehind, SparksyncError
+from sparksync.merge.maintenance.digest import replica_digests
+from sparksync.merge.maintenance.integrity import upgrade_tracking
+from sparksync.merge.publish.schema_changes import replay, schema_version
+from sparksync.merge.session.backlog import unsent
+from sparksync.merge.session.changes import RETRY_GENERATION, key_range_mask
+from sparksync.merge.session.context import subscriber_half
+from sparksync.merge.session.enumeration import change_reads, make_batches, retries_of
+from sparksync.merge.session.in_driver import read_changes
+from sparksync.merge.session.plan import BatchInfo
+from sparksync.merge.session.remote.frames import change_schema
+from sparksync.merge.session.remote.restored import FileState, file_state, interrupted, restamp
+from sparksync.merge.session.summary import DirectionStats, SubscriptionSession
+from sparksync.merge.snapshot.initialize import SubscriberInit, initialize_subscriber
+from sparksync.merge.tracking.articles import published_articles
+from sparksync.merge.tracking.generations import enumeration_bound, generation_rows, make_generation
+from sparksync.metadata import store
+from sparksync.metadata.records import ArticleRow, FailedChangeRow, Role, SubscriptionRow
+from sparksync.metadata.schema import WEB
+from sparksync.progress import Reporter
+from sparksync.spark.reads import ReadPartition
+
+DEVICE_LEVEL = 1000               # a device's generation of more changes is renumbered into ones of this many,
+                                  # so an upload request (whole generations) stays under the server's limit
+
+
+@dataclass(frozen=True)
+class RemotePublisher:
+    """What the subscriber knows of its remote publisher and of its own registration there, as the
+    publisher says it at the start of a session (the door's ``hello``)."""
+
+    subscription: str
+    publication: str
+    pubid: str
+    publisher: str                # the publisher's name
+    publisher_nickname: int
+    status: str                   # "active", or "created": the subscriber initializes a file first
+    subid: str
+    replica_id: str               # the subscriber's replica identity at the publisher
+    nickname: int                 # the subscriber's replica nickname
+    priority: float | None
+    subscriber_type: int
+    host_name: str | None
+    login: str | None
+    partition_id: int | None
+    recgen: int | None            # the subscriber's changes the publisher has, up to this generation
+    sentgen: int | None           # the publisher's changes the subscriber acknowledged, up to this generation
+    schema_version: int
+    schema_changes: Sequence[dict[str, Any]]            # the publication's schema changes, to replay
+    failed: Sequence[tuple[int, str]]                   # the subscriber's changes that failed at the publisher
+    recoveries: Sequence[tuple[int, int, int]] = ()     # [old nickname, sentgen, recgen] recovered to this nickname
+
+
+# -- the file and its subscription ------------------------------------------------------------------
+def check_binding(device: Replica, url: str, publisher: RemotePublisher) -> None:
+    """The file is this subscription's, or no subscription's yet (``MSweb_device``)."""
+    if store.table_set_version(device, WEB) is None:
+        return
+    rows = store.select_rows(device, "MSweb_device", {"id": 1})
+    if rows and (rows[0]["subscription"] != publisher.subscription or str(rows[0]["pubid"]) != str(publisher.pubid)):
+        raise ConfigurationError(
+            f"{_file_of(url)} belongs to subscription {rows[0]['subscription']} (publication "
+            f"{rows[0]['publication']}, synced with {rows[0]['server']}); it cannot sync subscription "
+            f"{publisher.subscription}: use another file", obj=url)
+
+
+def _file_of(url: str) -> str:
+    """The device's database as its user names it: the file's path, or the URL without its password."""
+    return url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else redact_url(url)
+
+
+def initialized(device: Replica, publisher: RemotePublisher) -> bool:
+    """The file holds this subscription, active at the publisher; ``ReplicaBehind`` when it is an older file
+    of the subscription that a newer one replaced (not one whose recovery was cut short: ``restored.interrupted``)."""
+    if store.metadata_version(device) is None:
+        return False
+    mine = store.select_one(device, SubscriptionRow, {"pubid": publisher.pubid, "name": publisher.subscription,
+                                                      "role": Role.SUBSCRIBER})
+    state = file_state(device, publisher.pubid)
+    if mine is not None and publisher.status == "active" and int(mine.replnickname) != publisher.nickname and \
+            not (state is not None and interrupted(state, publisher.nickname, publisher.recoveries)):
+        raise ReplicaBehind(f"{device.label} is an older file of subscription {publisher.subscription} (replica "
+                            f"{mine.replnickname}; a newer file, replica {publisher.nickname}, has synced since): "
+                            "its changes since then cannot be merged; start a new file: sparksync sync "
+                            "--reinitialize", obj=publisher.subscription)
+    return mine is not None and publisher.status == "active"
+
+
+def snapshot_files(manifest: dict[str, Any]) -> list[str]:
+    """The files of the device's partition of a snapshot (its manifest): each one's path in the snapshot."""
+    files = [f"{a['path']}/{f['name']}" for a in manifest["articles"] for f in a["files"] or ()]
+    return files + [f"{manifest['contents_path']}/{f['name']}" for f in manifest["contents_files"] or ()]
+
+
+@dataclass(frozen=True)
+class Initialized:
+    """A file initialized from a snapshot: its generations up to ``baseline`` are the snapshot's, which holds
+    the publisher's generations up to ``snapshot_generation``; ``rows`` loaded."""
+
+    baseline: int
+    snapshot_generation: int
+    rows: int
+
+
+def initialize_from_snapshot(device: Replica, url: str, publisher: RemotePublisher, folder: Path,
+                             manifest: dict[str, Any], server: str) -> Initialized:
+    """The file initialized from the snapshot in ``folder`` (``snapshot_files`` of ``manifest``, downloaded)
+    as a direct subscriber is, then bound to the subscription (``MSweb_device``: ``server``, the
+    publication)."""
+    name = publisher.subscription
+    (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    spec = SubscriberInit(
+        subscription=name, publication=publisher.publication, url=url, label=name, subid=publisher.subid,
+        replica_id=publisher.replica_id, replnickname=publisher.nickname, priority=float(publisher.priority or 0.0),
+        subscriber_type=publisher.subscriber_type, host_name=publisher.host_name, pre_creation_cmd="drop",
+        publisher_name=publisher.publisher, snapshot_dir=str(folder), login=publisher.login,
+        partition_id=publisher.partition_id, known_replicas=(str(publisher.replica_id),))
+    result = initialize_subscriber(spec)
+    if not result.ok:
+        raise SparksyncError(f"{name}: initialization failed: {result.message}", obj=name)
+    with device.transaction():
+        store.install_table_set(device, WEB)
+        store.delete_rows(device, "MSweb_device", {"id": 1})
+        store.insert_row(device, "MSweb_device", {"id": 1, "server": server, "subscription": name,
+                                                  "publication": publisher.publication, "pubid": publisher.pubid,
+                                                  "bound_at": store.utcnow()})
+    snap_gen = result.snapshot_generation if result.snapshot_generation is not None else manifest["snapshot_generation"]
+    return Initialized(result.baseline_generation, int(snap_gen), result.rows)
+
+
+def upgrade(device: Replica) -> bool:
+    """The file's metadata upgraded to this release, and then its change tracking; True when it was."""
+    return bool(store.upgrade_metadata(device) and upgrade_tracking(device))
+
+
+def finish_recovery(device: Replica, state: FileState, publisher: RemotePublisher, report: Reporter) -> bool:
+    """The file's step of a recovery the publisher made (``restored.interrupted``): its changes since its
+    ``sentgen`` stamped as the new nickname's (``restored.restamp``). False: no recovery to finish."""
+    if not interrupted(state, publisher.nickname, publisher.recoveries):
+        return False
+    name = publisher.subscription
+    failpoints.hit("device.recovered", name)         # tests: recovered at the publisher, not yet here
+    n = restamp(device, state.nickname, publisher.nickname, state.sentgen)
+    report(f"{name}: recovered as replica {publisher.nickname} (was {state.nickname}): {n} change(s) made since "
+           f"generation {state.sentgen} are uploaded as new ones; what the file lacks is downloaded again")
+    return True
+
+
+def prepare_upload(device: Replica, publisher: RemotePublisher, report: Reporter) -> None:
+    """The schema changes the file has not had replayed, its open generation closed (a generation of more
+    than ``DEVICE_LEVEL`` changes renumbered into ones of that many)."""
+    have = schema_version(device, publisher.pubid)
+    newer = [c for c in publisher.schema_changes if int(c["schemaversion"]) > have]
+    for line in replay(device, publisher.pubid, publisher.publication, newer, publisher.nickname) if newer else []:
+        report(f"{publisher.subscription}: schema change replayed: {line}")
+    make_generation(device, publisher.nickname, level=DEVICE_LEVEL)
+
+
+# -- upload ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Upload:
+    """An upload's enumeration: the file's closed generations in (``start``, ``bound``] that the publisher
+    does not have (``generations`` of them) in ``batches`` of whole generations, and the changes that failed
+    at the publisher, sent again with the first batch."""
+
+    device: Replica
+    url: str
+    publisher: RemotePublisher
+    start: int
+    bound: int
+    generations: int
+    batches: list[BatchInfo]
+    where: dict[int, int]                # generation -> its batch
+    articles: list[ArticleRow]
+    retry: list[ReadPartition]
+
+    def rows(self, b: BatchInfo) -> Any:
+        """The change rows of batch ``b`` (an Arrow table); None: nothing to send (changes to send again
+        whose rows are gone here)."""
+        name, nick = self.publisher.subscription, self.publisher.nickname
+        mine = [g for g, k in self.where.items() if k == b.seq] + \
+            ([RETRY_GENERATION] if self.retry and b.seq == 0 else [])
+        reads = (change_reads(self.url, name, self.device, self.articles, name, nick, b.lo, b.hi)
+                 if b.hi > b.lo else [])
+        reads += self.retry if b.seq == 0 else []
+        table = _rows_of(read_changes(reads) if mine else None, mine)
+        return None if b.hi == b.lo and not table.num_rows else table
+
+    def sent(self, b: BatchInfo, stats: dict[str, dict[str, Any]], session: SubscriptionSession) -> None:
+        """Batch ``b`` applied at the publisher (``stats``: per article, what it did there): counted, and the
+        file's ``sentgen`` recorded."""
+        for article, st in stats.items():
+            session.upload.setdefault(article, DirectionStats()).add(_stats(st))
+        with self.device.transaction():
+            store.update(self.device, SubscriptionRow, {"sentgen": b.hi, "last_sync_date": store.utcnow()},
+                         {"pubid": self.publisher.pubid, "role": Role.PUBLISHER})
+        session.batches["upload"] = session.batches.get("upload", 0) + 1
+
+
+def plan_upload(device: Replica, url: str, publisher: RemotePublisher, per_batch: int) -> Upload:
+    """What the file uploads, in batches of at most ``per_batch`` generations."""
+    name, nick, pubid = publisher.subscription, publisher.nickname, publisher.pubid
+    # The publisher's watermark of this device is what it has received: above the device's own record when
+    # a reply was lost after the publisher committed (nothing is sent twice), below it when the publisher
+    # was restored from a backup (sent again)
+    start = int(publisher.recgen or 0)
+    bound = enumeration_bound(device)
+    gens = [g for g in generation_rows(device, start, bound) if publisher.publisher_nickname not in (g["nicknames"] or [])]
+    batches, where = make_batches(gens, start, bound, per_batch, name, nick)
+    articles = published_articles(device, pubid)
+    retry = retries_of([(int(n), str(g)) for n, g in publisher.failed], publisher.publisher, device,
+                       url, name, pubid, name, nick, start)
+    if retry and not batches:            # only changes that failed at the publisher: sent again on their own
+        batches, where = [BatchInfo(name, nick, 0, start, start, [])], {}
+    return Upload(device, url, publisher, start, bound, len(gens), batches, where, articles, retry)
+
+
+def _rows_of(table: Any, generations: list[int]) -> Any:
+    """The change rows of ``generations`` (a read covers the batch's range: other generations in it are
+    the publisher's own, which the publisher has)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if table is None:
+        return change_schema().empty_table()
+    return table.filter(pc.is_in(table.column("generation"), pa.array(generations, pa.int64())))
+
+
+def _stats(st: dict[str, Any]) -> DirectionStats:
+    out = DirectionStats()
+    for k, v in st.items():
+        if hasattr(out, k):
+            setattr(out, k, v)
+    return out
+
+
+# -- download -------------------------------------------------------------------------------------
+def download_request(device: Replica, publisher: RemotePublisher, max_failed: int) -> tuple[int, list[tuple[int, str]]]:
+    """What the download asks for: the publisher's changes after the file's watermark of them, and (at most
+    ``max_failed``, [article nickname, rowguid] each) those that failed here, read again."""
+    mine = store.select_one(device, SubscriptionRow, {"pubid": publisher.pubid, "role": Role.PUBLISHER})
+    recgen = (mine.recgen if mine is not None else None) or 0
+    failed = [(int(f.tablenick), str(f.rowguid)) for f in store.select(
+        device, FailedChangeRow, {"source_nickname": publisher.publisher_nickname})][:max_failed]
+    return int(recgen), failed
+
+
+def _key(key: Any) -> tuple[int, str] | None:
+    """A key range's bound as the download's metadata carries it ([tablenick, rowguid] or null)."""
+    if key is None:
+        return None
+    if not (isinstance(key, list) and len(key) == 2 and isinstance(key[0], int) and isinstance(key[1], str)):
+        raise ProtocolError(f"download: a key range bound is not [tablenick, rowguid]: {key!r}", obj="ranges")
+    return int(key[0]), key[1]
+
+
+def _last_appearances(tables: list) -> Any:
+    """The download's rows: this device's frame, then the partition feed's segments, oldest first. A
+    segment holds each row as the publisher had it when the segment was written: a row changed again, or
+    that left the partition, later is in a later segment too, and only its last appearance is applied
+    (what a read of every generation at once would give: the row's newest version, or its removal). The
+    changes sent again (failed here before) are kept as they are."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    if len(tables) == 1 or not table.num_rows:
+        return table
+    at = pa.array(range(table.num_rows), pa.int64())
+    again = pc.equal(table.column("generation"), RETRY_GENERATION)
+    rest = table.select(["tablenick", "rowguid"]).append_column("at", at).filter(pc.invert(again))
+    last = rest.group_by(["tablenick", "rowguid"], use_threads=False).aggregate([("at", "max")]).column("at_max")
+    return table.filter(pc.or_(again, pc.is_in(at, value_set=last)))
+
+
+def apply_download(device: Replica, url: str, publisher: RemotePublisher, frames: list[tuple[Any, dict]],
+                   session_id: str, session: SubscriptionSession, report: Reporter) -> int | None:
+    """The download's ``frames`` (change rows, metadata; ``frames.read_frames``) applied here batch by batch
+    (``merge.session.context.subscriber_half``), each batch's rows by their generation and, for a generation
+    cut by key, their key range; what each did counted in ``session``. Returns the last generation applied
+    (None: no batch)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    pubid, nick, name = publisher.pubid, publisher.nickname, publisher.subscription
+    meta = frames[0][1]
+    if meta.get("frames", 1) != len(frames):
+        raise ProtocolError(f"download: {len(frames)} frame(s) arrived of {meta.get('frames')}", obj=name)
+    table = _last_appearances([t for t, _ in frames])
+    batches = [BatchInfo(publisher.publisher, publisher.publisher_nickname, int(b["seq"]), int(b["lo"]), int(b["hi"]),
+                         [int(n) for n in b["nicknames"]], retry=bool(b.get("retry")),
+                         ends_within=int(b.get("ends_within") or 0)) for b in meta.get("batches", [])]
+    where = {int(g): int(k) for g, k in meta.get("where", {}).items()}
+    report(f"download {name}: generations ({meta.get('start')}, {meta.get('bound')}], {table.num_rows} change(s) in "
+           f"{len(batches)} batch(es)")
+    if not batches:
+        return None
+    half = subscriber_half(device, url, name, nick, pubid, publisher.publication, publisher.publisher, batches,
+                           session_id, publisher.partition_id)
+    # each row's batch, by its generation (a generation of no batch: -1, applied nowhere), computed in Arrow
+    seqs = pc.fill_null(pc.take(pa.array(list(where.values()), pa.int32()), pc.index_in(
+        table.column("generation"), value_set=pa.array(list(where), pa.int64()))), -1) if table.num_rows else None
+    for r in meta.get("ranges", []) if seqs is not None else []:
+        # a generation bigger than a batch, cut by key: its rows whose (tablenick, rowguid) is in (after, upto]
+        if not (isinstance(r, list) and len(r) == 4 and isinstance(r[0], int) and isinstance(r[3], int)):
+            raise ProtocolError(f"download: a key range is not [generation, after, upto, batch]: {r!r}", obj="ranges")
+        g, after, upto, seq = r
+        mask = pc.equal(table.column("generation"), int(g))
+        in_range = key_range_mask(table, _key(after), _key(upto))
+        seqs = pc.if_else(mask if in_range is None else pc.and_(mask, in_range), pa.scalar(int(seq), pa.int32()), seqs)
+    done = None
+    for b in batches:
+        rows = table.filter(pc.equal(seqs, b.seq)) if seqs is not None else table
+        outcome = half.apply(b, rows)
+        failpoints.hit("device.after_download_batch", name)
+        if outcome.status == "error":
+            raise ProtocolError(f"download batch {b.seq} at {name}: {outcome.message}", obj=name)
+        for nick_, st in outcome.stats.items():
+            session.download.setdefault(half.ctx.article_names.get(nick_, str(nick_)), DirectionStats()).add(st)
+        session.batches["download"] = session.batches.get("download", 0) + (outcome.status == "applied")
+        done = b.hi
+    return done
+
+
+# -- validation -----------------------------------------------------------------------------------
+def digests(device: Replica, url: str, publisher: RemotePublisher, report: Reporter) -> dict[str, tuple[int, str]] | None:
+    """What the file holds, as the publisher asked: each article's row count and checksum
+    (``merge.maintenance.digest``), or None when changes are pending here (the publisher's digests would
+    differ for a reason the next sync mends)."""
+    pubid = publisher.pubid
+    if unsent(device, pubid, publisher.publisher_nickname):
+        return None
+    t0 = time.perf_counter()
+    found = replica_digests(device, url, pubid)
+    report(f"{publisher.subscription}: digests of {len(found)} article(s), "
+           f"{sum(d.rows for d in found.values())} row(s), in {time.perf_counter() - t0:.2f}s")
+    return {k: (d.rows, d.checksum) for k, d in found.items()}
