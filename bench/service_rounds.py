@@ -32,7 +32,7 @@ import httpx
 from results import Result
 from rich.console import Console
 
-from sparksync.demo.scenario import run_demo
+from sparksync.cli.demo_scenario import run_demo
 from sparksync.progress import silent
 from sparksync.spark.session import stop_spark
 

@@ -2,10 +2,11 @@
 one of these, and prints). docs/python-api.md shows it with examples the test suite runs.
 
 - The publisher's side: ``load`` a topology (a file, or the configuration as Python objects), then ``setup``, ``snapshot``,
-  ``merge``, ``status``, ``history``, ``conflicts`` / ``failed_changes`` / ``resolve_conflict``, ``validate`` /
-  ``repair``,
-  ``reinit``, ``cleanup``, ``logreader``, ``distribute``, ``token``; each returns what ``--json`` prints (a typed
-  summary, or the document). A function that runs Spark jobs takes ``spark`` (a SparkSession) or makes one from
+  ``merge``, ``status``, ``history``, ``partitions``, ``conflicts`` / ``failed_changes`` / ``resolve_conflict``,
+  ``validate`` / ``repair``, ``reinit``, ``cleanup``, ``schema_change``, ``logreader``, ``distribute``,
+  ``tracer_token`` / ``tracer_tokens``, ``token`` / ``revoke_token``, and ``serve`` (the service, until SIGTERM) or
+  ``serving`` (the device endpoint in a thread); each returns what ``--json`` prints (a typed summary, or the
+  document). A function that runs Spark jobs takes ``spark`` (a SparkSession) or makes one from
   the topology's ``[spark]`` when it first needs one (never before: a small merge runs in this process).
 - The device's side: ``Device``, a device database bound to its server and subscription: ``sync()`` returns the
   sync's summary; ``start()`` / ``stop()`` sync it in the background of an application, every ``interval``
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,15 +28,21 @@ from typing import Any
 
 from sparksync.config import Topology
 from sparksync.dialects import connect
-from sparksync.errors import SparksyncError
+from sparksync.errors import ConfigurationError, NotInitialized, SparksyncError
 from sparksync.merge.conflicts.override import resolve_conflict as _resolve
 from sparksync.merge.conflicts.view import list_conflicts, list_failed_changes
 from sparksync.merge.maintenance.cleanup import CleanupSummary
 from sparksync.merge.maintenance.cleanup import cleanup as _cleanup
+from sparksync.merge.partitions.evaluation import describe_partitions
+from sparksync.merge.partitions.scheme import scheme_of
+from sparksync.merge.publish import schema_change as merge_schema_change
 from sparksync.merge.session.agent import MergeAgent
 from sparksync.merge.session.summary import MergeOptions, MergeSummary
+from sparksync.merge.tracking.articles import published_articles
+from sparksync.metadata import store
+from sparksync.metadata.records import PublicationRow
 from sparksync.progress import Reporter, silent
-from sparksync.provision import SetupSummary
+from sparksync.provision import SetupSummary, check_snapshot_dir
 from sparksync.provision import setup as _setup
 from sparksync.provision import snapshot as _snapshot
 from sparksync.reinit import reinitialize
@@ -43,6 +51,9 @@ from sparksync.status import gather_status
 from sparksync.topology import load_config, parse_topology
 from sparksync.transactional.delivery.agent import DistributeOptions, DistributeSummary, DistributionAgent
 from sparksync.transactional.distribution.logreader import READ_BATCH, LogReaderRun, run_logreader
+from sparksync.transactional.publish import schema_change as tx_schema_change
+from sparksync.transactional.status import tracer
+from sparksync.transactional.status.tracer import TokenReport
 from sparksync.validation.repair import repair as _repair
 from sparksync.validation.report import ValidationReport
 from sparksync.validation.subscriptions import validate as _validate
@@ -95,7 +106,11 @@ def setup(topology: Topology, *, spark: Any = None, progress: Progress | None = 
 
 def snapshot(topology: Topology, publications: list[str] | None = None, *, spark: Any = None,
              progress: Progress | None = None) -> dict[str, str]:
-    """``sparksync snapshot``: a new snapshot of each publication (all of them by default): publication -> its id."""
+    """``sparksync snapshot``: a new snapshot of each publication (all of them by default): publication -> its id.
+    The publications named and the snapshot folder are checked before Spark starts."""
+    for name in publications or []:
+        topology.publication(name)
+    check_snapshot_dir(topology)
     return _snapshot(topology, _spark(topology, spark)(), publications, _said(progress))
 
 
@@ -115,6 +130,27 @@ def status(topology: Topology) -> dict[str, Any]:
 def history(topology: Topology, limit: int = LIMIT) -> dict[str, Any]:
     """``sparksync history --json``: the agents' recent runs, newest first."""
     return gather_history(topology, limit)
+
+
+def partitions(topology: Topology, publication: str | None = None) -> dict[str, list[dict[str, Any]]]:
+    """``sparksync partitions --json``: the partitions of each filtered merge publication (or of ``publication``):
+    parameters, subscriptions, rows per article."""
+    pubs = [topology.publication(publication)] if publication else topology.publications_of_kind("merge")
+    if publication and pubs[0].kind != "merge":
+        raise ConfigurationError(f"publication {publication} is transactional: partitions belong to filtered merge "
+                                 "publications", obj=publication)
+    out: dict[str, list[dict[str, Any]]] = {}
+    with connect(topology.publisher_url, topology.publisher.name) as pub:
+        store.require_metadata(pub)
+        for p in pubs:
+            prow = store.select_one(pub, PublicationRow, {"name": p.name})
+            if prow is None:
+                raise NotInitialized(f"publication {p.name} is not published; run 'sparksync setup'", obj=p.name)
+            articles = published_articles(pub, prow.pubid)
+            scheme = scheme_of(articles)
+            if scheme.filtered:
+                out[p.name] = describe_partitions(pub, prow.pubid, articles, scheme, prow.precomputed)
+    return out
 
 
 def conflicts(topology: Topology, publication: str | None = None, article: str | None = None) -> list[dict[str, Any]]:
@@ -162,6 +198,19 @@ def cleanup(topology: Topology, publication: str | None = None, *, dry_run: bool
     return _cleanup(topology, publication, dry_run, report=_said(progress))
 
 
+def schema_change(topology: Topology, publication: str, article: str, *, add_column: str | None = None,
+                  drop_column: str | None = None) -> list[str]:
+    """``sparksync schema-change``: a column added (``add_column``: "Name type", nullable) or dropped
+    (``drop_column``: "Name") at the publisher, in one transaction with what replicates it: a merge
+    publication's subscribers replay it at their next merge, a transactional one's distribution agent applies it
+    in order with the data. Returns what was done, a line each."""
+    if topology.publication(publication).kind == "merge":
+        return merge_schema_change.change(topology, publication, article, add_column, drop_column)
+    content = tx_schema_change.change(topology, publication, article, add_column, drop_column)
+    verb = "added" if content["action"] == "add_column" else "dropped"
+    return [f"{article}: column {content['column']['name']} {verb}"]
+
+
 def logreader(topology: Topology, publications: list[str] | None = None, *, read_batch: int = READ_BATCH,
               progress: Progress | None = None) -> list[LogReaderRun]:
     """``sparksync logreader``: each transactional publication's committed transactions moved from the publisher's
@@ -176,11 +225,55 @@ def distribute(topology: Topology, subscriptions: list[str] | None = None, *, sp
     return DistributionAgent(topology, _spark(topology, spark), _said(progress)).run(DistributeOptions(subscriptions))
 
 
+def tracer_token(topology: Topology, publication: str, *, wait: float = 0.0,
+                 progress: Progress | None = None) -> TokenReport:
+    """``sparksync tracer-token``: a tracer token posted to ``publication`` and its latency report, publisher ->
+    distributor -> each subscriber, once every subscriber has it or ``wait`` seconds have passed (the agents, or
+    ``serve``, move it meanwhile)."""
+    tid = tracer.post(topology, publication)
+    _said(progress)(f"tracer token {tid} posted to {publication}")
+    deadline = time.monotonic() + wait
+    rep = tracer.report(topology, publication, tid)
+    while not rep.complete and time.monotonic() < deadline:
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))       # the agents write where it is: polled
+        rep = tracer.report(topology, publication, tid)
+    return rep
+
+
+def tracer_tokens(topology: Topology, publication: str, limit: int = 20) -> list[TokenReport]:
+    """``sparksync tracer-token --history``: the recent tracer tokens of ``publication``, newest first."""
+    return tracer.recent(topology, publication, limit)
+
+
+def _web_subscription(topology: Topology, subscription: str) -> None:
+    if topology.subscription(subscription).transport != "web":
+        raise ConfigurationError(f"subscription {subscription} is not a web subscription (transport = \"web\"); its "
+                                 "database is reached directly and needs no token", obj=subscription)
+
+
 def token(topology: Topology, subscription: str, *, rotate: bool = False) -> str:
-    """``sparksync token``: a web subscription's device token (its only copy: the publisher keeps a hash)."""
-    topology.subscription(subscription)
+    """``sparksync token``: a web subscription's device token (its only copy: the publisher keeps a hash);
+    ``rotate``: a new one replaces it (the old one stops working at once)."""
+    _web_subscription(topology, subscription)
     with connect(topology.publisher_url, topology.publisher.name) as pub:
         return tokens.create(pub, subscription, rotate=rotate)
+
+
+def revoke_token(topology: Topology, subscription: str) -> int:
+    """``sparksync token --revoke``: the web subscription's token removed (its device cannot sync); how many were."""
+    _web_subscription(topology, subscription)
+    with connect(topology.publisher_url, topology.publisher.name) as pub:
+        return tokens.revoke(pub, subscription)
+
+
+def serve(topology: Topology, *, operator_token: str | None = None, spark: Any = None,
+          progress: Progress | None = None) -> None:
+    """``sparksync serve``: the service in this process until SIGTERM: every agent on its schedule, the operator's
+    monitor (``operator_token``: what its requests must carry; required beyond loopback), the device endpoint
+    when there are web subscriptions. Needs the ``server`` extra."""
+    from sparksync.service.process import run_service
+
+    run_service(topology, _said(progress), _spark(topology, spark), operator_token)
 
 
 @contextlib.contextmanager
@@ -194,6 +287,17 @@ def serving(topology: Topology, *, spark: Any = None, progress: Progress | None 
 
 
 # -- the device's side --------------------------------------------------------------------------------------
+def database_url(database: str) -> str:
+    """A device database's URL: a path is a SQLite file's; a URL other than ``sqlite:///`` or ``postgresql://`` is a
+    ``ConfigurationError``."""
+    if database.startswith(("sqlite:///", "postgresql://", "postgres://")):
+        return database
+    if "://" in database:
+        raise ConfigurationError(f"--database {database}: a SQLite file path, or a sqlite:/// or postgresql:// URL",
+                                 obj="database")
+    return "sqlite:///" + str(Path(database).expanduser().resolve())
+
+
 @dataclass
 class Device:
     """A device database (a SQLite file path, or a ``sqlite:///`` / ``postgresql://`` URL) bound to its server
@@ -211,10 +315,7 @@ class Device:
 
     @property
     def url(self) -> str:
-        db = self.database
-        if db.startswith(("sqlite:///", "postgresql://", "postgres://")):
-            return db
-        return "sqlite:///" + str(Path(db).expanduser().resolve())
+        return database_url(self.database)
 
     def sync(self, *, reinitialize: bool = False, upload_first: bool = False,
              progress: Progress | None = None) -> MergeSummary:
@@ -287,6 +388,9 @@ class Publisher:
     def history(self, limit: int = LIMIT) -> dict[str, Any]:
         return history(self.topology, limit)
 
+    def partitions(self, publication: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        return partitions(self.topology, publication)
+
     def conflicts(self, publication: str | None = None, article: str | None = None) -> list[dict[str, Any]]:
         return conflicts(self.topology, publication, article)
 
@@ -308,14 +412,30 @@ class Publisher:
     def cleanup(self, publication: str | None = None, *, dry_run: bool = False) -> CleanupSummary:
         return cleanup(self.topology, publication, dry_run=dry_run, progress=self.progress)
 
+    def schema_change(self, publication: str, article: str, *, add_column: str | None = None,
+                      drop_column: str | None = None) -> list[str]:
+        return schema_change(self.topology, publication, article, add_column=add_column, drop_column=drop_column)
+
     def logreader(self, publications: list[str] | None = None) -> list[LogReaderRun]:
         return logreader(self.topology, publications, progress=self.progress)
 
     def distribute(self, subscriptions: list[str] | None = None) -> DistributeSummary:
         return distribute(self.topology, subscriptions, spark=self._spark, progress=self.progress)
 
+    def tracer_token(self, publication: str, *, wait: float = 0.0) -> TokenReport:
+        return tracer_token(self.topology, publication, wait=wait, progress=self.progress)
+
+    def tracer_tokens(self, publication: str, limit: int = 20) -> list[TokenReport]:
+        return tracer_tokens(self.topology, publication, limit)
+
     def token(self, subscription: str, *, rotate: bool = False) -> str:
         return token(self.topology, subscription, rotate=rotate)
+
+    def revoke_token(self, subscription: str) -> int:
+        return revoke_token(self.topology, subscription)
+
+    def serve(self, *, operator_token: str | None = None) -> None:
+        return serve(self.topology, operator_token=operator_token, spark=self._spark, progress=self.progress)
 
     def serving(self) -> contextlib.AbstractContextManager[str]:
         return serving(self.topology, spark=self._spark, progress=self.progress)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from sparksync.demo.scenario import run_demo
+from sparksync.cli.demo_scenario import run_demo
 from sparksync.progress import silent
 
 

@@ -17,12 +17,11 @@ from rich.rule import Rule
 from rich.style import Style
 from rich.text import Text, TextType
 
-from sparksync import locks
+from sparksync import api, locks
 from sparksync.config import DEFAULT_CONFIG, Topology
 from sparksync.errors import ConfigurationError, SparksyncError
 from sparksync.redaction import RedactingStream
 from sparksync.spark.failures import recover, spark_error_message
-from sparksync.topology import load_config
 
 WIDE = 10_000       # columns of output that is not a terminal (a log, a pipe, `| less`): a table is as wide
                     # as its content, never cut
@@ -62,7 +61,7 @@ def reporter(message: str) -> None:
 
 
 def load(config: Path) -> Topology:
-    return load_config(config)
+    return api.load(config)
 
 
 # Exit codes by error code: the configuration and the command line are the user's to fix (2, like a

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from sparksync.cli.common import console, handle_errors, reporter
-from sparksync.demo.scenario import run_demo
+from sparksync.cli.demo_scenario import run_demo
 
 
 @handle_errors

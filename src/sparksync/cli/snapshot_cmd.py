@@ -18,7 +18,6 @@ from sparksync.cli.common import (
     reporter,
 )
 from sparksync.locks import DEFAULT_WAIT
-from sparksync.provision import check_snapshot_dir
 
 
 @handle_errors
@@ -30,9 +29,6 @@ def snapshot_command(
 ) -> None:
     """(Re)write the publication's snapshot: each article as Parquet, plus the rows' lineage."""
     topology = load(config)
-    for name in publication or []:
-        topology.publication(name)
-    check_snapshot_dir(topology)                      # before Spark starts
     out = api.snapshot(topology, publication, spark=make_spark(topology), progress=reporter)
     for name, path in out.items():
         console.print(f"[green]snapshot[/] {name}: {path}")

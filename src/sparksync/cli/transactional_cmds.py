@@ -24,11 +24,8 @@ from sparksync.cli.common import (
     reporter,
 )
 from sparksync.locks import DEFAULT_WAIT, LockBusy
-from sparksync.merge.publish import schema_change as merge_schema_change
 from sparksync.transactional.delivery.agent import DistributeSummary
 from sparksync.transactional.distribution.logreader import READ_BATCH
-from sparksync.transactional.publish.schema_change import change
-from sparksync.transactional.status import tracer
 
 Continuous = Annotated[bool, typer.Option("--continuous", help="Keep running: a round right after a round that "
                                                                 "found work, else after the polling interval.")]
@@ -164,17 +161,10 @@ def tracer_token_command(
     """Post a tracer token and report latency publisher -> distributor -> each subscriber."""
     topology = load(config)
     if history:
-        reports = tracer.recent(topology, publication)
+        reports = api.tracer_tokens(topology, publication)
     else:
-        tid = tracer.post(topology, publication)
-        if not as_json:
-            console.print(f"tracer token {tid} posted to {publication}", highlight=False)
-        deadline = time.monotonic() + wait
-        rep = tracer.report(topology, publication, tid)
-        while not rep.complete and time.monotonic() < deadline:
-            time.sleep(0.5)
-            rep = tracer.report(topology, publication, tid)
-        reports = [rep]
+        said = (lambda line: None) if as_json else (lambda line: console.print(line, highlight=False))
+        reports = [api.tracer_token(topology, publication, wait=wait, progress=said)]
     if as_json:
         console.print_json(json.dumps([r.to_dict() for r in reports], default=str))
         return
@@ -200,12 +190,8 @@ def schema_change_command(
     """Add or drop a column of a published table; the change reaches subscribers in order with the data."""
 
     topology = load(config)
-    if topology.publication(publication).kind == "merge":
-        for line in merge_schema_change.change(topology, publication, article, add_column, drop_column):
-            console.print(f"{line} at the publisher; each subscriber's next merge replays it (triggers regenerated)",
-                          highlight=False)
-        return
-    content = change(topology, publication, article, add_column, drop_column)
-    verb = "added" if content["action"] == "add_column" else "dropped"
-    console.print(f"{article}: column {content['column']['name']} {verb} at the publisher; the distribution agent "
-                  "applies it at each subscriber (procedures regenerated)", highlight=False)
+    merge = topology.publication(publication).kind == "merge"
+    for line in api.schema_change(topology, publication, article, add_column=add_column, drop_column=drop_column):
+        console.print(f"{line} at the publisher; " + ("each subscriber's next merge replays it (triggers regenerated)"
+                      if merge else "the distribution agent applies it at each subscriber (procedures regenerated)"),
+                      highlight=False)

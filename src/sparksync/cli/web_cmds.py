@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from sparksync import api
 from sparksync.cli.common import DEFAULT_CONFIG_PATH, ConfigOption, err_console, handle_errors, load, make_spark, reporter
 from sparksync.cli.merge_cmd import keep_running, show_summary
-from sparksync.dialects import connect
-from sparksync.errors import ConfigurationError
-from sparksync.web import tokens
 from sparksync.web.device.client import TOKEN_ENV, read_token
-from sparksync.web.device.sync import PER_BATCH, DeviceOptions, sync
+from sparksync.web.device.sync import PER_BATCH
 
 
 @handle_errors
@@ -33,16 +30,11 @@ def token_command(
     if rotate and revoke:
         raise typer.BadParameter("--rotate or --revoke, not both", param_hint="--rotate")
     topology = load(config)
-    s = topology.subscription(subscription)
-    if s.transport != "web":
-        raise ConfigurationError(f"subscription {subscription} is not a web subscription (transport = \"web\"); its "
-                                 "database is reached directly and needs no token", obj=subscription)
-    with connect(topology.publisher_url, topology.publisher.name) as pub:
-        if revoke:
-            n = tokens.revoke(pub, subscription)
-            err_console.print(f"subscription {subscription}: {n} token(s) revoked", highlight=False)
-            return
-        token = tokens.create(pub, subscription, rotate=rotate)
+    if revoke:
+        n = api.revoke_token(topology, subscription)
+        err_console.print(f"subscription {subscription}: {n} token(s) revoked", highlight=False)
+        return
+    token = api.token(topology, subscription, rotate=rotate)
     err_console.print(f"subscription {subscription}: {'new ' if rotate else ''}token (shown once; give it to the "
                       f"device as {TOKEN_ENV} or in a --token-file readable by its owner only):", highlight=False)
     sys.stdout.write(token + "\n")          # the one place a token is written out: not through the redaction
@@ -54,19 +46,11 @@ def serve_command(config: ConfigOption = DEFAULT_CONFIG_PATH) -> None:
     """Run the service until SIGTERM: every agent on its agent_schedule in one warm Spark session, the operator's
     monitor ([server] monitor: the page, /api, /metrics, /healthz; alerts), and the device endpoint of web
     synchronization ([server] listen) when there are web subscriptions."""
-    from sparksync.service.process import OPERATOR_TOKEN_ENV, run_service
+    from sparksync.service.process import OPERATOR_TOKEN_ENV  # the server extra: not on a device
 
     topology = load(config)
-    run_service(topology, reporter, make_spark(topology), os.environ.get(OPERATOR_TOKEN_ENV) or None)
-
-
-def _database_url(database: str) -> str:
-    if database.startswith(("sqlite:///", "postgresql://", "postgres://")):
-        return database
-    if "://" in database:
-        raise ConfigurationError(f"--database {database}: a SQLite file path, or a sqlite:/// or postgresql:// URL",
-                                 obj="database")
-    return "sqlite:///" + str(Path(database).expanduser().resolve())
+    api.serve(topology, operator_token=os.environ.get(OPERATOR_TOKEN_ENV) or None, spark=make_spark(topology),
+              progress=reporter)
 
 
 @handle_errors
@@ -101,10 +85,12 @@ def sync_command(
         raise typer.BadParameter("goes with --reinitialize", param_hint="--upload-first")
     if reinitialize and continuous:
         raise typer.BadParameter("--reinitialize is one sync, not --continuous", param_hint="--reinitialize")
-    options = DeviceOptions(server, subscription, _database_url(database), read_token(token_file), ca_file,
-                            generations_per_batch, reinitialize, upload_first)
+    url = api.database_url(database)
+    device = api.Device(url, server, subscription, read_token(token_file), ca_file, generations_per_batch)
+
     def once() -> bool:
-        summary = sync(options, reporter if not as_json else (lambda m: None))
+        summary = device.sync(reinitialize=reinitialize, upload_first=upload_first,
+                              progress=reporter if not as_json else (lambda m: None))
         show_summary(summary, as_json)
         return summary.ok
 
