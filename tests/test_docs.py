@@ -150,3 +150,37 @@ def test_architecture_links_nothing_outside_the_repository():
     for target in re.findall(r"\]\(([^)#]+)\)", text):
         assert not target.startswith(("http:", "https:", "/")) and (ROOT / "docs" / target).resolve().is_relative_to(ROOT), \
             f"ARCHITECTURE.md links {target}, outside the repository"
+
+
+@functools.cache
+def _defined() -> tuple[set[str], set[str]]:
+    """Every name the sources define (classes, functions, methods, assigned names and fields, module names), and
+    every string literal in them (statements: a setting or a column named as a database sees it)."""
+    names: set[str] = set()
+    strings: set[str] = set()
+    for p in SRC.rglob("*.py"):
+        names.add(p.stem)
+        for node in ast.walk(ast.parse(_text(p))):
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign):
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                strings.add(node.value)
+    return names, strings
+
+
+def test_architecture_names_classes_and_functions_that_exist():
+    """Every name in backticks that reads as code — a class (``CamelCase``) or a function (``snake_case``) — is
+    defined in the sources, wherever the page names it (not only after a file)."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    names = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", text))
+    code = {n for n in names if re.fullmatch(r"_?[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+", n)
+            or re.fullmatch(r"_?[a-z][a-z0-9]*(?:_[a-z0-9]+)+", n)}
+    assert len(code) > 300
+    defined, strings = _defined()
+    said = "\n".join(strings)                  # a name inside a statement: a setting the code sets or reads
+    missing = sorted(n for n in code if n not in defined and n not in said)
+    assert not missing, f"ARCHITECTURE.md names code that does not exist: {missing}"
