@@ -19,7 +19,6 @@ The functions raise the typed errors of ``sparksync.errors``; they never print, 
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,6 +36,8 @@ from sparksync.merge.partitions.evaluation import describe_partitions
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.publish import schema_change as merge_schema_change
 from sparksync.merge.session.agent import MergeAgent
+from sparksync.merge.session.remote.notices import ChangeBatch
+from sparksync.merge.session.remote.outbox import OutboxChange
 from sparksync.merge.session.summary import MergeOptions, MergeSummary
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.metadata import store
@@ -58,6 +59,8 @@ from sparksync.validation.repair import repair as _repair
 from sparksync.validation.report import ValidationReport
 from sparksync.validation.subscriptions import validate as _validate
 from sparksync.web import tokens
+from sparksync.web.device import local as device_local
+from sparksync.web.device.background import Background, LocalWrites
 from sparksync.web.device.sync import DeviceOptions
 from sparksync.web.device.sync import sync as _sync
 
@@ -302,16 +305,17 @@ def database_url(database: str) -> str:
 class Device:
     """A device database (a SQLite file path, or a ``sqlite:///`` / ``postgresql://`` URL) bound to its server
     (``https://host:port``, or ``http://`` to a loopback address) and its web subscription, with the token the
-    operator made for it (``token``). Needs neither Spark nor the server extra."""
+    operator made for it (``token``). Its outbox and conflict inbox are read from the file alone (``Device(path)``
+    is enough); a sync needs the rest. Needs neither Spark nor the server extra."""
 
     database: str
-    server: str
-    subscription: str
-    token: str = field(repr=False)
+    server: str | None = None
+    subscription: str | None = None
+    token: str | None = field(default=None, repr=False)
     ca_file: str | None = None
     generations_per_batch: int = 100
-    _thread: threading.Thread | None = field(default=None, init=False, repr=False)
-    _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _background: Background | None = field(default=None, init=False, repr=False)
+    _listeners: list[Callable[[ChangeBatch], None]] = field(default_factory=list, init=False, repr=False)
 
     @property
     def url(self) -> str:
@@ -321,42 +325,68 @@ class Device:
              progress: Progress | None = None) -> MergeSummary:
         """One sync: upload, then download (``sparksync sync``); ``reinitialize``: a new file from the snapshot,
         the old one kept beside it (``upload_first``: its changes uploaded before)."""
-        return _sync(DeviceOptions(self.server, self.subscription, self.url, self.token, self.ca_file,
-                                   self.generations_per_batch, reinitialize, upload_first), _said(progress))
+        missing = [n for n in ("server", "subscription", "token") if not getattr(self, n)]
+        if missing:
+            raise ConfigurationError(f"device {self.database}: a sync needs its {', '.join(missing)}", obj=missing[0])
+        return _sync(DeviceOptions(str(self.server), str(self.subscription), self.url, str(self.token), self.ca_file,
+                                   self.generations_per_batch, reinitialize, upload_first,
+                                   on_change=self._notify if self._listeners else None), _said(progress))
+
+    def outbox(self, *, pending: bool = False) -> list[OutboxChange]:
+        """Every local change the application has not acknowledged, with its fate (``sparksync outbox``);
+        ``pending``: only those the publisher has not accepted yet."""
+        return device_local.changes(self.url, pending_only=pending)
+
+    def conflicts(self) -> list[OutboxChange]:
+        """The conflict inbox: the device's changes that lost a conflict, not settled yet (``sparksync conflicts
+        --database``), each with its version (``mine``) and the winner's (``winner``)."""
+        return device_local.inbox(self.url)
+
+    def keep(self, change_id: int, which: str) -> OutboxChange:
+        """Settle a lost conflict: ``"mine"`` writes the device's version again (a change the next sync uploads),
+        ``"theirs"`` keeps the winner."""
+        return device_local.keep(self.url, change_id, which)         # type: ignore[arg-type]
+
+    def acknowledge(self, change_ids: list[int] | None = None) -> int:
+        """Answered changes the application has seen leave the outbox (None: every applied or refused one);
+        how many did."""
+        return device_local.acknowledge(self.url, change_ids)
+
+    def on_change(self, callback: Callable[[ChangeBatch], None]) -> None:
+        """``callback`` is given what each download batch changed (the articles and keys it inserted, updated or
+        deleted, rows that left the partition included), once the batch has committed; what a crash kept from
+        it is given at the next sync."""
+        self._listeners.append(callback)
+
+    def _notify(self, batch: ChangeBatch) -> None:
+        for callback in list(self._listeners):
+            callback(batch)
 
     def start(self, interval: float = 60.0, on_sync: Callable[[MergeSummary], None] | None = None,
-              on_error: Callable[[SparksyncError], None] | None = None, max_backoff: float = 600.0) -> None:
-        """Sync in a thread of this process every ``interval`` seconds until ``stop()``: ``on_sync`` is called with
-        each finished sync's summary, ``on_error`` with what stopped a sync (after which the next one waits twice
-        as long, up to ``max_backoff``, until one succeeds)."""
-        if self._thread is not None and self._thread.is_alive():
+              on_error: Callable[[SparksyncError], None] | None = None, max_backoff: float = 600.0,
+              debounce: float = 2.0) -> None:
+        """Sync in a thread of this process until ``stop()``: at once, then every ``interval`` seconds and
+        ``debounce`` seconds after a local write (seen without reading the tables: ``web/device/background.py``)
+        or ``poke()``. ``on_sync`` is called with each finished sync's summary, ``on_error`` with what stopped a
+        sync (after which the next one waits twice as long, up to ``max_backoff``, until one succeeds). One sync
+        of the file runs at a time, across processes too."""
+        if self._background is not None and self._background.running:
             raise RuntimeError(f"device {self.subscription} is already syncing in the background")
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, args=(interval, on_sync, on_error, max_backoff),
-                                        name=f"sparksync device {self.subscription}", daemon=True)
-        self._thread.start()
+        watch = LocalWrites(self.url.removeprefix("sqlite:///")) if self.url.startswith("sqlite:///") else None
+        self._background = Background(self.sync, str(self.subscription), interval=interval, debounce=debounce,
+                                      max_backoff=max_backoff, local_writes=watch, on_sync=on_sync, on_error=on_error)
+        self._background.start()
+
+    def poke(self) -> None:
+        """The application wrote: the background sync runs ``debounce`` seconds from now."""
+        if self._background is not None:
+            self._background.poke()
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop syncing in the background: a sync in flight finishes first."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-    def _loop(self, interval: float, on_sync, on_error, max_backoff: float) -> None:
-        wait = interval
-        while not self._stop.is_set():
-            try:
-                summary = self.sync()
-            except SparksyncError as e:
-                if on_error is not None:
-                    on_error(e)
-                wait = min(max(wait, interval) * 2, max_backoff)
-            else:
-                if on_sync is not None:
-                    on_sync(summary)
-                wait = interval
-            self._stop.wait(wait)
+        if self._background is not None:
+            self._background.stop(timeout)
+            self._background = None
 
 
 # -- the publisher's side, as one object -------------------------------------------------------------------

@@ -278,6 +278,12 @@ class UploadConflict(ProtocolError):
         self.expected_lo = expected_lo
 
 
+class DeviceBusy(Transient, SparksyncError):
+    """Another sync of the same device file is running (in this process or another): this one waited for it."""
+
+    code = "device_busy"
+
+
 class ServerBusy(Transient, SparksyncError):
     """The server works on as many requests as it takes at once: try again after ``retry_after`` seconds."""
 

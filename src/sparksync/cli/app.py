@@ -11,6 +11,7 @@ from sparksync.cli.conflicts_cmd import conflicts_command
 from sparksync.cli.demo_cmd import demo_command
 from sparksync.cli.history_cmd import history_command
 from sparksync.cli.merge_cmd import merge_command
+from sparksync.cli.outbox_cmd import outbox_command
 from sparksync.cli.partitions_cmd import partitions_command
 from sparksync.cli.reinit_cmd import reinit_command
 from sparksync.cli.setup_cmd import setup_command
@@ -49,6 +50,7 @@ app.command("schema-change")(schema_change_command)
 app.command("token")(token_command)
 app.command("serve")(serve_command)
 app.command("sync")(sync_command)
+app.command("outbox")(outbox_command)
 app.command("demo")(demo_command)
 
 

@@ -26,8 +26,16 @@ def conflicts_command(
                                                             "losing version the winner everywhere).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     lock_timeout: LockTimeoutOption = DEFAULT_WAIT,
+    database: Annotated[str | None, typer.Option("--database", help="On a device: its conflict inbox (the "
+                                                 "conflicts its changes lost), from its database alone.")] = None,
+    change_id: Annotated[int | None, typer.Argument(metavar="[ID]", help="With --database and --keep: the lost "
+                                                    "change to settle (its id in the inbox).")] = None,
 ) -> None:
-    """List logged conflicts: type, reason, loser, winner, and the losing row; or resolve one again."""
+    """List logged conflicts: type, reason, loser, winner, and the losing row; or resolve one again. On a device
+    (--database): the conflicts its changes lost; --keep mine|theirs ID settles one."""
+    if database is not None:
+        _device(database, keep, change_id, as_json)
+        return
     topology = load(config)
     if resolve is not None or keep is not None:
         if resolve is None or keep not in ("winner", "loser"):
@@ -72,3 +80,30 @@ def _failed(rows: list[dict], as_json: bool) -> None:
                   r["column_name"] or "", r["value"] or "", str(r["attempts"]), r["reason"])
     console.print(t)
     console.print(f"{len(rows)} failed change(s)")
+
+
+def _device(database: str, keep: str | None, change_id: int | None, as_json: bool) -> None:
+    """A device's conflict inbox, or one of its conflicts settled."""
+    device = api.Device(api.database_url(database))
+    if keep is not None or change_id is not None:
+        if keep not in ("mine", "theirs") or change_id is None:
+            raise typer.BadParameter("give --keep mine or --keep theirs and the change's ID", param_hint="--keep")
+        done = device.keep(change_id, keep)
+        if as_json:
+            console.print_json(json.dumps(done.as_json(), default=str))
+        elif keep == "mine":
+            console.print(f"change {change_id}: your version of {done.article} row {done.key or done.rowguid} is "
+                          "written again; the next sync uploads it", highlight=False)
+        else:
+            console.print(f"change {change_id}: the winner ({done.winner_replica}) is kept", highlight=False)
+        return
+    inbox = device.conflicts()
+    if as_json:
+        console.print_json(json.dumps([c.as_json() for c in inbox], default=str))
+        return
+    t = Table("id", "article", "key", "operation", "winner", "reason", "mine", "theirs", box=None)
+    for c in inbox:
+        t.add_row(str(c.change_id), c.article, json.dumps(c.key, default=str) if c.key else c.rowguid, c.operation,
+                  c.winner_replica or "", c.reason or "", json.dumps(c.mine, default=str) if c.mine else "-",
+                  json.dumps(c.winner, default=str) if c.winner else "(deleted)")
+    console.print(t)

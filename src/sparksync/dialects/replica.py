@@ -47,6 +47,7 @@ class Replica:
         self._in_tx = False
         self.tracking_flushed = False    # set by merge.tracking.pending.flush (see TRACKING_TABLES)
         self.has_tracking_log: bool | None = None     # known once asked (merge.tracking.pending.has_log)
+        self.notes_inserts: bool | None = None        # a web device's file (merge.tracking.pending.INSERTS)
         self.flushed_in: int | None = None            # the transaction (serial) that last flushed
         self._tx_serial = 0
 

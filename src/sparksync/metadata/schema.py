@@ -547,5 +547,49 @@ WEB = TableSet("web synchronization", 5, WEB_VERSION, (
     ),
 ))
 
-TABLE_SETS = (MERGE, DISTRIBUTION, TRANSACTIONAL_SUBSCRIBER, PUBLISHER_LOG, WEB)
+DEVICE_VERSION = 1
+DEVICE = TableSet("device", 6, DEVICE_VERSION, (
+    MetaTable(
+        "MSdevice_outbox",
+        "On a web device: each of its changes the publisher was sent, with its fate (merge/session/remote/outbox.py): "
+        "sent (no answer yet), applied, lost (a conflict: the winning row and the conflict's id at the publisher), "
+        "failed (sent again at every sync), refused. Changes not yet sent are read from the tracking metadata.",
+        (C("change_id", BIG, False), C("tablenick", INT, False), C("rowguid", GUID, False),
+         C("operation", TEXT, False, "insert, update or delete"),
+         C("generation", BIG, False, "the device's generation the change was in"),
+         C("lo", BIG, False), C("hi", BIG, False, "the upload (lo, hi] that carried it, last"),
+         C("state", TEXT, False), C("reason", TEXT), C("tries", INT, False, "uploads of it that failed"),
+         C("conflict_id", TEXT, True, "the conflict's id at the publisher"),
+         C("winner", TEXT, True, "the replica whose version won"),
+         C("winner_row", TEXT, True, "lost: the winning row (JSON as change rows carry it; null: deleted)"),
+         C("winner_lineage", TEXT, True, "lost: the winning version's lineage (the device has it once downloaded)"),
+         C("columns", JSON, True, "lost, column tracking: the columns that conflicted"),
+         C("mine", TEXT, True, "the row as the device sent it (kept while it may be needed: not applied)"),
+         C("resolution", TEXT, True, "lost: mine or theirs, as the application chose"),
+         C("sent_at", TS, False), C("answered_at", TS), C("acknowledged_at", TS)),
+        ("change_id",),
+        (MetaIndex("MSdevice_outbox_row", ("tablenick", "rowguid")), MetaIndex("MSdevice_outbox_upload", ("lo", "hi")),
+         MetaIndex("MSdevice_outbox_state", ("state",))),
+        serial="change_id",
+    ),
+    MetaTable(
+        "MSdevice_inserts",
+        "On a web device: the rows its application inserted (noted by the flush of the triggers' log) whose "
+        "insert the publisher has not answered yet: the outbox tells an insert from an update by it.",
+        (C("tablenick", INT, False), C("rowguid", GUID, False)),
+        ("tablenick", "rowguid"),
+    ),
+    MetaTable(
+        "MSdevice_notices",
+        "On a web device: what each download batch inserted, updated and deleted, written in the batch's "
+        "transaction and removed once the application's callbacks have it (a crash between the two: delivered "
+        "at the next start).",
+        (C("notice_id", BIG, False), C("session_id", GUID, False), C("batch_seq", INT, False),
+         C("changes", JSON, False, "[[article, operation, rowguid, key], ...]"), C("committed_at", TS, False)),
+        ("notice_id",),
+        serial="notice_id",
+    ),
+))
+
+TABLE_SETS = (MERGE, DISTRIBUTION, TRANSACTIONAL_SUBSCRIBER, PUBLISHER_LOG, WEB, DEVICE)
 TABLES_BY_NAME = {t.name: t for ts in TABLE_SETS for t in ts.tables}

@@ -39,11 +39,12 @@ INITIALIZE = Route("POST", "/v1/sync/initialize")
 INITIALIZED = Route("POST", "/v1/sync/initialized")
 RECOVER = Route("POST", "/v1/sync/recover")
 UPLOAD = Route("PUT", "/v1/sync/uploads/{lo}-{hi}")
+UPLOADED = Route("GET", "/v1/sync/uploads/{lo}-{hi}")
 DOWNLOAD = Route("POST", "/v1/sync/download")
 ACK = Route("POST", "/v1/sync/download/ack")
 DONE = Route("POST", "/v1/sync/done")
 ROUTES = {"healthz": HEALTHZ, "hello": HELLO, "snapshot": SNAPSHOT, "snapshot_file": SNAPSHOT_FILE,
-          "initialize": INITIALIZE, "initialized": INITIALIZED, "recover": RECOVER, "upload": UPLOAD,
+          "initialize": INITIALIZE, "initialized": INITIALIZED, "recover": RECOVER, "upload": UPLOAD, "uploaded": UPLOADED,
           "download": DOWNLOAD, "ack": ACK, "done": DONE}
 
 Generation = int
@@ -208,11 +209,23 @@ class InitializedReply(_Message):
 
 
 class UploadConflictReply(_Message):
+    """One of the device's uploaded changes that the publisher did not simply apply, and its fate."""
+
     article: str
     rowguid: str
-    type: int
+    type: int = Field(description="the conflict type (1-10, as SQL Server's)")
     reason: str
-    winner: str
+    winner: str = Field(description="the replica whose version won (empty: a failed or refused change)")
+    fate: Literal["won", "lost", "failed", "refused"] | None = Field(default=None, description=(
+        "won or lost a conflict; failed: the publisher's database refused the row, it is sent again at every sync; "
+        "refused: a change the publisher does not take from this device"))
+    conflict_id: str | None = Field(default=None, description="the conflict's id at the publisher")
+    winner_row: str | None = Field(default=None, description="lost: the winning row as the publisher holds it "
+                                   "(JSON, as change rows carry it); null when the winner is the row's deletion")
+    winner_lineage: str | None = Field(default=None, max_length=1 << 16, description="lost: the winning version's "
+                                       "lineage (JSON): the device keeps its own version only once it has this one")
+    columns: list[str] = Field(default_factory=list, description="column tracking: the columns that conflicted")
+    attempts: int | None = Field(default=None, description="failed: how many times the change has failed")
 
 
 class UploadReply(_Message):
@@ -231,6 +244,14 @@ class UploadReply(_Message):
     model_config = ConfigDict(extra="ignore", frozen=True, strict=False)
 
 
+class UploadLookup(_Message):
+    """Reply to ``uploaded``: the reply the publisher gave to an upload of these generations, which the device did
+    not receive (its connection was cut, or it was stopped); ``found`` false: the publisher applied no such upload."""
+
+    found: bool
+    reply: UploadReply | None = None
+
+
 class Problem(_Message):
     """Every refusal and failure (application/problem+json)."""
 
@@ -243,10 +264,11 @@ class Problem(_Message):
 
 REQUESTS: dict[str, type[_Message] | None] = {
     "hello": None, "snapshot": None, "snapshot_file": None, "initialize": None, "initialized": InitializedRequest,
-    "recover": RecoverRequest, "upload": None, "download": DownloadRequest, "ack": AckRequest, "done": DoneRequest}
+    "recover": RecoverRequest, "upload": None, "uploaded": None, "download": DownloadRequest, "ack": AckRequest,
+    "done": DoneRequest}
 REPLIES: dict[str, type[_Message] | None] = {
     "hello": Hello, "snapshot": None, "snapshot_file": None, "initialize": Hello, "initialized": InitializedReply,
-    "recover": Hello, "upload": UploadReply, "download": None, "ack": AckReply, "done": DoneReply}
+    "recover": Hello, "upload": UploadReply, "uploaded": UploadLookup, "download": None, "ack": AckReply, "done": DoneReply}
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -280,8 +302,8 @@ def render_protocol() -> str:
                  }.get(name, f"`{rep.__name__}`" if rep else "-")
         lines.append(f"| `{route.method} {route.path}` | {body} | {reply} |")
     models: list[type[BaseModel]] = [InitializedRequest, RecoverRequest, DownloadRequest, AckRequest, DoneRequest,
-                                     Counts, Digests, Hello, UploadReply, UploadConflictReply, DoneReply, Verdict,
-                                     AckReply, InitializedReply, Problem]
+                                     Counts, Digests, Hello, UploadReply, UploadConflictReply, UploadLookup, DoneReply,
+                                     Verdict, AckReply, InitializedReply, Problem]
     for model in models:
         doc = " ".join((model.__doc__ or "").split()).replace("``", "`")
         lines += ["", f"**`{model.__name__}`**: {doc}".rstrip(": "), ""]

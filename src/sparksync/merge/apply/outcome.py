@@ -50,7 +50,8 @@ class BatchConflict:
     @classmethod
     def from_dict(cls, c: Mapping[str, Any]) -> BatchConflict:
         return cls(ConflictRecord(ConflictType(c["conflict_type"]), c["tablenick"], c["rowguid"], c["reason_code"],
-                                  c["reason_text"], c["origin"], c["winner"], c["losing_row"], c["columns"]),
+                                  c["reason_text"], c["origin"], c["winner"], c["losing_row"], c["columns"],
+                                  c.get("conflict_id")),
                    bool(c["log_remote"]))
 
 

@@ -54,6 +54,7 @@ class ConflictRecord:
     winner: str                  # the replica whose version won ("" for failed changes)
     losing_row: dict[str, Any] | None = None
     columns: list[str] = field(default_factory=list)
+    conflict_id: str | None = None   # its id in MSmerge_conflicts_info, once logged
 
 
 REFUSED = "refused: "        # a failed change whose claim the publisher refused (a forged or edited replica's)
@@ -80,7 +81,7 @@ def log_conflict(replica: Replica, pubid: str, publication: str, article: Tracke
                  subscription: str, upload: bool, session_id: str) -> None:
     """MSmerge_conflicts_info row, and the losing row in the article's conflict table."""
     d = replica.dialect
-    cid = store.new_guid()
+    cid = rec.conflict_id = store.new_guid()
     store.insert_row(replica, "MSmerge_conflicts_info", {
         "conflict_id": cid, "pubid": pubid, "tablenick": rec.tablenick, "rowguid": rec.rowguid,
         "conflict_type": int(rec.conflict_type), "reason_code": str(rec.reason_code), "reason_text": rec.reason_text,

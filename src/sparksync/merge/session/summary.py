@@ -45,6 +45,8 @@ class SubscriptionSession:
     problems: list[ErrorInfo] = field(default_factory=list)            # what went wrong, as data
     seconds: float = 0.0
     batches: dict[str, int] = field(default_factory=dict)               # direction -> batches applied
+    # a web device: the rows its download changed, [article, inserted|updated|deleted, rowguid, key] each
+    changed: list[list[Any]] = field(default_factory=list)
 
     def fail(self, message: str, error: ErrorInfo | SparksyncError | None = None) -> None:
         """Record a problem: ``message`` for the user, with the code and object of ``error``."""
@@ -92,6 +94,7 @@ class MergeSummary:
                 "seconds": round(s.seconds, 3), "batches": s.batches,
                 "upload": {a: vars(v) for a, v in s.upload.items()},
                 "download": {a: vars(v) for a, v in s.download.items()},
+                **({"changed": s.changed} if s.changed else {}),
             } for s in self.subscriptions],
             "conflicts": self.conflicts,
             "waiting": self.waiting,

@@ -28,6 +28,7 @@ from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow
 
 LOG = "MSmerge_pending"
+INSERTS = "MSdevice_inserts"      # a web device's rows inserted by its application, not yet answered (its outbox)
 
 
 def flush(replica: Replica, wait: bool = False) -> int:
@@ -115,6 +116,13 @@ def has_log(replica: Replica) -> bool:
     return found
 
 
+def _notes_inserts(replica: Replica) -> bool:
+    """A web device's file notes which rows its application inserted (``INSERTS``)."""
+    if replica.notes_inserts is None:
+        replica.notes_inserts = replica.dialect.metadata_table_exists(replica, INSERTS)
+    return replica.notes_inserts
+
+
 def forget(replica: Replica, tablenick: int, rowguids_sql: str, params: list) -> None:
     """Entries of rows this replica forgets (they left its partition): nothing to flush for them."""
     if has_log(replica):
@@ -147,11 +155,12 @@ def _flush(replica: Replica, only: tuple[int, str, list] | None, wait: bool) -> 
                                  "cannot be recorded", obj=replica.label)
         generation = ensure_open_generation(replica, nickname)
     by_nick = {a["tablenick"]: a for a in articles}
+    inserts = replica.meta(INSERTS) if _notes_inserts(replica) else None
     for nick in nicks:
         ctx = by_nick.get(nick)
         if ctx is None:                 # an article dropped since its rows were logged: nothing to record
             continue
-        for stmt in d.render_flush({**ctx, "source": source}):
+        for stmt in d.render_flush({**ctx, "source": source, "inserts": inserts}):
             replica.execute(stmt.replace("__GEN__", str(int(generation))))
         failpoints.hit("tracking.flush", replica.label)     # tests: an article's metadata written, not committed
     d.release_pending(replica, source)

@@ -27,7 +27,9 @@ from sparksync import failpoints
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ConfigurationError, Diverged, SparksyncError
+from sparksync.merge.session.remote import notices, outbox
 from sparksync.merge.session.remote.frames import read_frames, write_changes
+from sparksync.merge.session.remote.notices import Listener
 from sparksync.merge.session.remote.restored import file_state, restored
 from sparksync.merge.session.remote.subscriber import (
     RemotePublisher,
@@ -40,6 +42,7 @@ from sparksync.merge.session.remote.subscriber import (
     initialized,
     plan_upload,
     prepare_upload,
+    recorded,
     snapshot_files,
     upgrade,
 )
@@ -47,6 +50,7 @@ from sparksync.merge.session.summary import DirectionStats, MergeSummary, Subscr
 from sparksync.metadata import store
 from sparksync.progress import Reporter, silent
 from sparksync.web.device.client import ServerClient, answered
+from sparksync.web.device.lock import sync_lock
 from sparksync.web.protocol import (
     ACK,
     DONE,
@@ -59,6 +63,7 @@ from sparksync.web.protocol import (
     SNAPSHOT,
     SNAPSHOT_FILE,
     UPLOAD,
+    UPLOADED,
     AckReply,
     AckRequest,
     Counts,
@@ -70,6 +75,7 @@ from sparksync.web.protocol import (
     InitializedReply,
     InitializedRequest,
     RecoverRequest,
+    UploadLookup,
     UploadReply,
 )
 
@@ -86,12 +92,19 @@ class DeviceOptions:
     generations_per_batch: int = PER_BATCH
     reinitialize: bool = False    # a new file from the snapshot, the old one kept beside it (a SQLite file)
     upload_first: bool = False    # with reinitialize: the old file's changes uploaded first
+    on_change: Listener | None = None   # given what each download batch changed, once it committed (notices.py)
+    lock_wait: float = 120.0      # seconds to wait for another sync of the same file (lock.py)
 
 
 def sync(options: DeviceOptions, report: Reporter = silent) -> MergeSummary:
-    """One sync: upload, then download (both, always: as SQL Server's web synchronization does).
-    ``reinitialize``: the file is set aside first (its changes uploaded before, with ``upload_first``) and a
-    new one initialized from the snapshot, under a fresh replica identity."""
+    """One sync: upload, then download (both, always: as SQL Server's web synchronization does), one of the
+    file at a time (``lock.py``). ``reinitialize``: the file is set aside first (its changes uploaded before,
+    with ``upload_first``) and a new one initialized from the snapshot, under a fresh replica identity."""
+    with sync_lock(options.database, options.lock_wait):
+        return _sync(options, report)
+
+
+def _sync(options: DeviceOptions, report: Reporter) -> MergeSummary:
     t0 = time.perf_counter()
     summary = MergeSummary(store.new_guid())
     if options.reinitialize:
@@ -126,6 +139,10 @@ def _sync_file(client: ServerClient, device: Replica, options: DeviceOptions, pu
     if upgrade(device):
         report(f"{options.subscription}: change tracking upgraded")
     publisher = _recover_if_restored(client, device, publisher, report)
+    outbox.install(device)
+    if options.on_change is not None:            # what a sync stopped before its callbacks changed, first
+        notices.deliver(device, options.on_change)
+    _unanswered(client, device, publisher, report)
     prepare_upload(device, publisher, report)
     _upload(client, device, options, publisher, session, report)
     hello = client.send(HELLO, Hello)
@@ -241,14 +258,32 @@ def _upload(client: ServerClient, device: Replica, options: DeviceOptions, publi
         rows = upload.rows(b)
         if rows is None:
             continue
+        outbox.sent(device, rows, b.lo, b.hi)
         reply = client.send(UPLOAD, UploadReply, content=write_changes(rows), lo=b.lo, hi=b.hi)
         failpoints.hit("device.after_upload", name)       # tests: applied at the publisher, not yet recorded here
-        if reply.refused:
-            report(f"upload {name}: {reply.refused} change(s) to rows outside this device's partition were refused "
-                   "by the publisher (sparksync conflicts there lists them)")
-        for c in reply.conflicts:
+        _said_of(reply, name, report)
+        upload.sent(b, reply.stats, session, reply.conflicts)
+
+
+def _said_of(reply: UploadReply, name: str, report: Reporter) -> None:
+    if reply.refused:
+        report(f"upload {name}: {reply.refused} change(s) to rows outside this device's partition were refused "
+               "by the publisher (sparksync outbox lists them)")
+    for c in reply.conflicts:
+        if c.fate != "refused":
             report(f"upload {name}: conflict on {c.article} row {c.rowguid}: {c.reason}")
-        upload.sent(b, reply.stats, session)
+
+
+def _unanswered(client: ServerClient, device: Replica, publisher: RemotePublisher, report: Reporter) -> None:
+    """The uploads sent at an earlier sync whose reply the device did not record (a cut connection, a kill): the
+    publisher's reply asked for and recorded, or, when it applied no such upload, their changes pending again."""
+    for lo, hi in outbox.unanswered(device):
+        found = client.send(UPLOADED, UploadLookup, lo=lo, hi=hi)
+        if found.reply is not None:
+            recorded(device, publisher.pubid, lo, hi, found.reply.conflicts)
+            _said_of(found.reply, publisher.subscription, report)
+        else:
+            outbox.not_applied(device, lo, hi)
 
 
 def _download(client: ServerClient, device: Replica, options: DeviceOptions, publisher: RemotePublisher,
@@ -258,6 +293,7 @@ def _download(client: ServerClient, device: Replica, options: DeviceOptions, pub
     frames = read_frames(client.changes(DOWNLOAD.path, json=DownloadRequest(
         after=after, batch=options.generations_per_batch, failed=failed, keyset=True).model_dump(mode="json")),
         "download")
-    done = apply_download(device, options.database, publisher, frames, summary.session_id, session, report)
+    done = apply_download(device, options.database, publisher, frames, summary.session_id, session, report,
+                          options.on_change)
     if done is not None:
         client.send(ACK, AckReply, AckRequest(hi=done))

@@ -9,6 +9,7 @@
     POST /v1/sync/initialized                      the device committed its initialization
     POST /v1/sync/recover                          its file is an older copy of itself: recovered (restored.py)
     PUT  /v1/sync/uploads/{lo}-{hi}                its changes of generations (lo, hi] (Arrow stream)
+    GET  /v1/sync/uploads/{lo}-{hi}                the reply to that upload, when the device did not receive it
     POST /v1/sync/download                         the publisher's changes for it after its watermark (frames
                                                    of Arrow streams: its own, then the partition feed's), in
                                                    generation batches, with those that failed there before
@@ -246,6 +247,10 @@ def make_app(door: Door, max_request_mb: float = 64, max_active_requests: int = 
         body = await request.body()
         return _reply(await run_in_threadpool(door.upload, device, lo, hi, body))
 
+    async def uploaded(request: Request, device: Device) -> Response:
+        lo, hi = _int(request.path_params["lo"], "lo"), _int(request.path_params["hi"], "hi")
+        return _reply(await run_in_threadpool(door.uploaded, device, lo, hi))
+
     async def download(request: Request, device: Device) -> Response:
         body = parse(DownloadRequest, await _json_body(request), request.url.path)
         frames = await run_in_threadpool(door.download, device, body.after, body.batch, list(body.failed), body.keyset)
@@ -263,7 +268,8 @@ def make_app(door: Door, max_request_mb: float = 64, max_active_requests: int = 
     turns = Turns(max_active_requests, queue_s)
     handlers = {"hello": (hello, None), "snapshot": (snapshot, None), "snapshot_file": (snapshot_file, None),
                 "initialize": (begin, None), "initialized": (initialized, None), "recover": (recover, None),
-                "upload": (upload, turns), "download": (download, turns), "ack": (ack, None), "done": (done, None)}
+                "upload": (upload, turns), "uploaded": (uploaded, None), "download": (download, turns),
+                "ack": (ack, None), "done": (done, None)}
     routes = [Route(HEALTHZ.path, healthz, methods=[HEALTHZ.method])] + [
         Route(_path(ROUTES[name]), _endpoint(door, handler, turn), methods=[ROUTES[name].method])
         for name, (handler, turn) in handlers.items()]

@@ -56,6 +56,7 @@ from sparksync.web.protocol import (
     DoneRequest,
     Hello,
     InitializedReply,
+    UploadLookup,
     UploadReply,
     Verdict,
 )
@@ -236,6 +237,12 @@ class Door:
                                  connections=[pub])
         self.ledger.seen(device.name).uploaded(reply)
         return UploadReply.model_validate(reply)
+
+    def uploaded(self, device: Device, lo: int, hi: int) -> UploadLookup:
+        """The reply to an earlier upload of generations (lo, hi] of the device, which it did not receive."""
+        with self.publisher() as pub:
+            reply = self.half.upload_reply(pub, device.name, lo, hi)
+        return UploadLookup(found=reply is not None, reply=UploadReply.model_validate(reply) if reply else None)
 
     # -- download ---------------------------------------------------------------------------------
     def round(self, publication: PublicationConfig) -> None:

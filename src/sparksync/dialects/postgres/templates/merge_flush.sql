@@ -47,3 +47,10 @@ ON CONFLICT (tablenick, rowguid) DO UPDATE SET
 DELETE FROM {{ contents }} AS c USING (SELECT DISTINCT rowguid FROM {{ source }} WHERE {{ mine }} AND op = 3) AS gone
  WHERE c.{{ mine }} AND c.rowguid = gone.rowguid
    AND NOT EXISTS (SELECT 1 FROM {{ table }} AS t WHERE t.{{ rowguid }} = c.rowguid)
+{%- if inserts %}
+-- statement
+{#- a web device notes the rows its application inserted (its outbox tells an insert from an update) -#}
+INSERT INTO {{ inserts }} (tablenick, rowguid)
+SELECT DISTINCT {{ tablenick }}, rowguid FROM {{ source }} WHERE {{ mine }} AND op = 1 AND rowguid IS NOT NULL
+ON CONFLICT DO NOTHING
+{%- endif %}

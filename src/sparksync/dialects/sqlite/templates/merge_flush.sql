@@ -28,6 +28,13 @@ CASE WHEN {{ x }} IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each
     first version of every column -#}
 UPDATE {{ table }} SET {{ rowguid }} = {{ new_guid }}
  WHERE rowid IN (SELECT rid FROM {{ new_rows }} WHERE {{ mine }})
+{%- if inserts %}
+-- statement
+{#- a web device notes the rows its application inserted (its outbox tells an insert from an update) -#}
+INSERT OR IGNORE INTO {{ inserts }} (tablenick, rowguid)
+SELECT {{ tablenick }}, t.{{ rowguid }} FROM {{ new_rows }} AS n JOIN {{ table }} AS t ON t.rowid = n.rid WHERE n.{{ mine }}
+ UNION SELECT {{ tablenick }}, rowguid FROM {{ source }} WHERE {{ mine }} AND op = 1 AND rowguid IS NOT NULL
+{%- endif %}
 -- statement
 INSERT INTO {{ contents }} (tablenick, rowguid, generation, lineage, colv)
 SELECT {{ tablenick }}, t.{{ rowguid }}, __GEN__, {{ first_lineage }}, {% if column_tracking %}{{ colv_first() }}{% else %}NULL{% endif %}

@@ -26,7 +26,7 @@ from sparksync import failpoints
 from sparksync.config import PublicationConfig, Topology
 from sparksync.dialects.replica import Replica
 from sparksync.errors import NotInitialized, ProtocolError, UploadConflict
-from sparksync.merge.conflicts.model import ConflictRecord, ConflictType
+from sparksync.merge.conflicts.model import ConflictRecord
 from sparksync.merge.conflicts.resolvers import check_resolvers
 from sparksync.merge.partitions.evaluation import evaluate, evaluated_at_sync, partitions
 from sparksync.merge.partitions.scheme import scheme_of
@@ -34,6 +34,7 @@ from sparksync.merge.publish.schema_changes import pending
 from sparksync.merge.session.changes import ALL_PARTITIONS, RETRY_GENERATION
 from sparksync.merge.session.context import BatchOutcome, publisher_half, upload_batch
 from sparksync.merge.session.enumeration import min_watermark
+from sparksync.merge.session.remote.fates import failing, fates
 from sparksync.merge.session.remote.frames import UploadArticle, check_upload
 from sparksync.merge.session.remote.trust import foreign_rows, log_refused, without
 from sparksync.merge.tracking.articles import published_articles
@@ -143,25 +144,47 @@ class PublisherHalf:
             if lo == hi and not retried:
                 raise ProtocolError(f"{what}: an empty range carries only changes sent again", obj=name)
             session_id = store.new_guid()
+            logged: list[ConflictRecord] = []
             refused = foreign_rows(pub, prow.pubid, scheme, articles, reg.partition_id, checked, reg.replnickname,
                                    filtered - at_sync)
             if refused:
                 part = next(p for p in partitions(pub, prow.pubid) if p.partition_id == reg.partition_id)
-                log_refused(pub, prow.pubid, publication.name, articles, refused, name, part.describe(), session_id)
+                logged = log_refused(pub, prow.pubid, publication.name, articles, refused, name, part.describe(),
+                                     session_id)
                 checked = without(checked, refused)
             half = publisher_half(pub, self.topology.publisher.name, self.topology.publisher_url, publication,
                                   str(self.topology.base_dir), prow.pubid, name, reg.replnickname, session_id,
                                   upload_batch(name, reg.replnickname, lo, hi, retried, reg.partition_id))
 
+            tracked = {n: a.article for n, a in half.articles.items()}
+            device = half.ctx.replicas.name(reg.replnickname)
+
+            def reply_of(outcome: BatchOutcome) -> dict:
+                told = fates(pub, logged + [c.record for c in outcome.conflicts], tracked, half.ctx.article_names,
+                             device, failing(pub, reg.replnickname, checked))
+                return _reply(lo, hi, outcome, half.ctx.article_names, len(refused), told)
+
             def record(replica: Replica, outcome: BatchOutcome) -> None:
-                replies.append(_reply(lo, hi, outcome, half.ctx.article_names, len(refused)))
+                replies.append(reply_of(outcome))
                 store.insert_row(replica, "MSweb_uploads", {
                     "subscription": name, "lo": lo, "hi": hi, "digest": upload.digest,
                     "reply": json.dumps(replies[0]), "applied_at": store.utcnow()})
 
             outcome = half.apply(half.dest.batches[name][0], checked, record)
+            if not replies:
+                replies.append(reply_of(outcome))
         failpoints.hit("door.after_upload_commit", name)     # tests: committed, the door has not replied yet
-        return replies[0] if replies else _reply(lo, hi, outcome, half.ctx.article_names, len(refused))
+        return replies[0]
+
+    @staticmethod
+    def upload_reply(pub: Replica, subscription: str, lo: int, hi: int) -> dict | None:
+        """The reply the publisher gave to the upload of ``subscription``'s generations (lo, hi], as it gave it;
+        None: it applied no such upload (the device's outbox asks after a reply it did not receive)."""
+        prior = store.select_rows(pub, "MSweb_uploads", {"subscription": subscription, "lo": lo, "hi": hi})
+        if not prior:
+            return None
+        reply = prior[0]["reply"]
+        return json.loads(reply) if isinstance(reply, str) else reply
 
     # -- download -------------------------------------------------------------------------------------
     def close_and_evaluate(self, pub: Replica, publication: str) -> None:
@@ -194,22 +217,11 @@ def _codec(a: ArticleRow) -> RowCodec:
     return RowCodec([(c.name, c.type) for c in tracked_article(a).info.columns])
 
 
-def _reply(lo: int, hi: int, outcome: BatchOutcome, names: dict[int, str], refused: int) -> dict:
-    """What the device is told of its upload. A failed change's reason is said without the database's own
-    words (a message of the publisher's database can quote values of rows the device may not see)."""
+def _reply(lo: int, hi: int, outcome: BatchOutcome, names: dict[int, str], refused: int, told: list[dict]) -> dict:
+    """What the device is told of its upload: what it did per article, and the fate of each change it did not
+    simply apply (``fates.py``, said without the database's own words)."""
     return {"lo": lo, "hi": hi, "status": outcome.status, "message": _for_device(outcome.message), "refused": refused,
-            "stats": {names.get(n, str(n)): vars(st) for n, st in outcome.stats.items()},
-            "conflicts": [{"article": names.get(c.record.tablenick, ""), "rowguid": c.record.rowguid,
-                           "type": int(c.record.conflict_type), "reason": _reason_for_device(c.record),
-                           "winner": c.record.winner} for c in outcome.conflicts]}
-
-
-def _reason_for_device(record: ConflictRecord) -> str:
-    if record.conflict_type < ConflictType.UPLOAD_INSERT_FAILED or "refused" in record.reason_text.split(":")[0]:
-        return record.reason_text           # a conflict, or a claim of the device's refused: about its own row
-    op = record.conflict_type.label.split()[1]            # "upload insert failed" -> "insert"
-    return (f"{op} failed at the publisher: its database refused the row ({record.reason_code}); it is tried "
-            "again at the next sync")
+            "stats": {names.get(n, str(n)): vars(st) for n, st in outcome.stats.items()}, "conflicts": told}
 
 
 def _for_device(message: str) -> str:

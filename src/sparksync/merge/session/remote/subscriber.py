@@ -38,6 +38,7 @@ from sparksync.merge.session.context import subscriber_half
 from sparksync.merge.session.enumeration import change_reads, make_batches, retries_of
 from sparksync.merge.session.in_driver import read_changes
 from sparksync.merge.session.plan import BatchInfo
+from sparksync.merge.session.remote import notices, outbox
 from sparksync.merge.session.remote.frames import change_schema
 from sparksync.merge.session.remote.restored import FileState, file_state, interrupted, restamp
 from sparksync.merge.session.summary import DirectionStats, SubscriptionSession
@@ -46,7 +47,7 @@ from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import enumeration_bound, generation_rows, make_generation
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, FailedChangeRow, Role, SubscriptionRow
-from sparksync.metadata.schema import WEB
+from sparksync.metadata.schema import DEVICE, WEB
 from sparksync.progress import Reporter
 from sparksync.spark.reads import ReadPartition
 
@@ -150,6 +151,7 @@ def initialize_from_snapshot(device: Replica, url: str, publisher: RemotePublish
         raise SparksyncError(f"{name}: initialization failed: {result.message}", obj=name)
     with device.transaction():
         store.install_table_set(device, WEB)
+        store.install_table_set(device, DEVICE)
         store.delete_rows(device, "MSweb_device", {"id": 1})
         store.insert_row(device, "MSweb_device", {"id": 1, "server": server, "subscription": name,
                                                   "publication": publisher.publication, "pubid": publisher.pubid,
@@ -216,15 +218,25 @@ class Upload:
         table = _rows_of(read_changes(reads) if mine else None, mine)
         return None if b.hi == b.lo and not table.num_rows else table
 
-    def sent(self, b: BatchInfo, stats: dict[str, dict[str, Any]], session: SubscriptionSession) -> None:
-        """Batch ``b`` applied at the publisher (``stats``: per article, what it did there): counted, and the
-        file's ``sentgen`` recorded."""
+    def sent(self, b: BatchInfo, stats: dict[str, dict[str, Any]], session: SubscriptionSession,
+             conflicts: Sequence[Any] = ()) -> None:
+        """Batch ``b`` applied at the publisher (``stats``: per article, what it did there; ``conflicts``: the fate
+        of each change it did not simply apply): counted, the file's ``sentgen`` and its outbox recorded."""
         for article, st in stats.items():
             session.upload.setdefault(article, DirectionStats()).add(_stats(st))
-        with self.device.transaction():
-            store.update(self.device, SubscriptionRow, {"sentgen": b.hi, "last_sync_date": store.utcnow()},
-                         {"pubid": self.publisher.pubid, "role": Role.PUBLISHER})
+        recorded(self.device, self.publisher.pubid, b.lo, b.hi, conflicts)
         session.batches["upload"] = session.batches.get("upload", 0) + 1
+
+
+def recorded(device: Replica, pubid: str, lo: int, hi: int, conflicts: Sequence[Any]) -> None:
+    """The publisher's reply to the upload (lo, hi] recorded in one transaction: the file's ``sentgen`` (never
+    lowered: a reply asked for after a cut connection is older than the uploads since) and the outbox's fates."""
+    with device.transaction():
+        mine = store.select_one(device, SubscriptionRow, {"pubid": pubid, "role": Role.PUBLISHER})
+        if mine is not None and int(mine.sentgen or 0) <= hi:
+            store.update(device, SubscriptionRow, {"sentgen": hi, "last_sync_date": store.utcnow()},
+                         {"pubid": pubid, "role": Role.PUBLISHER})
+        outbox.answered(device, pubid, lo, hi, list(conflicts))
 
 
 def plan_upload(device: Replica, url: str, publisher: RemotePublisher, per_batch: int) -> Upload:
@@ -304,11 +316,13 @@ def _last_appearances(tables: list) -> Any:
 
 
 def apply_download(device: Replica, url: str, publisher: RemotePublisher, frames: list[tuple[Any, dict]],
-                   session_id: str, session: SubscriptionSession, report: Reporter) -> int | None:
+                   session_id: str, session: SubscriptionSession, report: Reporter,
+                   listener: notices.Listener | None = None) -> int | None:
     """The download's ``frames`` (change rows, metadata; ``frames.read_frames``) applied here batch by batch
     (``merge.session.context.subscriber_half``), each batch's rows by their generation and, for a generation
-    cut by key, their key range; what each did counted in ``session``. Returns the last generation applied
-    (None: no batch)."""
+    cut by key, their key range; what each did counted in ``session``, the rows it changed listed there and
+    given to ``listener`` once it committed (``notices.py``). Returns the last generation applied (None: no
+    batch)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -339,10 +353,20 @@ def apply_download(device: Replica, url: str, publisher: RemotePublisher, frames
         in_range = key_range_mask(table, _key(after), _key(upto))
         seqs = pc.if_else(mask if in_range is None else pc.and_(mask, in_range), pa.scalar(int(seq), pa.int32()), seqs)
     done = None
+    tracked = {n: a.article for n, a in half.articles.items()}
+    keep = listener is not None and notices.listening(device)
+    names = {a.nickname: a.name for a in published_articles(device, pubid)}      # as the outbox names them
     for b in batches:
         rows = table.filter(pc.equal(seqs, b.seq)) if seqs is not None else table
-        outcome = half.apply(b, rows)
+        watch = notices.Watch(device, tracked, names, rows, session_id, b.seq, keep)
+        outcome = half.apply(b, rows, watch.record)
+        found = watch.found
+        session.changed += [[c.article, c.operation, c.rowguid, c.key] for c in found]
         failpoints.hit("device.after_download_batch", name)
+        if keep:
+            notices.deliver(device, listener)            # type: ignore[arg-type]
+        elif listener is not None and found:
+            listener(notices.ChangeBatch(session_id, b.seq, list(found)))
         if outcome.status == "error":
             raise ProtocolError(f"download batch {b.seq} at {name}: {outcome.message}", obj=name)
         for nick_, st in outcome.stats.items():

@@ -118,9 +118,10 @@ def without(table, refused: list[Refused]):
 
 
 def log_refused(pub: Replica, pubid: str, publication: str, articles: list[ArticleRow], refused: list[Refused],
-                device: str, describe: str, session_id: str) -> None:
-    """Each refused change as a failed-change conflict of the device, at the publisher."""
+                device: str, describe: str, session_id: str) -> list[ConflictRecord]:
+    """Each refused change as a failed-change conflict of the device, at the publisher (returned, logged)."""
     by_nick = {a.nickname: a for a in articles}
+    out = []
     for r in refused:
         art = tracked_article(by_nick[r.tablenick])
         op = "delete" if r.op == "delete" else "update"
@@ -128,3 +129,5 @@ def log_refused(pub: Replica, pubid: str, publication: str, articles: list[Artic
                              f"{op} refused: the row is not in the partition of {device} ({describe}); a web device "
                              "changes only rows of its partition and rows it created", origin=device, winner="")
         log_conflict(pub, pubid, publication, art, rec, device, True, session_id)
+        out.append(rec)
+    return out

@@ -1,0 +1,199 @@
+"""A device's application sees what became of its writes: the outbox (each local change and its fate), the conflict
+inbox (keep mine or theirs), and change notifications after each download batch. A SQLite and a PostgreSQL
+publisher, the door of ``serve`` on a real HTTP connection, the device a SQLite file written with sqlite3, the
+commands (``sparksync outbox``, ``sparksync conflicts --database``) run as processes. One topology per publisher;
+the checks run in order on it and each compares the outbox with what arrived at the publisher."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sparksync
+from sparksync import failpoints
+from sparksync.dialects import connect
+from tests.support.databases import databases
+from tests.support.web import free_port
+
+pytestmark = pytest.mark.spark
+
+EXE = str(Path(sys.executable).with_name("sparksync"))
+
+
+def _publisher(url: str) -> None:
+    p = "?" if url.startswith("sqlite") else "%s"
+    with connect(url) as r:
+        r.execute('CREATE TABLE "Product" ("id" integer PRIMARY KEY, "name" varchar(40) NOT NULL, "price" real, '
+                  '"qty" integer CHECK ("qty" >= 0))')
+        r.executemany(f'INSERT INTO "Product" VALUES ({p}, {p}, {p}, {p})',
+                      [(i, f"p{i}", float(i), i) for i in range(1, 11)])
+
+
+class World:
+    def __init__(self, tmp: Path, pub: str, spark):
+        self.folder, self.pub = tmp, pub
+        _publisher(pub)
+        self.hq = sparksync.Publisher({
+            "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap")},
+            "server": {"listen": f"127.0.0.1:{free_port()}", "feed_dir": str(tmp / "feed")},
+            "publications": [{"name": "Shop", "articles": [{"table": "Product", "column_tracking": True}]}],
+            "subscriptions": [{"name": "Till", "publication": "Shop", "transport": "web"}]}, spark=spark)
+        self.hq.setup()
+        self.token = self.hq.token("Till")
+        self.file = tmp / "till.db"
+        self.seen: list = []
+
+    def device(self, url: str) -> sparksync.Device:
+        d = sparksync.Device(str(self.file), url, "Till", self.token)
+        d.on_change(self.seen.append)
+        return d
+
+    def local(self, *statements: str) -> None:
+        with sqlite3.connect(self.file) as db:
+            for s in statements:
+                db.execute(s)
+
+    def at_publisher(self, *statements: str) -> None:
+        with connect(self.pub) as r:
+            for s in statements:
+                r.execute(s)
+
+    def row(self, pid: int) -> tuple | None:
+        with connect(self.pub) as r:
+            return r.query_one(f'SELECT "name", "price", "qty" FROM "Product" WHERE "id" = {pid}')
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        p = subprocess.run([EXE, *args, "--database", str(self.file)], capture_output=True, text=True, timeout=60)
+        assert "Traceback" not in p.stderr + p.stdout, p.stderr
+        return p
+
+    def outbox(self, *args: str) -> list[dict]:
+        p = self.cli("outbox", "--json", *args)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def world(request, spark, tmp_path_factory, pg_admin_url):
+    tmp = tmp_path_factory.mktemp(f"outbox-{request.param}")
+    with databases(tmp, pg_admin_url) as dbs:
+        w = World(tmp, dbs.url(request.param, "outboxpub"), spark)
+        with w.hq.serving() as url:
+            w.url = url
+            assert w.device(url).sync().ok
+            yield w
+
+
+def _by_key(entries: list[dict]) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for e in entries:
+        out.setdefault(e["key"]["id"], []).append(e)
+    return out
+
+
+def test_local_changes_are_pending_with_their_operation_until_a_sync(world):
+    world.local("INSERT INTO Product (id, name, price, qty) VALUES (100, 'new', 1.5, 1)",
+                "UPDATE Product SET name = 'renamed' WHERE id = 1", "DELETE FROM Product WHERE id = 2")
+    pending = world.outbox("--pending")
+    ops = {e["key"]["id"] if e["key"] else e["rowguid"]: (e["operation"], e["state"]) for e in pending}
+    assert ops[100] == ("insert", "pending") and ops[1] == ("update", "pending")
+    assert ("delete", "pending") in ops.values() and len(pending) == 3
+    summary = world.device(world.url).sync()
+    assert summary.ok
+    assert world.outbox("--pending") == []
+    done = world.outbox()
+    assert sorted((e["operation"], e["state"]) for e in done) == [("delete", "applied"), ("insert", "applied"),
+                                                                 ("update", "applied")]
+    assert world.row(100) == ("new", 1.5, 1) and world.row(1)[0] == "renamed" and world.row(2) is None
+    p = world.cli("outbox", "--ack-all")
+    assert p.returncode == 0 and "3 change(s) acknowledged" in p.stdout
+    assert world.outbox() == []
+
+
+def test_a_lost_conflict_carries_the_winner_and_keeping_mine_keeps_a_third_partys_later_write(world):
+    world.local("UPDATE Product SET price = 111.0 WHERE id = 3")
+    world.at_publisher('UPDATE "Product" SET "price" = 222.0 WHERE "id" = 3')
+    assert world.device(world.url).sync().ok
+    [lost] = [e for e in world.outbox() if e["state"] == "lost"]
+    assert lost["key"] == {"id": 3} and lost["operation"] == "update" and lost["winner_replica"] == "HQ"
+    assert lost["winner"]["price"] == 222.0 and lost["mine"]["price"] == 111.0 and lost["columns"] == ["price"]
+    conflicts = {c["conflict_id"] for c in world.hq.conflicts()}
+    assert lost["conflict_id"] in conflicts, "the outbox names a conflict the publisher did not log"
+    inbox = json.loads(world.cli("conflicts", "--json").stdout)
+    assert [c["change_id"] for c in inbox] == [lost["change_id"]]
+    world.at_publisher('UPDATE "Product" SET "name" = \'third party\' WHERE "id" = 3')   # after the conflict
+    p = world.cli("conflicts", "--keep", "mine", str(lost["change_id"]))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(world.cli("conflicts", "--json").stdout) == []
+    assert world.device(world.url).sync().ok
+    assert world.row(3) == ("third party", 111.0, 3), "keeping mine lost a column the device did not touch"
+    assert world.device(world.url).sync().ok
+    with sqlite3.connect(world.file) as db:
+        assert db.execute("SELECT name, price FROM Product WHERE id = 3").fetchone() == ("third party", 111.0)
+
+
+def test_settling_twice_or_an_unknown_change_is_refused_and_changes_nothing(world):
+    [settled] = [e for e in world.outbox() if e["state"] == "lost"]
+    p = world.cli("conflicts", "--keep", "theirs", str(settled["change_id"]))
+    assert p.returncode != 0 and "already settled" in p.stderr
+    p = world.cli("conflicts", "--keep", "mine", "999999")
+    assert p.returncode != 0 and "999999" in p.stderr
+
+
+def test_a_change_the_publisher_refuses_fails_and_is_tried_again_as_the_same_change(world):
+    world.local("UPDATE Product SET qty = -1 WHERE id = 4")          # the publisher's CHECK refuses it
+    for tries in (1, 2):
+        assert world.device(world.url).sync().ok
+        [failed] = [e for e in world.outbox() if e["key"] == {"id": 4}]
+        assert failed["state"] == "failed" and failed["tries"] == tries and "failed at the publisher" in failed["reason"]
+        assert world.row(4)[2] == 4
+    world.local("UPDATE Product SET qty = 40 WHERE id = 4")
+    assert world.device(world.url).sync().ok
+    entries = _by_key(world.outbox())[4]
+    assert [(e["state"], e["change_id"]) for e in entries] == [("applied", failed["change_id"])]
+    assert world.row(4)[2] == 40
+
+
+def test_a_reply_lost_to_a_crash_is_asked_for_and_every_change_appears_once(world, tmp_path, monkeypatch):
+    points = tmp_path / "failpoints"
+    monkeypatch.setenv("SPARKSYNC_FAILPOINTS", str(points))
+    failpoints.arm(str(points), "device.after_upload")
+    world.local("UPDATE Product SET name = 'crash' WHERE id = 5", "UPDATE Product SET name = 'crash too' WHERE id = 6")
+    with pytest.raises(failpoints.InjectedFault):
+        world.device(world.url).sync()
+    assert world.row(5)[0] == "crash", "the upload was applied at the publisher before the crash"
+    assert {e["key"]["id"]: e["state"] for e in world.outbox("--pending")} == {5: "pending", 6: "pending"}
+    assert world.device(world.url).sync().ok
+    entries = _by_key(world.outbox())
+    assert [e["state"] for e in entries[5]] == ["applied"] and [e["state"] for e in entries[6]] == ["applied"]
+
+
+def test_each_download_batch_is_notified_once_after_it_commits_and_a_crash_delivers_it_at_the_next_sync(
+        world, tmp_path, monkeypatch):
+    world.seen.clear()
+    world.at_publisher('INSERT INTO "Product" ("id", "name", "price", "qty") VALUES (200, \'from hq\', 2.0, 2)',
+                       'UPDATE "Product" SET "price" = 7.5 WHERE "id" = 7', 'DELETE FROM "Product" WHERE "id" = 8')
+    summary = world.device(world.url).sync()
+    assert summary.ok
+    got = {(c.article, c.operation, c.key["id"]) for b in world.seen for c in b.changes}
+    article = "public.Product" if world.pub.startswith("postgresql") else "Product"      # the article's name
+    assert got == {(article, "inserted", 200), (article, "updated", 7), (article, "deleted", 8)}
+    listed = {(a, op, key["id"]) for a, op, _, key in summary.subscriptions[0].changed}
+    assert listed == got
+    world.seen.clear()
+    points = tmp_path / "failpoints"
+    monkeypatch.setenv("SPARKSYNC_FAILPOINTS", str(points))
+    failpoints.arm(str(points), "device.after_download_batch")      # committed, the callbacks not called yet
+    world.at_publisher('UPDATE "Product" SET "price" = 9.5 WHERE "id" = 9')
+    with pytest.raises(failpoints.InjectedFault):
+        world.device(world.url).sync()
+    assert world.seen == []
+    assert world.device(world.url).sync().ok
+    assert [(c.operation, c.key) for b in world.seen for c in b.changes] == [("updated", {"id": 9})]
+    assert world.device(world.url).sync().ok
+    assert len(world.seen) == 1, "a batch was notified twice"
