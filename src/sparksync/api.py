@@ -37,7 +37,7 @@ from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.publish import schema_change as merge_schema_change
 from sparksync.merge.session.agent import MergeAgent
 from sparksync.merge.session.remote.notices import ChangeBatch
-from sparksync.merge.session.remote.outbox import OutboxChange
+from sparksync.merge.session.remote.outbox import Keep, OutboxChange
 from sparksync.merge.session.summary import MergeOptions, MergeSummary
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.metadata import store
@@ -342,10 +342,10 @@ class Device:
         --database``), each with its version (``mine``) and the winner's (``winner``)."""
         return device_local.inbox(self.url)
 
-    def keep(self, change_id: int, which: str) -> OutboxChange:
+    def keep(self, change_id: int, which: Keep) -> OutboxChange:
         """Settle a lost conflict: ``"mine"`` writes the device's version again (a change the next sync uploads),
         ``"theirs"`` keeps the winner."""
-        return device_local.keep(self.url, change_id, which)         # type: ignore[arg-type]
+        return device_local.keep(self.url, change_id, which)
 
     def acknowledge(self, change_ids: list[int] | None = None) -> int:
         """Answered changes the application has seen leave the outbox (None: every applied or refused one);

@@ -88,7 +88,7 @@ def _device(database: str, keep: str | None, change_id: int | None, as_json: boo
     if keep is not None or change_id is not None:
         if keep not in ("mine", "theirs") or change_id is None:
             raise typer.BadParameter("give --keep mine or --keep theirs and the change's ID", param_hint="--keep")
-        done = device.keep(change_id, keep)
+        done = device.keep(change_id, "mine" if keep == "mine" else "theirs")
         if as_json:
             console.print_json(json.dumps(done.as_json(), default=str))
         elif keep == "mine":

@@ -15,10 +15,11 @@ Every other change of the upload was applied.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from sparksync.dialects.replica import Replica
+from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.merge.conflicts.model import REFUSED, ConflictRecord, ConflictType
 from sparksync.merge.tracking.tracked import TrackedArticle
 from sparksync.metadata import store
@@ -54,8 +55,7 @@ def winner_rows(pub: Replica, articles: dict[int, TrackedArticle],
         codec = RowCodec([(c.name, c.type) for c in cols])
         rg = d.quote(art.rowguid_column)
         at = [i for i, c in enumerate(cols) if c.name == art.rowguid_column][0]
-        for i in range(0, len(guids), 500):
-            chunk = guids[i:i + 500]
+        for chunk in in_chunks(guids):
             inlist = ", ".join([d.uuid_param()] * len(chunk))
             for r in pub.query(f"SELECT {', '.join('t.' + d.quote(c.name) for c in cols)}, c.lineage FROM "
                                f"{d.table_sql(art.table)} t LEFT JOIN {pub.meta('MSmerge_contents')} c ON c.tablenick = "
@@ -69,14 +69,10 @@ def winner_rows(pub: Replica, articles: dict[int, TrackedArticle],
 
 
 def _lineage(value: Any) -> str | None:
-    import json
-
     return None if value is None else value if isinstance(value, str) else json.dumps(value)
 
 
 def _json_row(codec: RowCodec, names: list[str], values: Any) -> str:
-    import json
-
     return "{" + ",".join(f"{json.dumps(n)}:{codec.value_json(i, v)}" for i, (n, v) in enumerate(zip(names, values))) + "}"
 
 

@@ -16,14 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sparksync.dialects.replica import Replica
+from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.merge.tracking.tracked import TrackedArticle
 from sparksync.metadata import store
 from sparksync.metadata.schema import DEVICE
 from sparksync.rows import RowCodec
 
 NOTICES = "MSdevice_notices"
-_CHUNK = 500
 
 
 @dataclass(frozen=True)
@@ -77,8 +76,7 @@ def read(device: Replica, articles: dict[int, TrackedArticle], guids: dict[int, 
         codec = RowCodec([(c.name, c.type) for c in cols])
         rg = d.quote(art.rowguid_column)
         seen = out.setdefault(nick, {})
-        for i in range(0, len(wanted), _CHUNK):
-            chunk = wanted[i:i + _CHUNK]
+        for chunk in in_chunks(wanted):
             for r in device.query(
                     f"SELECT t.{rg}, {', '.join('t.' + d.quote(c.name) for c in cols)}, c.lineage FROM "
                     f"{d.table_sql(art.table)} t LEFT JOIN {device.meta('MSmerge_contents')} c ON c.tablenick = "

@@ -25,9 +25,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sparksync.dialects.replica import Replica
+from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.errors import ConfigurationError
 from sparksync.merge.session.changes import RETRY_GENERATION
+from sparksync.merge.session.remote.notices import read as read_rows
 from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import GenStatus
@@ -42,7 +43,6 @@ OUTBOX = "MSdevice_outbox"
 State = Literal["pending", "applied", "lost", "refused", "failed"]
 Keep = Literal["mine", "theirs"]
 _FINAL = {"won": "applied", "lost": "lost", "failed": "failed", "refused": "refused"}
-_CHUNK = 500
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class OutboxChange:
     answered_at: str | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {k: v for k, v in vars(self).items()}
+        return dict(vars(self))
 
 
 # -- the table ------------------------------------------------------------------------------------
@@ -136,37 +136,30 @@ def sent(device: Replica, rows: Any, lo: int, hi: int) -> None:
                                                "tries", "mine", "sent_at"), fresh)
 
 
-def _inserted(device: Replica, keys: set[tuple[int, str]]) -> set[tuple[int, str]]:
-    """Of these rows, the ones the application inserted and whose insert is not answered yet."""
-    out: set[tuple[int, str]] = set()
+def _of_rows(device: Replica, table: str, columns: str, keys: set[tuple[int, str]]) -> list[tuple]:
+    """``columns`` of ``table``'s rows (tablenick, rowguid first) for these [article nickname, rowguid] keys."""
     by_nick: dict[int, list[str]] = {}
     for n, g in keys:
         by_nick.setdefault(n, []).append(g)
-    d = device.dialect
+    d, out = device.dialect, []
     for nick, guids in by_nick.items():
-        for i in range(0, len(guids), _CHUNK):
-            chunk = guids[i:i + _CHUNK]
-            out |= {(nick, str(g).lower()) for (g,) in device.query(
-                f"SELECT rowguid FROM {device.meta(INSERTS)} WHERE tablenick = {int(nick)} AND rowguid IN "
-                f"({', '.join([d.uuid_param()] * len(chunk))})", chunk)}
+        for chunk in in_chunks(guids):
+            out += device.query(f"SELECT tablenick, rowguid, {columns} FROM {device.meta(table)} WHERE tablenick = "
+                                f"{int(nick)} AND rowguid IN ({', '.join([d.uuid_param()] * len(chunk))})", chunk)
     return out
+
+
+def _inserted(device: Replica, keys: set[tuple[int, str]]) -> set[tuple[int, str]]:
+    """Of these rows, the ones the application inserted and whose insert is not answered yet."""
+    return {(int(n), str(g).lower()) for n, g, _ in _of_rows(device, INSERTS, "1", keys)}
 
 
 def _entries(device: Replica, keys: set[tuple[int, str]]) -> dict[tuple[int, str], list[dict]]:
     """The outbox's entries of these rows, by row."""
     out: dict[tuple[int, str], list[dict]] = {}
-    by_nick: dict[int, list[str]] = {}
-    for n, g in keys:
-        by_nick.setdefault(n, []).append(g)
-    d = device.dialect
-    for nick, guids in by_nick.items():
-        for i in range(0, len(guids), _CHUNK):
-            chunk = guids[i:i + _CHUNK]
-            for cid, guid, state, gen in device.query(
-                    f"SELECT change_id, rowguid, state, generation FROM {device.meta(OUTBOX)} WHERE tablenick = "
-                    f"{int(nick)} AND rowguid IN ({', '.join([d.uuid_param()] * len(chunk))})", chunk):
-                out.setdefault((nick, str(guid).lower()), []).append(
-                    {"change_id": int(cid), "state": state, "generation": int(gen)})
+    for nick, guid, cid, state, gen in _of_rows(device, OUTBOX, "change_id, state, generation", keys):
+        out.setdefault((int(nick), str(guid).lower()), []).append(
+            {"change_id": int(cid), "state": state, "generation": int(gen)})
     return out
 
 
@@ -187,7 +180,7 @@ def answered(device: Replica, pubid: str, lo: int, hi: int, conflicts: list[Any]
                  f"{device.dialect.uuid_param()}")
         params = [lo, hi, nick, str(c.rowguid).lower()]
         if state == "failed":
-            tries = f"{int(c.attempts)}" if getattr(c, "attempts", None) else "tries + 1"
+            tries = str(int(c.attempts)) if c.attempts else "tries + 1"
             device.execute(f"UPDATE {t} SET state = 'failed', tries = {tries}, reason = {p}, answered_at = {p} {where}",
                            [c.reason, now, *params])
             continue
@@ -305,40 +298,23 @@ def _unsent(device: Replica, pubid: str, publisher_nickname: int, arts: _Article
 
 
 def _with_keys(device: Replica, arts: _Articles, changes: list[OutboxChange]) -> list[OutboxChange]:
-    """Each change with its row's primary key: from the row here, else from the row as sent."""
+    """Each change with its row's primary key: from the row here (``notices.read``), else from the row as sent."""
     import dataclasses
 
-    wanted: dict[int, set[str]] = {}
+    wanted: dict[int, list[str]] = {}
     for c in changes:
-        wanted.setdefault(arts.nicks[c.article], set()).add(c.rowguid) if c.article in arts.nicks else None
-    keys: dict[tuple[int, str], dict] = {}
-    d = device.dialect
-    for nick, guids in wanted.items():
-        art = arts.by_nick[nick]
-        pk = list(art.info.primary_key)
-        rg = d.quote(art.rowguid_column)
-        ordered = sorted(guids)
-        for i in range(0, len(ordered), _CHUNK):
-            chunk = ordered[i:i + _CHUNK]
-            for r in device.query(f"SELECT {rg}, {', '.join(d.quote(c) for c in pk)} FROM {d.table_sql(art.table)} "
-                                  f"WHERE {rg} IN ({', '.join([d.uuid_param()] * len(chunk))})", chunk):
-                keys[(nick, str(r[0]).lower())] = _key_values(art, dict(zip(pk, r[1:])))
+        if c.article in arts.nicks:
+            wanted.setdefault(arts.nicks[c.article], []).append(c.rowguid)
+    here = read_rows(device, arts.by_nick, wanted).seen
     out = []
     for c in changes:
         at = arts.nicks.get(c.article)
-        key = keys.get((at, c.rowguid)) if at is not None else None
+        found = here.get(at, {}).get(c.rowguid) if at is not None else None
+        key = found[0] if found else None
         if key is None and c.mine and at is not None:
             key = {k: c.mine.get(k) for k in arts.by_nick[at].info.primary_key}
         out.append(dataclasses.replace(c, key=key))
     return out
-
-
-def _key_values(art: TrackedArticle, values: dict[str, Any]) -> dict[str, Any]:
-    """A primary key's values as JSON values (as change rows carry them)."""
-    cols = [c for c in art.info.columns if c.name in values]
-    codec = RowCodec([(c.name, c.type) for c in cols])
-    return {c.name: json.loads(codec.value_json(i, values[c.name])) if values[c.name] is not None else None
-            for i, c in enumerate(cols)}
 
 
 # -- the application's answers ------------------------------------------------------------------------
@@ -379,6 +355,7 @@ def prune(device: Replica, retention_days: float) -> int:
 
 def inbox(device: Replica, pubid: str) -> list[OutboxChange]:
     """The conflicts the device's changes lost that the application has not settled, oldest first."""
+    flush(device)                           # the rows' keys are read with their versions (``notices.read``)
     arts = _articles(device, pubid) if _has(device) else _Articles({}, {})
     found = [_change(e, arts) for e in _rows(device, "state = 'lost' AND resolution IS NULL AND acknowledged_at IS NULL")]
     return _with_keys(device, arts, found)
@@ -413,12 +390,10 @@ def _write_mine(device: Replica, art: TrackedArticle, e: dict) -> None:
     rg = d.quote(art.rowguid_column)
     guid = e["rowguid"]
     flush(device)
-    here = device.query_one(f"SELECT lineage FROM {device.meta('MSmerge_contents')} WHERE tablenick = "
-                            f"{int(art.nickname)} AND rowguid = {d.uuid_param()}", [guid]) or \
-        device.query_one(f"SELECT lineage FROM {device.meta('MSmerge_tombstone')} WHERE tablenick = "
-                         f"{int(art.nickname)} AND rowguid = {d.uuid_param()}", [guid])
+    key = {(int(art.nickname), guid)}
+    here = _of_rows(device, "MSmerge_contents", "lineage", key) or _of_rows(device, "MSmerge_tombstone", "lineage", key)
     winner = lin.parse(e["winner_lineage"]) if e["winner_lineage"] else {}
-    local = lin.parse(here[0]) if here else {}
+    local = lin.parse(here[0][2]) if here else {}
     if any(local.get(n, 0) < v for n, v in winner.items()):
         raise ConfigurationError(f"change {e['change_id']}: the winning version has not been downloaded yet; sync, "
                                  "then keep yours", obj=str(e["change_id"]))
