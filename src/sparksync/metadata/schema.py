@@ -558,6 +558,7 @@ DEVICE = TableSet("device", 6, DEVICE_VERSION, (
          C("operation", TEXT, False, "insert, update or delete"),
          C("generation", BIG, False, "the device's generation the change was in"),
          C("lo", BIG, False), C("hi", BIG, False, "the upload (lo, hi] that carried it, last"),
+         C("position", INT, False, "its position in that upload"),
          C("state", TEXT, False), C("reason", TEXT), C("tries", INT, False, "uploads of it that failed"),
          C("conflict_id", TEXT, True, "the conflict's id at the publisher"),
          C("winner", TEXT, True, "the replica whose version won"),

@@ -237,6 +237,8 @@ class UploadReply(_Message):
     status: str
     message: str
     refused: int = Field(description="changes to rows not in the device's partition, refused")
+    refused_at: list[tuple[int, str]] = Field(default_factory=list, description="[position in the upload, reason] of "
+                                              "each of them")
     stats: dict[str, dict[str, int | float]] = Field(description="per article: inserts, updates, deletes, conflicts, "
                                                            "retries, failed, skipped, removed, seconds")
     conflicts: list[UploadConflictReply]

@@ -21,7 +21,7 @@ class TrackingLog:
     def render_flush(self, ctx: dict) -> list[str]:
         columns = [{**c, "cmp": ""} for c in ctx["columns"]]
         return render_statements("postgres/templates/merge_flush.sql",
-                                 {**ctx, "columns": columns, "schema": METADATA_SCHEMA})
+                                 {"inserts": None, **ctx, "columns": columns, "schema": METADATA_SCHEMA})
 
     def claim_pending(self: Dialect, replica: Replica, articles: Sequence[dict],
                       only: tuple[int, str, Sequence[Any]] | None = None, wait: bool = False):

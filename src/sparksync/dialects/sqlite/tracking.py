@@ -55,7 +55,7 @@ class SQLiteMergeHooks(MergeHooksDefaults):
         return render_statements("sqlite/templates/merge_triggers.sql", ctx)
 
     def render_flush(self, ctx: dict) -> list[str]:
-        return render_statements("sqlite/templates/merge_flush.sql", {**ctx, "new_rows": NEW_ROWS})
+        return render_statements("sqlite/templates/merge_flush.sql", {"inserts": None, **ctx, "new_rows": NEW_ROWS})
 
     def claim_pending(self: Dialect, replica: Replica, articles: Sequence[dict],
                       only: tuple[int, str, Sequence[Any]] | None = None, wait: bool = False):

@@ -262,7 +262,7 @@ def _upload(client: ServerClient, device: Replica, options: DeviceOptions, publi
         reply = client.send(UPLOAD, UploadReply, content=write_changes(rows), lo=b.lo, hi=b.hi)
         failpoints.hit("device.after_upload", name)       # tests: applied at the publisher, not yet recorded here
         _said_of(reply, name, report)
-        upload.sent(b, reply.stats, session, reply.conflicts)
+        upload.sent(b, reply.stats, session, reply.conflicts, reply.refused_at)
 
 
 def _said_of(reply: UploadReply, name: str, report: Reporter) -> None:
@@ -280,7 +280,7 @@ def _unanswered(client: ServerClient, device: Replica, publisher: RemotePublishe
     for lo, hi in outbox.unanswered(device):
         found = client.send(UPLOADED, UploadLookup, lo=lo, hi=hi)
         if found.reply is not None:
-            recorded(device, publisher.pubid, lo, hi, found.reply.conflicts)
+            recorded(device, publisher.pubid, lo, hi, found.reply.conflicts, found.reply.refused_at)
             _said_of(found.reply, publisher.subscription, report)
         else:
             outbox.not_applied(device, lo, hi)

@@ -7,8 +7,9 @@ its *fate*, for the device's outbox (``merge/session/remote/outbox.py``).
   winning version is the row's deletion);
 * ``failed``: the publisher's database refused the row (a value it cannot hold, a constraint): kept among the
   failed changes there and sent again at every sync until it applies;
-* ``refused``: a change the publisher will not take from this device: a row outside its partition, or a claim
-  (lineage) it refused.
+* ``refused``: a change the publisher will not take from this device: a claim (lineage) it refused, or a row
+  outside its partition; the latter is told by the change's position in the upload only (``refused_at`` of the
+  reply), so that the answer is the same whether the row exists elsewhere or nowhere.
 
 Every other change of the upload was applied.
 """
@@ -107,6 +108,13 @@ def failing(pub: Replica, nickname: int, rows: Any) -> dict[tuple[int, str], Fai
                                                       rows.column("rowguid").to_pylist())}
     return {k: f for f in store.select(pub, FailedChangeRow, {"source_nickname": nickname})
             if (k := (int(f.tablenick), str(f.rowguid).lower())) in sent}
+
+
+def positions(rows: Any) -> dict[tuple[int, str], int]:
+    """Each change row's position in an upload (an Arrow table), by [article nickname, rowguid] (the last one when
+    a row is there twice: sent again and changed since)."""
+    return {(int(n), str(g).lower()): i for i, (n, g) in enumerate(zip(rows.column("tablenick").to_pylist(),
+                                                                      rows.column("rowguid").to_pylist()))}
 
 
 def reason_for_device(record: ConflictRecord) -> str:

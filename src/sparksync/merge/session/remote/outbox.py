@@ -22,6 +22,7 @@ they stay, hidden, to tell an update from an insert) or when the publication's r
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -116,24 +117,25 @@ def sent(device: Replica, rows: Any, lo: int, hi: int) -> None:
         keys = {(int(n), str(g).lower()) for n, g in zip(cols["tablenick"], cols["rowguid"])}
         known, inserted = _entries(device, keys), _inserted(device, keys)
         fresh, again = [], []
-        for nick, guid, gen, op, row in zip(cols["tablenick"], cols["rowguid"], cols["generation"], cols["op"],
-                                            cols["row"]):
+        for at, (nick, guid, gen, op, row) in enumerate(zip(cols["tablenick"], cols["rowguid"], cols["generation"],
+                                                            cols["op"], cols["row"])):
             key = (int(nick), str(guid).lower())
             entries = known.get(key, [])
             open_ = next((e for e in entries if e["state"] in ("sent", "failed")), None)
             if open_ is not None:
                 generation = open_["generation"] if gen == RETRY_GENERATION else int(gen)
-                again.append(("sent", lo, hi, generation, row, open_["change_id"]))
+                again.append(("sent", lo, hi, at, generation, row, open_["change_id"]))
                 continue
             operation = "delete" if op == "delete" else "insert" if key in inserted else "update"
-            fresh.append((key[0], key[1], operation, int(gen), lo, hi, "sent", 0, row, now))
+            fresh.append((key[0], key[1], operation, int(gen), lo, hi, at, "sent", 0, row, now))
             known.setdefault(key, []).append({"state": "sent", "generation": int(gen), "change_id": None})
         if again:
             device.executemany(f"UPDATE {device.meta(OUTBOX)} SET state = {device.p}, lo = {device.p}, hi = {device.p}, "
-                               f"generation = {device.p}, mine = {device.p} WHERE change_id = {device.p}", again)
+                               f"position = {device.p}, generation = {device.p}, mine = {device.p} WHERE change_id = "
+                               f"{device.p}", again)
         if fresh:
-            store.insert_rows(device, OUTBOX, ("tablenick", "rowguid", "operation", "generation", "lo", "hi", "state",
-                                               "tries", "mine", "sent_at"), fresh)
+            store.insert_rows(device, OUTBOX, ("tablenick", "rowguid", "operation", "generation", "lo", "hi", "position",
+                                               "state", "tries", "mine", "sent_at"), fresh)
 
 
 def _of_rows(device: Replica, table: str, columns: str, keys: set[tuple[int, str]]) -> list[tuple]:
@@ -163,13 +165,18 @@ def _entries(device: Replica, keys: set[tuple[int, str]]) -> dict[tuple[int, str
     return out
 
 
-def answered(device: Replica, pubid: str, lo: int, hi: int, conflicts: list[Any]) -> None:
+def answered(device: Replica, pubid: str, lo: int, hi: int, conflicts: list[Any],
+             refused_at: Sequence[tuple[int, str]] = ()) -> None:
     """The publisher's reply to the upload (lo, hi]: its ``conflicts`` (``UploadConflictReply``: every change it
-    did not simply apply, with its fate) recorded, every other change of the upload applied. In the caller's
-    transaction (the one recording the upload)."""
+    did not simply apply, with its fate) and ``refused_at`` ([position in the upload, reason]: changes to rows
+    outside the partition) recorded, every other change of the upload applied. In the caller's transaction (the
+    one recording the upload)."""
     if not _has(device):
         return
     p, t, now = device.p, device.meta(OUTBOX), store.utcnow()
+    for at, reason in refused_at:
+        device.execute(f"UPDATE {t} SET state = 'refused', reason = {p}, mine = NULL, answered_at = {p} WHERE lo = {p} "
+                       f"AND hi = {p} AND state = 'sent' AND position = {p}", [reason, now, lo, hi, int(at)])
     nicks = _articles(device, pubid).nicks
     for c in conflicts:
         nick = nicks.get(c.article)

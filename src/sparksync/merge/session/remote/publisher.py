@@ -26,7 +26,6 @@ from sparksync import failpoints
 from sparksync.config import PublicationConfig, Topology
 from sparksync.dialects.replica import Replica
 from sparksync.errors import NotInitialized, ProtocolError, UploadConflict
-from sparksync.merge.conflicts.model import ConflictRecord
 from sparksync.merge.conflicts.resolvers import check_resolvers
 from sparksync.merge.partitions.evaluation import evaluate, evaluated_at_sync, partitions
 from sparksync.merge.partitions.scheme import scheme_of
@@ -34,7 +33,7 @@ from sparksync.merge.publish.schema_changes import pending
 from sparksync.merge.session.changes import ALL_PARTITIONS, RETRY_GENERATION
 from sparksync.merge.session.context import BatchOutcome, publisher_half, upload_batch
 from sparksync.merge.session.enumeration import min_watermark
-from sparksync.merge.session.remote.fates import failing, fates
+from sparksync.merge.session.remote.fates import failing, fates, positions
 from sparksync.merge.session.remote.frames import UploadArticle, check_upload
 from sparksync.merge.session.remote.trust import foreign_rows, log_refused, without
 from sparksync.merge.tracking.articles import published_articles
@@ -144,13 +143,16 @@ class PublisherHalf:
             if lo == hi and not retried:
                 raise ProtocolError(f"{what}: an empty range carries only changes sent again", obj=name)
             session_id = store.new_guid()
-            logged: list[ConflictRecord] = []
             refused = foreign_rows(pub, prow.pubid, scheme, articles, reg.partition_id, checked, reg.replnickname,
                                    filtered - at_sync)
+            refused_at: list[list] = []
             if refused:
                 part = next(p for p in partitions(pub, prow.pubid) if p.partition_id == reg.partition_id)
                 logged = log_refused(pub, prow.pubid, publication.name, articles, refused, name, part.describe(),
                                      session_id)
+                at = positions(upload.rows)
+                refused_at = [[at[(r.tablenick, str(r.rowguid).lower())], rec.reason_text]
+                              for r, rec in zip(refused, logged)]
                 checked = without(checked, refused)
             half = publisher_half(pub, self.topology.publisher.name, self.topology.publisher_url, publication,
                                   str(self.topology.base_dir), prow.pubid, name, reg.replnickname, session_id,
@@ -160,9 +162,9 @@ class PublisherHalf:
             device = half.ctx.replicas.name(reg.replnickname)
 
             def reply_of(outcome: BatchOutcome) -> dict:
-                told = fates(pub, logged + [c.record for c in outcome.conflicts], tracked, half.ctx.article_names,
+                told = fates(pub, [c.record for c in outcome.conflicts], tracked, half.ctx.article_names,
                              device, failing(pub, reg.replnickname, checked))
-                return _reply(lo, hi, outcome, half.ctx.article_names, len(refused), told)
+                return _reply(lo, hi, outcome, half.ctx.article_names, refused_at, told)
 
             def record(replica: Replica, outcome: BatchOutcome) -> None:
                 replies.append(reply_of(outcome))
@@ -217,10 +219,14 @@ def _codec(a: ArticleRow) -> RowCodec:
     return RowCodec([(c.name, c.type) for c in tracked_article(a).info.columns])
 
 
-def _reply(lo: int, hi: int, outcome: BatchOutcome, names: dict[int, str], refused: int, told: list[dict]) -> dict:
+def _reply(lo: int, hi: int, outcome: BatchOutcome, names: dict[int, str], refused: list[list], told: list[dict]
+           ) -> dict:
     """What the device is told of its upload: what it did per article, and the fate of each change it did not
-    simply apply (``fates.py``, said without the database's own words)."""
-    return {"lo": lo, "hi": hi, "status": outcome.status, "message": _for_device(outcome.message), "refused": refused,
+    simply apply (``fates.py``, said without the database's own words); a change to a row outside its partition
+    by its position in the upload only (``refused_at``: the same answer whether the row is elsewhere or
+    nowhere, ``trust.py``)."""
+    return {"lo": lo, "hi": hi, "status": outcome.status, "message": _for_device(outcome.message),
+            "refused": len(refused), "refused_at": refused,
             "stats": {names.get(n, str(n)): vars(st) for n, st in outcome.stats.items()}, "conflicts": told}
 
 

@@ -219,16 +219,17 @@ class Upload:
         return None if b.hi == b.lo and not table.num_rows else table
 
     def sent(self, b: BatchInfo, stats: dict[str, dict[str, Any]], session: SubscriptionSession,
-             conflicts: Sequence[Any] = ()) -> None:
+             conflicts: Sequence[Any] = (), refused_at: Sequence[tuple[int, str]] = ()) -> None:
         """Batch ``b`` applied at the publisher (``stats``: per article, what it did there; ``conflicts``: the fate
         of each change it did not simply apply): counted, the file's ``sentgen`` and its outbox recorded."""
         for article, st in stats.items():
             session.upload.setdefault(article, DirectionStats()).add(_stats(st))
-        recorded(self.device, self.publisher.pubid, b.lo, b.hi, conflicts)
+        recorded(self.device, self.publisher.pubid, b.lo, b.hi, conflicts, refused_at)
         session.batches["upload"] = session.batches.get("upload", 0) + 1
 
 
-def recorded(device: Replica, pubid: str, lo: int, hi: int, conflicts: Sequence[Any]) -> None:
+def recorded(device: Replica, pubid: str, lo: int, hi: int, conflicts: Sequence[Any],
+             refused_at: Sequence[tuple[int, str]] = ()) -> None:
     """The publisher's reply to the upload (lo, hi] recorded in one transaction: the file's ``sentgen`` (never
     lowered: a reply asked for after a cut connection is older than the uploads since) and the outbox's fates."""
     with device.transaction():
@@ -236,7 +237,7 @@ def recorded(device: Replica, pubid: str, lo: int, hi: int, conflicts: Sequence[
         if mine is not None and int(mine.sentgen or 0) <= hi:
             store.update(device, SubscriptionRow, {"sentgen": hi, "last_sync_date": store.utcnow()},
                          {"pubid": pubid, "role": Role.PUBLISHER})
-        outbox.answered(device, pubid, lo, hi, list(conflicts))
+        outbox.answered(device, pubid, lo, hi, list(conflicts), list(refused_at))
 
 
 def plan_upload(device: Replica, url: str, publisher: RemotePublisher, per_batch: int) -> Upload:
