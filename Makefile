@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check --upgrade pip
-	$(VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[spark,server,test]'
+	$(VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[spark,server,cipher,test]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -17,7 +17,7 @@ venv: $(STAMP)
 # Bytecode written once: the demo's and the suite's many processes (CLI runs, devices, `serve`, Spark's Python
 # workers) then read it, also where PYTHONDONTWRITEBYTECODE is set and no process would write it.
 bytecode: $(STAMP)
-	$(VENV)/bin/python -m compileall -q src tests bench > /dev/null
+	$(VENV)/bin/python -m compileall -q src tests bench examples > /dev/null
 
 demo: bytecode
 	$(VENV)/bin/sparksync demo --dir demo-run
@@ -29,7 +29,7 @@ test: lint bytecode
 	$(VENV)/bin/python -m pytest -n 2 --dist loadscope --durations=12
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench scripts
+	$(VENV)/bin/ruff check src tests bench scripts examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/partitions.py
 	$(VENV)/bin/python bench/cleanup.py
 	$(VENV)/bin/python bench/web_sync.py
+	$(VENV)/bin/python bench/device_sync.py
 	$(VENV)/bin/python bench/small_rounds.py
 	$(VENV)/bin/python bench/service_rounds.py
 	$(VENV)/bin/python bench/scale.py

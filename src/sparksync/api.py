@@ -27,6 +27,8 @@ from typing import Any
 
 from sparksync.config import Topology
 from sparksync.dialects import connect
+from sparksync.dialects.sqlite import cipher
+from sparksync.dialects.sqlite.cipher import KeySource
 from sparksync.errors import ConfigurationError, NotInitialized, SparksyncError
 from sparksync.merge.conflicts.override import resolve_conflict as _resolve
 from sparksync.merge.conflicts.view import list_conflicts, list_failed_changes
@@ -290,6 +292,12 @@ def serving(topology: Topology, *, spark: Any = None, progress: Progress | None 
 
 
 # -- the device's side --------------------------------------------------------------------------------------
+key_from_env = cipher.from_env
+"""``Device(key=key_from_env("TILL_KEY"))``: an encrypted file's passphrase from an environment variable."""
+key_from_file = cipher.from_file
+"""``Device(key=key_from_file(path))``: an encrypted file's passphrase from a file only its owner may read."""
+
+
 def database_url(database: str) -> str:
     """A device database's URL: a path is a SQLite file's; a URL other than ``sqlite:///`` or ``postgresql://`` is a
     ``ConfigurationError``."""
@@ -314,12 +322,33 @@ class Device:
     token: str | None = field(default=None, repr=False)
     ca_file: str | None = None
     generations_per_batch: int = 100
+    key: str | bytes | KeySource | None = field(default=None, repr=False)
     _background: Background | None = field(default=None, init=False, repr=False)
     _listeners: list[Callable[[ChangeBatch], None]] = field(default_factory=list, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.key is not None:          # the file is encrypted (SQLCipher): every connection to it asks for this
+            if not self.url.startswith("sqlite:///"):
+                raise ConfigurationError(f"device {self.database}: only a SQLite file is encrypted with a key",
+                                         obj="key")
+            cipher.use_key(self.url.removeprefix("sqlite:///"), self.key)
 
     @property
     def url(self) -> str:
         return database_url(self.database)
+
+    def connect(self) -> Any:
+        """A DB-API connection to the device's SQLite file for the application's own reads and writes (``sqlite3``'s,
+        or SQLCipher's with the key when the file is encrypted); what it writes the next sync uploads."""
+        if not self.url.startswith("sqlite:///"):
+            raise ConfigurationError(f"device {self.database}: connect() opens a SQLite file; a PostgreSQL device "
+                                     "database is the application's to connect to", obj="database")
+        path = self.url.removeprefix("sqlite:///")
+        if cipher.keyed(path):
+            return cipher.connect(path)
+        import sqlite3
+
+        return sqlite3.connect(path)
 
     def sync(self, *, reinitialize: bool = False, upload_first: bool = False,
              progress: Progress | None = None) -> MergeSummary:

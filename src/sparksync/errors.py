@@ -106,6 +106,13 @@ class ConfigurationError(Terminal, SparksyncError):
         super().__init__(message, obj=obj)
 
 
+class EncryptionKeyError(ConfigurationError):
+    """An encrypted device file opened without its key or with another, or a key that cannot be had (an unset
+    variable, a key file others can read): named with the file, the key never shown."""
+
+    code = "encryption_key"
+
+
 class SparkUnavailable(Terminal, SparksyncError):
     """A command that runs Spark jobs where Spark cannot start: pyspark is not installed (a device
     installs ``sparksync`` without it) or no Java is found."""

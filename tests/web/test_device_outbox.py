@@ -197,3 +197,38 @@ def test_each_download_batch_is_notified_once_after_it_commits_and_a_crash_deliv
     assert [(c.operation, c.key) for b in world.seen for c in b.changes] == [("updated", {"id": 9})]
     assert world.device(world.url).sync().ok
     assert len(world.seen) == 1, "a batch was notified twice"
+
+
+def test_answered_changes_older_than_the_publications_retention_leave_the_outbox_at_a_sync(world):
+    world.local("UPDATE Product SET name = 'kept a while' WHERE id = 10")
+    assert world.device(world.url).sync().ok
+    [entry] = [e for e in world.outbox() if e["key"] == {"id": 10}]
+    assert entry["state"] == "applied"
+    with sqlite3.connect(world.file) as db:       # answered long ago: past the publication's retention (14 days)
+        db.execute("UPDATE MSdevice_outbox SET answered_at = '2000-01-01 00:00:00+00:00' WHERE change_id = ?",
+                   (entry["change_id"],))
+    kept = {e["change_id"] for e in world.outbox()} - {entry["change_id"]}
+    assert world.device(world.url).sync().ok
+    assert {e["change_id"] for e in world.outbox()} == kept
+
+
+def test_one_sync_of_a_file_at_a_time_across_processes(world):
+    """Another process holds the file's sync lock (a second copy of the application, a shell's sparksync sync): a
+    sync waits for it, then says who it waited for; once the holder ends, the sync runs."""
+    from sparksync.errors import DeviceBusy
+    from sparksync.web.device.sync import DeviceOptions, sync
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys\nfrom sparksync.web.device.lock import sync_lock\n"
+                               f"with sync_lock({'sqlite:///' + str(world.file)!r}, 5):\n"
+                               "    print('held', flush=True)\n    sys.stdin.read()\n"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        options = DeviceOptions(world.url, "Till", f"sqlite:///{world.file}", world.token, lock_wait=0.5)
+        with pytest.raises(DeviceBusy) as e:
+            sync(options)
+        assert str(world.file) in e.value.message
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert sync(options).ok

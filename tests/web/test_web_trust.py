@@ -464,6 +464,28 @@ def test_an_upload_never_tells_a_row_of_another_partition_from_one_that_exists_n
     shell(world.device_url("TillN"), "DELETE FROM Store WHERE id = 2;\n")
 
 
+def test_a_change_to_a_row_that_left_the_partition_meanwhile_is_refused_in_the_outbox(world):
+    """The device renames a north store offline; meanwhile HQ moves it south and another device's sync evaluates
+    the partitions. The rename is refused (the row is not the device's any more): the outbox says so with why, the
+    publisher's row keeps HQ's version, and the row leaves the device."""
+    shell(world.pub_url, 'INSERT INTO "Store" ("id", "region", "name") VALUES (7790, \'north\', \'moving\');\n')
+    _ok(world.sync("TillN"))
+    shell(world.device_url("TillN"), "UPDATE Store SET name = 'renamed offline' WHERE id = 7790;\n")
+    shell(world.pub_url, 'UPDATE "Store" SET "region" = \'south\' WHERE "id" = 7790;\n')
+    _ok(world.sync("TillS"))                                  # a round: the move is evaluated
+    _ok(world.sync("TillN"))
+    p = subprocess.run([EXE, "outbox", "--json", "--database", str(world.device("TillN"))], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    found = [e for e in json.loads(p.stdout) if e["article"] in ("Store", "public.Store") and e["key"] == {"id": 7790}]
+    assert len(found) == 1, p.stdout
+    [entry] = found
+    assert entry["state"] == "refused" and "partition" in entry["reason"], entry
+    assert entry["mine"]["name"] == "renamed offline", "the refused version is kept for the application to see"
+    assert _rows(world.pub_url, "Store")[7790] == (7790, "south", "moving")
+    assert 7790 not in _rows(world.device_url("TillN"), "Store")
+
+
 # -- the history says what the door saw --------------------------------------------------------------------
 def _sessions(w, name: str) -> list[dict]:
     with connect(w.pub_url) as pub:

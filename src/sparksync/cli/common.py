@@ -54,6 +54,19 @@ LockTimeoutOption = Annotated[float, typer.Option(
 ConfigOption = Annotated[Path, typer.Option("--config", "-c", help="Topology configuration file (TOML).",
                                             show_default=True)]
 DEFAULT_CONFIG_PATH = Path(DEFAULT_CONFIG)
+KeyFileOption = Annotated[str | None, typer.Option(
+    "--key-file", help="An encrypted device file's passphrase: a file only its owner may read (mode 600).")]
+KeyEnvOption = Annotated[str | None, typer.Option(
+    "--key-env", metavar="VAR", help="An encrypted device file's passphrase: the environment variable VAR.")]
+
+
+def device_key(key_file: str | None, key_env: str | None) -> api.KeySource | None:
+    """The key source ``--key-file`` or ``--key-env`` names (one of them), or None: a plain file."""
+    if key_file and key_env:
+        raise typer.BadParameter("give --key-file or --key-env, not both", param_hint="--key-file")
+    if key_file:
+        return api.key_from_file(key_file)
+    return api.key_from_env(key_env) if key_env else None
 
 
 def reporter(message: str) -> None:
@@ -69,7 +82,7 @@ def load(config: Path) -> Topology:
 # A lock held by another command past --lock-timeout, or a sync server busy at every attempt: 75 (EX_TEMPFAIL),
 # nothing was done; try later. A server's certificate not verified, or a URL of the wrong scheme: 2 (--ca-file,
 # --server).
-EXIT_CODES = {"config": 2, "invalid_name": 2, "tls": 2, "busy": 75, "server_busy": 75}
+EXIT_CODES = {"config": 2, "invalid_name": 2, "encryption_key": 2, "tls": 2, "busy": 75, "server_busy": 75}
 
 
 def exit_code(error: SparksyncError) -> int:

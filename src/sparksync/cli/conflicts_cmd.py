@@ -9,7 +9,17 @@ import typer
 from rich.table import Table
 
 from sparksync import api
-from sparksync.cli.common import DEFAULT_CONFIG_PATH, ConfigOption, LockTimeoutOption, console, handle_errors, load
+from sparksync.cli.common import (
+    DEFAULT_CONFIG_PATH,
+    ConfigOption,
+    KeyEnvOption,
+    KeyFileOption,
+    LockTimeoutOption,
+    console,
+    device_key,
+    handle_errors,
+    load,
+)
 from sparksync.locks import DEFAULT_WAIT
 
 
@@ -30,11 +40,13 @@ def conflicts_command(
                                                  "conflicts its changes lost), from its database alone.")] = None,
     change_id: Annotated[int | None, typer.Argument(metavar="[ID]", help="With --database and --keep: the lost "
                                                     "change to settle (its id in the inbox).")] = None,
+    key_file: KeyFileOption = None,
+    key_env: KeyEnvOption = None,
 ) -> None:
     """List logged conflicts: type, reason, loser, winner, and the losing row; or resolve one again. On a device
     (--database): the conflicts its changes lost; --keep mine|theirs ID settles one."""
     if database is not None:
-        _device(database, keep, change_id, as_json)
+        _device(api.Device(api.database_url(database), key=device_key(key_file, key_env)), keep, change_id, as_json)
         return
     topology = load(config)
     if resolve is not None or keep is not None:
@@ -82,9 +94,8 @@ def _failed(rows: list[dict], as_json: bool) -> None:
     console.print(f"{len(rows)} failed change(s)")
 
 
-def _device(database: str, keep: str | None, change_id: int | None, as_json: bool) -> None:
+def _device(device: api.Device, keep: str | None, change_id: int | None, as_json: bool) -> None:
     """A device's conflict inbox, or one of its conflicts settled."""
-    device = api.Device(api.database_url(database))
     if keep is not None or change_id is not None:
         if keep not in ("mine", "theirs") or change_id is None:
             raise typer.BadParameter("give --keep mine or --keep theirs and the change's ID", param_hint="--keep")

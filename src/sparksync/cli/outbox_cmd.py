@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from sparksync import api
-from sparksync.cli.common import console, handle_errors
+from sparksync.cli.common import KeyEnvOption, KeyFileOption, console, device_key, handle_errors
 
 DatabaseOption = Annotated[str, typer.Option("--database", help="The device's database: a SQLite file path, or a "
                                                                 "sqlite:/// or postgresql:// URL.")]
@@ -24,12 +24,14 @@ def outbox_command(
                                                   "(they leave the outbox); repeat for more.")] = None,
     ack_all: Annotated[bool, typer.Option("--ack-all", help="Acknowledge every applied or refused change.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON list, one object per local change.")] = False,
+    key_file: KeyFileOption = None,
+    key_env: KeyEnvOption = None,
 ) -> None:
     """On a device: its local changes not yet acknowledged, each with its state: pending (not yet accepted by
     the publisher), applied, lost (a conflict; the winning row), refused or failed (sent again at every sync)."""
     if not database:
         raise typer.BadParameter("required", param_hint="--database")
-    device = api.Device(api.database_url(database))
+    device = api.Device(api.database_url(database), key=device_key(key_file, key_env))
     if ack or ack_all:
         n = device.acknowledge(None if ack_all else list(ack or []))
         console.print(f"{n} change(s) acknowledged", highlight=False)

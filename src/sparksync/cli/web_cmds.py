@@ -9,7 +9,18 @@ from typing import Annotated
 import typer
 
 from sparksync import api
-from sparksync.cli.common import DEFAULT_CONFIG_PATH, ConfigOption, err_console, handle_errors, load, make_spark, reporter
+from sparksync.cli.common import (
+    DEFAULT_CONFIG_PATH,
+    ConfigOption,
+    KeyEnvOption,
+    KeyFileOption,
+    device_key,
+    err_console,
+    handle_errors,
+    load,
+    make_spark,
+    reporter,
+)
 from sparksync.cli.merge_cmd import keep_running, show_summary
 from sparksync.web.device.client import TOKEN_ENV, read_token
 from sparksync.web.device.sync import PER_BATCH
@@ -75,6 +86,8 @@ def sync_command(
                                                "under a fresh replica identity.")] = False,
     upload_first: Annotated[bool, typer.Option("--upload-first", help="With --reinitialize: upload the old file's "
                                                "changes first.")] = False,
+    key_file: KeyFileOption = None,
+    key_env: KeyEnvOption = None,
 ) -> None:
     """On a device: sync its database with the publisher over HTTPS (upload, then download). Needs no Spark
     and no Java."""
@@ -86,7 +99,8 @@ def sync_command(
     if reinitialize and continuous:
         raise typer.BadParameter("--reinitialize is one sync, not --continuous", param_hint="--reinitialize")
     url = api.database_url(database)
-    device = api.Device(url, server, subscription, read_token(token_file), ca_file, generations_per_batch)
+    device = api.Device(url, server, subscription, read_token(token_file), ca_file, generations_per_batch,
+                        key=device_key(key_file, key_env))
 
     def once() -> bool:
         summary = device.sync(reinitialize=reinitialize, upload_first=upload_first,

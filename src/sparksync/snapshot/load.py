@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sparksync.dialects.model import TableInfo, describe_drift
@@ -16,6 +15,7 @@ from sparksync.errors import ErrorInfo, SchemaError, SnapshotError, SparksyncErr
 from sparksync.names import TableName
 from sparksync.rows import row_key, summarize_value
 from sparksync.snapshot.manifest import KeyDigest
+from sparksync.snapshot.source import SnapshotFiles, parquet_batches
 from sparksync.types import Kind
 
 
@@ -94,27 +94,20 @@ class Loaded:
                                 "(checksum differs); nothing was initialized", obj=what)
 
 
-def load_parquet(replica: Replica, folder: Path, name: TableName, info: TableInfo,
+def load_parquet(replica: Replica, files: SnapshotFiles, folder: str, name: TableName, info: TableInfo,
                  key_column: str | None = None) -> Loaded:
-    """Bulk load one article's snapshot (a folder of Parquet files) into its table. Rows holding a value
+    """Bulk load one article's snapshot (``folder``'s Parquet files in ``files``) into its table. Rows holding a value
     this database cannot store exactly (``ValueChecks.unstorable``: NUL in PostgreSQL text, NaN in SQLite)
     are not loaded but returned, each with its key, column and reason."""
-    import pyarrow.dataset as ds
-
-
     loaded = Loaded()
     digest = KeyDigest()
-    files = sorted(p for p in folder.glob("*.parquet")) if folder.is_dir() else []
     cols = [c.name for c in info.columns]
     key_at = cols.index(key_column) if key_column in cols else 0
     d = replica.dialect
     checks = [(i, c) for i, c in enumerate(info.columns) if _may_be_unstorable(d, c.type)]
 
     def rows():
-        if not files:
-            return
-        dataset = ds.dataset([str(f) for f in files], format="parquet")
-        for batch in dataset.to_batches(columns=cols, batch_size=10_000):
+        for batch in parquet_batches(files, folder, cols):
             columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
             digest.add(columns[key_at])
             suspects = _unstorable_rows(batch, checks, d) if checks else ()

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sparksync.errors import SnapshotError
+from sparksync.snapshot.source import Folder, SnapshotFiles, name_of, sha256
 
 MANIFEST = "manifest.json"
 CURRENT = "CURRENT"
@@ -125,40 +126,31 @@ def describe_files(folder: Path) -> list[dict]:
     """Name, size, SHA-256 and row count (from the Parquet footer) of each data file of ``folder``."""
     import pyarrow.parquet as pq
 
-    out = []
-    for f in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
-        out.append({"name": f.name, "bytes": f.stat().st_size, "sha256": _sha256(f),
-                    "rows": pq.ParquetFile(str(f)).metadata.num_rows})
-    return out
+    files = Folder(folder)
+    return [{"name": name_of(p), "bytes": files.size(p), "sha256": sha256(files, p),
+             "rows": pq.ParquetFile(str(folder / name_of(p))).metadata.num_rows} for p in files.parquet(".")]
 
 
-def verify_files(folder: Path, files: list[dict] | None, what: str) -> None:
-    """The data files of ``folder`` are exactly ``files`` (names, sizes, checksums), or SnapshotError
-    naming ``what`` and the first difference."""
-    if files is None:
+def verify_files(files: SnapshotFiles, folder: str, expected_files: list[dict] | None, what: str) -> None:
+    """The data files of ``folder`` (in ``files``) are exactly ``expected_files`` (names, sizes, checksums), or
+    SnapshotError naming ``what`` and the first difference."""
+    if expected_files is None:
         raise SnapshotError(f"{what}: the manifest lists no data files (written by an older sparksync); "
                             "write a new snapshot ('sparksync snapshot')", obj=what)
-    present = {f.name: f for f in (folder.glob("*.parquet") if folder.is_dir() else [])}
-    expected = {f["name"]: f for f in files}
+    present = {name_of(p): p for p in files.parquet(folder)}
+    expected = {f["name"]: f for f in expected_files}
+    where = files.where(folder)
     for name in sorted(expected):
         if name not in present:
-            raise SnapshotError(f"{what}: data file {name} is missing from {folder}", obj=what)
+            raise SnapshotError(f"{what}: data file {name} is missing from {where}", obj=what)
     for name in sorted(present):
         if name not in expected:
-            raise SnapshotError(f"{what}: unexpected data file {name} in {folder}", obj=what)
+            raise SnapshotError(f"{what}: unexpected data file {name} in {where}", obj=what)
     for name, f in sorted(expected.items()):
         path = present[name]
-        if path.stat().st_size != f["bytes"] or _sha256(path) != f["sha256"]:
+        if files.size(path) != f["bytes"] or sha256(files, path) != f["sha256"]:
             raise SnapshotError(f"{what}: data file {name} was changed after the snapshot was written "
                                 "(its checksum differs)", obj=what)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def new_snapshot_id() -> str:

@@ -1,7 +1,7 @@
-"""SQLite's driver (the standard library's ``sqlite3``): a database URL as a file path, the connection
-(foreign keys on, the functions the apply's SQL calls, WAL journal), statements, and the driver's
-errors as typed errors. The adapters of the Python types ``sqlite3`` does not know are registered when
-this module loads."""
+"""SQLite's driver (the standard library's ``sqlite3``, or SQLCipher's for a file whose key was given:
+``cipher.py``): a database URL as a file path, the connection (foreign keys on, the functions the apply's SQL
+calls, WAL journal), statements, and the driver's errors as typed errors. The adapters of the Python types
+``sqlite3`` does not know are registered when this module loads (SQLCipher's when it is first used)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 from sparksync.dialects.defaults import DriverDefaults
 from sparksync.dialects.protocols import Dialect
 from sparksync.dialects.replica import Replica
+from sparksync.dialects.sqlite import cipher
 from sparksync.errors import (
     ConnectionFailed,
     ConstraintViolation,
@@ -26,12 +27,35 @@ from sparksync.errors import (
     ValueRejected,
 )
 
-# SQLite needs adapters for the Python types its driver does not know.
-sqlite3.register_adapter(decimal.Decimal, str)
-sqlite3.register_adapter(uuid.UUID, str)
-sqlite3.register_adapter(dt.datetime, lambda v: v.isoformat(sep=" "))
-sqlite3.register_adapter(dt.date, lambda v: v.isoformat())
-sqlite3.register_adapter(dt.time, lambda v: v.isoformat())
+
+def _register_adapters(module) -> None:
+    """The adapters of the Python types a SQLite driver (``sqlite3``, or SQLCipher's) does not know."""
+    module.register_adapter(decimal.Decimal, str)
+    module.register_adapter(uuid.UUID, str)
+    module.register_adapter(dt.datetime, lambda v: v.isoformat(sep=" "))
+    module.register_adapter(dt.date, lambda v: v.isoformat())
+    module.register_adapter(dt.time, lambda v: v.isoformat())
+
+
+_register_adapters(sqlite3)
+_ERRORS: dict[str, tuple[type[Exception], ...]] = {
+    "Error": (sqlite3.Error,), "IntegrityError": (sqlite3.IntegrityError,),
+    "OperationalError": (sqlite3.OperationalError,)}
+
+
+def driver_errors() -> tuple[type[Exception], ...]:
+    """The base error classes of the SQLite drivers in use (``sqlite3``'s, SQLCipher's once it is)."""
+    return _ERRORS["Error"]
+
+
+def _encrypted_driver():
+    """SQLCipher's module, its adapters registered and its errors known to ``translate_error`` (once)."""
+    module = cipher.driver()
+    if module.Error not in _ERRORS["Error"]:
+        _register_adapters(module)
+        for name in _ERRORS:
+            _ERRORS[name] = (*_ERRORS[name], getattr(module, name))
+    return module
 
 
 def _json_float(text):
@@ -78,7 +102,11 @@ class SQLiteDriver(DriverDefaults):
             if not parent.is_dir():
                 raise ConnectionFailed(f"cannot open SQLite database {path}: folder {parent} does not exist", obj=path)
         try:
-            raw = sqlite3.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
+            if cipher.keyed(path):      # an encrypted file (its key given: cipher.use_key)
+                _encrypted_driver()
+                raw = cipher.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
+            else:
+                raw = sqlite3.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
             raw.execute("PRAGMA foreign_keys = ON")
             raw.create_function("sparksync_float", 1, _json_float, deterministic=True)
             raw.create_function("sparksync_unbase64", 1, _unbase64, deterministic=True)
@@ -88,7 +116,9 @@ class SQLiteDriver(DriverDefaults):
             if path != ":memory:":
                 raw.execute("PRAGMA journal_mode = WAL")
                 raw.execute("PRAGMA synchronous = NORMAL")
-        except sqlite3.Error as exc:
+        except _ERRORS["Error"] as exc:
+            if "not a database" in str(exc).lower():        # its header is not SQLite's: encrypted, or damaged
+                raise cipher.refused_without_key(path) from None
             raise ConnectionFailed(f"cannot open SQLite database {path}: {exc}", obj=path) from exc
         return Replica(self, raw, url, label or path)
 
@@ -109,7 +139,7 @@ class SQLiteDriver(DriverDefaults):
             return ValueRejected(f"{context}: {msg}", native_code=name or None)
         if isinstance(exc, (OverflowError, UnicodeEncodeError)):   # a value the driver cannot bind
             return ValueRejected(f"{context}: {type(exc).__name__}: {msg}")
-        if isinstance(exc, sqlite3.IntegrityError):
+        if isinstance(exc, _ERRORS["IntegrityError"]):
             kind = {"SQLITE_CONSTRAINT_PRIMARYKEY": "primary_key", "SQLITE_CONSTRAINT_UNIQUE": "unique",
                     "SQLITE_CONSTRAINT_FOREIGNKEY": "foreign_key", "SQLITE_CONSTRAINT_NOTNULL": "not_null",
                     "SQLITE_CONSTRAINT_CHECK": "check"}.get(name)
@@ -120,7 +150,7 @@ class SQLiteDriver(DriverDefaults):
         if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or "malformed" in low or "not a database" in low:
             return ReplicaDamaged(f"{context}: {msg}: the SQLite file is damaged; restore it from a backup "
                                   "(a subscriber's can instead be reinitialized: 'sparksync reinit')")
-        if isinstance(exc, sqlite3.OperationalError):
+        if isinstance(exc, _ERRORS["OperationalError"]):
             if "locked" in low or "busy" in low:
                 return DatabaseError(f"{context}: {msg}", transient=True, native_code="SQLITE_BUSY")
             if "unable to open" in low or "disk i/o" in low:

@@ -9,7 +9,9 @@ import sqlite3
 from pathlib import Path
 
 from sparksync.dialects.defaults import FilesDefaults
-from sparksync.dialects.sqlite.driver import sqlite_path
+from sparksync.dialects.sqlite import cipher
+from sparksync.dialects.sqlite.driver import driver_errors, sqlite_path
+from sparksync.errors import EncryptionKeyError
 
 
 class SQLiteFiles(FilesDefaults):
@@ -20,12 +22,13 @@ class SQLiteFiles(FilesDefaults):
         if path == ":memory:" or not Path(path).is_file():
             return None
         try:
-            raw = sqlite3.connect(path, isolation_level=None)
+            raw = cipher.connect(path, isolation_level=None) if cipher.keyed(path) else \
+                sqlite3.connect(path, isolation_level=None)
             try:
                 found = [r[0] for r in raw.execute("PRAGMA quick_check(3)").fetchall()]
             finally:
                 raw.close()
-        except sqlite3.DatabaseError as exc:
+        except driver_errors() + (EncryptionKeyError,) as exc:
             return str(exc)
         return None if found == ["ok"] else "; ".join(found)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from sparksync.dialects.defaults import DataMovementDefaults
 from sparksync.dialects.protocols import Dialect
 from sparksync.dialects.replica import Replica
-from sparksync.dialects.sqlite.driver import decode_lenient
+from sparksync.dialects.sqlite.driver import decode_lenient, driver_errors
 from sparksync.types import Kind, SqlType, canonical_real
 
 
@@ -48,14 +48,14 @@ class SQLiteDataMovement(DataMovementDefaults):
                 if not rows:
                     return
                 yield rows
-        except sqlite3.Error as exc:
+        except driver_errors() as exc:
             raise self.translate_error(exc, f"{replica.label}: {sql[:80]}") from exc
         finally:
             raw.text_factory = before
             if cur is not None:
                 # an unfinished statement holds its read snapshot (and the write-ahead log) open: a
                 # consumer that stopped early ends it here, not whenever the cursor is collected
-                with contextlib.suppress(sqlite3.Error):
+                with contextlib.suppress(*driver_errors()):
                     cur.close()
 
     @contextlib.contextmanager

@@ -42,7 +42,8 @@ from sparksync.metadata.records import (
 from sparksync.metadata.schema import MERGE
 from sparksync.names import TableName
 from sparksync.snapshot.load import InitResult, Loaded, check_distinct_tables, load_parquet, pre_create
-from sparksync.snapshot.manifest import ArticleSnapshot, KeyDigest, SnapshotManifest, verify_files
+from sparksync.snapshot.manifest import MANIFEST, ArticleSnapshot, KeyDigest, SnapshotManifest, verify_files
+from sparksync.snapshot.source import Folder, SnapshotFiles, parquet_batches, read_text
 
 
 @dataclass
@@ -150,42 +151,35 @@ def check_subscriber_tables(replica: Replica, manifest: SnapshotManifest, held: 
                           + "; ".join(problems), obj=replica.label)
 
 
-def verify_snapshot(snap_dir: Path, manifest: SnapshotManifest, partition_id: int | None = None) -> None:
+def verify_snapshot(files: SnapshotFiles, manifest: SnapshotManifest, partition_id: int | None = None) -> None:
     """Before anything is initialized from it: every data file the manifest lists (for a filtered
     article: of the subscriber's partition) is there, unchanged, and no other (a damaged snapshot must
     never initialize a subscriber silently wrong)."""
     where = f"snapshot {manifest.snapshot_id} of publication {manifest.publication}"
     for a in manifest.articles:
-        path, _, files, _ = a.data(partition_id)
-        verify_files(snap_dir / path, files, f"{where}, article {a.name}"
+        path, _, expected, _ = a.data(partition_id)
+        verify_files(files, path, expected, f"{where}, article {a.name}"
                      + (f", partition {partition_id}" if a.partitions is not None else ""))
-    verify_files(snap_dir / manifest.contents_path, manifest.contents_files, f"{where}, lineage (MSmerge_contents)")
+    verify_files(files, manifest.contents_path, manifest.contents_files, f"{where}, lineage (MSmerge_contents)")
 
 
-def _load_lineage(replica: Replica, snap_dir: Path, manifest: SnapshotManifest, generation: int,
+def _load_lineage(replica: Replica, files: SnapshotFiles, manifest: SnapshotManifest, generation: int,
                   skip: set[str], only: set[int] | None = None) -> int:
     """The rows' lineage (``MSmerge_contents``), checked against the manifest like the rows are (all of
     it is read); the lineage of rows that were refused here (``skip``: rowguids), and of articles not in
     ``only`` (nicknames; None: every article), is left out."""
     import json
 
-    import pyarrow.dataset as ds
-
-
-    folder = snap_dir / manifest.contents_path
-    files = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
     n, read, digest = 0, 0, KeyDigest()
-    if files:
-        dataset = ds.dataset([str(f) for f in files], format="parquet")
-        for batch in dataset.to_batches(columns=["tablenick", "rowguid", "lineage", "colv"], batch_size=10_000):
-            t, g, lin, colv = (batch.column(i).to_pylist() for i in range(4))
-            digest.add(g)
-            read += len(g)
-            rows = [(a, b, generation, json.loads(c), json.loads(e) if e is not None else None)
-                    for a, b, c, e in zip(t, g, lin, colv) if str(b) not in skip and (only is None or a in only)]
-            store.insert_rows(replica, "MSmerge_contents", ("tablenick", "rowguid", "generation", "lineage", "colv"),
-                              rows)
-            n += len(rows)
+    for batch in parquet_batches(files, manifest.contents_path, ["tablenick", "rowguid", "lineage", "colv"]):
+        t, g, lin, colv = (batch.column(i).to_pylist() for i in range(4))
+        digest.add(g)
+        read += len(g)
+        rows = [(a, b, generation, json.loads(c), json.loads(e) if e is not None else None)
+                for a, b, c, e in zip(t, g, lin, colv) if str(b) not in skip and (only is None or a in only)]
+        store.insert_rows(replica, "MSmerge_contents", ("tablenick", "rowguid", "generation", "lineage", "colv"),
+                          rows)
+        n += len(rows)
     what = f"snapshot {manifest.snapshot_id} of publication {manifest.publication}, lineage (MSmerge_contents)"
     Loaded(read, digest.hexdigest()).check(manifest.contents_rows, manifest.contents_digest, what)
     return n
@@ -213,22 +207,23 @@ def _record_refused(sub: Replica, refused: dict[int, list[dict]], publisher_nick
                 attempts=1, first_time=now, last_time=now, row_key=r["key"], column_name=r["column"], value=r["value"]))
 
 
-def initialize_subscriber(spec: SubscriberInit) -> InitResult:
-    """Initialize one subscription. Never raises: a failure comes back as ``ok=False`` with a message."""
+def initialize_subscriber(spec: SubscriberInit, files: SnapshotFiles | None = None) -> InitResult:
+    """Initialize one subscription from the snapshot in ``files`` (None: the folder ``spec.snapshot_dir``). Never
+    raises: a failure comes back as ``ok=False`` with a message."""
     t0 = time.perf_counter()
     try:
-        snap_dir = Path(spec.snapshot_dir)
         import json
 
-        manifest = SnapshotManifest.from_dict(json.loads((snap_dir / "manifest.json").read_text(encoding="utf-8")))
+        files = files if files is not None else Folder(spec.snapshot_dir)
+        manifest = SnapshotManifest.from_dict(json.loads(read_text(files, MANIFEST)))
         with connect(spec.url, spec.label) as sub:
             if store.metadata_version(sub) is not None:
                 done = _already_initialized(sub, spec, manifest)
                 if done is not None:
                     done.seconds = time.perf_counter() - t0
                     return done
-            verify_snapshot(snap_dir, manifest, spec.partition_id)
-            rows, baseline, refused = _initialize(sub, spec, snap_dir, manifest)
+            verify_snapshot(files, manifest, spec.partition_id)
+            rows, baseline, refused = _initialize(sub, spec, files, manifest)
             message = "initialized" + (f"; {refused} row(s) it cannot hold are failed changes "
                                        "(sparksync conflicts --failed)" if refused else "")
             return InitResult(spec.subscription, True, message, rows=rows, baseline_generation=baseline,
@@ -287,7 +282,7 @@ def _forget_dropped_replica(sub: Replica, ident) -> None:
                 sub.execute(f"DELETE FROM {sub.meta(table.name)}")
 
 
-def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path,
+def _initialize(sub: Replica, spec: SubscriberInit, files: SnapshotFiles,
                 manifest: SnapshotManifest) -> tuple[int, int, int]:
     arts = sorted(manifest.articles, key=lambda a: a.nickname)
     names = {a.name: destination_name(sub, a) for a in arts}
@@ -298,14 +293,14 @@ def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path,
         ident = store.set_replica_identity(sub, nickname=spec.replnickname, name=spec.subscription,
                                            role=Role.SUBSCRIBER, replica_id=spec.replica_id)
         baseline = int(sub.scalar(f"SELECT coalesce(max(generation), 0) FROM {sub.meta('MSmerge_genhistory')}") or 0) + 1
-        total, refused, infos = _load_articles(sub, snap_dir, manifest, arts, names, baseline, spec.pre_creation_cmd,
+        total, refused, infos = _load_articles(sub, files, manifest, arts, names, baseline, spec.pre_creation_cmd,
                                                spec.partition_id, ident.nickname)
         ensure_open_generation(sub, ident.nickname)
         store.insert(sub, PublicationRow(
             pubid=manifest.pubid, name=manifest.publication, kind=PublicationKind.MERGE, publisher=manifest.publisher,
             generation_leveling_threshold=manifest.generation_leveling_threshold, retention=manifest.retention,
             snapshot_generation=manifest.snapshot_generation, snapshot_time=store.utcnow(),
-            snapshot_dir=str(snap_dir), created_at=store.utcnow(), schema_version=manifest.schema_version))
+            snapshot_dir=spec.snapshot_dir, created_at=store.utcnow(), schema_version=manifest.schema_version))
         now = store.utcnow()
         store.insert(sub, SubscriptionRow.for_subscriber(
             subid=spec.subid, pubid=manifest.pubid, name=spec.subscription, replica_id=ident.replica_id,
@@ -322,7 +317,7 @@ def _initialize(sub: Replica, spec: SubscriberInit, snap_dir: Path,
     return total, baseline, refused
 
 
-def _load_articles(sub: Replica, snap_dir: Path, manifest: SnapshotManifest, arts: list[ArticleSnapshot],
+def _load_articles(sub: Replica, files: SnapshotFiles, manifest: SnapshotManifest, arts: list[ArticleSnapshot],
                    names: dict[str, TableName], generation: int, pre_creation_cmd: str, partition_id: int | None,
                    nickname: int) -> tuple[int, int, dict[str, TableInfo]]:
     """Inside a transaction at a subscriber: the tables of ``arts`` created (or kept, by
@@ -343,14 +338,14 @@ def _load_articles(sub: Replica, snap_dir: Path, manifest: SnapshotManifest, art
     total = 0
     for a in arts:
         path, rows, _, key_digest = a.data(partition_id)
-        loaded = load_parquet(sub, snap_dir / path, names[a.name], infos[a.name], a.rowguid_column)
+        loaded = load_parquet(sub, files, path, names[a.name], infos[a.name], a.rowguid_column)
         loaded.check(rows, key_digest, f"{where}, article {a.name}"
                      + (f", partition {partition_id}" if a.partitions is not None else ""))
         total += loaded.rows
         if loaded.refused:
             refused[a.nickname] = loaded.refused
     skip = {str(r["keyvalue"]) for rows in refused.values() for r in rows}
-    n_lineage = _load_lineage(sub, snap_dir, manifest, generation, skip, {a.nickname for a in arts})
+    n_lineage = _load_lineage(sub, files, manifest, generation, skip, {a.nickname for a in arts})
     for a in arts:
         if a.partitions is not None:    # a filtered article: only the lineage of the partition's rows
             n_lineage -= _drop_lineage_of_absent_rows(sub, names[a.name], a)
@@ -400,8 +395,8 @@ def deliver_articles(spec: ArticleDelivery) -> InitResult:
 
     t0 = time.perf_counter()
     try:
-        snap_dir = Path(spec.snapshot_dir)
-        manifest = SnapshotManifest.from_dict(json.loads((snap_dir / "manifest.json").read_text(encoding="utf-8")))
+        files = Folder(spec.snapshot_dir)
+        manifest = SnapshotManifest.from_dict(json.loads(read_text(files, MANIFEST)))
         with connect(spec.url, spec.subscription) as sub:
             have = {r.artid for r in store.select(sub, ArticleRow, {"pubid": manifest.pubid})}
             arts = [a for a in sorted(manifest.articles, key=lambda a: a.nickname)
@@ -409,7 +404,7 @@ def deliver_articles(spec: ArticleDelivery) -> InitResult:
             if not arts:
                 return InitResult(spec.subscription, True, "articles delivered already", skipped=True,
                                   seconds=time.perf_counter() - t0)
-            verify_snapshot(snap_dir, manifest, spec.partition_id)
+            verify_snapshot(files, manifest, spec.partition_id)
             ident = store.replica_identity(sub)
             if ident is None:
                 raise SchemaError(f"subscription {spec.subscription}: its database has no replica identity; "
@@ -418,7 +413,7 @@ def deliver_articles(spec: ArticleDelivery) -> InitResult:
             with sub.transaction():
                 pending.flush(sub)      # what was changed here is recorded before the new articles' metadata
                 gen = next_generation(sub)
-                rows, refused, infos = _load_articles(sub, snap_dir, manifest, arts, names, gen, spec.pre_creation_cmd,
+                rows, refused, infos = _load_articles(sub, files, manifest, arts, names, gen, spec.pre_creation_cmd,
                                                       spec.partition_id, ident.nickname)
                 _publish_articles(sub, manifest, arts, names, infos, ident.nickname)
                 key = {"pubid": manifest.pubid, "role": Role.PUBLISHER}

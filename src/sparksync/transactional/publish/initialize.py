@@ -39,6 +39,7 @@ from sparksync.progress import Reporter, silent
 from sparksync.redaction import redact
 from sparksync.snapshot.load import InitResult, check_distinct_tables, initialize_in_parallel, load_parquet, pre_create
 from sparksync.snapshot.manifest import publication_dir, remove_stale, verify_files
+from sparksync.snapshot.source import Folder
 from sparksync.transactional.capture import capture_method
 from sparksync.transactional.delivery.calls import procedure_statements
 from sparksync.transactional.delivery.subscriber import ArticleTarget, article_targets
@@ -100,9 +101,9 @@ def _initialize(sub: Replica, spec: TxSubscriberInit) -> int:
                     sub.execute(stmt)
         for a in ordered:
             what = f"snapshot {Path(spec.snapshot_dir).name} of publication {spec.publication}, article {a.name}"
-            verify_files(Path(spec.snapshot_dir) / a.path, a.files, what)
-            loaded = load_parquet(sub, Path(spec.snapshot_dir) / a.path, names[a.name], infos[a.name],
-                                  infos[a.name].primary_key[0])
+            files = Folder(spec.snapshot_dir)
+            verify_files(files, a.path, a.files, what)
+            loaded = load_parquet(sub, files, a.path, names[a.name], infos[a.name], infos[a.name].primary_key[0])
             loaded.check(a.rows, a.key_digest, what)
             if loaded.refused:
                 r = loaded.refused[0]

@@ -8,12 +8,15 @@ triggers' log (``MSmerge_pending``) holds an entry, which only the application's
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from sparksync.dialects.sqlite import cipher
+from sparksync.dialects.sqlite.driver import driver_errors
 from sparksync.errors import SparksyncError
 
 POLL = 0.25                 # seconds between two looks at the file for a local write
@@ -25,19 +28,22 @@ class LocalWrites:
 
     def __init__(self, path: str):
         self.path = path
-        self.db: sqlite3.Connection | None = None
+        self.db: Any = None          # sqlite3's connection, or SQLCipher's (an encrypted file)
         self.version: int | None = None
 
     def __call__(self) -> bool:
         try:
             if self.db is None:
-                self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+                if not os.path.exists(self.path):
+                    return False
+                self.db = cipher.connect(self.path, check_same_thread=False) if cipher.keyed(self.path) else \
+                    sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
             version = int(self.db.execute("PRAGMA data_version").fetchone()[0])
             if version == self.version:
                 return False
             self.version = version
             return bool(self.db.execute("SELECT EXISTS (SELECT 1 FROM MSmerge_pending)").fetchone()[0])
-        except sqlite3.Error:               # no file yet, or no tracking yet (before the first sync)
+        except driver_errors() + (SparksyncError,):   # no file yet, or no tracking yet (before the first sync)
             self.close()
             return False
 

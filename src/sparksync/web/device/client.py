@@ -37,6 +37,7 @@ from sparksync.errors import (
 )
 from sparksync.merge.session.remote.frames import MEDIA_ARROW
 from sparksync.web.addresses import is_loopback
+from sparksync.web.device.downloads import DownloadTarget
 from sparksync.web.protocol import PROTOCOL, PROTOCOL_HEADER, Route
 
 M = TypeVar("M", bound=BaseModel)
@@ -164,16 +165,15 @@ class ServerClient:
         response = self.request("POST", path, headers={"Accept": MEDIA_ARROW}, **kw)
         return response.content
 
-    def download_file(self, path: str, target: Path) -> None:
+    def download_file(self, path: str, target: DownloadTarget) -> None:
         """A snapshot file, resumed where a cut connection stopped it (HTTP Range)."""
-        target.parent.mkdir(parents=True, exist_ok=True)
 
         def attempt() -> httpx.Response:
-            have = target.stat().st_size if target.exists() else 0
+            have = target.have()
             headers = {"Range": f"bytes={have}-"} if have else {}
             with self.http.stream("GET", path, headers=headers) as response:
                 if response.status_code in (200, 206):
-                    with open(target, "ab" if response.status_code == 206 else "wb") as fh:
+                    with target.open(append=response.status_code == 206) as fh:
                         for chunk in response.iter_bytes():
                             fh.write(chunk)
                 else:

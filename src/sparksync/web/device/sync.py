@@ -48,8 +48,10 @@ from sparksync.merge.session.remote.subscriber import (
 )
 from sparksync.merge.session.summary import DirectionStats, MergeSummary, SubscriptionSession
 from sparksync.metadata import store
+from sparksync.metadata.records import PublicationRow
 from sparksync.progress import Reporter, silent
 from sparksync.web.device.client import ServerClient, answered
+from sparksync.web.device.downloads import downloads
 from sparksync.web.device.lock import sync_lock
 from sparksync.web.protocol import (
     ACK,
@@ -148,6 +150,8 @@ def _sync_file(client: ServerClient, device: Replica, options: DeviceOptions, pu
     hello = client.send(HELLO, Hello)
     publisher = _publisher(hello)
     _download(client, device, options, publisher, session, summary, report)
+    pub = store.select_one(device, PublicationRow, {"pubid": publisher.pubid})
+    outbox.prune(device, float(pub.retention) if pub is not None and pub.retention is not None else 14.0)
     validation = _digests(device, url, publisher, report) if hello.validate_ else None
     session.seconds = summary.seconds = time.perf_counter() - t0
     up, down = session.total("upload"), session.total("download")
@@ -237,10 +241,14 @@ def _initialize(client: ServerClient, device: Replica, options: DeviceOptions, r
     files = snapshot_files(manifest)
     report(f"{options.subscription}: initializing from snapshot {sid} ({len(files)} file(s))")
     with tempfile.TemporaryDirectory(prefix="sparksync-snapshot-") as tmp:
-        folder = Path(tmp)
-        for rel in files:
-            client.download_file(SNAPSHOT_FILE.url(snapshot_id=sid, path=rel), folder / rel)
-        done = initialize_from_snapshot(device, options.database, publisher, folder, manifest, client.server)
+        kept = downloads(options.database, Path(tmp))      # sealed when the file is encrypted
+        try:
+            for rel in files:
+                client.download_file(SNAPSHOT_FILE.url(snapshot_id=sid, path=rel), kept.target(rel))
+            failpoints.hit("device.snapshot_downloaded", options.subscription)   # tests: a kill with the files here
+            done = initialize_from_snapshot(device, options.database, publisher, kept, manifest, client.server)
+        finally:
+            kept.close()
     client.send(INITIALIZED, InitializedReply, InitializedRequest(snapshot_id=sid, baseline=done.baseline,
                                                                   snapshot_generation=done.snapshot_generation))
     report(f"{options.subscription}: {done.rows} row(s) loaded")

@@ -175,7 +175,7 @@ def answered(device: Replica, pubid: str, lo: int, hi: int, conflicts: list[Any]
         return
     p, t, now = device.p, device.meta(OUTBOX), store.utcnow()
     for at, reason in refused_at:
-        device.execute(f"UPDATE {t} SET state = 'refused', reason = {p}, mine = NULL, answered_at = {p} WHERE lo = {p} "
+        device.execute(f"UPDATE {t} SET state = 'refused', reason = {p}, answered_at = {p} WHERE lo = {p} "
                        f"AND hi = {p} AND state = 'sent' AND position = {p}", [reason, now, lo, hi, int(at)])
     nicks = _articles(device, pubid).nicks
     for c in conflicts:

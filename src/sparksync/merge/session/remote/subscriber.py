@@ -23,7 +23,6 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sparksync import failpoints
@@ -49,6 +48,8 @@ from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, FailedChangeRow, Role, SubscriptionRow
 from sparksync.metadata.schema import DEVICE, WEB
 from sparksync.progress import Reporter
+from sparksync.snapshot.manifest import MANIFEST
+from sparksync.snapshot.source import Received
 from sparksync.spark.reads import ReadPartition
 
 DEVICE_LEVEL = 1000               # a device's generation of more changes is renumbered into ones of this many,
@@ -133,20 +134,20 @@ class Initialized:
     rows: int
 
 
-def initialize_from_snapshot(device: Replica, url: str, publisher: RemotePublisher, folder: Path,
+def initialize_from_snapshot(device: Replica, url: str, publisher: RemotePublisher, files: Received,
                              manifest: dict[str, Any], server: str) -> Initialized:
-    """The file initialized from the snapshot in ``folder`` (``snapshot_files`` of ``manifest``, downloaded)
+    """The file initialized from the snapshot in ``files`` (``snapshot_files`` of ``manifest``, downloaded)
     as a direct subscriber is, then bound to the subscription (``MSweb_device``: ``server``, the
     publication)."""
     name = publisher.subscription
-    (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    files.write(MANIFEST, json.dumps(manifest).encode("utf-8"))
     spec = SubscriberInit(
         subscription=name, publication=publisher.publication, url=url, label=name, subid=publisher.subid,
         replica_id=publisher.replica_id, replnickname=publisher.nickname, priority=float(publisher.priority or 0.0),
         subscriber_type=publisher.subscriber_type, host_name=publisher.host_name, pre_creation_cmd="drop",
-        publisher_name=publisher.publisher, snapshot_dir=str(folder), login=publisher.login,
+        publisher_name=publisher.publisher, snapshot_dir=files.where("."), login=publisher.login,
         partition_id=publisher.partition_id, known_replicas=(str(publisher.replica_id),))
-    result = initialize_subscriber(spec)
+    result = initialize_subscriber(spec, files)
     if not result.ok:
         raise SparksyncError(f"{name}: initialization failed: {result.message}", obj=name)
     with device.transaction():
