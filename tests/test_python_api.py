@@ -1,7 +1,7 @@
-"""docs/python-api.md's examples run as they are written: its ```python blocks in order, in one namespace, in an
-empty folder (a SQLite publisher with two subscribers set up and merged from Python; a device synced from Python,
-in the background, against the door of ``serve`` in a thread). The page names every call of the API, and the
-commands reach the library through the API only."""
+"""docs/python-api.md's examples run as they are written (docs/web-sync.md's after them): their ```python blocks
+in order, in one namespace, in an empty folder (a SQLite publisher with two subscribers set up and merged from
+Python; a device synced from Python, in the background, against the door of ``serve`` in a thread). The page
+names every call of the API, and the commands reach the library through the API only."""
 
 from __future__ import annotations
 
@@ -16,16 +16,19 @@ from sparksync import api
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "python-api.md"
+WEB_DOC = ROOT / "docs" / "web-sync.md"
 
 
 @pytest.mark.spark
 def test_the_examples_of_the_python_api_run_as_written(tmp_path, monkeypatch, spark):
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
-    assert len(blocks) >= 3, "docs/python-api.md lost its examples"
+    """docs/python-api.md's examples, then docs/web-sync.md's (which continue them)."""
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "python_api_example"}
-    for i, block in enumerate(blocks, 1):
-        exec(compile(block, f"docs/python-api.md, example {i}", "exec"), namespace)   # noqa: S102 - the doc's own code
+    for doc, least in ((DOC, 3), (WEB_DOC, 1)):
+        blocks = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)
+        assert len(blocks) >= least, f"{doc.name} lost its examples"
+        for i, block in enumerate(blocks, 1):
+            exec(compile(block, f"docs/{doc.name}, example {i}", "exec"), namespace)   # noqa: S102 - the doc's own code
 
 
 def _public(obj) -> list[str]:
