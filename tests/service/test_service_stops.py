@@ -4,7 +4,10 @@
   no new run, waits for the one in flight, which commits its batch, and exits 0;
 - SIGTERM with a run that outlives ``[server] stop_grace_s``: it is cut off with the process, its transaction
   rolls back, and the next start applies the change, once;
-- kill -9 inside the transaction: the next start applies the change, once.
+- kill -9 inside the transaction: the next start applies the change, once;
+- SIGTERM to the service's whole process group with Spark up (Ctrl-C at a terminal): Spark's JVM, in a session
+  of its own, is not signalled; the service stops it and exits 0. And SIGTERM to the service and its JVM at once
+  (a unit with systemd's default KillMode): the run the JVM held fails in one line, the service exits 0.
 
 After each, every store holds the publisher's value, and ``status`` is ok with nothing pending or failed.
 """
@@ -15,6 +18,7 @@ import glob
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -116,3 +120,46 @@ def test_kill_9_inside_a_batch_loses_nothing(service_demo, stops):
     assert svc.wait() == -signal.SIGKILL
     assert price(service_demo / "store1.db", pid) != 3456.5
     next_start_converges(service_demo, cfg, log, pid, 3456.5)
+
+
+def _on_spark(service_demo) -> object:
+    """The stops' configuration with every round on Spark (the JVM up under the service once a change moves)."""
+    return service_config(service_demo, name="on-spark.toml", server={"stop_grace_s": 60},
+                          spark={"master": "local[2]", "driver_round_changes": 0})
+
+
+def test_sigterm_to_the_process_group_reaches_the_service_not_its_jvm(service_demo, stops):
+    _, _, log = stops
+    svc = Service(_on_spark(service_demo), log, own_group=True).start()
+    pid = change(service_demo, 4567.5)
+    wait_until(lambda: price(service_demo / "store1.db", pid) == 4567.5, "the change at Store1, on Spark")
+    jvm = svc.jvm()
+    assert os.getsid(jvm) != os.getsid(svc.proc.pid), "Spark's JVM shares the service's session"
+    os.killpg(svc.proc.pid, signal.SIGTERM)
+    assert svc.wait() == 0, svc.text()[-3000:]
+    assert "serve: stopped" in svc.text() and "Traceback" not in svc.text()
+    assert "JVM ended" not in svc.text() and "JVM had ended" not in svc.text()
+    wait_until(lambda: not Path(f"/proc/{jvm}").exists(), "the JVM's end with the service")
+
+
+def test_a_jvm_signalled_with_the_service_fails_its_run_in_one_line_and_the_service_exits_0(service_demo, stops):
+    cfg, _, log = stops
+    svc = Service(_on_spark(service_demo), log, own_group=True).start()
+    pid = change(service_demo, 5678.5)
+    wait_until(lambda: price(service_demo / "store1.db", pid) == 5678.5, "the change at Store1, on Spark")
+    jvm = svc.jvm()
+    os.kill(svc.proc.pid, signal.SIGTERM)
+    os.kill(jvm, signal.SIGTERM)
+    assert svc.wait() == 0, svc.text()[-3000:]
+    text = svc.text()
+    assert "serve: stopped" in text and "Traceback" not in text and "ConnectionRefusedError: [Errno" not in text
+    failed = [ln for ln in text.splitlines() if "run failed" in ln]
+    assert all("Spark's JVM ended under this run" in ln for ln in failed), failed
+    again = Service(cfg, log).start()          # the next start: what the cut run held arrives, status is ok again
+    try:
+        pid = change(service_demo, 6789.5)
+        for db in STORES:
+            wait_until(lambda db=db: price(service_demo / db, pid) == 6789.5, f"the price at {db}")
+        wait_until(lambda: CliRunner().invoke(app, ["status", "-c", str(cfg)]).exit_code == 0, "status ok again")
+    finally:
+        assert again.stop() == 0

@@ -50,8 +50,8 @@ def service_config(demo: Path, schedule: str = "every 1s", name: str = "service.
 class Service:
     """``sparksync serve -c CFG`` in its own process; ``start`` returns once the monitor's ``/healthz`` answers."""
 
-    def __init__(self, config: Path, log: Path, env: dict | None = None):
-        self.config, self.log, self.env = config, log, env or {}
+    def __init__(self, config: Path, log: Path, env: dict | None = None, own_group: bool = False):
+        self.config, self.log, self.env, self.own_group = config, log, env or {}, own_group
         data = tomllib.loads(config.read_text())
         self.monitor = f"http://{data['server']['monitor']}"
         self.proc: subprocess.Popen | None = None
@@ -59,7 +59,7 @@ class Service:
     def start(self, timeout: float = 90.0) -> Service:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([EXE, "serve", "-c", str(self.config)], stdout=log, stderr=subprocess.STDOUT,
-                                         env=_environ() | self.env)
+                                         env=_environ() | self.env, start_new_session=self.own_group)
         def healthy() -> bool:
             if self.proc.poll() is not None:
                 raise AssertionError(f"serve exited with {self.proc.returncode}: {self.text()[-3000:]}")
@@ -79,6 +79,21 @@ class Service:
 
     def get(self, path: str, **kw: Any) -> httpx.Response:
         return httpx.get(f"{self.monitor}{path}", timeout=30.0, **kw)
+
+    def jvm(self) -> int:
+        """Spark's JVM under the service (a child of its process), awaited."""
+        assert self.proc is not None
+
+        def child() -> int | None:
+            for stat in Path("/proc").glob("[0-9]*/stat"):
+                try:
+                    fields = stat.read_text().rsplit(")", 1)
+                except OSError:
+                    continue
+                if "(java" in fields[0] and int(fields[1].split()[1]) == self.proc.pid:
+                    return int(stat.parent.name)
+            return None
+        return wait_until(child, "Spark's JVM under the service")
 
     def signal(self, sig: int) -> None:
         assert self.proc is not None

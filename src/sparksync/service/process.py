@@ -71,7 +71,10 @@ class Service:
         if self.feed is not None:
             self.feed.stop()
         if not left:
-            self.spark.stop()
+            try:
+                self.spark.stop()
+            except Exception as e:  # noqa: BLE001 - the JVM ended first (its whole control group was signalled)
+                self.report(f"serve: Spark's JVM had ended before serve stopped it ({type(e).__name__})")
         return left
 
 

@@ -10,13 +10,15 @@ died, a bug) is left to :func:`spark_error_message`, which finds its most useful
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import subprocess
 from collections.abc import Callable, Iterator
 from functools import wraps
 from typing import TypeVar
 
-from sparksync.errors import ErrorInfo, ReportedError, SparksyncError
+from sparksync.errors import ErrorInfo, ReportedError, SparksyncError, SparkUnavailable
 
 _TAG = "sparksync-error"
 _TAGGED = re.compile(r"\[" + _TAG + r" (\{.*\})\]\s*$", re.MULTILINE)
@@ -46,14 +48,15 @@ def reporting_failures(read: Callable[..., Iterator[T]]) -> Callable[..., Iterat
 
 
 def recover(exc: BaseException) -> SparksyncError | None:
-    """The typed error a Spark task reported, if ``exc`` (a failed job) carries one."""
+    """The typed error a Spark task reported, if ``exc`` (a failed job) carries one; or the JVM having ended under
+    the job (``jvm_ended``)."""
     if isinstance(exc, SparksyncError):
         return exc
     if isinstance(exc, TaskFailed):
         return ReportedError(exc.info)
     found = _TAGGED.findall(str(exc))
     if not found:
-        return None
+        return jvm_ended(exc)
     try:
         return ReportedError(ErrorInfo.from_dict(json.loads(found[-1])))
     except (ValueError, KeyError):
@@ -74,3 +77,24 @@ def spark_error_message(exc: BaseException) -> str | None:
         if ":" in ln and ln.split(":", 1)[0].endswith(("Error", "Exception")) and " " not in ln.split(":", 1)[0]:
             return ln
     return lines[0] if lines else type(exc).__name__
+
+
+def jvm_ended(exc: BaseException, wait_s: float = 5.0) -> SparkUnavailable | None:
+    """``exc`` is the py4j connection's failure because Spark's JVM ended (stopped or killed with the process's
+    group, e.g. by a service manager): said as such, or None. The JVM is given ``wait_s`` to finish ending (its
+    socket closes before its process does)."""
+    if not isinstance(exc, ConnectionError) and not type(exc).__name__.startswith("Py4J"):
+        return None
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        return None
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        return None
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=wait_s)
+    if proc.poll() is None:
+        return None
+    return SparkUnavailable(f"Spark's JVM ended under this run (exit {proc.returncode}: stopped or killed from "
+                            "outside): its open transaction rolled back, the next run resumes from the watermarks")

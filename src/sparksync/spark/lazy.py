@@ -42,5 +42,5 @@ class LazySpark:
         """Stop the session this holder made (one it was given is its owner's to stop)."""
         with self._lock:
             if self._session is not None and self._factory is not None:
-                self._session.stop()
-                self._session = None
+                session, self._session = self._session, None
+                session.stop()

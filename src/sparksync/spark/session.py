@@ -69,21 +69,47 @@ def spark_session(master: str | None = None, app_name: str = "sparksync", conf: 
         log4j = Path(__file__).with_name("log4j2.properties")
         java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dlog4j.configurationFile=file:{log4j}"
         builder = SparkSession.builder.master(url).appName(app_name)
-        settings = {**DEFAULT_CONF, "spark.driver.extraJavaOptions": java_opts,
-                    "spark.executor.extraJavaOptions": java_opts, **(conf or {})}
+        settings = {**DEFAULT_CONF, "spark.driver.extraJavaOptions": java_opts, **(conf or {})}
+        if _is_local(url):          # the executors are this JVM; a cluster's run where no path of this host exists
+            settings.setdefault("spark.executor.extraJavaOptions", java_opts)
         for k, v in settings.items():
             builder = builder.config(k, v)
         try:
+            _own_jvm(url, app_name, settings)
             spark = builder.getOrCreate()
         except Exception as e:  # noqa: BLE001 - Spark's reason, in one line (its log of it is off)
             raise _not_started(url, e) from None
         spark.sparkContext.setLogLevel("ERROR")
+        _quiet_accumulator_server(spark.sparkContext)
         if not _is_local(url):
             _await_executor(spark, url, executor_wait_s)
         from sparksync.spark.datasource import ReplicaSource
 
         spark.dataSource.register(ReplicaSource)
         return spark
+
+
+def _own_jvm(url: str, app_name: str, settings: dict[str, str]) -> None:
+    """Spark's JVM started in a session of its own (``setsid``): a signal to this process's group (Ctrl-C at a
+    terminal, ``kill -TERM -PGID``, a service manager's stop) reaches this process, which stops Spark when its runs
+    in flight are done, and not the JVM under them. The JVM still ends with this process: it exits when its
+    standard input, a pipe from here, closes."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:         # a JVM this process started before (a session stopped since)
+        return
+    conf = SparkConf().setMaster(url).setAppName(app_name).setAll(list(settings.items()))
+    SparkContext._ensure_initialized(gateway=launch_gateway(conf, popen_kwargs={"start_new_session": True}))
+
+
+def _quiet_accumulator_server(sc) -> None:
+    """PySpark's accumulator server (a thread of this process the JVM connects to) prints a traceback when the JVM
+    ends under it (a connection cut short): what that means is said once, by the run it failed (``failures.jvm_ended``)
+    or by ``serve``'s stop."""
+    server = getattr(sc, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, client_address: None
 
 
 def _is_local(master: str) -> bool:
