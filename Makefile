@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit lint venv bytecode bench clean
+.PHONY: demo test test-cluster test-unit lint venv bytecode bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,10 +23,18 @@ demo: bytecode
 	$(VENV)/bin/sparksync demo --dir demo-run
 
 # The gates first (ruff, mypy, the import layers: seconds), then the whole suite in two processes (pytest-xdist;
-# a module and its topology stay in one process), the slowest tests listed at the end.
+# a module and its topology stay in one process), the slowest tests listed at the end; last, the tests that run on a
+# Spark standalone cluster of their own (test-cluster).
 test: lint bytecode
 	scripts/ensure-services
 	$(VENV)/bin/python -m pytest -n 2 --dist loadscope --durations=12
+	$(VENV)/bin/python -m pytest -m cluster tests/cluster --durations=5
+
+# The Spark standalone cluster's tests alone (the last step of `make test`): a master, two workers with their own
+# working directories, the executors' Python shipped by `sparksync cluster-pack`; setup, a merge with a worker
+# killed under it, a validation. ~2 min.
+test-cluster: bytecode
+	$(VENV)/bin/python -m pytest -m cluster tests/cluster --durations=5
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench scripts examples

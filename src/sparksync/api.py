@@ -50,6 +50,7 @@ from sparksync.provision import setup as _setup
 from sparksync.provision import snapshot as _snapshot
 from sparksync.reinit import reinitialize
 from sparksync.run_history import LIMIT, gather_history
+from sparksync.spark.environment import PackedEnvironment
 from sparksync.status import gather_status
 from sparksync.topology import load_config, parse_topology
 from sparksync.transactional.delivery.agent import DistributeOptions, DistributeSummary, DistributionAgent
@@ -79,9 +80,10 @@ def load(source: str | Path | dict[str, Any], base_dir: str | Path = ".") -> Top
     return load_config(source)
 
 
-def _spark(topology: Topology, spark: Any) -> Callable[[], Any]:
+def _spark(topology: Topology, spark: Any, serving: bool = False) -> Callable[[], Any]:
     """A function giving the SparkSession: ``spark`` as given (a SparkSession, or a function making one when
-    first asked), or one made from ``[spark]`` when first asked."""
+    first asked), or one made from ``[spark]`` when first asked (``serving``: ``serve``'s, capped on a cluster:
+    ``SparkConfig.application_conf``)."""
     if callable(spark):
         return spark
     if spark is not None:
@@ -92,7 +94,7 @@ def _spark(topology: Topology, spark: Any) -> Callable[[], Any]:
         if not made:
             from sparksync.spark.session import spark_session
 
-            made.append(spark_session(topology.spark_master, conf=topology.spark.conf,
+            made.append(spark_session(topology.spark_master, conf=topology.spark.application_conf(serving),
                                       executor_wait_s=topology.spark.executor_wait_s))
         return made[0]
 
@@ -278,7 +280,7 @@ def serve(topology: Topology, *, operator_token: str | None = None, spark: Any =
     when there are web subscriptions. Needs the ``server`` extra."""
     from sparksync.service.process import run_service
 
-    run_service(topology, _said(progress), _spark(topology, spark), operator_token)
+    run_service(topology, _said(progress), _spark(topology, spark, serving=True), operator_token)
 
 
 @contextlib.contextmanager
@@ -289,6 +291,14 @@ def serving(topology: Topology, *, spark: Any = None, progress: Progress | None 
 
     with _serving(topology, _said(progress), _spark(topology, spark) if spark is not None else None) as url:
         yield url
+
+
+def cluster_pack(output: str | Path, *, progress: Progress | None = None) -> PackedEnvironment:
+    """``sparksync cluster-pack``: the executors' Python environment packed into ``output`` (``spark/environment.py``);
+    its ``conf()`` is what ``[spark] conf`` adds to ship it."""
+    from sparksync.spark.environment import pack
+
+    return pack(Path(output), _said(progress))
 
 
 # -- the device's side --------------------------------------------------------------------------------------

@@ -77,6 +77,17 @@ class SparkConfig(_Model):
         "round on Spark)")
     executor_wait_s: float = Field(default=60.0, gt=0, description="on a cluster: seconds for it to give the "
                                    "application a first executor, else the command fails naming its master")
+    serve_cores_max: int = Field(default=4, ge=1, description="on a cluster: the cores sparksync serve's warm "
+                                 "application takes at most where conf sets no spark.cores.max (the others are left "
+                                 "to the commands run beside it)")
+
+    def application_conf(self, serving: bool = False) -> dict[str, str]:
+        """The Spark settings of one application: ``conf``; for ``serve`` on a cluster, capped at ``serve_cores_max``
+        cores unless ``conf`` says otherwise."""
+        local = self.master == "local" or self.master.startswith("local[")
+        if serving and not local and "spark.cores.max" not in self.conf:
+            return {**self.conf, "spark.cores.max": str(self.serve_cores_max)}
+        return dict(self.conf)
 
 
 class DistributorConfig(_Model):

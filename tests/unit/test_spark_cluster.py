@@ -62,6 +62,33 @@ def test_no_executor_in_time_stops_the_application_and_names_the_master_and_what
     assert err.value.code == "spark_cluster" and err.value.transient
 
 
+def test_a_wait_past_two_seconds_is_said_once_naming_the_master_and_its_bound(monkeypatch):
+    import sparksync.spark.session as session
+
+    monkeypatch.setattr(session, "SAY_WAITING_S", 0.05)
+    said: list[str] = []
+    with pytest.raises(SparkClusterUnavailable):
+        _await_executor(FakeSession(joins_at=None), "spark://m:7077", 0.4, said.append)
+    assert said == ["waiting for Spark master spark://m:7077 to give this application an executor (up to 0.4 s: "
+                    "[spark] executor_wait_s; its workers' cores may all be held by another application)"]
+    quick: list[str] = []
+    _await_executor(FakeSession(joins_at=1), "spark://m:7077", 30.0, quick.append)
+    assert quick == []
+
+
+def test_serve_on_a_cluster_takes_at_most_serve_cores_max_unless_conf_says_otherwise(tmp_path):
+    cluster = parse_topology({**MINIMAL, "spark": {"master": "spark://m:7077"}}, tmp_path).spark
+    assert cluster.application_conf(serving=True) == {"spark.cores.max": "4"}
+    assert cluster.application_conf() == {}                      # a command run by hand: as configured
+    capped = parse_topology({**MINIMAL, "spark": {"master": "spark://m:7077", "serve_cores_max": 2,
+                                                  "conf": {"spark.executor.cores": "1"}}}, tmp_path).spark
+    assert capped.application_conf(serving=True) == {"spark.executor.cores": "1", "spark.cores.max": "2"}
+    own = parse_topology({**MINIMAL, "spark": {"master": "spark://m:7077", "conf": {"spark.cores.max": "8"}}},
+                         tmp_path).spark
+    assert own.application_conf(serving=True) == {"spark.cores.max": "8"}
+    assert parse_topology(MINIMAL, tmp_path).spark.application_conf(serving=True) == {}     # local[*]: no cluster
+
+
 def test_dynamic_allocation_from_no_executor_has_none_to_wait_for():
     s = FakeSession(joins_at=None, conf={"spark.dynamicAllocation.enabled": "true"})
     _await_executor(s, "yarn", 0.1)

@@ -7,6 +7,7 @@ import sys
 import typer
 
 from sparksync.cli.cleanup_cmd import cleanup_command
+from sparksync.cli.cluster_cmd import cluster_pack_command
 from sparksync.cli.conflicts_cmd import conflicts_command
 from sparksync.cli.demo_cmd import demo_command
 from sparksync.cli.history_cmd import history_command
@@ -51,6 +52,7 @@ app.command("token")(token_command)
 app.command("serve")(serve_command)
 app.command("sync")(sync_command)
 app.command("outbox")(outbox_command)
+app.command("cluster-pack")(cluster_pack_command)
 app.command("demo")(demo_command)
 
 

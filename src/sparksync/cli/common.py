@@ -137,13 +137,13 @@ def check_subscriptions(topology: Topology, names: list[str] | None, kind: str, 
                                      f"use 'sparksync {other_command}'", obj=name)
 
 
-def make_spark(topology: Topology):
+def make_spark(topology: Topology, serving: bool = False):
     def factory():
         reporter(f"starting Spark ({topology.spark_master})")
         from sparksync.spark.session import spark_session
 
-        return spark_session(topology.spark_master, conf=topology.spark.conf,
-                             executor_wait_s=topology.spark.executor_wait_s)
+        return spark_session(topology.spark_master, conf=topology.spark.application_conf(serving),
+                             executor_wait_s=topology.spark.executor_wait_s, report=reporter)
 
     return factory
 

@@ -60,7 +60,7 @@ def serve_command(config: ConfigOption = DEFAULT_CONFIG_PATH) -> None:
     from sparksync.service.process import OPERATOR_TOKEN_ENV  # the server extra: not on a device
 
     topology = load(config)
-    api.serve(topology, operator_token=os.environ.get(OPERATOR_TOKEN_ENV) or None, spark=make_spark(topology),
+    api.serve(topology, operator_token=os.environ.get(OPERATOR_TOKEN_ENV) or None, spark=make_spark(topology, serving=True),
               progress=reporter)
 
 

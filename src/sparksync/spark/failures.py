@@ -14,6 +14,7 @@ import contextlib
 import json
 import re
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from functools import wraps
 from typing import TypeVar
@@ -85,11 +86,9 @@ def jvm_ended(exc: BaseException, wait_s: float = 5.0) -> SparkUnavailable | Non
     socket closes before its process does)."""
     if not isinstance(exc, ConnectionError) and not type(exc).__name__.startswith("Py4J"):
         return None
-    try:
-        from pyspark import SparkContext
-    except ImportError:
-        return None
-    proc = getattr(SparkContext._gateway, "proc", None)
+    spark = sys.modules.get("pyspark")          # not loaded: no JVM of this process to have ended
+    context = getattr(spark, "SparkContext", None)
+    proc = getattr(getattr(context, "_gateway", None), "proc", None)
     if proc is None:
         return None
     with contextlib.suppress(subprocess.TimeoutExpired):

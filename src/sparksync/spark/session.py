@@ -1,9 +1,11 @@
 """The one SparkSession factory.
 
 ``local[*]`` by default, the master from the config or ``SPARK_MASTER``; UI off; few shuffle
-partitions (AQE on); Arrow on; workers run this interpreter (``PYSPARK_PYTHON``); Spark's JVM
-logging kept to errors. On a cluster the executors must be able to import ``sparksync`` (ship a
-packed virtual environment) and reach the SQLite files and snapshot folder (shared storage).
+partitions (AQE on); Arrow on; workers run this interpreter (``PYSPARK_PYTHON``), or on a cluster the one
+``spark.pyspark.python`` names (a packed environment shipped with ``spark.archives``); Spark's JVM logging kept to
+errors (its configuration file given to the driver only: no executor is told a path of this host). On a cluster
+the executors must be able to import ``sparksync`` (the shipped environment) and reach the SQLite files and
+snapshot folder (shared storage). Spark's JVM runs in a session of its own (``_own_jvm``).
 
 On a cluster (any master but ``local``) a session is handed out only once the cluster can run its
 tasks, within ``[spark] executor_wait_s``: a standalone master that cannot be reached is refused before
@@ -15,12 +17,15 @@ only in a warning). Either is one :class:`~sparksync.errors.SparkClusterUnavaila
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sparksync.config import SparkConfig
@@ -44,9 +49,9 @@ DEFAULT_CONF = {
 
 
 def spark_session(master: str | None = None, app_name: str = "sparksync", conf: dict[str, str] | None = None,
-                  executor_wait_s: float = EXECUTOR_WAIT_S):
+                  executor_wait_s: float = EXECUTOR_WAIT_S, report: Callable[[str], None] | None = None):
     """Return the process's SparkSession, creating it on first use; on a cluster, once it has an executor
-    (the module doc), waiting at most ``executor_wait_s`` seconds."""
+    (the module doc), waiting at most ``executor_wait_s`` seconds (said once to ``report`` when it waits)."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -55,7 +60,10 @@ def spark_session(master: str | None = None, app_name: str = "sparksync", conf: 
     if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
         raise SparkUnavailable("this command runs Spark jobs and no Java is found (neither JAVA_HOME nor java on the "
                                "PATH): install Java 17 or newer")
-    os.environ["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON") or sys.executable
+    # the executors' Python: [spark] conf's spark.pyspark.python (on a cluster, the shipped environment's:
+    # docs/operations.md), else PYSPARK_PYTHON, else this interpreter (local mode, one host)
+    os.environ["PYSPARK_PYTHON"] = ((conf or {}).get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+                                    or sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
     url = master or os.environ.get("SPARK_MASTER") or "local[*]"
@@ -82,7 +90,7 @@ def spark_session(master: str | None = None, app_name: str = "sparksync", conf: 
         spark.sparkContext.setLogLevel("ERROR")
         _quiet_accumulator_server(spark.sparkContext)
         if not _is_local(url):
-            _await_executor(spark, url, executor_wait_s)
+            _await_executor(spark, url, executor_wait_s, report)
         from sparksync.spark.datasource import ReplicaSource
 
         spark.dataSource.register(ReplicaSource)
@@ -100,7 +108,25 @@ def _own_jvm(url: str, app_name: str, settings: dict[str, str]) -> None:
     if SparkContext._gateway is not None:         # a JVM this process started before (a session stopped since)
         return
     conf = SparkConf().setMaster(url).setAppName(app_name).setAll(list(settings.items()))
-    SparkContext._ensure_initialized(gateway=launch_gateway(conf, popen_kwargs={"start_new_session": True}))
+    popen: dict[str, object] = {"start_new_session": True}
+    home = _driver_home(url, settings.get("spark.pyspark.python"))
+    if home is not None:
+        popen["cwd"] = home
+    SparkContext._ensure_initialized(gateway=launch_gateway(conf, popen_kwargs=popen))
+
+
+def _driver_home(url: str, python: str | None) -> str | None:
+    """On a cluster whose executors run a shipped environment (``spark.pyspark.python`` a path inside the archive's
+    folder, ``./sparksync_env/bin/python``): the Python processes Spark's JVM starts on this host (the planning of a
+    Python data source's reads) run the same relative path. The JVM then works in a folder of its own where that
+    folder is this process's environment (a link to ``sys.prefix``), removed when the process ends."""
+    if not python or os.path.isabs(python) or _is_local(url):
+        return None
+    alias = Path(python).parts[0]
+    home = Path(tempfile.mkdtemp(prefix="sparksync-driver-"))
+    (home / alias).symlink_to(sys.prefix, target_is_directory=True)
+    atexit.register(shutil.rmtree, home, True)
+    return str(home)
 
 
 def _quiet_accumulator_server(sc) -> None:
@@ -167,7 +193,10 @@ def _why(e: OSError) -> str:
     return e.strerror or type(e).__name__
 
 
-def _await_executor(spark, url: str, wait_s: float) -> None:
+SAY_WAITING_S = 2.0      # a cluster slower than this to give an executor: the wait is said (once)
+
+
+def _await_executor(spark, url: str, wait_s: float, report: Callable[[str], None] | None = None) -> None:
     """Until the cluster gives this application an executor (Spark lists the driver with them: two entries).
     None by the deadline: the application is stopped (its registration at the master goes with it) and the
     command stops, naming the master and what may hold its cores."""
@@ -175,8 +204,13 @@ def _await_executor(spark, url: str, wait_s: float) -> None:
     if _on_demand(sc.getConf()):
         return
     tracker = sc._jsc.sc().statusTracker()
-    deadline = time.monotonic() + wait_s
+    start = time.monotonic()
+    deadline, said = start + wait_s, report is None
     while len(tracker.getExecutorInfos()) < 2:
+        if not said and report is not None and time.monotonic() - start >= SAY_WAITING_S:
+            said = True
+            report(f"waiting for Spark master {url} to give this application an executor (up to {wait_s:g} s: "
+                   "[spark] executor_wait_s; its workers' cores may all be held by another application)")
         if time.monotonic() >= deadline:
             spark.stop()
             raise SparkClusterUnavailable(
