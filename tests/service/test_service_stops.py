@@ -128,12 +128,17 @@ def _on_spark(service_demo) -> object:
                           spark={"master": "local[2]", "driver_round_changes": 0})
 
 
+def _spark_up(service_demo, log, value: float) -> tuple[Service, int]:
+    """The service in a process group of its own, a change moved on Spark; the service and its JVM's pid."""
+    svc = Service(_on_spark(service_demo), log, own_group=True).start()
+    pid = change(service_demo, value)
+    wait_until(lambda: price(service_demo / "store1.db", pid) == value, "the change at Store1, on Spark")
+    return svc, svc.jvm()
+
+
 def test_sigterm_to_the_process_group_reaches_the_service_not_its_jvm(service_demo, stops):
     _, _, log = stops
-    svc = Service(_on_spark(service_demo), log, own_group=True).start()
-    pid = change(service_demo, 4567.5)
-    wait_until(lambda: price(service_demo / "store1.db", pid) == 4567.5, "the change at Store1, on Spark")
-    jvm = svc.jvm()
+    svc, jvm = _spark_up(service_demo, log, 4567.5)
     assert os.getsid(jvm) != os.getsid(svc.proc.pid), "Spark's JVM shares the service's session"
     os.killpg(svc.proc.pid, signal.SIGTERM)
     assert svc.wait() == 0, svc.text()[-3000:]
@@ -144,10 +149,7 @@ def test_sigterm_to_the_process_group_reaches_the_service_not_its_jvm(service_de
 
 def test_a_jvm_signalled_with_the_service_fails_its_run_in_one_line_and_the_service_exits_0(service_demo, stops):
     cfg, _, log = stops
-    svc = Service(_on_spark(service_demo), log, own_group=True).start()
-    pid = change(service_demo, 5678.5)
-    wait_until(lambda: price(service_demo / "store1.db", pid) == 5678.5, "the change at Store1, on Spark")
-    jvm = svc.jvm()
+    svc, jvm = _spark_up(service_demo, log, 5678.5)
     os.kill(svc.proc.pid, signal.SIGTERM)
     os.kill(jvm, signal.SIGTERM)
     assert svc.wait() == 0, svc.text()[-3000:]

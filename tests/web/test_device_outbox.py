@@ -232,3 +232,17 @@ def test_one_sync_of_a_file_at_a_time_across_processes(world):
         holder.stdin.close()
         holder.wait(timeout=30)
     assert sync(options).ok
+
+
+def test_keeping_theirs_leaves_the_winner_and_empties_the_inbox(world):
+    world.local("UPDATE Product SET price = 333.0 WHERE id = 5")
+    world.at_publisher('UPDATE "Product" SET "price" = 444.0 WHERE "id" = 5')
+    assert world.device(world.url).sync().ok
+    [lost] = [e for e in world.outbox() if e["state"] == "lost" and e["key"] == {"id": 5}]
+    p = world.cli("conflicts", "--keep", "theirs", str(lost["change_id"]))     # a process of its own: a new connection
+    assert p.returncode == 0, p.stderr
+    assert json.loads(world.cli("conflicts", "--json").stdout) == []
+    assert world.device(world.url).sync().ok
+    assert world.row(5)[1] == 444.0
+    with sqlite3.connect(world.file) as db:
+        assert db.execute("SELECT price FROM Product WHERE id = 5").fetchone() == (444.0,)

@@ -376,6 +376,7 @@ def keep(device: Replica, pubid: str, change_id: int, which: Keep) -> OutboxChan
     if which not in ("mine", "theirs"):
         raise ConfigurationError(f"keep {which!r}: mine or theirs", obj=str(change_id))
     arts = _articles(device, pubid)
+    flush(device)                    # the rows' lineage is read (the winner's arrival, the entry's key)
     with device.transaction():
         found = _rows(device, f"change_id = {device.p}", [int(change_id)])
         if not found or found[0]["state"] != "lost":
