@@ -95,7 +95,8 @@ def _check(world: World, said: str) -> None:
     assert failed == at_hq, f"{said}: the failed changes are not the publisher's"
 
 
-@pytest.mark.parametrize("seed", [472580147, SEED])      # one that found a bug (keep on a fresh connection), and new
+@pytest.mark.parametrize("seed", [pytest.param(472580147, id="seed-that-found-a-bug"),     # keep on a fresh connection
+                                  pytest.param(SEED, id="new-seed")])       # its value is in a failure's message
 def test_the_outbox_is_exact_after_random_writes_syncs_and_crashes(world, monkeypatch, seed):
     rng = random.Random(seed)
     monkeypatch.setenv("SPARKSYNC_FAILPOINTS", str(world.points))
