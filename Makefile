@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/cleanup.py
 	$(VENV)/bin/python bench/web_sync.py
 	$(VENV)/bin/python bench/device_sync.py
+	$(VENV)/bin/python bench/device_download.py
 	$(VENV)/bin/python bench/small_rounds.py
 	$(VENV)/bin/python bench/service_rounds.py
 	$(VENV)/bin/python bench/scale.py

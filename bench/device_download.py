@@ -1,0 +1,140 @@
+"""A device's download of many changed rows from ``sparksync serve``: rows per second, cold and warm.
+
+A SQLite publisher (``Item``, R rows) with one web subscription; ``serve`` in a process of its own (its rounds above
+``[spark] driver_round_changes`` run on Spark, which it starts when a round first needs it); the device synced
+through the public API (``sparksync.Device``) in this process. Measured, each the device's whole sync:
+
+* its first sync: the snapshot of R rows;
+* a sync after HQ changed C rows, the first big round since ``serve`` started (cold: the round may start Spark
+  while the device's request waits);
+* the same again (warm).
+
+Printed: seconds and rows per second of each, and the ratio of the cold sync to the warm one. Target (issue 38): a
+sync of 50,000 changed rows at 50,000 rows/s or more, cold or warm.
+
+Usage: .venv/bin/python bench/device_download.py [--rows 200000] [--changes 50000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+import httpx
+from results import Result
+
+import sparksync
+from sparksync.dialects import connect
+
+EXE = str(Path(sys.executable).with_name("sparksync"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def config(folder: Path, port: int) -> Path:
+    path = folder / "sparksync.toml"
+    path.write_text(f"""
+[spark]
+master = "local[2]"
+
+[publisher]
+name = "HQ"
+database = "sqlite:///{folder / 'hq.db'}"
+snapshot_dir = "{folder / 'snap'}"
+
+[server]
+listen = "127.0.0.1:{port}"
+monitor = "127.0.0.1:{free_port()}"
+feed_dir = "{folder / 'feed'}"
+
+[[publications]]
+name = "Shop"
+
+[[publications.articles]]
+table = "Item"
+
+[[subscriptions]]
+name = "Till"
+publication = "Shop"
+transport = "web"
+""", encoding="utf-8")
+    return path
+
+
+def timed_sync(device: sparksync.Device) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    summary = device.sync()
+    assert summary.ok, summary
+    seconds = time.perf_counter() - t0
+    down = summary.subscriptions[0].total("download")
+    return seconds, int(down.inserts + down.updates + down.deletes)
+
+
+def run(rows: int, changes: int) -> dict:
+    out: dict = {}
+    with TemporaryDirectory(prefix="bench-download-") as tmp:
+        folder = Path(tmp)
+        with connect(f"sqlite:///{folder / 'hq.db'}") as r:
+            r.execute('CREATE TABLE "Item" ("id" integer PRIMARY KEY, "name" text, "price" real, "qty" integer)')
+            with r.transaction():
+                r.executemany('INSERT INTO "Item" VALUES (?, ?, ?, ?)',
+                              [(i, f"item number {i}", i * 0.25, i % 100) for i in range(1, rows + 1)])
+        port = free_port()
+        cfg = config(folder, port)
+        env = {k: v for k, v in os.environ.items() if k != "SPARKSYNC_FAILPOINTS"}
+        subprocess.run([EXE, "setup", "-c", str(cfg)], check=True, capture_output=True, env=env)
+        token = subprocess.run([EXE, "token", "-c", str(cfg), "-s", "Till"], check=True, capture_output=True,
+                               text=True, env=env).stdout.strip()
+        server = subprocess.Popen([EXE, "serve", "-c", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  env=env)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(600):
+                try:
+                    if httpx.get(f"{url}/healthz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            device = sparksync.Device(str(folder / "till.db"), url, "Till", token)
+            t0 = time.perf_counter()
+            assert device.sync().ok
+            out["first"] = (time.perf_counter() - t0, rows)
+            for phase, delta in (("cold", 1), ("warm", 2)):
+                with connect(f"sqlite:///{folder / 'hq.db'}") as r:
+                    r.execute(f'UPDATE "Item" SET "qty" = "qty" + {delta} WHERE "id" <= {changes}')
+                out[phase] = timed_sync(device)
+        finally:
+            server.terminate()
+            server.wait()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--changes", type=int, default=50_000)
+    args = ap.parse_args()
+    m = run(args.rows, args.changes)
+    result = Result("device_download", "A device's download of many changed rows, cold and warm",
+                    "bench/device_download.py")
+    labels = {"first": f"first sync: snapshot of {args.rows:,} rows",
+              "cold": f"{args.changes:,} changed rows, the first big round since serve started",
+              "warm": f"{args.changes:,} changed rows again"}
+    result.table(["sync", "seconds", "rows", "rows/s"],
+                 [[labels[k], s, n, n / s] for k, (s, n) in m.items()],
+                 f"cold / warm: {m['cold'][0] / m['warm'][0]:.2f}x; target: >= 50,000 rows/s cold or warm")
+    result.save()
+
+
+if __name__ == "__main__":
+    main()
