@@ -19,26 +19,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-import httpx
 from results import Result
+from served import EXE, free_port, serving
 
 import sparksync
 from sparksync.dialects import connect
-
-EXE = str(Path(sys.executable).with_name("sparksync"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def config(folder: Path, port: int) -> Path:
@@ -95,17 +85,8 @@ def run(rows: int, changes: int) -> dict:
         subprocess.run([EXE, "setup", "-c", str(cfg)], check=True, capture_output=True, env=env)
         token = subprocess.run([EXE, "token", "-c", str(cfg), "-s", "Till"], check=True, capture_output=True,
                                text=True, env=env).stdout.strip()
-        server = subprocess.Popen([EXE, "serve", "-c", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  env=env)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            for _ in range(600):
-                try:
-                    if httpx.get(f"{url}/healthz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.1)
-            device = sparksync.Device(str(folder / "till.db"), url, "Till", token)
+        with serving(cfg, f"http://127.0.0.1:{port}") as _:
+            device = sparksync.Device(str(folder / "till.db"), f"http://127.0.0.1:{port}", "Till", token)
             t0 = time.perf_counter()
             assert device.sync().ok
             out["first"] = (time.perf_counter() - t0, rows)
@@ -113,9 +94,6 @@ def run(rows: int, changes: int) -> dict:
                 with connect(f"sqlite:///{folder / 'hq.db'}") as r:
                     r.execute(f'UPDATE "Item" SET "qty" = "qty" + {delta} WHERE "id" <= {changes}')
                 out[phase] = timed_sync(device)
-        finally:
-            server.terminate()
-            server.wait()
     return out
 
 

@@ -17,7 +17,6 @@ Usage: .venv/bin/python bench/device_sync.py [--rows 20000] [--changes 1000] [--
 from __future__ import annotations
 
 import argparse
-import socket
 import sqlite3
 import statistics
 import time
@@ -25,18 +24,13 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 from results import Result
+from served import free_port
 
 import sparksync
 from sparksync.dialects import connect
 from sparksync.spark.session import spark_session
 
 PASSPHRASE = "bench passphrase"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def publisher(folder: Path, rows: int) -> str:

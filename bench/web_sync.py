@@ -27,9 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,6 +34,7 @@ from tempfile import TemporaryDirectory
 
 import httpx
 from results import Result
+from served import free_port, serving
 
 from sparksync.dialects import connect
 from sparksync.merge.session.remote.frames import read_changes
@@ -47,7 +45,6 @@ from sparksync.web import tokens
 from sparksync.web.protocol import PROTOCOL
 
 PG = os.environ.get("SPARKSYNC_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
-EXE = str(Path(sys.executable).with_name("sparksync"))
 TICK = os.sysconf("SC_CLK_TCK")
 FAN_ROWS = 200               # the fan-out partition's stores: every one changes before each sync
 
@@ -55,12 +52,6 @@ FAN_ROWS = 200               # the fan-out partition's stores: every one changes
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK       # utime + stime
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def database(name: str) -> str:
@@ -128,7 +119,7 @@ class Device:
         said = {"seconds": 0.01}
         if hello.get("validate") and digests is not None:
             said["validation"] = {"pending": False, "articles": digests}
-        self.verdict = self.call("POST", "/v1/sync/done", json=said).json().get("validation", {}).get("result")
+        self.verdict = (self.call("POST", "/v1/sync/done", json=said).json().get("validation") or {}).get("result")
         return table.num_rows
 
 
@@ -176,17 +167,8 @@ def run(devices: int, partitions: int) -> dict:
         out["setup s"] = time.perf_counter() - t0
         with connect(pub) as r:
             secrets = {n: tokens.create(r, n) for n in names}
-        env = {k: v for k, v in os.environ.items() if k != "SPARKSYNC_FAILPOINTS"}
-        server = subprocess.Popen([EXE, "serve", "-c", str(cfg)], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, env=env)
         url = f"http://127.0.0.1:{port}"
-        try:
-            for _ in range(600):
-                try:
-                    if httpx.get(f"{url}/healthz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.1)
+        with serving(cfg, url) as server:
             clients = {n: Device(url, n, secrets[n]) for n in names}
             with ThreadPoolExecutor(16) as pool:
                 list(pool.map(lambda d: d.initialize(), clients.values()))
@@ -254,9 +236,6 @@ def run(devices: int, partitions: int) -> dict:
                             d.sync()                               # the others catch up outside the measurement
                     assert moved == 3 * k * FAN_ROWS, f"{moved} rows moved to {k} device(s) in 3 rounds"
                     out["fan"][k] = spent / (3 * k) * 1000
-        finally:
-            server.terminate()
-            server.wait()
     return out
 
 
