@@ -62,6 +62,35 @@ def test_an_error_sparksync_did_not_raise_is_not_mistaken_for_one():
     assert spark_error_message(RuntimeError(text)) == "MemoryError: out of memory"
 
 
+class _Java:
+    """A Java exception as py4j hands it over: a cause, and its own text."""
+
+    def __init__(self, text: str, cause: _Java | None = None):
+        self.text, self.cause = text, cause
+
+    def getCause(self):  # noqa: N802 - Java's name
+        return self.cause
+
+    def toString(self):  # noqa: N802
+        return self.text
+
+
+class Py4JJavaError(Exception):
+    def __init__(self, java: _Java):
+        super().__init__("An error occurred while calling o140.parquet.\n")
+        self.java_exception = java
+
+
+def test_a_java_failure_is_said_by_its_innermost_cause_not_by_the_jvm_call():
+    root = _Java('java.io.IOException: Cannot run program "./env/bin/python": error=2, No such file or directory')
+    error = Py4JJavaError(_Java("org.apache.spark.SparkException: Job aborted.", _Java("wrapped", root)))
+    assert spark_error_message(error) == ('java.io.IOException: Cannot run program "./env/bin/python": error=2, '
+                                          "No such file or directory")
+    worker = _Java("org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+                   '  File "x.py", line 1, in f\nZeroDivisionError: division by zero\n')
+    assert spark_error_message(Py4JJavaError(worker)) == "ZeroDivisionError: division by zero"
+
+
 def test_transient_errors_are_tried_again_then_given_up():
     calls, retries = [], []
 

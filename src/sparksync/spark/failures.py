@@ -73,11 +73,25 @@ def spark_error_message(exc: BaseException) -> str | None:
     text = str(exc)
     if "Traceback" not in text and "PythonException" not in type(exc).__name__ and "Py4J" not in type(exc).__name__:
         return None
+    java = getattr(exc, "java_exception", None)
+    if text.startswith("An error occurred while calling") and java is not None:
+        text = _java_cause(java) or text        # py4j's first line names only the JVM call
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for ln in reversed(lines):
         if ":" in ln and ln.split(":", 1)[0].endswith(("Error", "Exception")) and " " not in ln.split(":", 1)[0]:
             return ln
     return lines[0] if lines else type(exc).__name__
+
+
+def _java_cause(java) -> str | None:
+    """The innermost cause of a Java exception, as Java says it (``java.io.IOException: Cannot run program ...``);
+    None when the JVM cannot be asked."""
+    try:
+        while java.getCause() is not None:
+            java = java.getCause()
+        return str(java.toString())
+    except Exception:  # noqa: BLE001 - the JVM gone: the caller keeps py4j's own text
+        return None
 
 
 def jvm_ended(exc: BaseException, wait_s: float = 5.0) -> SparkUnavailable | None:
