@@ -17,39 +17,20 @@ import pytest
 import sparksync
 from sparksync import failpoints
 from sparksync.dialects import connect
-from tests.support.databases import databases
-from tests.support.web import free_port
+from tests.support.shop import Shop, served
 
 pytestmark = pytest.mark.spark
 
 EXE = str(Path(sys.executable).with_name("sparksync"))
 
 
-def _publisher(url: str) -> None:
-    p = "?" if url.startswith("sqlite") else "%s"
-    with connect(url) as r:
-        r.execute('CREATE TABLE "Product" ("id" integer PRIMARY KEY, "name" varchar(40) NOT NULL, "price" real, '
-                  '"qty" integer CHECK ("qty" >= 0))')
-        r.executemany(f'INSERT INTO "Product" VALUES ({p}, {p}, {p}, {p})',
-                      [(i, f"p{i}", float(i), i) for i in range(1, 11)])
-
-
-class World:
+class World(Shop):
     def __init__(self, tmp: Path, pub: str, spark):
-        self.folder, self.pub = tmp, pub
-        _publisher(pub)
-        self.hq = sparksync.Publisher({
-            "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap")},
-            "server": {"listen": f"127.0.0.1:{free_port()}", "feed_dir": str(tmp / "feed")},
-            "publications": [{"name": "Shop", "articles": [{"table": "Product", "column_tracking": True}]}],
-            "subscriptions": [{"name": "Till", "publication": "Shop", "transport": "web"}]}, spark=spark)
-        self.hq.setup()
-        self.token = self.hq.token("Till")
-        self.file = tmp / "till.db"
+        super().__init__(tmp, pub, spark, products=10)
         self.seen: list = []
 
     def device(self, url: str) -> sparksync.Device:
-        d = sparksync.Device(str(self.file), url, "Till", self.token)
+        d = super().device(url)
         d.on_change(self.seen.append)
         return d
 
@@ -80,13 +61,8 @@ class World:
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def world(request, spark, tmp_path_factory, pg_admin_url):
-    tmp = tmp_path_factory.mktemp(f"outbox-{request.param}")
-    with databases(tmp, pg_admin_url) as dbs:
-        w = World(tmp, dbs.url(request.param, "outboxpub"), spark)
-        with w.hq.serving() as url:
-            w.url = url
-            assert w.device(url).sync().ok
-            yield w
+    with served(World, request.param, tmp_path_factory.mktemp(f"outbox-{request.param}"), pg_admin_url, spark) as w:
+        yield w
 
 
 def _by_key(entries: list[dict]) -> dict[int, list[dict]]:

@@ -18,12 +18,10 @@ from pathlib import Path
 
 import pytest
 
-import sparksync
 from sparksync import failpoints
 from sparksync.dialects import connect
 from sparksync.errors import SparksyncError
-from tests.support.databases import databases
-from tests.support.web import free_port
+from tests.support.shop import Shop, served
 
 pytestmark = pytest.mark.spark
 
@@ -32,25 +30,10 @@ STEPS = 40
 FAULTS = ("device.after_upload", "door.after_upload_commit", "device.after_download_batch")
 
 
-class World:
+class World(Shop):
     def __init__(self, tmp: Path, pub: str, spark):
-        self.pub, self.file, self.points = pub, tmp / "till.db", tmp / "failpoints"
-        p = "?" if pub.startswith("sqlite") else "%s"
-        with connect(pub) as r:
-            r.execute('CREATE TABLE "Product" ("id" integer PRIMARY KEY, "name" varchar(40) NOT NULL, "price" real, '
-                      '"qty" integer CHECK ("qty" >= 0))')
-            r.executemany(f'INSERT INTO "Product" VALUES ({p}, {p}, {p}, {p})',
-                          [(i, f"p{i}", float(i), i) for i in range(1, 21)])
-        self.hq = sparksync.Publisher({
-            "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap")},
-            "server": {"listen": f"127.0.0.1:{free_port()}", "feed_dir": str(tmp / "feed")},
-            "publications": [{"name": "Shop", "articles": [{"table": "Product", "column_tracking": True}]}],
-            "subscriptions": [{"name": "Till", "publication": "Shop", "transport": "web"}]}, spark=spark)
-        self.hq.setup()
-        self.token = self.hq.token("Till")
-
-    def device(self, url: str) -> sparksync.Device:
-        return sparksync.Device(str(self.file), url, "Till", self.token)
+        super().__init__(tmp, pub, spark, products=20)
+        self.points = tmp / "failpoints"
 
     def local(self, sql: str, params: tuple = ()) -> None:
         with sqlite3.connect(self.file) as db:
@@ -70,13 +53,8 @@ class World:
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def world(request, spark, tmp_path_factory, pg_admin_url):
-    tmp = tmp_path_factory.mktemp(f"exact-{request.param}")
-    with databases(tmp, pg_admin_url) as dbs:
-        w = World(tmp, dbs.url(request.param, "exactpub"), spark)
-        with w.hq.serving() as url:
-            w.url = url
-            assert w.device(url).sync().ok
-            yield w
+    with served(World, request.param, tmp_path_factory.mktemp(f"exact-{request.param}"), pg_admin_url, spark) as w:
+        yield w
 
 
 def _check(world: World, said: str) -> None:

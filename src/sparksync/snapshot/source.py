@@ -1,6 +1,6 @@
 """Where the files of a snapshot are read from when a subscriber is initialized: a folder (``Folder``: the
 publisher's snapshot folder, or a copy), or any other ``SnapshotFiles`` (a device whose file is encrypted keeps the
-files it downloads sealed: ``web/device/sealed.py``). Paths are relative to the snapshot, ``/``-separated."""
+files it downloads sealed: ``web/device/downloads.py``). Paths are relative to the snapshot, ``/``-separated."""
 
 from __future__ import annotations
 

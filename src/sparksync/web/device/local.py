@@ -16,19 +16,18 @@ from sparksync.errors import NotInitialized
 from sparksync.merge.session.remote import outbox
 from sparksync.merge.session.remote.outbox import Keep, OutboxChange
 from sparksync.metadata import store
-from sparksync.metadata.records import PublicationRow, Role, SubscriptionRow
+from sparksync.metadata.records import Role, SubscriptionRow
 from sparksync.metadata.schema import WEB
 
 
 @dataclass(frozen=True)
 class DeviceFile:
-    """A device database bound to its web subscription: its publication (``pubid``), the publisher's replica
-    nickname, and the publication's retention in days."""
+    """A device database bound to its web subscription: its publication (``pubid``) and the publisher's replica
+    nickname."""
 
     subscription: str
     pubid: str
     publisher_nickname: int
-    retention: int
 
 
 def bound(device: Replica, url: str) -> DeviceFile:
@@ -40,9 +39,7 @@ def bound(device: Replica, url: str) -> DeviceFile:
         where = url.removeprefix("sqlite:///")
         raise NotInitialized(f"{where} is not a device's file that has synced (sparksync sync initializes it)",
                              obj=where)
-    pub = store.select_one(device, PublicationRow, {"pubid": rows[0]["pubid"]})
-    return DeviceFile(rows[0]["subscription"], str(rows[0]["pubid"]), int(partner.replnickname),
-                      int(pub.retention) if pub is not None else 14)
+    return DeviceFile(rows[0]["subscription"], str(rows[0]["pubid"]), int(partner.replnickname))
 
 
 @contextmanager

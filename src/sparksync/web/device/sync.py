@@ -48,7 +48,6 @@ from sparksync.merge.session.remote.subscriber import (
 )
 from sparksync.merge.session.summary import DirectionStats, MergeSummary, SubscriptionSession
 from sparksync.metadata import store
-from sparksync.metadata.records import PublicationRow
 from sparksync.progress import Reporter, silent
 from sparksync.web.device.client import ServerClient, answered
 from sparksync.web.device.downloads import downloads
@@ -150,8 +149,7 @@ def _sync_file(client: ServerClient, device: Replica, options: DeviceOptions, pu
     hello = client.send(HELLO, Hello)
     publisher = _publisher(hello)
     _download(client, device, options, publisher, session, summary, report)
-    pub = store.select_one(device, PublicationRow, {"pubid": publisher.pubid})
-    outbox.prune(device, float(pub.retention) if pub is not None and pub.retention is not None else 14.0)
+    outbox.prune(device, publisher.pubid)
     validation = _digests(device, url, publisher, report) if hello.validate_ else None
     session.seconds = summary.seconds = time.perf_counter() - t0
     up, down = session.total("upload"), session.total("download")

@@ -36,7 +36,7 @@ from sparksync.merge.tracking.generations import GenStatus
 from sparksync.merge.tracking.pending import INSERTS, flush
 from sparksync.merge.tracking.tracked import TrackedArticle, tracked_article
 from sparksync.metadata import store
-from sparksync.metadata.records import Role, SubscriptionRow
+from sparksync.metadata.records import PublicationRow, Role, SubscriptionRow
 from sparksync.metadata.schema import DEVICE, WEB
 from sparksync.rows import RowCodec
 
@@ -346,14 +346,15 @@ def acknowledge(device: Replica, change_ids: list[int] | None = None) -> int:
         return n
 
 
-def prune(device: Replica, retention_days: float) -> int:
-    """Answered entries older than the publication's retention removed (the publisher has forgotten the conflicts
-    and the metadata they name)."""
-    if not _has(device) or retention_days <= 0:
+def prune(device: Replica, pubid: str) -> int:
+    """Answered entries older than publication ``pubid``'s retention (as the device's file has it) removed: the
+    publisher has forgotten the conflicts and the metadata they name."""
+    pub = store.select_one(device, PublicationRow, {"pubid": pubid}) if _has(device) else None
+    if pub is None or not pub.retention or pub.retention <= 0:
         return 0
     import datetime as dt
 
-    before = store.utcnow() - dt.timedelta(days=retention_days)
+    before = store.utcnow() - dt.timedelta(days=float(pub.retention))
     with device.transaction():
         cur = device.execute(f"DELETE FROM {device.meta(OUTBOX)} WHERE state IN ('applied', 'refused', 'lost') AND "
                              f"answered_at < {device.p}", [before])
