@@ -37,6 +37,7 @@ DEFAULT_WAIT = 60.0           # seconds a command waits for a held lock
 POLL = 0.1                    # seconds between two tries
 
 MERGE, LOGREADER, DISTRIBUTE = "merge agent", "log reader", "distribution agent"
+FEED = "feed round"           # a web door's round of a publication (web/server/door.py): one door at a time
 
 # command -> (the locks it takes for a merge publication, for a transactional publication)
 POLICY: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -50,6 +51,7 @@ POLICY: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "conflicts --resolve": ((MERGE,), ()),
     "logreader": ((), (LOGREADER,)),
     "distribute": ((), (DISTRIBUTE,)),
+    "serve round": ((FEED,), ()),
 }
 
 
@@ -70,7 +72,7 @@ class Resource:
     url: str
     key: str
     publication: str
-    lock: str           # MERGE | LOGREADER | DISTRIBUTE
+    lock: str           # MERGE | LOGREADER | DISTRIBUTE | FEED
 
     def describe(self) -> str:
         return f"publication {self.publication} ({self.lock} lock)"

@@ -66,6 +66,14 @@ class RowCodec:
             return _ENCODE(v)
         return _ENCODE(_jsonable(conv(v), t))
 
+    def json_value(self, i: int, v: Any) -> Any:
+        """Column ``i``'s value ``v`` (a driver value) as the JSON value :meth:`value_json` writes for it (a key
+        in a notice): an int or str of its own kind as it is, anything else through the JSON text."""
+        plain = self._enc[i][2]
+        if v is None or (plain is not None and type(v) is plain):
+            return v
+        return json.loads(self.value_json(i, v))
+
     def decode(self, text: str | None, partial: bool = False, verbatim: bool = False) -> dict[str, Any] | None:
         """JSON text -> {column: value}; ``partial``: only the columns the JSON has (a compact before image).
         ``verbatim``: a date, time, timestamp or decimal that Python cannot represent ('infinity', a year

@@ -1,4 +1,5 @@
-"""A TCP proxy that cuts connections at random byte counts: a bad network between a device and the door.
+"""TCP proxies between devices and doors: one that cuts connections at random byte counts (a bad network), and
+one that balances connections over several doors (a load balancer).
 
 Each connection is cut, with probability ``p``, after a random number of bytes (in either direction,
 so a request can be cut on its way up and a reply after the server committed); the others pass whole.
@@ -50,9 +51,12 @@ class CuttingProxy:
                 budget = self.rng.randint(1, self.max_bytes) if self.rng.random() < self.p else None
             threading.Thread(target=self._serve, args=(client, budget), daemon=True).start()
 
+    def _upstream(self) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.target_port))
+
     def _serve(self, client: socket.socket, budget: int | None) -> None:
         try:
-            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            upstream = self._upstream()
         except OSError:
             client.close()
             return
@@ -95,3 +99,28 @@ class CuttingProxy:
 
         threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
         pipe(client, upstream)
+
+
+class BalancingProxy(CuttingProxy):
+    """Each new connection to the next door in turn, past a door that refuses connections (a door that died is
+    left out, as a load balancer's health check would): several ``serve`` processes behind one address."""
+
+    def __init__(self, ports: list[int]):
+        super().__init__(ports[0], 0.0, 0)
+        self.ports = ports
+        self.served: dict[int, int] = dict.fromkeys(ports, 0)       # door port -> connections it was given
+        self._next = 0
+
+    def _upstream(self) -> socket.socket:
+        for _ in range(len(self.ports)):
+            with self.lock:
+                port = self.ports[self._next % len(self.ports)]
+                self._next += 1
+            try:
+                upstream = socket.create_connection(("127.0.0.1", port))
+            except OSError:
+                continue
+            with self.lock:
+                self.served[port] += 1
+            return upstream
+        raise OSError("no door answers")

@@ -138,3 +138,17 @@ def upload_body(world: WebWorld, name: str) -> tuple[int, int, bytes]:
         pubid = reg["pubid"]
         reads = change_reads(url, name, dev, published_articles(dev, str(pubid)), name, nick, lo, hi)
     return lo, hi, write_changes(read_changes(reads))
+
+
+def wire_frames(body: bytes) -> list[bytes]:
+    """A download's frames as they crossed the wire."""
+    from sparksync.merge.session.remote.frames import HEADER, MAGIC
+
+    out, at = [], 0
+    while at < len(body):
+        assert body[at:at + len(MAGIC)] == MAGIC
+        _, packed = HEADER.unpack(body[at + len(MAGIC):at + len(MAGIC) + HEADER.size])
+        end = at + len(MAGIC) + HEADER.size + packed
+        out.append(body[at:end])
+        at = end
+    return out

@@ -47,8 +47,11 @@ class NoAgents:
 
 class Watch:
     def __init__(self, topology: Topology, agents: Agents, report: Reporter = silent,
-                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)):
-        self.topology, self.agents, self.report, self.clock = topology, agents, report, clock
+                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+                 leading: Callable[[], bool] = lambda: True):
+        """``leading``: whether this process posts the alerts to the webhook now (one ``serve`` of several does:
+        ``service/leader.py``)."""
+        self.topology, self.agents, self.report, self.clock, self.leading = topology, agents, report, clock, leading
         self.evaluator = Evaluator(topology.alerts)
         self.cadences = cadences_of(topology)
         self.book = AlertBook()
@@ -73,7 +76,8 @@ class Watch:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.evaluate()
+            if self.leading():
+                self.evaluate()
             self._stop.wait(self.topology.alerts.interval_s)
 
     def evaluate(self) -> None:

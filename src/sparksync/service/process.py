@@ -1,6 +1,7 @@
 """``sparksync serve``: the agents' loop (``scheduler.py``), the operator's monitor (``[server] monitor``) and,
 when the topology has web subscriptions, the device endpoint (``[server] listen``), in one process until
-SIGTERM or SIGINT.
+SIGTERM or SIGINT. Several ``serve`` processes of one publisher all serve devices (sharing the feed and its
+rounds); one of them runs the agents and the alerts (``leader.py``).
 
 Stopping: the listeners close, no agent run starts any more, the runs in flight finish their batch (waited
 for up to ``[server] stop_grace_s`` seconds; what still runs then is cut off with the process: its open transaction
@@ -22,6 +23,7 @@ from sparksync.monitor.app import check_monitor, make_monitor_app
 from sparksync.monitor.watch import Watch
 from sparksync.progress import Reporter, silent
 from sparksync.redaction import register_secret
+from sparksync.service.leader import Leadership
 from sparksync.service.scheduler import Scheduler
 from sparksync.spark.lazy import LazySpark
 from sparksync.web.listener import Listener
@@ -38,8 +40,9 @@ class Service:
             register_secret(operator_token)
         self.topology, self.report = topology, report
         self.spark = LazySpark(spark)
-        self.scheduler = Scheduler(topology, self.spark.get, report)
-        self.watch = Watch(topology, self.scheduler, report)
+        self.leadership = Leadership(topology, report)
+        self.scheduler = Scheduler(topology, self.spark.get, report, leading=self.leadership.leading)
+        self.watch = Watch(topology, self.scheduler, report, leading=self.leadership.leading)
         self.monitor = Listener(make_monitor_app(topology, self.scheduler, self.watch, operator_token),
                                 topology.server.monitor_host, topology.server.monitor_port, "server.monitor")
         self.device: Listener | None = None
@@ -49,8 +52,9 @@ class Service:
         topo = self.topology
         self.monitor.start("sparksync monitor")
         if any(s.transport == "web" for s in topo.subscriptions):
-            self.device, self.feed = device_endpoint(topo, self.report, self.spark.get)
+            self.device, self.feed = device_endpoint(topo, self.report, self.spark.ready)
             self.device.start("sparksync devices")
+        self.leadership.start()
         self.scheduler.start()
         self.watch.start()
         workers = self.scheduler.states
@@ -65,6 +69,8 @@ class Service:
                 listener.server.should_exit = True          # no new request from now on
         left = self.scheduler.stop(self.topology.server.stop_grace_s if grace is None else grace)
         self.watch.stop()
+        if not left:
+            self.leadership.stop()           # given up once no run of ours is in flight
         for listener in (self.monitor, self.device):
             if listener is not None:
                 listener.stop(5.0)

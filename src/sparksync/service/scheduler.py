@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,10 +127,13 @@ class WorkerState:
 
 
 class Scheduler:
-    def __init__(self, topology: Topology, spark: Any, report: Reporter = silent, keep: int = 20):
+    def __init__(self, topology: Topology, spark: Any, report: Reporter = silent, keep: int = 20,
+                 leading: Callable[[], bool] = lambda: True):
         """``spark``: a function giving the shared SparkSession (``LazySpark.get``), or None (no Spark:
-        every round in this process, as ``[spark] driver_round_changes`` allows)."""
-        self.topology, self.report, self.keep = topology, report, keep
+        every round in this process, as ``[spark] driver_round_changes`` allows). ``leading``: whether this
+        process runs the agents now (``leader.py``: one ``serve`` of several does); a slot due meanwhile runs
+        when it does."""
+        self.topology, self.report, self.keep, self.leading = topology, report, keep, leading
         self._spark = spark
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -182,7 +186,10 @@ class Scheduler:
         groups = st.worker.groups
         while not self._stop.is_set():
             now = utcnow()
-            due = [i for i, t in enumerate(st.next_due) if t <= now]
+            due = [i for i, t in enumerate(st.next_due) if t <= now] if self.leading() else []
+            if not due and not self.leading():
+                self._stop.wait(BEAT)
+                continue
             if not due:
                 self._stop.wait(min(BEAT, max(0.0, (min(st.next_due) - now).total_seconds())))
                 continue

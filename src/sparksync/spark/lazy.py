@@ -4,6 +4,7 @@ round needs Spark, and what ``sparksync serve`` shares between its workers."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any
@@ -21,6 +22,7 @@ class LazySpark:
         self._factory = spark if callable(spark) else None
         self._lock = threading.Lock()
         self._failed: tuple[float, Exception] | None = None     # when the last start failed, and why
+        self._starting: threading.Thread | None = None
 
     def get(self) -> Any:
         asked = time.monotonic()
@@ -37,6 +39,33 @@ class LazySpark:
                     raise
                 self._failed = None
             return self._session
+
+    def ready(self) -> Any:
+        """The session if it is up, else None at once, having started it in a thread of its own (a device's
+        request never waits for a JVM: a round that asks meanwhile runs in this process). A start that failed
+        is tried again by the next ``ready`` after it."""
+        if self._session is not None or self._factory is None:
+            return self._session
+        if not self._lock.acquire(blocking=False):       # being started (by a thread of ours, or an agent's get)
+            return None
+        try:
+            if self._session is not None:
+                return self._session
+            if self._starting is None or not self._starting.is_alive():
+                self._starting = threading.Thread(target=self._start_quietly, name="sparksync spark start", daemon=True)
+                self._starting.start()
+            return None
+        finally:
+            self._lock.release()
+
+    def _start_quietly(self) -> None:
+        with contextlib.suppress(Exception):    # kept in _failed; the rounds go on in this process
+            self.get()
+
+    @property
+    def failure(self) -> Exception | None:
+        """Why the last start failed (None: it did not, or a later one succeeded)."""
+        return self._failed[1] if self._failed is not None else None
 
     def stop(self) -> None:
         """Stop the session this holder made (one it was given is its owner's to stop)."""

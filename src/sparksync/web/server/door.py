@@ -63,6 +63,8 @@ from sparksync.web.protocol import (
 from sparksync.web.server.ledger import Ledger, session_row
 from sparksync.web.server.partitioned import device_snapshot
 
+ROUND_WAIT = 30.0      # seconds a download waits for another door's round before it ends at the feed's head
+
 
 @dataclass(frozen=True)
 class Device:
@@ -249,32 +251,45 @@ class Door:
         """Close the publisher's open generation, bring partition mappings up to it and the partition feed
         up to them (``feed.py``), so a download sees every change committed before it was asked for.
         Requests share rounds: one that arrives while a round runs waits for it, and the next round (started
-        after it arrived) serves every request waiting then. Closing and evaluating are skipped (not waited
-        for) while a merge agent holds the publication (it does the same work, and a device must not wait
-        for its session): the feed then takes what the agent has closed and evaluated."""
+        after it arrived) serves every request waiting then. Several doors of one publisher (``serve``
+        processes sharing ``feed_dir``) take turns: a round holds the publication's feed round lock, and a door
+        that waited for another's round finds the feed extended by it. A round that cannot have the lock within
+        ``ROUND_WAIT`` seconds is not waited for further: the download ends at the feed's head, what is closed.
+        Closing and evaluating are skipped (not waited for) while a merge agent holds the publication (it does
+        the same work, and a device must not wait for its session): the feed then takes what the agent has
+        closed and evaluated."""
         arrived = time.monotonic()
         with self._round_lock:
             if self._rounds.get(publication.name, -1.0) > arrived:
                 return
             started = time.monotonic()
             try:
-                with locks.hold(self.topology, "merge", [publication.name], wait=0.0), self.publisher() as pub:
-                    self.half.close_and_evaluate(pub, publication.name)
-            except locks.LockBusy:
-                pass
-            if self.feed is not None:
-                web = {s.name for s in self.topology.web_subscriptions_of(publication.name)}
-                try:
-                    with self.publisher() as pub:
-                        self.feed.extend(pub, self.topology.publisher_url, self.topology.publisher.name,
-                                         publication.name, web)
-                except (SparksyncError, OSError) as e:
-                    # never a stall: the downloads are read for each device until a round writes a segment again
-                    self.feed.drop(publication.name)
-                    message = e.message if isinstance(e, SparksyncError) else f"{type(e).__name__}: {e}"
-                    self.report(f"feed {publication.name}: the round's segment was not written ({redact(message)}); "
-                                "downloads are read for each device until the next round")
+                with locks.hold(self.topology, "serve round", [publication.name], wait=ROUND_WAIT):
+                    self._round(publication)
+            except locks.LockBusy as e:
+                self.report(f"feed {publication.name}: {e.message.split('; ')[0]}: this download ends at the feed's "
+                            "head")
             self._rounds[publication.name] = started
+
+    def _round(self, publication: PublicationConfig) -> None:
+        try:
+            with locks.hold(self.topology, "merge", [publication.name], wait=0.0), self.publisher() as pub:
+                self.half.close_and_evaluate(pub, publication.name)
+        except locks.LockBusy:
+            pass
+        if self.feed is None:
+            return
+        web = {s.name for s in self.topology.web_subscriptions_of(publication.name)}
+        try:
+            with self.publisher() as pub:
+                self.feed.extend(pub, self.topology.publisher_url, self.topology.publisher.name,
+                                 publication.name, web)
+        except (SparksyncError, OSError) as e:
+            # never a stall: the downloads are read for each device until a round writes a segment again
+            self.feed.drop(publication.name)
+            message = e.message if isinstance(e, SparksyncError) else f"{type(e).__name__}: {e}"
+            self.report(f"feed {publication.name}: the round's segment was not written ({redact(message)}); "
+                        "downloads are read for each device until the next round")
 
     def download(self, device: Device, recgen: int, per_batch: int = 100,
                  failed: list[tuple[int, str]] | None = None, keyset: bool = False) -> list[bytes]:

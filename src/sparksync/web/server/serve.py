@@ -1,7 +1,8 @@
 """The device endpoint of ``sparksync serve`` (uvicorn; the service runs it beside its agents and monitor,
 ``service/process.py``), TLS or a loopback address only, with the rounds' Spark work (the partition feed,
-``merge/session/remote/feed.py``): the SparkSession starts with the first round that moves more than
-``[spark] driver_round_changes`` changes."""
+``merge/session/remote/feed.py``): the SparkSession starts, in the background, with the first round that moves
+more than ``[spark] driver_round_changes`` changes; that round, and every round until Spark is up, runs in this
+process (a device never waits for a JVM)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from sparksync.config import Topology
 from sparksync.errors import ConfigurationError
 from sparksync.merge.session.remote.feed import Feed
 from sparksync.progress import Reporter, silent
+from sparksync.spark.lazy import LazySpark
 from sparksync.web.addresses import is_loopback
 from sparksync.web.listener import Listener
 from sparksync.web.server.app import make_app
@@ -30,7 +32,8 @@ def check_listen(topology: Topology) -> None:
 
 
 def device_endpoint(topology: Topology, report: Reporter, spark: Callable[[], Any] | None) -> tuple[Listener, Feed]:
-    """The device endpoint's listener (not started) and its partition feed (started)."""
+    """The device endpoint's listener (not started) and its partition feed (started). ``spark``: the session if
+    it is up, else None at once (``LazySpark.ready``)."""
     check_listen(topology)
     server = topology.server
     feed = Feed(topology.feed_root, spark, topology.spark.driver_round_changes, report)
@@ -54,13 +57,15 @@ def url_of(topology: Topology) -> str:
 @contextlib.contextmanager
 def serving(topology: Topology, report: Reporter = silent, spark: Callable[[], Any] | None = None) -> Iterator[str]:
     """The device endpoint in a thread of this process while inside (the demo); yields its URL."""
-    endpoint, feed = device_endpoint(topology, report, spark)
+    lazy = LazySpark(spark)
+    endpoint, feed = device_endpoint(topology, report, lazy.ready if spark is not None else None)
     try:
         endpoint.start("sparksync-serve")
         yield url_of(topology)
     finally:
         endpoint.stop(None)
         feed.stop()
+        lazy.stop()
 
 
 class _ReportHandler(logging.Handler):

@@ -23,6 +23,7 @@ or filter changed) starts the feed again at the current bound; segments every de
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -30,7 +31,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -41,6 +42,8 @@ from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.session.changes import ALL_PARTITIONS, READ_ERROR_GENERATION
 from sparksync.merge.session.enumeration import PartitionRead, change_reads, removal_reads
 from sparksync.merge.session.in_driver import estimated_changes, read_changes
+from sparksync.merge.session.remote import feed_index
+from sparksync.merge.session.remote.feed_index import Index, Segment
 from sparksync.merge.session.remote.frames import write_changes
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import enumeration_bound, generation_rows
@@ -68,39 +71,6 @@ def _sources(gens: list[dict]) -> dict[int, int]:
 
 
 @dataclass(frozen=True)
-class Segment:
-    """Generations (lo, hi] of one publication, written for ``partitions`` (``ALL_PARTITIONS`` alone: an
-    unfiltered publication); ``files``: partition -> its frame (a partition without rows has none; the
-    unfiltered articles' rows, every device's, are ``ALL_PARTITIONS``'s)."""
-
-    lo: int
-    hi: int
-    partitions: frozenset[int]
-    files: dict[int, Path]
-    rows: int
-    bytes: int
-    counts: dict[int, int] = field(default_factory=dict)       # partition -> the rows of its frame
-    sources: dict[int, int] = field(default_factory=dict)      # replica nickname -> changes it sent in these generations
-
-    def files_of(self, partition_id: int) -> list[Path]:
-        return [self.files[p] for p in self._of(partition_id)]
-
-    def rows_of(self, partition_id: int) -> int:
-        return sum(self.counts.get(p, 0) for p in self._of(partition_id))
-
-    def _of(self, partition_id: int) -> list[int]:
-        return [p for p in dict.fromkeys((ALL_PARTITIONS, partition_id)) if p in self.files]
-
-
-@dataclass
-class _Publication:
-    shape: str
-    head: int
-    folder: Path
-    segments: list[Segment] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
 class FeedItem:
     """One task of a segment's writing: the reads of some partitions' rows (or of the unfiltered articles')."""
 
@@ -111,8 +81,11 @@ class FeedItem:
 
 
 class Feed:
-    """The feed of every publication ``serve`` serves devices of. ``spark``: the SparkSession's factory
-    (None: every round in this process); ``driver_round_changes``: the largest round read in this process."""
+    """The feed of every publication ``serve`` serves devices of, shared by every ``serve`` whose ``feed_dir`` is the
+    same storage (``feed_index.py``). ``spark``: the SparkSession if it is up, or None at once while it starts
+    (``LazySpark.ready``: a device's request never waits for a JVM; the round runs in this process then); ``spark``
+    None: every round in this process. ``driver_round_changes``: the largest round read in this process when Spark
+    is up. ``extend`` and ``drop`` are called by the holder of the publication's feed round lock (``Door.round``)."""
 
     def __init__(self, root: Path, spark: Callable[[], Any] | None = None, driver_round_changes: int = 5000,
                  report: Reporter = silent):
@@ -120,13 +93,14 @@ class Feed:
         self.spark = spark
         self.driver_round_changes = driver_round_changes
         self.report = report
-        self._pubs: dict[str, _Publication] = {}
+        self._cache: dict[str, tuple[tuple[int, int, int], Index]] = {}
         self._lock = threading.Lock()
+        self._said_starting = False
 
     def start(self) -> None:
-        """At start: the segments of a ``serve`` that is gone (killed: the publisher may have changed since)
-        are deleted. Nothing else in ``root`` is touched: a feed's folders are named ``feed-<32 hex>`` and
-        hold an ``owner`` file (host and process id); another ``serve`` still running keeps its own."""
+        """At start: ``feed_dir`` is writable (else one message naming it), and the folders of an earlier release's
+        ``serve`` that is gone are deleted (``feed-<32 hex>`` with an ``owner`` file: host and process id). The
+        feed itself stays: another ``serve`` may be serving it, and a restarted one goes on from its head."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             probe = self.root / f".probe-{uuid.uuid4().hex}"
@@ -146,16 +120,37 @@ class Feed:
                 shutil.rmtree(old, ignore_errors=True)
 
     def stop(self) -> None:
-        """At a clean exit: this run's segments are deleted."""
-        for name in list(self._pubs):
-            self.drop(name)
+        """At a clean exit: nothing to remove (the feed is every door's, and the next start's)."""
+        with self._lock:
+            self._cache.clear()
+
+    def index(self, publication: str) -> Index | None:
+        """The publication's index as it is on storage now (read again only when it changed)."""
+        at = feed_index.stamp(self.root, publication)
+        with self._lock:
+            cached = self._cache.get(publication)
+            if at is None:
+                self._cache.pop(publication, None)
+                return None
+            if cached is not None and cached[0] == at:
+                return cached[1]
+        index = feed_index.load(self.root, publication)
+        with self._lock:
+            if index is None:
+                self._cache.pop(publication, None)
+            else:
+                self._cache[publication] = (at, index)
+        return index
+
+    def path(self, publication: str, index: Index, relative: str) -> Path:
+        """A file of the index (``Segment.files``) on this door's storage."""
+        return feed_index.folder_of(self.root, publication) / index.epoch / relative
 
     # -- a download -------------------------------------------------------------------------------
     def head(self, publication: str) -> int | None:
         """Where every download of ``publication`` ends (None: the feed does not serve it)."""
-        with self._lock:
-            feed = self._pubs.get(publication)
-            return feed.head if feed is not None else None
+        index = self.index(publication)
+        return index.head if index is not None else None
 
     def serve(self, publication: str, start: int, partition_id: int,
               nickname: int | None = None) -> tuple[int, list[BinaryIO], int] | None:
@@ -165,26 +160,25 @@ class Feed:
         files. A device (``nickname``) whose own uploads are more than ``ECHO_LIMIT`` changes of these
         segments is read for itself too: its download leaves its own changes out (what the segments, written
         for every device of the partition, cannot)."""
-        with self._lock:
-            feed = self._pubs.get(publication)
-            if feed is None:
-                return None
-            if start == feed.head:
-                return feed.head, [], 0
-            at = next((i for i, s in enumerate(feed.segments) if s.lo == start), None)
-            if at is None or any(partition_id not in s.partitions for s in feed.segments[at:]):
-                return None
-            if nickname is not None and sum(s.sources.get(nickname, 0) for s in feed.segments[at:]) > ECHO_LIMIT:
-                return None
-            files: list[BinaryIO] = []
-            try:
-                for path in (f for s in feed.segments[at:] for f in s.files_of(partition_id)):
-                    files.append(open(path, "rb"))      # noqa: SIM115 - the caller reads and closes them
-            except OSError:                             # its folder removed by hand: read for the device instead
-                for f in files:
-                    f.close()
-                return None
-            return feed.head, files, sum(s.rows_of(partition_id) for s in feed.segments[at:])
+        feed = self.index(publication)
+        if feed is None:
+            return None
+        if start == feed.head:
+            return feed.head, [], 0
+        at = next((i for i, s in enumerate(feed.segments) if s.lo == start), None)
+        if at is None or any(partition_id not in s.partitions for s in feed.segments[at:]):
+            return None
+        if nickname is not None and sum(s.sources.get(nickname, 0) for s in feed.segments[at:]) > ECHO_LIMIT:
+            return None
+        files: list[BinaryIO] = []
+        try:
+            for rel in (f for s in feed.segments[at:] for f in s.files_of(partition_id)):
+                files.append(open(self.path(publication, feed, rel), "rb"))  # noqa: SIM115 - the caller closes them
+        except OSError:                 # removed since (another door's round, or by hand): read for the device
+            for f in files:
+                f.close()
+            return None
+        return feed.head, files, sum(s.rows_of(partition_id) for s in feed.segments[at:])
 
     # -- a round ----------------------------------------------------------------------------------
     def extend(self, pub: Replica, url: str, publisher: str, publication: str, web: set[str]) -> Segment | None:
@@ -203,16 +197,15 @@ class Feed:
         if scheme.filtered:
             bound = min(bound, int(prow.partitions_evaluated or 0))
         shape = _shape(prow, articles)
-        with self._lock:
-            feed = self._pubs.get(publication)
-        if feed is None or feed.shape != shape or bound < feed.head:
+        feed = self.index(publication)
+        why = None if feed is None else "its articles or schema changed" if feed.shape != shape else \
+            "the publisher is behind the feed's head" if bound < feed.head else \
+            f"the publisher's generation {feed.head} is not the one the feed was written from" \
+            if _guid(pub, feed.head) != feed.head_guid else None
+        if feed is None or why is not None:
             self.drop(publication)
-            folder = self.root / f"feed-{uuid.uuid4().hex}"
-            folder.mkdir(parents=True)
-            (folder / "owner").write_text(f"{socket.gethostname()} {os.getpid()}")
-            with self._lock:
-                self._pubs[publication] = _Publication(shape, bound, folder)
-            self.report(f"feed {publication}: starts at generation {bound}")
+            feed_index.save(self.root, Index.new(publication, shape, bound, _guid(pub, bound)))
+            self.report(f"feed {publication}: starts at generation {bound}" + (f" ({why})" if why else ""))
             return None
         if bound == feed.head:
             return None
@@ -229,7 +222,8 @@ class Feed:
         unfiltered = [a for a in articles if not scheme.articles[a.name].filtered]
         estimate = estimated_changes(gens)
         on_spark = self.spark is not None and estimate > self.driver_round_changes
-        folder = feed.folder / f"{lo}-{bound}"
+        epoch = feed_index.folder_of(self.root, publication) / feed.epoch
+        folder = epoch / f"{lo}-{bound}"
         items = []
         spark = None
         if gens:
@@ -237,6 +231,10 @@ class Feed:
             if on_spark:
                 assert self.spark is not None
                 spark = self.spark()
+                if spark is None and not self._said_starting:
+                    self.report(f"feed {publication}: Spark is starting; its rounds run in this process until it is up")
+                self._said_starting = spark is None
+            if spark is not None:
                 parts = spark.sparkContext.defaultParallelism
             if unfiltered:
                 items.append(FeedItem(str(folder), lo, bound,
@@ -258,17 +256,17 @@ class Feed:
         if errors:
             shutil.rmtree(folder, ignore_errors=True)
             raise ReportedError(ErrorInfo.from_dict(json.loads(errors[0]["path"])))
-        segment = Segment(lo, bound, pids, {int(w["partition_id"]): Path(w["path"]) for w in written},
+        segment = Segment(lo, bound, pids, {int(w["partition_id"]): str(Path(w["path"]).relative_to(epoch))
+                                            for w in written},
                           sum(int(w["rows"]) for w in written), sum(int(w["bytes"]) for w in written),
                           {int(w["partition_id"]): int(w["rows"]) for w in written}, _sources(gens))
         lowest = min((sent for _, sent, active in regs if active), default=bound)
-        with self._lock:
-            feed.segments.append(segment)
-            feed.head = bound
-            gone = [s for s in feed.segments if s.hi <= lowest] + feed.segments[:-MAX_SEGMENTS]
-            feed.segments = [s for s in feed.segments if s.hi > lowest][-MAX_SEGMENTS:]
+        segments = [*feed.segments, segment]
+        gone = [s for s in segments if s.hi <= lowest] + segments[:-MAX_SEGMENTS]
+        kept = [s for s in segments if s.hi > lowest][-MAX_SEGMENTS:]
+        feed_index.save(self.root, Index(publication, feed.epoch, shape, bound, _guid(pub, bound), kept))
         for s in gone:
-            shutil.rmtree(feed.folder / f"{s.lo}-{s.hi}", ignore_errors=True)
+            shutil.rmtree(epoch / f"{s.lo}-{s.hi}", ignore_errors=True)
         self.report(f"feed {publication}: generations ({lo}, {bound}], {segment.rows} row(s) in {len(segment.files)} "
                     f"file(s) for {len(pids)} partition(s){' (Spark)' if spark is not None and items else ''}")
         return segment
@@ -277,10 +275,20 @@ class Feed:
         """Stop serving ``publication`` from the feed (its downloads are read for each device) and remove its
         files, until a round starts it again (after a round that failed to write its segment: no device
         waits on it)."""
+        folder = feed_index.folder_of(self.root, publication)
+        with contextlib.suppress(FileNotFoundError):
+            (folder / feed_index.INDEX).unlink()
         with self._lock:
-            feed = self._pubs.pop(publication, None)
-        if feed is not None:
-            shutil.rmtree(feed.folder, ignore_errors=True)
+            self._cache.pop(publication, None)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _guid(pub: Replica, generation: int) -> str | None:
+    """The publisher's generation ``generation`` (its guid; None: no such generation, or 0)."""
+    if generation <= 0:
+        return None
+    g = pub.scalar(f"SELECT guidsrc FROM {pub.meta('MSmerge_genhistory')} WHERE generation = {pub.p}", [generation])
+    return str(g).lower() if g is not None else None
 
 
 def _alive(pid: int) -> bool:

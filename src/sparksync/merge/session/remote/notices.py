@@ -82,8 +82,7 @@ def read(device: Replica, articles: dict[int, TrackedArticle], guids: dict[int, 
                     f"{d.table_sql(art.table)} t LEFT JOIN {device.meta('MSmerge_contents')} c ON c.tablenick = "
                     f"{int(nick)} AND c.rowguid = t.{rg} WHERE t.{rg} IN ({', '.join([d.uuid_param()] * len(chunk))})",
                     chunk):
-                key = {c.name: json.loads(codec.value_json(i, v)) if v is not None else None
-                       for i, (c, v) in enumerate(zip(cols, r[1:-1]))}
+                key = {c.name: codec.json_value(i, v) for i, (c, v) in enumerate(zip(cols, r[1:-1]))}
                 seen[str(r[0]).lower()] = (key, str(r[-1]))
     return Rows(out)
 

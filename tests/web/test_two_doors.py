@@ -1,0 +1,191 @@
+"""Two ``serve`` processes for one publisher behind a load-balancing proxy: both serve devices from one partition
+feed (one of them writes a round's segment, either serves it, byte for byte), exactly one runs the scheduled
+agents and takes them over from the other when it dies, and a door killed in the middle of a device's sync loses
+nothing. A SQLite publisher, a direct subscriber on the agents' schedule, devices in two partitions; the checks
+run in order on one topology.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import httpx
+import pytest
+
+from sparksync import failpoints as fp
+from sparksync.dialects import connect
+from sparksync.metadata import store
+from tests.support.config import write_config
+from tests.support.proxy import BalancingProxy
+from tests.support.service import wait_until
+from tests.support.web import Server, WebWorld, free_port, wire_frames
+
+pytestmark = pytest.mark.spark
+
+DEVICES = {"Van1": "east", "Van2": "west", "Van3": "east", "Van4": "west"}
+ROUND = re.compile(r"feed Routes: generations \((\d+), (\d+)\]")
+AGENTS_ELSEWHERE = "the agents and alerts run in another serve"
+
+
+class Doors(WebWorld):
+    """The world's server is door A; door B is the same configuration on other ports; devices sync through the
+    proxy unless told otherwise."""
+
+    def __init__(self, folder, data, spark):
+        super().__init__(folder, data, spark)
+        other = {**self.data, "server": {**self.data["server"], "listen": f"127.0.0.1:{free_port()}",
+                                         "monitor": f"127.0.0.1:{free_port()}"}}
+        port = int(other["server"]["listen"].rsplit(":", 1)[1])
+        self.b = Server(write_config(folder, other, "door-b.toml"), port, folder / "door-b.log")
+        self.a = self.server
+        self.proxy = BalancingProxy([self.a.port, self.b.port])
+        self.expected: dict[int, tuple] = {}
+        self.next_id = 5000
+
+    def through(self, server: Server) -> None:
+        self.server = server
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text() for p in (self.a.log, self.b.log) if p.exists())
+
+
+class _Proxy(Server):
+    """The proxy as the server the devices are given."""
+
+    def __init__(self, proxy: BalancingProxy):
+        self.proxy = proxy
+
+    @property
+    def url(self) -> str:
+        return self.proxy.url
+
+
+@pytest.fixture(scope="module")
+def doors(spark, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("doors")
+    pub = f"sqlite:///{tmp / 'hq.db'}"
+    with connect(pub) as r:
+        r.execute('CREATE TABLE "Drop" ("id" INTEGER PRIMARY KEY, "zone" TEXT NOT NULL, "who" TEXT, "n" INTEGER)')
+        r.executemany('INSERT INTO "Drop" VALUES (?, ?, ?, ?)',
+                      [(i, "east" if i % 2 else "west", "hq", 0) for i in range(1, 41)])
+    data = {
+        "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap")},
+        "publications": [{"name": "Routes", "agent_schedule": "every 1s",
+                          "articles": [{"table": "Drop", "filter": "zone = HOST_NAME()"}]}],
+        "subscriptions": [{"name": n, "publication": "Routes", "transport": "web", "host_name": z}
+                          for n, z in DEVICES.items()]
+        + [{"name": "Depot", "publication": "Routes", "database": f"sqlite:///{tmp / 'depot.db'}", "host_name": "east"}],
+    }
+    w = Doors(tmp, data, spark)
+    with connect(pub) as r:
+        w.expected.update({i: (z, who, n) for i, z, who, n in r.query('SELECT "id", "zone", "who", "n" FROM "Drop"')})
+    w.a.start()
+    wait_until(lambda: "agents and alerts run in this process" in w.a.log.read_text(), "door A holding the agents")
+    w.b.start()
+    with w.proxy:
+        w.server = _Proxy(w.proxy)
+        for name in DEVICES:
+            p = w.sync(name)
+            assert p.returncode == 0, p.stderr
+        try:
+            yield w
+        finally:
+            w.a.stop()
+            w.b.stop()
+
+
+def _rows(url: str) -> dict[int, tuple]:
+    with connect(url) as r:
+        return {i: (z, who, n) for i, z, who, n in r.query('SELECT "id", "zone", "who", "n" FROM "Drop" ORDER BY "id"')}
+
+
+def _write(w: Doors, who: str, rng: random.Random, count: int = 3) -> None:
+    """New rows and updates by ``who`` (a device or "hq") to rows only it writes: no conflicts."""
+    url = w.pub_url if who == "hq" else w.device_url(who)
+    zone = DEVICES.get(who) or rng.choice(["east", "west"])
+    with connect(url) as r, r.transaction():
+        for _ in range(count):
+            w.next_id += 1
+            r.execute('INSERT INTO "Drop" ("id", "zone", "who", "n") VALUES (?, ?, ?, ?)', [w.next_id, zone, who, 0])
+            w.expected[w.next_id] = (zone, who, 0)
+        mine = [i for i, (_, by, _) in w.expected.items() if by == who and (who == "hq" or w.expected[i][0] == zone)]
+        for i in rng.sample(mine, min(2, len(mine))):
+            z, by, n = w.expected[i]
+            r.execute('UPDATE "Drop" SET "n" = ? WHERE "id" = ?', [n + 1, i])
+            w.expected[i] = (z, by, n + 1)
+
+
+def _converged(w: Doors) -> None:
+    for name in [*DEVICES, *DEVICES]:          # twice: a device of a zone gets what another uploaded after it
+        p = w.sync(name)
+        assert p.returncode == 0, f"{name}: {p.stderr}"
+    assert _rows(w.pub_url) == w.expected
+    for name, zone in DEVICES.items():
+        assert _rows(w.device_url(name)) == {k: v for k, v in w.expected.items() if v[0] == zone}, name
+    with connect(w.pub_url) as pub:
+        assert not store.select_rows(pub, "MSmerge_conflicts_info"), "a write was applied twice or lost a conflict"
+        assert not store.select_rows(pub, "MSmerge_failed_changes")
+
+
+def _download(server: Server, w: Doors, name: str, after: int) -> bytes:
+    r = httpx.post(f"{server.url}/v1/sync/download", json={"after": after, "batch": 100},
+                   headers={"Authorization": f"Bearer {w.tokens[name]}"}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.content
+
+
+def test_both_doors_serve_devices_and_one_runs_the_agents(doors):
+    assert all(n > 0 for n in doors.proxy.served.values()), f"a door was given no connection: {doors.proxy.served}"
+    assert AGENTS_ELSEWHERE not in doors.a.log.read_text()
+    assert AGENTS_ELSEWHERE in doors.b.log.read_text()
+    _write(doors, "hq", random.Random(1))
+    wait_until(lambda: _rows(f"sqlite:///{doors.folder / 'depot.db'}") ==
+               {k: v for k, v in doors.expected.items() if v[0] == "east"}, "the change at Depot")
+    assert "Depot" not in doors.b.log.read_text(), "door B ran an agent"
+    _converged(doors)
+
+
+def test_a_round_is_written_by_one_door_and_either_serves_it_byte_for_byte(doors):
+    with connect(doors.pub_url) as pub:
+        sentgen = {n: int(r["sentgen"]) for n in ("Van1", "Van3")
+                   for r in store.select_rows(pub, "sysmergesubscriptions", {"name": n})}
+    _write(doors, "hq", random.Random(2), count=6)
+    assert sentgen["Van1"] == sentgen["Van3"], sentgen
+    rounds_before = ROUND.findall(doors.logs())
+    via_a = wire_frames(_download(doors.a, doors, "Van1", sentgen["Van1"]))
+    via_b = wire_frames(_download(doors.b, doors, "Van3", sentgen["Van3"]))
+    rounds = ROUND.findall(doors.logs())[len(rounds_before):]
+    assert len(rounds) == 1, f"the round was written {len(rounds)} times: {rounds}"
+    assert len(via_a) >= 2 and via_a[1:] == via_b[1:], "the partition's segments differ between the doors"
+    index = json.loads(next(doors.topology.feed_root.glob("pub-*/index.json")).read_text())
+    assert index["head"] == int(rounds[0][1])
+    assert wire_frames(_download(doors.b, doors, "Van1", sentgen["Van1"])) == via_a, \
+        "the same device's download differs between the doors"
+    _converged(doors)
+
+
+def test_a_door_killed_in_a_sync_loses_nothing_and_the_other_takes_the_agents_over(doors, tmp_path):
+    rng = random.Random(3)
+    for who in ("hq", "Van2", "Van4"):
+        _write(doors, who, rng)
+    points = tmp_path / "fp"
+    fp.arm(str(points), "door.after_upload_commit Van2 !kill")
+    doors.a.stop()
+    wait_until(lambda: "from now on" in doors.b.log.read_text(), "door B taking the agents over from stopped A")
+    doors.a.env = {"SPARKSYNC_FAILPOINTS": str(points)}
+    doors.a.start()
+    doors.proxy.ports = [doors.a.port]               # Van2's sync meets door A, killed after its upload commits
+    p = doors.sync("Van2")
+    assert doors.a.proc.poll() == -9, "door A was not killed at the failpoint"
+    assert "Traceback" not in p.stderr
+    doors.proxy.ports = [doors.a.port, doors.b.port]    # A is dead: the proxy gives every connection to B
+    _write(doors, "hq", rng)
+    wait_until(lambda: _rows(f"sqlite:///{doors.folder / 'depot.db'}") ==
+               {k: v for k, v in doors.expected.items() if v[0] == "east"}, "the change at Depot, from door B")
+    _converged(doors)
+    doors.a.env = None
+    doors.a.start()
+    wait_until(lambda: AGENTS_ELSEWHERE in doors.a.log.read_text().rsplit("device endpoint", 1)[-1],
+               "door A, started again, standing by while B runs the agents")
