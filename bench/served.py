@@ -25,10 +25,12 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serving(config: Path, url: str, timeout: float = 60.0) -> Iterator[subprocess.Popen]:
-    """``sparksync serve -c config`` until the block ends, once ``url``'s ``/healthz`` answers."""
+    """``sparksync serve -c config`` until the block ends, once ``url``'s ``/healthz`` answers. Its output goes to
+    ``<config>.log`` beside the configuration, whose end is printed when the block fails."""
     env = {k: v for k, v in os.environ.items() if k != "SPARKSYNC_FAILPOINTS"}
-    server = subprocess.Popen([EXE, "serve", "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env=env)
+    log_path = config.with_suffix(".log")
+    with open(log_path, "ab") as log:
+        server = subprocess.Popen([EXE, "serve", "-c", str(config)], stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -41,6 +43,9 @@ def serving(config: Path, url: str, timeout: float = 60.0) -> Iterator[subproces
                 raise RuntimeError(f"serve did not answer at {url}")
             time.sleep(0.1)
         yield server
+    except BaseException:
+        sys.stderr.write(f"--- the end of {log_path}:\n" + "\n".join(log_path.read_text().splitlines()[-40:]) + "\n")
+        raise
     finally:
         server.terminate()
         server.wait()

@@ -456,8 +456,10 @@ class Topology(_Model):
         return (self.base_dir / _expand(self.publisher.snapshot_dir, "publisher.snapshot_dir")).resolve()
 
     @property
-    def feed_root(self) -> Path:
-        return Path(self.resolve_path(self.server.feed_dir))
+    def feed_root(self) -> str:
+        """``[server] feed_dir``: a path (relative to the config file's folder) or a URL (``storage.Folder``)."""
+        raw = _expand(self.server.feed_dir, "server.feed_dir")
+        return raw if "://" in raw else self.resolve_path(self.server.feed_dir)
 
     @property
     def spark_master(self) -> str:

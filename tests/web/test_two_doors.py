@@ -1,22 +1,27 @@
-"""Two ``serve`` processes for one publisher behind a load-balancing proxy: both serve devices from one partition
-feed (one of them writes a round's segment, either serves it, byte for byte), exactly one runs the scheduled
-agents and takes them over from the other when it dies, and a door killed in the middle of a device's sync loses
-nothing. A SQLite publisher, a direct subscriber on the agents' schedule, devices in two partitions; the checks
-run in order on one topology.
+"""Two ``serve`` processes for one publisher behind a load-balancing proxy, sharing nothing but the publisher and
+an object store (an S3-compatible server on this machine) where their partition feed lives: both serve devices
+from one feed (one of them writes a round's segment, either serves it, byte for byte), exactly one runs the
+scheduled agents and takes them over from the other when it dies, and a door killed in the middle of a device's
+sync loses nothing. A SQLite publisher, a direct subscriber on the agents' schedule, devices in two partitions;
+the checks run in order on one topology.
 """
 
 from __future__ import annotations
 
-import json
+import logging
+import os
 import random
 import re
 
 import httpx
+import pyarrow.fs as pafs
 import pytest
 
 from sparksync import failpoints as fp
 from sparksync.dialects import connect
+from sparksync.merge.session.remote import feed_index
 from sparksync.metadata import store
+from sparksync.storage import Folder
 from tests.support.config import write_config
 from tests.support.proxy import BalancingProxy
 from tests.support.service import wait_until
@@ -31,15 +36,17 @@ AGENTS_ELSEWHERE = "the agents and alerts run in another serve"
 
 class Doors(WebWorld):
     """The world's server is door A; door B is the same configuration on other ports; devices sync through the
-    proxy unless told otherwise."""
+    proxy unless told otherwise. ``aws``: the object store's credentials, in both doors' environment."""
 
-    def __init__(self, folder, data, spark):
+    def __init__(self, folder, data, spark, aws: dict):
         super().__init__(folder, data, spark)
+        self.aws = aws
         other = {**self.data, "server": {**self.data["server"], "listen": f"127.0.0.1:{free_port()}",
                                          "monitor": f"127.0.0.1:{free_port()}"}}
         port = int(other["server"]["listen"].rsplit(":", 1)[1])
-        self.b = Server(write_config(folder, other, "door-b.toml"), port, folder / "door-b.log")
+        self.b = Server(write_config(folder, other, "door-b.toml"), port, folder / "door-b.log", env=aws)
         self.a = self.server
+        self.a.env = aws
         self.proxy = BalancingProxy([self.a.port, self.b.port])
         self.expected: dict[int, tuple] = {}
         self.next_id = 5000
@@ -63,7 +70,33 @@ class _Proxy(Server):
 
 
 @pytest.fixture(scope="module")
-def doors(spark, tmp_path_factory):
+def store_server():
+    """An S3-compatible object store on a free port, with the bucket ``feed``; the credentials its clients use."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    aws = {"AWS_ACCESS_KEY_ID": "sparksync-test", "AWS_SECRET_ACCESS_KEY": "sparksync-test-secret",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+    saved = {k: os.environ.get(k) for k in aws}
+    os.environ.update(aws)
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", allow_bucket_creation=True).create_dir("feed")
+    try:
+        yield f"s3://feed/doors?endpoint_override=127.0.0.1:{port}&scheme=http", aws
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def doors(spark, tmp_path_factory, store_server):
+    feed_dir, aws = store_server
     tmp = tmp_path_factory.mktemp("doors")
     pub = f"sqlite:///{tmp / 'hq.db'}"
     with connect(pub) as r:
@@ -72,13 +105,14 @@ def doors(spark, tmp_path_factory):
                       [(i, "east" if i % 2 else "west", "hq", 0) for i in range(1, 41)])
     data = {
         "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap")},
+        "server": {"feed_dir": feed_dir},
         "publications": [{"name": "Routes", "agent_schedule": "every 1s",
                           "articles": [{"table": "Drop", "filter": "zone = HOST_NAME()"}]}],
         "subscriptions": [{"name": n, "publication": "Routes", "transport": "web", "host_name": z}
                           for n, z in DEVICES.items()]
         + [{"name": "Depot", "publication": "Routes", "database": f"sqlite:///{tmp / 'depot.db'}", "host_name": "east"}],
     }
-    w = Doors(tmp, data, spark)
+    w = Doors(tmp, data, spark, aws)
     with connect(pub) as r:
         w.expected.update({i: (z, who, n) for i, z, who, n in r.query('SELECT "id", "zone", "who", "n" FROM "Drop"')})
     w.a.start()
@@ -159,8 +193,9 @@ def test_a_round_is_written_by_one_door_and_either_serves_it_byte_for_byte(doors
     rounds = ROUND.findall(doors.logs())[len(rounds_before):]
     assert len(rounds) == 1, f"the round was written {len(rounds)} times: {rounds}"
     assert len(via_a) >= 2 and via_a[1:] == via_b[1:], "the partition's segments differ between the doors"
-    index = json.loads(next(doors.topology.feed_root.glob("pub-*/index.json")).read_text())
-    assert index["head"] == int(rounds[0][1])
+    index = feed_index.load(Folder(doors.topology.feed_root), "Routes")
+    assert index is not None and index.head == int(rounds[0][1])
+    assert not (doors.folder / "feed").exists(), "a door wrote its feed on the local disk"
     assert wire_frames(_download(doors.b, doors, "Van1", sentgen["Van1"])) == via_a, \
         "the same device's download differs between the doors"
     _converged(doors)
@@ -174,7 +209,7 @@ def test_a_door_killed_in_a_sync_loses_nothing_and_the_other_takes_the_agents_ov
     fp.arm(str(points), "door.after_upload_commit Van2 !kill")
     doors.a.stop()
     wait_until(lambda: "from now on" in doors.b.log.read_text(), "door B taking the agents over from stopped A")
-    doors.a.env = {"SPARKSYNC_FAILPOINTS": str(points)}
+    doors.a.env = doors.aws | {"SPARKSYNC_FAILPOINTS": str(points)}
     doors.a.start()
     doors.proxy.ports = [doors.a.port]               # Van2's sync meets door A, killed after its upload commits
     p = doors.sync("Van2")
@@ -185,7 +220,7 @@ def test_a_door_killed_in_a_sync_loses_nothing_and_the_other_takes_the_agents_ov
     wait_until(lambda: _rows(f"sqlite:///{doors.folder / 'depot.db'}") ==
                {k: v for k, v in doors.expected.items() if v[0] == "east"}, "the change at Depot, from door B")
     _converged(doors)
-    doors.a.env = None
+    doors.a.env = doors.aws
     doors.a.start()
     wait_until(lambda: AGENTS_ELSEWHERE in doors.a.log.read_text().rsplit("device endpoint", 1)[-1],
                "door A, started again, standing by while B runs the agents")

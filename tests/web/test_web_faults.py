@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -157,7 +158,7 @@ def test_the_server_killed_after_committing_an_upload_loses_nothing(world, tmp_p
 
 def _feeds(world) -> dict[str, str]:
     """Each publication's feed (its index's folder) -> its epoch: a feed outlives the server that wrote it."""
-    root = world.topology.feed_root
+    root = Path(world.topology.feed_root)
     return {f.parent.name: json.loads(f.read_text())["epoch"] for f in root.glob("pub-*/index.json")}
 
 

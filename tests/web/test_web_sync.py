@@ -211,8 +211,8 @@ def test_a_round_written_by_spark_holds_what_the_server_writes_itself(world, spa
     for k, door in doors.items():
         door.round(shop)
         index = feeds[k].index("Shop")
-        paths = {pid: feeds[k].path("Shop", index, rel) for pid, rel in index.segments[-1].files.items()}
-        written[k] = {pid: read_frames(path.read_bytes(), str(path))[0][0] for pid, path in paths.items()}
+        epoch = feeds[k].epoch("Shop", index)
+        written[k] = {pid: read_frames(epoch.read(rel), rel)[0][0] for pid, rel in index.segments[-1].files.items()}
     assert said[-1].endswith("(Spark)"), said
     assert set(written["spark"]) == set(written["server"]) and len(written["spark"]) >= 3
     for pid, table in written["spark"].items():
@@ -235,6 +235,9 @@ def test_a_feed_that_cannot_be_written_is_refused_at_start_and_never_stalls_a_do
     blocked.write_text("not a folder")
     with pytest.raises(ConfigurationError, match="feed_dir"):
         Feed(blocked / "feed").start()
+    with pytest.raises(ConfigurationError, match=r"feed_dir = 'nosuch://bucket/feed'.*nosuch") as refused:
+        Feed("nosuch://user:hunter2@bucket/feed?x=1").start()           # a file system pyarrow does not know
+    assert "hunter2" not in refused.value.message
     said: list[str] = []
     feed = Feed(tmp_path / "feed", report=said.append)
     feed.start()
@@ -243,7 +246,7 @@ def test_a_feed_that_cannot_be_written_is_refused_at_start_and_never_stalls_a_do
     _ok(world.sync("TillN"))
     door.round(shop)
     assert feed.head("Shop") is not None
-    folder = feed.path("Shop", feed.index("Shop"), ".")
+    folder = feed.epoch("Shop", feed.index("Shop")).local_path()
     shell(world.pub_url, 'UPDATE "Store" SET "name" = \'unwritten\' WHERE "id" = 1;\n')
     shutil.rmtree(folder, ignore_errors=True)          # the feed's folder turns into a file
     folder.write_text("")

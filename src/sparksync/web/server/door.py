@@ -63,8 +63,6 @@ from sparksync.web.protocol import (
 from sparksync.web.server.ledger import Ledger, session_row
 from sparksync.web.server.partitioned import device_snapshot
 
-ROUND_WAIT = 30.0      # seconds a download waits for another door's round before it ends at the feed's head
-
 
 @dataclass(frozen=True)
 class Device:
@@ -89,6 +87,10 @@ class Door:
         self.ledger = Ledger()
         self.half = PublisherHalf(topology, MAX_RETRIES)
         self._rounds: dict[str, float] = {}
+        # the web subscriptions by name, and each publication's: looked up at every request (10,000 devices)
+        self._devices = {s.name: s for s in topology.subscriptions if s.transport == "web"}
+        self._web_of = {p.name: frozenset(n for n, s in self._devices.items() if s.publication == p.name)
+                        for p in topology.publications}
         self._round_lock = threading.Lock()
         self._snapshot_lock = threading.Lock()
         self._local = threading.local()
@@ -125,7 +127,7 @@ class Door:
     def authenticate(self, token: str | None) -> Device:
         with self.publisher() as pub:
             name = tokens.authenticate(pub, token)
-        s = next((x for x in self.topology.subscriptions if x.name == name and x.transport == "web"), None)
+        s = self._devices.get(name)
         if s is None:                    # a token of a subscription the configuration no longer serves
             raise Unauthorized("unauthorized")
         return Device(s, self.topology.publication(s.publication))
@@ -252,9 +254,9 @@ class Door:
         up to them (``feed.py``), so a download sees every change committed before it was asked for.
         Requests share rounds: one that arrives while a round runs waits for it, and the next round (started
         after it arrived) serves every request waiting then. Several doors of one publisher (``serve``
-        processes sharing ``feed_dir``) take turns: a round holds the publication's feed round lock, and a door
-        that waited for another's round finds the feed extended by it. A round that cannot have the lock within
-        ``ROUND_WAIT`` seconds is not waited for further: the download ends at the feed's head, what is closed.
+        processes sharing ``feed_dir``) take turns without waiting for each other: a round holds the
+        publication's feed round lock, and a door that finds it held serves the feed as it read it at its own
+        last round (what is closed; the changes that round is reading reach the device at its next sync).
         Closing and evaluating are skipped (not waited for) while a merge agent holds the publication (it does
         the same work, and a device must not wait for its session): the feed then takes what the agent has
         closed and evaluated."""
@@ -264,11 +266,10 @@ class Door:
                 return
             started = time.monotonic()
             try:
-                with locks.hold(self.topology, "serve round", [publication.name], wait=ROUND_WAIT):
+                with locks.hold(self.topology, "serve round", [publication.name], wait=0.0):
                     self._round(publication)
-            except locks.LockBusy as e:
-                self.report(f"feed {publication.name}: {e.message.split('; ')[0]}: this download ends at the feed's "
-                            "head")
+            except locks.LockBusy:
+                pass                     # another door's round: the feed as this door last read it
             self._rounds[publication.name] = started
 
     def _round(self, publication: PublicationConfig) -> None:
@@ -279,7 +280,7 @@ class Door:
             pass
         if self.feed is None:
             return
-        web = {s.name for s in self.topology.web_subscriptions_of(publication.name)}
+        web = self._web_of.get(publication.name, frozenset())
         try:
             with self.publisher() as pub:
                 self.feed.extend(pub, self.topology.publisher_url, self.topology.publisher.name,
@@ -307,10 +308,7 @@ class Door:
             start, pid = at.start, at.partition_id
             served = self.feed.serve(device.publication.name, start, pid, at.registration.replnickname) \
                 if self.feed is not None else None
-            files = []
-            for f in served[1] if served is not None else []:     # read now: no handle outlives this request
-                with f:
-                    files.append(f.read())
+            files = served[1] if served is not None else []
             seen = self.ledger.seen(device.name)
             seen.sent += served[2] if served is not None else 0
             if served is not None and served[0] == start and not failed:    # at the head: nothing to plan

@@ -106,8 +106,10 @@ def plan_download(pub: Replica, url: str, publisher: str, prow: PublicationRow, 
 def _outside(pub: Replica, pubid: str, scheme, articles, partition_id: int,
              failed: list[tuple[int, str]]) -> list[tuple[int, str]]:
     """Of ``failed`` (rows of filtered articles), those the publisher does not hold in the partition."""
+    if not failed:
+        return failed
     part = next((p for p in partitions_of(pub, pubid) if p.partition_id == partition_id), None)
-    if part is None or not failed:
+    if part is None:
         return failed
     by_nick = {a.nickname: a for a in articles}
     inside: set[tuple[int, str]] = set()

@@ -29,11 +29,10 @@ import os
 import shutil
 import socket
 import threading
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Set
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ConfigurationError, ErrorInfo, ReportedError
@@ -50,8 +49,10 @@ from sparksync.merge.tracking.generations import enumeration_bound, generation_r
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, PublicationRow, Role, SubscriptionStatus
 from sparksync.progress import Reporter, silent
+from sparksync.redaction import redact
 from sparksync.result_rows import result_arrow_schema
 from sparksync.spark.reads import ReadPartition, per_task
+from sparksync.storage import Folder
 
 MAX_SEGMENTS = 4096           # segments kept per publication (a device behind the oldest is read for itself)
 WRITTEN = "partition_id INT, path STRING, rows BIGINT, bytes BIGINT"     # a Spark task's result rows
@@ -72,7 +73,8 @@ def _sources(gens: list[dict]) -> dict[int, int]:
 
 @dataclass(frozen=True)
 class FeedItem:
-    """One task of a segment's writing: the reads of some partitions' rows (or of the unfiltered articles')."""
+    """One task of a segment's writing: the reads of some partitions' rows (or of the unfiltered articles'), written
+    under ``folder`` (the feed's epoch: a path or URL)."""
 
     folder: str
     lo: int
@@ -87,13 +89,13 @@ class Feed:
     None: every round in this process. ``driver_round_changes``: the largest round read in this process when Spark
     is up. ``extend`` and ``drop`` are called by the holder of the publication's feed round lock (``Door.round``)."""
 
-    def __init__(self, root: Path, spark: Callable[[], Any] | None = None, driver_round_changes: int = 5000,
-                 report: Reporter = silent):
-        self.root = root
+    def __init__(self, root: Folder | Path | str, spark: Callable[[], Any] | None = None,
+                 driver_round_changes: int = 5000, report: Reporter = silent):
+        self.root = root if isinstance(root, Folder) else Folder(root)
         self.spark = spark
         self.driver_round_changes = driver_round_changes
         self.report = report
-        self._cache: dict[str, tuple[tuple[int, int, int], Index]] = {}
+        self._cache: dict[str, Index] = {}
         self._lock = threading.Lock()
         self._said_starting = False
 
@@ -102,14 +104,14 @@ class Feed:
         ``serve`` that is gone are deleted (``feed-<32 hex>`` with an ``owner`` file: host and process id). The
         feed itself stays: another ``serve`` may be serving it, and a restarted one goes on from its head."""
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            probe = self.root / f".probe-{uuid.uuid4().hex}"
-            probe.write_bytes(b"")
-            probe.unlink()
-        except OSError as e:
-            raise ConfigurationError(f"[server] feed_dir = {str(self.root)!r}: serve cannot write there "
-                                     f"({e.strerror or e})", obj="server.feed_dir") from None
-        for old in self.root.glob("feed-*"):
+            self.root.check_writable()
+        except (OSError, ConfigurationError) as e:
+            why = e.message if isinstance(e, ConfigurationError) else e.strerror or str(e)
+            raise ConfigurationError(f"[server] feed_dir = {self.root.describe()!r}: serve cannot write there "
+                                     f"({redact(why)})", obj="server.feed_dir") from None
+        if not self.root.local:
+            return
+        for old in self.root.local_path().glob("feed-*"):
             if not (old.is_dir() and len(old.name) == 37 and all(c in "0123456789abcdef" for c in old.name[5:])):
                 continue
             try:
@@ -124,27 +126,28 @@ class Feed:
         with self._lock:
             self._cache.clear()
 
-    def index(self, publication: str) -> Index | None:
-        """The publication's index as it is on storage now (read again only when it changed)."""
-        at = feed_index.stamp(self.root, publication)
+    def index(self, publication: str, fresh: bool = False) -> Index | None:
+        """The publication's index: as this door last read or wrote it, or (``fresh``) as it is on storage now.
+        Each round reads it fresh (``extend``), and every download follows a round (its own, or one it shared),
+        so a download never ends before what another door's round wrote: one read per round, none per download,
+        whatever the storage."""
         with self._lock:
-            cached = self._cache.get(publication)
-            if at is None:
-                self._cache.pop(publication, None)
-                return None
-            if cached is not None and cached[0] == at:
-                return cached[1]
+            if not fresh and publication in self._cache:
+                return self._cache[publication]
         index = feed_index.load(self.root, publication)
+        self._keep(publication, index)
+        return index
+
+    def _keep(self, publication: str, index: Index | None) -> None:
         with self._lock:
             if index is None:
                 self._cache.pop(publication, None)
             else:
-                self._cache[publication] = (at, index)
-        return index
+                self._cache[publication] = index
 
-    def path(self, publication: str, index: Index, relative: str) -> Path:
-        """A file of the index (``Segment.files``) on this door's storage."""
-        return feed_index.folder_of(self.root, publication) / index.epoch / relative
+    def epoch(self, publication: str, index: Index) -> Folder:
+        """The folder of the index's segments (``Segment.files`` are relative to it)."""
+        return feed_index.folder_of(self.root, publication).child(index.epoch)
 
     # -- a download -------------------------------------------------------------------------------
     def head(self, publication: str) -> int | None:
@@ -153,13 +156,13 @@ class Feed:
         return index.head if index is not None else None
 
     def serve(self, publication: str, start: int, partition_id: int,
-              nickname: int | None = None) -> tuple[int, list[BinaryIO], int] | None:
-        """(head, the frames of the segments covering (start, head], opened: a segment removed meanwhile
-        stays readable, the rows they hold) for a device of partition ``partition_id`` whose download starts
-        at ``start``; None when the feed cannot give it (the device is read for itself). The caller closes the
-        files. A device (``nickname``) whose own uploads are more than ``ECHO_LIMIT`` changes of these
+              nickname: int | None = None) -> tuple[int, list[bytes], int] | None:
+        """(head, the frames of the segments covering (start, head], the rows they hold) for a device of partition
+        ``partition_id`` whose download starts at ``start``; None when the feed cannot give it (the device is read
+        for itself). A device (``nickname``) whose own uploads are more than ``ECHO_LIMIT`` changes of these
         segments is read for itself too: its download leaves its own changes out (what the segments, written
-        for every device of the partition, cannot)."""
+        for every device of the partition, cannot). A segment removed meanwhile (another door's round, or by
+        hand): None."""
         feed = self.index(publication)
         if feed is None:
             return None
@@ -170,18 +173,15 @@ class Feed:
             return None
         if nickname is not None and sum(s.sources.get(nickname, 0) for s in feed.segments[at:]) > ECHO_LIMIT:
             return None
-        files: list[BinaryIO] = []
+        epoch = self.epoch(publication, feed)
         try:
-            for rel in (f for s in feed.segments[at:] for f in s.files_of(partition_id)):
-                files.append(open(self.path(publication, feed, rel), "rb"))  # noqa: SIM115 - the caller closes them
-        except OSError:                 # removed since (another door's round, or by hand): read for the device
-            for f in files:
-                f.close()
+            files = [epoch.read(rel) for s in feed.segments[at:] for rel in s.files_of(partition_id)]
+        except OSError:
             return None
         return feed.head, files, sum(s.rows_of(partition_id) for s in feed.segments[at:])
 
     # -- a round ----------------------------------------------------------------------------------
-    def extend(self, pub: Replica, url: str, publisher: str, publication: str, web: set[str]) -> Segment | None:
+    def extend(self, pub: Replica, url: str, publisher: str, publication: str, web: Set[str]) -> Segment | None:
         """Bring the feed of ``publication`` up to the publisher's evaluated bound: the segment written (None:
         nothing new, or the feed started again). Raises ``ReportedError`` when a read failed (nothing kept)."""
         prow = store.select_one(pub, PublicationRow, {"name": publication})
@@ -197,14 +197,16 @@ class Feed:
         if scheme.filtered:
             bound = min(bound, int(prow.partitions_evaluated or 0))
         shape = _shape(prow, articles)
-        feed = self.index(publication)
+        feed = self.index(publication, fresh=True)
         why = None if feed is None else "its articles or schema changed" if feed.shape != shape else \
             "the publisher is behind the feed's head" if bound < feed.head else \
             f"the publisher's generation {feed.head} is not the one the feed was written from" \
             if _guid(pub, feed.head) != feed.head_guid else None
         if feed is None or why is not None:
             self.drop(publication)
-            feed_index.save(self.root, Index.new(publication, shape, bound, _guid(pub, bound)))
+            started = Index.new(publication, shape, bound, _guid(pub, bound))
+            feed_index.save(self.root, started)
+            self._keep(publication, started)
             self.report(f"feed {publication}: starts at generation {bound}" + (f" ({why})" if why else ""))
             return None
         if bound == feed.head:
@@ -222,8 +224,8 @@ class Feed:
         unfiltered = [a for a in articles if not scheme.articles[a.name].filtered]
         estimate = estimated_changes(gens)
         on_spark = self.spark is not None and estimate > self.driver_round_changes
-        epoch = feed_index.folder_of(self.root, publication) / feed.epoch
-        folder = epoch / f"{lo}-{bound}"
+        epoch = self.epoch(publication, feed)
+        name = f"{lo}-{bound}"
         items = []
         spark = None
         if gens:
@@ -237,14 +239,14 @@ class Feed:
             if spark is not None:
                 parts = spark.sparkContext.defaultParallelism
             if unfiltered:
-                items.append(FeedItem(str(folder), lo, bound,
+                items.append(FeedItem(epoch.location, lo, bound,
                                       change_reads(url, publisher, pub, unfiltered, publisher, 1, lo, bound, parts)))
             ids = sorted(pids - {ALL_PARTITIONS})
             groups = [ids[i::parts] for i in range(min(parts, len(ids)))] if filtered else []
             nicks = frozenset(a.nickname for a in filtered)
             for group in groups:
                 read = PartitionRead(tuple(group), nicks, True, scheme, frozenset(), int(prow.partitions_evaluated or 0))
-                items.append(FeedItem(str(folder), lo, bound,
+                items.append(FeedItem(epoch.location, lo, bound,
                                       change_reads(url, publisher, pub, filtered, publisher, 1, lo, bound, 1, read)
                                       + removal_reads(url, publisher, pub, filtered, publisher, 1, lo, bound, read)))
         items = [i for i in items if i.reads]
@@ -254,19 +256,21 @@ class Feed:
             written = [r for item in items for b in write_item(item) for r in b.to_pylist()]
         errors = [w for w in written if w["partition_id"] == READ_ERROR_GENERATION]
         if errors:
-            shutil.rmtree(folder, ignore_errors=True)
+            epoch.delete(name)
             raise ReportedError(ErrorInfo.from_dict(json.loads(errors[0]["path"])))
-        segment = Segment(lo, bound, pids, {int(w["partition_id"]): str(Path(w["path"]).relative_to(epoch))
-                                            for w in written},
+        segment = Segment(lo, bound, pids, {int(w["partition_id"]): str(w["path"]) for w in written},
                           sum(int(w["rows"]) for w in written), sum(int(w["bytes"]) for w in written),
                           {int(w["partition_id"]): int(w["rows"]) for w in written}, _sources(gens))
         lowest = min((sent for _, sent, active in regs if active), default=bound)
         segments = [*feed.segments, segment]
         gone = [s for s in segments if s.hi <= lowest] + segments[:-MAX_SEGMENTS]
         kept = [s for s in segments if s.hi > lowest][-MAX_SEGMENTS:]
-        feed_index.save(self.root, Index(publication, feed.epoch, shape, bound, _guid(pub, bound), kept))
+        extended = Index(publication, feed.epoch, shape, bound, _guid(pub, bound), kept)
+        feed_index.save(self.root, extended)
+        self._keep(publication, extended)
         for s in gone:
-            shutil.rmtree(epoch / f"{s.lo}-{s.hi}", ignore_errors=True)
+            with contextlib.suppress(OSError):
+                epoch.delete(f"{s.lo}-{s.hi}")
         self.report(f"feed {publication}: generations ({lo}, {bound}], {segment.rows} row(s) in {len(segment.files)} "
                     f"file(s) for {len(pids)} partition(s){' (Spark)' if spark is not None and items else ''}")
         return segment
@@ -276,11 +280,12 @@ class Feed:
         files, until a round starts it again (after a round that failed to write its segment: no device
         waits on it)."""
         folder = feed_index.folder_of(self.root, publication)
-        with contextlib.suppress(FileNotFoundError):
-            (folder / feed_index.INDEX).unlink()
+        with contextlib.suppress(OSError):
+            folder.delete(feed_index.INDEX)
         with self._lock:
             self._cache.pop(publication, None)
-        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            folder.delete("")
 
 
 def _guid(pub: Replica, generation: int) -> str | None:
@@ -311,9 +316,10 @@ def _shape(prow: PublicationRow, articles: list[ArticleRow]) -> str:
 
 
 def write_item(item: FeedItem) -> Iterator:
-    """Read one item's rows and write each partition's as one frame (in a Spark task, or in ``serve``):
-    Arrow batches of ``WRITTEN`` rows; a failed read is one row of partition ``READ_ERROR_GENERATION``
-    whose path is the error (nothing is written)."""
+    """Read one item's rows and write each partition's as one frame (in a Spark task, or in ``serve``) under
+    ``<lo>-<hi>/`` of the item's folder (a path or URL: ``storage.Folder``): Arrow batches of ``WRITTEN`` rows, each
+    path relative to that folder; a failed read is one row of partition ``READ_ERROR_GENERATION`` whose path is the
+    error (nothing is written)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -324,17 +330,14 @@ def write_item(item: FeedItem) -> Iterator:
         yield pa.RecordBatch.from_pylist([{"partition_id": READ_ERROR_GENERATION, "path": failed.column("row")[0].as_py(),
                                            "rows": 0, "bytes": 0}], schema=schema)
         return
-    folder = Path(item.folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = Folder(item.folder)
     out = []
     for pid in pc.unique(table.column("partition_id")).to_pylist() if table.num_rows else []:
         rows = table.filter(pc.equal(table.column("partition_id"), pid)).sort_by(
             [("generation", "ascending"), ("tablenick", "ascending"), ("rowguid", "ascending")])
         data = write_changes(rows, {"segment": [item.lo, item.hi], "partition": int(pid)})
-        path = folder / f"p{int(pid)}.ssw"
-        tmp = path.with_suffix(f".{uuid.uuid4().hex}.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
-        out.append({"partition_id": int(pid), "path": str(path), "rows": rows.num_rows, "bytes": len(data)})
+        path = f"{item.lo}-{item.hi}/p{int(pid)}.ssw"
+        folder.write(path, data)
+        out.append({"partition_id": int(pid), "path": path, "rows": rows.num_rows, "bytes": len(data)})
     if out:
         yield pa.RecordBatch.from_pylist(out, schema=schema)

@@ -1,23 +1,23 @@
 """The partition feed's index, shared by every ``serve`` of one publisher: where the feed of a publication starts,
 its head, and its segments (``feed.py``), one JSON file per publication under ``[server] feed_dir``.
 
-Layout: ``<feed_dir>/pub-<hash of the publication's name>/index.json`` beside ``<epoch>/<lo>-<hi>/p<partition>.ssw``
+Layout (``feed_dir`` a path or a URL: ``storage.Folder``): ``<feed_dir>/pub-<hash of the publication's
+name>/index.json`` beside ``<epoch>/<lo>-<hi>/p<partition>.ssw``
 (an epoch: the feed since it last started; a start makes a new one and removes the others). The index is written
-whole, a temporary file renamed over it, only by the door holding the publication's feed round lock
-(``locks.FEED``); every door reads it again when it changed (its ``stat``: a few microseconds per download), so a
-segment one door wrote is served by all of them, byte for byte.
+whole (``Folder.write``), only by the door holding the publication's feed round lock
+(``locks.FEED``); every door reads it again at each of its rounds (``Feed.index``), so a segment one door wrote is
+served by all of them, byte for byte.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import uuid
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from sparksync.merge.session.changes import ALL_PARTITIONS
+from sparksync.storage import Folder
 
 INDEX = "index.json"
 
@@ -88,33 +88,20 @@ class Index:
         return cls(publication, uuid.uuid4().hex, shape, head, head_guid)
 
 
-def folder_of(root: Path, publication: str) -> Path:
+def folder_of(root: Folder, publication: str) -> Folder:
     """The publication's folder (named by a hash: a publication's name may hold any character)."""
-    return root / f"pub-{hashlib.sha256(publication.encode()).hexdigest()[:24]}"
+    return root.child(f"pub-{hashlib.sha256(publication.encode()).hexdigest()[:24]}")
 
 
-def stamp(root: Path, publication: str) -> tuple[int, int, int] | None:
-    """What changes when the index is written again (None: there is none)."""
-    try:
-        st = os.stat(folder_of(root, publication) / INDEX)
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns, st.st_size
-
-
-def load(root: Path, publication: str) -> Index | None:
+def load(root: Folder, publication: str) -> Index | None:
     """The publication's index (None: no feed, or an index this release cannot read: the feed starts again)."""
     try:
-        index = Index.from_json((folder_of(root, publication) / INDEX).read_text(encoding="utf-8"))
+        index = Index.from_json(folder_of(root, publication).read(INDEX).decode("utf-8"))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return index if index.publication == publication else None
 
 
-def save(root: Path, index: Index) -> None:
+def save(root: Folder, index: Index) -> None:
     """Write the index whole: a reader sees the old one or the new one, never a part."""
-    folder = folder_of(root, index.publication)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{INDEX}.{uuid.uuid4().hex}.tmp"
-    tmp.write_text(index.to_json(), encoding="utf-8")
-    tmp.replace(folder / INDEX)
+    folder_of(root, index.publication).write(INDEX, index.to_json().encode("utf-8"))
