@@ -152,3 +152,37 @@ def wire_frames(body: bytes) -> list[bytes]:
         out.append(body[at:end])
         at = end
     return out
+
+
+def create_drops(url: str, rows: int = 40) -> None:
+    """The route worlds' ``Drop`` table at the publisher ``url``: ``rows`` drops by HQ, odd ids east, even west."""
+    with connect(url) as r:
+        r.execute('CREATE TABLE "Drop" ("id" INTEGER PRIMARY KEY, "zone" TEXT NOT NULL, "who" TEXT, "n" INTEGER)')
+        r.executemany('INSERT INTO "Drop" VALUES (?, ?, ?, ?)',
+                      [(i, "east" if i % 2 else "west", "hq", 0) for i in range(1, rows + 1)])
+
+
+def drop_rows(url: str) -> dict[int, tuple]:
+    """The ``Drop`` table of the route worlds (tests/web/test_web_faults.py, test_two_doors.py): id -> (zone, who, n)."""
+    with connect(url) as r:
+        return {i: (z, who, n) for i, z, who, n in r.query('SELECT "id", "zone", "who", "n" FROM "Drop" ORDER BY "id"')}
+
+
+def sync_all(w: WebWorld, names) -> None:
+    for name in names:
+        p = w.sync(name)
+        assert p.returncode == 0, f"{name}: {p.stderr}"
+
+
+def assert_zones_converged(w: WebWorld, devices: dict[str, str], expected: dict[int, tuple], order: list[str]) -> None:
+    """The devices synced in ``order``, then: the publisher holds every write (``expected``), each device exactly its
+    zone's rows, and no write was applied twice or lost a conflict."""
+    from sparksync.metadata import store
+
+    sync_all(w, order)
+    assert drop_rows(w.pub_url) == expected
+    for name, zone in devices.items():
+        assert drop_rows(w.device_url(name)) == {k: v for k, v in expected.items() if v[0] == zone}, name
+    with connect(w.pub_url) as pub:
+        assert not store.select_rows(pub, "MSmerge_conflicts_info"), "a write was applied twice or lost a conflict"
+        assert not store.select_rows(pub, "MSmerge_failed_changes")

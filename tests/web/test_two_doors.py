@@ -25,7 +25,16 @@ from sparksync.storage import Folder
 from tests.support.config import write_config
 from tests.support.proxy import BalancingProxy
 from tests.support.service import wait_until
-from tests.support.web import Server, WebWorld, free_port, wire_frames
+from tests.support.web import (
+    Server,
+    WebWorld,
+    assert_zones_converged,
+    create_drops,
+    drop_rows,
+    free_port,
+    sync_all,
+    wire_frames,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -99,10 +108,7 @@ def doors(spark, tmp_path_factory, store_server):
     feed_dir, aws = store_server
     tmp = tmp_path_factory.mktemp("doors")
     pub = f"sqlite:///{tmp / 'hq.db'}"
-    with connect(pub) as r:
-        r.execute('CREATE TABLE "Drop" ("id" INTEGER PRIMARY KEY, "zone" TEXT NOT NULL, "who" TEXT, "n" INTEGER)')
-        r.executemany('INSERT INTO "Drop" VALUES (?, ?, ?, ?)',
-                      [(i, "east" if i % 2 else "west", "hq", 0) for i in range(1, 41)])
+    create_drops(pub)
     data = {
         "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap")},
         "server": {"feed_dir": feed_dir},
@@ -113,26 +119,18 @@ def doors(spark, tmp_path_factory, store_server):
         + [{"name": "Depot", "publication": "Routes", "database": f"sqlite:///{tmp / 'depot.db'}", "host_name": "east"}],
     }
     w = Doors(tmp, data, spark, aws)
-    with connect(pub) as r:
-        w.expected.update({i: (z, who, n) for i, z, who, n in r.query('SELECT "id", "zone", "who", "n" FROM "Drop"')})
+    w.expected.update(drop_rows(pub))
     w.a.start()
     wait_until(lambda: "agents and alerts run in this process" in w.a.log.read_text(), "door A holding the agents")
     w.b.start()
     with w.proxy:
         w.server = _Proxy(w.proxy)
-        for name in DEVICES:
-            p = w.sync(name)
-            assert p.returncode == 0, p.stderr
+        sync_all(w, DEVICES)
         try:
             yield w
         finally:
             w.a.stop()
             w.b.stop()
-
-
-def _rows(url: str) -> dict[int, tuple]:
-    with connect(url) as r:
-        return {i: (z, who, n) for i, z, who, n in r.query('SELECT "id", "zone", "who", "n" FROM "Drop" ORDER BY "id"')}
 
 
 def _write(w: Doors, who: str, rng: random.Random, count: int = 3) -> None:
@@ -152,15 +150,8 @@ def _write(w: Doors, who: str, rng: random.Random, count: int = 3) -> None:
 
 
 def _converged(w: Doors) -> None:
-    for name in [*DEVICES, *DEVICES]:          # twice: a device of a zone gets what another uploaded after it
-        p = w.sync(name)
-        assert p.returncode == 0, f"{name}: {p.stderr}"
-    assert _rows(w.pub_url) == w.expected
-    for name, zone in DEVICES.items():
-        assert _rows(w.device_url(name)) == {k: v for k, v in w.expected.items() if v[0] == zone}, name
-    with connect(w.pub_url) as pub:
-        assert not store.select_rows(pub, "MSmerge_conflicts_info"), "a write was applied twice or lost a conflict"
-        assert not store.select_rows(pub, "MSmerge_failed_changes")
+    # twice: a device of a zone gets what another uploaded after it
+    assert_zones_converged(w, DEVICES, w.expected, [*DEVICES, *DEVICES])
 
 
 def _download(server: Server, w: Doors, name: str, after: int) -> bytes:
@@ -175,7 +166,7 @@ def test_both_doors_serve_devices_and_one_runs_the_agents(doors):
     assert AGENTS_ELSEWHERE not in doors.a.log.read_text()
     assert AGENTS_ELSEWHERE in doors.b.log.read_text()
     _write(doors, "hq", random.Random(1))
-    wait_until(lambda: _rows(f"sqlite:///{doors.folder / 'depot.db'}") ==
+    wait_until(lambda: drop_rows(f"sqlite:///{doors.folder / 'depot.db'}") ==
                {k: v for k, v in doors.expected.items() if v[0] == "east"}, "the change at Depot")
     assert "Depot" not in doors.b.log.read_text(), "door B ran an agent"
     _converged(doors)
@@ -217,7 +208,7 @@ def test_a_door_killed_in_a_sync_loses_nothing_and_the_other_takes_the_agents_ov
     assert "Traceback" not in p.stderr
     doors.proxy.ports = [doors.a.port, doors.b.port]    # A is dead: the proxy gives every connection to B
     _write(doors, "hq", rng)
-    wait_until(lambda: _rows(f"sqlite:///{doors.folder / 'depot.db'}") ==
+    wait_until(lambda: drop_rows(f"sqlite:///{doors.folder / 'depot.db'}") ==
                {k: v for k, v in doors.expected.items() if v[0] == "east"}, "the change at Depot, from door B")
     _converged(doors)
     doors.a.env = doors.aws

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 
 from sparksync.dialects import connect
-from sparksync.metadata import store
 from tests.support.clients import shell
 from tests.support.databases import databases
 from tests.support.proxy import CuttingProxy
-from tests.support.web import WebWorld
+from tests.support.web import WebWorld, assert_zones_converged, create_drops, drop_rows, sync_all
 
 pytestmark = pytest.mark.spark
 
@@ -31,10 +30,7 @@ def world(spark, tmp_path_factory, pg_admin_url):
     tmp = tmp_path_factory.mktemp("webfaults")
     with databases(tmp, pg_admin_url) as dbs:
         pub = dbs.url("sqlite", "hq")
-        with connect(pub) as r:
-            r.execute('CREATE TABLE "Drop" ("id" INTEGER PRIMARY KEY, "zone" TEXT NOT NULL, "who" TEXT, "n" INTEGER)')
-            r.executemany('INSERT INTO "Drop" VALUES (?, ?, ?, ?)',
-                          [(i, "east" if i % 2 else "west", "hq", 0) for i in range(1, 41)])
+        create_drops(pub)
         data = {
             "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap")},
             "publications": [{"name": "Routes", "articles": [{"table": "Drop", "filter": "zone = HOST_NAME()"}]}],
@@ -44,37 +40,19 @@ def world(spark, tmp_path_factory, pg_admin_url):
         }
         w = WebWorld(tmp, data, spark)
         w.server.start()
-        expected: dict[int, tuple] = {}        # id -> (zone, who, n): every write of every writer
-        with connect(pub) as r:
-            expected.update({i: (z, who, n) for i, z, who, n in r.query('SELECT "id", "zone", "who", "n" FROM "Drop"')})
-        w.expected = expected          # type: ignore[attr-defined]
-        for name in DEVICES:
-            p = w.sync(name)
-            assert p.returncode == 0, p.stderr
+        w.expected = drop_rows(pub)          # type: ignore[attr-defined]  # every write of every writer
+        sync_all(w, DEVICES)
         try:
             yield w
         finally:
             w.server.stop()
 
 
-def _rows(url: str) -> dict[int, tuple]:
-    with connect(url) as r:
-        return {i: (z, who, n) for i, z, who, n in r.query('SELECT "id", "zone", "who", "n" FROM "Drop" ORDER BY "id"')}
-
-
 def _converged(w: WebWorld) -> None:
     """Every device synced (without the proxy) holds its partition; the publisher holds every write. A device
     syncs again when another of its zone synced after it (it may have uploaded what this one lacks)."""
     again = [n for i, n in enumerate(DEVICES) if any(DEVICES[m] == DEVICES[n] for m in list(DEVICES)[i + 1:])]
-    for name in [*DEVICES, *again]:
-        p = w.sync(name)
-        assert p.returncode == 0, f"{name}: {p.stderr}"
-    assert _rows(w.pub_url) == w.expected
-    for name, zone in DEVICES.items():
-        assert _rows(w.device_url(name)) == {k: v for k, v in w.expected.items() if v[0] == zone}, name
-    with connect(w.pub_url) as pub:
-        assert not store.select_rows(pub, "MSmerge_conflicts_info"), "a write was applied twice or lost a conflict"
-        assert not store.select_rows(pub, "MSmerge_failed_changes")
+    assert_zones_converged(w, DEVICES, w.expected, [*DEVICES, *again])
 
 
 def _write(w: WebWorld, who: str, rng: random.Random, next_id: list[int]) -> None:
