@@ -223,6 +223,43 @@ def test_a_round_written_by_spark_holds_what_the_server_writes_itself(world, spa
         _ok(world.sync(name))
 
 
+def test_a_round_never_waits_for_sparks_start_and_goes_to_spark_once_it_is_up(world, spark, tmp_path):
+    """A round big enough for Spark while Spark is still starting is read in the door's process (the device does
+    not wait for a JVM); the start goes on in the background and a later round is a Spark job."""
+    import threading
+
+    from sparksync.merge.session.remote.feed import Feed
+    from sparksync.spark.lazy import LazySpark
+    from sparksync.web.server.door import Door
+
+    release = threading.Event()
+    asked = threading.Event()
+
+    def starting():                  # a Spark start held until the test lets it finish
+        asked.set()
+        assert release.wait(60), "the test never let Spark start"
+        return spark
+
+    lazy = LazySpark(starting)
+    said: list[str] = []
+    feed = Feed(tmp_path / "feed", lazy.ready, driver_round_changes=0, report=said.append)
+    door = Door(world.topology, said.append, feed=feed)
+    shop = world.topology.publication("Shop")
+    _ok(world.sync("TillN"))
+    door.round(shop)                                   # the feed starts
+    shell(world.pub_url, 'UPDATE "Item" SET "n" = "n" + 1 WHERE "id" <= 3;\n')
+    door.round(shop)                                   # returns while the start is held
+    assert asked.wait(30) and not release.is_set(), "the round did not start Spark in the background"
+    assert any("Spark is starting" in line for line in said), said
+    assert said[-1].startswith("feed Shop: generations") and not said[-1].endswith("(Spark)"), said
+    release.set()
+    assert lazy.wait_started(60) is spark
+    shell(world.pub_url, 'UPDATE "Item" SET "n" = "n" + 1 WHERE "id" <= 3;\n')
+    door.round(shop)
+    assert said[-1].endswith("(Spark)"), said
+    _ok(world.sync("TillN"))
+
+
 def test_a_feed_that_cannot_be_written_is_refused_at_start_and_never_stalls_a_download(world, tmp_path):
     """``feed_dir`` unwritable at start: one message naming it. A round whose segment cannot be written (a
     full or broken disk) stops the feed of that publication, so downloads are read for each device instead

@@ -25,7 +25,7 @@ from sparksync.progress import Reporter, silent
 from sparksync.redaction import register_secret
 from sparksync.service.leader import Leadership
 from sparksync.service.scheduler import Scheduler
-from sparksync.spark.lazy import LazySpark
+from sparksync.spark.lazy import JvmEnded, LazySpark
 from sparksync.web.listener import Listener
 from sparksync.web.server.serve import device_endpoint
 
@@ -79,7 +79,9 @@ class Service:
         if not left:
             try:
                 self.spark.stop()
-            except Exception as e:  # noqa: BLE001 - the JVM ended first (its whole control group was signalled)
+            except JvmEnded as e:        # its whole control group was signalled
+                self.report(f"serve: {e} before serve stopped it")
+            except Exception as e:  # noqa: BLE001 - the JVM ended while it was being stopped
                 self.report(f"serve: Spark's JVM had ended before serve stopped it ({type(e).__name__})")
         return left
 

@@ -10,6 +10,10 @@ import time
 from typing import Any
 
 
+class JvmEnded(RuntimeError):
+    """The session's JVM ended before it was stopped."""
+
+
 class LazySpark:
     """A SparkSession given, or made by ``spark`` (a function) when first asked, under a lock: two threads asking
     at once get the same session. A start that fails (a cluster whose master cannot be reached, or that gives no
@@ -62,14 +66,21 @@ class LazySpark:
         with contextlib.suppress(Exception):    # kept in _failed; the rounds go on in this process
             self.get()
 
-    @property
-    def failure(self) -> Exception | None:
-        """Why the last start failed (None: it did not, or a later one succeeded)."""
-        return self._failed[1] if self._failed is not None else None
+    def wait_started(self, timeout: float) -> Any:
+        """The session once a start in flight ended (None: none came within ``timeout``, or it failed)."""
+        starting = self._starting
+        if starting is not None:
+            starting.join(timeout)
+        return self._session
 
     def stop(self) -> None:
-        """Stop the session this holder made (one it was given is its owner's to stop)."""
+        """Stop the session this holder made (one it was given is its owner's to stop). A JVM that has ended
+        already (its whole process group was signalled) is not sent the stop: ``JvmEnded``, and nothing logged
+        by py4j's retries against a closed socket."""
         with self._lock:
             if self._session is not None and self._factory is not None:
                 session, self._session = self._session, None
+                proc = getattr(getattr(session.sparkContext, "_gateway", None), "proc", None)
+                if proc is not None and proc.poll() is not None:
+                    raise JvmEnded(f"Spark's JVM had ended (exit status {proc.returncode})")
                 session.stop()
