@@ -5,8 +5,8 @@ A SQLite publisher (``Item``, R rows) with one web subscription; ``serve`` in a 
 through the public API (``sparksync.Device``) in this process. Measured, each the device's whole sync:
 
 * its first sync: the snapshot of R rows;
-* a sync after HQ changed C rows, the first big round since ``serve`` started (cold: the round may start Spark
-  while the device's request waits);
+* a sync after HQ changed C rows, the first big round since ``serve`` started (cold: the round starts Spark in the
+  background and is read in ``serve``'s process meanwhile: the request never waits for a JVM);
 * the same again (warm).
 
 Printed: seconds and rows per second of each, and the ratio of the cold sync to the warm one. Target (issue 38): a
