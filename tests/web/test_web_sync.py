@@ -260,6 +260,37 @@ def test_a_round_never_waits_for_sparks_start_and_goes_to_spark_once_it_is_up(wo
     _ok(world.sync("TillN"))
 
 
+def test_a_damaged_feed_index_starts_the_feed_again_and_no_device_is_served_from_it(world, tmp_path):
+    """The feed's index (shared by every door) overwritten with garbage, then with a valid index of another
+    publisher's history (its head's generation not the publisher's): each time the next round starts the feed
+    again, saying why, and the device's sync holds exactly its partition."""
+    from sparksync.merge.session.remote import feed_index
+    from sparksync.merge.session.remote.feed import Feed
+    from sparksync.web.server.door import Door
+
+    said: list[str] = []
+    feed = Feed(tmp_path / "feed", report=said.append)
+    feed.start()
+    door = Door(world.topology, said.append, feed=feed)
+    shop = world.topology.publication("Shop")
+    _ok(world.sync("TillN"))
+    door.round(shop)
+    folder = feed_index.folder_of(feed.root, "Shop")
+    folder.write(feed_index.INDEX, b"\x00 not an index {")
+    shell(world.pub_url, 'UPDATE "Store" SET "name" = \'damaged index\' WHERE "id" = 1;\n')
+    door.round(shop)
+    assert said[-1].startswith("feed Shop: starts at generation"), said
+    index = feed.index("Shop", fresh=True)
+    assert index is not None
+    forged = feed_index.Index(index.publication, index.epoch, index.shape, index.head, "0" * 32, index.segments)
+    feed_index.save(feed.root, forged)
+    shell(world.pub_url, 'UPDATE "Store" SET "name" = \'forged index\' WHERE "id" = 1;\n')
+    door.round(shop)
+    assert "is not the one the feed was written from" in said[-1], said
+    _ok(world.sync("TillN"))
+    assert _holds(world, world.device_url("TillN")) == _partition(world, "north")
+
+
 def test_a_feed_that_cannot_be_written_is_refused_at_start_and_never_stalls_a_download(world, tmp_path):
     """``feed_dir`` unwritable at start: one message naming it. A round whose segment cannot be written (a
     full or broken disk) stops the feed of that publication, so downloads are read for each device instead
