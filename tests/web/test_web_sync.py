@@ -260,21 +260,29 @@ def test_a_round_never_waits_for_sparks_start_and_goes_to_spark_once_it_is_up(wo
     _ok(world.sync("TillN"))
 
 
-def test_a_damaged_feed_index_starts_the_feed_again_and_no_device_is_served_from_it(world, tmp_path):
-    """The feed's index (shared by every door) overwritten with garbage, then with a valid index of another
-    publisher's history (its head's generation not the publisher's): each time the next round starts the feed
-    again, saying why, and the device's sync holds exactly its partition."""
-    from sparksync.merge.session.remote import feed_index
+def _door_with_a_started_feed(world, tmp_path, said: list[str]):
+    """A door in this process with a feed of its own under ``tmp_path``, started by a round after TillN synced:
+    (feed, door, the publication Shop)."""
     from sparksync.merge.session.remote.feed import Feed
     from sparksync.web.server.door import Door
 
-    said: list[str] = []
     feed = Feed(tmp_path / "feed", report=said.append)
     feed.start()
     door = Door(world.topology, said.append, feed=feed)
     shop = world.topology.publication("Shop")
     _ok(world.sync("TillN"))
     door.round(shop)
+    return feed, door, shop
+
+
+def test_a_damaged_feed_index_starts_the_feed_again_and_no_device_is_served_from_it(world, tmp_path):
+    """The feed's index (shared by every door) overwritten with garbage, then with a valid index of another
+    publisher's history (its head's generation not the publisher's): each time the next round starts the feed
+    again, saying why, and the device's sync holds exactly its partition."""
+    from sparksync.merge.session.remote import feed_index
+
+    said: list[str] = []
+    feed, door, shop = _door_with_a_started_feed(world, tmp_path, said)
     folder = feed_index.folder_of(feed.root, "Shop")
     folder.write(feed_index.INDEX, b"\x00 not an index {")
     shell(world.pub_url, 'UPDATE "Store" SET "name" = \'damaged index\' WHERE "id" = 1;\n')
@@ -297,7 +305,6 @@ def test_a_feed_that_cannot_be_written_is_refused_at_start_and_never_stalls_a_do
     of ending at a head that no longer moves; the next round starts it again."""
     from sparksync.errors import ConfigurationError
     from sparksync.merge.session.remote.feed import Feed
-    from sparksync.web.server.door import Door
 
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")
@@ -307,12 +314,7 @@ def test_a_feed_that_cannot_be_written_is_refused_at_start_and_never_stalls_a_do
         Feed("nosuch://user:hunter2@bucket/feed?x=1").start()           # a file system pyarrow does not know
     assert "hunter2" not in refused.value.message
     said: list[str] = []
-    feed = Feed(tmp_path / "feed", report=said.append)
-    feed.start()
-    door = Door(world.topology, said.append, feed=feed)
-    shop = world.topology.publication("Shop")
-    _ok(world.sync("TillN"))
-    door.round(shop)
+    feed, door, shop = _door_with_a_started_feed(world, tmp_path, said)
     assert feed.head("Shop") is not None
     folder = feed.epoch("Shop", feed.index("Shop")).local_path()
     shell(world.pub_url, 'UPDATE "Store" SET "name" = \'unwritten\' WHERE "id" = 1;\n')
