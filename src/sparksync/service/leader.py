@@ -39,9 +39,6 @@ class Leadership:
         """This process runs the agents and the alerts."""
         return self._leading.is_set()
 
-    def wait(self, timeout: float) -> bool:
-        return self._leading.wait(timeout)
-
     def stop(self) -> None:
         """Give the lock up (after the agents stopped: the next holder never meets a run of ours)."""
         self._stop.set()

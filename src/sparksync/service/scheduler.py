@@ -186,10 +186,10 @@ class Scheduler:
         groups = st.worker.groups
         while not self._stop.is_set():
             now = utcnow()
-            due = [i for i, t in enumerate(st.next_due) if t <= now] if self.leading() else []
-            if not due and not self.leading():
+            if not self.leading():                 # another serve runs the agents: look again in a beat
                 self._stop.wait(BEAT)
                 continue
+            due = [i for i, t in enumerate(st.next_due) if t <= now]
             if not due:
                 self._stop.wait(min(BEAT, max(0.0, (min(st.next_due) - now).total_seconds())))
                 continue
