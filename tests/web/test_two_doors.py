@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import re
+import tomllib
 
 import httpx
 import pyarrow.fs as pafs
@@ -154,6 +155,11 @@ def _converged(w: Doors) -> None:
     assert_zones_converged(w, DEVICES, w.expected, [*DEVICES, *DEVICES])
 
 
+def server_config(server: Server) -> dict:
+    """The ``[server]`` table of a door's configuration."""
+    return tomllib.loads(server.config.read_text())["server"]
+
+
 def _download(server: Server, w: Doors, name: str, after: int) -> bytes:
     r = httpx.post(f"{server.url}/v1/sync/download", json={"after": after, "batch": 100},
                    headers={"Authorization": f"Bearer {w.tokens[name]}"}, timeout=30)
@@ -169,6 +175,10 @@ def test_both_doors_serve_devices_and_one_runs_the_agents(doors):
     wait_until(lambda: drop_rows(f"sqlite:///{doors.folder / 'depot.db'}") ==
                {k: v for k, v in doors.expected.items() if v[0] == "east"}, "the change at Depot")
     assert "Depot" not in doors.b.log.read_text(), "door B ran an agent"
+    # each door's monitor page says which serve runs the agents
+    page_a, page_b = (httpx.get(f"http://{server_config(d)['monitor']}/", timeout=30).text for d in (doors.a, doors.b))
+    assert "data-elsewhere" not in page_a and "agents' loop: alive" in page_a
+    assert f'data-elsewhere="pid {doors.a.proc.pid} on ' in page_b and "agents' loop: in another serve (pid" in page_b
     _converged(doors)
 
 

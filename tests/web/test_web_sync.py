@@ -299,6 +299,61 @@ def test_a_damaged_feed_index_starts_the_feed_again_and_no_device_is_served_from
     assert _holds(world, world.device_url("TillN")) == _partition(world, "north")
 
 
+def test_a_round_with_nothing_to_do_takes_no_lock_and_no_committed_change_is_skipped(world, spark, tmp_path,
+                                                                                    monkeypatch):
+    """An idle door's rounds read the publisher's tracking mark once and take no lock while it stays the one taken
+    when its last complete round began. A change committed at the publisher, a device's upload through another door
+    (the world's ``serve``), and a merge agent's session each move the mark: the next round is a whole one and the
+    feed's head passes them. Nothing changed for ``QUIET_FOR`` seconds: a whole round all the same."""
+    from sparksync import locks
+    from sparksync.web.server import door as door_module
+
+    said: list[str] = []
+    feed, door, shop = _door_with_a_started_feed(world, tmp_path, said)
+    door.round(shop)                        # the round after one that moved: nothing to do, its mark kept
+    taken: list[str] = []
+    real = locks.hold
+
+    def hold(topology, command, publications, *args, **kw):
+        taken.append(command)
+        return real(topology, command, publications, *args, **kw)
+
+    monkeypatch.setattr(locks, "hold", hold)
+
+    def round_after(change) -> tuple[list[str], int, int]:
+        head = feed.head("Shop")
+        change()
+        taken.clear()
+        door.round(shop)
+        return list(taken), head, feed.head("Shop")
+
+    assert round_after(lambda: None) == ([], feed.head("Shop"), feed.head("Shop"))
+    assert round_after(lambda: None)[0] == []
+
+    def at_hq() -> None:
+        shell(world.pub_url, 'UPDATE "Store" SET "name" = \'quiet 1\' WHERE "id" = 1;\n')
+
+    def from_a_device() -> None:
+        shell(world.device_url("TillS"), "UPDATE Item SET n = 4242 WHERE id = 6;\n")
+        _ok(world.sync("TillS"))
+
+    def from_an_agent() -> None:
+        shell(world.topology.subscriber_url(world.topology.subscription("Branch")),
+              "UPDATE Item SET n = 4343 WHERE id = 7;\n")
+        summary = MergeAgent(world.topology, spark).run()
+        assert summary.ok, summary.to_dict()
+
+    for change in (at_hq, from_a_device, from_an_agent):
+        took, before, after = round_after(change)
+        assert took[:2] == ["serve round", "merge"] and after > before, (change.__name__, took, before, after, said)
+        door.round(shop)                    # nothing more: quiet again
+        assert round_after(lambda: None)[0] == [], change.__name__
+    monkeypatch.setattr(door_module, "QUIET_FOR", 0.0)
+    assert round_after(lambda: None)[0][:2] == ["serve round", "merge"]
+    _ok(world.sync("TillN"))
+    assert _holds(world, world.device_url("TillN")) == _partition(world, "north")
+
+
 def test_a_feed_that_cannot_be_written_is_refused_at_start_and_never_stalls_a_download(world, tmp_path):
     """``feed_dir`` unwritable at start: one message naming it. A round whose segment cannot be written (a
     full or broken disk) stops the feed of that publication, so downloads are read for each device instead

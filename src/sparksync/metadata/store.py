@@ -231,17 +231,20 @@ def insert_rows(replica: Replica, table: str, columns: Sequence[str], rows: Iter
 
 
 def _where(replica: Replica, table: str, where: Mapping[str, Any]) -> tuple[str, list]:
-    if not where:
-        return "", []
+    parts, params = _conditions(replica, table, where)
+    return (" WHERE " + " AND ".join(parts), params) if parts else ("", [])
+
+
+def _conditions(replica: Replica, table: str, where: Mapping[str, Any], alias: str = "") -> tuple[list[str], list]:
     d, kinds = replica.dialect, _kinds(table)
     parts, params = [], []
     for c, v in where.items():
         if v is None:
-            parts.append(f"{d.quote(c)} IS NULL")
+            parts.append(f"{alias}{d.quote(c)} IS NULL")
         else:
-            parts.append(f"{d.quote(c)} = {replica.p}")
+            parts.append(f"{alias}{d.quote(c)} = {replica.p}")
             params.append(to_param(replica, kinds[c], v))
-    return " WHERE " + " AND ".join(parts), params
+    return parts, params
 
 
 def update_rows(replica: Replica, table: str, values: Mapping[str, Any], where: Mapping[str, Any]) -> None:
@@ -284,6 +287,33 @@ def select(replica: Replica, cls: type[R], where: Mapping[str, Any] | None = Non
     _, ks, rows = _select(replica, cls.TABLE, where, order_by)
     try:
         return [cls.from_values([_from_db(k, v) for k, v in zip(ks, r)]) for r in rows]
+    except UnknownCode as e:
+        raise ReplicaDamaged(f"{replica.label}: its replication metadata was changed outside sparksync: {e}",
+                             obj=replica.label) from None
+
+
+S = TypeVar("S", bound=Record)
+
+
+def select_joined(replica: Replica, first: type[R], second: type[S], on: str, where_first: Mapping[str, Any],
+                  where_second: Mapping[str, Any]) -> tuple[R, S] | None:
+    """The first row of ``first`` joined to ``second`` on their column ``on``, each matching its ``where``
+    (one round trip where two ``select_one`` would take two), or None."""
+    d = replica.dialect
+    k1, k2 = _kinds(first.TABLE), _kinds(second.TABLE)
+    c1, p1 = _conditions(replica, first.TABLE, where_first, "a.")
+    c2, p2 = _conditions(replica, second.TABLE, where_second, "b.")
+    where = " AND ".join(c1 + c2)
+    cols = [f"a.{d.quote(c)}" for c in k1] + [f"b.{d.quote(c)}" for c in k2]
+    rows = replica.query(f"SELECT {', '.join(cols)} FROM {replica.meta(first.TABLE)} a JOIN {replica.meta(second.TABLE)} b "
+                         f"ON b.{d.quote(on)} = a.{d.quote(on)}" + (f" WHERE {where}" if where else "") + " LIMIT 1",
+                         p1 + p2)
+    if not rows:
+        return None
+    ks = list(k1.values()) + list(k2.values())
+    values = [_from_db(k, v) for k, v in zip(ks, rows[0])]
+    try:
+        return first.from_values(values[:len(k1)]), second.from_values(values[len(k1):])
     except UnknownCode as e:
         raise ReplicaDamaged(f"{replica.label}: its replication metadata was changed outside sparksync: {e}",
                              obj=replica.label) from None

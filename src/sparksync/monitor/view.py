@@ -122,6 +122,7 @@ def build_view(topology: Topology, agents: Agents, watch: Watch | None) -> dict[
         "history": history["runs"][:RUNS], "history_errors": history["errors"], "sessions": sessions,
         "damaged": damaged, "waiting": waiting, "latency": latency_series(topology),
         "alerts": watch.active() if watch else [], "alerts_error": watch.error if watch else None,
-        "loop": loop, "loop_alive": agents.alive(), "problems": status["problems"],
+        "loop": loop, "loop_alive": agents.alive(), "agents_elsewhere": agents.elsewhere(),
+        "problems": status["problems"],
     }
 

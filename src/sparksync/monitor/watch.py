@@ -31,6 +31,10 @@ class Agents(Protocol):
 
     def running(self) -> set[tuple[str, str | None]]: ...
 
+    def elsewhere(self) -> str | None:
+        """Which ``serve`` runs the agents while another one does ('pid 123 on host1'; ``service/leader.py``);
+        None while this process does."""
+
 
 class NoAgents:
     """A monitor without an agents' loop (tests, a monitor of agents run elsewhere)."""
@@ -43,6 +47,9 @@ class NoAgents:
 
     def running(self) -> set[tuple[str, str | None]]:
         return set()
+
+    def elsewhere(self) -> str | None:
+        return None
 
 
 class Watch:

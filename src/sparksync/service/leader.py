@@ -28,6 +28,7 @@ class Leadership:
     def __init__(self, topology: Topology, report: Reporter = silent):
         self.topology, self.report = topology, report
         self._leading = threading.Event()
+        self._elsewhere: str | None = None     # who holds the lock while another process does
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -38,6 +39,11 @@ class Leadership:
     def leading(self) -> bool:
         """This process runs the agents and the alerts."""
         return self._leading.is_set()
+
+    def elsewhere(self) -> str | None:
+        """Which process runs the agents while another one does ('pid 123 on host1'); None while this one does,
+        or before the lock was tried."""
+        return None if self.leading() else self._elsewhere
 
     def stop(self) -> None:
         """Give the lock up (after the agents stopped: the next holder never meets a run of ours)."""
@@ -57,10 +63,12 @@ class Leadership:
                         self.report("serve: the agents and alerts run in this process" +
                                     (" from now on" if said is not None else ""))
                         self._leading.set()
+                        self._elsewhere = None
                         self._stop.wait()
                         return
                     holder = lock.holder()
                     who = f"pid {holder.pid} on {holder.host}" if holder is not None and holder.pid else "another serve"
+                    self._elsewhere = who
                     now = f"serve: the agents and alerts run in another serve ({who}); this process serves devices, " \
                           "and takes them over when that one stops"
                 except SparksyncError as e:

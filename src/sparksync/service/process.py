@@ -41,7 +41,8 @@ class Service:
         self.topology, self.report = topology, report
         self.spark = LazySpark(spark)
         self.leadership = Leadership(topology, report)
-        self.scheduler = Scheduler(topology, self.spark.get, report, leading=self.leadership.leading)
+        self.scheduler = Scheduler(topology, self.spark.get, report, leading=self.leadership.leading,
+                                   elsewhere=self.leadership.elsewhere)
         self.watch = Watch(topology, self.scheduler, report, leading=self.leadership.leading)
         self.monitor = Listener(make_monitor_app(topology, self.scheduler, self.watch, operator_token),
                                 topology.server.monitor_host, topology.server.monitor_port, "server.monitor")

@@ -128,12 +128,13 @@ class WorkerState:
 
 class Scheduler:
     def __init__(self, topology: Topology, spark: Any, report: Reporter = silent, keep: int = 20,
-                 leading: Callable[[], bool] = lambda: True):
+                 leading: Callable[[], bool] = lambda: True, elsewhere: Callable[[], str | None] = lambda: None):
         """``spark``: a function giving the shared SparkSession (``LazySpark.get``), or None (no Spark:
         every round in this process, as ``[spark] driver_round_changes`` allows). ``leading``: whether this
         process runs the agents now (``leader.py``: one ``serve`` of several does); a slot due meanwhile runs
-        when it does."""
+        when it does; ``elsewhere``: which process runs them meanwhile (``Leadership.elsewhere``)."""
         self.topology, self.report, self.keep, self.leading = topology, report, keep, leading
+        self.elsewhere = elsewhere
         self._spark = spark
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from starlette.applications import Starlette
@@ -112,7 +113,16 @@ def _status(e: SparksyncError) -> int:
     return 503 if e.transient else 500
 
 
-Handler = Callable[[Request, Device], Awaitable[Response]]
+@dataclass(frozen=True)
+class Handler:
+    """One route's work. ``work`` runs in a worker thread with the device whose token was checked (in the same
+    thread, for a route without turns: one thread hop per request), given what ``read`` took from the request in
+    the event loop (a JSON body's bytes, bounded) and the request. ``turns``: the route works only in its turn
+    (its token checked first, its body read once it has one)."""
+
+    work: Callable[[Device, Any, Request], Response]
+    read: Callable[[Request], Awaitable[Any]] | None = None
+    turns: Turns | None = None
 
 
 class Turns:
@@ -137,22 +147,26 @@ class Turns:
         self._slots.release()
 
 
-def _endpoint(door: Door, handler: Handler, turns: Turns | None = None):
-    """``handler`` behind the protocol's version check and the token; ``turns``: it works only in its turn."""
+def _endpoint(door: Door, handler: Handler):
+    """``handler`` behind the protocol's version check and the token."""
     async def endpoint(request: Request) -> Response:
         device: Device | None = None
+        seen: list[Device] = []              # the device, once its token was checked (in a worker thread)
         try:
             sent = request.headers.get(PROTOCOL_HEADER)
             if sent is not None and (not sent.isascii() or not sent.isdigit() or len(sent) > 6 or int(sent) < PROTOCOL):
                 return problem(426, "client too old", f"this server (sparksync {__version__}) speaks protocol "
                                f"{PROTOCOL}; the client speaks {sent[:10]!r}: upgrade sparksync on the device")
             token = listener.bearer(request.headers.get("authorization", ""))
-            device = await run_in_threadpool(door.authenticate, token)
-            if turns is None:
-                return await handler(request, device)
-            async with turns:
-                return await handler(request, device)
+            if handler.turns is None:
+                data = await handler.read(request) if handler.read is not None else None
+                return await run_in_threadpool(_authenticated, door, token, handler.work, data, request, seen)
+            seen.append(await run_in_threadpool(door.authenticate, token))
+            async with handler.turns:
+                data = await handler.read(request) if handler.read is not None else None
+                return await run_in_threadpool(handler.work, seen[0], data, request)
         except SparksyncError as e:
+            device = seen[0] if seen else None
             status = _status(e)
             if status == 401:
                 return problem(401, "unauthorized")
@@ -166,17 +180,26 @@ def _endpoint(door: Door, handler: Handler, turns: Turns | None = None):
                 response.headers["Retry-After"] = str(int(e.retry_after))
             return response
         except _TooLarge as e:
+            device = seen[0] if seen else None
             if device is not None:
                 await run_in_threadpool(door.failed, device, f"{request.method} {request.url.path}: 413 a body over "
                                         f"max_request_mb")
             return _too_large(e.limit)
         except Exception as e:  # noqa: BLE001 - never a traceback to a client
             log.exception("%s %s failed", request.method, request.url.path)
+            device = seen[0] if seen else None
             if device is not None:
                 await run_in_threadpool(door.failed, device, f"{request.method} {request.url.path}: the server failed "
                                         f"({type(e).__name__}); its log says why")
             return problem(500, "internal error", "the server failed; its log says why")
     return endpoint
+
+
+def _authenticated(door: Door, token: str | None, work: Callable[[Device, Any, Request], Response], data: Any,
+                   request: Request, seen: list[Device]) -> Response:
+    device = door.authenticate(token)
+    seen.append(device)
+    return work(device, data, request)
 
 
 def _int(value: str | None, name: str) -> int:
@@ -186,8 +209,7 @@ def _int(value: str | None, name: str) -> int:
 
 
 async def _json_body(request: Request) -> bytes:
-    """The request's JSON text: at most ``MAX_JSON`` bytes (413) and ``MAX_DEPTH`` levels deep (400), then read
-    by its model (``web/protocol.parse``)."""
+    """The request's JSON text: at most ``MAX_JSON`` bytes (413); ``_json`` reads it."""
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -195,10 +217,17 @@ async def _json_body(request: Request) -> bytes:
             raise RequestTooLarge(f"{request.url.path}: a JSON body of more than {MAX_JSON:,} bytes",
                                   obj=request.url.path)
         chunks.append(chunk)
-    text = b"".join(chunks)
+    return b"".join(chunks)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _json(model: type[M], text: bytes, request: Request) -> M:
+    """A JSON body (``_json_body``) at most ``MAX_DEPTH`` levels deep (400), read by its model (``web/protocol.parse``)."""
     if _depth(text) > MAX_DEPTH:
         raise ProtocolError(f"the body is nested more than {MAX_DEPTH} levels deep", obj=request.url.path)
-    return text
+    return parse(model, text, request.url.path)
 
 
 def _depth(text: bytes) -> int:
@@ -218,62 +247,58 @@ def make_app(door: Door, max_request_mb: float = 64, max_active_requests: int = 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok", "version": __version__, "protocol": PROTOCOL})
 
-    async def hello(request: Request, device: Device) -> Response:
-        return _reply(await run_in_threadpool(door.hello, device))
-
-    async def snapshot(request: Request, device: Device) -> Response:
-        _, manifest = await run_in_threadpool(door.snapshot, device)
-        return JSONResponse(manifest)
-
-    async def snapshot_file(request: Request, device: Device) -> Response:
-        path = await run_in_threadpool(door.snapshot_file, device, request.path_params["snapshot_id"],
-                                       request.path_params["path"])
+    def snapshot_file(device: Device, _: None, request: Request) -> Response:
+        path = door.snapshot_file(device, request.path_params["snapshot_id"], request.path_params["path"])
         return FileResponse(path, media_type="application/vnd.apache.parquet")
 
-    async def begin(request: Request, device: Device) -> Response:
-        return _reply(await run_in_threadpool(door.begin, device))
+    def recover(device: Device, text: bytes, request: Request) -> Response:
+        body = _json(RecoverRequest, text, request)
+        return _reply(door.recover(device, body.nickname, body.sentgen, body.recgen))
 
-    async def recover(request: Request, device: Device) -> Response:
-        body = parse(RecoverRequest, await _json_body(request), request.url.path)
-        return _reply(await run_in_threadpool(door.recover, device, body.nickname, body.sentgen, body.recgen))
+    def initialized(device: Device, text: bytes, request: Request) -> Response:
+        body = _json(InitializedRequest, text, request)
+        return _reply(door.initialized(device, body.snapshot_id, body.baseline, body.snapshot_generation))
 
-    async def initialized(request: Request, device: Device) -> Response:
-        body = parse(InitializedRequest, await _json_body(request), request.url.path)
-        return _reply(await run_in_threadpool(door.initialized, device, body.snapshot_id, body.baseline,
-                                              body.snapshot_generation))
-
-    async def upload(request: Request, device: Device) -> Response:
+    async def upload_body(request: Request) -> tuple[int, int, bytes]:
         lo, hi = _int(request.path_params["lo"], "lo"), _int(request.path_params["hi"], "hi")  # before the body
-        body = await request.body()
-        return _reply(await run_in_threadpool(door.upload, device, lo, hi, body))
+        return lo, hi, await request.body()
 
-    async def uploaded(request: Request, device: Device) -> Response:
+    def uploaded(device: Device, _: None, request: Request) -> Response:
         lo, hi = _int(request.path_params["lo"], "lo"), _int(request.path_params["hi"], "hi")
-        return _reply(await run_in_threadpool(door.uploaded, device, lo, hi))
+        return _reply(door.uploaded(device, lo, hi))
 
-    async def download(request: Request, device: Device) -> Response:
-        body = parse(DownloadRequest, await _json_body(request), request.url.path)
-        frames = await run_in_threadpool(door.download, device, body.after, body.batch, list(body.failed), body.keyset)
-        return StreamingResponse(iter(frames), media_type=MEDIA_ARROW,
-                                 headers={"Content-Length": str(sum(len(f) for f in frames))})
-
-    async def done(request: Request, device: Device) -> Response:
-        return _reply(await run_in_threadpool(door.done, device, parse(DoneRequest, await _json_body(request),
-                                                                        request.url.path)))
-
-    async def ack(request: Request, device: Device) -> Response:
-        body = parse(AckRequest, await _json_body(request), request.url.path)
-        return _reply(await run_in_threadpool(door.ack, device, body.hi))
+    def download(device: Device, text: bytes, request: Request) -> Response:
+        body = _json(DownloadRequest, text, request)
+        frames = door.download(device, body.after, body.batch, list(body.failed), body.keyset)
+        length = {"Content-Length": str(sum(len(f) for f in frames))}
+        if len(frames) == 1:
+            return Response(frames[0], media_type=MEDIA_ARROW, headers=length)
+        return StreamingResponse(_each(frames), media_type=MEDIA_ARROW, headers=length)
 
     turns = Turns(max_active_requests, queue_s)
-    handlers = {"hello": (hello, None), "snapshot": (snapshot, None), "snapshot_file": (snapshot_file, None),
-                "initialize": (begin, None), "initialized": (initialized, None), "recover": (recover, None),
-                "upload": (upload, turns), "uploaded": (uploaded, None), "download": (download, turns),
-                "ack": (ack, None), "done": (done, None)}
+    handlers = {
+        "hello": Handler(lambda device, _, r: _reply(door.hello(device))),
+        "snapshot": Handler(lambda device, _, r: JSONResponse(door.snapshot(device)[1])),
+        "snapshot_file": Handler(snapshot_file),
+        "initialize": Handler(lambda device, _, r: _reply(door.begin(device))),
+        "initialized": Handler(initialized, _json_body),
+        "recover": Handler(recover, _json_body),
+        "upload": Handler(lambda device, body, r: _reply(door.upload(device, *body)), upload_body, turns),
+        "uploaded": Handler(uploaded),
+        "download": Handler(download, _json_body, turns),
+        "ack": Handler(lambda device, text, r: _reply(door.ack(device, _json(AckRequest, text, r).hi)), _json_body),
+        "done": Handler(lambda device, text, r: _reply(door.done(device, _json(DoneRequest, text, r))), _json_body),
+    }
     routes = [Route(HEALTHZ.path, healthz, methods=[HEALTHZ.method])] + [
-        Route(_path(ROUTES[name]), _endpoint(door, handler, turn), methods=[ROUTES[name].method])
-        for name, (handler, turn) in handlers.items()]
+        Route(_path(ROUTES[name]), _endpoint(door, handler), methods=[ROUTES[name].method])
+        for name, handler in handlers.items()]
     return BodyLimit(Starlette(routes=routes), int(max_request_mb * 1024 * 1024))
+
+
+async def _each(frames: list[bytes]) -> AsyncIterator[bytes]:
+    """A download's frames, sent one after the other (from the event loop: no worker thread per frame)."""
+    for frame in frames:
+        yield frame
 
 
 def _path(route: ProtocolRoute) -> str:

@@ -37,7 +37,7 @@ from sparksync.errors import ProtocolError, SnapshotError, SparksyncError, Unaut
 from sparksync.merge.session.remote.downloads import DownloadPlan, plan_download, read_download
 from sparksync.merge.session.remote.feed import Feed
 from sparksync.merge.session.remote.frames import read_changes, write_changes
-from sparksync.merge.session.remote.publisher import PublisherHalf, ReceivedUpload
+from sparksync.merge.session.remote.publisher import Probe, PublisherHalf, ReceivedUpload
 from sparksync.merge.session.remote.recovery import recover_file, recoveries
 from sparksync.merge.session.remote.validated import FAILED, Validation, validate_device, validation_due
 from sparksync.metadata import store
@@ -63,6 +63,8 @@ from sparksync.web.protocol import (
 from sparksync.web.server.ledger import Ledger, session_row
 from sparksync.web.server.partitioned import device_snapshot
 
+QUIET_FOR = 1.0     # seconds a door's rounds may be skipped on an unchanged tracking mark (``Door.round``)
+
 
 @dataclass(frozen=True)
 class Device:
@@ -87,6 +89,7 @@ class Door:
         self.ledger = Ledger()
         self.half = PublisherHalf(topology, MAX_RETRIES)
         self._rounds: dict[str, float] = {}
+        self._quiet: dict[str, tuple[Probe, tuple, float]] = {}     # the last complete round's mark
         # the web subscriptions by name, and each publication's: looked up at every request (10,000 devices)
         self._devices = {s.name: s for s in topology.subscriptions if s.transport == "web"}
         self._web_of = {p.name: frozenset(n for n, s in self._devices.items() if s.publication == p.name)
@@ -259,38 +262,59 @@ class Door:
         last round (what is closed; the changes that round is reading reach the device at its next sync).
         Closing and evaluating are skipped (not waited for) while a merge agent holds the publication (it does
         the same work, and a device must not wait for its session): the feed then takes what the agent has
-        closed and evaluated."""
+        closed and evaluated.
+
+        A round with nothing to do is skipped: the publisher's tracking mark (``PublisherHalf.probe``, one
+        read) equal to the one taken when this door's last *complete* round began (it closed, evaluated and
+        extended the feed itself) says nothing was committed, closed or evaluated since; a complete round still
+        runs at least every ``QUIET_FOR`` seconds (what the mark does not read: a feed index changed by hand)."""
         arrived = time.monotonic()
         with self._round_lock:
             if self._rounds.get(publication.name, -1.0) > arrived:
                 return
             started = time.monotonic()
+            name = publication.name
+            with self.publisher() as pub:
+                last = self._quiet.pop(name, None)
+                if last is not None and started - last[2] < QUIET_FOR and last[0].read(pub) == last[1]:
+                    self._quiet[name] = last
+                    self._rounds[name] = started
+                    return
+                probe = self.half.probe(pub, name)
+                mark = probe.read(pub) if probe is not None else None
+            complete = False
             try:
-                with locks.hold(self.topology, "serve round", [publication.name], wait=0.0):
-                    self._round(publication)
+                with locks.hold(self.topology, "serve round", [name], wait=0.0):
+                    complete = self._round(publication)
             except locks.LockBusy:
                 pass                     # another door's round: the feed as this door last read it
-            self._rounds[publication.name] = started
+            if complete and probe is not None and mark is not None:
+                self._quiet[name] = (probe, mark, started)
+            self._rounds[name] = started
 
-    def _round(self, publication: PublicationConfig) -> None:
+    def _round(self, publication: PublicationConfig) -> bool:
+        """One round; True when it was complete (this door closed, evaluated and brought the feed up to date)."""
+        complete = True
         try:
             with locks.hold(self.topology, "merge", [publication.name], wait=0.0), self.publisher() as pub:
                 self.half.close_and_evaluate(pub, publication.name)
         except locks.LockBusy:
-            pass
+            complete = False
         if self.feed is None:
-            return
+            return complete
         web = self._web_of.get(publication.name, frozenset())
         try:
             with self.publisher() as pub:
                 self.feed.extend(pub, self.topology.publisher_url, self.topology.publisher.name,
                                  publication.name, web)
+            return complete
         except (SparksyncError, OSError) as e:
             # never a stall: the downloads are read for each device until a round writes a segment again
             self.feed.drop(publication.name)
             message = e.message if isinstance(e, SparksyncError) else f"{type(e).__name__}: {e}"
             self.report(f"feed {publication.name}: the round's segment was not written ({redact(message)}); "
                         "downloads are read for each device until the next round")
+            return False
 
     def download(self, device: Device, recgen: int, per_batch: int = 100,
                  failed: list[tuple[int, str]] | None = None, keyset: bool = False) -> list[bytes]:

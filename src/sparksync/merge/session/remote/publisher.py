@@ -36,6 +36,8 @@ from sparksync.merge.session.enumeration import min_watermark
 from sparksync.merge.session.remote.fates import failing, fates, positions
 from sparksync.merge.session.remote.frames import UploadArticle, check_upload
 from sparksync.merge.session.remote.trust import foreign_rows, log_refused, without
+from sparksync.merge.tracking.activity import Probe as Probe
+from sparksync.merge.tracking.activity import probe as tracking_probe
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import make_generation
 from sparksync.merge.tracking.pending import reading_closed
@@ -89,13 +91,12 @@ class PublisherHalf:
     @staticmethod
     def registration(pub: Replica, publication: str, subscription: str) -> tuple[PublicationRow, SubscriptionRow]:
         """(the publication's row, the subscription's registration) at the publisher."""
-        prow = store.select_one(pub, PublicationRow, {"name": publication})
-        reg = store.select_one(pub, SubscriptionRow, {"pubid": prow.pubid, "name": subscription,
-                                                       "role": Role.SUBSCRIBER}) if prow else None
-        if prow is None or reg is None:
+        found = store.select_joined(pub, PublicationRow, SubscriptionRow, "pubid", {"name": publication},
+                                    {"name": subscription, "role": Role.SUBSCRIBER})
+        if found is None:
             raise NotInitialized(f"subscription {subscription} is not registered at the publisher; the operator runs "
                                  "'sparksync setup'", obj=subscription)
-        return prow, reg
+        return found
 
     def schema_changes(self, pub: Replica, pubid: str) -> list[dict]:
         """The publication's schema changes, in order, as JSON values (the subscriber replays those it lacks)."""
@@ -204,6 +205,12 @@ class PublisherHalf:
                 if ev.realignment_generation is None:
                     break
                 make_generation(pub, 1)
+
+    @staticmethod
+    def probe(pub: Replica, publication: str) -> Probe | None:
+        """What reads the publisher's tracking mark for ``publication`` (``merge/tracking/activity.py``): two equal
+        marks, one after the other, say a round in between would have had nothing to do."""
+        return tracking_probe(pub, publication)
 
     def download_start(self, pub: Replica, publication: str, subscription: str, recgen: int) -> DownloadStart:
         """Where subscription ``subscription``'s download starts, its own watermark being ``recgen``; ``pub``
