@@ -27,7 +27,7 @@ from sparksync.service.leader import Leadership
 from sparksync.service.scheduler import Scheduler
 from sparksync.spark.lazy import JvmEnded, LazySpark
 from sparksync.web.listener import Listener
-from sparksync.web.server.serve import device_endpoint
+from sparksync.web.server.serve import Endpoint, device_endpoint
 
 OPERATOR_TOKEN_ENV = "SPARKSYNC_OPERATOR_TOKEN"
 
@@ -46,15 +46,14 @@ class Service:
         self.watch = Watch(topology, self.scheduler, report, leading=self.leadership.leading)
         self.monitor = Listener(make_monitor_app(topology, self.scheduler, self.watch, operator_token),
                                 topology.server.monitor_host, topology.server.monitor_port, "server.monitor")
-        self.device: Listener | None = None
-        self.feed: Any = None
+        self.endpoint: Endpoint | None = None
 
     def start(self) -> None:
         topo = self.topology
         self.monitor.start("sparksync monitor")
         if any(s.transport == "web" for s in topo.subscriptions):
-            self.device, self.feed = device_endpoint(topo, self.report, self.spark.ready)
-            self.device.start("sparksync devices")
+            self.endpoint = device_endpoint(topo, self.report, self.spark.ready)
+            self.endpoint.start("sparksync devices")
         self.leadership.start()
         self.scheduler.start()
         self.watch.start()
@@ -65,18 +64,21 @@ class Service:
 
     def stop(self, grace: float | None = None) -> list[str]:
         """Stop everything; the workers cut off because their run outlived ``grace`` (their names)."""
-        for listener in (self.monitor, self.device):
+        device = self.endpoint.listener if self.endpoint is not None else None
+        for listener in (self.monitor, device):
             if listener is not None:
                 listener.server.should_exit = True          # no new request from now on
+        if self.endpoint is not None:
+            self.endpoint.ahead.stop()       # no round starts any more (the one in flight ends)
         left = self.scheduler.stop(self.topology.server.stop_grace_s if grace is None else grace)
         self.watch.stop()
         if not left:
             self.leadership.stop()           # given up once no run of ours is in flight
-        for listener in (self.monitor, self.device):
+        for listener in (self.monitor, device):
             if listener is not None:
                 listener.stop(5.0)
-        if self.feed is not None:
-            self.feed.stop()
+        if self.endpoint is not None:
+            self.endpoint.feed.stop()
         if not left:
             try:
                 self.spark.stop()

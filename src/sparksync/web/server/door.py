@@ -98,6 +98,10 @@ class Door:
         self._snapshot_lock = threading.Lock()
         self._local = threading.local()
 
+    def served_publications(self) -> list[PublicationConfig]:
+        """The merge publications this door serves devices of (their rounds run ahead: ``ahead.py``)."""
+        return [p for p in self.topology.publications_of_kind("merge") if self._web_of.get(p.name)]
+
     @contextlib.contextmanager
     def publisher(self) -> Iterator[Replica]:
         """A connection to the publisher, kept by this worker thread for its next request (a connection per

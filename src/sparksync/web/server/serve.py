@@ -2,13 +2,15 @@
 ``service/process.py``), TLS or a loopback address only, with the rounds' Spark work (the partition feed,
 ``merge/session/remote/feed.py``): the SparkSession starts, in the background, with the first round that moves
 more than ``[spark] driver_round_changes`` changes; that round, and every round until Spark is up, runs in this
-process (a device never waits for a JVM)."""
+process (a device never waits for a JVM). The rounds run ahead of the devices, in a thread of their own
+(``ahead.py``)."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from sparksync.config import Topology
@@ -18,6 +20,7 @@ from sparksync.progress import Reporter, silent
 from sparksync.spark.lazy import LazySpark
 from sparksync.web.addresses import is_loopback
 from sparksync.web.listener import Listener
+from sparksync.web.server.ahead import RoundsAhead
 from sparksync.web.server.app import make_app
 from sparksync.web.server.door import Door
 
@@ -31,9 +34,28 @@ def check_listen(topology: Topology) -> None:
             obj="server.listen")
 
 
-def device_endpoint(topology: Topology, report: Reporter, spark: Callable[[], Any] | None) -> tuple[Listener, Feed]:
-    """The device endpoint's listener (not started) and its partition feed (started). ``spark``: the session if
-    it is up, else None at once (``LazySpark.ready``)."""
+@dataclass
+class Endpoint:
+    """The device endpoint: its listener, its partition feed and its rounds ahead of the devices (``ahead.py``)."""
+
+    listener: Listener
+    feed: Feed
+    ahead: RoundsAhead
+
+    def start(self, name: str) -> None:
+        self.listener.start(name)
+        self.ahead.start()
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        self.listener.server.should_exit = True
+        self.ahead.stop()
+        self.listener.stop(timeout)
+        self.feed.stop()
+
+
+def device_endpoint(topology: Topology, report: Reporter, spark: Callable[[], Any] | None) -> Endpoint:
+    """The device endpoint (not started; its partition feed started). ``spark``: the session if it is up, else
+    None at once (``LazySpark.ready``)."""
     check_listen(topology)
     server = topology.server
     feed = Feed(topology.feed_root, spark, topology.spark.driver_round_changes, report)
@@ -44,9 +66,10 @@ def device_endpoint(topology: Topology, report: Reporter, spark: Callable[[], An
     report(f"serve: device endpoint on {url_of(topology)} for {len(web)} web subscription(s)")
     logging.getLogger("sparksync.serve").addHandler(_ReportHandler(report))
     app = make_app(door, server.max_request_mb, server.max_active_requests, server.request_queue_s)
-    return Listener(app, server.host, server.port, "server.listen",
-                    topology.resolve_path(server.tls_cert) if server.tls_cert else None,
-                    topology.resolve_path(server.tls_key) if server.tls_key else None), feed
+    listener = Listener(app, server.host, server.port, "server.listen",
+                        topology.resolve_path(server.tls_cert) if server.tls_cert else None,
+                        topology.resolve_path(server.tls_key) if server.tls_key else None)
+    return Endpoint(listener, feed, RoundsAhead(door, report))
 
 
 def url_of(topology: Topology) -> str:
@@ -58,13 +81,12 @@ def url_of(topology: Topology) -> str:
 def serving(topology: Topology, report: Reporter = silent, spark: Callable[[], Any] | None = None) -> Iterator[str]:
     """The device endpoint in a thread of this process while inside (the demo); yields its URL."""
     lazy = LazySpark(spark)
-    endpoint, feed = device_endpoint(topology, report, lazy.ready if spark is not None else None)
+    endpoint = device_endpoint(topology, report, lazy.ready if spark is not None else None)
     try:
         endpoint.start("sparksync-serve")
         yield url_of(topology)
     finally:
         endpoint.stop(None)
-        feed.stop()
         lazy.stop()
 
 
