@@ -25,6 +25,9 @@ class ServerConfig(_Model):
                                    "turn before a 429")
     feed_dir: str = Field(default="feed", description="where serve writes the partition feed's segments (relative "
                           "to the config file; shared storage when Spark runs on a cluster)")
+    round_ahead_s: float = Field(default=0.5, ge=0, le=3600, description="serve looks this often for changes to "
+                                 "close, evaluate and write to the partition feed before devices ask (one read when "
+                                 "nothing changed; 0: only when a device asks)")
     monitor: str = Field(default="127.0.0.1:8470", description="HOST:PORT of the operator's monitor (the page, "
                          "/api, /metrics, /healthz); anything but loopback needs SPARKSYNC_OPERATOR_TOKEN")
     stop_grace_s: float = Field(default=30, ge=0, le=3600, description="after SIGTERM, seconds serve waits for the "

@@ -175,6 +175,41 @@ def test_each_download_batch_is_notified_once_after_it_commits_and_a_crash_deliv
     assert len(world.seen) == 1, "a batch was notified twice"
 
 
+def test_notices_stay_exact_when_the_set_based_apply_falls_back_to_one_row_at_a_time(world, monkeypatch):
+    """A download's plain changes are told from the apply's own classification. The device's own unique index on the
+    name makes the set-based apply fail when a product takes the name another one gives up in the same batch (in one
+    of the two directions, whatever order the database updates rows in): the batch goes one row at a time and
+    retries, and the notices still say exactly which rows changed, once each."""
+    from sparksync.merge.apply import batch
+
+    one_at_a_time: list[str] = []
+    real = batch._BatchApplier.one_row
+
+    def one_row(self, w, st):
+        one_at_a_time.append(w.inc.rowguid)
+        return real(self, w, st)
+
+    monkeypatch.setattr(batch._BatchApplier, "one_row", one_row)
+    world.local('CREATE UNIQUE INDEX "product_name_here" ON "Product" ("name")')
+    try:
+        for n, (taker, giver) in enumerate(((1, 2), (2, 1))):
+            world.seen.clear()
+            with connect(world.pub) as r, r.transaction():
+                name = r.query_one(f'SELECT "name" FROM "Product" WHERE "id" = {giver}')[0]
+                r.execute(f'UPDATE "Product" SET "name" = \'given up {n}\' WHERE "id" = {giver}')
+                r.execute(f'UPDATE "Product" SET "name" = {r.p} WHERE "id" = {taker}', [name])
+                r.execute('UPDATE "Product" SET "qty" = "qty" + 1 WHERE "id" = 6')
+            summary = world.device(world.url).sync()
+            assert summary.ok, summary.to_dict()
+            got = sorted((c.operation, c.key["id"]) for b in world.seen for c in b.changes)
+            assert got == [("updated", 1), ("updated", 2), ("updated", 6)], got
+            with sqlite3.connect(world.file) as db:
+                assert db.execute(f'SELECT "name" FROM "Product" WHERE "id" = {taker}').fetchone() == (name,)
+    finally:
+        world.local('DROP INDEX IF EXISTS "product_name_here"')
+    assert one_at_a_time, "the set-based apply never fell back: the test did not test it"
+
+
 def test_answered_changes_older_than_the_publications_retention_leave_the_outbox_at_a_sync(world):
     world.local("UPDATE Product SET name = 'kept a while' WHERE id = 10")
     assert world.device(world.url).sync().ok

@@ -171,7 +171,10 @@ def test_both_doors_serve_devices_and_one_runs_the_agents(doors):
     assert all(n > 0 for n in doors.proxy.served.values()), f"a door was given no connection: {doors.proxy.served}"
     assert AGENTS_ELSEWHERE not in doors.a.log.read_text()
     assert AGENTS_ELSEWHERE in doors.b.log.read_text()
+    rounds = len(ROUND.findall(doors.logs()))
     _write(doors, "hq", random.Random(1))
+    # serve's rounds run ahead of the devices: HQ's change reaches the feed before any device asks
+    wait_until(lambda: len(ROUND.findall(doors.logs())) > rounds, "a round run ahead of the devices")
     wait_until(lambda: drop_rows(f"sqlite:///{doors.folder / 'depot.db'}") ==
                {k: v for k, v in doors.expected.items() if v[0] == "east"}, "the change at Depot")
     assert "Depot" not in doors.b.log.read_text(), "door B ran an agent"

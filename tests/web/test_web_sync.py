@@ -60,7 +60,9 @@ def world(spark, tmp_path_factory, pg_admin_url):
         _publisher(pub)
         data = {
             "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap")},
-            "server": {"max_request_mb": 1},
+            # round_ahead_s 0: the checks' in-process doors share the publisher with this serve (rounds ahead would
+            # race theirs); tests/web/test_two_doors.py runs serve's rounds ahead
+            "server": {"max_request_mb": 1, "round_ahead_s": 0},
             "publications": [{"name": "Shop", "articles": [
                 {"table": "Item"}, {"table": "Store", "filter": "region = HOST_NAME()"},
                 {"table": "Sale", "join_filters": [{"parent": "Store", "clause": "Sale.store_id = Store.id",

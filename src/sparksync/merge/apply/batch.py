@@ -64,12 +64,14 @@ from sparksync.rows import RowCodec, summarize_value
 
 def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
                 changes: dict[int, ArticleChanges], articles: dict[int, ArticleAt],
-                record: Callable[[Replica, BatchOutcome], None] | None = None) -> BatchOutcome:
+                record: Callable[[Replica, BatchOutcome], None] | None = None,
+                planned: Callable[[Replica, list[StagedWork]], None] | None = None) -> BatchOutcome:
     """Apply one batch (the module doc); ``record``: what the caller writes in the same transaction, just
-    before the watermark (the web door's stored reply to an upload)."""
+    before the watermark (the web door's stored reply to an upload); ``planned``: what the caller reads once
+    the batch is staged and classified, before anything is written (a device's notices, ``notices.py``)."""
     t0 = time.perf_counter()
     outcome = BatchOutcome("applied")
-    _BatchApplier(replica, ctx, dest, batch, changes, articles, outcome, record).run()
+    _BatchApplier(replica, ctx, dest, batch, changes, articles, outcome, record, planned).run()
     outcome.seconds = time.perf_counter() - t0
     if outcome.status == "applied":
         _send_progress(ctx, dest, batch, outcome)
@@ -106,9 +108,10 @@ class _BatchApplier:
 
     def __init__(self, replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
                  changes: dict[int, ArticleChanges], articles: dict[int, ArticleAt], outcome: BatchOutcome,
-                 record: Callable[[Replica, BatchOutcome], None] | None = None):
+                 record: Callable[[Replica, BatchOutcome], None] | None = None,
+                 planned: Callable[[Replica, list[StagedWork]], None] | None = None):
         self.replica, self.ctx, self.dest, self.batch = replica, ctx, dest, batch
-        self.record = record
+        self.record, self.planned = record, planned
         self.changes, self.articles, self.outcome = changes, articles, outcome
         self.gens: dict[str, int | None] = {"received": None, "resolved": None}
         self.counts = {"received": 0, "resolved": 0}
@@ -129,6 +132,8 @@ class _BatchApplier:
             with agent_writes(replica):
                 refusing = dest.is_publisher and batch.partition_id and self.ctx.refused_out_of_partition
                 work, self.codecs = plan_batch(replica, self.ctx, dest, batch, self.changes, self.articles, outcome)
+                if self.planned is not None:
+                    self.planned(replica, [w for w in work if isinstance(w, StagedWork)])
                 # read after the rows are locked and their logged changes flushed, before anything is written
                 before = self.before_images() if refusing else {}
                 failed_nicks = {f.tablenick for f in store.select(
@@ -320,6 +325,7 @@ class _BatchApplier:
                 self.one_row(DecidedChange(w.key, w.art, w.op, inc, decision, present), st)
             return
         replica.execute("RELEASE SAVEPOINT sparksync_bulk")
+        self.outcome.bulk.add((int(w.art.nickname), w.op))
         if w.op == "delete":
             st.deletes += staged.deletes
         else:

@@ -62,6 +62,7 @@ class BatchOutcome:
     conflicts: list[BatchConflict] = field(default_factory=list)
     message: str = ""
     seconds: float = 0.0
+    bulk: set[tuple[int, str]] = field(default_factory=set)   # (article nickname, op) applied set-based, whole
 
     @contextlib.contextmanager
     def timing(self, nick: int) -> Iterator[ArticleStats]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sparksync.config import PublicationConfig
 from sparksync.dialects.replica import Replica
 from sparksync.merge.apply.batch import apply_batch
-from sparksync.merge.apply.classify import ArticleAt
+from sparksync.merge.apply.classify import ArticleAt, StagedWork
 from sparksync.merge.apply.decide import ArticleRules
 from sparksync.merge.apply.outcome import BatchOutcome
 from sparksync.merge.partitions.evaluation import evaluated_at_sync
@@ -82,11 +82,12 @@ class Half:
     articles: dict[int, ArticleAt]
 
     def apply(self, batch: BatchInfo, rows, record: Callable[[Replica, BatchOutcome], None] | None = None,
-              ) -> BatchOutcome:
+              planned: Callable[[Replica, list[StagedWork]], None] | None = None) -> BatchOutcome:
         """Apply ``rows`` (change rows of ``batch``, an Arrow table) here; ``record``: what the caller writes in
-        the batch's transaction, just before the watermark."""
+        the batch's transaction, just before the watermark; ``planned``: what it reads once the batch is staged and
+        classified, before anything is written."""
         changes = by_article(rows) if rows is not None and rows.num_rows else {}
-        return apply_batch(self.replica, self.ctx, self.dest, batch, changes, self.articles, record)
+        return apply_batch(self.replica, self.ctx, self.dest, batch, changes, self.articles, record, planned)
 
 
 def publisher_half(pub: Replica, publisher: str, publisher_url: str, publication: PublicationConfig, base_dir: str,

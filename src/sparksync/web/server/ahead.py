@@ -1,6 +1,7 @@
 """Rounds ahead of the devices: ``serve`` runs its door's rounds (``door.Door.round``) on its own, every
-``AHEAD_EVERY`` seconds, so that what HQ, an agent or a device committed is closed, evaluated and written to the
-partition feed before the devices ask for it: a device's download then only sends the feed's files.
+``[server] round_ahead_s`` seconds (default ``AHEAD_EVERY``; 0: never), so that what HQ, an agent or a device
+committed is closed, evaluated and written to the partition feed before the devices ask for it: a device's download
+then only sends the feed's files.
 
 A round with nothing to do costs one read (the publisher's tracking mark); a round that finds changes runs in this
 thread, and a device's request that arrives meanwhile waits for it only for what it has left to do (a download still
@@ -29,7 +30,7 @@ class RoundsAhead:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        if not self.door.served_publications():
+        if not self.every or not self.door.served_publications():
             return
         self._thread = threading.Thread(target=self._loop, name="sparksync rounds ahead", daemon=True)
         self._thread.start()

@@ -69,7 +69,7 @@ def device_endpoint(topology: Topology, report: Reporter, spark: Callable[[], An
     listener = Listener(app, server.host, server.port, "server.listen",
                         topology.resolve_path(server.tls_cert) if server.tls_cert else None,
                         topology.resolve_path(server.tls_key) if server.tls_key else None)
-    return Endpoint(listener, feed, RoundsAhead(door, report))
+    return Endpoint(listener, feed, RoundsAhead(door, report, server.round_ahead_s))
 
 
 def url_of(topology: Topology) -> str:

@@ -1,17 +1,23 @@
 """What a download changed at a web device, for the application's callbacks (a screen refreshes from it, never by
 polling its tables).
 
-Each download batch's rows are read before it applies and again inside its transaction, after its writes
-(``before`` then ``after``): a row that appeared was *inserted*, one that went was *deleted* (a delete at the
-publisher, or a row that left the device's partition), one whose version changed was *updated*. What the batch
-changed is written in its transaction (``MSdevice_notices``, when the application listens) and given to the
-callbacks once it has committed (``deliver``), then removed: a crash between the commit and the callbacks
-delivers it at the next sync (at least once, never lost).
+A batch's rows as they were before it applied and as they are after its writes, inside its transaction, say what
+it changed: a row that appeared was *inserted*, one that went was *deleted* (a delete at the publisher, or a row
+that left the device's partition), one whose version changed was *updated*. Most rows of a big download are plain
+changes the apply stages, classifies and applies set-based (``merge/apply/staging.py``): their state before is what
+the classification looked up (in the row's table and its tracking metadata), and their fate is its verdict, so they
+are read once, from the staging table, when the batch is planned (``Watch.planned``). The others (rows decided one
+at a time, rows that left the partition, a row twice in a batch, a set-based apply that fell back to rows one at a
+time) are read before the writes and again after them. What the batch changed is written in its transaction
+(``MSdevice_notices``, when the application listens) and given to the callbacks once it has committed
+(``deliver``), then removed: a crash between the commit and the callbacks delivers it at the next sync (at least
+once, never lost).
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -114,21 +120,98 @@ def changed(before: Rows, after: Rows, names: dict[int, str]) -> list[RowChange]
     return out
 
 
+@dataclass
+class Staged:
+    """An article's rows of the batch staged by the apply, by rowguid: (op, whether it was here, its version here
+    before, the classification's verdict, its primary key values as staged), and the primary key values here before
+    of the deletes of rows that were here (``staged_rows``)."""
+
+    codec: RowCodec
+    names: list[str]
+    rows: dict[str, tuple[str, bool, str, str, tuple]]
+    deleted_keys: dict[str, tuple]
+
+    def key(self, values: tuple) -> dict[str, Any]:
+        return {name: self.codec.json_value(i, v) for i, (name, v) in enumerate(zip(self.names, values))}
+
+
 class Watch:
-    """One download batch watched: its rows read before it applies; ``record`` (the apply's hook, in the batch's
-    transaction after its writes) reads them again, keeps what changed in ``found`` and, ``keep``: writes it."""
+    """One download batch watched: ``planned`` (the apply's hook once the batch is staged and classified, before
+    anything is written) reads the staged rows' state and verdicts and the other rows' state; ``record`` (its hook in
+    the batch's transaction after its writes) reads the rows whose fate the verdicts do not tell, keeps what changed
+    in ``found`` and, ``keep``: writes it."""
 
     def __init__(self, device: Replica, articles: dict[int, TrackedArticle], names: dict[int, str], rows: Any,
                  session_id: str, seq: int, keep: bool):
         self.articles, self.names, self.session_id, self.seq, self.keep = articles, names, session_id, seq, keep
         self.guids = batch_guids(rows)
-        self.before = read(device, articles, self.guids)
+        self.staged: dict[int, Staged] = {}
+        self.before = Rows({})
         self.found: list[RowChange] = []
 
-    def record(self, replica: Replica, _outcome: Any) -> None:
-        self.found = changed(self.before, read(replica, self.articles, self.guids), self.names)
+    def planned(self, replica: Replica, work: list) -> None:
+        """``work``: the batch's set-based steps (``merge.apply.classify.StagedWork``)."""
+        for w in work:
+            nick = int(w.art.nickname)
+            if nick in self.staged or nick not in self.articles:
+                continue
+            staged = staged_rows(replica, self.articles[nick], w.staging)
+            repeated = [g for g, k in Counter(self.guids.get(nick, [])).items() if k > 1]
+            for g in repeated:                  # a row twice in the batch: read before and after
+                staged.rows.pop(g, None)
+            self.staged[nick] = staged
+        rest = {nick: [g for g in guids if g not in self.staged[nick].rows] if nick in self.staged else guids
+                for nick, guids in self.guids.items()}
+        self.before = read(replica, self.articles, {n: g for n, g in rest.items() if g})
+
+    def record(self, replica: Replica, outcome: Any) -> None:
+        bulk: set[tuple[int, str]] = getattr(outcome, "bulk", set())
+        told: list[tuple[int, str, RowChange]] = []
+        again: dict[int, list[str]] = {}
+        for nick, staged in self.staged.items():
+            name = self.names.get(nick, str(nick))
+            upserted, deleted = (nick, "upsert") in bulk, (nick, "delete") in bulk
+            for g, (op, present, version, verdict, values) in staged.rows.items():
+                if verdict == "skip":
+                    continue
+                if verdict == "apply" and (deleted if op == "delete" else upserted):
+                    if op != "delete":
+                        told.append((nick, g, RowChange(name, "updated" if present else "inserted", g,
+                                                        staged.key(values))))
+                    elif g in staged.deleted_keys:
+                        told.append((nick, g, RowChange(name, "deleted", g, staged.key(staged.deleted_keys[g]))))
+                    continue
+                again.setdefault(nick, []).append(g)       # decided one at a time, or the bulk apply fell back
+                if present:           # (an upsert's notice carries its key after; a delete's, the one before)
+                    before = staged.deleted_keys.get(g) or values
+                    self.before.seen.setdefault(nick, {})[g] = (staged.key(before), version)
+        wanted = {nick: [g for g in guids if nick not in self.staged or g not in self.staged[nick].rows]
+                  + again.get(nick, []) for nick, guids in self.guids.items()}
+        after = read(replica, self.articles, {n: g for n, g in wanted.items() if g})
+        order = {name: nick for nick, name in self.names.items()}
+        rest = [(order.get(c.article, 0), c.rowguid, c) for c in changed(self.before, after, self.names)]
+        self.found = [c for _, _, c in sorted(told + rest, key=lambda t: (t[0], t[1]))]
         if self.keep:
             write(replica, self.session_id, self.seq, self.found)
+
+
+def staged_rows(device: Replica, art: TrackedArticle, staging: Any) -> Staged:
+    """Article ``art``'s rows in ``staging`` (``merge.apply.staging.Staging``) after its classification: one read
+    of its staging table, and one joined to the rows here of its deletes (their keys before the batch)."""
+    d = device.dialect
+    pk = list(art.info.primary_key)
+    cols = [c for c in art.info.columns if c.name in pk]
+    staged_cols = {c.name: f"c{i}" for i, c in enumerate(staging.columns(art))}
+    codec = RowCodec([(c.name, c.type) for c in cols])
+    rg = d.quote(art.rowguid_column)
+    table = staging.rows_table(art.nickname)
+    n = len(cols)
+    rows = {str(r[0]).lower(): (r[1], bool(r[2]), str(r[3]), r[4], r[5:]) for r in device.query(
+        "SELECT rowguid, op, present, clin, verdict, " + ", ".join(staged_cols[c.name] for c in cols) + f" FROM {table}")}
+    deleted = {str(r[0]).lower(): r[1:1 + n] for r in device.query(
+        "SELECT s.rowguid, " + ", ".join(f"t.{d.quote(c.name)}" for c in cols)
+        + f" FROM {table} s JOIN {d.table_sql(art.table)} t ON t.{rg} = s.rowguid WHERE s.op = 'delete'")}
+    return Staged(codec, [c.name for c in cols], rows, deleted)
 
 
 def listening(device: Replica) -> bool:

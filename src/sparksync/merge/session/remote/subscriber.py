@@ -361,7 +361,7 @@ def apply_download(device: Replica, url: str, publisher: RemotePublisher, frames
     for b in batches:
         rows = table.filter(pc.equal(seqs, b.seq)) if seqs is not None else table
         watch = notices.Watch(device, tracked, names, rows, session_id, b.seq, keep)
-        outcome = half.apply(b, rows, watch.record)
+        outcome = half.apply(b, rows, watch.record, watch.planned)
         found = watch.found
         session.changed += [[c.article, c.operation, c.rowguid, c.key] for c in found]
         failpoints.hit("device.after_download_batch", name)
