@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparksync import failpoints
+from sparksync.allocation import fewer_collections
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ConfigurationError, Diverged, SparksyncError
@@ -299,7 +300,8 @@ def _download(client: ServerClient, device: Replica, options: DeviceOptions, pub
     frames = read_frames(client.changes(DOWNLOAD.path, json=DownloadRequest(
         after=after, batch=options.generations_per_batch, failed=failed, keyset=True).model_dump(mode="json")),
         "download")
-    done = apply_download(device, options.database, publisher, frames, summary.session_id, session, report,
-                          options.on_change)
+    with fewer_collections():           # tens of thousands of rows' short-lived objects (allocation.py)
+        done = apply_download(device, options.database, publisher, frames, summary.session_id, session, report,
+                              options.on_change)
     if done is not None:
         client.send(ACK, AckReply, AckRequest(hi=done))
