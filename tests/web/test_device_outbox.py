@@ -189,6 +189,7 @@ def test_notices_stay_exact_when_the_set_based_apply_falls_back_to_one_row_at_a_
         one_at_a_time.append(w.inc.rowguid)
         return real(self, w, st)
 
+    assert world.device(world.url).sync().ok        # what earlier checks left to download arrives first
     monkeypatch.setattr(batch._BatchApplier, "one_row", one_row)
     world.local('CREATE UNIQUE INDEX "product_name_here" ON "Product" ("name")')
     try:
@@ -205,7 +206,8 @@ def test_notices_stay_exact_when_the_set_based_apply_falls_back_to_one_row_at_a_
             summary = world.device(world.url).sync()
             assert summary.ok, summary.to_dict()
             got = sorted((c.operation, c.key["id"]) for b in world.seen for c in b.changes)
-            assert got == sorted([("updated", first), ("updated", second), ("updated", third)]), got
+            assert got == sorted([("updated", first), ("updated", second), ("updated", third)]), \
+                (got, summary.to_dict())
             with sqlite3.connect(world.file) as db:
                 assert db.execute(f'SELECT "name" FROM "Product" WHERE "id" = {taker}').fetchone() == (name,)
     finally:
