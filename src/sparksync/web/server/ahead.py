@@ -54,7 +54,7 @@ class RoundsAhead:
                     why = e.message if isinstance(e, SparksyncError) else f"{type(e).__name__}: {e}"
                     now = f"serve: a round ahead of the devices failed ({redact(why)}); trying again every " \
                           f"{self.every:g}s (devices' downloads run their own)"
-                if now != said and now is not None:
+                if now is not None and now != said:
                     self.report(now)
                 said = now
             self._stop.wait(self.every)

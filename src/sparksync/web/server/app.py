@@ -150,7 +150,6 @@ class Turns:
 def _endpoint(door: Door, handler: Handler):
     """``handler`` behind the protocol's version check and the token."""
     async def endpoint(request: Request) -> Response:
-        device: Device | None = None
         seen: list[Device] = []              # the device, once its token was checked (in a worker thread)
         try:
             sent = request.headers.get(PROTOCOL_HEADER)
