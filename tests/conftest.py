@@ -26,6 +26,10 @@ if _ROOT not in sys.path:
 
 from tests.support.databases import PG_ADMIN_URL, databases, pg_problem  # noqa: E402
 from tests.support.failpoints import Failpoints  # noqa: E402
+from tests.support.object_store import CREDENTIALS  # noqa: E402
+
+# the test object store's credentials, before Spark starts (tests/support/object_store.py)
+os.environ.update(CREDENTIALS)
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 DB_KINDS = ["sqlite", "postgresql"]

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sparksync import storage
 from sparksync.errors import ConfigurationError, InvalidNameError
 from sparksync.names import TableName, check_identifier
 from sparksync.redaction import register_url
@@ -82,12 +83,14 @@ class SparkConfig(_Model):
                                  "to the commands run beside it)")
 
     def application_conf(self, serving: bool = False) -> dict[str, str]:
-        """The Spark settings of one application: ``conf``; for ``serve`` on a cluster, capped at ``serve_cores_max``
-        cores unless ``conf`` says otherwise."""
+        """The Spark settings of one application: ``conf`` (``${VAR}``s expanded: a secret the executors need, such
+        as ``spark.executorEnv.AWS_SECRET_ACCESS_KEY``, stays out of the file); for ``serve`` on a cluster, capped at
+        ``serve_cores_max`` cores unless ``conf`` says otherwise."""
+        conf = {k: _expand(v, f"spark.conf.{k}") for k, v in self.conf.items()}
         local = self.master == "local" or self.master.startswith("local[")
-        if serving and not local and "spark.cores.max" not in self.conf:
-            return {**self.conf, "spark.cores.max": str(self.serve_cores_max)}
-        return dict(self.conf)
+        if serving and not local and "spark.cores.max" not in conf:
+            return {**conf, "spark.cores.max": str(self.serve_cores_max)}
+        return conf
 
 
 class DistributorConfig(_Model):
@@ -452,8 +455,10 @@ class Topology(_Model):
         return str(p if p.is_absolute() else (self.base_dir / p).resolve())
 
     @property
-    def snapshot_root(self) -> Path:
-        return (self.base_dir / _expand(self.publisher.snapshot_dir, "publisher.snapshot_dir")).resolve()
+    def snapshots(self) -> storage.Folder:
+        """``[publisher] snapshot_dir``: a path (relative to the config file's folder) or a URL (``storage.Folder``)."""
+        raw = _expand(self.publisher.snapshot_dir, "publisher.snapshot_dir")
+        return storage.Folder(raw if "://" in raw else self.resolve_path(self.publisher.snapshot_dir))
 
     @property
     def feed_root(self) -> str:

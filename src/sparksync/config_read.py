@@ -49,7 +49,7 @@ def _reference_problems(data: dict[str, Any], base_dir: Path) -> list[str]:
             except ValueError as e:
                 problems.append(f"{where}: {e}")
 
-    # every key whose ${VAR}s are expanded (Topology.resolve_url, resolve_path, snapshot_root), checked here so
+    # every key whose ${VAR}s are expanded (Topology.resolve_url, resolve_path, snapshots), checked here so
     # that every command refuses a configuration with an unset variable before it does anything, naming the
     # key and the variable, whether or not it uses that key (the subscriptions' databases: below)
     env_ok(publisher.get("database"), "publisher.database")
@@ -57,6 +57,8 @@ def _reference_problems(data: dict[str, Any], base_dir: Path) -> list[str]:
     env_ok(dict_at(data, "distributor").get("database"), "distributor.database")
     for key in ("tls_cert", "tls_key", "feed_dir"):
         env_ok(dict_at(data, "server").get(key), f"server.{key}")
+    for key, value in dict_at(dict_at(data, "spark"), "conf").items():
+        env_ok(value, f"spark.conf.{key}")
     pub_names: set[str] = set()
     for i, p in enumerate(pubs):
         name = p.get("name") if isinstance(p, dict) else None

@@ -77,18 +77,14 @@ def _check_subscribers_reachable(topology: Topology) -> None:
 
 
 def check_snapshot_dir(topology: Topology) -> None:
-    """Snapshots will be written under ``publisher.snapshot_dir``: it must be a folder this process
-    can write, found out before anything is published (not after Spark started)."""
-    import tempfile
-
-    root = topology.snapshot_root
+    """Snapshots will be written under ``publisher.snapshot_dir`` (a path or a URL): it must be a folder this
+    process can write, found out before anything is published (not after Spark started)."""
+    root = topology.snapshots
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=root, prefix=".sparksync-write-test-"):
-            pass
+        root.check_writable()
     except OSError as e:
-        raise ConfigurationError(f"publisher.snapshot_dir: cannot write snapshots to {root} ({e.strerror or e}); "
-                                 "nothing was changed", obj=str(root)) from None
+        raise ConfigurationError(f"publisher.snapshot_dir: cannot write snapshots to {root.describe()} "
+                                 f"({e.strerror or e}); nothing was changed", obj=root.describe()) from None
 
 
 def _check_initialized_subscribers(pub, topology: Topology) -> None:
@@ -101,7 +97,7 @@ def _check_initialized_subscribers(pub, topology: Topology) -> None:
         if prow is None:
             continue
         try:
-            _, manifest = current_snapshot(topology.snapshot_root, p.name)
+            _, manifest = current_snapshot(topology.snapshots, p.name)
         except SparksyncError:
             continue
         active = {r.name for r in store.select(pub, SubscriptionRow, {"pubid": prow.pubid})
@@ -341,7 +337,7 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
         initialized = {name for name, r in rows.items() if r.active}
         need = bool(res["created_articles"])
         try:
-            snap_dir, manifest = current_snapshot(topology.snapshot_root, name)
+            snap_dir, manifest = current_snapshot(topology.snapshots, name)
         except SparksyncError:
             need = True
         else:
@@ -354,7 +350,7 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
                 need = True
         if need:
             snap_dir, manifest = write_snapshot(spark(), topology, name, report)
-            summary.snapshots[name] = str(snap_dir)
+            summary.snapshots[name] = snap_dir.describe()
         _change_articles_of_subscribers(topology, pub, manifest, snap_dir,
                                         [s for s in subs if s.name in initialized], rows,
                                         spark, summary, report)
@@ -367,7 +363,7 @@ def _setup_merge(topology: Topology, pub, plans, results, spark, summary: SetupS
                for a in manifest.articles):
             # a subscription in a partition the current snapshot does not hold: a new snapshot holds them all
             snap_dir, manifest = write_snapshot(spark(), topology, name, report)
-            summary.snapshots[name] = str(snap_dir)
+            summary.snapshots[name] = snap_dir.describe()
         if waiting:
             register_subscriptions(pub, topology, manifest, snap_dir, waiting, parts)
             report(f"publication {name}: web subscription(s) {', '.join(s.name for s in waiting)} registered; each "
@@ -429,7 +425,7 @@ def _change_articles_of_subscribers(topology: Topology, pub, manifest, snap_dir,
             mine = {r.artid for r in have}
             new = tuple(a.name for a in manifest.articles if str(a.artid) not in mine)
             if new:
-                deliveries.append(ArticleDelivery(s.name, topology.subscriber_url(s), str(snap_dir), new,
+                deliveries.append(ArticleDelivery(s.name, topology.subscriber_url(s), snap_dir.location, new,
                                                   s.pre_creation_cmd, rows[s.name].partition_id))
     if not deliveries:
         return
@@ -507,5 +503,5 @@ def snapshot(topology: Topology, spark, publications: list[str] | None = None, r
                                          "setup' when a subscription is initialized (consistent with the log)", obj=n)
             continue
         snap_dir, _ = write_snapshot(spark, topology, n, report)
-        out[n] = str(snap_dir)
+        out[n] = snap_dir.describe()
     return out

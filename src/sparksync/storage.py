@@ -1,5 +1,6 @@
-"""A folder that several hosts reach, by path or URL: where ``serve`` keeps the partition feed (``[server] feed_dir``)
-so that door processes on other hosts, and Spark's executors, read and write it.
+"""A folder that several hosts reach, by path or URL: where snapshots are written (``[publisher] snapshot_dir``) and
+where ``serve`` keeps the partition feed (``[server] feed_dir``), so that Spark's executors on other hosts, and door
+processes, read and write them.
 
 A ``Folder`` is a local path (or ``file://``), or a URL one of pyarrow's file systems understands: ``s3://bucket/path``
 (an S3 or S3-compatible object store; options as the URL's query: ``endpoint_override=host:port``, ``scheme=http``,
@@ -39,6 +40,11 @@ class Folder:
 
     def __repr__(self) -> str:
         return f"Folder({self.location!r})"
+
+    @property
+    def name(self) -> str:
+        """The folder's own name (the last part of its path)."""
+        return self.describe().rstrip("/").rsplit("/", 1)[-1]
 
     @property
     def local(self) -> bool:
@@ -116,6 +122,53 @@ class Folder:
                 fs.delete_file(path)
         except FileNotFoundError:
             pass
+
+    def upload(self, name: str, source: str | Path) -> None:
+        """The local file ``source`` becomes ``name``, whole (a local folder: moved; else streamed)."""
+        fs, _ = self._open()
+        path = self._path(name)
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        if self.local:
+            tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+            import shutil
+
+            shutil.move(str(source), tmp)
+            os.replace(tmp, path)
+            return
+        with open(source, "rb") as f, fs.open_output_stream(path) as out:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                out.write(chunk)
+
+    def open(self, name: str) -> Any:
+        """``name`` for reading, seekable (a Parquet reader reads its footer first); ``FileNotFoundError``."""
+        fs, _ = self._open()
+        return fs.open_input_file(self._path(name))
+
+    def exists(self, name: str) -> bool:
+        import pyarrow.fs as pafs
+
+        fs, _ = self._open()
+        return bool(fs.get_file_info(self._path(name)).type != pafs.FileType.NotFound)
+
+    def size(self, name: str) -> int:
+        fs, _ = self._open()
+        info = fs.get_file_info(self._path(name))
+        if info.size is None:
+            raise FileNotFoundError(f"{self.describe()}/{name}")
+        return int(info.size)
+
+    def listing(self, name: str = "") -> tuple[list[str], list[str]]:
+        """(files, folders) directly inside ``name``, each sorted by name; both empty when it does not exist."""
+        import pyarrow.fs as pafs
+
+        fs, _ = self._open()
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(self._path(name), allow_not_found=True))
+        except (FileNotFoundError, NotADirectoryError):
+            return [], []
+        files = sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
+        folders = sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+        return files, folders
 
     def check_writable(self) -> None:
         """Write and remove a probe; ``OSError`` when this process cannot write here."""

@@ -4,8 +4,9 @@ executors' Python is the archive ``sparksync cluster-pack`` made, shipped with e
 and unpacked by every executor; no path of the driver's is given to them. ``setup`` (the snapshot and the
 subscribers' initialization on the executors), a change merged on Spark, a worker killed with kill -9 while a merge
 task holds a batch open (Spark runs the task again on the other worker: nothing lost, nothing applied twice), and a
-validation with checksums. The SQLite files are on this one machine's disk, which the "hosts" share as they would
-share a network file system.
+validation with checksums. The snapshot is written by the executors into an object store (an S3-compatible server,
+its credentials given to the executors through ``[spark] conf``, never in the workers' environment). The SQLite files
+are on this one machine's disk, which the "hosts" share as they would share a network file system.
 
 Its own target (``make test-cluster``, run by CI after the suite): the archive and the cluster take a minute."""
 
@@ -24,6 +25,7 @@ import pytest
 
 from sparksync import failpoints
 from tests.support.config import write_config
+from tests.support.object_store import CREDENTIALS, object_store, s3_folder
 from tests.support.service import wait_until
 from tests.support.web import free_port
 
@@ -50,7 +52,7 @@ class Cluster:
         self.folder, self.port, self.ui = folder, free_port(), free_port()
         self.master = f"spark://127.0.0.1:{self.port}"
         self.procs: dict[str, subprocess.Popen] = {}
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_HOME"))} | {
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_HOME", "AWS_"))} | {
             "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(Path(pyspark.__file__).parent)}
         self._start("master", [SPARK_CLASS, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                "--port", str(self.port), "--webui-port", str(self.ui)], env)
@@ -99,23 +101,27 @@ def world(tmp_path_factory):
     with sqlite3.connect(driver / "hq.db") as db:
         db.execute("CREATE TABLE T (id INTEGER PRIMARY KEY, v TEXT, n INTEGER)")
         db.executemany("INSERT INTO T VALUES (?, ?, ?)", [(i, f"v{i}", i) for i in range(1, 3001)])
-    cluster = Cluster(folder)
-    points = folder / "failpoints"
-    points.touch()
-    cfg = write_config(driver, {
-        "spark": {"master": cluster.master, "driver_round_changes": 0, "executor_wait_s": 120,
-                  "conf": {"spark.archives": f"{folder / 'env.tar.gz'}#sparksync_env",
-                           "spark.pyspark.python": "./sparksync_env/bin/python",
-                           "spark.cores.max": "2", "spark.executor.cores": "1", "spark.executor.memory": "512m",
-                           "spark.executorEnv.SPARKSYNC_FAILPOINTS": str(points)}},
-        "publisher": {"name": "HQ", "database": f"sqlite:///{driver / 'hq.db'}", "snapshot_dir": str(folder / "snap")},
-        "publications": [{"name": "P", "articles": [{"table": "T"}]}],
-        "subscriptions": [{"name": s.upper(), "publication": "P", "database": f"sqlite:///{folder / s}.db"}
-                          for s in STORES]})
-    try:
-        yield cluster, cfg, folder, points
-    finally:
-        cluster.stop()
+    with object_store("snapshots") as options:
+        cluster = Cluster(folder)
+        points = folder / "failpoints"
+        points.touch()
+        # the snapshots in an object store, its credentials given to the executors from the environment
+        cfg = write_config(driver, {
+            "spark": {"master": cluster.master, "driver_round_changes": 0, "executor_wait_s": 120,
+                      "conf": {"spark.archives": f"{folder / 'env.tar.gz'}#sparksync_env",
+                               "spark.pyspark.python": "./sparksync_env/bin/python",
+                               "spark.cores.max": "2", "spark.executor.cores": "1", "spark.executor.memory": "512m",
+                               "spark.executorEnv.SPARKSYNC_FAILPOINTS": str(points),
+                               **{f"spark.executorEnv.{k}": f"${{{k}}}" for k in CREDENTIALS}}},
+            "publisher": {"name": "HQ", "database": f"sqlite:///{driver / 'hq.db'}",
+                          "snapshot_dir": f"s3://snapshots/hq?{options}"},
+            "publications": [{"name": "P", "articles": [{"table": "T"}]}],
+            "subscriptions": [{"name": s.upper(), "publication": "P", "database": f"sqlite:///{folder / s}.db"}
+                              for s in STORES]})
+        try:
+            yield cluster, cfg, folder, points, options
+        finally:
+            cluster.stop()
 
 
 def _rows(db: Path) -> list[tuple]:
@@ -124,7 +130,7 @@ def _rows(db: Path) -> list[tuple]:
 
 
 def test_setup_runs_on_executors_that_run_the_shipped_python(world):
-    cluster, cfg, folder, _ = world
+    cluster, cfg, folder, _, options = world
     p = _run("setup", "-c", str(cfg))
     assert p.returncode == 0, p.stderr[-3000:]
     for s in STORES:
@@ -132,10 +138,15 @@ def test_setup_runs_on_executors_that_run_the_shipped_python(world):
     unpacked = [p for w in ("w1", "w2") for p in (folder / w).glob("app-*/*/sparksync_env/bin/python")]
     assert unpacked, "no executor unpacked the shipped environment"
     assert {p.relative_to(folder).parts[0] for p in unpacked} == {"w1", "w2"}, "both workers' executors ran"
+    snapshots = s3_folder(options, "snapshots", "hq/P")
+    current = snapshots.read("CURRENT").decode().strip()
+    written = snapshots.child(current).listing("articles")[1]
+    assert written and snapshots.child(current).listing(f"articles/{written[0]}")[0], "no snapshot file in the store"
+    assert not (folder / "driver" / "snap").exists() and not list(folder.glob("snap*")), "a snapshot on local disk"
 
 
 def test_a_worker_killed_under_a_merge_task_loses_nothing_and_applies_nothing_twice(world):
-    cluster, cfg, folder, points = world
+    cluster, cfg, folder, points, _ = world
     with sqlite3.connect(folder / "driver" / "hq.db") as db:
         db.execute("UPDATE T SET n = n + 1000 WHERE id <= 500")
     failpoints.arm(str(points), POINT + " !pause")
@@ -163,6 +174,6 @@ def test_a_worker_killed_under_a_merge_task_loses_nothing_and_applies_nothing_tw
 
 
 def test_a_validation_with_checksums_on_the_one_worker_left(world):
-    _, cfg, _, _ = world
+    _, cfg, _, _, _ = world
     p = _run("validate", "-c", str(cfg), "--checksum")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

@@ -24,6 +24,7 @@ from sparksync.merge.session.summary import MergeOptions
 from sparksync.metadata import store
 from sparksync.provision import setup, snapshot
 from sparksync.snapshot.manifest import current_snapshot
+from sparksync.storage import Folder
 from sparksync.topology import parse_topology
 from tests.support.config import write_config
 from tests.support.databases import Databases, databases
@@ -77,8 +78,8 @@ class World:
             return r.scalar('SELECT count(*) FROM "T"')
 
     def article_folder(self) -> Path:
-        snap_dir, manifest = current_snapshot(self.tmp / "snap", "Pub")
-        return snap_dir / manifest.articles[0].path
+        snap_dir, manifest = current_snapshot(Folder(self.tmp / "snap"), "Pub")
+        return snap_dir.local_path(manifest.articles[0].path)
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +110,7 @@ def test_a_file_replaced_by_one_with_half_the_rows_fails_the_subscription_and_ch
     part = sorted(folder.glob("*.parquet"))[0]
     table = pq.read_table(part)
     pq.write_table(table.slice(0, table.num_rows // 2), part)       # a valid file, half the rows
-    snap_id = current_snapshot(world.tmp / "snap", "Pub")[1].snapshot_id
+    snap_id = current_snapshot(Folder(world.tmp / "snap"), "Pub")[1].snapshot_id
     _setup_fails(world, ["A", "B"], "B", snap_id, "article T", "changed")
     assert world.status_of("B") == 0                # registered, not initialized
     assert world.rows_at("B") is None               # nothing committed at the subscriber
@@ -174,4 +175,4 @@ def test_a_killed_snapshot_leaves_no_folder_behind(world):
     assert len(folders) >= 2                         # the current snapshot and the partial one
     snapshot(world.topology(subs), world.spark)
     folders = [d.name for d in pdir.iterdir() if d.is_dir()]
-    assert folders == [current_snapshot(world.tmp / "snap", "Pub")[1].snapshot_id]
+    assert folders == [current_snapshot(Folder(world.tmp / "snap"), "Pub")[1].snapshot_id]

@@ -177,7 +177,7 @@ def _tx_data(tx) -> dict:
     """The transactional topology as configuration data (for the CLI)."""
     t = tx.topology
     return {"distributor": {"database": t.distributor_url},
-            "publisher": {"name": t.publisher.name, "database": t.publisher_url, "snapshot_dir": str(t.snapshot_root)},
+            "publisher": {"name": t.publisher.name, "database": t.publisher_url, "snapshot_dir": t.snapshots.location},
             "publications": [{"name": p.name, "kind": p.kind, "articles": [{"table": str(a.table_name)}
                                                                            for a in p.articles]}
                              for p in t.publications],

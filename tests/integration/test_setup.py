@@ -53,7 +53,7 @@ def test_setup_initializes_mixed_subscribers(spark, dbs, tmp_path, pub_kind, sub
     # a change before publishing is just data; a change after publishing carries lineage into the snapshot
     summary = setup(topo, lambda: spark)
     assert [r.ok for r in summary.initialized] == [True, True]
-    snap_dir, manifest = current_snapshot(topo.snapshot_root, "Sales")
+    snap_dir, manifest = current_snapshot(topo.snapshots, "Sales")
     assert len(manifest.articles) == 6
     nicks = [a.nickname for a in manifest.articles]
     by_name = {a.table: a.nickname for a in manifest.articles}
@@ -91,7 +91,7 @@ def test_setup_initializes_mixed_subscribers(spark, dbs, tmp_path, pub_kind, sub
 def test_setup_is_idempotent_and_adds_a_new_subscription(spark, dbs, tmp_path):
     data, topo = build(dbs, tmp_path, "sqlite", ["sqlite"])
     setup(topo, lambda: spark)
-    snap_dir, manifest = current_snapshot(topo.snapshot_root, "Sales")
+    snap_dir, manifest = current_snapshot(topo.snapshots, "Sales")
 
     def no_spark():
         raise AssertionError("an idempotent setup must not need Spark")
@@ -114,8 +114,8 @@ def test_changes_around_the_snapshot_are_neither_missed_nor_torn(spark, dbs, tmp
     real_write = writer.write_parquet
     calls = []
 
-    def write_then_change(spark_, plan, path):
-        real_write(spark_, plan, path)
+    def write_then_change(spark_, plan, folder, key, split_by=None):
+        written = real_write(spark_, plan, folder, key, split_by)
         if not calls:  # after the first article: a new order with its lines arrives at the publisher
             with connect(topo.publisher_url) as p:
                 p.execute('INSERT INTO "SalesOrderHeader" ("SalesOrderID", "CustomerID", "OrderDate", "Status", '
@@ -123,11 +123,12 @@ def test_changes_around_the_snapshot_are_neither_missed_nor_torn(spark, dbs, tmp
                           '\'2026-01-01 00:00:00\')')
                 p.execute('INSERT INTO "SalesOrderDetail" ("SalesOrderDetailID", "SalesOrderID", "ProductID", '
                           '"OrderQty", "UnitPrice", "ModifiedDate") VALUES (50000, 5000, 1, 1, 10, \'2026-01-01 00:00:00\')')
-        calls.append(path)
+        calls.append(folder)
+        return written
 
     monkeypatch.setattr(writer, "write_parquet", write_then_change)
     setup(topo, lambda: spark)
-    snap_dir, manifest = current_snapshot(topo.snapshot_root, "Sales")
+    snap_dir, manifest = current_snapshot(topo.snapshots, "Sales")
     sub_url = topo.resolve_url(topo.subscriptions[0].database)
     with connect(sub_url) as s:
         assert s.scalar('SELECT count(*) FROM "SalesOrderHeader" WHERE "SalesOrderID" = 5000') == 0

@@ -50,7 +50,7 @@ def scenario(request, spark, tmp_path_factory):
         sc = Scenario(pub_url, urls, MergeAgent(topology, spark))
         sc.setupbelongs = request.param in SETUPBELONGS
         sc.record("setup")
-        sc.snapshot = current_snapshot(topology.snapshot_root, "Sales")[1]
+        sc.snapshot = current_snapshot(topology.snapshots, "Sales")[1]
         # 1. publisher: a new salesperson with a customer and an order, a customer moved N -> S, an order deleted
         sc.sql("HQ", 'INSERT INTO "SalesPerson" ("SalesPersonID", "Territory", "Name") VALUES (4, \'S\', \'sp4\')',
                'INSERT INTO "Customer" ("CustomerID", "SalesPersonID", "Name") VALUES (14, 4, \'c14\')',
@@ -307,7 +307,7 @@ def test_late_subscribers_get_their_partition_and_nothing_twice(pub_kind, spark,
     with connect(pub_url) as r, r.transaction():
         r.execute('UPDATE "Customer" SET "SalesPersonID" = 2 WHERE "CustomerID" = 12')
     assert agent.run(MergeOptions()).ok
-    first = current_snapshot(topology.snapshot_root, "Sales")[1].snapshot_id
+    first = current_snapshot(topology.snapshots, "Sales")[1].snapshot_id
     late = {"StoreN2": dbs.url("sqlite", "storen2"), "StoreQ": dbs.url(pub_kind, "storeq")}
     data = {"publisher": {"name": "HQ", "database": pub_url, "snapshot_dir": str(tmp_path / "snap")},
             "publications": [publication()],
@@ -315,7 +315,7 @@ def test_late_subscribers_get_their_partition_and_nothing_twice(pub_kind, spark,
                               for n, u in {**urls, **late}.items()]}
     topology = parse_topology(data, tmp_path)
     setup(topology, lambda: spark)
-    assert current_snapshot(topology.snapshot_root, "Sales")[1].snapshot_id != first   # a new partition: new snapshot
+    assert current_snapshot(topology.snapshots, "Sales")[1].snapshot_id != first   # a new partition: new snapshot
     summary = MergeAgent(topology, spark).run(MergeOptions())
     assert summary.ok
     moved = {s.subscription: s.total("download") for s in summary.subscriptions}

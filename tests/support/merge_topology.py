@@ -110,7 +110,7 @@ class Topo:
             return store.select_rows(r, "MSmerge_conflicts_info")
 
     def snapshot_rows(self, who: str) -> dict[str, dict]:
-        _, m = current_snapshot(self.topology.snapshot_root, "Pub")
+        _, m = current_snapshot(self.topology.snapshots, "Pub")
         out = {}
         with connect(self.url(who)) as r:
             for a in m.articles:

@@ -75,7 +75,7 @@ def test_minimal_topology_uses_defaults(tmp_path, monkeypatch):
     topo = parse_topology({"publisher": {"name": "HQ", "database": "sqlite:///hq.db"}}, tmp_path)
     assert topo.publications == [] and topo.subscriptions == []
     assert topo.spark_master == "local[*]"
-    assert topo.snapshot_root == (tmp_path / "snapshots").resolve()
+    assert topo.snapshots.location == str((tmp_path / "snapshots").resolve())
 
 
 def test_article_table_name_property():
@@ -310,8 +310,8 @@ def test_absolute_memory_and_server_urls_are_unchanged(tmp_path, url):
     assert parse_topology(valid_data(), tmp_path).resolve_url(url) == url
 
 
-def test_snapshot_root_is_relative_to_base_dir(tmp_path):
-    assert parse_topology(valid_data(), tmp_path).snapshot_root == (tmp_path / "snaps").resolve()
+def test_snapshot_dir_is_relative_to_base_dir(tmp_path):
+    assert parse_topology(valid_data(), tmp_path).snapshots.location == str((tmp_path / "snaps").resolve())
 
 
 def test_env_vars_are_expanded_in_urls(tmp_path, monkeypatch):
@@ -428,3 +428,17 @@ def test_load_config_validation_errors_name_the_file(tmp_path):
     assert len(ei.value.problems) == 1
     assert ei.value.problems[0].startswith("subscriptions[0] (S1)")
     assert "out of range" in ei.value.problems[0]
+
+
+def test_spark_conf_takes_secrets_from_the_environment_and_refuses_an_unset_one_by_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("SECRET_T", "s3cr3t")
+    monkeypatch.delenv("SPARKSYNC_TEST_UNSET_VAR", raising=False)
+    data = valid_data() | {"spark": {"master": "spark://m:7077", "conf": {
+        "spark.executorEnv.AWS_SECRET_ACCESS_KEY": "${SECRET_T}", "spark.jars.ivy": "${env:HOME}/ivy"}}}
+    conf = parse_topology(data, tmp_path).spark.application_conf()
+    assert conf["spark.executorEnv.AWS_SECRET_ACCESS_KEY"] == "s3cr3t"
+    assert conf["spark.jars.ivy"] == "${env:HOME}/ivy"             # Spark's own substitution is left to Spark
+    data["spark"]["conf"]["spark.executorEnv.TOKEN"] = "${SPARKSYNC_TEST_UNSET_VAR}"
+    with pytest.raises(ConfigurationError, match=r"spark\.conf\.spark\.executorEnv\.TOKEN: environment variable "
+                                                 "SPARKSYNC_TEST_UNSET_VAR is not set"):
+        parse_topology(data, tmp_path)

@@ -8,14 +8,12 @@ the checks run in order on one topology.
 
 from __future__ import annotations
 
-import logging
-import os
+import hashlib
 import random
 import re
 import tomllib
 
 import httpx
-import pyarrow.fs as pafs
 import pytest
 
 from sparksync import failpoints as fp
@@ -24,6 +22,7 @@ from sparksync.merge.session.remote import feed_index
 from sparksync.metadata import store
 from sparksync.storage import Folder
 from tests.support.config import write_config
+from tests.support.object_store import CREDENTIALS, object_store, s3_folder
 from tests.support.proxy import BalancingProxy
 from tests.support.service import wait_until
 from tests.support.web import (
@@ -81,38 +80,20 @@ class _Proxy(Server):
 
 @pytest.fixture(scope="module")
 def store_server():
-    """An S3-compatible object store on a free port, with the bucket ``feed``; the credentials its clients use."""
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    aws = {"AWS_ACCESS_KEY_ID": "sparksync-test", "AWS_SECRET_ACCESS_KEY": "sparksync-test-secret",
-           "AWS_DEFAULT_REGION": "us-east-1"}
-    saved = {k: os.environ.get(k) for k in aws}
-    os.environ.update(aws)
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", allow_bucket_creation=True).create_dir("feed")
-    try:
-        yield f"s3://feed/doors?endpoint_override=127.0.0.1:{port}&scheme=http", aws
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    """An S3-compatible object store with the bucket ``shared``; the credentials its clients use."""
+    with object_store("shared") as options:
+        yield options, dict(CREDENTIALS)
 
 
 @pytest.fixture(scope="module")
 def doors(spark, tmp_path_factory, store_server):
-    feed_dir, aws = store_server
+    options, aws = store_server
     tmp = tmp_path_factory.mktemp("doors")
     pub = f"sqlite:///{tmp / 'hq.db'}"
     create_drops(pub)
     data = {
-        "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap")},
-        "server": {"feed_dir": feed_dir},
+        "publisher": {"name": "HQ", "database": pub, "snapshot_dir": f"s3://shared/snap?{options}"},
+        "server": {"feed_dir": f"s3://shared/doors?{options}"},
         "publications": [{"name": "Routes", "agent_schedule": "every 1s",
                           "articles": [{"table": "Drop", "filter": "zone = HOST_NAME()"}]}],
         "subscriptions": [{"name": n, "publication": "Routes", "transport": "web", "host_name": z}
@@ -207,6 +188,30 @@ def test_a_round_is_written_by_one_door_and_either_serves_it_byte_for_byte(doors
     assert wire_frames(_download(doors.b, doors, "Van1", sentgen["Van1"])) == via_a, \
         "the same device's download differs between the doors"
     _converged(doors)
+
+
+def test_the_snapshot_is_in_the_object_store_and_either_door_serves_a_file_from_where_a_download_stopped(
+        doors, store_server):
+    assert not (doors.folder / "snap").exists(), "a snapshot was written on the local disk"
+    auth = {"Authorization": f"Bearer {doors.tokens['Van1']}"}
+    manifest = httpx.get(f"{doors.a.url}/v1/sync/snapshot", headers=auth, timeout=30).json()
+    snap = s3_folder(store_server[0], "shared", f"snap/Routes/{manifest['snapshot_id']}")
+    partitions = snap.listing("devices")[1]
+    assert len(partitions) == 2 and all(snap.exists(f"devices/{p}/manifest.json") for p in partitions), \
+        f"each zone's device manifest is not in the store: {partitions}"
+    article = manifest["articles"][0]
+    listed = article["files"][0]
+    stored = snap.read(f"{article['path']}/{listed['name']}")
+    assert (len(stored), hashlib.sha256(stored).hexdigest()) == (listed["bytes"], listed["sha256"])
+    half = len(stored) // 2
+    for server in (doors.a, doors.b):
+        url = f"{server.url}/v1/sync/snapshot/{manifest['snapshot_id']}/{article['path']}/{listed['name']}"
+        whole = httpx.get(url, headers=auth, timeout=30)
+        assert (whole.status_code, whole.content) == (200, stored)
+        rest = httpx.get(url, headers={**auth, "Range": f"bytes={half}-"}, timeout=30)
+        assert (rest.status_code, rest.content) == (206, stored[half:])
+        assert rest.headers["content-range"] == f"bytes {half}-{len(stored) - 1}/{len(stored)}"
+        assert httpx.get(url, headers={**auth, "Range": f"bytes={len(stored)}-"}, timeout=30).status_code == 416
 
 
 def test_a_door_killed_in_a_sync_loses_nothing_and_the_other_takes_the_agents_over(doors, tmp_path):

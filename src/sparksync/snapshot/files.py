@@ -1,16 +1,29 @@
-"""Snapshot files: an article's rows read as of a consistent view, written as Parquet by Spark, and sealed
-(every row written, each file described for the manifest). Shared by both replication models."""
+"""Snapshot files: an article's rows read as of a consistent view and written as Parquet by Spark's tasks, each
+task reading its part of the view and writing its files itself, through ``storage.Folder`` (a local path, an object
+store, HDFS: nothing on the driver's disk); then sealed: every row written, each file described for the manifest
+(size, SHA-256, rows) with the key column's ``KeyDigest``, computed by the task that wrote it. Shared by both
+replication models."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
+from sparksync import storage
 from sparksync.dialects.replica import Replica
 from sparksync.errors import SnapshotError
-from sparksync.snapshot.manifest import describe_files, digest_parquet
-from sparksync.spark.reads import ReadPartition, ReadPlan
+from sparksync.snapshot.manifest import KeyDigest
+from sparksync.spark.reads import ReadPartition, ReadPlan, per_task, read_partition
+from sparksync.types import SqlType
 
 SPLIT_ROWS = 250_000
+WRITTEN = "folder STRING, name STRING, bytes BIGINT, sha256 STRING, rows BIGINT, digest STRING"
 
 
 def read_partitions(frozen: Replica, url: str, sid: str | None, table_sql: str, select: str, order_col: str,
@@ -43,17 +56,137 @@ def read_partitions(frozen: Replica, url: str, sid: str | None, table_sql: str, 
     return parts, total
 
 
-def write_parquet(spark, plan: ReadPlan, path: Path) -> None:
-    df = spark.read.format("sparksync").schema(plan.spark_schema()).option("plan", plan.to_json()).load()
-    df.write.mode("overwrite").parquet(str(path))
+@contextlib.contextmanager
+def work_folder(pdir: storage.Folder):
+    """A local folder for what a consistent view of the publisher needs on disk (a SQLite publisher's backup
+    copy): the publication's snapshot folder's ``.work`` when it is local, else a temporary folder; removed after."""
+    if pdir.local:
+        pdir.local_path(".work").mkdir(parents=True, exist_ok=True)
+        path = str(pdir.local_path(".work"))
+    else:
+        path = tempfile.mkdtemp(prefix="sparksync-snapshot-")
+    try:
+        yield str(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
-def seal(folder: Path, expected_rows: int, key_column: str, what: str) -> tuple[list[dict], str]:
-    """Check what Spark wrote holds every row the publisher's view had, and describe it for the
-    manifest: each file's size, SHA-256 and rows, and the KeyDigest of ``key_column``."""
-    files = describe_files(folder)
-    written = sum(f["rows"] for f in files)
-    if written != expected_rows:
-        raise SnapshotError(f"{what}: {written} rows were written but the publisher's view holds {expected_rows}; "
-                            "the snapshot is not used", obj=what)
-    return files, digest_parquet(folder, key_column)
+@dataclass
+class Written:
+    """What the tasks wrote into one folder: its files ({name, bytes, sha256, rows}) and the KeyDigest of their
+    key column."""
+
+    files: list[dict] = field(default_factory=list)
+    digest: KeyDigest = field(default_factory=KeyDigest)
+
+    @property
+    def rows(self) -> int:
+        return sum(int(f["rows"]) for f in self.files)
+
+    def seal(self, expected_rows: int, what: str) -> tuple[list[dict], str]:
+        """The manifest's (files, key digest), once every row the publisher's view had was written."""
+        if self.rows != expected_rows:
+            raise SnapshotError(f"{what}: {self.rows} rows were written but the publisher's view holds {expected_rows}; "
+                                "the snapshot is not used", obj=what)
+        return sorted(self.files, key=lambda f: f["name"]), self.digest.hexdigest()
+
+
+def write_parquet(spark, plan: ReadPlan, folder: storage.Folder, key_column: str,
+                  split_by: str | None = None) -> dict[str, Written]:
+    """Every partition of ``plan`` read and written as Parquet into ``folder`` by a Spark task of its own; with
+    ``split_by``, one subfolder ``<split_by>=<value>`` per value of that column (the column itself not written).
+    Returns what was written per subfolder (``""``: ``folder`` itself). Files that a failed attempt of a task left
+    are removed: what remains is exactly what the returned descriptions list."""
+    items = list(enumerate(plan.partitions))
+    results = per_task(spark, items, lambda item: write_partition(item[0], item[1], folder, key_column, split_by),
+                       WRITTEN).collect()
+    out: dict[str, Written] = {}
+    for r in results:
+        w = out.setdefault(r["folder"], Written())
+        w.files.append({"name": r["name"], "bytes": int(r["bytes"]), "sha256": r["sha256"], "rows": int(r["rows"])})
+        w.digest.merge(r["digest"])
+    _remove_strays(folder, out, split_by)
+    return out
+
+
+def write_partition(index: int, partition: ReadPartition, folder: storage.Folder, key_column: str,
+                    split_by: str | None) -> Iterator:
+    """One task: ``partition``'s rows read and written as Parquet files (one per subfolder); yields one Arrow
+    batch of ``WRITTEN`` describing them."""
+    import pyarrow as pa
+
+    fields = [pa.field(n, SqlType.from_dict(t).to_arrow()) for n, t in partition.columns]
+    batches = read_partition(partition, pa.schema(fields))
+    name = f"part-{index:05d}-{uuid.uuid4().hex[:12]}.parquet"
+    described: list[dict] = []
+    if split_by is None:
+        described.append(write_file(folder, "", name, batches, key_column))
+    else:
+        table = pa.Table.from_batches(list(batches), schema=pa.schema(fields))
+        for value, part in _split(table, split_by):
+            described.append(write_file(folder, f"{split_by}={value}", name, part.to_batches(), key_column))
+    found = [d for d in described if d["rows"]]
+    yield pa.RecordBatch.from_pylist(found, schema=pa.schema([
+        ("folder", pa.string()), ("name", pa.string()), ("bytes", pa.int64()), ("sha256", pa.string()),
+        ("rows", pa.int64()), ("digest", pa.string())]))
+
+
+def _split(table, column: str):
+    """(value, the rows holding it without ``column``) for each value of ``column`` in ``table``."""
+    import pyarrow.compute as pc
+
+    at = table.schema.get_field_index(column)
+    values = table.column(at)
+    rest = table.remove_column(at)
+    for value in pc.unique(values).to_pylist():
+        yield value, rest.filter(pc.equal(values, value))
+
+
+def write_file(folder: storage.Folder, sub: str, name: str, batches, key_column: str) -> dict:
+    """``batches`` written as the Parquet file ``sub/name`` of ``folder`` (nothing when they hold no row):
+    {folder, name, bytes, sha256, rows, digest}."""
+    import pyarrow.parquet as pq
+
+    where = folder.local_path(sub) if folder.local else None
+    if where is not None:
+        where.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=where)
+    os.close(fd)
+    rows, digest, writer = 0, KeyDigest(), None
+    try:
+        for batch in batches:
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, batch.schema, compression="snappy")
+            if batch.num_rows:
+                writer.write_batch(batch)
+                rows += batch.num_rows
+                digest.add(batch.column(batch.schema.get_field_index(key_column)).to_pylist())
+        if writer is not None:
+            writer.close()
+        out = {"folder": sub, "name": name, "bytes": os.path.getsize(tmp), "sha256": _sha256(tmp), "rows": rows,
+               "digest": digest.hexdigest()}
+        if rows:
+            folder.upload(f"{sub}/{name}" if sub else name, tmp)
+        return out
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _remove_strays(folder: storage.Folder, written: dict[str, Written], split_by: str | None) -> None:
+    """Remove the data files no successful task reported (a failed attempt's, retried under another name)."""
+    subs = [""] if split_by is None else [s for s in folder.listing()[1] if s.startswith(f"{split_by}=")]
+    for sub in subs:
+        kept = {f["name"] for f in written[sub].files} if sub in written else set()
+        names, _ = folder.listing(sub)
+        for n in names:
+            if n not in kept:
+                folder.delete(f"{sub}/{n}" if sub else n)

@@ -1,11 +1,11 @@
 """The snapshot manifest: what a snapshot folder holds and the generation it corresponds to.
 
-Layout (``snapshot_dir`` from the config)::
+Layout (``snapshot_dir`` from the config: a path or a URL, ``storage.Folder``)::
 
     <snapshot_dir>/<publication>/CURRENT              name of the complete snapshot to use
     <snapshot_dir>/<publication>/<snapshot id>/
         manifest.json                                this file: articles, schema, generation
-        articles/<nickname>_<table>/part-*.parquet    one folder per article (written by Spark)
+        articles/<nickname>_<table>/part-*.parquet    one folder per article (written by Spark's tasks)
         articles/<nickname>_<table>/sparksync_partition=<id>/part-*.parquet
                                                      a filtered article: one folder per partition
         metadata/contents/part-*.parquet              lineage of every published row (MSmerge_contents)
@@ -16,13 +16,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 import uuid
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
+from sparksync import storage
 from sparksync.errors import SnapshotError
-from sparksync.snapshot.source import Folder, SnapshotFiles, name_of, sha256
+from sparksync.snapshot.source import SnapshotFiles, name_of, sha256
 
 MANIFEST = "manifest.json"
 CURRENT = "CURRENT"
@@ -90,8 +89,8 @@ class SnapshotManifest:
 
 class KeyDigest:
     """An order-independent checksum of a column's values (the rowguids of an article): the sum of
-    64-bit BLAKE2 hashes of their text, with the count. Written with the snapshot from the files Spark
-    wrote; recomputed over the rows an initialization loads, so rows lost or changed on the way are
+    64-bit BLAKE2 hashes of their text, with the count. Computed by the tasks that write the snapshot's
+    files (as they write them); recomputed over the rows an initialization loads, so rows lost or changed on the way are
     caught before anything commits."""
 
     def __init__(self) -> None:
@@ -109,26 +108,12 @@ class KeyDigest:
     def hexdigest(self) -> str:
         return f"{self.count}:{self.total:016x}"
 
-
-def digest_parquet(folder: Path, column: str) -> str:
-    """The KeyDigest of ``column`` over every Parquet file of ``folder``."""
-    import pyarrow.dataset as ds
-
-    digest = KeyDigest()
-    files = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
-    if files:
-        for batch in ds.dataset([str(f) for f in files], format="parquet").to_batches(columns=[column]):
-            digest.add(batch.column(0).to_pylist())
-    return digest.hexdigest()
-
-
-def describe_files(folder: Path) -> list[dict]:
-    """Name, size, SHA-256 and row count (from the Parquet footer) of each data file of ``folder``."""
-    import pyarrow.parquet as pq
-
-    files = Folder(folder)
-    return [{"name": name_of(p), "bytes": files.size(p), "sha256": sha256(files, p),
-             "rows": pq.ParquetFile(str(folder / name_of(p))).metadata.num_rows} for p in files.parquet(".")]
+    def merge(self, hexdigest: str) -> None:
+        """Add the values another KeyDigest (its ``hexdigest``) summed: a digest is the same however the values
+        were split between the tasks that read them."""
+        count, _, total = hexdigest.partition(":")
+        self.count += int(count)
+        self.total = (self.total + int(total, 16)) % (1 << 64)
 
 
 def verify_files(files: SnapshotFiles, folder: str, expected_files: list[dict] | None, what: str) -> None:
@@ -158,47 +143,42 @@ def new_snapshot_id() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
 
-def remove_stale(pdir: Path, keep: str | None) -> list[str]:
+def remove_stale(pdir: storage.Folder, keep: str | None) -> list[str]:
     """Remove every snapshot folder of a publication but ``keep`` (and the work folder): what a killed
     snapshot or initialization left behind. The caller holds the publication's snapshot lock."""
-    import shutil
-
-    removed: list[str] = []
-    if not pdir.is_dir():
-        return removed
-    for d in pdir.iterdir():
-        if d.is_dir() and d.name != keep:
-            shutil.rmtree(d, ignore_errors=True)
-            removed.append(d.name)
+    _, folders = pdir.listing()
+    removed = [name for name in folders if name != keep]
+    for name in removed:
+        pdir.delete(name)
     return removed
 
 
-def current_id(root: Path, publication: str) -> str | None:
-    cur = publication_dir(root, publication) / CURRENT
-    return cur.read_text(encoding="utf-8").strip() if cur.is_file() else None
+def current_id(root: storage.Folder, publication: str) -> str | None:
+    try:
+        return publication_dir(root, publication).read(CURRENT).decode("utf-8").strip() or None
+    except FileNotFoundError:
+        return None
 
 
-def publication_dir(root: Path, publication: str) -> Path:
-    return root / publication
+def publication_dir(root: storage.Folder, publication: str) -> storage.Folder:
+    return root.child(publication)
 
 
-def write_current(root: Path, publication: str, snapshot_id: str) -> None:
-    d = publication_dir(root, publication)
-    tmp = d / f".{CURRENT}.tmp"
-    tmp.write_text(snapshot_id + "\n", encoding="utf-8")
-    os.replace(tmp, d / CURRENT)
+def write_current(root: storage.Folder, publication: str, snapshot_id: str) -> None:
+    publication_dir(root, publication).write(CURRENT, (snapshot_id + "\n").encode("utf-8"))
 
 
-def current_snapshot(root: Path, publication: str) -> tuple[Path, SnapshotManifest]:
+def current_snapshot(root: storage.Folder, publication: str) -> tuple[storage.Folder, SnapshotManifest]:
     """The complete snapshot of ``publication``, or SnapshotError if there is none."""
     d = publication_dir(root, publication)
-    cur = d / CURRENT
-    if not cur.is_file():
-        raise SnapshotError(f"publication {publication}: no snapshot in {d}; run 'sparksync snapshot'",
+    snapshot_id = current_id(root, publication)
+    if snapshot_id is None:
+        raise SnapshotError(f"publication {publication}: no snapshot in {d.describe()}; run 'sparksync snapshot'",
                             obj=publication)
-    snap_dir = d / cur.read_text(encoding="utf-8").strip()
-    path = snap_dir / MANIFEST
-    if not path.is_file():
-        raise SnapshotError(f"publication {publication}: snapshot {snap_dir} is incomplete (no {MANIFEST})",
-                            obj=publication)
-    return snap_dir, SnapshotManifest.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    snap_dir = d.child(snapshot_id)
+    try:
+        text = snap_dir.read(MANIFEST)
+    except FileNotFoundError:
+        raise SnapshotError(f"publication {publication}: snapshot {snap_dir.describe()} is incomplete (no {MANIFEST})",
+                            obj=publication) from None
+    return snap_dir, SnapshotManifest.from_dict(json.loads(text))

@@ -1,12 +1,15 @@
 """Where the files of a snapshot are read from when a subscriber is initialized: a folder (``Folder``: the
-publisher's snapshot folder, or a copy), or any other ``SnapshotFiles`` (a device whose file is encrypted keeps the
-files it downloads sealed: ``web/device/downloads.py``). Paths are relative to the snapshot, ``/``-separated."""
+publisher's snapshot folder, by path or URL, or a copy), or any other ``SnapshotFiles`` (a device whose file is
+encrypted keeps the files it downloads sealed: ``web/device/downloads.py``). Paths are relative to the snapshot,
+``/``-separated."""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, cast
+
+from sparksync import storage
 
 
 class SnapshotFiles(Protocol):
@@ -34,23 +37,24 @@ class Received(SnapshotFiles, Protocol):
 
 
 class Folder:
-    """A snapshot in a folder of the file system."""
+    """A snapshot in a folder: a local path or a URL (``storage.Folder``: an object store, HDFS)."""
 
-    def __init__(self, root: str | Path):
-        self.root = Path(root)
+    def __init__(self, root: str | Path | storage.Folder):
+        self.files = root if isinstance(root, storage.Folder) else storage.Folder(root)
 
     def parquet(self, folder: str) -> list[str]:
-        d = self.root / folder
-        return [f"{folder}/{p.name}" for p in sorted(d.glob("*.parquet"))] if d.is_dir() else []
+        names, _ = self.files.listing(folder)
+        return [f"{folder}/{n}" for n in names if n.endswith(".parquet")]
 
     def size(self, path: str) -> int:
-        return (self.root / path).stat().st_size
+        return self.files.size(path)
 
     def open(self, path: str) -> BinaryIO:
-        return open(self.root / path, "rb")
+        return cast(BinaryIO, self.files.open(path))
 
     def where(self, folder: str) -> str:
-        return str(self.root / folder)
+        where = self.files.describe()
+        return where if folder in ("", ".") else f"{where.rstrip('/')}/{folder}"
 
 
 def name_of(path: str) -> str:

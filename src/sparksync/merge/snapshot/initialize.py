@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from sparksync import failpoints
+from sparksync import failpoints, storage
 from sparksync.config import SubscriptionConfig, Topology
 from sparksync.dialects import connect
 from sparksync.dialects.model import ForeignKey, TableInfo, from_table_dict, table_drift
@@ -86,7 +85,7 @@ def destination_info(replica: Replica, article: ArticleSnapshot, names: dict[str
     return replace(info, name=names[article.name], foreign_keys=tuple(fks))
 
 
-def register_subscriptions(pub: Replica, topology: Topology, manifest: SnapshotManifest, snap_dir: Path,
+def register_subscriptions(pub: Replica, topology: Topology, manifest: SnapshotManifest, snap_dir: storage.Folder,
                            subs: list[SubscriptionConfig],
                            partitions: dict[str, int] | None = None) -> list[SubscriberInit]:
     """Record the subscriptions at the publisher (status 0) and give each database a replica nickname;
@@ -126,7 +125,7 @@ def register_subscriptions(pub: Replica, topology: Topology, manifest: SnapshotM
                 subscription=s.name, publication=s.publication, url=url, label=s.name, subid=subid, replica_id=rid,
                 replnickname=nick, priority=s.effective_priority, subscriber_type=s.subscriber_type_code,
                 host_name=s.host_name, pre_creation_cmd=s.pre_creation_cmd, publisher_name=topology.publisher.name,
-                snapshot_dir=str(snap_dir), login=s.login, partition_id=partitions.get(s.name)))
+                snapshot_dir=snap_dir.location, login=s.login, partition_id=partitions.get(s.name)))
         known = tuple(sorted({r.replica_id for r in store.select(pub, SubscriptionRow)}))
     return [replace(spec, known_replicas=known) for spec in specs]
 

@@ -2,8 +2,9 @@
 
 1. Close the publisher's open generation and take the enumeration bound: the snapshot generation.
 2. Open a consistent view of the publisher (SQLite: backup copy; PostgreSQL: exported snapshot).
-3. Read every article (split by rowguid ranges when large) through the replica Data Source and write
-   one Parquet folder per article, plus ``metadata/contents`` (lineage) from the same view.
+3. Read every article (split by rowguid ranges when large) in Spark tasks that each write their part as
+   Parquet files (``snapshot/files.py``: to a path or a URL), one folder per article, plus
+   ``metadata/contents`` (lineage) from the same view.
 4. Write the manifest, then switch ``CURRENT`` to the new folder and drop older snapshots.
 
 Changes made after step 1 are in generations above the snapshot generation, so the first merge
@@ -14,10 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import shutil
-from pathlib import Path
 
-from sparksync import failpoints, locks
+from sparksync import failpoints, locks, storage
 from sparksync.config import Topology
 from sparksync.dialects import connect
 from sparksync.dialects.model import from_table_dict
@@ -32,8 +31,9 @@ from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, PublicationRow
 from sparksync.metadata.schema import GUID, INT, JSON
 from sparksync.progress import Reporter, Timer, silent
-from sparksync.snapshot.files import read_partitions, seal, write_parquet
+from sparksync.snapshot.files import Written, read_partitions, work_folder, write_parquet
 from sparksync.snapshot.manifest import (
+    MANIFEST,
     ArticleSnapshot,
     SnapshotManifest,
     current_id,
@@ -48,7 +48,7 @@ PARTITION_COLUMN = "sparksync_partition"
 
 
 def _write_partitioned(spark, frozen: Replica, url: str, sid: str | None, scheme: PartitionScheme, a: ArticleRow, info,
-                       pubid: str, sdir: Path, rel: str, what: str, report: Reporter) -> dict[str, dict]:
+                       pubid: str, sdir: storage.Folder, rel: str, what: str, report: Reporter) -> dict[str, dict]:
     """A filtered article: its rows of every partition of the publication, read in one pass (the filters
     evaluated for every partition at once), written by one Spark job into one folder per partition
     (``sparksync_partition=<id>``). Returns the manifest's ``partitions``."""
@@ -69,23 +69,22 @@ def _write_partitioned(spark, frozen: Replica, url: str, sid: str | None, scheme
     parts, total = read_partitions(frozen, url, sid, table_sql, select, f"m.{d.quote(a.rowguid_column)}", cols,
                                    what, where, args, key=list(info.primary_key))
     report(f"{what}: {total} row(s) in {len(ids)} partition(s)")
-    if total:
-        df = spark.read.format("sparksync").schema(ReadPlan(parts).spark_schema()).option(
-            "plan", ReadPlan(parts).to_json()).load()
-        df.write.mode("overwrite").partitionBy(PARTITION_COLUMN).parquet(str(sdir / rel))
+    written = write_parquet(spark, ReadPlan(parts), sdir.child(rel), a.rowguid_column, PARTITION_COLUMN) if total \
+        else {}
     out = {}
     for pid in ids:
-        prel = f"{rel}/{PARTITION_COLUMN}={pid}"
-        files, digest = seal(sdir / prel, counts.get(pid, 0), a.rowguid_column, f"{what}, partition {pid}")
-        out[str(pid)] = {"path": prel, "rows": counts.get(pid, 0), "files": files, "key_digest": digest}
+        sub = f"{PARTITION_COLUMN}={pid}"
+        files, digest = written.get(sub, Written()).seal(counts.get(pid, 0), f"{what}, partition {pid}")
+        out[str(pid)] = {"path": f"{rel}/{sub}", "rows": counts.get(pid, 0), "files": files, "key_digest": digest}
     return out
 
 
-def write_snapshot(spark, topology: Topology, publication: str, report: Reporter = silent) -> tuple[Path, SnapshotManifest]:
+def write_snapshot(spark, topology: Topology, publication: str,
+                   report: Reporter = silent) -> tuple[storage.Folder, SnapshotManifest]:
     """Write a new snapshot of ``publication`` and make it the current one."""
     pubcfg = topology.publication(publication)
     timer = Timer()
-    root = topology.snapshot_root
+    root = topology.snapshots
     with locks.hold(topology, "snapshot", [publication], report), \
             connect(topology.publisher_url, topology.publisher.name) as pub:
         store.require_metadata(pub)
@@ -125,7 +124,8 @@ def _history(pub: Replica, pubid: str, started: dt.datetime, manifest: SnapshotM
 
 
 def _write(spark, topology: Topology, pub: Replica, publication: str, prow: PublicationRow, ident,
-           articles: list[ArticleRow], root: Path, report: Reporter, timer: Timer) -> tuple[Path, SnapshotManifest]:
+           articles: list[ArticleRow], root: storage.Folder, report: Reporter,
+           timer: Timer) -> tuple[storage.Folder, SnapshotManifest]:
     """Write the snapshot (the caller holds the publication's merge agent lock)."""
     pdir = publication_dir(root, publication)
     stale = remove_stale(pdir, current_id(root, publication))
@@ -135,8 +135,7 @@ def _write(spark, topology: Topology, pub: Replica, publication: str, prow: Publ
     make_generation(pub, ident.nickname)
     snap_gen = enumeration_bound(pub)
     snapshot_id = new_snapshot_id()
-    sdir = pdir / snapshot_id
-    sdir.mkdir(parents=True, exist_ok=False)
+    sdir = pdir.child(snapshot_id)
     manifest = SnapshotManifest(
         publication=publication, pubid=prow.pubid, snapshot_id=snapshot_id,
         created_at=dt.datetime.now(dt.UTC).isoformat(), publisher=topology.publisher.name,
@@ -145,7 +144,7 @@ def _write(spark, topology: Topology, pub: Replica, publication: str, prow: Publ
         schema_version=prow.schema_version or 0)
     scheme = scheme_of(articles)
     try:
-        with pub.dialect.consistent_reads(pub, str(pdir / ".work")) as (url, sid, frozen):
+        with work_folder(pdir) as work, pub.dialect.consistent_reads(pub, work) as (url, sid, frozen):
             # A moment just after the flush above. What applications changed since is in its log, not in
             # its metadata: flushed at the publisher into a generation above snap_gen, delivered then (a
             # row inserted since without a rowguid, on SQLite, is left out of the snapshot for that).
@@ -170,8 +169,8 @@ def _write(spark, topology: Topology, pub: Replica, publication: str, prow: Publ
                                                    f" WHERE {d.quote(a.rowguid_column)} IS NOT NULL",
                                                    key=list(info.primary_key))
                     report(f"snapshot {publication}: {a.name} ({total} rows, {len(parts)} partition(s))")
-                    write_parquet(spark, ReadPlan(parts), sdir / rel)
-                    files, digest = seal(sdir / rel, total, a.rowguid_column, f"snapshot {publication}/{a.name}")
+                    files, digest = write_parquet(spark, ReadPlan(parts), sdir.child(rel), a.rowguid_column).get(
+                        "", Written()).seal(total, f"snapshot {publication}/{a.name}")
                 manifest.articles.append(ArticleSnapshot(
                     name=a.name, schema=a.source_schema, table=a.source_table, artid=a.artid,
                     nickname=a.nickname, rowguid_column=a.rowguid_column,
@@ -187,22 +186,21 @@ def _write(spark, topology: Topology, pub: Replica, publication: str, prow: Publ
                                        "SELECT tablenick, rowguid, lineage, colv", "rowguid", cols,
                                        f"{publication}/MSmerge_contents", where)
             report(f"snapshot {publication}: lineage of {total} changed rows")
-            write_parquet(spark, ReadPlan(parts), sdir / manifest.contents_path)
+            written = write_parquet(spark, ReadPlan(parts), sdir.child(manifest.contents_path), "rowguid")
             manifest.contents_rows = total
-            manifest.contents_files, manifest.contents_digest = seal(
-                sdir / manifest.contents_path, total, "rowguid", f"snapshot {publication}/MSmerge_contents")
+            manifest.contents_files, manifest.contents_digest = written.get("", Written()).seal(
+                total, f"snapshot {publication}/MSmerge_contents")
         failpoints.hit("snapshot.before_manifest", publication)
-        (sdir / "manifest.json").write_text(manifest.to_json(), encoding="utf-8")
+        sdir.write(MANIFEST, manifest.to_json().encode("utf-8"))
         write_current(root, publication, snapshot_id)
     except BaseException:
-        shutil.rmtree(sdir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            sdir.delete("")
         raise
-    finally:
-        shutil.rmtree(pdir / ".work", ignore_errors=True)
     with pub.transaction():
         store.update(pub, PublicationRow, {
-            "snapshot_generation": snap_gen, "snapshot_time": store.utcnow(), "snapshot_dir": str(sdir)},
+            "snapshot_generation": snap_gen, "snapshot_time": store.utcnow(), "snapshot_dir": sdir.location},
             {"pubid": prow.pubid})
     remove_stale(pdir, snapshot_id)
-    report(f"snapshot {publication}: written to {sdir} in {timer.seconds:.1f}s (generation {snap_gen})")
+    report(f"snapshot {publication}: written to {sdir.describe()} in {timer.seconds:.1f}s (generation {snap_gen})")
     return sdir, manifest

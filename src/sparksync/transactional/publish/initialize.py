@@ -19,12 +19,10 @@ neither missed nor applied twice.
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from sparksync import locks
+from sparksync import locks, storage
 from sparksync.config import PublicationConfig, SubscriptionConfig, Topology
 from sparksync.dialects import connect, dialect_for_url
 from sparksync.dialects.model import from_table_dict
@@ -100,8 +98,8 @@ def _initialize(sub: Replica, spec: TxSubscriberInit) -> int:
                 for stmt in d.render_create_table(infos[a.name], None):
                     sub.execute(stmt)
         for a in ordered:
-            what = f"snapshot {Path(spec.snapshot_dir).name} of publication {spec.publication}, article {a.name}"
             files = Folder(spec.snapshot_dir)
+            what = f"snapshot {files.files.name} of publication {spec.publication}, article {a.name}"
             verify_files(files, a.path, a.files, what)
             loaded = load_parquet(sub, files, a.path, names[a.name], infos[a.name], infos[a.name].primary_key[0])
             loaded.check(a.rows, a.key_digest, what)
@@ -161,7 +159,7 @@ def initialize_subscriptions(spark, topology: Topology, pub: PublicationConfig, 
     if not subs:
         return []
     with locks.hold(topology, "setup", [pub.name], report):
-        stale = remove_stale(publication_dir(topology.snapshot_root, pub.name), None)
+        stale = remove_stale(publication_dir(topology.snapshots, pub.name), None)
         if stale:
             report(f"publication {pub.name}: removed {len(stale)} snapshot folder(s) of an interrupted setup")
         return _initialize_all(spark, topology, pub, publication, subs, report)
@@ -203,5 +201,5 @@ def _initialize_all(spark, topology: Topology, pub: PublicationConfig, publicati
             else:
                 store.update(dist, DistSubscriptionRow, {"status": DistSubscriptionStatus.INITIALIZING,
                                                          "message": redact(r.message)}, key)
-    shutil.rmtree(snap.directory, ignore_errors=True)
+    storage.Folder(snap.directory).delete("")
     return results

@@ -62,7 +62,11 @@ class _FileTarget:
 
 
 class InFolder(Folder):
-    """The files in a folder, as downloaded."""
+    """The files in a folder of the device, as downloaded."""
+
+    def __init__(self, root: Path):
+        super().__init__(root)
+        self.root = Path(root)
 
     def target(self, path: str) -> DownloadTarget:
         return _FileTarget(self.root / path)

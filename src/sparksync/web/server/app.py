@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -42,7 +43,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sparksync import __version__
+from sparksync import __version__, storage
 from sparksync.errors import (
     ConfigurationError,
     NotInitialized,
@@ -242,13 +243,41 @@ def _depth(text: bytes) -> int:
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
+PARQUET = "application/vnd.apache.parquet"
+
+
+def _stored_file(folder: storage.Folder, path: str, ranged: str | None) -> Response:
+    """A snapshot file: a local one as Starlette serves files (ranges included); one in an object store or HDFS
+    streamed from it, from where a resumed download asks (``Range: bytes=N-``, what a device sends)."""
+    if folder.local:
+        return FileResponse(folder.local_path(path), media_type=PARQUET)
+    size = folder.size(path)
+    start = 0
+    found = re.fullmatch(r"bytes=(\d+)-", (ranged or "").strip())
+    if found:
+        start = int(found.group(1))
+        if start >= size:
+            return Response(status_code=416, headers={"Content-Range": f"bytes */{size}"})
+
+    def chunks() -> Iterator[bytes]:
+        with folder.open(path) as f:
+            f.seek(start)
+            while chunk := f.read(1 << 20):
+                yield bytes(chunk)
+
+    headers = {"Content-Length": str(size - start), "Accept-Ranges": "bytes"}
+    if found:
+        headers["Content-Range"] = f"bytes {start}-{size - 1}/{size}"
+    return StreamingResponse(chunks(), status_code=206 if found else 200, headers=headers, media_type=PARQUET)
+
+
 def make_app(door: Door, max_request_mb: float = 64, max_active_requests: int = 8, queue_s: float = 5.0) -> ASGIApp:
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok", "version": __version__, "protocol": PROTOCOL})
 
     def snapshot_file(device: Device, _: None, request: Request) -> Response:
-        path = door.snapshot_file(device, request.path_params["snapshot_id"], request.path_params["path"])
-        return FileResponse(path, media_type="application/vnd.apache.parquet")
+        folder, path = door.snapshot_file(device, request.path_params["snapshot_id"], request.path_params["path"])
+        return _stored_file(folder, path, request.headers.get("range"))
 
     def recover(device: Device, text: bytes, request: Request) -> Response:
         body = _json(RecoverRequest, text, request)

@@ -27,9 +27,8 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
-from sparksync import __version__, failpoints, locks
+from sparksync import __version__, failpoints, locks, storage
 from sparksync.config import PublicationConfig, SubscriptionConfig, Topology
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
@@ -167,9 +166,9 @@ class Door:
         })
 
     # -- the first sync ---------------------------------------------------------------------------
-    def snapshot(self, device: Device) -> tuple[Path, dict]:
+    def snapshot(self, device: Device) -> tuple[storage.Folder, dict]:
         """(folder, manifest) of the device's partition of the current snapshot."""
-        snap_dir, manifest = current_snapshot(self.topology.snapshot_root, device.publication.name)
+        snap_dir, manifest = current_snapshot(self.topology.snapshots, device.publication.name)
         with self.publisher() as pub:
             prow, reg = self._registration(pub, device)
         cleaned = prow.cleanup_generation
@@ -181,8 +180,8 @@ class Door:
         with self._snapshot_lock:
             return device_snapshot(snap_dir, manifest, reg.partition_id)
 
-    def snapshot_file(self, device: Device, snapshot_id: str, path: str) -> Path:
-        """One file the device's manifest lists (nothing else is served)."""
+    def snapshot_file(self, device: Device, snapshot_id: str, path: str) -> tuple[storage.Folder, str]:
+        """(snapshot folder, path in it) of one file the device's manifest lists (nothing else is served)."""
         folder, manifest = self.snapshot(device)
         if manifest["snapshot_id"] != snapshot_id:
             raise UploadConflict(f"snapshot {snapshot_id} is no longer the current one ({manifest['snapshot_id']}); "
@@ -191,7 +190,7 @@ class Door:
         allowed |= {f"{manifest['contents_path']}/{f['name']}" for f in manifest["contents_files"] or ()}
         if path not in allowed:
             raise ProtocolError(f"file {path[:200]!r} is not in this subscription's snapshot", obj=device.name)
-        return folder / path
+        return folder, path
 
     def begin(self, device: Device) -> Hello:
         """The device starts initializing a file. A registration that synced before (its device lost its

@@ -10,60 +10,67 @@ row count, key digest), so the device verifies it as it verifies the rows.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict
-from pathlib import Path
 
-from sparksync.snapshot.manifest import KeyDigest, SnapshotManifest, describe_files
+from sparksync import storage
+from sparksync.snapshot.files import write_file
+from sparksync.snapshot.manifest import MANIFEST, SnapshotManifest
+from sparksync.snapshot.source import Folder
 
 DEVICES = "devices"
 
 
-def device_snapshot(snap_dir: Path, manifest: SnapshotManifest, partition_id: int | None) -> tuple[Path, dict]:
-    """(the snapshot folder, the device's manifest). The caller serializes calls (one writer per folder)."""
+def device_snapshot(snap_dir: storage.Folder, manifest: SnapshotManifest,
+                    partition_id: int | None) -> tuple[storage.Folder, dict]:
+    """(the snapshot folder, the device's manifest). The caller serializes calls (one writer per folder); two
+    doors writing the same partition's files write the same bytes, and its manifest last."""
     if not any(a.partitions is not None for a in manifest.articles):
         return snap_dir, asdict(manifest)
-    folder = snap_dir / DEVICES / str(int(partition_id or 0))
-    made = folder / "manifest.json"
-    if not made.exists():
-        _write(snap_dir, manifest, int(partition_id or 0), folder)
-    return snap_dir, json.loads(made.read_text(encoding="utf-8"))
+    pid = int(partition_id or 0)
+    made = f"{DEVICES}/{pid}/{MANIFEST}"
+    try:
+        return snap_dir, json.loads(snap_dir.read(made))
+    except FileNotFoundError:
+        out = _write(snap_dir, manifest, pid)
+        snap_dir.write(made, json.dumps(out, indent=2, sort_keys=True).encode("utf-8"))
+        return snap_dir, out
 
 
-def _write(snap_dir: Path, manifest: SnapshotManifest, pid: int, folder: Path) -> None:
+def _write(snap_dir: storage.Folder, manifest: SnapshotManifest, pid: int) -> dict:
+    """The device's manifest, once its lineage file is written."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.dataset as ds
     import pyarrow.parquet as pq
+
+    files = Folder(snap_dir)
+
+    def table(folder: str, columns: list[str] | None = None):
+        parts = []
+        for path in files.parquet(folder):
+            with files.open(path) as fh:
+                parts.append(pq.read_table(fh, columns=columns))
+        return pa.concat_tables(parts) if parts else None
 
     out = asdict(manifest)
     guids: list = []
     for a, art in zip(out["articles"], manifest.articles):
-        path, rows, files, key_digest = art.data(pid)
+        path, rows, listed, key_digest = art.data(pid)
         if art.partitions is not None:
-            a.update({"path": path, "rows": rows, "files": files, "key_digest": key_digest,
+            a.update({"path": path, "rows": rows, "files": listed, "key_digest": key_digest,
                       "partitions": {str(pid): art.partitions[str(pid)]}})
-        data = sorted((snap_dir / path).glob("*.parquet"))
-        if data:
-            guids.append(ds.dataset([str(f) for f in data], format="parquet").to_table(
-                columns=[art.rowguid_column]).column(0).cast(pa.string()))
-    lineage_files = sorted((snap_dir / manifest.contents_path).glob("*.parquet"))
+        data = table(path, [art.rowguid_column])
+        if data is not None:
+            guids.extend(data.column(0).cast(pa.string()).to_pylist())
     rel = f"{DEVICES}/{pid}/contents"
-    tmp = Path(tempfile.mkdtemp(prefix=".device-", dir=snap_dir))
-    (tmp / "contents").mkdir()
-    digest = KeyDigest()
-    n = 0
-    if lineage_files:
-        lineage = ds.dataset([str(f) for f in lineage_files], format="parquet").to_table()
-        mine = pa.chunked_array([c for g in guids for c in g.chunks], pa.string()) if guids else pa.array([], pa.string())
-        kept = lineage.filter(pc.is_in(lineage.column("rowguid").cast(pa.string()), value_set=pa.array(
-            mine.to_pylist() if isinstance(mine, pa.ChunkedArray) else mine, pa.string())))
-        pq.write_table(kept, str(tmp / "contents" / "part-00000.parquet"))
-        digest.add(kept.column("rowguid").to_pylist())
-        n = kept.num_rows
-    out.update({"contents_path": rel, "contents_rows": n, "contents_digest": digest.hexdigest(),
-                "contents_files": describe_files(tmp / "contents")})
-    (tmp / "manifest.json").write_text(json.dumps(out, indent=2, sort_keys=True), encoding="utf-8")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, folder)
+    lineage = table(manifest.contents_path)
+    written = {"rows": 0, "digest": "0:0000000000000000"}
+    described: list[dict] = []
+    if lineage is not None:
+        kept = lineage.filter(pc.is_in(lineage.column("rowguid").cast(pa.string()),
+                                       value_set=pa.array(guids, pa.string())))
+        written = write_file(snap_dir, rel, "part-00000.parquet", kept.to_batches(), "rowguid")
+        if written["rows"]:
+            described = [{k: written[k] for k in ("name", "bytes", "sha256", "rows")}]
+    out.update({"contents_path": rel, "contents_rows": written["rows"], "contents_digest": written["digest"],
+                "contents_files": described})
+    return out
