@@ -5,8 +5,9 @@ then only sends the feed's files.
 
 A round with nothing to do costs one read (the publisher's tracking mark); a round that finds changes runs in this
 thread, and a device's request that arrives meanwhile waits for it only for what it has left to do (a download still
-sees every change committed before it asked). Several doors: each runs its rounds ahead, and the feed round lock
-makes one of them compute each round.
+sees every change committed before it asked). A round that fails (the publisher unreachable) is said once, with
+why, and tried again every interval; its recovery is said once too. Several doors: each runs its rounds ahead, and
+the feed round lock makes one of them compute each round.
 """
 
 from __future__ import annotations
@@ -56,5 +57,7 @@ class RoundsAhead:
                           f"{self.every:g}s (devices' downloads run their own)"
                 if now is not None and now != said:
                     self.report(now)
+                elif now is None and said is not None:
+                    self.report("serve: rounds ahead of the devices run again")
                 said = now
             self._stop.wait(self.every)
