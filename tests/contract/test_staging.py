@@ -257,6 +257,60 @@ def test_staged_update_moves_a_primary_key_only_where_it_changed(kind, dbs):
         assert {(str(g), i, n) for g, i, n in r.query(f'SELECT "rowguid", "id", "name" FROM {t}')} == set(new)
 
 
+def test_an_apply_told_the_classifications_counts_writes_what_it_writes_without_them(kind, dbs):
+    """The set-based apply leaves out a statement the classification's counts say matches no row (no insert, no
+    moved key, no row deleted here before): the same rows and metadata as every statement run, for a batch that
+    has each kind of row and for one of plain updates only, where only the statements that write run."""
+    url = dbs.url(kind, "counted")
+    with connect(url) as r:
+        for name in ("Told", "Untold"):
+            r.execute(f'CREATE TABLE "{name}" ("id" integer PRIMARY KEY, "name" text)')
+    res = publish(url, [{"table": "Told"}, {"table": "Untold"}])
+    with connect(url) as r:
+        arts = _articles(r, res["pubid"])
+        codec = RowCodec([(c.name, c.type) for c in arts["Told"].info.columns])
+        guids = [str(uuid.uuid4()) for _ in range(5)]
+        for art in arts.values():               # rows 0-2 here, row 3 deleted here, row 4 never seen
+            with r.transaction(), flushed(r), agent_writes(r):
+                for i, g in enumerate(guids[:4]):
+                    write_row_with_lineage(r, art, {"rowguid": g, "id": i, "name": "here"}, {1: 1}, 1)
+                delete_row_with_lineage(r, art, guids[3], {1: 1}, 1)
+        batches = [[(guids[0], 0, "updated"), (guids[1], 11, "moved"), (guids[3], 3, "back"), (guids[4], 4, "new")],
+                   [(guids[0], 0, "updated again"), (guids[2], 2, "updated")]]
+        for n, batch in enumerate(batches, 2):
+            ran: dict[str, list[str]] = {}
+            for name, art in arts.items():
+                with r.transaction(), flushed(r), agent_writes(r):
+                    staging = Staging(r)
+                    staging.stage(art, [(g, "upsert", json.dumps({"1": n}), None, codec.encode([i, text, g]))
+                                        for g, i, text in batch])
+                    staged = staging.classify(art)
+                    statements = _statements(r)
+                    staging.apply(art, "upsert", n, clear_failed=False, staged=staged if name == "Told" else None)
+                    ran[name] = [sql.split(" ")[0] + " " + sql.split(" ")[2] for sql, _ in statements]
+            told, untold = (_state(r, arts[name]) for name in ("Told", "Untold"))
+            assert told == untold
+            if n == 3:                          # plain updates: no insert, no key moved, no tombstone removed
+                assert len(ran["Told"]) == 2 and len(ran["Untold"]) == 5, ran
+        assert {(g, i, text) for g, i, text, _ in told[0]} == {(guids[0], 0, "updated again"), (guids[1], 11, "moved"),
+                                                              (guids[2], 2, "updated"), (guids[3], 3, "back"),
+                                                              (guids[4], 4, "new")}
+        assert told[2] == []                     # the row deleted here came back: its tombstone is gone
+
+
+def _state(r, art) -> tuple[list, list, list]:
+    """An article's rows (with their lineage) and metadata: what its apply wrote."""
+    t, nick = r.table_sql(art.table), int(art.nickname)
+    rows = sorted((str(g), i, n, str(lin.parse(li))) for g, i, n, li in r.query(
+        f'SELECT t."rowguid", t."id", t."name", c.lineage FROM {t} t JOIN {r.meta("MSmerge_contents")} c '
+        f'ON c.tablenick = {nick} AND c.rowguid = t."rowguid"'))
+    contents = sorted((str(g), gen) for g, gen in r.query(
+        f"SELECT rowguid, generation FROM {r.meta('MSmerge_contents')} WHERE tablenick = {nick}"))
+    tombs = sorted(str(g) for (g,) in r.query(f"SELECT rowguid FROM {r.meta('MSmerge_tombstone')} "
+                                               f"WHERE tablenick = {nick}"))
+    return rows, contents, tombs
+
+
 def test_an_integer_out_of_its_column_range_is_refused_not_wrapped(dbs):
     """Binary COPY would write 70000 into a smallint wrapped around (4464): the batch goes by text COPY,
     where PostgreSQL refuses it as it refuses a bound parameter, and the apply then goes one change at

@@ -263,3 +263,20 @@ def test_retry_after_is_read_as_seconds_or_a_date_and_capped():
     assert 15 <= (asked(future) or 0) <= 20
     assert asked(None) is None and asked("soon") is None and asked("nan") is None
 
+
+
+def test_the_trusted_authorities_are_loaded_once_a_process(monkeypatch):
+    """Loading the CA bundle costs more than a small sync's requests: every client of the process shares it."""
+    from sparksync.web.device import client
+
+    loaded: list[ssl.SSLContext] = []
+    load = httpx.create_ssl_context
+    monkeypatch.setattr(client.httpx, "create_ssl_context", lambda: loaded.append(load()) or loaded[-1])
+    client._trusted.cache_clear()
+    try:
+        clients = [ServerClient("http://127.0.0.1:9", TOKEN) for _ in range(3)]
+        for c in clients:
+            c.close()
+    finally:
+        client._trusted.cache_clear()
+    assert len(loaded) == 1

@@ -312,7 +312,7 @@ class _BatchApplier:
         generation = self.generation_for(False)   # before the savepoint: a rollback must not take its row
         replica.execute("SAVEPOINT sparksync_bulk")
         try:
-            staging.apply(w.art, w.op, generation, clear_failed)
+            staging.apply(w.art, w.op, generation, clear_failed, staged)
         except CHANGE_REJECTED:
             replica.execute("ROLLBACK TO SAVEPOINT sparksync_bulk")
             replica.execute("RELEASE SAVEPOINT sparksync_bulk")

@@ -12,7 +12,7 @@ from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.errors import CHANGE_REJECTED, SparksyncError
 from sparksync.merge.apply.decide import Decision, Incoming, Local, decide
 from sparksync.merge.apply.outcome import ArticleStats, BatchOutcome
-from sparksync.merge.apply.staging import LocalMeta, StagedArticle, Staging
+from sparksync.merge.apply.staging import LocalMeta, StagedArticle, StagedColumns, Staging
 from sparksync.merge.conflicts.model import REFUSED, Failure
 from sparksync.merge.conflicts.resolvers import ResolverFailed
 from sparksync.merge.session.changes import OP_REMOVE, OP_UNREADABLE, ArticleChanges, Change
@@ -204,7 +204,7 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
     check_forged = dest.is_publisher
     replica.execute("SAVEPOINT sparksync_plan")
     try:
-        staging.stage(art, cc.staged(unique), codec)
+        staging.stage_columns(art, _columns(cc, unique), codec)
         staging.lock_rows(art)
         # after the lock, before the classification: a local change committed before the lock is in
         # the metadata the verdicts are made from (a conflict, not an overwrite); none can commit after
@@ -260,6 +260,15 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
         op = "delete" if decision.action in ("delete", "tombstone") else "upsert"
         work.append(DecidedChange(_order_key(at, op), art, op, inc, decision, meta.present))
     return work
+
+
+def _columns(cc: ArticleChanges, positions: list[int] | None) -> StagedColumns:
+    """The changes at ``positions`` (None: every one) column by column, as they are staged."""
+    if positions is None:
+        return StagedColumns(cc.rowguid, cc.op, cc.lineage, cc.colv, cc.row)
+    at = positions
+    return StagedColumns([cc.rowguid[i] for i in at], [cc.op[i] for i in at], [cc.lineage[i] for i in at],
+                         [cc.colv[i] for i in at], [cc.row[i] for i in at])
 
 
 def _lock_and_flush(replica: Replica, staging: Staging, art: TrackedArticle, rowguids: list[str]) -> None:

@@ -12,8 +12,11 @@ Python costs far more than the database's own work, so a batch is handled in SQL
    ``MSmerge_tombstone`` lineage) is looked up and given a verdict by the same rules as
    ``decide.decide``: ``apply`` (the incoming version dominates: a plain insert, update or delete),
    ``skip`` (the destination already has it or something newer), or ``slow`` (a conflict, or a
-   delete meeting a delete): those go through ``decide`` in Python. PostgreSQL looks up and judges in
-   one statement (a join of the batch); SQLite looks up by index, row by row, then judges.
+   delete meeting a delete): those go through ``decide`` in Python. Both look up and judge in one
+   statement that writes the judged rows to a table of their own (updating every staged row in place,
+   twice, costs more than writing it once): PostgreSQL joins the batch and compares lineages as sets;
+   SQLite looks each row up by index (a join whose outer loop is the staged table) and compares its
+   lineages entry by entry.
 3. ``apply``: per article and operation, in article processing order, a few statements move the
    ``apply`` rows into the user table and the metadata: plain joins of typed columns. A primary key
    is set only where it differs.
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sparksync.dialects.replica import Replica
 from sparksync.merge.tracking import lineage as lin
@@ -48,11 +51,24 @@ class LocalMeta:
     tombstone: object
 
 
+class StagedColumns(NamedTuple):
+    """An article's changes to stage, column by column: rowguids (unique), ops, lineage, colv and row JSON."""
+
+    rowguid: Sequence[str]
+    op: Sequence[str]
+    lineage: Sequence[str]
+    colv: Sequence[str | None]
+    row: Sequence[str | None]
+
+
 @dataclass
 class StagedArticle:
+    rows: int = 0                         # every staged row, whatever its verdict
     inserts: int = 0                      # verdict apply, op upsert, not present
     updates: int = 0                      # verdict apply, op upsert, present
     deletes: int = 0                      # verdict apply, op delete
+    moved: int = 0                        # of the updates, those whose primary key changes (present 2)
+    revived: int = 0                      # verdict apply, op upsert, deleted here before (a tombstone)
     skipped: int = 0
     slow: dict[str, LocalMeta] = field(default_factory=dict)   # rowguid -> local metadata
 
@@ -70,8 +86,8 @@ class Staging:
         return self.d.quote(f"{STAGED}_{int(nick)}")
 
     def rows_table(self, nick: int) -> str:
-        """Where the classified rows of article ``nick`` are: the staging table, or the table the
-        classification wrote them to (PostgreSQL: writing a new table beats updating every staged row)."""
+        """Where the classified rows of article ``nick`` are: the table the classification wrote them to
+        (writing a new table beats updating every staged row), the staging table before it ran."""
         return self.judged.get(int(nick)) or self.table(nick)
 
     @staticmethod
@@ -83,12 +99,18 @@ class Staging:
     def stage(self, art: TrackedArticle, changes: Iterable[tuple[str, str, str, str | None, str | None]],
               codec: RowCodec | None = None) -> None:
         """``changes``: (rowguid, op, lineage JSON, colv JSON, row JSON), rowguids unique per article."""
+        changes = list(changes)
+        guids, ops, lineages, colvs, texts = (list(x) for x in zip(*changes)) if changes else ([], [], [], [], [])
+        self.stage_columns(art, StagedColumns(guids, ops, lineages, colvs, texts), codec)
+
+    def stage_columns(self, art: TrackedArticle, changes: StagedColumns, codec: RowCodec | None = None) -> None:
+        """``stage`` of changes given column by column (as a batch's changes arrive): no tuple per change but
+        the one each staged row is loaded from."""
         d, r = self.d, self.replica
         cols = self.columns(art)
         table = self.table(art.nickname)
         d.create_staging(r, table, d.table_sql(art.table), [c.name for c in cols])
-        changes = list(changes)
-        guids, ops, lineages, colvs, texts = (list(x) for x in zip(*changes)) if changes else ([], [], [], [], [])
+        guids, ops, lineages, colvs, texts = changes
         codec = codec or RowCodec([(c.name, c.type) for c in art.info.columns])
         values = codec.decode_columns(texts, [c.name for c in cols])
         for i, conv in enumerate(d.db_converters([c.type for c in cols])):
@@ -122,47 +144,65 @@ class Staging:
         ``lineage.MAX_ADVANCE`` above the row's newest version, goes to Python (refused there).
 
         ``present``: 0 the row is not in the table, 1 it is, 2 it is with other primary key values."""
-        d, r, s = self.d, self.replica, self.table(art.nickname)
+        d, r = self.d, self.replica
         nick = int(art.nickname)
-        contents, tomb = r.meta("MSmerge_contents"), r.meta("MSmerge_tombstone")
-        t, rg = d.table_sql(art.table), d.quote(art.rowguid_column)
         keys = [(i, c.name) for i, c in enumerate(self.columns(art)) if c.name in art.info.primary_key]
         moved = " OR ".join(d.distinct_sql(f"t.{d.quote(c)}", f"s.c{i}") for i, c in keys) or "1 = 0"
-        if d.capabilities.joins_in_bulk:      # one statement: a join of the batch, lineages compared as sets
-            judged = d.quote(f"{STAGED}_{nick}_judged")
-            d.create_staging_from(r, judged, self._judged_sql(art, forged_from, moved))
-            self.judged[nick] = s = judged
-        else:                                 # an indexed lookup per staged row and table, then the verdicts
-            r.execute(
-                f"UPDATE {s} SET present = coalesce((SELECT CASE WHEN {moved.replace('s.c', f'{s}.c')} THEN 2 ELSE 1 "
-                f"END FROM {t} t WHERE t.{rg} = {s}.rowguid), 0), "
-                f"clin = (SELECT c.lineage FROM {contents} c WHERE c.tablenick = {nick} AND c.rowguid = {s}.rowguid), "
-                f"tlin = (SELECT x.lineage FROM {tomb} x WHERE x.tablenick = {nick} AND x.rowguid = {s}.rowguid)")
-            local = _local_sql(d)
-            forged = None
-            if forged_from is not None:
-                known = f"coalesce(clin, tlin, {d.empty_lineage_sql()})"
-                forged = (f"(NOT {d.lineage_dominates_sql(known, d.lineage_without_sql('lineage', forged_from))} "
-                          f"OR {d.lineage_advance_sql('lineage', known, forged_from, lin.MAX_ADVANCE)})")
-            r.execute(f"UPDATE {s} SET verdict = " + _verdict_sql(
-                d.lineage_dominates_sql("lineage", local), d.lineage_dominates_sql(local, "lineage"), forged))
+        # one statement that writes the judged rows once: a join of the batch, lineages compared as sets
+        # (PostgreSQL), or each row looked up by index and its lineages compared entry by entry (SQLite)
+        judged = d.quote(f"{STAGED}_{nick}_judged")
+        select = self._judged_sql(art, forged_from, moved) if d.capabilities.joins_in_bulk else \
+            self._looked_up_sql(art, forged_from, moved)
+        d.create_staging_from(r, judged, select)
+        self.judged[nick] = s = judged
         out = StagedArticle()
-        for op, present, verdict_, n in r.query(f"SELECT op, present, verdict, count(*) FROM {s} "
-                                                "GROUP BY op, present, verdict"):
+        for op, present, verdict_, revived, n in r.query(
+                f"SELECT op, present, verdict, tlin IS NOT NULL, count(*) FROM {s} GROUP BY 1, 2, 3, 4"):
+            out.rows += n
             if verdict_ == "skip":
                 out.skipped += n
             elif verdict_ == "apply":
                 if op == "delete":
                     out.deletes += n
-                elif present:
+                    continue
+                if present:
                     out.updates += n
+                    out.moved += n if present == 2 else 0
                 else:
                     out.inserts += n
+                out.revived += n if revived else 0
+        if out.rows == out.inserts + out.updates + out.deletes + out.skipped:
+            return out                        # no row has another verdict: none is slow
         for g, present, clin, ccolv, tlin in r.query(
-                f"SELECT s.rowguid, s.present, s.clin, c.colv, s.tlin FROM {s} s LEFT JOIN {contents} c "
+                f"SELECT s.rowguid, s.present, s.clin, c.colv, s.tlin FROM {s} s LEFT JOIN {r.meta('MSmerge_contents')} c "
                 f"ON c.tablenick = {nick} AND c.rowguid = s.rowguid WHERE s.verdict = 'slow'"):
             out.slow[str(g)] = LocalMeta(bool(present), clin, ccolv, tlin)
         return out
+
+    def _looked_up_sql(self, art: TrackedArticle, forged_from: int | None, moved: str) -> str:
+        """SQLite: one SELECT of the staged rows with their present, clin, tlin and verdict. Each row's
+        state here is looked up by index, the staged table the outer loop of the join (the table's rowguid
+        index is unique, the metadata's keys are (tablenick, rowguid): one match at most), and its lineage
+        compared with the local one entry by entry, by ``_verdict_sql``'s rules."""
+        d, r, s = self.d, self.replica, self.table(art.nickname)
+        values = "".join(f", s.c{i}" for i in range(len(self.columns(art))))
+        nick = int(art.nickname)
+        t, rg = d.table_sql(art.table), d.quote(art.rowguid_column)
+        local = _local_sql(d)
+        forged = None
+        if forged_from is not None:
+            known = f"coalesce(clin, tlin, {d.empty_lineage_sql()})"
+            forged = (f"(NOT {d.lineage_dominates_sql(known, d.lineage_without_sql('lineage', forged_from))} "
+                      f"OR {d.lineage_advance_sql('lineage', known, forged_from, lin.MAX_ADVANCE)})")
+        verdict = _verdict_sql(d.lineage_dominates_sql("lineage", local), d.lineage_dominates_sql(local, "lineage"),
+                               forged)
+        return (
+            f"SELECT z.*, {verdict} AS verdict FROM (SELECT s.rowguid, s.op, s.lineage, s.colv{values}, "
+            f"CASE WHEN t.{rg} IS NULL THEN 0 WHEN {moved} THEN 2 ELSE 1 END AS present, "
+            f"c.lineage AS clin, x.lineage AS tlin FROM {s} s "
+            f"LEFT JOIN {t} t ON t.{rg} = s.rowguid "
+            f"LEFT JOIN {r.meta('MSmerge_contents')} c ON c.tablenick = {nick} AND c.rowguid = s.rowguid "
+            f"LEFT JOIN {r.meta('MSmerge_tombstone')} x ON x.tablenick = {nick} AND x.rowguid = s.rowguid) z")
 
     def _judged_sql(self, art: TrackedArticle, forged_from: int | None, moved: str) -> str:
         """One SELECT of the staged rows with their present, clin, tlin and verdict: the local state by a
@@ -207,8 +247,10 @@ class Staging:
         return {str(g): v for g, v in self.replica.query(f"SELECT rowguid, verdict FROM {self.rows_table(art.nickname)}")}
 
     # -- 3. apply ---------------------------------------------------------------------------------
-    def apply(self, art: TrackedArticle, op: str, generation: int, clear_failed: bool) -> None:
-        """Apply the ``apply`` rows of one article and operation ("upsert" | "delete")."""
+    def apply(self, art: TrackedArticle, op: str, generation: int, clear_failed: bool,
+              staged: StagedArticle | None = None) -> None:
+        """Apply the ``apply`` rows of one article and operation ("upsert" | "delete"). ``staged``: what the
+        classification counted of them; a statement it says matches no row is not run (each scans the batch)."""
         d, r, s = self.d, self.replica, self.rows_table(art.nickname)
         p = r.p
         nick = int(art.nickname)
@@ -235,20 +277,22 @@ class Staging:
             update = f" FROM {s} s WHERE {t}.{rg} = s.rowguid AND {mine('s.')} AND s.present > 0"
             rest = [(c, e) for c, e in cols if c not in pk]
             keys = [(c, e) for c, e in cols if c in pk]
-            if rest:
+            if rest and (staged is None or staged.updates):
                 r.execute(f"UPDATE {t} SET " + ", ".join(f"{d.quote(c)} = {e}" for c, e in rest) + update)
-            if keys:                     # where the classification found the key moved
+            if keys and (staged is None or staged.moved):      # where the classification found the key moved
                 r.execute(f"UPDATE {t} SET " + ", ".join(f"{d.quote(c)} = {e}" for c, e in keys) + update
                           + " AND s.present = 2")
-            names = ", ".join([rg] + [d.quote(c) for c, _ in cols])
-            r.execute(f"INSERT INTO {t} ({names}) SELECT " + ", ".join(["s.rowguid"] + [e for _, e in cols])
-                      + f" FROM {s} s WHERE {mine('s.')} AND s.present = 0")
+            if staged is None or staged.inserts:
+                names = ", ".join([rg] + [d.quote(c) for c, _ in cols])
+                r.execute(f"INSERT INTO {t} ({names}) SELECT " + ", ".join(["s.rowguid"] + [e for _, e in cols])
+                          + f" FROM {s} s WHERE {mine('s.')} AND s.present = 0")
             r.execute(
                 f"INSERT INTO {contents} (tablenick, rowguid, generation, lineage, colv) "
                 f"SELECT {nick}, rowguid, {p}, lineage, colv FROM {s} WHERE {mine()} "
                 f"ON CONFLICT (tablenick, rowguid) DO UPDATE SET generation = excluded.generation, "
                 f"lineage = excluded.lineage, colv = excluded.colv", [generation])
-            r.execute(f"DELETE FROM {tomb} WHERE tablenick = {nick} AND rowguid IN ({guids} AND tlin IS NOT NULL)")
+            if staged is None or staged.revived:
+                r.execute(f"DELETE FROM {tomb} WHERE tablenick = {nick} AND rowguid IN ({guids} AND tlin IS NOT NULL)")
         if clear_failed:
             r.execute(f"DELETE FROM {r.meta('MSmerge_failed_changes')} WHERE tablenick = {nick} "
                       f"AND rowguid IN ({guids})")

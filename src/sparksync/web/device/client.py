@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
+import functools
 import math
 import os
 import re
@@ -111,12 +112,20 @@ def retry_after(response: httpx.Response) -> float | None:
     return min(max(seconds, 0.0), RETRY_AFTER_MAX)
 
 
+@functools.cache
+def _trusted() -> ssl.SSLContext:
+    """The certificate authorities a device trusts without ``--ca-file`` (httpx's default: certifi's, or
+    ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``), loaded once per process: loading them costs more than a small sync's
+    requests, and an application that syncs every few seconds would load them at every sync."""
+    return httpx.create_ssl_context()
+
+
 class ServerClient:
     """One device's connection to the door."""
 
     def __init__(self, server: str, token: str, ca_file: str | None = None, timeout: float = 60.0,
                  retries: int = RETRIES):
-        verify: Any = True
+        verify: Any = _trusted()
         if ca_file:
             try:
                 verify = ssl.create_default_context(cafile=ca_file)

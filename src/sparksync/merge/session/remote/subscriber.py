@@ -303,12 +303,16 @@ def _last_appearances(tables: list) -> Any:
     segment holds each row as the publisher had it when the segment was written: a row changed again, or
     that left the partition, later is in a later segment too, and only its last appearance is applied
     (what a read of every generation at once would give: the row's newest version, or its removal). The
-    changes sent again (failed here before) are kept as they are."""
+    changes sent again (failed here before) are kept as they are. Rows that all have rowguids of their own
+    (a device that synced after each round: its own frame empty, one segment) are every one a last
+    appearance: counted, not grouped."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     if len(tables) == 1 or not table.num_rows:
+        return table
+    if pc.count_distinct(table.column("rowguid")).as_py() == table.num_rows:
         return table
     at = pa.array(range(table.num_rows), pa.int64())
     again = pc.equal(table.column("generation"), RETRY_GENERATION)
@@ -362,13 +366,12 @@ def apply_download(device: Replica, url: str, publisher: RemotePublisher, frames
         rows = table.filter(pc.equal(seqs, b.seq)) if seqs is not None else table
         watch = notices.Watch(device, tracked, names, rows, session_id, b.seq, keep)
         outcome = half.apply(b, rows, watch.record, watch.planned)
-        found = watch.found
-        session.changed += [[c.article, c.operation, c.rowguid, c.key] for c in found]
+        session.changed += watch.changes
         failpoints.hit("device.after_download_batch", name)
         if keep:
             notices.deliver(device, listener)            # type: ignore[arg-type]
-        elif listener is not None and found:
-            listener(notices.ChangeBatch(session_id, b.seq, list(found)))
+        elif listener is not None and watch.changes:
+            listener(notices.ChangeBatch(session_id, b.seq, watch.row_changes()))
         if outcome.status == "error":
             raise ProtocolError(f"download batch {b.seq} at {name}: {outcome.message}", obj=name)
         for nick_, st in outcome.stats.items():

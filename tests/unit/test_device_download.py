@@ -1,0 +1,114 @@
+"""A device's download on its way in, without a server: frames read back as the door wrote them (each row's
+rowguid put back where its values had it), the rows of several frames taken at their last appearance, the
+batch's rowguids by article for its notices, and the SQLite staging table loaded many rows per statement."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from sparksync.dialects import connect
+from sparksync.dialects.sqlite import merge_staging
+from sparksync.errors import ProtocolError
+from sparksync.merge.session.changes import RETRY_GENERATION
+from sparksync.merge.session.remote import frames
+from sparksync.merge.session.remote.frames import change_schema, read_frames, wire_schema, write_changes
+from sparksync.merge.session.remote.notices import batch_guids
+from sparksync.merge.session.remote.subscriber import _last_appearances
+
+G1, G2, G3 = "0190a5b1-0000-7000-8000-000000000001", "0190a5b1-0000-7000-8000-000000000002", \
+    "0190a5b1-0000-7000-8000-000000000003"
+
+
+def _changes(*rows: tuple[int, str, int, str, str | None]) -> pa.Table:
+    """Change rows of (tablenick, rowguid, generation, op, row JSON)."""
+    return pa.Table.from_pylist([
+        {"source": "HQ", "source_nick": 1, "tablenick": n, "rowguid": g, "generation": gen, "op": op,
+         "lineage": f'{{"1":{gen}}}', "colv": None, "row": row, "target": None, "partition_id": 0}
+        for n, g, gen, op, row in rows], schema=change_schema())
+
+
+def test_a_frame_reads_back_the_rows_it_was_written_from():
+    sent = _changes(
+        (10, G1, 2, "upsert", f'{{"id":1,"rowguid":"{G1}","note":"{G1}"}}'),    # its rowguid twice: the first goes
+        (10, G2, 2, "upsert", '{"id":2,"rowguid":null}'),                          # no rowguid in its values
+        (10, G3, 2, "delete", None),
+        (20, G3, 3, "remove", None),
+        (20, G2, 3, "upsert", '{"id":2,"rowguid":"\\u0001"}'))                    # the mark's own text, kept
+    [(got, meta)] = read_frames(write_changes(sent, {"source": "HQ", "source_nick": 1, "x": 1}), "download")
+    assert meta["x"] == 1
+    for column in ("tablenick", "rowguid", "generation", "op", "lineage", "colv", "row", "source", "source_nick"):
+        assert got.column(column).to_pylist() == sent.column(column).to_pylist(), column
+    assert got.column("partition_id").to_pylist() == [0] * 5 and got.column("target").null_count == 5
+
+
+def test_an_empty_frame_reads_back_empty():
+    [(got, meta)] = read_frames(write_changes(None, {"frames": 1}), "download")
+    assert got.num_rows == 0 and got.schema == change_schema() and meta == {"frames": 1}
+
+
+def _wire(rows: list[tuple[str | None, str | None, bool | None, int | None]]) -> pa.Table:
+    """Wire rows of (rowguid, row JSON, guid_in_row, op code)."""
+    n = len(rows)
+    return pa.table([pa.array([10] * n, pa.int32()), pa.array([g for g, _, _, _ in rows], pa.string()),
+                     pa.array([2] * n, pa.int64()), pa.array([o for _, _, _, o in rows], pa.int8()),
+                     pa.array(['{"1":2}'] * n), pa.nulls(n, pa.string()), pa.array([t for _, t, _, _ in rows]),
+                     pa.array([i for _, _, i, _ in rows], pa.bool_())], schema=wire_schema())
+
+
+@pytest.mark.parametrize("row", [(G1, '{"id":1}', True, 0), (G1, None, True, 0), (None, '{"g":"\\u0001"}', True, 0)])
+def test_a_row_that_says_its_rowguid_is_in_its_values_and_has_no_place_for_it_is_refused(row):
+    with pytest.raises(ProtocolError, match="says its rowguid is in its values"):
+        frames._from_wire(_wire([(G2, '{"g":"\\u0001"}', True, 0), row]), {}, "download")
+
+
+def test_an_unknown_operation_is_named_after_the_rows_are_checked():
+    with pytest.raises(ProtocolError, match="unknown operation 9"):
+        frames._from_wire(_wire([(G1, None, None, 1), (G2, None, False, 9), (G3, None, False, None)]), {}, "download")
+    with pytest.raises(ProtocolError, match="unknown operation None"):
+        frames._from_wire(_wire([(G1, None, None, None)]), {}, "download")
+    with pytest.raises(ProtocolError, match="says its rowguid"):
+        frames._from_wire(_wire([(G1, None, None, 9), (G2, '{"id":1}', True, 0)]), {}, "download")
+
+
+def test_rows_in_several_frames_are_applied_at_their_last_appearance_and_sent_again_ones_all():
+    device = _changes((10, G3, RETRY_GENERATION, "upsert", '{"id":3}'))
+    first = _changes((10, G1, 2, "upsert", '{"id":1}'), (10, G2, 2, "upsert", '{"id":2}'))
+    second = _changes((10, G2, 3, "upsert", '{"id":20}'), (10, G3, 3, "upsert", '{"id":30}'))
+    got = _last_appearances([device, first, second])
+    assert list(zip(got.column("rowguid").to_pylist(), got.column("generation").to_pylist())) == [
+        (G3, RETRY_GENERATION), (G1, 2), (G2, 3), (G3, 3)]
+
+
+def test_rows_that_each_appear_once_are_the_frames_rows_as_they_are():
+    empty, segment = _changes(), _changes((10, G2, 2, "upsert", "{}"), (20, G1, 2, "delete", None))
+    assert _last_appearances([empty, segment]).equals(pa.concat_tables([empty, segment]))
+    same_guid = _changes((10, G1, 2, "upsert", "{}"), (20, G1, 2, "upsert", "{}"))     # two articles' rows
+    assert _last_appearances([empty, same_guid]).num_rows == 2
+
+
+@pytest.mark.parametrize("guids", [[G1.upper(), G2, G3.upper()], ["Ä-ROW", G2, "İ"], [G1, None, G3]],
+                         ids=["ascii", "not ascii", "null"])
+def test_a_batchs_rowguids_are_listed_by_article_lowercased_as_python_does(guids):
+    rows = pa.table({"tablenick": pa.array([10, 20, 10], pa.int32()), "rowguid": pa.array(guids, pa.string())})
+    assert batch_guids(rows) == {10: [str(guids[0]).lower(), str(guids[2]).lower()], 20: [str(guids[1]).lower()]}
+    assert batch_guids(rows.slice(0, 0)) == {} and batch_guids(None) == {}
+
+
+@pytest.mark.parametrize("limit", [None, 7], ids=["the driver's limit", "a few parameters a statement"])
+def test_the_sqlite_staging_table_is_loaded_many_rows_per_statement(tmp_path, monkeypatch, limit):
+    if limit is not None:
+        monkeypatch.setattr(merge_staging, "_parameters", lambda replica: limit)
+    rows = [(i, f"row {i}", None if i % 7 else i * 0.5) for i in range(2 * merge_staging.ROWS_PER_INSERT + 13)]
+    with connect(f"sqlite:///{tmp_path / 'device.db'}") as r:
+        r.execute("CREATE TEMP TABLE staged (a INTEGER, b TEXT, c REAL)")
+        statements = []
+        execute, executemany = r.execute, r.executemany
+        monkeypatch.setattr(r, "execute", lambda sql, params=(): statements.append(len(params)) or execute(sql, params))
+        monkeypatch.setattr(r, "executemany", lambda sql, rows_: statements.extend(len(p) for p in rows_)
+                            or executemany(sql, rows_))
+        r.dialect.load_staging(r, "staged", ["a", "b", "c"], rows)
+        monkeypatch.undo()
+        assert r.query("SELECT a, b, c FROM staged ORDER BY rowid") == rows
+    per = merge_staging.ROWS_PER_INSERT if limit is None else limit // 3
+    assert max(statements) == 3 * per and len(statements) == -(-len(rows) // per)
