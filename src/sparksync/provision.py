@@ -82,9 +82,10 @@ def check_snapshot_dir(topology: Topology) -> None:
     root = topology.snapshots
     try:
         root.check_writable()
-    except OSError as e:
+    except (OSError, ConfigurationError) as e:      # a folder it cannot write, a URL no file system takes
+        why = e.message if isinstance(e, ConfigurationError) else (e.strerror or e)
         raise ConfigurationError(f"publisher.snapshot_dir: cannot write snapshots to {root.describe()} "
-                                 f"({e.strerror or e}); nothing was changed", obj=root.describe()) from None
+                                 f"({why}); nothing was changed", obj=root.describe()) from None
 
 
 def _check_initialized_subscribers(pub, topology: Topology) -> None:

@@ -56,17 +56,20 @@ def test_every_bad_command_of_an_article_is_reported_at_once(tmp_path):
     assert "ins_cmd 'XCALL a'" in text and "upd_cmd 'BOGUS'" in text and "del_cmd 'SCALL b'" in text
 
 
-def test_a_snapshot_dir_that_cannot_be_written_is_refused_before_anything_changes(tmp_path):
+@pytest.mark.parametrize("where", ["a file", "a URL"])
+def test_a_snapshot_dir_that_cannot_be_written_is_refused_before_anything_changes(tmp_path, where):
     url = f"sqlite:///{tmp_path / 'p.db'}"
     with connect(url) as r:
         r.execute('CREATE TABLE "T" ("id" INTEGER PRIMARY KEY)')
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the snapshot folder should be")
-    topology = parse_topology({"publisher": {"name": "P", "database": url, "snapshot_dir": str(blocker / "snap")},
+    snapshot_dir = str(blocker / "snap") if where == "a file" else "ftp://files.example/snap"   # no file system
+    topology = parse_topology({"publisher": {"name": "P", "database": url, "snapshot_dir": snapshot_dir},
                                "publications": [{"name": "Pub", "articles": [{"table": "T"}]}],
                                "subscriptions": [{"name": "S", "publication": "Pub",
                                                   "database": f"sqlite:///{tmp_path / 's.db'}"}]}, tmp_path)
-    with pytest.raises(ConfigurationError, match="publisher.snapshot_dir: cannot write snapshots to"):
+    with pytest.raises(ConfigurationError, match="publisher.snapshot_dir: cannot write snapshots to") as e:
         setup(topology, lambda: pytest.fail("Spark must not start"))
+    assert ("ftp://files.example/snap" in str(e.value)) == (where == "a URL")
     with connect(url) as r:
         assert store.metadata_version(r) is None
