@@ -27,8 +27,8 @@ class _Door:
             raise ConnectionFailed("HQ: connection to postgresql://app:s3cret@hq/db refused", obj="HQ")
 
 
-def test_an_unreachable_publisher_is_said_once_tried_again_and_its_return_said_once():
-    door = _Door(failures=5, then=3)
+def _run(door: _Door) -> list[str]:
+    """What the rounds ahead said until ``door`` had all its rounds."""
     said: list[str] = []
     ahead = RoundsAhead(door, said.append, every=0.001)       # type: ignore[arg-type]
     ahead.start()
@@ -36,6 +36,11 @@ def test_an_unreachable_publisher_is_said_once_tried_again_and_its_return_said_o
         assert door.done.wait(10), f"the rounds stopped after {door.rounds}"
     finally:
         ahead.stop()
+    return said
+
+
+def test_an_unreachable_publisher_is_said_once_tried_again_and_its_return_said_once():
+    said = _run(_Door(failures=5, then=3))
     assert len(said) == 2, said
     assert "a round ahead of the devices failed" in said[0] and "refused" in said[0] and "s3cret" not in said[0]
     assert said[1] == "serve: rounds ahead of the devices run again"
@@ -53,11 +58,5 @@ def test_a_round_that_raises_what_no_one_expected_does_not_end_the_rounds():
         real(publication)
 
     door.round = odd                                           # type: ignore[method-assign]
-    said: list[str] = []
-    ahead = RoundsAhead(door, said.append, every=0.001)       # type: ignore[arg-type]
-    ahead.start()
-    try:
-        assert door.done.wait(10), f"the rounds stopped after {door.rounds}"
-    finally:
-        ahead.stop()
+    said = _run(door)
     assert "KeyError" in said[0] and said[1] == "serve: rounds ahead of the devices run again"
