@@ -155,6 +155,8 @@ class ArticleConfig(_Model):
     resolver: str = "default"
     resolver_column: str | None = None
     compensate_for_errors: bool = False
+    business_logic: str | None = Field(None, description="a business logic handler, module:Class (a subclass of "
+                                       "sparksync.handlers.BusinessLogicHandler), called for every row merged")
     # transactional articles (seed 001)
     ins_cmd: str | None = None
     upd_cmd: str | None = None
@@ -336,7 +338,7 @@ class SubscriptionConfig(_Model):
 
 
 MERGE_ARTICLE_KEYS = {"column_tracking", "rowguid_column", "resolver", "resolver_column", "compensate_for_errors",
-                      "join_filters", "partition_options"}
+                      "join_filters", "partition_options", "business_logic"}
 TRANSACTIONAL_ARTICLE_KEYS = {"ins_cmd", "upd_cmd", "del_cmd", "columns"}
 MERGE_PUBLICATION_KEYS = {"generation_leveling_threshold", "retention", "conflict_logging", "use_partition_groups",
                           "partitions", "validate_schedule"}

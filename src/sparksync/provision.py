@@ -14,6 +14,7 @@ from sparksync import failpoints, locks
 from sparksync.config import Topology
 from sparksync.dialects import connect
 from sparksync.errors import ConfigurationError, SchemaDrift, SparksyncError
+from sparksync.merge.apply.handling import check_handlers
 from sparksync.merge.conflicts.resolvers import check_resolvers
 from sparksync.merge.maintenance.integrity import check_identity, repair_tracking, upgrade_tracking
 from sparksync.merge.partitions.evaluation import Partition, ensure_partitions, partition_values
@@ -201,6 +202,7 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
                 connect(topology.publisher_url, topology.publisher.name) as pub:
             for p in merge_pubs:
                 check_resolvers(topology, p)
+                check_handlers(topology, p)
             plans = [plan_publication(pub, p) for p in merge_pubs]   # raises before any change
             tx_plans = [plan_transactional(pub, dist, p) for p in tx_pubs]
             _check_subscribers_reachable(topology)

@@ -183,6 +183,9 @@ def test_demo_runs(demo):
     assert out.count("active") == 6     # three stores and two territory stores (merge), the reporting database
     assert "update wins delete" in out and "update between Store2 (lost) and Store1 (won)" in out
     assert "identical: HQ and 3 stores hold the same" in out
+    # a business logic handler: Store3's delete of a vendor kept at HQ as an inactive vendor, and back at Store3
+    assert "vendor 1002: at HQ ActiveFlag = 0, at Store3 ActiveFlag = 0" in " ".join(out.split())
+    assert "the handler logged: vendor 1002 deleted at Store3: kept at HQ, flagged" in " ".join(out.split())
     # transactional: the stores' changes merged into HQ reach the reporting database, filtered
     assert "tracer token: HQ -> distributor" in out and "identical: Reporting holds HQ's" in out
     # filtered: each territory store holds its partition, and a customer moved from one to the other

@@ -4,7 +4,8 @@ Builds the databases and a ``sparksync.toml`` in a folder, runs ``setup`` (snaps
 on Spark), makes changes at the publisher and at the stores from several clients (the ``sqlite3``
 shell where it is installed) — including a conflicting update and an update/delete conflict — shows
 ``status``, runs ``merge``, shows how each conflict was resolved, and checks that every replica
-holds identical data. Then transactional replication: HQ's committed changes (including what the
+holds identical data; a business logic handler keeps a store's delete of a vendor at HQ as an inactive
+vendor. Then transactional replication: HQ's committed changes (including what the
 stores merged into it) go through the log reader and the distribution agent to a reporting
 database, with a row filter, a column filter and a tracer token. Last, a filtered merge publication:
 two territory stores hold only their own customers, orders and lines, and a customer moving from one
@@ -47,10 +48,28 @@ TERRITORY_STORES = [("Northwest", "Northwest"), ("Canada", "Canada")]    # filte
 TILL = ("Till", "Canada")          # a web subscription of Territories: a till whose database is on the device
 
 
+# The demo's business logic handler (docs/replication.md, "Business logic handlers"), written beside the
+# configuration: a store cannot take a vendor off HQ's books; its delete becomes ActiveFlag = false at HQ.
+STORE_LOGIC = '''"""The demo's business logic handler: a store's delete of a vendor is kept at HQ as an inactive vendor."""
+
+from sparksync.handlers import Accept, BusinessLogicHandler, Custom
+
+
+class VendorsStayOnFile(BusinessLogicHandler):
+    def delete(self, ctx, row):
+        if ctx.direction == "upload":
+            ctx.log(f"vendor {row['BusinessEntityID']} deleted at {ctx.subscription}: kept at HQ, flagged")
+            return Custom({**row, "ActiveFlag": False})
+        return Accept()
+'''
+HANDLER = "store_logic:VendorsStayOnFile"
+GONE_VENDOR = 1002
+
+
 def demo_config(directory: Path, port: int = 8443) -> str:
-    arts = "\n".join(
-        f'  [[publications.articles]]\n  table = "{name}"\n' + ("  column_tracking = true\n" if name == "Product" else "")
-        for name in article_names(False))
+    options = {"Product": "  column_tracking = true\n", "Vendor": f'  business_logic = "{HANDLER}"\n'}
+    arts = "\n".join(f'  [[publications.articles]]\n  table = "{name}"\n' + options.get(name, "")
+                     for name in article_names(False))
     subs = "\n".join(
         f'[[subscriptions]]\nname = "{n}"\npublication = "Sales"\ndatabase = "sqlite:///{n.lower()}.db"\n'
         f'subscriber_type = "{t}"\n' + (f"priority = {p}\n" if p is not None else "") + f'host_name = "{h}"\n'
@@ -173,7 +192,8 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
     console.print(", ".join(f"{k}: {v} rows" for k, v in counts.items()))
     cfg = directory / "sparksync.toml"
     cfg.write_text(demo_config(directory, _free_port()), encoding="utf-8")
-    console.print(f"wrote {cfg}")
+    (directory / "store_logic.py").write_text(STORE_LOGIC, encoding="utf-8")
+    console.print(f"wrote {cfg} and store_logic.py (a business logic handler of the Vendor article)")
 
     console.rule("[bold]2. sparksync setup: publish, track, snapshot (Spark), initialize three stores (Spark)")
     hq = Publisher(cfg, progress=report)          # the Python API the commands call (docs/python-api.md)
@@ -201,8 +221,9 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
     console.print(f"Store2 ({via}): deleted the lines of order 1 (HQ changed them: an update/delete conflict), "
                   "moved customer 1 to Canada (Store1 moved it too: an update conflict)")
     via = _shell(directory / "store3.db", 'UPDATE "Product" SET "Name" = "Name" || \' (clearance)\' '
-                                          'WHERE "ProductID" = 3;\n')
-    console.print(f"Store3 ({via}): renamed product 3")
+                                          f'WHERE "ProductID" = 3;\nDELETE FROM "Vendor" WHERE "BusinessEntityID" = '
+                                          f'{GONE_VENDOR};\n')
+    console.print(f"Store3 ({via}): renamed product 3, deleted vendor {GONE_VENDOR}")
 
     console.rule("[bold]4. sparksync status: every change is tracked and waiting to be merged")
 
@@ -219,6 +240,18 @@ def run_demo(directory: Path, console: Console, report: Reporter) -> DemoResult:
     for c in hq.conflicts():
         console.print(f"  {c['article']}: {c['conflict_type_name']} between {c['origin_datasource']} (lost) and "
                       f"{c['winner']} (won): {c['reason_text']}", highlight=False)
+
+    console.rule(f"[bold]6b. A business logic handler ({HANDLER}): Store3's delete of a vendor")
+    flags = {}
+    for who, file in (("HQ", "hq.db"), ("Store3", "store3.db")):
+        with connect(f"sqlite:///{directory / file}") as st:
+            row = st.query('SELECT "ActiveFlag" FROM "Vendor" WHERE "BusinessEntityID" = ?', [GONE_VENDOR])
+            flags[who] = "gone" if not row else f"ActiveFlag = {int(row[0][0])}"
+    notes = [n for sub in merged.subscriptions for n in sub.notes]
+    console.print(f"  vendor {GONE_VENDOR}: at HQ {flags['HQ']}, at Store3 {flags['Store3']} (the store's delete, "
+                  "kept at HQ as a soft delete and sent back)", highlight=False)
+    for n in notes:
+        console.print(f"  the handler logged: {n}", highlight=False)
 
     console.rule("[bold]7. Every replica holds identical data")
 

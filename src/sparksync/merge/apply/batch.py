@@ -19,18 +19,21 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sparksync import failpoints
 from sparksync.dialects.replica import Replica, in_chunks
-from sparksync.errors import CHANGE_REJECTED
+from sparksync.errors import CHANGE_REJECTED, SparksyncError
+from sparksync.handlers import Custom
 from sparksync.merge.apply.classify import (
     ArticleAt,
     DecidedChange,
     FailedChange,
     Removal,
     StagedWork,
+    custom_decision,
+    handling_of,
     incoming,
     json_value,
     key_of,
@@ -39,6 +42,7 @@ from sparksync.merge.apply.classify import (
     prefetch,
 )
 from sparksync.merge.apply.decide import Decision, Incoming
+from sparksync.merge.apply.handling import HandlerFailed, Handling
 from sparksync.merge.apply.outcome import ArticleStats, BatchConflict, BatchOutcome
 from sparksync.merge.apply.watermarks import read_watermark, write_watermark
 from sparksync.merge.conflicts.model import ConflictRecord, Failure, failed_type, log_conflict, record_failed_change
@@ -117,6 +121,7 @@ class _BatchApplier:
         self.counts = {"received": 0, "resolved": 0}
         self.retry: list[Retry] = []
         self.codecs: dict[int, RowCodec] = {}
+        self.handlings: dict[int, Handling] = {}
 
     def run(self) -> None:
         replica, dest, batch, outcome = self.replica, self.dest, self.batch, self.outcome
@@ -131,7 +136,10 @@ class _BatchApplier:
                 return
             with agent_writes(replica):
                 refusing = dest.is_publisher and batch.partition_id and self.ctx.refused_out_of_partition
-                work, self.codecs = plan_batch(replica, self.ctx, dest, batch, self.changes, self.articles, outcome)
+                self.handlings = {nick: h for nick in self.changes
+                                  if (h := handling_of(self.ctx, dest, batch, nick, outcome)) is not None}
+                work, self.codecs = plan_batch(replica, self.ctx, dest, batch, self.changes, self.articles, outcome,
+                                               self.handlings)
                 if self.planned is not None:
                     self.planned(replica, [w for w in work if isinstance(w, StagedWork)])
                 # read after the rows are locked and their logged changes flushed, before anything is written
@@ -343,6 +351,15 @@ class _BatchApplier:
         if err is None:
             self.applied(w, st)
             return
+        handling = self.handlings.get(art.nickname)
+        if handling is not None and decision.action == "upsert":
+            handled = self.error_handled(handling, w, err)
+            if handled is None:
+                return
+            if isinstance(handled, Failure):
+                self.failed_change(FailedChange(w.key, art, w.op, inc.rowguid,
+                                                replace(handled, key=key_of(art, inc.values)), inc.values), st)
+                return
         op = "delete" if decision.action in ("delete", "tombstone") else ("update" if existed else "insert")
         compensate = ctx.rules[art.nickname].compensate_for_errors and op == "insert"
         reason = f"{op} failed: {err.message}" + (
@@ -366,6 +383,28 @@ class _BatchApplier:
             return
         self.failed_change(FailedChange(w.key, art, w.op, inc.rowguid, failure, inc.values),
                            st, op=op, code=str(err.native_code or getattr(err, "kind", "") or err.code))
+
+    def error_handled(self, handling: Handling, w: DecidedChange, err: SparksyncError) -> Failure | bool | None:
+        """A change the database refused again, given to the handler's ``error``: None once its custom row is
+        applied instead (a new version made here, sent back to the source), a Failure when the handler failed or
+        its row was refused too, False for the default (the change fails as without a handler)."""
+        art, inc, decision = w.art, w.inc, w.decision
+        columns = {c.name for c in art.info.columns}
+        try:
+            action = handling.error(dict(decision.values or {}), err.message, columns)
+        except HandlerFailed as e:
+            return Failure(e.message)
+        if not isinstance(action, Custom):
+            return False
+        lineage = decision.lineage if decision.send_back else lin.bump(dict(decision.lineage), self.dest.nickname)
+        custom = DecidedChange(w.key, art, w.op, inc, custom_decision(action.row, lineage, decision.colv, decision.values,
+                                                             self.dest.nickname,
+                                                             self.ctx.rules[art.nickname].column_tracking), w.existed)
+        again = _try_apply(self.replica, art, inc, custom.decision, self.generation_for(True))
+        if again is not None:
+            return Failure(f"the row business logic handler {handling.path}.error gave failed too: {again.message}")
+        self.applied(custom, self.outcome.stats.setdefault(art.nickname, ArticleStats()))
+        return None
 
     def failed_change(self, w: FailedChange, st: ArticleStats, op: str | None = None, code: str | None = None) -> None:
         """Record a change that cannot be applied here: listed in MSmerge_failed_changes (and tried again
@@ -426,7 +465,7 @@ def _record_applied(replica: Replica, ctx: ApplyContext, batch: BatchInfo, outco
     replica.execute(f"DELETE FROM {table} WHERE pubid = {u} AND source_nickname = {int(batch.source_nick)} "
                     f"AND (session_id <> {u} OR batch_seq = {int(batch.seq)})", [ctx.pubid, ctx.session_id])
     done = {"stats": {str(nick): vars(st) for nick, st in outcome.stats.items()},
-            "conflicts": [c.to_dict() for c in outcome.conflicts]}
+            "conflicts": [c.to_dict() for c in outcome.conflicts], "notes": outcome.notes}
     store.insert_row(replica, "MSmerge_applied_batches", {
         "pubid": ctx.pubid, "source_nickname": batch.source_nick, "session_id": ctx.session_id,
         "batch_seq": batch.seq, "generation": batch.hi,
@@ -444,6 +483,7 @@ def _applied_in_session(replica: Replica, ctx: ApplyContext, batch: BatchInfo, o
     outcome.status = "applied"
     outcome.stats = {int(nick): ArticleStats.from_dict(st) for nick, st in done["stats"].items()}
     outcome.conflicts = [BatchConflict.from_dict(c) for c in done["conflicts"]]
+    outcome.notes = list(done.get("notes") or [])
     return True
 
 

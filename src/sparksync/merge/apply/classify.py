@@ -10,10 +10,12 @@ from typing import Any
 
 from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.errors import CHANGE_REJECTED, SparksyncError
+from sparksync.handlers import Accept, AcceptPublisher, Custom, Default, HandlerContext, Reject
 from sparksync.merge.apply.decide import Decision, Incoming, Local, decide
+from sparksync.merge.apply.handling import HandlerFailed, Handling
 from sparksync.merge.apply.outcome import ArticleStats, BatchOutcome
 from sparksync.merge.apply.staging import LocalMeta, StagedArticle, StagedColumns, Staging
-from sparksync.merge.conflicts.model import REFUSED, Failure
+from sparksync.merge.conflicts.model import REFUSED, ConflictType, Failure
 from sparksync.merge.conflicts.resolvers import ResolverFailed
 from sparksync.merge.session.changes import OP_REMOVE, OP_UNREADABLE, ArticleChanges, Change
 from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
@@ -114,9 +116,9 @@ def incoming(c: Change, codec: RowCodec, source_nick: int) -> Incoming:
 
 def plan_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
           changes: dict[int, ArticleChanges], articles: dict[int, ArticleAt],
-          outcome: BatchOutcome) -> tuple[list[Work], dict[int, RowCodec]]:
-    """Stage and classify the batch's changes; decide the ones that need Python. Returns the work
-    (unsorted) and each article's row codec."""
+          outcome: BatchOutcome, handlings: dict[int, Handling] | None = None) -> tuple[list[Work], dict[int, RowCodec]]:
+    """Stage and classify the batch's changes; decide the ones that need Python (``handlings``: the articles'
+    business logic handlers, ``handling_of``). Returns the work (unsorted) and each article's row codec."""
     work: list[Work] = []
     codecs: dict[int, RowCodec] = {}
     if not changes:
@@ -128,8 +130,22 @@ def plan_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch
         at = articles[nick]
         codecs[nick] = RowCodec([(c.name, c.type) for c in at.article.info.columns])
         with outcome.timing(nick) as st:
-            work += _plan_article(replica, ctx, dest, batch, cc, at, codecs[nick], staging, st)
+            work += _plan_article(replica, ctx, dest, batch, cc, at, codecs[nick], staging, st,
+                                  (handlings or {}).get(nick))
     return work, codecs
+
+
+def handling_of(ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo, nick: int,
+                outcome: BatchOutcome) -> Handling | None:
+    """The article's business logic handler for this batch (None: it has none); what it logs goes to
+    ``outcome.notes``."""
+    rules = ctx.rules.get(nick)
+    if rules is None or not rules.business_logic:
+        return None
+    hctx = HandlerContext("upload" if ctx.upload else "download", ctx.article_names.get(nick, str(nick)),
+                          batch.source if ctx.upload else dest.name,
+                          (batch.partition_id if ctx.upload else dest.partition_id) or None, outcome.notes)
+    return Handling(rules.business_logic, rules.resolver_search, hctx)
 
 
 def _known_failures(replica: Replica, cc: ArticleChanges, art: TrackedArticle, codec: RowCodec) -> dict[int, Failure]:
@@ -181,7 +197,8 @@ def _rows_holding(rows: list[str | None], markers: tuple[str, ...]) -> list[int]
 
 
 def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo, cc: ArticleChanges,
-                  at: ArticleAt, codec: RowCodec, staging: Staging, st: ArticleStats) -> list[Work]:
+                  at: ArticleAt, codec: RowCodec, staging: Staging, st: ArticleStats,
+                  handling: Handling | None = None) -> list[Work]:
     work: list[Work] = []
     art = at.article
     removals = [i for i, op in enumerate(cc.op) if op == OP_REMOVE]
@@ -221,6 +238,8 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
         _lock_and_flush(replica, staging, art, list(dict.fromkeys(cc.rowguid[i] for i in again)))
     if staged is not None:
         st.skipped += staged.skipped
+        if handling is not None and handling.handles_changes():
+            work += _handled_staged(replica, ctx, dest, batch, cc, at, codec, staging, staged, handling)
         for op, n in (("delete", staged.deletes), ("upsert", staged.inserts + staged.updates)):
             if n:
                 work.append(StagedWork(_order_key(at, op), art, op, staged, staging))
@@ -257,9 +276,145 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
         if decision.action == "skip":
             st.skipped += 1
             continue
+        if handling is not None and decision.action != "tombstone":
+            handled = _handled(handling, replica, ctx, dest, art, inc, decision, meta.present)
+            if isinstance(handled, Failure):
+                work.append(FailedChange(_order_key(at, op), art, op, g,
+                                         replace(handled, key=handled.key or key_of(art, inc.values)), inc.values))
+                continue
+            decision = handled
         op = "delete" if decision.action in ("delete", "tombstone") else "upsert"
         work.append(DecidedChange(_order_key(at, op), art, op, inc, decision, meta.present))
     return work
+
+
+def _handled_staged(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo, cc: ArticleChanges,
+                    at: ArticleAt, codec: RowCodec, staging: Staging, staged: StagedArticle,
+                    handling: Handling) -> list[Work]:
+    """The plain changes the set-based apply would write, each given to the handler first (``insert``, ``update``,
+    ``delete``): those it accepts stay set-based; one it rejects, or that it fails on, is a failed change; one it
+    gives a row of its own for is applied alone with that row (a new version made here)."""
+    art, aside = at.article, []
+    out: list[Work] = []
+    columns = {c.name for c in art.info.columns}
+    for op in ("upsert", "delete"):
+        if not (handling.has("delete") if op == "delete" else handling.has("insert") or handling.has("update")):
+            continue
+        staged_rows = staging.rows(art, op)
+        names = [n for n, _ in codec.columns]
+        decoded = [] if op == "delete" else [dict(zip(names, values)) for values in zip(*codec.decode_columns(
+            [cc.row[cc.first[g]] for g, _ in staged_rows], names))]             # one parse of the batch's rows
+        for k, (g, present) in enumerate(staged_rows):
+            at_ = cc.first[g]
+            method = "delete" if op == "delete" else "update" if present else "insert"
+            row = (load_row(replica, art, g) or {}) if op == "delete" else decoded[k]
+            action: Accept | Reject | Custom | Failure
+            try:
+                action = handling.change(method, row, columns)
+            except HandlerFailed as e:
+                action = Failure(e.message)
+            if isinstance(action, Accept):
+                continue                              # the row stays set-based: nothing more read of it
+            inc = incoming(cc.change(at_), codec, batch.source_nick)
+            if isinstance(action, Custom) and op != "delete" and action.row == inc.values:
+                continue                              # a custom row that is the incoming one: nothing of its own
+            aside.append(g)
+            if op == "delete":
+                staged.deletes -= 1
+            elif present:
+                staged.updates -= 1
+            else:
+                staged.inserts -= 1
+            if isinstance(action, Custom):
+                decision = custom_decision(action.row, lin.bump(dict(inc.lineage), dest.nickname), inc.colv, inc.values,
+                                   dest.nickname, ctx.rules[art.nickname].column_tracking)
+                out.append(DecidedChange(_order_key(at, "upsert"), art, "upsert", inc, decision, present or op == "delete"))
+                continue
+            failure = action if isinstance(action, Failure) else _rejected(handling, action)
+            out.append(FailedChange(_order_key(at, op), art, op, g, replace(failure, key=key_of(art, inc.values or row)),
+                                    inc.values))
+    if aside:
+        staging.set_aside(art, aside)
+    return out
+
+
+def _rejected(handling: Handling, action: Reject) -> Failure:
+    return Failure(f"rejected by business logic handler {handling.path}" + (f": {action.reason}" if action.reason else ""))
+
+
+def custom_decision(values: dict[str, Any], lineage: lin.Lineage, colv, before: dict[str, Any] | None, dest: int,
+            column_tracking: bool) -> Decision:
+    """A row a handler gave: a new version made here (``lineage``: this replica's entry already its own), sent on to
+    every replica (the source too); with column tracking each column it changed is this replica's version."""
+    versions = None
+    if column_tracking:
+        versions = dict(colv or {})
+        for c, v in values.items():
+            if before is None or c not in before or before[c] != v or c not in versions:
+                versions[c] = [dest, lineage[dest]]
+    return Decision("upsert", dict(values), dict(lineage), versions, send_back=True)
+
+
+def _handled(handling: Handling, replica: Replica, ctx: ApplyContext, dest: DestinationInfo, art: TrackedArticle,
+             inc: Incoming, decision: Decision, existed: bool) -> Decision | Failure:
+    """A decided change given to the handler: a plain change to ``insert``, ``update`` or ``delete``, a conflict to
+    ``update_conflict`` or ``update_delete_conflict``. Returns the decision to apply, or the failure to record."""
+    columns = {c.name for c in art.info.columns}
+    tracking = ctx.rules[art.nickname].column_tracking
+    try:
+        if decision.conflict is not None:
+            return _conflict_handled(handling, replica, ctx, dest, art, inc, decision, columns, tracking)
+        method = "delete" if decision.action == "delete" else "update" if existed else "insert"
+        row = (load_row(replica, art, inc.rowguid) or {}) if method == "delete" else dict(decision.values or {})
+        action = handling.change(method, row, columns)
+    except HandlerFailed as e:
+        return Failure(e.message)
+    if isinstance(action, Accept):
+        return decision
+    if isinstance(action, Reject):
+        return _rejected(handling, action)
+    if method != "delete" and action.row == decision.values:
+        return decision                       # a custom row that is the incoming one: nothing of its own
+    # a version made here already (a column-level merge) keeps its lineage; a change taken as it came gets one
+    lineage = decision.lineage if decision.send_back else lin.bump(dict(decision.lineage), dest.nickname)
+    return custom_decision(action.row, lineage, decision.colv, row, dest.nickname, tracking)
+
+
+def _conflict_handled(handling: Handling, replica: Replica, ctx: ApplyContext, dest: DestinationInfo,
+                      art: TrackedArticle, inc: Incoming, decision: Decision, columns: set[str],
+                      tracking: bool) -> Decision:
+    """A conflict given to the handler; its answer (not Default) becomes the resolved version, sent back."""
+    assert decision.conflict is not None
+    rec = decision.conflict
+    update_delete = rec.conflict_type in (ConflictType.UPDATE_DELETE_WINS, ConflictType.UPDATE_WINS_DELETE)
+    local = load_row(replica, art, inc.rowguid)
+    pub_row, sub_row = (local, inc.values) if ctx.upload else (inc.values, local)
+    if update_delete:
+        updated = pub_row if pub_row is not None else sub_row
+        action = handling.conflict("update_delete_conflict", (dict(updated or {}),), dict(updated or {}), columns)
+    else:
+        action = handling.conflict("update_conflict", (dict(pub_row or {}), dict(sub_row or {})),
+                                   dict(decision.values or pub_row or {}), columns)
+    if isinstance(action, Default):
+        return decision
+    pub_name = ctx.replicas.name(dest.nickname if ctx.upload else inc.source)
+    sub_name = ctx.replicas.name(inc.source if ctx.upload else dest.nickname)
+    values: dict[str, Any] | None
+    if isinstance(action, Custom):
+        values, winner, loser, chose = action.row, "resolver", None, "its own row"
+    elif isinstance(action, AcceptPublisher):
+        values, winner, loser, chose = pub_row, pub_name, sub_row, "the publisher's version"
+    else:
+        values, winner, loser, chose = sub_row, sub_name, pub_row, "the subscriber's version"
+    ctype = (ConflictType.UPDATE_DELETE_WINS if values is None else ConflictType.UPDATE_WINS_DELETE) if update_delete \
+        else rec.conflict_type
+    record = replace(rec, conflict_type=ctype, reason_code=int(ctype),
+                     reason_text=f"business logic handler {handling.path} chose {chose}", winner=winner,
+                     origin=f"{pub_name}, {sub_name}", losing_row=dict(loser) if loser is not None else None)
+    if values is None:
+        return Decision("delete", None, decision.lineage, None, send_back=True, conflict=record)
+    versions = {c: [dest.nickname, decision.lineage[dest.nickname]] for c in values} if tracking else None
+    return Decision("upsert", dict(values), decision.lineage, versions, send_back=True, conflict=record)
 
 
 def _columns(cc: ArticleChanges, positions: list[int] | None) -> StagedColumns:

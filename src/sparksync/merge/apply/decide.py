@@ -61,6 +61,7 @@ class ArticleRules:
     resolver_column: str | None = None
     compensate_for_errors: bool = False
     resolver_search: str | None = None     # where a user resolver's module is imported from (config folder)
+    business_logic: str | None = None      # the article's business logic handler, module:Class (handling.py)
 
 
 def _sides(upload: bool, local: Side, incoming: Side) -> tuple[Side, Side]:

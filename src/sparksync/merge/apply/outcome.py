@@ -63,6 +63,7 @@ class BatchOutcome:
     message: str = ""
     seconds: float = 0.0
     bulk: set[tuple[int, str]] = field(default_factory=set)   # (article nickname, op) applied set-based, whole
+    notes: list[str] = field(default_factory=list)            # what business logic handlers logged (ctx.log)
 
     @contextlib.contextmanager
     def timing(self, nick: int) -> Iterator[ArticleStats]:

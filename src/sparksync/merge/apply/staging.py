@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from sparksync.dialects.replica import Replica
+from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking.tracked import TrackedArticle
 from sparksync.rows import RowCodec
@@ -296,6 +296,14 @@ class Staging:
         if clear_failed:
             r.execute(f"DELETE FROM {r.meta('MSmerge_failed_changes')} WHERE tablenick = {nick} "
                       f"AND rowguid IN ({guids})")
+
+    def set_aside(self, art: TrackedArticle, rowguids: list[str]) -> None:
+        """These ``apply`` rows go another way (a business logic handler rejected them or gave a row of its own):
+        the set-based apply leaves them (verdict ``handled``)."""
+        u = self.d.uuid_param()
+        for chunk in in_chunks(rowguids):
+            self.replica.execute(f"UPDATE {self.rows_table(art.nickname)} SET verdict = 'handled' "
+                                 f"WHERE rowguid IN ({', '.join([u] * len(chunk))})", chunk)
 
     def rows(self, art: TrackedArticle, op: str) -> list[tuple[str, bool]]:
         """(rowguid, present) of the ``apply`` rows of one article and operation, to go one at a time."""

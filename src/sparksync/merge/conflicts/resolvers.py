@@ -17,9 +17,7 @@ returning ``"publisher"``, ``"subscriber"``, a merged row (dict), or ``None`` (t
 from __future__ import annotations
 
 import decimal
-import importlib
 import inspect
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +25,7 @@ from typing import Any
 from sparksync.config import PUBLISHER_PRIORITY, PublicationConfig, Topology
 from sparksync.errors import ConfigurationError, SparksyncError
 from sparksync.merge.tracking.lineage import Lineage, last_writer
+from sparksync.user_code import import_named
 
 BUILTIN = ("default", "subscriber_wins", "later_wins", "earlier_wins", "maximum", "minimum", "additive", "averaging")
 NEEDS_COLUMN = ("later_wins", "earlier_wins", "maximum", "minimum", "additive", "averaging")
@@ -137,13 +136,7 @@ def load_callable(path: str, search: str | None = None) -> Callable:
     """The user resolver ``package.module:function``. Modules are imported from ``search`` (the folder
     of the configuration file, put first on the module path, in the driver and in the Spark workers
     alike) and from the installed packages; not from the current directory by design of the config."""
-    module, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
-    if search and search not in sys.path:
-        sys.path.insert(0, search)
-    try:
-        fn = getattr(importlib.import_module(module), attr)
-    except Exception as e:  # noqa: BLE001 - ImportError, AttributeError, or the module's own failure
-        raise ConfigurationError(f"resolver {path!r} cannot be imported: {type(e).__name__}: {e}", obj=path) from None
+    fn = import_named(path, search, "resolver")
     if not callable(fn):
         raise ConfigurationError(f"resolver {path!r} is not callable", obj=path)
     return fn

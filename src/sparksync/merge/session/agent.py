@@ -24,6 +24,7 @@ from sparksync.config import PublicationConfig, SubscriptionConfig, Topology
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ErrorInfo, NotInitialized, ReplicaDamaged, SchemaDrift, SparksyncError
+from sparksync.merge.apply.handling import check_handlers
 from sparksync.merge.conflicts.model import ConflictRecord, log_conflict
 from sparksync.merge.conflicts.resolvers import check_resolvers
 from sparksync.merge.maintenance.cleanup import ReplicaCleanup, clean_replica
@@ -166,6 +167,7 @@ class MergeAgent:
         if not active:
             return
         check_resolvers(topo, pubcfg)
+        check_handlers(topo, pubcfg)
         articles = published_articles(pub, pubid)
         scheme = scheme_of(articles)
         precomputed = prow.precomputed     # else SetupBelongs: evaluated by the reads
@@ -472,6 +474,7 @@ class MergeAgent:
             if r.status == "error":
                 sess.fail(f"{direction} batch {r.batch_seq} at {dest}: {r.message.splitlines()[0]}", r.error)
                 continue
+            sess.notes += r.notes
             for nick, st in r.stats.items():
                 article = stats.setdefault(ctx.article_names.get(nick, str(nick)), DirectionStats())
                 article.add(st)
@@ -533,7 +536,7 @@ class MergeAgent:
                     "upload_conflicts": up.conflicts, "download_inserts": down.inserts,
                     "download_updates": down.updates, "download_deletes": down.deletes,
                     "download_conflicts": down.conflicts, "retries": up.retries + down.retries,
-                    "failed": up.failed + down.failed, "message": redact("; ".join(s.errors)) or None})
+                    "failed": up.failed + down.failed, "message": redact("; ".join(s.errors + s.notes)) or None})
                 if s.ok:     # a merge that succeeded, whatever it moved, is what expiration counts from
                     store.update(pub, SubscriptionRow, {"last_sync_date": now},
                                  {"pubid": pubid, "name": s.subscription, "role": Role.SUBSCRIBER})

@@ -39,7 +39,7 @@ from sparksync.retry import with_retries
 
 _STATS_TYPE = f"ARRAY<{spark_struct({'tablenick': int} | stats_types())}>"   # one per article of the batch
 RESULT_SCHEMA = (f"destination STRING, source STRING, batch_seq INT, status STRING, stats {_STATS_TYPE}, "
-                 f"conflicts STRING, message STRING, seconds DOUBLE, error {ERROR_TYPE}")
+                 f"conflicts STRING, message STRING, seconds DOUBLE, error {ERROR_TYPE}, notes STRING")
 
 
 
@@ -49,14 +49,14 @@ def _result(dest: str, source: str, seq: int, outcome: BatchOutcome) -> dict:
     conflicts = [c.to_dict() for c in outcome.conflicts]
     return {"destination": dest, "source": source, "batch_seq": seq, "status": outcome.status,
             "stats": stats, "conflicts": json.dumps(conflicts, default=str), "message": outcome.message,
-            "seconds": outcome.seconds, "error": None}
+            "seconds": outcome.seconds, "error": None, "notes": json.dumps(outcome.notes) if outcome.notes else None}
 
 
 def _failed(dest: str, source: str, seq: int, error: ErrorInfo) -> dict:
     """The result of a batch that was not applied: the error as data (code, object, message)."""
     error = ErrorInfo(error.code, redact(error.message), error.obj, error.transient)
     return {"destination": dest, "source": source, "batch_seq": seq, "status": "error", "stats": [],
-            "conflicts": "[]", "message": error.message, "seconds": 0.0, "error": error.to_dict()}
+            "conflicts": "[]", "message": error.message, "seconds": 0.0, "error": error.to_dict(), "notes": None}
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,7 @@ class BatchResult:
     message: str
     seconds: float
     error: ErrorInfo | None               # why the batch was not applied (status "error")
+    notes: list[str] = field(default_factory=list)   # what business logic handlers logged (ctx.log)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> BatchResult:
@@ -79,7 +80,8 @@ class BatchResult:
         return cls(row["destination"], row["source"], int(row["batch_seq"]), row["status"],
                    {int(s["tablenick"]): ArticleStats.from_dict(s) for s in row["stats"] or ()},
                    [BatchConflict.from_dict(c) for c in json.loads(row["conflicts"] or "[]")], row["message"] or "",
-                   float(row["seconds"] or 0.0), ErrorInfo.from_dict(row["error"]) if row.get("error") else None)
+                   float(row["seconds"] or 0.0), ErrorInfo.from_dict(row["error"]) if row.get("error") else None,
+                   json.loads(row["notes"]) if row.get("notes") else [])
 
 
 @dataclass

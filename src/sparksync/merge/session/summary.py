@@ -47,6 +47,7 @@ class SubscriptionSession:
     batches: dict[str, int] = field(default_factory=dict)               # direction -> batches applied
     # a web device: the rows its download changed, [article, inserted|updated|deleted, rowguid, key] each
     changed: list[list[Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)       # what business logic handlers logged (``ctx.log``)
 
     def fail(self, message: str, error: ErrorInfo | SparksyncError | None = None) -> None:
         """Record a problem: ``message`` for the user, with the code and object of ``error``."""
@@ -95,6 +96,7 @@ class MergeSummary:
                 "upload": {a: vars(v) for a, v in s.upload.items()},
                 "download": {a: vars(v) for a, v in s.download.items()},
                 **({"changed": s.changed} if s.changed else {}),
+                **({"notes": s.notes} if s.notes else {}),
             } for s in self.subscriptions],
             "conflicts": self.conflicts,
             "waiting": self.waiting,

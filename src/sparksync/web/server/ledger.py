@@ -9,7 +9,8 @@ download sent; ``done`` ends it. Its row in the history then has:
 - the download's counts as the device applied them, each bounded by the rows the door sent;
 - its duration as the door measured it (the device's is read only when the door did not see the sync
   begin: ``serve`` restarted meanwhile);
-- the device's error messages, marked as the device's, cut short and stripped of control characters.
+- the device's error messages, marked as the device's, cut short and stripped of control characters;
+- what business logic handlers logged while the door applied its uploads (``sparksync.handlers``).
 
 A request that fails at the door (a refused or malformed one, or the server's own failure) is a failed
 run of that subscription with the door's error, whether or not the device ever says ``done``.
@@ -34,6 +35,7 @@ class Seen:
     began: float = field(default_factory=time.monotonic)
     upload: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     sent: int = 0                       # change rows the downloads sent (their frames, the feed's segments)
+    notes: list[str] = field(default_factory=list)   # what business logic handlers logged of its uploads
     _replies: set = field(default_factory=set)
 
     def uploaded(self, reply: dict) -> None:
@@ -42,6 +44,7 @@ class Seen:
         if key in self._replies:
             return
         self._replies.add(key)
+        self.notes += [str(n) for n in reply.get("notes") or ()]
         for st in (reply.get("stats") or {}).values():
             for k in KINDS:
                 self.upload[k] += int(st.get(k, 0) or 0)
@@ -77,6 +80,8 @@ def session_row(seen: Seen | None, device_seconds: float, upload: dict, download
             budget -= down[k]
     said = [_clean(e) for e in errors[:MAX_ERRORS]]
     message = ("the device says: " + "; ".join(said)) if said else None
+    if seen is not None and seen.notes:
+        message = "; ".join(x for x in (message, *seen.notes) if x)
     if seen is None:
         message = "; ".join(x for x in (message, "counts not known: serve restarted during the sync") if x)
     return {"start_time": now - dt.timedelta(seconds=seconds), "end_time": now, "duration": seconds,

@@ -26,6 +26,7 @@ from sparksync import failpoints
 from sparksync.config import PublicationConfig, Topology
 from sparksync.dialects.replica import Replica
 from sparksync.errors import NotInitialized, ProtocolError, UploadConflict
+from sparksync.merge.apply.handling import check_handlers
 from sparksync.merge.conflicts.resolvers import check_resolvers
 from sparksync.merge.partitions.evaluation import evaluate, evaluated_at_sync, partitions
 from sparksync.merge.partitions.scheme import scheme_of
@@ -87,6 +88,7 @@ class PublisherHalf:
     def check(self, publication: PublicationConfig) -> None:
         """At start: every resolver of the publication loads (not at a subscriber's first upload)."""
         check_resolvers(self.topology, publication)
+        check_handlers(self.topology, publication)
 
     @staticmethod
     def registration(pub: Replica, publication: str, subscription: str) -> tuple[PublicationRow, SubscriptionRow]:
@@ -234,7 +236,8 @@ def _reply(lo: int, hi: int, outcome: BatchOutcome, names: dict[int, str], refus
     nowhere, ``trust.py``)."""
     return {"lo": lo, "hi": hi, "status": outcome.status, "message": _for_device(outcome.message),
             "refused": len(refused), "refused_at": refused,
-            "stats": {names.get(n, str(n)): vars(st) for n, st in outcome.stats.items()}, "conflicts": told}
+            "stats": {names.get(n, str(n)): vars(st) for n, st in outcome.stats.items()}, "conflicts": told,
+            "notes": list(outcome.notes)}     # what business logic handlers logged: the door's history, not the device
 
 
 def _for_device(message: str) -> str:

@@ -1,0 +1,145 @@
+"""Business logic handlers at a destination (``sparksync.handlers``): an article's handler loaded (and checked at
+setup, as resolvers are), and called for the rows a batch applies of it: what it answers turned into the apply's own
+terms (a change rejected, a custom row, a conflict's winner, an error's custom row), what it raises or returns amiss
+into a failed change naming it (``HandlerFailed``), never a failed batch."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from sparksync.config import PublicationConfig, Topology
+from sparksync.errors import ConfigurationError, SparksyncError
+from sparksync.handlers import (
+    Accept,
+    AcceptPublisher,
+    AcceptSubscriber,
+    BusinessLogicHandler,
+    Custom,
+    Default,
+    HandlerContext,
+    Reject,
+)
+from sparksync.user_code import import_named
+
+ACCEPT = Accept()
+
+
+class HandlerFailed(SparksyncError):
+    """A handler raised, or answered what its method may not: that row is a failed change (tried again at the next
+    merge), the rest of the batch goes on."""
+
+    code = "handler_failed"
+
+
+@functools.cache
+def load_handler(path: str, search: str | None = None) -> BusinessLogicHandler:
+    """The handler ``module:Class`` (one instance per process), imported from ``search`` (the configuration's
+    folder, first on the module path, in the driver and in Spark's workers alike) or the installed packages."""
+    cls = import_named(path, search, "business logic handler")
+    if not (isinstance(cls, type) and issubclass(cls, BusinessLogicHandler)):
+        raise ConfigurationError(f"business logic handler {path!r} is not a subclass of "
+                                 "sparksync.handlers.BusinessLogicHandler", obj=path)
+    try:
+        handler = cls()
+    except Exception as e:  # noqa: BLE001 - the user's constructor
+        raise ConfigurationError(f"business logic handler {path!r} cannot be made: {type(e).__name__}: {e}",
+                                 obj=path) from None
+    for method in BusinessLogicHandler.METHODS:
+        if hasattr(handler, method) and not callable(getattr(handler, method)):
+            raise ConfigurationError(f"business logic handler {path!r}: {method} is not a method", obj=path)
+    return handler
+
+
+def check_handlers(topology: Topology, pubcfg: PublicationConfig) -> None:
+    """Every handler of the publication imports and is a ``BusinessLogicHandler``; one error lists every problem
+    (setup, the merge agent and the web door check, before anything changes)."""
+    problems = []
+    for a in pubcfg.articles:
+        if a.business_logic:
+            try:
+                load_handler(a.business_logic, str(topology.base_dir))
+            except ConfigurationError as e:
+                problems.append(f"publications ({pubcfg.name}).articles ({a.table}).business_logic: {e.message}")
+    if problems:
+        raise ConfigurationError(f"publication {pubcfg.name}: business logic handlers cannot be used", problems,
+                                 obj=pubcfg.name)
+
+
+class Handling:
+    """One article's handler, for the rows of one batch at one destination (``ctx``: where they come from)."""
+
+    def __init__(self, path: str, search: str | None, ctx: HandlerContext):
+        self.path, self.ctx = path, ctx
+        self.handler = load_handler(path, search)
+
+    def has(self, method: str) -> bool:
+        return callable(getattr(self.handler, method, None))
+
+    def handles_changes(self) -> bool:
+        """Whether it looks at plain changes (else they are applied set-based, untouched)."""
+        return any(self.has(m) for m in ("insert", "update", "delete"))
+
+    def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self.handler, method)(self.ctx, *args)
+        except Exception as e:  # noqa: BLE001 - the user's code: any failure is this row's
+            raise HandlerFailed(f"business logic handler {self.path}.{method} failed: {type(e).__name__}: {e}",
+                                obj=self.path) from None
+
+    def _wrong(self, method: str, out: Any, expected: str) -> HandlerFailed:
+        return HandlerFailed(f"business logic handler {self.path}.{method} returned {out!r:.80}; expected {expected}",
+                             obj=self.path)
+
+    def _row(self, method: str, out: Custom, columns: set[str]) -> dict[str, Any]:
+        if not isinstance(out.row, Mapping):
+            raise self._wrong(method, out, "Custom(row) with a dict of column -> value")
+        unknown = sorted(set(out.row) - columns)
+        if unknown:
+            raise HandlerFailed(f"business logic handler {self.path}.{method} returned a row with unknown column(s) "
+                                f"{', '.join(map(str, unknown))}", obj=self.path)
+        return dict(out.row)
+
+    def change(self, method: str, row: dict[str, Any], columns: set[str]) -> Accept | Reject | Custom:
+        """``insert``, ``update`` or ``delete`` of a change that meets no conflict (Accept when not defined); a
+        custom row holds every column (the ones it leaves out keep ``row``'s values). ``row`` is the handler's
+        (made for it, not kept by the caller): called for every plain row, this path copies nothing."""
+        fn = getattr(self.handler, method, None)
+        if fn is None:
+            return Accept()
+        try:
+            out = fn(self.ctx, row)
+        except Exception as e:  # noqa: BLE001 - the user's code: any failure is this row's
+            raise HandlerFailed(f"business logic handler {self.path}.{method} failed: {type(e).__name__}: {e}",
+                                obj=self.path) from None
+        if out is None or type(out) is Accept:
+            return ACCEPT
+        if isinstance(out, Reject):
+            return out
+        if isinstance(out, Custom):
+            return Custom({**row, **self._row(method, out, columns)})
+        raise self._wrong(method, out, "Accept(), Reject() or Custom(row)")
+
+    def conflict(self, method: str, args: tuple, base: dict[str, Any], columns: set[str]):
+        """``update_conflict`` or ``update_delete_conflict`` (Default when not defined); a custom row holds every
+        column (the ones it leaves out keep ``base``'s values)."""
+        if not self.has(method):
+            return Default()
+        out = self._call(method, *args)
+        if out is None or isinstance(out, Default | AcceptPublisher | AcceptSubscriber):
+            return out if out is not None else Default()
+        if isinstance(out, Custom):
+            return Custom({**base, **self._row(method, out, columns)})
+        raise self._wrong(method, out, "Default(), AcceptPublisher(), AcceptSubscriber() or Custom(row)")
+
+    def error(self, row: dict[str, Any], message: str, columns: set[str]) -> Default | Custom:
+        """``error``: a change the database refused (Default when not defined)."""
+        if not self.has("error"):
+            return Default()
+        out = self._call("error", dict(row), message)
+        if out is None or isinstance(out, Default):
+            return Default()
+        if isinstance(out, Custom):
+            return Custom({**row, **self._row("error", out, columns)})
+        raise self._wrong("error", out, "Default() or Custom(row)")

@@ -1,0 +1,67 @@
+"""Business logic handlers for the tests (``sparksync.handlers``): what each does to a row is written in its
+values, so a test says what it wants by the value it writes."""
+
+from __future__ import annotations
+
+from sparksync import handlers as h
+
+
+def _marker(row: dict | None) -> str:
+    v = (row or {}).get("v") or ""
+    return v.rsplit("!", 1)[1] if "!" in v else ""
+
+
+class Tickets(h.BusinessLogicHandler):
+    """At HQ (uploads): a store's delete kept as a soft delete, "reject" refused, "lower:" values lowercased, a
+    negative n made 0, "raise" raises; conflicts decided by the marker after "!" in v; a duplicate code renamed."""
+
+    def insert(self, ctx, row):
+        if ctx.direction != "upload":
+            return h.Accept()
+        if row["v"] == "reject":
+            ctx.log(f"refused ticket {row['id']} from {ctx.subscription}")
+            return h.Reject("tickets marked reject are not taken")
+        if row["v"].startswith("lower:"):
+            return h.Custom({"v": row["v"].lower()})
+        return h.Accept()
+
+    def update(self, ctx, row):
+        if row["v"] == "raise":
+            raise ValueError(f"ticket {row['id']} cannot be updated")
+        if ctx.direction == "upload" and (row["n"] or 0) < 0:
+            return h.Custom({"n": 0})
+        return h.Accept()
+
+    def delete(self, ctx, row):
+        if ctx.direction == "upload":
+            return h.Custom({**row, "deleted": 1})
+        return h.Accept()
+
+    def update_conflict(self, ctx, publisher_row, subscriber_row):
+        mark = _marker(subscriber_row)
+        if mark == "sub":
+            return h.AcceptSubscriber()
+        if mark == "pub":
+            return h.AcceptPublisher()
+        if mark == "custom":
+            return h.Custom({"v": f"{publisher_row['v']}+{subscriber_row['v']}"})
+        return h.Default()
+
+    def update_delete_conflict(self, ctx, row):
+        mark = _marker(row)
+        if mark == "keep":
+            return h.Custom({**row, "v": "kept"})
+        if mark == "sub":
+            return h.AcceptSubscriber()
+        if mark == "pub":
+            return h.AcceptPublisher()
+        return h.Default()
+
+    def error(self, ctx, row, message):
+        if "unique" in message.lower() or "duplicate" in message.lower():
+            return h.Custom({"code": f"{row['code']}-{row['id']}"})
+        return h.Default()
+
+
+class NotAHandler:
+    """Refused at setup: not a BusinessLogicHandler."""

@@ -1,0 +1,87 @@
+"""A business logic handler at the web door: a device's upload is applied at the publisher by ``serve``, which calls
+the article's handler (imported from the configuration's folder) for each row, never the device. SQLite and
+PostgreSQL publishers; the device syncs with ``sparksync sync`` in a process of its own."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from sparksync.dialects import connect
+from sparksync.metadata import store
+from tests.support import handlers
+from tests.support.databases import databases
+from tests.support.web import WebWorld
+
+pytestmark = pytest.mark.spark
+
+HANDLER = "ticket_logic:Tickets"
+
+
+def _ticket(kind: str) -> str:
+    integer = "INTEGER" if kind == "sqlite" else "integer"
+    return (f'CREATE TABLE "Ticket" ("id" {integer} PRIMARY KEY, "code" text NOT NULL UNIQUE, "v" text, '
+            f'"n" {integer}, "deleted" {integer} NOT NULL DEFAULT 0)')
+
+
+def _row(url: str, id_: int) -> dict | None:
+    with connect(url) as r:
+        rows = r.query(f'SELECT "v", "n", "deleted" FROM "Ticket" WHERE "id" = {r.p}', [id_])
+    return dict(zip(("v", "n", "deleted"), rows[0])) if rows else None
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def door(request, spark, tmp_path_factory):
+    kind = request.param
+    folder = tmp_path_factory.mktemp(f"door-handlers-{kind}")
+    shutil.copy(handlers.__file__, folder / "ticket_logic.py")       # beside the configuration, as users put it
+    with databases(folder, lambda: request.getfixturevalue("pg_admin_url")) as dbs:
+        pub = dbs.url(kind, "doorpub")
+        with connect(pub) as r:
+            r.execute(_ticket(kind))
+            r.executemany(f'INSERT INTO "Ticket" ("id", "code", "v", "n") VALUES ({r.p}, {r.p}, {r.p}, 10)',
+                          [(i, f"C{i}", f"v{i}") for i in range(1, 11)])
+        w = WebWorld(folder, {
+            "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(folder / "snap")},
+            "publications": [{"name": "Pub", "articles": [{"table": "Ticket", "business_logic": HANDLER}]}],
+            "subscriptions": [{"name": "Van", "publication": "Pub", "transport": "web"}]}, spark)
+        w.server.start()
+        try:
+            first = w.sync("Van")
+            assert first.returncode == 0, first.stderr
+            with connect(w.device_url("Van")) as d:
+                insert = 'INSERT INTO "Ticket" ("id", "code", "v", "n", "deleted") VALUES (?, ?, ?, 1, 0)'
+                d.execute(insert, [201, "R", "reject"])
+                d.execute(insert, [202, "L", "lower:XYZ"])
+                d.execute('DELETE FROM "Ticket" WHERE "id" = 3')
+                d.execute('UPDATE "Ticket" SET "n" = -1 WHERE "id" = 4')
+            w.syncs = [w.sync("Van"), w.sync("Van")]     # the upload, then what the door made of it
+            yield w
+        finally:
+            w.server.stop()
+
+
+def test_the_devices_syncs_succeed(door):
+    for p in door.syncs:
+        assert p.returncode == 0, p.stderr
+        assert "Traceback" not in p.stderr
+
+
+def test_the_door_applies_a_devices_upload_through_the_handler_and_the_device_gets_its_rows_back(door):
+    pub, dev = door.pub_url, door.device_url("Van")
+    assert _row(pub, 201) is None and _row(dev, 201) is not None       # rejected: the device keeps it
+    for url in (pub, dev):
+        assert _row(url, 202)["v"] == "lower:xyz", url
+        assert _row(url, 3) == {"v": "v3", "n": 10, "deleted": 1}, url   # the device's delete: a soft delete
+        assert _row(url, 4)["n"] == 0, url
+
+
+def test_a_rejected_upload_is_listed_and_what_the_handler_logged_is_in_the_doors_history(door):
+    with connect(door.pub_url) as r:
+        reasons = [f["reason"] for f in store.select_rows(r, "MSmerge_failed_changes")]
+        history = [h["message"] or "" for h in store.select_rows(r, "MSmerge_sessions", {"subscription": "Van"})]
+    assert any(f"rejected by business logic handler {HANDLER}: tickets marked reject are not taken" in x
+               for x in reasons), reasons
+    assert any("refused ticket 201 from Van" in m for m in history), history
+    assert "refused ticket" not in "".join(p.stdout + p.stderr for p in door.syncs)     # the door's words, not sent
