@@ -90,6 +90,8 @@ def world(request, spark, tmp_path_factory):
               """UPDATE "Ticket" SET "v" = 's13!pub' WHERE "id" = 13""",
               """UPDATE "Ticket" SET "v" = 'raise' WHERE "id" = 14""",
               """UPDATE "Ticket" SET "v" = 'fine' WHERE "id" = 15""",
+              """UPDATE "Ticket" SET "v" = 'badtype' WHERE "id" = 16""",
+              """UPDATE "Ticket" SET "v" = 'toobig' WHERE "id" = 17""",
               """INSERT INTO "Ticket" ("id", "code", "v", "n", "deleted") VALUES (121, 'X1', 'first', 1, 0)""")
         w.sql("S2", """INSERT INTO "Ticket" ("id", "code", "v", "n", "deleted") VALUES (120, 'X1', 'second', 1, 0)""")
         w.sql("P", """UPDATE "Ticket" SET "v" = 'p7' WHERE "id" = 7""",
@@ -164,6 +166,14 @@ def test_a_handler_that_raises_fails_that_row_only_naming_the_handler(world):
     reason = world.failed().get(world.rowguid("S1", 14))
     assert reason and f"business logic handler {HANDLER}.update failed: ValueError: ticket 14 cannot be updated" \
         in reason
+
+
+def test_a_custom_row_whose_value_does_not_fit_its_column_fails_that_row_naming_the_handler_and_column(world):
+    for id_, why in ((16, "'many' is not an integer"), (17, "too large")):
+        assert world.row("P", id_)["v"] == f"v{id_}" and world.row("P", id_)["n"] == 10
+        reason = world.failed().get(world.rowguid("S1", id_)) or ""
+        assert f"business logic handler {HANDLER}.update returned a row that does not fit" in reason, reason
+        assert "column n" in reason and why in reason, reason
 
 
 @pytest.mark.parametrize("path, why", [

@@ -28,6 +28,10 @@ class Tickets(h.BusinessLogicHandler):
     def update(self, ctx, row):
         if row["v"] == "raise":
             raise ValueError(f"ticket {row['id']} cannot be updated")
+        if row["v"] == "badtype":
+            return h.Custom({"n": "many"})
+        if row["v"] == "toobig":
+            return h.Custom({"n": 2**70})
         if ctx.direction == "upload" and (row["n"] or 0) < 0:
             return h.Custom({"n": 0})
         return h.Accept()

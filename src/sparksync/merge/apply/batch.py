@@ -389,7 +389,7 @@ class _BatchApplier:
         applied instead (a new version made here, sent back to the source), a Failure when the handler failed or
         its row was refused too, False for the default (the change fails as without a handler)."""
         art, inc, decision = w.art, w.inc, w.decision
-        columns = {c.name for c in art.info.columns}
+        columns = {c.name: c.type for c in art.info.columns}
         try:
             action = handling.error(dict(decision.values or {}), err.message, columns)
         except HandlerFailed as e:

@@ -23,7 +23,7 @@ from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking.pending import flush_rows
 from sparksync.merge.tracking.tracked import TrackedArticle
 from sparksync.rows import RowCodec, row_key, summarize_value
-from sparksync.types import ValueError_, arrow_converter
+from sparksync.types import SqlType, ValueError_, arrow_converter
 
 
 def prefetch(replica: Replica, article: TrackedArticle, rowguids: list[str]) -> tuple[dict, dict, set]:
@@ -296,7 +296,7 @@ def _handled_staged(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, 
     gives a row of its own for is applied alone with that row (a new version made here)."""
     art, aside = at.article, []
     out: list[Work] = []
-    columns = {c.name for c in art.info.columns}
+    columns = {c.name: c.type for c in art.info.columns}
     for op in ("upsert", "delete"):
         if not (handling.has("delete") if op == "delete" else handling.has("insert") or handling.has("update")):
             continue
@@ -359,7 +359,7 @@ def _handled(handling: Handling, replica: Replica, ctx: ApplyContext, dest: Dest
              inc: Incoming, decision: Decision, existed: bool) -> Decision | Failure:
     """A decided change given to the handler: a plain change to ``insert``, ``update`` or ``delete``, a conflict to
     ``update_conflict`` or ``update_delete_conflict``. Returns the decision to apply, or the failure to record."""
-    columns = {c.name for c in art.info.columns}
+    columns = {c.name: c.type for c in art.info.columns}
     tracking = ctx.rules[art.nickname].column_tracking
     try:
         if decision.conflict is not None:
@@ -381,7 +381,7 @@ def _handled(handling: Handling, replica: Replica, ctx: ApplyContext, dest: Dest
 
 
 def _conflict_handled(handling: Handling, replica: Replica, ctx: ApplyContext, dest: DestinationInfo,
-                      art: TrackedArticle, inc: Incoming, decision: Decision, columns: set[str],
+                      art: TrackedArticle, inc: Incoming, decision: Decision, columns: dict[str, SqlType],
                       tracking: bool) -> Decision:
     """A conflict given to the handler; its answer (not Default) becomes the resolved version, sent back."""
     assert decision.conflict is not None

@@ -21,6 +21,7 @@ from sparksync.handlers import (
     HandlerContext,
     Reject,
 )
+from sparksync.types import SqlType, ValueError_, rows_to_record_batch
 from sparksync.user_code import import_named
 
 ACCEPT = Accept()
@@ -92,16 +93,26 @@ class Handling:
         return HandlerFailed(f"business logic handler {self.path}.{method} returned {out!r:.80}; expected {expected}",
                              obj=self.path)
 
-    def _row(self, method: str, out: Custom, columns: set[str]) -> dict[str, Any]:
+    def _row(self, method: str, out: Custom, columns: Mapping[str, SqlType]) -> dict[str, Any]:
+        """A custom row's values, each checked against its column's type (a value that does not fit, or a column
+        the article does not have, is the handler's failure, named, not the database's)."""
+        import pyarrow as pa
+
         if not isinstance(out.row, Mapping):
             raise self._wrong(method, out, "Custom(row) with a dict of column -> value")
-        unknown = sorted(set(out.row) - columns)
+        unknown = sorted(set(out.row) - set(columns))
         if unknown:
             raise HandlerFailed(f"business logic handler {self.path}.{method} returned a row with unknown column(s) "
                                 f"{', '.join(map(str, unknown))}", obj=self.path)
+        typed = [(str(n), columns[n]) for n in out.row]
+        try:
+            rows_to_record_batch([tuple(out.row.values())], typed, pa.schema([(n, t.to_arrow()) for n, t in typed]),
+                                 f"business logic handler {self.path}.{method} returned a row that does not fit")
+        except ValueError_ as e:
+            raise HandlerFailed(str(e), obj=self.path) from None
         return dict(out.row)
 
-    def change(self, method: str, row: dict[str, Any], columns: set[str]) -> Accept | Reject | Custom:
+    def change(self, method: str, row: dict[str, Any], columns: Mapping[str, SqlType]) -> Accept | Reject | Custom:
         """``insert``, ``update`` or ``delete`` of a change that meets no conflict (Accept when not defined); a
         custom row holds every column (the ones it leaves out keep ``row``'s values). ``row`` is the handler's
         (made for it, not kept by the caller): called for every plain row, this path copies nothing."""
@@ -121,7 +132,7 @@ class Handling:
             return Custom({**row, **self._row(method, out, columns)})
         raise self._wrong(method, out, "Accept(), Reject() or Custom(row)")
 
-    def conflict(self, method: str, args: tuple, base: dict[str, Any], columns: set[str]):
+    def conflict(self, method: str, args: tuple, base: dict[str, Any], columns: Mapping[str, SqlType]):
         """``update_conflict`` or ``update_delete_conflict`` (Default when not defined); a custom row holds every
         column (the ones it leaves out keep ``base``'s values)."""
         if not self.has(method):
@@ -133,7 +144,7 @@ class Handling:
             return Custom({**base, **self._row(method, out, columns)})
         raise self._wrong(method, out, "Default(), AcceptPublisher(), AcceptSubscriber() or Custom(row)")
 
-    def error(self, row: dict[str, Any], message: str, columns: set[str]) -> Default | Custom:
+    def error(self, row: dict[str, Any], message: str, columns: Mapping[str, SqlType]) -> Default | Custom:
         """``error``: a change the database refused (Default when not defined)."""
         if not self.has("error"):
             return Default()
