@@ -25,7 +25,7 @@ from typing import Any
 from sparksync import failpoints
 from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.errors import CHANGE_REJECTED, SparksyncError
-from sparksync.handlers import Custom
+from sparksync.handlers import Custom, Default
 from sparksync.merge.apply.classify import (
     ArticleAt,
     DecidedChange,
@@ -136,8 +136,8 @@ class _BatchApplier:
                 return
             with agent_writes(replica):
                 refusing = dest.is_publisher and batch.partition_id and self.ctx.refused_out_of_partition
-                self.handlings = {nick: h for nick in self.changes
-                                  if (h := handling_of(self.ctx, dest, batch, nick, outcome)) is not None}
+                self.handlings = {nick: h for nick in self.changes if nick in self.articles and
+                                  (h := handling_of(self.ctx, dest, batch, self.articles[nick].article, outcome))}
                 work, self.codecs = plan_batch(replica, self.ctx, dest, batch, self.changes, self.articles, outcome,
                                                self.handlings)
                 if self.planned is not None:
@@ -352,14 +352,8 @@ class _BatchApplier:
             self.applied(w, st)
             return
         handling = self.handlings.get(art.nickname)
-        if handling is not None and decision.action == "upsert":
-            handled = self.error_handled(handling, w, err)
-            if handled is None:
-                return
-            if isinstance(handled, Failure):
-                self.failed_change(FailedChange(w.key, art, w.op, inc.rowguid,
-                                                replace(handled, key=key_of(art, inc.values)), inc.values), st)
-                return
+        if handling is not None and decision.action == "upsert" and self.error_handled(handling, w, err, st):
+            return
         op = "delete" if decision.action in ("delete", "tombstone") else ("update" if existed else "insert")
         compensate = ctx.rules[art.nickname].compensate_for_errors and op == "insert"
         reason = f"{op} failed: {err.message}" + (
@@ -384,27 +378,31 @@ class _BatchApplier:
         self.failed_change(FailedChange(w.key, art, w.op, inc.rowguid, failure, inc.values),
                            st, op=op, code=str(err.native_code or getattr(err, "kind", "") or err.code))
 
-    def error_handled(self, handling: Handling, w: DecidedChange, err: SparksyncError) -> Failure | bool | None:
-        """A change the database refused again, given to the handler's ``error``: None once its custom row is
-        applied instead (a new version made here, sent back to the source), a Failure when the handler failed or
-        its row was refused too, False for the default (the change fails as without a handler)."""
+    def error_handled(self, handling: Handling, w: DecidedChange, err: SparksyncError, st: ArticleStats) -> bool:
+        """A change the database refused again, given to the handler's ``error``. True when the handler took it:
+        its custom row applied instead (a new version made here, sent back to the source), or the change recorded
+        as failed naming the handler (it raised, or its row was refused too); False for the default (the change
+        fails as without a handler)."""
         art, inc, decision = w.art, w.inc, w.decision
-        columns = {c.name: c.type for c in art.info.columns}
+        action: Default | Custom | Failure
         try:
-            action = handling.error(dict(decision.values or {}), err.message, columns)
+            action = handling.error(dict(decision.values or {}), err.message)
         except HandlerFailed as e:
-            return Failure(e.message)
-        if not isinstance(action, Custom):
-            return False
-        lineage = decision.lineage if decision.send_back else lin.bump(dict(decision.lineage), self.dest.nickname)
-        custom = DecidedChange(w.key, art, w.op, inc, custom_decision(action.row, lineage, decision.colv, decision.values,
-                                                             self.dest.nickname,
-                                                             self.ctx.rules[art.nickname].column_tracking), w.existed)
-        again = _try_apply(self.replica, art, inc, custom.decision, self.generation_for(True))
-        if again is not None:
-            return Failure(f"the row business logic handler {handling.path}.error gave failed too: {again.message}")
-        self.applied(custom, self.outcome.stats.setdefault(art.nickname, ArticleStats()))
-        return None
+            action = Failure(e.message)
+        if isinstance(action, Custom):
+            lineage = decision.lineage if decision.send_back else lin.bump(dict(decision.lineage), self.dest.nickname)
+            custom = replace(w, decision=custom_decision(action.row, lineage, decision.colv, decision.values,
+                                                         self.dest.nickname, self.ctx.rules[art.nickname].column_tracking))
+            again = _try_apply(self.replica, art, inc, custom.decision, self.generation_for(True))
+            if again is None:
+                self.applied(custom, st)
+                return True
+            action = Failure(f"the row business logic handler {handling.path}.error gave failed too: {again.message}")
+        if isinstance(action, Failure):
+            self.failed_change(FailedChange(w.key, art, w.op, inc.rowguid, replace(action, key=key_of(art, inc.values)),
+                                            inc.values), st)
+            return True
+        return False
 
     def failed_change(self, w: FailedChange, st: ArticleStats, op: str | None = None, code: str | None = None) -> None:
         """Record a change that cannot be applied here: listed in MSmerge_failed_changes (and tried again

@@ -23,7 +23,7 @@ from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking.pending import flush_rows
 from sparksync.merge.tracking.tracked import TrackedArticle
 from sparksync.rows import RowCodec, row_key, summarize_value
-from sparksync.types import SqlType, ValueError_, arrow_converter
+from sparksync.types import ValueError_, arrow_converter
 
 
 def prefetch(replica: Replica, article: TrackedArticle, rowguids: list[str]) -> tuple[dict, dict, set]:
@@ -135,17 +135,18 @@ def plan_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch
     return work, codecs
 
 
-def handling_of(ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo, nick: int,
+def handling_of(ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo, art: TrackedArticle,
                 outcome: BatchOutcome) -> Handling | None:
     """The article's business logic handler for this batch (None: it has none); what it logs goes to
     ``outcome.notes``."""
+    nick = art.nickname
     rules = ctx.rules.get(nick)
     if rules is None or not rules.business_logic:
         return None
     hctx = HandlerContext("upload" if ctx.upload else "download", ctx.article_names.get(nick, str(nick)),
                           batch.source if ctx.upload else dest.name,
                           (batch.partition_id if ctx.upload else dest.partition_id) or None, outcome.notes)
-    return Handling(rules.business_logic, rules.resolver_search, hctx)
+    return Handling(rules.business_logic, rules.resolver_search, hctx, {c.name: c.type for c in art.info.columns})
 
 
 def _known_failures(replica: Replica, cc: ArticleChanges, art: TrackedArticle, codec: RowCodec) -> dict[int, Failure]:
@@ -296,7 +297,6 @@ def _handled_staged(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, 
     gives a row of its own for is applied alone with that row (a new version made here)."""
     art, aside = at.article, []
     out: list[Work] = []
-    columns = {c.name: c.type for c in art.info.columns}
     for op in ("upsert", "delete"):
         if not (handling.has("delete") if op == "delete" else handling.has("insert") or handling.has("update")):
             continue
@@ -310,7 +310,7 @@ def _handled_staged(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, 
             row = (load_row(replica, art, g) or {}) if op == "delete" else decoded[k]
             action: Accept | Reject | Custom | Failure
             try:
-                action = handling.change(method, row, columns)
+                action = handling.change(method, row)
             except HandlerFailed as e:
                 action = Failure(e.message)
             if isinstance(action, Accept):
@@ -359,14 +359,13 @@ def _handled(handling: Handling, replica: Replica, ctx: ApplyContext, dest: Dest
              inc: Incoming, decision: Decision, existed: bool) -> Decision | Failure:
     """A decided change given to the handler: a plain change to ``insert``, ``update`` or ``delete``, a conflict to
     ``update_conflict`` or ``update_delete_conflict``. Returns the decision to apply, or the failure to record."""
-    columns = {c.name: c.type for c in art.info.columns}
     tracking = ctx.rules[art.nickname].column_tracking
     try:
         if decision.conflict is not None:
-            return _conflict_handled(handling, replica, ctx, dest, art, inc, decision, columns, tracking)
+            return _conflict_handled(handling, replica, ctx, dest, art, inc, decision, tracking)
         method = "delete" if decision.action == "delete" else "update" if existed else "insert"
         row = (load_row(replica, art, inc.rowguid) or {}) if method == "delete" else dict(decision.values or {})
-        action = handling.change(method, row, columns)
+        action = handling.change(method, row)
     except HandlerFailed as e:
         return Failure(e.message)
     if isinstance(action, Accept):
@@ -381,8 +380,7 @@ def _handled(handling: Handling, replica: Replica, ctx: ApplyContext, dest: Dest
 
 
 def _conflict_handled(handling: Handling, replica: Replica, ctx: ApplyContext, dest: DestinationInfo,
-                      art: TrackedArticle, inc: Incoming, decision: Decision, columns: dict[str, SqlType],
-                      tracking: bool) -> Decision:
+                      art: TrackedArticle, inc: Incoming, decision: Decision, tracking: bool) -> Decision:
     """A conflict given to the handler; its answer (not Default) becomes the resolved version, sent back."""
     assert decision.conflict is not None
     rec = decision.conflict
@@ -391,10 +389,10 @@ def _conflict_handled(handling: Handling, replica: Replica, ctx: ApplyContext, d
     pub_row, sub_row = (local, inc.values) if ctx.upload else (inc.values, local)
     if update_delete:
         updated = pub_row if pub_row is not None else sub_row
-        action = handling.conflict("update_delete_conflict", (dict(updated or {}),), dict(updated or {}), columns)
+        action = handling.conflict("update_delete_conflict", (dict(updated or {}),), dict(updated or {}))
     else:
         action = handling.conflict("update_conflict", (dict(pub_row or {}), dict(sub_row or {})),
-                                   dict(decision.values or pub_row or {}), columns)
+                                   dict(decision.values or pub_row or {}))
     if isinstance(action, Default):
         return decision
     pub_name = ctx.replicas.name(dest.nickname if ctx.upload else inc.source)

@@ -69,10 +69,11 @@ def check_handlers(topology: Topology, pubcfg: PublicationConfig) -> None:
 
 
 class Handling:
-    """One article's handler, for the rows of one batch at one destination (``ctx``: where they come from)."""
+    """One article's handler, for the rows of one batch at one destination (``ctx``: where they come from;
+    ``columns``: the article's columns and their types, what a custom row is checked against)."""
 
-    def __init__(self, path: str, search: str | None, ctx: HandlerContext):
-        self.path, self.ctx = path, ctx
+    def __init__(self, path: str, search: str | None, ctx: HandlerContext, columns: Mapping[str, SqlType]):
+        self.path, self.ctx, self.columns = path, ctx, dict(columns)
         self.handler = load_handler(path, search)
 
     def has(self, method: str) -> bool:
@@ -83,8 +84,12 @@ class Handling:
         return any(self.has(m) for m in ("insert", "update", "delete"))
 
     def _call(self, method: str, *args: Any) -> Any:
+        """The handler's ``method`` (None when it does not define it: the caller's default)."""
+        fn = getattr(self.handler, method, None)
+        if fn is None:
+            return None
         try:
-            return getattr(self.handler, method)(self.ctx, *args)
+            return fn(self.ctx, *args)
         except Exception as e:  # noqa: BLE001 - the user's code: any failure is this row's
             raise HandlerFailed(f"business logic handler {self.path}.{method} failed: {type(e).__name__}: {e}",
                                 obj=self.path) from None
@@ -93,13 +98,14 @@ class Handling:
         return HandlerFailed(f"business logic handler {self.path}.{method} returned {out!r:.80}; expected {expected}",
                              obj=self.path)
 
-    def _row(self, method: str, out: Custom, columns: Mapping[str, SqlType]) -> dict[str, Any]:
+    def _row(self, method: str, out: Custom) -> dict[str, Any]:
         """A custom row's values, each checked against its column's type (a value that does not fit, or a column
         the article does not have, is the handler's failure, named, not the database's)."""
         import pyarrow as pa
 
         if not isinstance(out.row, Mapping):
             raise self._wrong(method, out, "Custom(row) with a dict of column -> value")
+        columns = self.columns
         unknown = sorted(set(out.row) - set(columns))
         if unknown:
             raise HandlerFailed(f"business logic handler {self.path}.{method} returned a row with unknown column(s) "
@@ -112,45 +118,36 @@ class Handling:
             raise HandlerFailed(str(e), obj=self.path) from None
         return dict(out.row)
 
-    def change(self, method: str, row: dict[str, Any], columns: Mapping[str, SqlType]) -> Accept | Reject | Custom:
+    def change(self, method: str, row: dict[str, Any]) -> Accept | Reject | Custom:
         """``insert``, ``update`` or ``delete`` of a change that meets no conflict (Accept when not defined); a
         custom row holds every column (the ones it leaves out keep ``row``'s values). ``row`` is the handler's
         (made for it, not kept by the caller): called for every plain row, this path copies nothing."""
-        fn = getattr(self.handler, method, None)
-        if fn is None:
-            return Accept()
-        try:
-            out = fn(self.ctx, row)
-        except Exception as e:  # noqa: BLE001 - the user's code: any failure is this row's
-            raise HandlerFailed(f"business logic handler {self.path}.{method} failed: {type(e).__name__}: {e}",
-                                obj=self.path) from None
+        out = self._call(method, row)
         if out is None or type(out) is Accept:
             return ACCEPT
         if isinstance(out, Reject):
             return out
         if isinstance(out, Custom):
-            return Custom({**row, **self._row(method, out, columns)})
+            return Custom({**row, **self._row(method, out)})
         raise self._wrong(method, out, "Accept(), Reject() or Custom(row)")
 
-    def conflict(self, method: str, args: tuple, base: dict[str, Any], columns: Mapping[str, SqlType]):
+    def conflict(self, method: str, args: tuple, base: dict[str, Any]):
         """``update_conflict`` or ``update_delete_conflict`` (Default when not defined); a custom row holds every
         column (the ones it leaves out keep ``base``'s values)."""
-        if not self.has(method):
-            return Default()
         out = self._call(method, *args)
-        if out is None or isinstance(out, Default | AcceptPublisher | AcceptSubscriber):
-            return out if out is not None else Default()
+        if out is None:
+            return Default()
+        if isinstance(out, Default | AcceptPublisher | AcceptSubscriber):
+            return out
         if isinstance(out, Custom):
-            return Custom({**base, **self._row(method, out, columns)})
+            return Custom({**base, **self._row(method, out)})
         raise self._wrong(method, out, "Default(), AcceptPublisher(), AcceptSubscriber() or Custom(row)")
 
-    def error(self, row: dict[str, Any], message: str, columns: Mapping[str, SqlType]) -> Default | Custom:
+    def error(self, row: dict[str, Any], message: str) -> Default | Custom:
         """``error``: a change the database refused (Default when not defined)."""
-        if not self.has("error"):
-            return Default()
         out = self._call("error", dict(row), message)
         if out is None or isinstance(out, Default):
             return Default()
         if isinstance(out, Custom):
-            return Custom({**row, **self._row("error", out, columns)})
+            return Custom({**row, **self._row("error", out)})
         raise self._wrong("error", out, "Default() or Custom(row)")
