@@ -195,3 +195,21 @@ def test_a_handler_that_cannot_be_used_is_refused_at_setup_by_name(tmp_path, pat
     assert "articles (Ticket).business_logic" in text and path in text and why in text, text
     with connect(url) as r:
         assert store.metadata_version(r) is None
+
+
+def test_status_failed_changes_and_validate_agree_on_the_rows_a_handler_kept_apart(world):
+    """A rejected row and rows the handler failed on leave S1 unlike the publisher: status counts S1's failed
+    uploads, the failed changes list them, validate fails S1 alone (S2 holds what the publisher holds), and status
+    then names S1 as needing care."""
+    from sparksync import api
+
+    def subscription(name: str) -> dict:
+        return next(e for e in api.status(world.topology)["subscriptions"] if e["name"] == name)
+
+    assert subscription("S1")["failed_upload"] >= 4 and subscription("S2")["failed_upload"] == 0
+    assert world.rowguid("S1", 101) in {str(f["rowguid"]) for f in api.failed_changes(world.topology)}
+    report = api.validate(world.topology, "Pub", checksum=True, spark=world.spark)
+    assert {r.subscription: r.ok for r in report.subscriptions} == {"S1": False, "S2": True}, report.to_dict()
+    status = api.status(world.topology)
+    assert not status["ok"] and any("S1" in p and "validation" in p for p in status["problems"]), status["problems"]
+    assert not any("S2" in p for p in status["problems"]), status["problems"]
