@@ -206,16 +206,20 @@ def cleanup(topology: Topology, publication: str | None = None, *, dry_run: bool
 
 
 def schema_change(topology: Topology, publication: str, article: str, *, add_column: str | None = None,
-                  drop_column: str | None = None) -> list[str]:
-    """``sparksync schema-change``: a column added (``add_column``: "Name type", nullable) or dropped
-    (``drop_column``: "Name") at the publisher, in one transaction with what replicates it: a merge
-    publication's subscribers replay it at their next merge, a transactional one's distribution agent applies it
-    in order with the data. Returns what was done, a line each."""
+                  drop_column: str | None = None, alter_column: str | None = None,
+                  rename_column: str | None = None) -> list[str]:
+    """``sparksync schema-change``: one change of one published column at the publisher, in one transaction with
+    what replicates it: ``add_column`` ("Name type", nullable), ``drop_column`` ("Name"), ``alter_column``
+    ("Name [type] [NOT NULL | NULL] [DEFAULT value | DROP DEFAULT]": a type of the same family; a narrowing only
+    when every replica's values fit) or ``rename_column`` ("Old New"). A merge publication's subscribers and
+    devices replay it at their next merge or sync, a transactional one's distribution agent applies it in order
+    with the data. Returns what was done, a line each."""
     if topology.publication(publication).kind == "merge":
-        return merge_schema_change.change(topology, publication, article, add_column, drop_column)
-    content = tx_schema_change.change(topology, publication, article, add_column, drop_column)
-    verb = "added" if content["action"] == "add_column" else "dropped"
-    return [f"{article}: column {content['column']['name']} {verb}"]
+        return merge_schema_change.change(topology, publication, article, add_column, drop_column, alter_column,
+                                          rename_column)
+    content = tx_schema_change.change(topology, publication, article, add_column, drop_column, alter_column,
+                                      rename_column)
+    return [f"{article}: {tx_schema_change.describe(content)}"]
 
 
 def logreader(topology: Topology, publications: list[str] | None = None, *, read_batch: int = READ_BATCH,
@@ -482,8 +486,10 @@ class Publisher:
         return cleanup(self.topology, publication, dry_run=dry_run, progress=self.progress)
 
     def schema_change(self, publication: str, article: str, *, add_column: str | None = None,
-                      drop_column: str | None = None) -> list[str]:
-        return schema_change(self.topology, publication, article, add_column=add_column, drop_column=drop_column)
+                      drop_column: str | None = None, alter_column: str | None = None,
+                      rename_column: str | None = None) -> list[str]:
+        return schema_change(self.topology, publication, article, add_column=add_column, drop_column=drop_column,
+                             alter_column=alter_column, rename_column=rename_column)
 
     def logreader(self, publications: list[str] | None = None) -> list[LogReaderRun]:
         return logreader(self.topology, publications, progress=self.progress)

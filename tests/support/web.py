@@ -117,9 +117,10 @@ class WebWorld:
                               capture_output=True, text=True, env=full, timeout=timeout)
 
 
-def upload_body(world: WebWorld, name: str) -> tuple[int, int, bytes]:
+def upload_body(world: WebWorld, name: str, metadata: dict | None = None) -> tuple[int, int, bytes]:
     """What device ``name``'s next upload sends, made as its sync makes it: its open generation closed, the
-    changes of its closed generations after the publisher's watermark of it, as the wire format."""
+    changes of its closed generations after the publisher's watermark of it, as the wire format (with the frame's
+    ``metadata``)."""
     from sparksync.merge.session.enumeration import change_reads
     from sparksync.merge.session.in_driver import read_changes
     from sparksync.merge.session.remote.frames import write_changes
@@ -137,7 +138,7 @@ def upload_body(world: WebWorld, name: str) -> tuple[int, int, bytes]:
         lo, hi = int(reg["recgen"]), enumeration_bound(dev)
         pubid = reg["pubid"]
         reads = change_reads(url, name, dev, published_articles(dev, str(pubid)), name, nick, lo, hi)
-    return lo, hi, write_changes(read_changes(reads))
+    return lo, hi, write_changes(read_changes(reads), metadata)
 
 
 def wire_frames(body: bytes) -> list[bytes]:

@@ -185,13 +185,19 @@ def schema_change_command(
     config: ConfigOption = DEFAULT_CONFIG_PATH,
     add_column: Annotated[str | None, typer.Option("--add-column", help="'Name type': add a nullable column.")] = None,
     drop_column: Annotated[str | None, typer.Option("--drop-column", help="Drop this column.")] = None,
+    alter_column: Annotated[str | None, typer.Option(
+        "--alter-column", help="'Name [type] [NOT NULL | NULL] [DEFAULT value | DROP DEFAULT]': a type of the same "
+        "family (a narrowing only when every replica's values fit), the nullability, the default.")] = None,
+    rename_column: Annotated[str | None, typer.Option("--rename-column", help="'Old New': rename a column.")] = None,
     lock_timeout: LockTimeoutOption = DEFAULT_WAIT,
 ) -> None:
-    """Add or drop a column of a published table; the change reaches subscribers in order with the data."""
+    """Add, drop, alter or rename a column of a published table; the change reaches subscribers in order with the
+    data."""
 
     topology = load(config)
     merge = topology.publication(publication).kind == "merge"
-    for line in api.schema_change(topology, publication, article, add_column=add_column, drop_column=drop_column):
+    for line in api.schema_change(topology, publication, article, add_column=add_column, drop_column=drop_column,
+                                  alter_column=alter_column, rename_column=rename_column):
         console.print(f"{line} at the publisher; " + ("each subscriber's next merge replays it (triggers regenerated)"
                       if merge else "the distribution agent applies it at each subscriber (procedures regenerated)"),
                       highlight=False)

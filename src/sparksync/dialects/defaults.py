@@ -120,6 +120,11 @@ class DdlDefaults:
     def json_literal(self, text: str) -> str:
         return "'" + text.replace("'", "''") + "'"
 
+    def rename_column(self: Dialect, replica: Replica, table: TableName, old: str, new: str) -> list[str]:
+        sql = f"ALTER TABLE {self.table_sql(table)} RENAME COLUMN {self.quote(old)} TO {self.quote(new)}"
+        replica.execute(sql)
+        return [sql]
+
 
 class DataMovementDefaults:
     def db_converters(self, types: Sequence[SqlType]) -> list:

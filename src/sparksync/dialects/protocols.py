@@ -170,6 +170,14 @@ class Ddl(Protocol):
         """A JSON value written in SQL, typed as the metadata's JSON columns want it (SQLite: text; a CAST
         to JSON there would take numeric affinity)."""
 
+    def alter_column(self, replica: Any, table: TableInfo, old: Column, new: Column) -> list[str]:
+        """Column ``old`` of ``table`` made ``new`` (type, nullability, default; the same name), in the caller's
+        transaction; returns the statements run (none when it already was)."""
+
+    def rename_column(self, replica: Any, table: TableName, old: str, new: str) -> list[str]:
+        """Column ``old`` of ``table`` renamed ``new``, in the caller's transaction (indexes, views and triggers
+        follow it)."""
+
 
 @runtime_checkable
 class DataMovement(Protocol[R]):
@@ -258,6 +266,9 @@ class MergeStaging(Protocol[R_contra]):
 
     def json_without_key_sql(self, expr: str, key: str) -> str:
         """A JSON object SQL expression without its member ``key`` (a checked identifier)."""
+
+    def json_rename_key_sql(self, expr: str, old: str, new: str) -> str:
+        """A JSON object SQL expression with its member ``old`` (if any) named ``new`` (checked identifiers)."""
 
     def lineage_without_sql(self, lineage: str, nickname: int) -> str:
         """A lineage SQL expression without the entry of ``nickname``."""

@@ -47,3 +47,8 @@ class PostgresMergeStaging(MergeStagingDefaults):
 
     def json_without_key_sql(self, expr: str, key: str) -> str:
         return f"({expr} - '{key.replace(chr(39), chr(39) * 2)}')"
+
+    def json_rename_key_sql(self, expr: str, old: str, new: str) -> str:
+        o, n = (k.replace(chr(39), chr(39) * 2) for k in (old, new))
+        return f"(CASE WHEN {expr} ? '{o}' THEN ({expr} - '{o}') || jsonb_build_object('{n}', {expr} -> '{o}') " \
+               f"ELSE {expr} END)"

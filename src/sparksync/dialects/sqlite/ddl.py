@@ -3,10 +3,17 @@ values need, a single-column integer key declared so that it is the rowid."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sparksync.dialects.defaults import DdlDefaults
 from sparksync.dialects.model import Column, TableInfo
 from sparksync.dialects.protocols import Dialect
+from sparksync.dialects.sqlite.catalog import real_name
+from sparksync.dialects.sqlite.redefine import redefine_column
 from sparksync.types import Kind
+
+if TYPE_CHECKING:
+    from sparksync.dialects.replica import Replica
 
 
 class SQLiteDdl(DdlDefaults):
@@ -32,3 +39,9 @@ class SQLiteDdl(DdlDefaults):
         if list(table.primary_key) == [column.name] and column.type.kind in (Kind.INTEGER, Kind.BIGINT):
             return "INTEGER"
         return DdlDefaults.render_column_type(self, table, column)
+
+    def alter_column(self: Dialect, replica: Replica, table: TableInfo, old: Column, new: Column) -> list[str]:
+        # no ALTER COLUMN: the column's declaration rewritten in place (redefine.py)
+        real = real_name(replica, self.resolve_name(table.name)) or table.name.name
+        sql = redefine_column(replica, real, old, new, self.render_column_type(table, new))
+        return [] if sql is None else [sql]

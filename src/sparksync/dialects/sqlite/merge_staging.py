@@ -65,6 +65,11 @@ class SQLiteMergeStaging(MergeStagingDefaults):
     def json_without_key_sql(self, expr: str, key: str) -> str:
         return f"json_remove({expr}, '$.\"{key.replace(chr(39), chr(39) * 2)}\"')"
 
+    def json_rename_key_sql(self, expr: str, old: str, new: str) -> str:
+        o, n = (f"'$.\"{k.replace(chr(39), chr(39) * 2)}\"'" for k in (old, new))
+        return f"(CASE WHEN json_type({expr}, {o}) IS NOT NULL THEN json_set(json_remove({expr}, {o}), {n}, " \
+               f"json_extract({expr}, {o})) ELSE {expr} END)"
+
 
 def _parameters(replica: Replica) -> int:
     """The most parameters one statement of this connection takes (SQLite's ``SQLITE_LIMIT_VARIABLE_NUMBER``)."""

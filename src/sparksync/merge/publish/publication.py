@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 
 from sparksync.config import PublicationConfig, Topology
 from sparksync.dialects.base import table_not_found
-from sparksync.dialects.model import Column, TableInfo, describe_drift, from_table_dict, to_table_dict
+from sparksync.dialects.model import Column, TableInfo, from_table_dict, to_table_dict
 from sparksync.dialects.replica import Replica
 from sparksync.errors import InvalidNameError, SchemaDrift, SchemaError
 from sparksync.filters import FilterError, parse_filter, parse_join_filter
 from sparksync.merge.partitions.scheme import PartitionScheme, filtered_article
 from sparksync.merge.publish import processing_order as art
-from sparksync.merge.publish.schema_changes import check_added_values, plan_changes
+from sparksync.merge.publish.schema_changes import change_command, check_added_values, describe, drifted, plan_changes
 from sparksync.merge.publish.schema_changes import record as record_schema_changes
 from sparksync.merge.tracking import pending
 from sparksync.merge.tracking.articles import install_tracking, remove_tracking
@@ -90,8 +90,10 @@ def _choose_rowguid(replica: Replica, info: TableInfo, configured: str | None, w
     return DEFAULT_ROWGUID, "add"
 
 
-def plan_publication(replica: Replica, pub: PublicationConfig) -> PublicationPlan:
-    """Reflect and validate every article of ``pub``. Changes nothing. Raises one error listing all problems."""
+def plan_publication(replica: Replica, pub: PublicationConfig, declared: dict[str, list[dict]] | None = None
+                     ) -> PublicationPlan:
+    """Reflect and validate every article of ``pub``. Changes nothing. Raises one error listing all problems.
+    ``declared``: per article, the renames and alterations ``schema-change`` is making (``schema_changes.py``)."""
     d = replica.dialect
     plan = PublicationPlan(pub)
     problems: list[str] = []
@@ -129,13 +131,14 @@ def plan_publication(replica: Replica, pub: PublicationConfig) -> PublicationPla
             changes: list[dict] = []
             if existing is not None:
                 published = from_table_dict(existing.table_schema)
-                if describe_drift(published, info):
+                if drifted(published, info, existing) or (declared or {}).get(key):
                     if plan.existing is None or existing.pubid != plan.existing.pubid:
                         raise SchemaDrift(f"{where}: the table changed since another publication published it; "
                                           "run setup for that publication's configuration first", obj=str(name))
                     siblings = [r for r in existing_articles.values() if r.pubid == existing.pubid]
-                    changes = plan_changes(published, info, existing, siblings, d.capabilities.sql.sqlglot, where)
-                    check_added_values(replica, name, changes, where)
+                    changes = plan_changes(published, info, existing, siblings, d, where, pub.name,
+                                           (declared or {}).get(key, []))
+                    check_added_values(replica, name, changes, where, change_command(pub.name, key))
                 rg, action = existing.rowguid_column, "keep"
                 if bool(existing.column_tracking) != a.column_tracking:
                     same = plan.existing is not None and existing.pubid == plan.existing.pubid
@@ -291,9 +294,8 @@ def apply_publication(replica: Replica, topology: Topology, plan: PublicationPla
             store.update(replica, ArticleRow, {c: v for c, v in row.to_dict().items() if c not in key}, key)
             if a.schema_changes:
                 version = record_schema_changes(replica, pubid, pub.name, row, a.schema_changes, a.info)
-                schema_changes.append(f"{a.key}: " + ", ".join(
-                    f"{'added' if c['schematype'] == 'add_column' else 'dropped'} column {c['column_name']}"
-                    for c in a.schema_changes) + f" (schema version {version})")
+                schema_changes.append(f"{a.key}: " + ", ".join(describe(c) for c in a.schema_changes)
+                                      + f" (schema version {version})")
         else:
             store.insert(replica, row)
             created.append(a.key)

@@ -1,37 +1,42 @@
-"""``sparksync schema-change`` for a merge publication: one column added or dropped at the publisher, in one
-transaction with the publication published again (the mechanics: ``schema_changes.py``)."""
+"""``sparksync schema-change`` for a merge publication: a column added, dropped, altered (type, nullability,
+default) or renamed at the publisher, in one transaction with the publication published again (the mechanics:
+``schema_changes.py``; a narrowing is checked on every replica first: ``fitting.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from sparksync import locks
 from sparksync.dialects import connect
-from sparksync.dialects.model import parse_column_definition
+from sparksync.dialects.column_changes import Alteration, altered, parse_alteration, parse_rename, type_change_problem
+from sparksync.dialects.model import Column, parse_column_definition
 from sparksync.errors import ConfigurationError, SchemaError
+from sparksync.merge.publish.fitting import check_values_fit
 from sparksync.merge.publish.publication import apply_publication, plan_publication
-from sparksync.merge.publish.schema_changes import plan_changes
+from sparksync.merge.publish.schema_changes import constant_default, plan_changes
 from sparksync.merge.tracking.articles import remove_tracking
 from sparksync.merge.tracking.pending import flush
-from sparksync.merge.tracking.tracked import tracked_article
+from sparksync.merge.tracking.tracked import TrackedArticle, tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, PublicationRow
 from sparksync.names import TableName, check_identifier
 
-SQLGLOT_DIALECT = {"sqlite": "sqlite", "postgresql": "postgres"}
-REINIT = ("restore the table's shape, or drop the article from the publication's configuration, run "
-          "'sparksync setup', add it back and run setup again (every subscriber receives a new snapshot of it)")
+OPTIONS = ("--add-column", "--drop-column", "--alter-column", "--rename-column")
 
 
-def change(topology, publication: str, article: str, add: str | None = None, drop: str | None = None) -> list[str]:
+def change(topology, publication: str, article: str, add: str | None = None, drop: str | None = None,
+           alter: str | None = None, rename: str | None = None) -> list[str]:
     """``sparksync schema-change`` for a merge publication: in one publisher transaction the article's
-    triggers go, the table is altered (``add``: "Name type", a nullable column; ``drop``: "Name"), and
-    the publication is published again, which records the change and regenerates the triggers. A
-    change that cannot be replicated rolls back whole. Returns what was recorded."""
+    triggers go, the table is altered (``add``: "Name type", a nullable column; ``drop``: "Name"; ``alter``:
+    "Name [type] [NOT NULL | NULL] [DEFAULT value | DROP DEFAULT]"; ``rename``: "Old New"), and the
+    publication is published again, which records the change and regenerates the triggers. A change that
+    cannot be replicated rolls back whole; a narrowing is refused unless every replica's values fit. A table
+    a client already altered that way is not altered again: the change is recorded. Returns what was recorded."""
 
     pcfg = topology.publication(publication)
-    if (add is None) == (drop is None):
-        raise ConfigurationError("give exactly one of --add-column and --drop-column")
+    if sum(x is not None for x in (add, drop, alter, rename)) != 1:
+        raise ConfigurationError(f"give exactly one of {', '.join(OPTIONS)}")
     with locks.hold(topology, "schema-change", [publication]), \
             connect(topology.publisher_url, topology.publisher.name) as pub:
         store.require_metadata(pub)
@@ -44,8 +49,14 @@ def change(topology, publication: str, article: str, add: str | None = None, dro
         rows = [r for r in siblings if r.name == str(name)]
         if not rows:
             raise SchemaError(f"publication {publication} has no article {article}", obj=article)
-        art = tracked_article(rows[0])
-        where = f"publication {publication}, article {rows[0].name}"
+        row = rows[0]
+        art = tracked_article(row)
+        live = pub.reflect(art.table)
+        if live is None:
+            raise SchemaError(f"publication {publication}, article {row.name}: the table is gone", obj=row.name)
+        where = f"publication {publication}, article {row.name}"
+        declared: list[dict] = []
+        ddl: list[str | Callable[[], object]]
         if add is not None:
             col, type_text = parse_column_definition(add, where)
             col = check_identifier(col, "column name")
@@ -55,19 +66,105 @@ def change(topology, publication: str, article: str, add: str | None = None, dro
                 sqltype = d.parse_type(type_text)
             except SchemaError as e:
                 raise ConfigurationError(f"{where}: --add-column {add!r}: {e.message}") from None
-            ddl = f"ALTER TABLE {d.table_sql(art.table)} ADD COLUMN {d.quote(col)} {d.render_type(sqltype)}"
-        else:
-            assert drop is not None
-            found = art.info.column(drop)
-            if found is None:
-                raise SchemaError(f"{where}: no published column {drop}", obj=drop)
+            ddl = [f"ALTER TABLE {d.table_sql(art.table)} ADD COLUMN {d.quote(col)} {d.render_type(sqltype)}"]
+        elif drop is not None:
+            found = _published(art, drop, where)
             plan_changes(art.info, replace(art.info, columns=tuple(c for c in art.info.columns if c is not found)),
-                         rows[0], siblings, d.capabilities.sql.sqlglot, where)     # refused before anything changes
-            ddl = f"ALTER TABLE {d.table_sql(art.table)} DROP COLUMN {d.quote(found.name)}"
+                         row, siblings, d, where, publication)     # refused before anything changes
+            ddl = [f"ALTER TABLE {d.table_sql(art.table)} DROP COLUMN {d.quote(found.name)}"]
+        elif rename is not None:
+            old, new = parse_rename(rename, where)
+            found = _published(art, old, where)
+            _check_rename(topology, publication, row, siblings, found.name, new, where)
+            declared = [{"schematype": "rename_column", "column_name": found.name, "column_def": {"name": new}}]
+            ddl = [] if live.column(found.name) is None and live.column(new) is not None else [
+                lambda: d.rename_column(pub, art.table, found.name, new)]
+        else:
+            assert alter is not None
+            alteration = parse_alteration(alter, where)
+            found = _published(art, alteration.column, where)
+            target = _target(pub, art, row, found, alteration, where)
+            check_values_fit(topology, publication, pub, prow, art, found, target, where)
+            before = {"name": found.name, "type": found.type.to_dict(), "nullable": found.nullable}
+            declared = [{"schematype": "alter_column", "column_name": found.name, "column_def": {
+                "name": found.name, "type": target.type.to_dict(), "nullable": target.nullable,
+                "default": target.default if alteration.changes_default else None,
+                "set_default": alteration.changes_default, "before": before}}]
+            have = live.column(found.name) or found
+            goal = target if alteration.changes_default else replace(target, default=have.default)
+            done = str(have.type) == str(goal.type) and have.nullable == goal.nullable and (
+                not alteration.changes_default or
+                constant_default(have.default, d.capabilities.sql.sqlglot, where) == goal.default)
+            ddl = [] if done else [lambda: d.alter_column(pub, replace(art.info, name=art.table), have, goal)]
         with pub.transaction():
             remove_tracking(pub, art)   # (locks the table: no write is logged until the transaction ends)
             flush(pub, wait=True)       # what was logged is read with the columns it was logged with
-            pub.execute(ddl)
-            plan = plan_publication(pub, pcfg)
+            for step in ddl:
+                step() if callable(step) else pub.execute(step)
+            plan = plan_publication(pub, pcfg, {row.name: declared} if declared else None)
             result = apply_publication(pub, topology, plan)
     return list(result.get("schema_changes", []))
+
+
+def _published(art: TrackedArticle, column: str, where: str) -> Column:
+    found = art.info.column(column)
+    if found is None:
+        raise SchemaError(f"{where}: no published column {column} (columns: {', '.join(art.info.column_names)})",
+                          obj=column)
+    return found
+
+
+def _check_rename(topology, publication: str, row: ArticleRow, siblings: list[ArticleRow], old: str, new: str,
+                  where: str) -> None:
+    """A rename the replicas can all follow: not the rowguid, a key or a foreign key (another article's
+    published foreign key names it), nor a column the configuration names (a filter, a resolver's column, the
+    published columns), which would have to change with it."""
+    from sparksync.merge.publish.schema_changes import _filter_columns
+
+    info = tracked_article(row).info
+    if info.column(new) is not None:
+        raise SchemaError(f"{where}: column {new} already exists", obj=new)
+    why = ("it is the rowguid column" if old == row.rowguid_column else
+           "it is in the primary key" if old in info.primary_key else
+           "it is in a foreign key" if any(old in fk.columns for fk in info.foreign_keys) or any(
+               old in fk.ref_columns and str(fk.ref_table) == row.name
+               for s in siblings for fk in tracked_article(s).info.foreign_keys) else
+           "a filter of the publication reads it" if old in _filter_columns(row, info, siblings) else None)
+    pcfg = topology.publication(publication)
+    for a in pcfg.articles:
+        if a.table_name.name.lower() == TableName.parse(row.name).name.lower() and why is None:
+            if a.resolver_column == old:
+                why = "the article's resolver_column names it"
+            elif a.columns is not None and old in a.columns:
+                why = "the article's columns in the configuration name it"
+    if why:
+        raise SchemaError(f"{where}: column {old} cannot be renamed: {why} (a rename every replica follows changes "
+                          "nothing else; change that first)", obj=old)
+
+
+def _target(pub, art: TrackedArticle, row: ArticleRow, found: Column, alteration: Alteration, where: str) -> Column:
+    """The column as ``--alter-column`` leaves it, refused by name when a replica could not follow."""
+    d = pub.dialect
+    if found.name == row.rowguid_column or found.name in art.info.primary_key or \
+            any(found.name in fk.columns for fk in art.info.foreign_keys):
+        role = "the rowguid column" if found.name == row.rowguid_column else \
+            "in the primary key" if found.name in art.info.primary_key else "in a foreign key"
+        raise SchemaError(f"{where}: column {found.name} is {role}; its type, nullability and default are those of "
+                          "the snapshot (reinitialize to change them)", obj=found.name)
+    new_type = None
+    if alteration.type_text is not None:
+        try:
+            new_type = d.parse_type(alteration.type_text)
+        except SchemaError as e:
+            raise ConfigurationError(f"{where}: --alter-column: {e.message}") from None
+        problem = type_change_problem(found.type, new_type)
+        if problem:
+            raise SchemaError(f"{where}: column {found.name} cannot become {new_type}: {problem}", obj=found.name)
+    default = None
+    if isinstance(alteration.default, str):
+        default = constant_default(alteration.default, d.capabilities.sql.sqlglot, f"{where}, column {found.name}")
+    target = altered(found, new_type, alteration, default)
+    if target == found and not alteration.changes_default:
+        raise SchemaError(f"{where}: column {found.name} already is {found.type}"
+                          f"{'' if found.nullable else ' NOT NULL'}; nothing to change", obj=found.name)
+    return target

@@ -176,11 +176,10 @@ class MergeAgent:
         base = session_context(pub, pubid, True, summary.session_id, pubcfg.name,
                                article_rules(pubcfg, pub, articles, str(topo.base_dir)), articles)
         started = {s.name: time.perf_counter() for s, _ in active}
-        drift = publisher_drift(pub, articles)
+        drift = publisher_drift(pub, articles, pubcfg.name)
         if drift:
-            raise SchemaDrift(f"publication {pubcfg.name}: the publisher's table(s) changed since they were published: "
-                              f"{', '.join(drift)}; run 'sparksync setup' to replicate the schema change (nothing was "
-                              "merged)", obj=pubcfg.name)
+            raise SchemaDrift(f"publication {pubcfg.name}: the publisher's table(s) changed since they were published "
+                              f"(nothing was merged): {'; '.join(drift)}", obj=pubcfg.name)
         damaged = replica_problems(pub, pubid)
         if damaged:
             raise ReplicaDamaged(f"publication {pubcfg.name}: the publisher {topo.publisher.name} is damaged: "

@@ -403,9 +403,9 @@ class LogicalDecoding:
     def post_marker(self, replica: Replica, publication: str, kind: str, content: dict, article_id: int = 0) -> None:
         replica.execute("SELECT pg_logical_emit_message(true, %s, %s)", (MARKER_PREFIXES[kind], json.dumps(content)))
 
-    def alter_table(self, replica: Replica, publication: str, article_id: int, ddl: str, new: TableInfo,
-                    row_filter: RowFilter | None) -> None:
-        replica.execute(ddl)        # the next Relation message carries the new columns
+    def alter_table(self, replica: Replica, publication: str, article_id: int, alter: Callable[[Replica], object],
+                    new: TableInfo, row_filter: RowFilter | None) -> None:
+        alter(replica)        # the next Relation message carries the new columns
 
     def backlog(self, replica: Replica, publication) -> dict:
         row = replica.query_one("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "

@@ -81,9 +81,10 @@ class CaptureMethod(Protocol):
         """Write a marker (``token``: a tracer token; ``ddl``: a schema change) into the log, in the
         caller's transaction."""
 
-    def alter_table(self, replica: Replica, publication: str, article_id: int, ddl: str, new: TableInfo,
-                    row_filter: RowFilter | None) -> None:
-        """Change a published table (``ddl``), in the caller's transaction, keeping its capture working."""
+    def alter_table(self, replica: Replica, publication: str, article_id: int, alter: Callable[[Replica], object],
+                    new: TableInfo, row_filter: RowFilter | None) -> None:
+        """Change a published table (``alter`` runs the change on the connection), in the caller's transaction,
+        keeping its capture working."""
 
     def backlog(self, replica: Replica, publication) -> dict:
         """What the publisher holds for the log reader (for status)."""

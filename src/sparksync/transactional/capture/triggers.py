@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sparksync.dialects.model import TableInfo, from_table_dict
@@ -198,10 +198,10 @@ class TriggerLog:
     def post_marker(self, replica: Replica, publication: str, kind: str, content: dict, article_id: int = 0) -> None:
         post(replica, publication, kind, content, article_id)
 
-    def alter_table(self, replica: Replica, publication: str, article_id: int, ddl: str, new: TableInfo,
-                    row_filter: RowFilter | None) -> None:
+    def alter_table(self, replica: Replica, publication: str, article_id: int, alter: Callable[[Replica], object],
+                    new: TableInfo, row_filter: RowFilter | None) -> None:
         uninstall(replica, installed_tags(replica, publication).get(article_id, []))     # triggers name the columns
-        replica.execute(ddl)
+        alter(replica)
         install(replica, publication, article_id, new, row_filter)
 
     def backlog(self, replica: Replica, publication) -> dict:

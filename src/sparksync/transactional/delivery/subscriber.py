@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sparksync.dialects.model import from_table_dict
+from sparksync.dialects.model import Column, TableInfo, from_table_dict
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ConstraintViolation, DatabaseError, RowNotFound, SparksyncError, ValueRejected
 from sparksync.metadata import store
@@ -340,12 +340,30 @@ def schema_change(replica: Replica, target: ArticleTarget, content: dict) -> tup
     col = content["column"]
     name, t = col["name"], SqlType.from_dict(col["type"])
     table = d.table_sql(target.table)
+    done: list[str] = []
     if content["action"] == "add_column":
         stmts = [f"ALTER TABLE {table} ADD COLUMN {d.quote(name)} {d.render_type(t)}"]
         columns = target.columns + ((name, t.to_dict()),)
     elif content["action"] == "drop_column":
         stmts = [f"ALTER TABLE {table} DROP COLUMN {d.quote(name)}"]
         columns = tuple(c for c in target.columns if c[0] != name)
+    elif content["action"] == "rename_column":
+        stmts = []
+        live = replica.reflect(target.table)
+        if live is not None and live.column(name) is not None and live.column(content["to"]) is None:
+            done = d.rename_column(replica, target.table, name, content["to"])
+        columns = tuple((content["to"], x) if c == name else (c, x) for c, x in target.columns)
+    elif content["action"] == "alter_column":
+        stmts = []
+        live = replica.reflect(target.table)
+        have = live.column(name) if live is not None else None
+        if have is None:
+            raise SparksyncError(f"{replica.label}: table {target.table} has no column {name} to alter", obj=target.name)
+        info = TableInfo(target.table, tuple(Column(c, SqlType.from_dict(x)) for c, x in target.columns), target.key)
+        default = col.get("default") if col.get("set_default") else have.default
+        done = d.alter_column(replica, info, have, replace(have, type=t, nullable=bool(col["nullable"]),
+                                                           default=default))
+        columns = tuple((c, t.to_dict()) if c == name else (c, x) for c, x in target.columns)
     else:
         raise SparksyncError(f"unknown schema change {content['action']!r} for article {target.name}")
     new = replace(target, columns=columns)
@@ -356,4 +374,4 @@ def schema_change(replica: Replica, target: ArticleTarget, content: dict) -> tup
                                           new.key)
     for stmt in stmts:
         replica.execute(stmt)
-    return new, stmts
+    return new, done + stmts

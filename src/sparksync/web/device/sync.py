@@ -41,6 +41,7 @@ from sparksync.merge.session.remote.subscriber import (
     finish_recovery,
     initialize_from_snapshot,
     initialized,
+    made_under,
     plan_upload,
     prepare_upload,
     recorded,
@@ -259,6 +260,7 @@ def _upload(client: ServerClient, device: Replica, options: DeviceOptions, publi
     """Each batch of the upload in one request; what the publisher did with it recorded."""
     name = options.subscription
     upload = plan_upload(device, options.database, publisher, options.generations_per_batch)
+    schema = made_under(device, publisher)      # the columns its rows are read with
     report(f"upload {name}: generations ({upload.start}, {upload.bound}], {upload.generations} to send in "
            f"{len(upload.batches)} batch(es)")
     for b in upload.batches:
@@ -266,7 +268,8 @@ def _upload(client: ServerClient, device: Replica, options: DeviceOptions, publi
         if rows is None:
             continue
         outbox.sent(device, rows, b.lo, b.hi)
-        reply = client.send(UPLOAD, UploadReply, content=write_changes(rows), lo=b.lo, hi=b.hi)
+        reply = client.send(UPLOAD, UploadReply, content=write_changes(rows, {"schema_version": schema}),
+                            lo=b.lo, hi=b.hi)
         failpoints.hit("device.after_upload", name)       # tests: applied at the publisher, not yet recorded here
         _said_of(reply, name, report)
         upload.sent(b, reply.stats, session, reply.conflicts, reply.refused_at)

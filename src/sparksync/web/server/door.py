@@ -240,8 +240,8 @@ class Door:
         if not 0 <= lo <= hi:
             raise ProtocolError(f"{what}: not a generation range", obj=device.name)
         digest = hashlib.sha256(body).hexdigest()
-        rows, _ = read_changes(body, what, self.max_request)
-        upload = ReceivedUpload(device.name, lo, hi, rows, digest, what)
+        rows, meta = read_changes(body, what, self.max_request)
+        upload = ReceivedUpload(device.name, lo, hi, rows, digest, what, meta)
         with self.publisher() as pub:
             reply = with_retries(functools.partial(self.half.apply_upload, pub, device.publication, upload),
                                  connections=[pub])

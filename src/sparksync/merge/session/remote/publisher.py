@@ -34,6 +34,7 @@ from sparksync.merge.publish.schema_changes import pending
 from sparksync.merge.session.changes import ALL_PARTITIONS, RETRY_GENERATION
 from sparksync.merge.session.context import BatchOutcome, publisher_half, upload_batch
 from sparksync.merge.session.enumeration import min_watermark
+from sparksync.merge.session.remote import older_schema
 from sparksync.merge.session.remote.fates import failing, fates, positions
 from sparksync.merge.session.remote.frames import UploadArticle, check_upload
 from sparksync.merge.session.remote.trust import foreign_rows, log_refused, without
@@ -60,6 +61,7 @@ class ReceivedUpload:
     rows: Any
     digest: str
     what: str
+    metadata: dict | None = None       # its frame's: the publication's schema version it was made under
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,11 @@ class PublisherHalf:
             at_sync = evaluated_at_sync(articles, scheme, prow.precomputed)
             filtered = frozenset(a.nickname for a in articles if scheme.articles[a.name].filtered)
             retries = frozenset((int(n), str(g)) for n, g in self.failed_changes(pub, reg.replnickname))
-            checked = check_upload(upload.rows, {a.nickname: UploadArticle(a.nickname, a.name, _codec(a))
+            rows = upload.rows
+            made_under = older_schema.schema_version_of(upload.metadata or {}, prow.schema_version or 0, what)
+            if made_under is not None and made_under < (prow.schema_version or 0):
+                rows = older_schema.mapped(pub, rows, pending(pub, prow.pubid, made_under), articles)
+            checked = check_upload(rows, {a.nickname: UploadArticle(a.nickname, a.name, _codec(a))
                                                  for a in articles}, lo, hi, name, reg.replnickname,
                                    reg.partition_id or ALL_PARTITIONS, what, retries)
             retried = bool(checked.num_rows) and RETRY_GENERATION in set(checked.column("generation").to_pylist())

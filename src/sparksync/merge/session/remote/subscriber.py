@@ -189,6 +189,12 @@ def prepare_upload(device: Replica, publisher: RemotePublisher, report: Reporter
     make_generation(device, publisher.nickname, level=DEVICE_LEVEL)
 
 
+def made_under(device: Replica, publisher: RemotePublisher) -> int:
+    """The publication's schema version the file's rows have the columns of (its upload says so: a publisher
+    whose schema changed since maps it, ``older_schema.py``)."""
+    return schema_version(device, publisher.pubid)
+
+
 # -- upload ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Upload:

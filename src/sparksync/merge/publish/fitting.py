@@ -1,0 +1,85 @@
+"""Before a column narrows (a smaller integer, a shorter text, fewer digits, NOT NULL): every replica's values
+must fit, counted where they are, the publisher and each direct subscriber of the publication, before anything
+changes. A replica that cannot be reached stops the change (its values could not be counted); one that has not
+had the publication's latest schema changes is counted under the column's name there. A device's values are
+counted as they arrive: a value it wrote offline that does not fit the new column is a failed change naming the
+column, never a silent truncation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sparksync.dialects import connect
+from sparksync.dialects.column_changes import not_fitting
+from sparksync.dialects.model import Column
+from sparksync.dialects.replica import Replica
+from sparksync.errors import SchemaError, SparksyncError
+from sparksync.merge.publish.schema_changes import pending
+from sparksync.merge.tracking.tracked import TrackedArticle, tracked_article
+from sparksync.metadata import store
+from sparksync.metadata.records import ArticleRow, PublicationRow
+from sparksync.names import TableName
+
+
+def check_values_fit(topology, publication: str, pub: Replica, prow: PublicationRow, art: TrackedArticle,
+                     old: Column, new: Column, where: str) -> None:
+    """Raise SchemaError naming each replica where a value of ``old`` does not fit ``new`` (how many, and one
+    row's key); nothing when the change only widens."""
+    if not_fitting(old, new, "x") is None:
+        return
+    problems = []
+    found = _count(pub, art.table, art.info.primary_key, old, new)
+    if found:
+        problems.append(f"the publisher {topology.publisher.name}: {found}")
+    for s in topology.subscriptions_of(publication):
+        if s.transport != "direct":
+            continue
+        try:
+            with connect(topology.subscriber_url(s), s.name) as sub:
+                mine = store.select_one(sub, ArticleRow, {"pubid": prow.pubid, "artid": art.artid})
+                have = store.select_one(sub, PublicationRow, {"pubid": prow.pubid})
+                if mine is None or have is None:
+                    continue                      # not initialized yet: its snapshot will be made after the change
+                here = _name_at(pub, prow.pubid, art.artid, old.name, have.schema_version or 0)
+                if here is None:
+                    continue                      # added after its last merge: it holds no value of it yet
+                table = tracked_article(mine).table
+                found = _count(sub, table, art.info.primary_key, replace(old, name=here), replace(new, name=here))
+        except SparksyncError as e:
+            problems.append(f"subscriber {s.name} cannot be reached to count its values ({e.message})")
+            continue
+        if found:
+            problems.append(f"subscriber {s.name}: {found}")
+    if problems:
+        raise SchemaError(f"{where}: column {old.name} cannot become {_shape(new)}: " + "; ".join(problems)
+                          + ". Nothing was changed", obj=old.name)
+
+
+def _name_at(pub: Replica, pubid: str, artid: str, column: str, version: int) -> str | None:
+    """The column's name at a replica that has had the publication's schema changes up to ``version`` (a
+    rename it has not had yet undone), or None: the column was added after it."""
+    for ch in reversed(pending(pub, pubid, version)):
+        if ch["artid"] != artid:
+            continue
+        if ch["schematype"] == "rename_column" and ch["column_def"]["name"] == column:
+            column = ch["column_name"]
+        elif ch["schematype"] == "add_column" and ch["column_name"] == column:
+            return None
+    return column
+
+
+def _count(replica: Replica, table: TableName, key: tuple[str, ...], old: Column, new: Column) -> str | None:
+    d = replica.dialect
+    cond = not_fitting(old, new, d.quote(old.name))
+    t = d.table_sql(table)
+    n = int(replica.scalar(f"SELECT count(*) FROM {t} WHERE {cond}") or 0)
+    if not n:
+        return None
+    cols = ", ".join(d.quote(k) for k in key)
+    first = replica.query_one(f"SELECT {cols} FROM {t} WHERE {cond} ORDER BY {cols} LIMIT 1")
+    where = ", ".join(f"{k}={v}" for k, v in zip(key, first or ()))
+    return f"{n} row(s) hold a value that does not fit (the first: {where})"
+
+
+def _shape(c: Column) -> str:
+    return f"{c.type}{'' if c.nullable else ' NOT NULL'}"
