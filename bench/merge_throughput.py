@@ -5,10 +5,13 @@ same rows into a plain SQLite table (executemany of INSERT ... ON CONFLICT DO UP
 
     .venv/bin/python bench/merge_throughput.py [--subscribers 10] [--publisher-changes 100000]
         [--subscriber-changes 10000] [--pg]      # --pg: the publisher is a PostgreSQL database
+        [--handler]                              # also one subscriber with a no-op business logic handler
 
 Prints rows/s per phase (wall time of the merge) and of the apply stage alone (time inside the
 destinations' batch transactions, from the session summary), each against the raw rate; the
-end-to-end time for N subscribers against one; and a warm --continuous-style round that moves one row.
+end-to-end time for N subscribers against one; and a warm --continuous-style round that moves one row. With
+--handler, the one-subscriber run again with a business logic handler on the article whose methods accept every
+row (bench/handler_cost.py's): the apply stage's rate against the same run without it, and the cost per row.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def raw_upsert_rate(rows: int, workdir: Path, repeats: int = 3) -> float:
     return best
 
 
-def build(workdir: Path, subs: int, pg_url: str | None, seed_rows: int):
+def build(workdir: Path, subs: int, pg_url: str | None, seed_rows: int, handler: bool = False):
     if pg_url:
         admin = pg_url
         name = f"sparksync_bench_{uuid.uuid4().hex[:8]}"
@@ -74,9 +77,15 @@ def build(workdir: Path, subs: int, pg_url: str | None, seed_rows: int):
         r.execute(DDL.format(**types))
         r.executemany(f'INSERT INTO "Item" VALUES ({r.p}, {r.p}, {r.p}, {r.p})',
                       [(i, f"n{i}", 0, 1) for i in range(seed_rows)])
+    article: dict = {"table": "Item"}
+    if handler:
+        from handler_cost import NOOP
+
+        (workdir / "bench_noop.py").write_text(NOOP)
+        article["business_logic"] = "bench_noop:Noop"
     topo = parse_topology({
         "publisher": {"name": "P", "database": pub_url, "snapshot_dir": str(workdir / "snap")},
-        "publications": [{"name": "Bench", "articles": [{"table": "Item"}], "generation_leveling_threshold": 10_000}],
+        "publications": [{"name": "Bench", "articles": [article], "generation_leveling_threshold": 10_000}],
         "subscriptions": [{"name": f"S{i}", "publication": "Bench", "database": f"sqlite:///{workdir / f's{i}.db'}"}
                           for i in range(subs)],
     }, workdir)
@@ -97,11 +106,11 @@ def timed(agent: MergeAgent, **kw) -> tuple[float, list[float]]:
     return wall, applied
 
 
-def run(subs: int, pub_changes: int, sub_changes: int, pg_url: str | None, spark) -> dict:
+def run(subs: int, pub_changes: int, sub_changes: int, pg_url: str | None, spark, handler: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as d:
         workdir = Path(d)
         seed = max(pub_changes, sub_changes)
-        topo, pg_db = build(workdir, subs, pg_url, seed)
+        topo, pg_db = build(workdir, subs, pg_url, seed, handler)
         try:
             setup(topo, lambda: spark)
             agent = MergeAgent(topo, spark)
@@ -147,6 +156,7 @@ def main() -> None:
     ap.add_argument("--publisher-changes", type=int, default=100_000)
     ap.add_argument("--subscriber-changes", type=int, default=10_000)
     ap.add_argument("--pg", action="store_true", help="also run with a PostgreSQL publisher")
+    ap.add_argument("--handler", action="store_true", help="also one subscriber with a no-op business logic handler")
     ap.add_argument("--pg-url", default=os.environ.get("SPARKSYNC_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres"))
     a = ap.parse_args()
     spark = spark_session(os.environ.get("SPARK_MASTER", "local[*]"))
@@ -176,6 +186,15 @@ def main() -> None:
                                  ("upload", "upload apply stage, at the publisher")):
                 rate = res[f"{phase}_apply_rate"]
                 print(f"  {f'{label}, {n} sub(s)':<54}{'':>20}{rate:>12,.0f}{rate / raw:>8.2f}")
+        if a.handler:
+            handled = run(1, a.publisher_changes, a.subscriber_changes, pg, spark, handler=True)
+            for phase, label in (("download", "download apply stage"), ("upload", "upload apply stage")):
+                base, with_ = one[f"{phase}_apply_rate"], handled[f"{phase}_apply_rate"]
+                cost = (1 / with_ - 1 / base) * 1e6
+                line = (f"{label}, 1 sub, a no-op handler on the article: {with_:,.0f} rows/s, {with_ / base:.2f}x the "
+                        f"same run without it ({base:,.0f}); {cost:.1f} us per row")
+                print(f"  {line}")
+                result.notes.append(f"{publisher}: {line}.")
         total = {k: v["download_s"] + v["upload_s"] + v["spread_s"] for k, v in (("one", one), ("many", many))}
         ratio = total["many"] / total["one"]
         print(f"  end-to-end time, {a.subscribers} subscribers vs 1: {ratio:.2f}x (target <= 6x)")

@@ -155,8 +155,9 @@ def test_setup_status_and_drift(spark, tmp_path, dbs):
     for command in ("setup", "snapshot"):
         code, out = run(command, "-c", str(cfg))
         flat = " ".join(out.split())
-        assert code == 1 and "article Product" in flat and "column Line was added but" in flat, out
-        assert "a renamed column" in flat and "Traceback" not in flat
+        assert code == 1 and "article Product" in flat and "column ProductLine is gone and column Line appeared" in flat
+        assert ('sparksync schema-change --publication Sales --article Product --rename-column "ProductLine Line"'
+                in flat and "Traceback" not in flat), out
     with connect(url) as r:
         r.execute('ALTER TABLE "Product" RENAME COLUMN "Line" TO "ProductLine"')
     # Drift at a subscriber: setup names the subscriber and the table, and changes nothing.

@@ -1,10 +1,11 @@
-"""Schema evolution beyond adding and dropping columns, on real databases: with ``sparksync schema-change`` a
-column's type is widened (text length, integer width, numeric precision), narrowed where every replica's values
-fit (refused by name while one does not), made NOT NULL, given a default, and renamed. SQLite and PostgreSQL
-publishers, each with a direct SQLite and a direct PostgreSQL subscriber and a web device that is offline across
-every change with writes made under the old schema: they arrive under the new one; a column-tracked article's
-column versions follow a rename. A client's own ALTER at a PostgreSQL publisher is named with the command that
-replicates it, and that command then records it without altering the table again."""
+"""Schema evolution with ``sparksync schema-change``, on real databases: a column's type widened (text length,
+integer width, numeric precision), narrowed where every replica's values fit (refused by name while one does
+not), made NOT NULL, given a default, renamed, dropped and added. SQLite and PostgreSQL publishers, each with a
+direct SQLite and a direct PostgreSQL subscriber and a web device that is offline across every change with writes
+made under the old schema: they arrive under the new one; a column-tracked article's column versions follow a
+rename; an upload made under an older schema that reaches the door after a change is mapped there. A client's own
+ALTER at the publisher (a type change on PostgreSQL, a rename on both) is named with the command that replicates
+it, and that command then records it without altering the table again."""
 
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ pytestmark = pytest.mark.spark
 
 ITEM = {
     "sqlite": 'CREATE TABLE "Item" ("id" INTEGER PRIMARY KEY, "Phone" VARCHAR(20), "qty" SMALLINT, '
-              '"price" NUMERIC(8,2), "note" TEXT, "flag" INTEGER)',
+              '"price" NUMERIC(8,2), "note" TEXT, "flag" INTEGER, "spare" TEXT)',
     "postgresql": 'CREATE TABLE "Item" ("id" integer PRIMARY KEY, "Phone" varchar(20), "qty" smallint, '
-                  '"price" numeric(8,2), "note" text, "flag" integer)',
+                  '"price" numeric(8,2), "note" text, "flag" integer, "spare" text)',
 }
 BIGGER_INT = {"sqlite": "BIGINT", "postgresql": "integer"}
 
@@ -65,7 +66,7 @@ def world(request, spark, tmp_path_factory):
         pub = dbs.url(kind, "evopub")
         with connect(pub) as r:
             r.execute(ITEM[kind])
-            r.executemany(f'INSERT INTO "Item" VALUES ({r.p}, {r.p}, 1, 10.5, {r.p}, 0)',
+            r.executemany(f'INSERT INTO "Item" VALUES ({r.p}, {r.p}, 1, 10.5, {r.p}, 0, \'s\')',
                           [(i, f"555-{i:04d}", f"note {i}") for i in range(1, 21)])
         w = WebWorld(folder, {
             "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(folder / "snap")},
@@ -90,11 +91,12 @@ def world(request, spark, tmp_path_factory):
             w.lines = []
             for kw in ({"alter_column": "Phone varchar(40)"}, {"alter_column": f"qty {BIGGER_INT[kind]}"},
                        {"alter_column": "price numeric(12,2)"}, {"alter_column": "note NOT NULL"},
-                       {"alter_column": "flag DEFAULT 1"}, {"rename_column": "Phone PhoneNumber"}):
+                       {"alter_column": "flag DEFAULT 1"}, {"rename_column": "Phone PhoneNumber"},
+                       {"drop_column": "spare"}, {"add_column": "added text"}):
                 w.lines += api.schema_change(w.topology, "Sales", "Item", **kw)
             with connect(pub) as r:               # data that needs the new shapes
                 r.execute('UPDATE "Item" SET "PhoneNumber" = \'a number longer than twenty\', "qty" = 100000, '
-                          '"price" = 1234567890.25 WHERE "id" = 3')
+                          '"price" = 1234567890.25, "added" = \'new\' WHERE "id" = 3')
             merge(w, spark)
             device_sync(w)
             merge(w, spark)
@@ -112,13 +114,14 @@ def test_each_change_is_recorded_in_order_with_what_it_did(world):
         kinds = [(c["schematype"], c["column_name"]) for c in store.select_rows(r, "sysmergeschemachange",
                                                                                   order_by=("schemaversion",))]
     assert kinds == [("alter_column", "Phone"), ("alter_column", "qty"), ("alter_column", "price"),
-                     ("alter_column", "note"), ("alter_column", "flag"), ("rename_column", "Phone")]
+                     ("alter_column", "note"), ("alter_column", "flag"), ("rename_column", "Phone"),
+                     ("drop_column", "spare"), ("add_column", "added")]
 
 
 @pytest.mark.parametrize("replica", ["HQ", "S1", "S2", "Van"])
 def test_every_replica_has_the_new_shape(world, replica):
     url = world.urls[replica]
-    assert column(url, "Phone") is None
+    assert column(url, "Phone") is None and column(url, "spare") is None and column(url, "added") is not None
     phone, qty, price, note = (column(url, c) for c in ("PhoneNumber", "qty", "price", "note"))
     assert phone is not None and phone.type.length == 40, phone
     assert qty.type.kind.value in ("integer", "bigint"), qty
@@ -136,6 +139,7 @@ def test_writes_made_under_the_old_schema_arrive_under_the_new_one(world, replic
     assert value(url, "PhoneNumber", 3) == "a number longer than twenty"      # values only the new shapes hold
     assert value(url, "qty", 3) == 100000
     assert str(value(url, "price", 3)).startswith("1234567890.25")
+    assert value(url, "added", 3) == "new"
 
 
 def test_a_column_tracked_articles_versions_follow_the_rename(world):

@@ -322,13 +322,16 @@ TABLES = TABLES + (
     ),
     MetaTable(
         "sysmergeschemachange",
-        "The publisher: one row per schema change of a merge publication's article (ADD COLUMN, DROP "
-        "COLUMN), in the order they were made; the merge agent replays each at every subscriber whose "
-        "schema_version is lower, before the changes of later generations.",
+        "The publisher: one row per schema change of a merge publication's article (a column added, dropped, "
+        "altered or renamed), in the order they were made; the merge agent replays each at every subscriber "
+        "whose schema_version is lower, before the changes of later generations.",
         (C("pubid", GUID, False), C("schemaversion", INT, False, "1, 2, ... per publication"),
          C("artid", GUID, False), C("article", TEXT, False),
-         C("schematype", TEXT, False, "add_column | drop_column"), C("column_name", TEXT, False),
-         C("column_def", JSON, True, "add_column: the column as published (name, type, nullable, default)"),
+         C("schematype", TEXT, False, "add_column | drop_column | alter_column | rename_column"),
+         C("column_name", TEXT, False, "the column (a renamed one: its old name)"),
+         C("column_def", JSON, True, "add_column: the column as published (name, type, nullable, default); "
+           "alter_column: its new type, nullability, default (set_default: whether the change sets it) and what "
+           "it was (before); rename_column: its new name"),
          C("table_schema", JSON, False, "the article's published columns after the change"),
          C("generation", BIG, False, "the publisher's open generation when the change was recorded: rows "
            "changed from it on may carry the new column"),

@@ -304,10 +304,11 @@ def _handled_staged(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, 
         names = [n for n, _ in codec.columns]
         decoded = [] if op == "delete" else [dict(zip(names, values)) for values in zip(*codec.decode_columns(
             [cc.row[cc.first[g]] for g, _ in staged_rows], names))]             # one parse of the batch's rows
+        last = load_rows(replica, art, [g for g, _ in staged_rows]) if op == "delete" else {}   # one read for all
         for k, (g, present) in enumerate(staged_rows):
             at_ = cc.first[g]
             method = "delete" if op == "delete" else "update" if present else "insert"
-            row = (load_row(replica, art, g) or {}) if op == "delete" else decoded[k]
+            row = last.get(str(g).lower(), {}) if op == "delete" else decoded[k]
             action: Accept | Reject | Custom | Failure
             try:
                 action = handling.change(method, row)
@@ -461,6 +462,25 @@ def load_row(replica: Replica, article: TrackedArticle, rowguid: str) -> dict[st
     if row is None:
         return None
     return {c.name: arrow_converter(c.type)(v) for c, v in zip(cols, row)}
+
+
+def load_rows(replica: Replica, article: TrackedArticle, rowguids: list[str], chunk: int = 500
+              ) -> dict[str, dict[str, Any]]:
+    """The rows of ``rowguids`` as they are here (a handler's ``delete`` is given a deleted row's last values),
+    read ``chunk`` at a time, keyed by lowercase rowguid."""
+    d = replica.dialect
+    cols = list(article.info.columns)
+    convert = [arrow_converter(c.type) for c in cols]
+    select = ", ".join(d.quote(c.name) for c in cols)
+    out: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(rowguids), chunk):
+        part = [str(g) for g in rowguids[start:start + chunk]]
+        marks = ", ".join([d.uuid_param()] * len(part))
+        for guid, *values in replica.query(f"SELECT {d.quote(article.rowguid_column)}, {select} FROM "
+                                           f"{d.table_sql(article.table)} WHERE {d.quote(article.rowguid_column)} "
+                                           f"IN ({marks})", part):
+            out[str(guid).lower()] = {c.name: f(v) for c, f, v in zip(cols, convert, values)}
+    return out
 
 
 def json_value(v):
