@@ -20,6 +20,7 @@ from sparksync.errors import ConfigurationError, SchemaDrift
 from sparksync.names import check_identifier
 from sparksync.types import Kind, SqlType
 
+CONSTANT = "give a constant instead (a number, a quoted text, TRUE, FALSE or NULL)"
 UNCHANGED = object()      # an alteration that leaves the default as it is
 
 _INTEGERS = {Kind.SMALLINT: 16, Kind.INTEGER: 32, Kind.BIGINT: 64}
@@ -40,6 +41,7 @@ class Alteration:
         return self.default is not UNCHANGED
 
 
+_TYPE_TEXT = re.compile(r"^[A-Za-z][A-Za-z0-9_ ]*(\(\s*\d+\s*(,\s*\d+\s*)?\))?$")
 _NOT_NULL = re.compile(r"\bNOT\s+NULL\s*$", re.I)
 _NULL = re.compile(r"\bNULL\s*$", re.I)
 _DROP_DEFAULT = re.compile(r"\bDROP\s+DEFAULT\s*$", re.I)
@@ -101,9 +103,10 @@ def parse_alteration(text: str, where: str) -> Alteration:
     type_text = rest or None
     if type_text is None and nullable is None and default is UNCHANGED:
         raise ConfigurationError(f"{usage}; {text!r} changes nothing")
-    if type_text is not None and re.search(r"\b(PRIMARY|REFERENCES|CHECK|UNIQUE|COLLATE|CONSTRAINT)\b", type_text,
-                                           re.I):
-        raise ConfigurationError(f"{usage}; {type_text!r} is not a type (constraints are not replicated)")
+    if type_text is not None and (re.search(r"\b(PRIMARY|REFERENCES|CHECK|UNIQUE|COLLATE|CONSTRAINT)\b", type_text,
+                                            re.I) or not _TYPE_TEXT.match(type_text)):
+        raise ConfigurationError(f"{usage}; {type_text!r} is not a type (a name, with its length or precision "
+                                 "and scale; constraints are not replicated)")
     return Alteration(column, type_text, nullable, default)
 
 

@@ -9,7 +9,15 @@ from dataclasses import replace
 
 from sparksync import locks
 from sparksync.dialects import connect
-from sparksync.dialects.column_changes import Alteration, altered, parse_alteration, parse_rename, type_change_problem
+from sparksync.dialects.column_changes import (
+    CONSTANT,
+    Alteration,
+    altered,
+    neutral_default,
+    parse_alteration,
+    parse_rename,
+    type_change_problem,
+)
 from sparksync.dialects.model import Column, parse_column_definition
 from sparksync.errors import ConfigurationError, SchemaError
 from sparksync.merge.publish.fitting import check_values_fit
@@ -162,7 +170,8 @@ def _target(pub, art: TrackedArticle, row: ArticleRow, found: Column, alteration
             raise SchemaError(f"{where}: column {found.name} cannot become {new_type}: {problem}", obj=found.name)
     default = None
     if isinstance(alteration.default, str):
-        default = constant_default(alteration.default, d.capabilities.sql.sqlglot, f"{where}, column {found.name}")
+        default = neutral_default(alteration.default, d.capabilities.sql.sqlglot, f"{where}, column {found.name}",
+                                  CONSTANT)
     target = altered(found, new_type, alteration, default)
     if target == found and not alteration.changes_default:
         raise SchemaError(f"{where}: column {found.name} already is {found.type}"

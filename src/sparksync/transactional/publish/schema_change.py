@@ -20,6 +20,7 @@ from sparksync import locks
 from sparksync.config import Topology
 from sparksync.dialects import connect
 from sparksync.dialects.column_changes import (
+    CONSTANT,
     altered,
     neutral_default,
     not_fitting,
@@ -191,5 +192,6 @@ def _target(d, c: Column, alteration, where: str) -> Column:
             raise SchemaError(f"{where}: column {c.name} cannot become {new_type}: {problem}", obj=c.name)
     default = None
     if isinstance(alteration.default, str):
-        default = neutral_default(alteration.default, d.capabilities.sql.sqlglot, f"{where}, column {c.name}")
+        default = neutral_default(alteration.default, d.capabilities.sql.sqlglot, f"{where}, column {c.name}",
+                                  CONSTANT)
     return altered(c, new_type, alteration, default)
