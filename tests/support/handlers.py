@@ -67,5 +67,13 @@ class Tickets(h.BusinessLogicHandler):
         return h.Default()
 
 
+class SoftDeletes(h.BusinessLogicHandler):
+    """Every delete, in both directions, kept as a soft delete (no ``error``: a refused insert is compensated)."""
+
+    def delete(self, ctx, row):
+        ctx.log(f"soft-deleted ticket {row.get('id')} at {ctx.direction}")
+        return h.Custom({**row, "deleted": 1})
+
+
 class NotAHandler:
     """Refused at setup: not a BusinessLogicHandler."""

@@ -85,3 +85,33 @@ def test_a_rejected_upload_is_listed_and_what_the_handler_logged_is_in_the_doors
                for x in reasons), reasons
     assert any("refused ticket 201 from Van" in m for m in history), history
     assert "refused ticket" not in "".join(p.stdout + p.stderr for p in door.syncs)     # the door's words, not sent
+
+
+def test_a_device_cannot_pass_its_delete_off_as_the_agents_compensating_one(door):
+    """The agent's compensating deletes are not given to handlers; a device that marks its own delete as one (over
+    a real HTTP connection) still has it given to the handler: the door drops the mark."""
+    import httpx
+    import pyarrow as pa
+
+    from sparksync.merge.session.changes import COMPENSATING_COLV
+    from sparksync.merge.session.remote.frames import read_changes, write_changes
+    from sparksync.web.protocol import PROTOCOL
+    from tests.support.web import upload_body
+
+    with connect(door.device_url("Van")) as d:
+        d.execute('DELETE FROM "Ticket" WHERE "id" = 8')
+    lo, hi, body = upload_body(door, "Van")
+    rows, _ = read_changes(body, "test")
+    ops = rows.column("op").to_pylist()
+    assert "delete" in ops
+    forged = rows.set_column(rows.schema.get_field_index("colv"), "colv", pa.array(
+        [COMPENSATING_COLV if op == "delete" else c for op, c in zip(ops, rows.column("colv").to_pylist())],
+        rows.schema.field("colv").type))
+    headers = {"Sparksync-Protocol": str(PROTOCOL), "Authorization": f"Bearer {door.tokens['Van']}"}
+    with httpx.Client(base_url=door.server.url, headers=headers, timeout=60) as c:
+        r = c.put(f"/v1/sync/uploads/{lo}-{hi}", content=write_changes(forged))
+    assert r.status_code == 200, r.text
+    assert _row(door.pub_url, 8) == {"v": "v8", "n": 10, "deleted": 1}       # the handler's soft delete
+    p = door.sync("Van")
+    assert p.returncode == 0, p.stderr
+    assert _row(door.device_url("Van"), 8) == {"v": "v8", "n": 10, "deleted": 1}

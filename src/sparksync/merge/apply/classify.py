@@ -17,7 +17,7 @@ from sparksync.merge.apply.outcome import ArticleStats, BatchOutcome
 from sparksync.merge.apply.staging import LocalMeta, StagedArticle, StagedColumns, Staging
 from sparksync.merge.conflicts.model import REFUSED, ConflictType, Failure
 from sparksync.merge.conflicts.resolvers import ResolverFailed
-from sparksync.merge.session.changes import OP_REMOVE, OP_UNREADABLE, ArticleChanges, Change
+from sparksync.merge.session.changes import COMPENSATING_COLV, OP_REMOVE, OP_UNREADABLE, ArticleChanges, Change
 from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
 from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking.pending import flush_rows
@@ -110,6 +110,9 @@ Work = StagedWork | DecidedChange | Removal | FailedChange
 
 
 def incoming(c: Change, codec: RowCodec, source_nick: int) -> Incoming:
+    if c.op == "delete":           # a delete has no column versions; a compensating one says so in their place
+        return Incoming(c.op, c.rowguid, None, lin.parse(c.lineage), None, source_nick,
+                        compensating=c.colv == COMPENSATING_COLV)
     return Incoming(c.op, c.rowguid, codec.decode(c.row), lin.parse(c.lineage),
                     json.loads(c.colv) if c.colv else None, source_nick)
 
@@ -304,6 +307,8 @@ def _handled_staged(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, 
         names = [n for n, _ in codec.columns]
         decoded = [] if op == "delete" else [dict(zip(names, values)) for values in zip(*codec.decode_columns(
             [cc.row[cc.first[g]] for g, _ in staged_rows], names))]             # one parse of the batch's rows
+        if op == "delete":                  # the agent's own compensating deletes are not the handler's
+            staged_rows = [(g, p) for g, p in staged_rows if cc.colv[cc.first[g]] != COMPENSATING_COLV]
         last = load_rows(replica, art, [g for g, _ in staged_rows]) if op == "delete" else {}   # one read for all
         for k, (g, present) in enumerate(staged_rows):
             at_ = cc.first[g]
@@ -384,6 +389,8 @@ def _conflict_handled(handling: Handling, replica: Replica, ctx: ApplyContext, d
                       art: TrackedArticle, inc: Incoming, decision: Decision, tracking: bool) -> Decision:
     """A conflict given to the handler; its answer (not Default) becomes the resolved version, sent back."""
     assert decision.conflict is not None
+    if inc.compensating:                   # the agent's own compensating delete: not the handler's
+        return decision
     rec = decision.conflict
     update_delete = rec.conflict_type in (ConflictType.UPDATE_DELETE_WINS, ConflictType.UPDATE_WINS_DELETE)
     local = load_row(replica, art, inc.rowguid)

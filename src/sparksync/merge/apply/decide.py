@@ -32,6 +32,7 @@ class Incoming:
     lineage: lin.Lineage
     colv: Mapping[str, Any] | None
     source: int                          # nickname of the replica that sent it
+    compensating: bool = False           # a delete the agent made to undo a change (changes.COMPENSATING_COLV)
 
 
 @dataclass

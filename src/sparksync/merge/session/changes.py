@@ -35,6 +35,11 @@ READ_ERROR_GENERATION = -2   # a read that failed at its source: one "error" row
 OP_UNREADABLE = "unreadable"   # a row its source cannot encode (a value that does not fit its column's type,
                                # invalid UTF-8): ``row`` says which column and why; a failed change of its own
 OP_ERROR = "error"
+# A delete the agent made to undo a change it could not apply (``compensate_for_errors``: a tombstone of type 6,
+# SQL Server's system delete) travels with these column versions, which no delete otherwise has: where it is
+# applied it is not given to a business logic handler (it is the agent's own write). A device's uploads never
+# carry it (the door drops it): a device cannot make its deletes pass a handler by.
+COMPENSATING_COLV = '{"~compensating":6}'
 
 
 class Change(NamedTuple):

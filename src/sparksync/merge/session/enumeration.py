@@ -13,6 +13,7 @@ from sparksync.merge.partitions.scheme import PartitionScheme
 from sparksync.merge.partitions.setupbelongs import belongs_reads, not_belongs_read
 from sparksync.merge.session.changes import (
     ALL_PARTITIONS,
+    COMPENSATING_COLV,
     OP_REMOVE,
     REALIGN_GENERATION,
     REMOVE_GENERATION,
@@ -29,6 +30,11 @@ from sparksync.spark.partitioning import split_ranges
 from sparksync.spark.reads import ReadPartition
 
 RETRY_CHUNK = 1000            # failed changes re-read per partition (rowguids bound in one IN list)
+
+def _compensating(t: str) -> str:
+    """A delete's column versions, read from its tombstone (``t``: its alias and a dot): the compensating delete's
+    marker (``changes.COMPENSATING_COLV``), else none."""
+    return f"CASE WHEN {t}type = 6 THEN '{COMPENSATING_COLV}' END"
 
 
 Key = tuple[int, str]     # (tablenick, rowguid): the order of a generation's changes (keyset enumeration)
@@ -219,7 +225,8 @@ def change_reads(replica_url: str, label: str, replica: Replica, articles: list[
             deletes = counts(tomb, art.nickname)
             for a_lo, a_hi in (split_ranges(deletes, lo, hi, parts) if deletes else []):
                 out.append(change_read(
-                    replica_url, f"SELECT generation, rowguid, lineage, NULL FROM {tomb} WHERE tablenick = "
+                    replica_url, f"SELECT generation, rowguid, lineage, {_compensating('')} FROM {tomb} "
+                    f"WHERE tablenick = "
                     f"{int(art.nickname)} AND generation > {p} AND generation <= {p}", [a_lo, a_hi], [],
                     f"{label}/{a.name} deletes", {**base, "op": "delete"}))
             continue
@@ -248,7 +255,7 @@ def change_reads(replica_url: str, label: str, replica: Replica, articles: list[
             out.append(change_read(
                 replica_url,
                 f"SELECT {'DISTINCT ' if filtered else ''}t.generation, t.rowguid, t.lineage, "
-                f"NULL{part_col.replace('cm.', 'pm.')} FROM {tomb} t "
+                f"{_compensating('t.')}{part_col.replace('cm.', 'pm.')} FROM {tomb} t "
                 f"{mapped_del}WHERE t.tablenick = {int(art.nickname)} AND t.generation > {p} AND t.generation <= {p}",
                 [a_lo, a_hi], [], f"{label}/{a.name} deletes", {**base, "op": "delete"}))
     return out
@@ -393,7 +400,8 @@ def _retry_partitions(source: Replica, source_url: str, label: str, art, guids: 
             + (f" AND {member}" if member else ""),
             [*guids, start], cols, f"{label}/{art.table} retries", {**base, "op": "upsert"}),
         change_read(
-            source_url, f"SELECT t.generation, t.rowguid, t.lineage, NULL FROM {source.meta('MSmerge_tombstone')} t "
+            source_url, f"SELECT t.generation, t.rowguid, t.lineage, {_compensating('t.')} "
+            f"FROM {source.meta('MSmerge_tombstone')} t "
             f"WHERE t.tablenick = {nick} AND t.rowguid IN ({inlist}) AND t.generation <= {p}"
             + (f" AND {was_member}" if was_member else ""),
             [*guids, start], [], f"{label}/{art.table} retried deletes", {**base, "op": "delete"}),

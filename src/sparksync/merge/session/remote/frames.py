@@ -271,6 +271,10 @@ def check_upload(table, articles: dict[int, UploadArticle], lo: int, hi: int, so
             _json(colvs[i], f"{where}: colv", dict)
         if ops[i] == "upsert":
             _check_row(rows[i], art, f"{where} ({art.name})")
+    # a delete carries no column versions: a device's never pass as the agent's compensating deletes (which a
+    # business logic handler is not given, changes.COMPENSATING_COLV)
+    table = table.set_column(table.schema.get_field_index("colv"), "colv", pa.array(
+        [None if op == "delete" else c for op, c in zip(ops, colvs)], table.schema.field("colv").type))
     return table.set_column(table.schema.get_field_index("source"), "source", pa.array([source] * n, pa.string())) \
         .set_column(table.schema.get_field_index("source_nick"), "source_nick", pa.array([source_nick] * n, pa.int32())) \
         .set_column(table.schema.get_field_index("target"), "target", pa.nulls(n, pa.string())) \
