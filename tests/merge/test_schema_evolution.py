@@ -81,6 +81,12 @@ def world(request, spark, tmp_path_factory):
         try:
             merge(w, spark)
             device_sync(w)
+            # a conflict the device loses: its outbox keeps the winning row, under the names of the time
+            with connect(w.urls["Van"]) as d:
+                d.execute('UPDATE "Item" SET "Phone" = \'van-4\' WHERE "id" = 4')
+            with connect(pub) as r:
+                r.execute('UPDATE "Item" SET "Phone" = \'hq-4\' WHERE "id" = 4')
+            device_sync(w)
             # offline across every change below: the device and S1 write under the old schema
             with connect(w.urls["Van"]) as d:
                 d.execute('UPDATE "Item" SET "Phone" = \'van-phone\' WHERE "id" = 1')
@@ -149,6 +155,17 @@ def test_a_column_tracked_articles_versions_follow_the_rename(world):
             colvs = [str(c) for (c,) in r.query(f"SELECT colv FROM {r.meta('MSmerge_contents')} WHERE colv IS NOT NULL")]
         assert any("PhoneNumber" in c for c in colvs), name
         assert not any('"Phone"' in c for c in colvs), (name, colvs[:3])
+
+
+def test_the_rows_a_devices_outbox_keeps_follow_a_rename_and_a_drop(world):
+    with connect(world.urls["Van"]) as d:
+        lost = [(w, m) for w, m in d.query(f"SELECT winner_row, mine FROM {d.meta('MSdevice_outbox')} "
+                                           "WHERE state = 'lost'")]
+    assert lost, "the device lost no conflict"
+    for winner, mine in lost:
+        assert '"PhoneNumber":"hq-4"' in winner.replace(" ", "") and '"Phone"' not in winner, winner
+        assert '"spare"' not in winner, winner                          # a dropped column: gone from it too
+        assert mine is None or ('"Phone"' not in mine and '"spare"' not in mine), mine
 
 
 def test_the_direct_subscribers_validate(world, spark):

@@ -125,6 +125,27 @@ def altered(old: Column, new_type: SqlType | None, alteration: Alteration, defau
                    default=default if alteration.changes_default else old.default)
 
 
+def target_column(d, column: Column, alteration: Alteration, where: str) -> Column:
+    """``column`` as ``alteration`` leaves it, read in the words of dialect ``d`` (the publisher's): a type not of
+    the column's family, or a default that is not a constant, refused by name."""
+    from sparksync.errors import SchemaError
+
+    new_type = None
+    if alteration.type_text is not None:
+        try:
+            new_type = d.parse_type(alteration.type_text)
+        except SchemaError as e:
+            raise ConfigurationError(f"{where}: --alter-column: {e.message}") from None
+        problem = type_change_problem(column.type, new_type)
+        if problem:
+            raise SchemaError(f"{where}: column {column.name} cannot become {new_type}: {problem}", obj=column.name)
+    default = None
+    if isinstance(alteration.default, str):
+        default = neutral_default(alteration.default, d.capabilities.sql.sqlglot, f"{where}, column {column.name}",
+                                  CONSTANT)
+    return altered(column, new_type, alteration, default)
+
+
 def type_change_problem(old: SqlType, new: SqlType) -> str | None:
     """Why a column of type ``old`` cannot become ``new`` in place at every replica, or None."""
     if old.kind in _INTEGERS and new.kind in _INTEGERS:

@@ -8,9 +8,10 @@ the rest. A replicated column change is of the second kind: a type of the same f
 affinity (integers INTEGER, texts TEXT, decimals NUMERIC; SQLite enforces neither width nor length), a default
 is only read when a row is inserted, and NOT NULL is set only once no row holds a NULL (checked here, in the
 transaction). So the definition of that one column is rewritten, its other clauses (PRIMARY KEY, REFERENCES,
-CHECK, COLLATE) kept word for word; the indexes, triggers, foreign keys of other tables and the rows are not
-touched, and a table of millions of rows changes in the time of one statement. The new definition is read
-by SQLite on a database of its own before it is written, so a file is never left with one it cannot read.
+CHECK, COLLATE) kept word for word; the indexes, triggers and foreign keys of other tables are not touched, and
+no row is read or written (but for counting the NULLs a NOT NULL needs), whatever the table's size. The new
+definition is read by SQLite on a database of its own before it is written, so a file is never left with one it
+cannot read.
 """
 
 from __future__ import annotations

@@ -9,15 +9,7 @@ from dataclasses import replace
 
 from sparksync import locks
 from sparksync.dialects import connect
-from sparksync.dialects.column_changes import (
-    CONSTANT,
-    Alteration,
-    altered,
-    neutral_default,
-    parse_alteration,
-    parse_rename,
-    type_change_problem,
-)
+from sparksync.dialects.column_changes import Alteration, parse_alteration, parse_rename, target_column
 from sparksync.dialects.model import Column, parse_column_definition
 from sparksync.errors import ConfigurationError, SchemaError
 from sparksync.merge.publish.fitting import check_values_fit
@@ -159,20 +151,7 @@ def _target(pub, art: TrackedArticle, row: ArticleRow, found: Column, alteration
             "in the primary key" if found.name in art.info.primary_key else "in a foreign key"
         raise SchemaError(f"{where}: column {found.name} is {role}; its type, nullability and default are those of "
                           "the snapshot (reinitialize to change them)", obj=found.name)
-    new_type = None
-    if alteration.type_text is not None:
-        try:
-            new_type = d.parse_type(alteration.type_text)
-        except SchemaError as e:
-            raise ConfigurationError(f"{where}: --alter-column: {e.message}") from None
-        problem = type_change_problem(found.type, new_type)
-        if problem:
-            raise SchemaError(f"{where}: column {found.name} cannot become {new_type}: {problem}", obj=found.name)
-    default = None
-    if isinstance(alteration.default, str):
-        default = neutral_default(alteration.default, d.capabilities.sql.sqlglot, f"{where}, column {found.name}",
-                                  CONSTANT)
-    target = altered(found, new_type, alteration, default)
+    target = target_column(d, found, alteration, where)
     if target == found and not alteration.changes_default:
         raise SchemaError(f"{where}: column {found.name} already is {found.type}"
                           f"{'' if found.nullable else ' NOT NULL'}; nothing to change", obj=found.name)

@@ -264,6 +264,7 @@ def replay(sub: Replica, pubid: str, publication: str, changes: list[dict], nick
                 info = _replay_alteration(sub, art, ch)
             _alter_conflict_table(sub, publication, art, ch)
             _forget_column_versions(sub, art, ch)
+            _outbox_follows(sub, art, ch)
             new = TrackedArticle(art.artid, art.table, art.nickname, art.rowguid_column, art.column_tracking, info)
             store.update(sub, ArticleRow, {"table_schema": to_table_dict(info)}, {"pubid": pubid, "artid": ch["artid"]})
             install_tracking(sub, new, nickname)
@@ -316,6 +317,20 @@ def _forget_column_versions(replica: Replica, art: TrackedArticle, ch: dict) -> 
     expr = d.json_without_key_sql("colv", ch["column_name"]) if ch["schematype"] == "drop_column" else \
         d.json_rename_key_sql("colv", ch["column_name"], ch["column_def"]["name"])
     replica.execute(f"UPDATE {contents} SET colv = {expr} WHERE tablenick = {int(art.nickname)} AND colv IS NOT NULL")
+
+
+def _outbox_follows(replica: Replica, art: TrackedArticle, ch: dict) -> None:
+    """On a device: the rows its outbox keeps for the application (the winning row of a lost change, its own
+    version) name a renamed column by its new name, and lose a dropped one."""
+    if ch["schematype"] not in ("rename_column", "drop_column") or \
+            not replica.dialect.metadata_table_exists(replica, "MSdevice_outbox"):
+        return
+    d, name = replica.dialect, ch["column_name"]
+    for col in ("winner_row", "mine"):
+        expr = d.json_rename_key_sql(col, name, ch["column_def"]["name"]) if ch["schematype"] == "rename_column" \
+            else d.json_without_key_sql(col, name)
+        replica.execute(f"UPDATE {replica.meta('MSdevice_outbox')} SET {col} = {expr} "
+                        f"WHERE tablenick = {int(art.nickname)} AND {col} IS NOT NULL AND json_valid({col})")
 
 
 def _alter_conflict_table(replica: Replica, publication: str, art: TrackedArticle, ch: dict) -> None:

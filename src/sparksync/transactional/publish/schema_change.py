@@ -19,15 +19,7 @@ from dataclasses import replace
 from sparksync import locks
 from sparksync.config import Topology
 from sparksync.dialects import connect
-from sparksync.dialects.column_changes import (
-    CONSTANT,
-    altered,
-    neutral_default,
-    not_fitting,
-    parse_alteration,
-    parse_rename,
-    type_change_problem,
-)
+from sparksync.dialects.column_changes import not_fitting, parse_alteration, parse_rename, target_column
 from sparksync.dialects.model import Column, TableInfo, from_table_dict, parse_column_definition, to_table_dict
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ConfigurationError, SchemaError
@@ -113,7 +105,7 @@ def change(topology: Topology, publication: str, article: str, add: str | None =
             alteration = parse_alteration(alter, where)
             c = _published(info, alteration.column, where)
             _check_not_key(info, c.name, where, "altered")
-            target = _target(d, c, alteration, where)
+            target = target_column(d, c, alteration, where)
             have = live.column(c.name) or c
             goal = target if alteration.changes_default else replace(target, default=have.default)
             cond = not_fitting(have, goal, d.quote(c.name))
@@ -178,20 +170,3 @@ def _check_not_key(info: TableInfo, column: str, where: str, done: str) -> None:
         raise SchemaError(f"{where}: {column} is in the primary key and cannot be {done}", obj=column)
     if any(column in fk.columns for fk in info.foreign_keys):
         raise SchemaError(f"{where}: {column} is in a foreign key; drop the foreign key first", obj=column)
-
-
-def _target(d, c: Column, alteration, where: str) -> Column:
-    new_type = None
-    if alteration.type_text is not None:
-        try:
-            new_type = d.parse_type(alteration.type_text)
-        except SchemaError as e:
-            raise ConfigurationError(f"{where}: --alter-column: {e.message}") from None
-        problem = type_change_problem(c.type, new_type)
-        if problem:
-            raise SchemaError(f"{where}: column {c.name} cannot become {new_type}: {problem}", obj=c.name)
-    default = None
-    if isinstance(alteration.default, str):
-        default = neutral_default(alteration.default, d.capabilities.sql.sqlglot, f"{where}, column {c.name}",
-                                  CONSTANT)
-    return altered(c, new_type, alteration, default)
