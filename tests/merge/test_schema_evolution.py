@@ -262,3 +262,50 @@ def test_an_upload_made_under_an_older_schema_is_mapped_at_the_door(world):
     assert value(world.pub_url, "extra", 9) == 9                  # not emptied by a row that never had the column
     device_sync(world)
     assert value(world.urls["Van"], "memo", 9) == "raced" and value(world.urls["Van"], "extra", 9) == 9
+
+
+def test_a_schema_change_killed_at_the_publisher_or_in_a_replay_leaves_every_replica_whole(world, spark):
+    """kill -9 inside the publisher's transaction (altered, not yet recorded), then inside a SQLite subscriber's
+    replay (its declaration rewritten, not yet committed): each replica is as it was, its file intact, and the
+    command or the next merge finishes the change."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe, fp = Path(sys.executable).with_name("sparksync"), world.folder / "schema-failpoints"
+
+    def killed(*args: str, failpoint: str) -> subprocess.CompletedProcess:
+        fp.write_text(failpoint + "\n", encoding="utf-8")
+        env = {**os.environ, "SPARKSYNC_FAILPOINTS": str(fp), "SPARK_MASTER": "local[1]"}
+        return subprocess.run([str(exe), *args, "-c", str(world.config)], capture_output=True, text=True, env=env,
+                              timeout=300)
+
+    def versions() -> dict[str, int]:
+        out = {}
+        for name in ("HQ", "S1", "S2"):
+            with connect(world.urls[name]) as r:
+                out[name] = store.select_rows(r, "sysmergepublications", {"name": "Sales"})[0]["schema_version"]
+        return out
+
+    before = versions()
+    p = killed("schema-change", "-p", "Sales", "-a", "Item", "--alter-column", "PhoneNumber varchar(60)",
+               failpoint="schema_change.altered Sales !kill")
+    assert p.returncode == -9, p.stderr[-2000:]
+    assert versions() == before and column(world.pub_url, "PhoneNumber").type.length == 35
+    with connect(world.pub_url) as r:                       # its triggers are there: a write is still tracked
+        r.execute('UPDATE "Item" SET "PhoneNumber" = \'after the kill\' WHERE "id" = 6')
+    merge(world, spark)
+    assert value(world.urls["S1"], "PhoneNumber", 6) == "after the kill"
+    api.schema_change(world.topology, "Sales", "Item", alter_column="PhoneNumber varchar(60)")
+    p = killed("merge", failpoint="schema_change.replayed S1 !kill")
+    assert p.returncode == -9, p.stderr[-2000:]
+    with connect(world.urls["S1"]) as r:
+        assert r.query("PRAGMA integrity_check") == [("ok",)]
+    assert versions()["S1"] == before["HQ"] and column(world.urls["S1"], "PhoneNumber").type.length == 35
+    merge(world, spark)
+    device_sync(world)
+    for name, url in world.urls.items():
+        assert column(url, "PhoneNumber").type.length == 60, name
+    report = validate(world.topology, lambda: spark, checksum=True)
+    assert report.ok, [(s.subscription, s.error) for s in report.subscriptions if not s.ok]

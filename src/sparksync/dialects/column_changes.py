@@ -16,7 +16,7 @@ import sqlglot
 from sqlglot import exp
 
 from sparksync.dialects.model import Column
-from sparksync.errors import ConfigurationError, SchemaDrift
+from sparksync.errors import ConfigurationError, SchemaDrift, SchemaError
 from sparksync.names import check_identifier
 from sparksync.types import Kind, SqlType
 
@@ -128,8 +128,6 @@ def altered(old: Column, new_type: SqlType | None, alteration: Alteration, defau
 def target_column(d, column: Column, alteration: Alteration, where: str) -> Column:
     """``column`` as ``alteration`` leaves it, read in the words of dialect ``d`` (the publisher's): a type not of
     the column's family, or a default that is not a constant, refused by name."""
-    from sparksync.errors import SchemaError
-
     new_type = None
     if alteration.type_text is not None:
         try:

@@ -75,9 +75,9 @@ def _column_definitions(sql: str) -> list[list[tuple[str, int, int]]]:
     return [d for d in out if d]
 
 
-def _clauses(definition: list[tuple[str, int, int]]) -> tuple[int, list[tuple[str, int, int]]]:
+def _clauses(definition: list[tuple[str, int, int]]) -> tuple[int, list[tuple[int, int]]]:
     """The index of the first constraint token of a column definition (after its name and type), and the
-    spans (word, start, end) of its NOT NULL / NULL and DEFAULT clauses."""
+    spans (start, end) of its NOT NULL / NULL and DEFAULT clauses."""
     i = 1
     while i < len(definition) and definition[i][0].upper() not in _CONSTRAINT_WORDS:
         if definition[i][0] == "(":             # varchar(10), numeric(10, 2)
@@ -89,11 +89,11 @@ def _clauses(definition: list[tuple[str, int, int]]) -> tuple[int, list[tuple[st
     while i < len(definition):
         word = definition[i][0].upper()
         if word == "NOT" and i + 1 < len(definition) and definition[i + 1][0].upper() == "NULL":
-            spans.append(("nullability", definition[i][1], definition[i + 1][2]))
+            spans.append((definition[i][1], definition[i + 1][2]))
             i += 2
             continue
         if word == "NULL":
-            spans.append(("nullability", definition[i][1], definition[i][2]))
+            spans.append((definition[i][1], definition[i][2]))
         elif word == "DEFAULT" and i + 1 < len(definition):
             j = i + 1
             if definition[j][0] in "+-" and j + 1 < len(definition):
@@ -105,7 +105,7 @@ def _clauses(definition: list[tuple[str, int, int]]) -> tuple[int, list[tuple[st
                     if depth == 0:
                         break
                     j += 1
-            spans.append(("default", definition[i][1], definition[j][2]))
+            spans.append((definition[i][1], definition[j][2]))
             i = j
         i += 1
     return first, spans
@@ -133,7 +133,7 @@ def redefine_column(replica: Replica, table: str, old: Column, new: Column, new_
     type_end = definition[first - 1][2]
     pieces = [sql[:definition[0][2]], f" {new_type}"]
     cut = type_end
-    for _, s, e in spans:                       # the other clauses as they were, without nullability and default
+    for s, e in spans:                       # the other clauses as they were, without nullability and default
         pieces.append(sql[cut:s].rstrip())
         cut = e
     end = definition[-1][2]

@@ -460,15 +460,8 @@ def _forged(inc: Incoming, local: Local, ctx: ApplyContext) -> Failure | None:
 
 
 def load_row(replica: Replica, article: TrackedArticle, rowguid: str) -> dict[str, Any] | None:
-
-    d = replica.dialect
-    cols = list(article.info.columns)
-    row = replica.query_one(
-        f"SELECT {', '.join(d.quote(c.name) for c in cols)} FROM {d.table_sql(article.table)} "
-        f"WHERE {d.quote(article.rowguid_column)} = {d.uuid_param()}", [rowguid])
-    if row is None:
-        return None
-    return {c.name: arrow_converter(c.type)(v) for c, v in zip(cols, row)}
+    """The row of ``rowguid`` as it is here, or None."""
+    return load_rows(replica, article, [rowguid]).get(str(rowguid).lower())
 
 
 def load_rows(replica: Replica, article: TrackedArticle, rowguids: list[str], chunk: int = 500

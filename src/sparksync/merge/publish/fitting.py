@@ -31,6 +31,7 @@ def check_values_fit(topology, publication: str, pub: Replica, prow: Publication
     found = _count(pub, art.table, art.info.primary_key, old, new)
     if found:
         problems.append(f"the publisher {topology.publisher.name}: {found}")
+    history = pending(pub, prow.pubid, 0)          # the publication's schema changes, in order
     for s in topology.subscriptions_of(publication):
         if s.transport != "direct":
             continue
@@ -40,7 +41,7 @@ def check_values_fit(topology, publication: str, pub: Replica, prow: Publication
                 have = store.select_one(sub, PublicationRow, {"pubid": prow.pubid})
                 if mine is None or have is None:
                     continue                      # not initialized yet: its snapshot will be made after the change
-                here = _name_at(pub, prow.pubid, art.artid, old.name, have.schema_version or 0)
+                here = _name_at(history, art.artid, old.name, have.schema_version or 0)
                 if here is None:
                     continue                      # added after its last merge: it holds no value of it yet
                 table = tracked_article(mine).table
@@ -55,11 +56,11 @@ def check_values_fit(topology, publication: str, pub: Replica, prow: Publication
                           + ". Nothing was changed", obj=old.name)
 
 
-def _name_at(pub: Replica, pubid: str, artid: str, column: str, version: int) -> str | None:
-    """The column's name at a replica that has had the publication's schema changes up to ``version`` (a
-    rename it has not had yet undone), or None: the column was added after it."""
-    for ch in reversed(pending(pub, pubid, version)):
-        if ch["artid"] != artid:
+def _name_at(history: list[dict], artid: str, column: str, version: int) -> str | None:
+    """The column's name at a replica that has had the publication's schema changes (``history``) up to
+    ``version`` (a rename it has not had yet undone), or None: the column was added after it."""
+    for ch in reversed(history):
+        if ch["artid"] != artid or int(ch["schemaversion"]) <= version:
             continue
         if ch["schematype"] == "rename_column" and ch["column_def"]["name"] == column:
             column = ch["column_name"]

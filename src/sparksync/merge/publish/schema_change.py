@@ -4,17 +4,18 @@ default) or renamed at the publisher, in one transaction with the publication pu
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import replace
 
-from sparksync import locks
+from sparksync import failpoints, locks
 from sparksync.dialects import connect
 from sparksync.dialects.column_changes import Alteration, parse_alteration, parse_rename, target_column
 from sparksync.dialects.model import Column, parse_column_definition
 from sparksync.errors import ConfigurationError, SchemaError
 from sparksync.merge.publish.fitting import check_values_fit
 from sparksync.merge.publish.publication import apply_publication, plan_publication
-from sparksync.merge.publish.schema_changes import constant_default, plan_changes
+from sparksync.merge.publish.schema_changes import constant_default, filter_columns, plan_changes
 from sparksync.merge.tracking.articles import remove_tracking
 from sparksync.merge.tracking.pending import flush
 from sparksync.merge.tracking.tracked import TrackedArticle, tracked_article
@@ -56,7 +57,7 @@ def change(topology, publication: str, article: str, add: str | None = None, dro
             raise SchemaError(f"publication {publication}, article {row.name}: the table is gone", obj=row.name)
         where = f"publication {publication}, article {row.name}"
         declared: list[dict] = []
-        ddl: list[str | Callable[[], object]]
+        alter_table: Callable[[], object] | None      # the ALTER, None: a client made it already
         if add is not None:
             col, type_text = parse_column_definition(add, where)
             col = check_identifier(col, "column name")
@@ -66,19 +67,21 @@ def change(topology, publication: str, article: str, add: str | None = None, dro
                 sqltype = d.parse_type(type_text)
             except SchemaError as e:
                 raise ConfigurationError(f"{where}: --add-column {add!r}: {e.message}") from None
-            ddl = [f"ALTER TABLE {d.table_sql(art.table)} ADD COLUMN {d.quote(col)} {d.render_type(sqltype)}"]
+            alter_table = functools.partial(
+                pub.execute, f"ALTER TABLE {d.table_sql(art.table)} ADD COLUMN {d.quote(col)} {d.render_type(sqltype)}")
         elif drop is not None:
             found = _published(art, drop, where)
             plan_changes(art.info, replace(art.info, columns=tuple(c for c in art.info.columns if c is not found)),
                          row, siblings, d, where, publication)     # refused before anything changes
-            ddl = [f"ALTER TABLE {d.table_sql(art.table)} DROP COLUMN {d.quote(found.name)}"]
+            alter_table = functools.partial(pub.execute, f"ALTER TABLE {d.table_sql(art.table)} DROP COLUMN "
+                                            f"{d.quote(found.name)}")
         elif rename is not None:
             old, new = parse_rename(rename, where)
             found = _published(art, old, where)
             _check_rename(topology, publication, row, siblings, found.name, new, where)
             declared = [{"schematype": "rename_column", "column_name": found.name, "column_def": {"name": new}}]
-            ddl = [] if live.column(found.name) is None and live.column(new) is not None else [
-                lambda: d.rename_column(pub, art.table, found.name, new)]
+            alter_table = None if live.column(found.name) is None and live.column(new) is not None else \
+                functools.partial(d.rename_column, pub, art.table, found.name, new)
         else:
             assert alter is not None
             alteration = parse_alteration(alter, where)
@@ -95,12 +98,14 @@ def change(topology, publication: str, article: str, add: str | None = None, dro
             done = str(have.type) == str(goal.type) and have.nullable == goal.nullable and (
                 not alteration.changes_default or
                 constant_default(have.default, d.capabilities.sql.sqlglot, where) == goal.default)
-            ddl = [] if done else [lambda: d.alter_column(pub, replace(art.info, name=art.table), have, goal)]
+            alter_table = None if done else \
+                functools.partial(d.alter_column, pub, replace(art.info, name=art.table), have, goal)
         with pub.transaction():
             remove_tracking(pub, art)   # (locks the table: no write is logged until the transaction ends)
             flush(pub, wait=True)       # what was logged is read with the columns it was logged with
-            for step in ddl:
-                step() if callable(step) else pub.execute(step)
+            if alter_table is not None:
+                alter_table()
+            failpoints.hit("schema_change.altered", publication)      # tests: altered, not yet recorded
             plan = plan_publication(pub, pcfg, {row.name: declared} if declared else None)
             result = apply_publication(pub, topology, plan)
     return list(result.get("schema_changes", []))
@@ -119,8 +124,6 @@ def _check_rename(topology, publication: str, row: ArticleRow, siblings: list[Ar
     """A rename the replicas can all follow: not the rowguid, a key or a foreign key (another article's
     published foreign key names it), nor a column the configuration names (a filter, a resolver's column, the
     published columns), which would have to change with it."""
-    from sparksync.merge.publish.schema_changes import _filter_columns
-
     info = tracked_article(row).info
     if info.column(new) is not None:
         raise SchemaError(f"{where}: column {new} already exists", obj=new)
@@ -129,14 +132,14 @@ def _check_rename(topology, publication: str, row: ArticleRow, siblings: list[Ar
            "it is in a foreign key" if any(old in fk.columns for fk in info.foreign_keys) or any(
                old in fk.ref_columns and str(fk.ref_table) == row.name
                for s in siblings for fk in tracked_article(s).info.foreign_keys) else
-           "a filter of the publication reads it" if old in _filter_columns(row, info, siblings) else None)
-    pcfg = topology.publication(publication)
-    for a in pcfg.articles:
-        if a.table_name.name.lower() == TableName.parse(row.name).name.lower() and why is None:
-            if a.resolver_column == old:
-                why = "the article's resolver_column names it"
-            elif a.columns is not None and old in a.columns:
-                why = "the article's columns in the configuration name it"
+           "a filter of the publication reads it" if old in filter_columns(row, info, siblings) else None)
+    if why is None:
+        cfg = next((a for a in topology.publication(publication).articles
+                    if a.table_name.name.lower() == TableName.parse(row.name).name.lower()), None)
+        if cfg is not None and cfg.resolver_column == old:
+            why = "the article's resolver_column names it"
+        elif cfg is not None and cfg.columns is not None and old in cfg.columns:
+            why = "the article's columns in the configuration name it"
     if why:
         raise SchemaError(f"{where}: column {old} cannot be renamed: {why} (a rename every replica follows changes "
                           "nothing else; change that first)", obj=old)

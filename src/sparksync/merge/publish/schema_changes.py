@@ -1,18 +1,19 @@
 """Schema changes of merge articles (SQL Server's replicated ALTER TABLE for merge publications).
 
-``ALTER TABLE ... ADD COLUMN`` (nullable, or with a constant default) and ``DROP COLUMN`` made at the
-publisher are found by ``setup`` (or made by ``sparksync schema-change``), which regenerates the
-publisher's triggers and records each change in ``sysmergeschemachange`` with a per-publication
-number. The merge agent replays, at the start of every session, the changes a subscriber has not had
-(its ``sysmergepublications.schema_version``), in order, in one transaction per subscriber: its
-triggers go, its table is altered in its own dialect (an added column with the same default fills
-the existing rows as it did at the publisher), the article's conflict table follows, its triggers come
-back for the new columns. Data moves only after that, so no change ever carries a column the
-destination does not have.
+``ALTER TABLE ... ADD COLUMN`` (nullable, or with a constant default) made at the publisher with any client is
+found by ``setup``; ``sparksync schema-change`` adds, drops, alters (type, nullability, default) or renames a
+column. Either way the publisher's triggers are regenerated and each change recorded in
+``sysmergeschemachange`` with a per-publication number. The merge agent replays, at the start of every session,
+the changes a subscriber has not had (its ``sysmergepublications.schema_version``), in order, in one
+transaction per subscriber (a device: at the start of its sync): its triggers go, its table is altered in its
+own dialect (an added column with the same default fills the existing rows as it did at the publisher), the
+article's conflict table, column versions and a device's outbox rows follow, its triggers come back for the
+new columns. Data moves only after that, so no change ever carries a column the destination does not have.
 
-Changes that cannot be replicated are refused naming the article and what to do instead: a type
-change, a primary-key change, a NOT NULL column without a default, a default that is not a constant
-(every replica would compute its own), dropping the rowguid, a key, a foreign-key or a filter column.
+A change of type, nullability or name made with a client is named with the ``schema-change`` command that
+replicates it. Refused naming the article and what to do instead: a primary-key change, a NOT NULL column added
+without a default, a default that is not a constant (every replica would compute its own), dropping the
+rowguid, a key, a foreign-key or a filter column.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import replace
 import sqlglot
 from sqlglot import exp
 
+from sparksync import failpoints
 from sparksync.dialects.column_changes import narrows, neutral_default
 from sparksync.dialects.model import Column, TableInfo, describe_drift, to_table_dict
 from sparksync.dialects.replica import Replica
@@ -41,8 +43,8 @@ REINIT = ("restore the table's shape, or drop the article from the publication's
 
 
 def constant_default(text: str | None, sqlglot_dialect: str, where: str) -> str | None:
-    """A column default as a dialect-neutral SQL literal (``column_changes.constant_default``), a default that
-    is not a constant refused with what to do instead."""
+    """A column default as a dialect-neutral SQL literal (``column_changes.neutral_default``), a default that is
+    not a constant refused with what to do instead."""
     return neutral_default(text, sqlglot_dialect, where, REINIT)
 
 
@@ -63,22 +65,21 @@ def plan_changes(published: TableInfo, current: TableInfo, row: ArticleRow, othe
         if n not in after or n in altered:
             continue
         b, a = before[n], after[n]
-        said = []
+        said, alteration = [], []
         if str(b.type) != str(a.type):
             said.append(f"type from {b.type} to {a.type}")
+            alteration.append(d.render_type(a.type))
         if _nullability_tracked(n, row, published) and b.nullable != a.nullable:
             said.append("to NOT NULL" if not a.nullable else "to allow NULL")
+            alteration.append("NOT NULL" if not a.nullable else "NULL")
         if said:
-            alteration = " ".join(filter(None, [d.render_type(a.type) if str(b.type) != str(a.type) else "",
-                                                "" if b.nullable == a.nullable else
-                                                ("NOT NULL" if not a.nullable else "NULL")]))
             problems.append(f"column {n} changed {' and '.join(said)} (replicate it with: {command} "
-                            f"--alter-column \"{n} {alteration}\")")
+                            f"--alter-column \"{n} {' '.join(alteration)}\")")
     if tuple(renamed.get(k, k) for k in published.primary_key) != tuple(current.primary_key):
         problems.append(f"primary key changed from {list(published.primary_key)} to {list(current.primary_key)}")
     gone = [c for c in before.values() if renamed.get(c.name, c.name) not in after]
     new = [c for c in current.columns if c.name not in before]
-    used = _filter_columns(row, published, others)
+    used = filter_columns(row, published, others)
     changes: list[dict] = [ch for ch in declared if ch["schematype"] in ("rename_column", "alter_column")]
     for c in new:
         default = constant_default(c.default, d.capabilities.sql.sqlglot, f"{where}, column {c.name}")
@@ -99,18 +100,14 @@ def plan_changes(published: TableInfo, current: TableInfo, row: ArticleRow, othe
             continue
         changes.append({"schematype": "drop_column", "column_name": c.name, "column_def": None})
     if problems:
-        _refuse(problems, where)
+        raise SchemaDrift(f"{where}: the table changed in a way that cannot be replicated as it is: "
+                          + "; ".join(problems) + f". Otherwise {REINIT}", obj=where)
     return changes
 
 
 def change_command(publication: str, article: str) -> str:
     """The start of the ``schema-change`` command of an article."""
     return f"sparksync schema-change --publication {publication} --article {article}"
-
-
-def _refuse(problems: list[str], where: str) -> list[dict]:
-    raise SchemaDrift(f"{where}: the table changed in a way that cannot be replicated as it is: " + "; ".join(problems)
-                      + f". Otherwise {REINIT}", obj=where)
 
 
 def _nullability_tracked(column: str, row: ArticleRow, published: TableInfo) -> bool:
@@ -175,7 +172,7 @@ def check_added_values(replica: Replica, table, changes: list[dict], where: str,
                 f"setup, then write them again (tracked), or {REINIT}", obj=where)
 
 
-def _filter_columns(row: ArticleRow, info: TableInfo, others: list[ArticleRow]) -> set[str]:
+def filter_columns(row: ArticleRow, info: TableInfo, others: list[ArticleRow]) -> set[str]:
     """The columns of the article that a filter reads: its row filter, its join filters (its side),
     and the join filters of other articles of which it is the parent."""
     used: set[str] = set()
@@ -268,6 +265,7 @@ def replay(sub: Replica, pubid: str, publication: str, changes: list[dict], nick
             new = TrackedArticle(art.artid, art.table, art.nickname, art.rowguid_column, art.column_tracking, info)
             store.update(sub, ArticleRow, {"table_schema": to_table_dict(info)}, {"pubid": pubid, "artid": ch["artid"]})
             install_tracking(sub, new, nickname)
+            failpoints.hit("schema_change.replayed", sub.label)     # tests: replayed, not yet committed
             done.append(f"{row.name}: {describe(ch)}")
         if changes:
             store.update(sub, PublicationRow, {"schema_version": int(changes[-1]["schemaversion"])}, {"pubid": pubid})
@@ -310,27 +308,31 @@ def _column_sql(replica: Replica, info: TableInfo, col: Column) -> str:
 def _forget_column_versions(replica: Replica, art: TrackedArticle, ch: dict) -> None:
     """A dropped column leaves the column versions (colv) of the article's rows; a renamed one's versions go
     under its new name."""
-    if ch["schematype"] not in ("drop_column", "rename_column") or not art.column_tracking:
-        return
-    d = replica.dialect
-    contents = replica.meta("MSmerge_contents")
-    expr = d.json_without_key_sql("colv", ch["column_name"]) if ch["schematype"] == "drop_column" else \
-        d.json_rename_key_sql("colv", ch["column_name"], ch["column_def"]["name"])
-    replica.execute(f"UPDATE {contents} SET colv = {expr} WHERE tablenick = {int(art.nickname)} AND colv IS NOT NULL")
+    if art.column_tracking and (expr := _json_follows(replica, "colv", ch)):
+        replica.execute(f"UPDATE {replica.meta('MSmerge_contents')} SET colv = {expr} "
+                        f"WHERE tablenick = {int(art.nickname)} AND colv IS NOT NULL")
 
 
 def _outbox_follows(replica: Replica, art: TrackedArticle, ch: dict) -> None:
     """On a device: the rows its outbox keeps for the application (the winning row of a lost change, its own
     version) name a renamed column by its new name, and lose a dropped one."""
-    if ch["schematype"] not in ("rename_column", "drop_column") or \
-            not replica.dialect.metadata_table_exists(replica, "MSdevice_outbox"):
+    if not replica.dialect.metadata_table_exists(replica, "MSdevice_outbox"):
         return
-    d, name = replica.dialect, ch["column_name"]
     for col in ("winner_row", "mine"):
-        expr = d.json_rename_key_sql(col, name, ch["column_def"]["name"]) if ch["schematype"] == "rename_column" \
-            else d.json_without_key_sql(col, name)
-        replica.execute(f"UPDATE {replica.meta('MSdevice_outbox')} SET {col} = {expr} "
-                        f"WHERE tablenick = {int(art.nickname)} AND {col} IS NOT NULL AND json_valid({col})")
+        if expr := _json_follows(replica, col, ch):
+            replica.execute(f"UPDATE {replica.meta('MSdevice_outbox')} SET {col} = {expr} "
+                            f"WHERE tablenick = {int(art.nickname)} AND {col} IS NOT NULL AND json_valid({col})")
+
+
+def _json_follows(replica: Replica, column: str, ch: dict) -> str | None:
+    """A JSON object column keyed by the article's columns (``column``) as change ``ch`` leaves it: without a
+    dropped column's key, with a renamed one's under its new name; None: the change leaves it as it is."""
+    d = replica.dialect
+    if ch["schematype"] == "drop_column":
+        return d.json_without_key_sql(column, ch["column_name"])
+    if ch["schematype"] == "rename_column":
+        return d.json_rename_key_sql(column, ch["column_name"], ch["column_def"]["name"])
+    return None
 
 
 def _alter_conflict_table(replica: Replica, publication: str, art: TrackedArticle, ch: dict) -> None:

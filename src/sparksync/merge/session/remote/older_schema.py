@@ -23,6 +23,7 @@ from sparksync.dialects.replica import Replica
 from sparksync.errors import ProtocolError
 from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata.records import ArticleRow
+from sparksync.rows import RowCodec
 
 
 def schema_version_of(metadata: dict, current: int, what: str) -> int | None:
@@ -95,8 +96,6 @@ def _added_values(pub: Replica, rows: Any, by_nick: dict[int, ArticleRow], per_a
                   ) -> dict[tuple[int, str], dict]:
     """For each uploaded row the publisher has, its values of the columns added since the upload's version (read
     as change rows carry them), keyed by (tablenick, rowguid)."""
-    from sparksync.rows import RowCodec
-
     out: dict[tuple[int, str], dict] = {}
     nicks, guids = rows.column("tablenick").to_pylist(), rows.column("rowguid").to_pylist()
     for nick, art in by_nick.items():
