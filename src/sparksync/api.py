@@ -364,21 +364,26 @@ class Device:
 
         return sqlite3.connect(path)
 
-    def sync(self, *, reinitialize: bool = False, upload_first: bool = False,
+    def sync(self, *, reinitialize: bool = False, upload_first: bool = False, recover: bool = False,
              progress: Progress | None = None) -> MergeSummary:
         """One sync: upload, then download (``sparksync sync``); ``reinitialize``: a new file from the snapshot,
-        the old one kept beside it (``upload_first``: its changes uploaded before)."""
+        the old one kept beside it (``upload_first``: its changes uploaded before), holding the subscription from
+        then on; ``recover``: this file, an older copy of the one that holds the subscription, takes it over."""
         missing = [n for n in ("server", "subscription", "token") if not getattr(self, n)]
         if missing:
             raise ConfigurationError(f"device {self.database}: a sync needs its {', '.join(missing)}", obj=missing[0])
         return _sync(DeviceOptions(str(self.server), str(self.subscription), self.url, str(self.token), self.ca_file,
-                                   self.generations_per_batch, reinitialize, upload_first,
+                                   self.generations_per_batch, reinitialize, upload_first, recover=recover,
                                    on_change=self._notify if self._listeners else None), _said(progress))
 
     def outbox(self, *, pending: bool = False) -> list[OutboxChange]:
         """Every local change the application has not acknowledged, with its fate (``sparksync outbox``);
         ``pending``: only those the publisher has not accepted yet."""
         return device_local.changes(self.url, pending_only=pending)
+
+    def replaced(self) -> str | None:
+        """The file this one replaced (``sync`` set it aside with everything it held, its outbox included), or None."""
+        return device_local.replaced(self.url)
 
     def conflicts(self) -> list[OutboxChange]:
         """The conflict inbox: the device's changes that lost a conflict, not settled yet (``sparksync conflicts

@@ -238,6 +238,19 @@ class ReplicaBehind(ReplicaDamaged):
 
 
 
+class OtherFile(ReplicaDamaged):
+    """A device file presented a web subscription that another file holds (a copy of the holder made before its
+    later syncs, a second file synced with the same token), or a request of a sync that a newer sync of the
+    subscription superseded: refused, nothing changed (``merge/session/remote/holders.py``). ``stray``: what the
+    door records of the refused file."""
+
+    code = "other_file"
+
+    def __init__(self, message: str, *, obj: str | None = None):
+        super().__init__(message, obj=obj)
+        self.stray: tuple | None = None
+
+
 class Diverged(ReplicaDamaged):
     """A replica's validation failed: it does not hold what the publisher holds of its partition (row counts
     or checksums differ) with nothing pending either way."""

@@ -16,6 +16,7 @@ from sparksync.merge.maintenance.integrity import check_identity, check_not_behi
 from sparksync.merge.partitions.evaluation import describe_partitions
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.session.backlog import count_after, pending_download
+from sparksync.merge.session.remote import holders
 from sparksync.merge.tracking.generations import enumeration_bound, waiting_writers
 from sparksync.metadata import store
 from sparksync.metadata.history import age_seconds, agent_state, iso
@@ -124,6 +125,11 @@ def _problems(st: dict[str, Any]) -> list[str]:
     if distributor.get("state") == "unreachable":
         out.append(f"distributor: unreachable: {distributor.get('error', '')}")
     for kind, e in _entries(st):
+        for f in e.get("other_files", []):       # a device file refused as this subscription's: its writes are not here
+            where = f["described"] or f["file_id"]
+            out.append(f"subscription {e['name']}: a file that does not hold it tried to sync ({where}, "
+                       f"{f['attempts']} time(s), last at {f['last_seen']}): {f['reason']}; refused, its changes stay "
+                       "in it (docs/web-sync.md, 'Which file holds a subscription')")
         state = e.get("state") if kind == "publication" else e.get("status")
         if state not in BAD_STATES:
             continue
@@ -265,6 +271,11 @@ def _web_subscription(pub, s, r: SubscriptionRow | None, prow, arts, scheme) -> 
     entry: dict[str, Any] = {"name": s.name, "publication": prow.name, "transport": "web", "database": None,
                              "subscriber_type": s.subscriber_type, "priority": s.effective_priority,
                              "host_name": s.host_name, **({"login": s.login} if s.login is not None else {})}
+    others = holders.strays(pub, s.name)
+    if others:
+        entry["other_files"] = [{"file_id": f["file_id"], "described": f["described"], "reason": f["reason"],
+                                 "attempts": f["attempts"], "unsent": f["unsent"], "last_seen": iso(f["last_seen"])}
+                                for f in others]
     if r is None or not r.active:
         entry["status"] = "not initialized" if r is None else "waiting for its device's first sync"
         return entry
@@ -300,7 +311,13 @@ def _validation(pub: Replica, pubid: str, entry: dict[str, Any], way_out: str) -
         return
     entry["validation"] = newest.to_dict()
     conclusive = newest if newest.result != validations.INCONCLUSIVE else validations.last(pub, pubid, entry["name"], True)
-    if conclusive is not None and conclusive.result == validations.FAILED and entry.get("status") == "active":
+    entry["diverged"] = conclusive is not None and conclusive.result == validations.FAILED
+    if not entry["diverged"]:
+        return
+    said = f"its validation of {iso(conclusive.validated_at)} ({conclusive.how}) failed: {conclusive.message}; {way_out}"
+    if entry.get("status") == "active":
         entry["status"] = "diverged"
-        entry["problems"] = [f"its validation of {iso(conclusive.validated_at)} ({conclusive.how}) failed: "
-                             f"{conclusive.message}; {way_out}"]
+        entry["problems"] = [said]
+    else:                      # stopped, damaged, ...: what is worse is its state, and its divergence is said too
+        entry["problems"] = [*(entry.get("problems") or [entry.get("last_error") or entry.get("message") or
+                                                          entry.get("status", "")]), said]

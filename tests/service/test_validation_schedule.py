@@ -13,8 +13,10 @@ import pytest
 from prometheus_client.core import Metric
 
 from sparksync.config import AlertsConfig
+from sparksync.dialects import connect
 from sparksync.merge.session.agent import MergeAgent
 from sparksync.merge.session.summary import MergeOptions
+from sparksync.metadata import store
 from sparksync.monitor import page
 from sparksync.monitor.alerts import Evaluator
 from sparksync.monitor.metrics import SparksyncCollector
@@ -70,7 +72,21 @@ def test_a_store_that_lost_a_row_without_a_trace_is_said_everywhere_until_it_is_
     assert re.search(r'data-subscription="Store2".*?<td class="validation"><span class="err">failed</span>', html, re.S)
     collector = SparksyncCollector(topology, NoAgents(), None)
     assert _metric(collector, "sparksync_validation_failed", "Store2") == 1.0
+    assert _metric(collector, "sparksync_validation_failed", "Store2") == 1.0
     assert _metric(collector, "sparksync_validation_failed", "Store1") == 0.0
+    # stopped as well (its last merge failed): still diverged in the metric, both said by status
+    with connect(topology.publisher_url) as pub, pub.transaction():
+        pubid = store.select_rows(pub, "sysmergepublications", {"name": "Sales"})[0]["pubid"]
+        store.insert_row(pub, "MSmerge_sessions", {
+            "session_id": store.new_guid(), "subscription": "Store2", "pubid": pubid, "start_time": store.utcnow(),
+            "end_time": store.utcnow(), "duration": 0.1, "status": "failed", "message": "store2 unreachable",
+            **dict.fromkeys(("upload_inserts", "upload_updates", "upload_deletes", "upload_conflicts",
+                             "download_inserts", "download_updates", "download_deletes", "download_conflicts",
+                             "retries", "failed"), 0)})
+    entry = next(s for s in gather_status(topology)["subscriptions"] if s["name"] == "Store2")
+    assert entry["status"] == "stopped" and any("validation" in p for p in entry["problems"]), entry
+    assert _metric(SparksyncCollector(topology, NoAgents(), None), "sparksync_validation_failed", "Store2") == 1.0
+    assert MergeAgent(topology, None, silent).run(MergeOptions(subscriptions=["Store2"])).ok   # running again
     # the way out status names: validate --checksum --repair; the next validation passes
     report = validate(topology, lambda: spark, "Sales", ["Store2"], checksum=True)
     assert not report.ok

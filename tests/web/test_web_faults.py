@@ -144,7 +144,9 @@ def test_a_device_that_lost_its_file_starts_again_and_nothing_of_it_is_skipped(w
     rng = random.Random(9)
     for f in world.folder.glob("van1.db*"):
         f.unlink()
-    p = world.sync("Van1")                        # a new file: initialized again from the snapshot
+    p = world.sync("Van1")                        # a new file: refused, the subscription stays as it was
+    assert p.returncode == 1 and "a new file" in p.stderr, p.stderr
+    p = world.sync("Van1", "--reinitialize")      # on purpose: initialized again from the snapshot
     assert p.returncode == 0, p.stderr
     _write(world, "Van1", rng, [5000])            # its generations are numbered from the start again
     _converged(world)
@@ -155,7 +157,7 @@ def test_the_old_file_of_a_device_that_started_again_is_refused(world, tmp_path)
     shutil.copy(world.device("Van2"), old)
     for f in world.folder.glob("van2.db*"):
         f.unlink()
-    assert world.sync("Van2").returncode == 0         # a new file, a fresh identity
+    assert world.sync("Van2", "--reinitialize").returncode == 0         # a new file, a fresh identity
     p = world.sync("Van2", database=old)
-    assert p.returncode != 0 and "an older file of subscription Van2" in p.stderr, p.stderr
+    assert p.returncode != 0 and "does not hold the subscription" in p.stderr, p.stderr
     _converged(world)

@@ -188,6 +188,23 @@ def test_an_own_version_far_above_the_rows_history_is_refused(world):
     assert any("above the row's newest version" in r for r in reasons), reasons
 
 
+def test_a_negative_or_fractional_version_fails_its_row_and_the_honest_change_beside_it_applies(world):
+    """Finding 6: ``{"7": -3}`` in one row made the whole upload a 400 (and the way out too). Now each such row is a
+    failed change naming the claim, the honest change in the same upload is applied, status says damaged."""
+    _set_own_version(world, "TillS", "Item", 5, -3)
+    _set_own_version(world, "TillS", "Item", 6, 2.5)
+    shell(world.device_url("TillS"), "UPDATE Item SET v = 'honest' WHERE id = 8;\n")
+    _ok(world.sync("TillS"))
+    items = _rows(world.pub_url, "Item")
+    assert items[8][1] == "honest" and items[5][1] == "v5" and items[6][1] == "v6", items
+    with connect(world.pub_url) as pub:
+        reasons = [f["reason"] for f in store.select_rows(pub, "MSmerge_failed_changes")
+                   if f["source_nickname"] == _nickname(world, "TillS")]
+    assert sum("outside the versions a lineage may hold" in r for r in reasons) == 2, reasons
+    (entry,) = [s for s in _status(world)[1]["subscriptions"] if s["name"] == "TillS"]
+    assert entry["status"] == "damaged", entry
+
+
 # -- a file restored from an older copy --------------------------------------------------------------------
 def _copy_file(w, name: str, to) -> None:
     """The device's file as a backup holds it (its -wal and -shm not copied: a checkpointed file)."""
@@ -222,8 +239,12 @@ def test_a_device_file_restored_from_an_older_copy_is_recovered(world, tmp_path)
     shell(world.device_url("Copy"), "INSERT INTO Store (id, region, name) VALUES (7772, 'north', 'restored copy');\n"
                                     "UPDATE Item SET v = 'restored copy' WHERE id = 5;\n"
                                     "UPDATE Item SET n = 66 WHERE id = 7;\n")
-    p = _ok(world.sync("Copy"))
-    assert "older copy of itself" in p.stdout + p.stderr and "recovered as replica" in p.stdout + p.stderr, p.stdout
+    p = world.sync("Copy")                        # an older copy of the file that holds Copy: refused, nothing changed
+    assert p.returncode == 1 and "--recover" in p.stderr, p.stderr
+    assert _nickname(world, "Copy") == before
+    p = _ok(world.sync("Copy", "--recover"))      # the way out it names: this file takes the subscription over
+    assert "older copy of the file that holds" in p.stdout + p.stderr and "recovered as replica" in p.stdout + p.stderr, \
+        p.stdout
     assert _nickname(world, "Copy") != before
     stores = _rows(world.pub_url, "Store")
     assert stores[7772] == (7772, "north", "restored copy") and stores[7771] == (7771, "north", "after the copy")
@@ -256,7 +277,7 @@ def test_a_recovery_cut_between_its_two_steps_is_finished_by_the_next_sync(world
     _restore_file(world, "Copy", backup)
     shell(world.device_url("Copy"), "INSERT INTO Store (id, region, name) VALUES (7782, 'north', 'restored');\n")
     fp.arm(FAILPOINTS, "device.recovered Copy !kill")
-    p = world.sync("Copy", env={"SPARKSYNC_FAILPOINTS": FAILPOINTS})
+    p = world.sync("Copy", "--recover", env={"SPARKSYNC_FAILPOINTS": FAILPOINTS})
     assert p.returncode == -9, p
     _ok(world.sync("Copy"))
     stores = _rows(world.pub_url, "Store")

@@ -37,6 +37,10 @@ def outbox_command(
         console.print(f"{n} change(s) acknowledged", highlight=False)
         return
     changes = device.outbox(pending=pending)
+    before = device.replaced()
+    if before and not as_json:
+        console.print(f"this file replaced {before}, set aside with everything it held: the changes made before are "
+                      f"there (sparksync outbox --database {before})", highlight=False)
     if as_json:
         console.print_json(json.dumps([c.as_json() for c in changes], default=str))
         return

@@ -83,9 +83,13 @@ def sync_command(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable sync summary.")] = False,
     reinitialize: Annotated[bool, typer.Option("--reinitialize", help="Set the device's file aside (kept as "
                                                "<file>.replaced-<time>) and start a new one from the snapshot, "
-                                               "under a fresh replica identity.")] = False,
+                                               "under a fresh replica identity: the new file holds the subscription "
+                                               "from then on, whichever file held it before.")] = False,
     upload_first: Annotated[bool, typer.Option("--upload-first", help="With --reinitialize: upload the old file's "
                                                "changes first.")] = False,
+    recover: Annotated[bool, typer.Option("--recover", help="This file is an older copy of the file that holds "
+                                          "the subscription (restored from a backup, the newer file gone): it takes "
+                                          "the subscription over, its changes since the copy uploaded.")] = False,
     key_file: KeyFileOption = None,
     key_env: KeyEnvOption = None,
 ) -> None:
@@ -96,6 +100,9 @@ def sync_command(
             raise typer.BadParameter("required", param_hint=hint)
     if upload_first and not reinitialize:
         raise typer.BadParameter("goes with --reinitialize", param_hint="--upload-first")
+    if recover and (reinitialize or continuous):
+        raise typer.BadParameter("--recover is one sync of this file, not with --reinitialize or --continuous",
+                                 param_hint="--recover")
     if reinitialize and continuous:
         raise typer.BadParameter("--reinitialize is one sync, not --continuous", param_hint="--reinitialize")
     url = api.database_url(database)
@@ -103,7 +110,7 @@ def sync_command(
                         key=device_key(key_file, key_env))
 
     def once() -> bool:
-        summary = device.sync(reinitialize=reinitialize, upload_first=upload_first,
+        summary = device.sync(reinitialize=reinitialize, upload_first=upload_first, recover=recover,
                               progress=reporter if not as_json else (lambda m: None))
         show_summary(summary, as_json)
         return summary.ok

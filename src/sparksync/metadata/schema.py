@@ -6,9 +6,22 @@ SQL Server's names are kept so the seeds read as our documentation. PostgreSQL k
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from sparksync.types import Kind, SqlType
+from sparksync.metadata.declare import (
+    BIG,
+    BYTES,
+    GUID,
+    INT,
+    JSON,
+    REAL,
+    SMALL,
+    TEXT,
+    TS,
+    C,
+    MetaIndex,
+    MetaTable,
+    TableSet,
+)
+from sparksync.metadata.web_tables import DEVICE, WEB
 
 # 2: MSmerge_articlehistory.duration; 3: MSmerge_failed_changes.row_key, column_name, value;
 # 4: filtered publications (article filters, subscription partitions, partition groups and mappings);
@@ -21,56 +34,6 @@ from sparksync.types import Kind, SqlType
 # 8: MSmerge_validations (each subscription's validations: on a schedule, at a device's sync, on demand)
 # 9: MSmerge_applied_batches (what a session's batches applied, read back by a task that Spark runs again)
 SCHEMA_VERSION = 9
-
-INT = SqlType(Kind.INTEGER)
-BIG = SqlType(Kind.BIGINT)
-SMALL = SqlType(Kind.SMALLINT)
-TEXT = SqlType(Kind.TEXT)
-GUID = SqlType(Kind.UUID)
-JSON = SqlType(Kind.JSON)
-REAL = SqlType(Kind.DOUBLE)
-BYTES = SqlType(Kind.BYTES)
-TS = SqlType(Kind.TIMESTAMPTZ)
-
-
-@dataclass(frozen=True)
-class MetaColumn:
-    name: str
-    type: SqlType
-    nullable: bool = True
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class MetaIndex:
-    name: str
-    columns: tuple[str, ...]
-    unique: bool = False
-
-
-@dataclass(frozen=True)
-class MetaTable:
-    name: str
-    description: str
-    columns: tuple[MetaColumn, ...]
-    primary_key: tuple[str, ...]
-    indexes: tuple[MetaIndex, ...] = ()
-    serial: str | None = None        # a primary key column numbered by the database (in insert order)
-
-
-@dataclass(frozen=True)
-class TableSet:
-    """The metadata one role needs in a database, with its own version row (``version_id``)."""
-
-    name: str
-    version_id: int
-    version: int
-    tables: tuple[MetaTable, ...]
-
-
-def C(name, type_, nullable=True, description=""):
-    return MetaColumn(name, type_, nullable, description)
-
 
 TABLES: tuple[MetaTable, ...] = (
     MetaTable(
@@ -501,97 +464,6 @@ PUBLISHER_LOG = TableSet("transactional publication log", 4, PUBLISHER_LOG_VERSI
          C("time", TEXT, False)),
         ("seq",),
         serial="seq",
-    ),
-))
-
-WEB_VERSION = 2        # 2: MSweb_recoveries
-WEB = TableSet("web synchronization", 5, WEB_VERSION, (
-    MetaTable(
-        "MSweb_tokens",
-        "At the publisher: the tokens devices authenticate with, one subscription each. Only a salted SHA-256 "
-        "of the secret is kept; the token itself is printed once, by 'sparksync token'. A subscription has at "
-        "most two live tokens (the new one and, after --rotate, none: the old one is replaced at once).",
-        (C("token_id", TEXT, False, "the public part of the token: ssk_<token_id>_<secret>"),
-         C("subscription", TEXT, False), C("salt", TEXT, False), C("digest", TEXT, False, "hex SHA-256 of salt + secret"),
-         C("created_at", TS, False), C("last_used_at", TS)),
-        ("token_id",),
-        (MetaIndex("MSweb_tokens_sub", ("subscription",)),),
-    ),
-    MetaTable(
-        "MSweb_uploads",
-        "At the publisher: each upload a device's changes were applied from, identified by its generations, "
-        "written in the transaction that applied it. The same upload again gets this reply; the same "
-        "generations with another body are refused.",
-        (C("subscription", TEXT, False), C("lo", BIG, False), C("hi", BIG, False),
-         C("digest", TEXT, False, "hex SHA-256 of the request body"), C("reply", JSON, False),
-         C("applied_at", TS, False)),
-        ("subscription", "lo", "hi"),
-    ),
-    MetaTable(
-        "MSweb_recoveries",
-        "At the publisher: each device file found restored from an older copy and recovered (its changes since "
-        "the copy uploaded under a new replica nickname, what it lacks sent again): the file's state as it "
-        "said it, and the nicknames before and after. The same recovery asked again gets the same nickname.",
-        (C("subscription", TEXT, False), C("old_nickname", INT, False), C("new_nickname", INT, False),
-         C("sentgen", BIG, False, "what the restored file had uploaded, by its own record"),
-         C("recgen", BIG, False, "what the restored file had received, by its own record"),
-         C("publisher_recgen", BIG, True, "what the publisher had received from the old nickname"),
-         C("publisher_sentgen", BIG, True, "what the publisher had sent to the old nickname"),
-         C("recovered_at", TS, False)),
-        ("subscription", "old_nickname"),
-    ),
-    MetaTable(
-        "MSweb_device",
-        "On a web device: the server and the subscription this database syncs with (one row); a sync of "
-        "another subscription, or of another publication (pubid), is refused.",
-        (C("id", INT, False), C("server", TEXT, False), C("subscription", TEXT, False),
-         C("publication", TEXT, False), C("pubid", GUID, False), C("bound_at", TS, False)),
-        ("id",),
-    ),
-))
-
-DEVICE_VERSION = 1
-DEVICE = TableSet("device", 6, DEVICE_VERSION, (
-    MetaTable(
-        "MSdevice_outbox",
-        "On a web device: each of its changes the publisher was sent, with its fate (merge/session/remote/outbox.py): "
-        "sent (no answer yet), applied, lost (a conflict: the winning row and the conflict's id at the publisher), "
-        "failed (sent again at every sync), refused. Changes not yet sent are read from the tracking metadata.",
-        (C("change_id", BIG, False), C("tablenick", INT, False), C("rowguid", GUID, False),
-         C("operation", TEXT, False, "insert, update or delete"),
-         C("generation", BIG, False, "the device's generation the change was in"),
-         C("lo", BIG, False), C("hi", BIG, False, "the upload (lo, hi] that carried it, last"),
-         C("position", INT, False, "its position in that upload"),
-         C("state", TEXT, False), C("reason", TEXT), C("tries", INT, False, "uploads of it that failed"),
-         C("conflict_id", TEXT, True, "the conflict's id at the publisher"),
-         C("winner", TEXT, True, "the replica whose version won"),
-         C("winner_row", TEXT, True, "lost: the winning row (JSON as change rows carry it; null: deleted)"),
-         C("winner_lineage", TEXT, True, "lost: the winning version's lineage (the device has it once downloaded)"),
-         C("columns", JSON, True, "lost, column tracking: the columns that conflicted"),
-         C("mine", TEXT, True, "the row as the device sent it (kept while it may be needed: not applied)"),
-         C("resolution", TEXT, True, "lost: mine or theirs, as the application chose"),
-         C("sent_at", TS, False), C("answered_at", TS), C("acknowledged_at", TS)),
-        ("change_id",),
-        (MetaIndex("MSdevice_outbox_row", ("tablenick", "rowguid")), MetaIndex("MSdevice_outbox_upload", ("lo", "hi")),
-         MetaIndex("MSdevice_outbox_state", ("state",))),
-        serial="change_id",
-    ),
-    MetaTable(
-        "MSdevice_inserts",
-        "On a web device: the rows its application inserted (noted by the flush of the triggers' log) whose "
-        "insert the publisher has not answered yet: the outbox tells an insert from an update by it.",
-        (C("tablenick", INT, False), C("rowguid", GUID, False)),
-        ("tablenick", "rowguid"),
-    ),
-    MetaTable(
-        "MSdevice_notices",
-        "On a web device: what each download batch inserted, updated and deleted, written in the batch's "
-        "transaction and removed once the application's callbacks have it (a crash between the two: delivered "
-        "at the next start).",
-        (C("notice_id", BIG, False), C("session_id", GUID, False), C("batch_seq", INT, False),
-         C("changes", JSON, False, "[[article, operation, rowguid, key], ...]"), C("committed_at", TS, False)),
-        ("notice_id",),
-        serial="notice_id",
     ),
 ))
 

@@ -79,7 +79,7 @@ class SparksyncCollector(Collector):
         for s in merge_subs:
             if isinstance(s.get("validation"), dict):
                 k = [s["publication"], s["name"]]
-                valid.add_metric(k, 1.0 if s.get("status") == "diverged" else 0.0)
+                valid.add_metric(k, 1.0 if s.get("diverged") else 0.0)     # whatever else its state is
                 valid_age.add_metric(k, float(s.get("validation_age") or 0.0))
         yield from (valid, valid_age)
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparksync.errors import ProtocolError
 
-PROTOCOL = 2                   # the version of this protocol; a device that speaks an older one is refused (426)
+PROTOCOL = 3                   # the version of this protocol; a device that speaks an older one is refused (426)
 PROTOCOL_HEADER = "Sparksync-Protocol"
 MAX_GENERATION = 1 << 62       # the largest generation number a request may carry
 MAX_RETRIES = 10_000           # failed changes one request sends again (the rest at the next sync)
@@ -89,6 +89,10 @@ class Hello(_Message):
     max_request_bytes: int = Field(default=64 << 20, description="the largest request body, and the most an "
                                                                  "upload may unpack to")
     validate_: bool = Field(default=False, alias="validate", description="send the file's digests with done")
+    file: Literal["holder", "free", "other", "copy"] = Field(default="holder", description=(
+        "the requesting file's standing: it holds the subscription; no file holds it (this one may initialize it); "
+        "another file holds it (this new one takes it over only with Sparksync-Take-Over); an older copy of the "
+        "holder that asked to recover it"))
 
     model_config = ConfigDict(extra="ignore", frozen=True, strict=False, populate_by_name=True)
 
@@ -295,7 +299,12 @@ END = "<!-- END GENERATED -->"
 def render_protocol() -> str:
     """The routes and the models as markdown: what the generated block of docs/web-sync.md holds."""
     lines = [f"Protocol version {PROTOCOL} (header `{PROTOCOL_HEADER}`). Every request but `/healthz` carries "
-             "`Authorization: Bearer <token>`.", "", "| route | request | reply |", "|---|---|---|"]
+             "`Authorization: Bearer <token>` and says which device file it comes from: `Sparksync-File` (the file's "
+             "identity), `Sparksync-Epoch` (its current epoch, once it has one), `Sparksync-File-Where` (host:path, "
+             "for the operator), `Sparksync-Bound: 1` (it holds a subscription's data); a sync's first `hello`, "
+             "`initialized` and a `recover` on purpose add `Sparksync-Next-Epoch` (the epoch proposed); "
+             "`Sparksync-Take-Over: reinitialize | recover` takes the subscription over on purpose "
+             "(`merge/session/remote/holders.py`).", "", "| route | request | reply |", "|---|---|---|"]
     for name, route in ROUTES.items():
         req, rep = REQUESTS.get(name), REPLIES.get(name)
         body = {"upload": "an Arrow frame (`merge/session/remote/frames.py`)"}.get(name, f"`{req.__name__}`" if req else "-")

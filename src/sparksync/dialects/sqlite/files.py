@@ -36,6 +36,10 @@ class SQLiteFiles(FilesDefaults):
         path = sqlite_path(url)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         target = f"{path}.{why}-{stamp}"
+        n = 1
+        while any(Path(target + suffix).exists() for suffix in ("", "-wal", "-shm")):   # never over one set aside
+            n += 1
+            target = f"{path}.{why}-{stamp}-{n}"
         for suffix in ("", "-wal", "-shm"):         # the write-ahead log belongs to the same database
             if Path(path + suffix).exists():
                 os.replace(path + suffix, target + suffix)

@@ -30,6 +30,7 @@ from sparksync.errors import (
     ConfigurationError,
     ConnectionFailed,
     NotInitialized,
+    OtherFile,
     ProtocolError,
     ServerBusy,
     SparksyncError,
@@ -142,6 +143,13 @@ class ServerClient:
     def close(self) -> None:
         self.http.close()
 
+    def identify(self, headers: dict[str, str]) -> None:
+        """What every request from now on says of the device's file (``identity.FileIdentity.headers``)."""
+        for k in [k for k in self.http.headers if k.lower().startswith("sparksync-file")
+                  or k.lower() in ("sparksync-epoch", "sparksync-bound", "sparksync-take-over")]:
+            del self.http.headers[k]
+        self.http.headers.update(headers)
+
     def __enter__(self) -> ServerClient:
         return self
 
@@ -160,8 +168,11 @@ class ServerClient:
         """A request of the protocol (``web/protocol.py``): ``body`` as its JSON (or ``content``), the reply read
         as ``reply``; ``params``: the route's path parameters. A reply that is not the model is a typed error."""
         content = params.pop("content", None)
+        headers = params.pop("headers", None)
         kw: dict[str, Any] = {"content": content} if content is not None else \
             {"json": body.model_dump(mode="json", by_alias=True)} if body is not None else {}
+        if headers:
+            kw["headers"] = headers
         path = route.url(**params)
         data = self.request(route.method, path, **kw).json()
         try:
@@ -317,6 +328,8 @@ def _raise_for(response: httpx.Response, status: int, server: str, path: str) ->
         raise ProtocolError(f"{server}: {detail}", obj=server)
     if status == 409 and body.get("title") == "not_initialized":
         raise NotInitialized(f"{where}: {detail}", obj=server)
+    if status == 409 and body.get("title") == "other_file":
+        raise OtherFile(detail, obj=server)
     if status == 409:
         err = ProtocolError(f"{where}: {detail}", obj=server)
         err.expected_lo = body.get("expected_lo")      # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ from pathlib import Path
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
 from sparksync.errors import NotInitialized
-from sparksync.merge.session.remote import outbox
+from sparksync.merge.session.remote import identity, outbox
 from sparksync.merge.session.remote.outbox import Keep, OutboxChange
 from sparksync.metadata import store
 from sparksync.metadata.records import Role, SubscriptionRow
@@ -77,3 +77,9 @@ def acknowledge(url: str, change_ids: list[int] | None = None) -> int:
     with opened(url) as (device, _):
         outbox.install(device)
         return outbox.acknowledge(device, change_ids)
+
+
+def replaced(url: str) -> str | None:
+    """The file this one replaced, set aside with everything it held (its outbox is there), or None."""
+    with connect(url, "device") as device:
+        return identity.replaced_file(device)

@@ -22,13 +22,16 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from sparksync import failpoints
 from sparksync.allocation import fewer_collections
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
-from sparksync.errors import ConfigurationError, Diverged, SparksyncError
-from sparksync.merge.session.remote import notices, outbox
+from sparksync.errors import ConfigurationError, Diverged, OtherFile, SparksyncError
+from sparksync.merge.session.remote import identity, notices, outbox
 from sparksync.merge.session.remote.frames import read_frames, write_changes
 from sparksync.merge.session.remote.notices import Listener
 from sparksync.merge.session.remote.restored import file_state, restored
@@ -46,6 +49,7 @@ from sparksync.merge.session.remote.subscriber import (
     prepare_upload,
     recorded,
     snapshot_files,
+    unannounced,
     upgrade,
 )
 from sparksync.merge.session.summary import DirectionStats, MergeSummary, SubscriptionSession
@@ -82,6 +86,7 @@ from sparksync.web.protocol import (
     UploadReply,
 )
 
+M = TypeVar("M", bound=BaseModel)
 PER_BATCH = 100                   # generations per upload request and per download batch
 
 
@@ -93,8 +98,11 @@ class DeviceOptions:
     token: str
     ca_file: str | None = None
     generations_per_batch: int = PER_BATCH
-    reinitialize: bool = False    # a new file from the snapshot, the old one kept beside it (a SQLite file)
+    reinitialize: bool = False    # a new file from the snapshot, the old one kept beside it (a SQLite file): it takes
+                                  # the subscription over from whichever file held it
     upload_first: bool = False    # with reinitialize: the old file's changes uploaded first
+    recover: bool = False         # this file, an older copy of the file that holds the subscription (restored from a
+                                  # backup), takes the subscription over
     on_change: Listener | None = None   # given what each download batch changed, once it committed (notices.py)
     lock_wait: float = 120.0      # seconds to wait for another sync of the same file (lock.py)
 
@@ -112,36 +120,98 @@ def _sync(options: DeviceOptions, report: Reporter) -> MergeSummary:
     summary = MergeSummary(store.new_guid())
     if options.reinitialize:
         _reinitialize(options, summary, report)
-    with ServerClient(options.server, options.token, options.ca_file) as client, \
-            connect(options.database, options.subscription) as device:
-        hello = client.send(HELLO, Hello)
-        if hello.subscription != options.subscription:
-            raise ConfigurationError(f"the token belongs to subscription {hello.subscription}, not "
-                                     f"{options.subscription}", obj=options.subscription)
-        session = SubscriptionSession(options.subscription, hello.publication)
-        summary.subscriptions.append(session)
-        try:
-            _sync_file(client, device, options, _publisher(hello), session, summary, report, t0)
-        except SparksyncError as e:
-            if not answered(e):          # what stopped it here, the door is told (as the device's word)
-                with contextlib.suppress(SparksyncError):
-                    client.send(DONE, DoneReply, DoneRequest(seconds=time.perf_counter() - t0, errors=[e.message]))
-            raise
-    return summary
+    take_over = "reinitialize" if options.reinitialize else "recover" if options.recover else None
+    with ServerClient(options.server, options.token, options.ca_file) as client:
+        while True:
+            with connect(options.database, options.subscription) as device:
+                hello = _hello(client, device, options, take_over)
+                session = SubscriptionSession(options.subscription, hello.publication)
+                summary.subscriptions.append(session)
+                try:
+                    held = _sync_file(client, device, options, hello, session, summary, report, t0)
+                except SparksyncError as e:
+                    if not answered(e) and not isinstance(e, OtherFile):   # the door is told what stopped it here
+                        with contextlib.suppress(SparksyncError):
+                            client.send(DONE, DoneReply, DoneRequest(seconds=time.perf_counter() - t0,
+                                                                     errors=[e.message]))
+                    raise
+                if held:
+                    return summary
+                dialect = device.dialect
+            summary.subscriptions.remove(session)
+            _set_aside(options, dialect, report)        # the file held data the publisher does not count on
+            take_over = None
 
 
-def _sync_file(client: ServerClient, device: Replica, options: DeviceOptions, publisher: RemotePublisher,
-               session: SubscriptionSession, summary: MergeSummary, report: Reporter, t0: float) -> None:
+def _hello(client: ServerClient, device: Replica, options: DeviceOptions, take_over: str | None) -> Hello:
+    """The sync's first ``hello``: the file's identity and its proposed epoch sent (``identity.py``), taken as the
+    file's epoch once the door recorded it (the file holds the subscription); every later request carries it."""
+    check_binding(device, options.database, options.subscription)       # another subscription's file: said first
+    where = identity.described(_file_of(options.database))
+    me = identity.propose(device)
+    hello = client.send(HELLO, Hello, headers=me.headers(where, propose=True, take_over=take_over))
+    if hello.subscription != options.subscription:
+        raise ConfigurationError(f"the token belongs to subscription {hello.subscription}, not "
+                                 f"{options.subscription}", obj=options.subscription)
+    if hello.file == "holder":
+        me = identity.accepted(device)
+    client.identify(me.headers(where, take_over=take_over))
+    return hello
+
+
+def _proposing(client: ServerClient, device: Replica, options: DeviceOptions, route: Any, reply: type[M],
+               body: Any, take_over: str | None = None) -> M:
+    """A request that makes the file the subscription's holder at a new epoch (``initialized``, a ``recover`` on
+    purpose): the epoch proposed (kept in the file first), and the file's once the door answered."""
+    where = identity.described(_file_of(options.database))
+    me = identity.propose(device)
+    out = client.send(route, reply, body, headers=me.headers(where, propose=True, take_over=take_over))
+    client.identify(identity.accepted(device).headers(where))
+    return out
+
+
+def _file_of(url: str) -> str:
+    return url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url.split("@")[-1]
+
+
+def _set_aside(options: DeviceOptions, dialect, report: Reporter) -> None:
+    """A file that holds data the publisher does not count on (an initialization it never heard the end of, a
+    subscription the operator reinitialized) is never loaded again in place: it is kept as
+    ``<file>.replaced-<time>`` with everything it holds, and a new file is initialized."""
+    if not options.database.startswith("sqlite"):
+        raise ConfigurationError(f"{options.subscription}: the device's database holds data of an initialization "
+                                 "the publisher does not count on; a SQLite file would be set aside, a "
+                                 f"{options.database.split(':')[0]} database is reinitialized by dropping its tables "
+                                 "and sparksync metadata by hand", obj=options.subscription)
+    where = dialect.set_aside(options.database, "replaced")
+    report(f"{options.subscription}: the file holds data of an initialization the publisher does not count on: it "
+           f"is set aside as {where} (nothing in it is lost or sent) and a new file is initialized from the snapshot")
+    with connect(options.database, options.subscription) as device:
+        identity.replaced(device, where)
+
+
+def _sync_file(client: ServerClient, device: Replica, options: DeviceOptions, hello: Hello,
+               session: SubscriptionSession, summary: MergeSummary, report: Reporter, t0: float) -> bool:
     """The sync after ``hello``: the file checked (and initialized, upgraded, recovered), upload, download,
-    its digests when asked, then ``done``."""
+    its digests when asked, then ``done``. False: the file holds data the publisher does not count on, and must be
+    set aside before a new one is initialized (``_set_aside``)."""
     url = options.database
-    check_binding(device, url, publisher)
-    if not initialized(device, publisher):
-        _initialize(client, device, options, report)
+    publisher = _publisher(hello)
+    if hello.file in ("holder", "copy"):
+        check_binding(device, url, publisher.subscription, publisher.pubid)
+    if hello.file == "copy":
+        publisher = _recover_if_restored(client, device, publisher, report, options, copy=True)
+    elif hello.file != "holder" or not initialized(device, publisher):
+        if store.metadata_version(device) is None:
+            _initialize(client, device, options, report)
+        elif hello.file == "free" and unannounced(device, publisher):
+            _announce(client, device, options, publisher, report)     # initialized here, the door never told
+        else:
+            return False
         publisher = _publisher(client.send(HELLO, Hello))
     if upgrade(device):
         report(f"{options.subscription}: change tracking upgraded")
-    publisher = _recover_if_restored(client, device, publisher, report)
+    publisher = _recover_if_restored(client, device, publisher, report, options)
     outbox.install(device)
     if options.on_change is not None:            # what a sync stopped before its callbacks changed, first
         notices.deliver(device, options.on_change)
@@ -164,6 +234,7 @@ def _sync_file(client: ServerClient, device: Replica, options: DeviceOptions, pu
         session.fail(message, Diverged(message, obj=options.subscription))
     elif verdict is not None:
         report(f"{options.subscription}: validation {verdict.result}" + (f" ({verdict.message})" if verdict.message else ""))
+    return True
 
 
 def _publisher(hello: Hello) -> RemotePublisher:
@@ -201,30 +272,44 @@ def _reinitialize(options: DeviceOptions, summary: MergeSummary, report: Reporte
     if options.upload_first:
         with ServerClient(options.server, options.token, options.ca_file) as client, \
                 connect(url, options.subscription) as device:
-            publisher = _publisher(client.send(HELLO, Hello))
-            if store.metadata_version(device) is not None and initialized(device, publisher):
-                check_binding(device, url, publisher)
-                publisher = _recover_if_restored(client, device, publisher, report)
+            hello = _hello(client, device, options, None)      # a file that does not hold it is refused here
+            publisher = _publisher(hello)
+            if hello.file == "holder" and store.metadata_version(device) is not None and initialized(device, publisher):
+                check_binding(device, url, publisher.subscription, publisher.pubid)
+                publisher = _recover_if_restored(client, device, publisher, report, options)
                 prepare_upload(device, publisher, report)
                 session = SubscriptionSession(options.subscription, publisher.publication)
                 _upload(client, device, options, publisher, session, report)
                 summary.subscriptions.append(session)
     with connect(url, options.subscription) as device:
         dialect = device.dialect
+        holds = store.metadata_version(device) is not None
+    if not holds:
+        report(f"{options.subscription}: a new file is initialized from the snapshot")
+        return
     where = dialect.set_aside(url, "replaced")
     report(f"{options.subscription}: the file is set aside as {where}; a new one is initialized from the snapshot")
+    with connect(url, options.subscription) as device:
+        identity.replaced(device, where)
 
 
 # -- the file and its subscription ------------------------------------------------------------------
 def _recover_if_restored(client: ServerClient, device: Replica, publisher: RemotePublisher,
-                         report: Reporter) -> RemotePublisher:
+                         report: Reporter, options: DeviceOptions, copy: bool = False) -> RemotePublisher:
     """A file restored from an older copy of itself (``restored.py``) is recovered before anything is sent:
     the publisher gives it a new nickname and takes its watermarks, the file's changes since are stamped as
-    that replica's (``subscriber.finish_recovery``). Returns what the publisher says then."""
+    that replica's (``subscriber.finish_recovery``). ``copy``: the file is an older copy of the file that holds the
+    subscription, recovered on purpose (``sparksync sync --recover``): it holds the subscription from then on.
+    Returns what the publisher says then."""
     state = file_state(device, publisher.pubid)
     if state is None:
         return publisher
-    if restored(state, publisher.nickname, publisher.recgen):
+    if copy:
+        report(f"{publisher.subscription}: {device.label} is an older copy of the file that holds the subscription; "
+               "it takes the subscription over (--recover)")
+        publisher = _publisher(_proposing(client, device, options, RECOVER, Hello,
+                                          RecoverRequest.model_validate(state.as_request()), take_over="recover"))
+    elif restored(state, publisher.nickname, publisher.recgen):
         report(f"{publisher.subscription}: {device.label} is an older copy of itself (restored from a backup?): its "
                f"newest generation is {state.open_generation}, and the publisher already has its changes up to "
                f"{publisher.recgen}; recovering it")
@@ -249,9 +334,20 @@ def _initialize(client: ServerClient, device: Replica, options: DeviceOptions, r
             done = initialize_from_snapshot(device, options.database, publisher, kept, manifest, client.server)
         finally:
             kept.close()
-    client.send(INITIALIZED, InitializedReply, InitializedRequest(snapshot_id=sid, baseline=done.baseline,
-                                                                  snapshot_generation=done.snapshot_generation))
+    failpoints.hit("device.initialized", options.subscription)     # tests: loaded here, the door not told yet
+    _proposing(client, device, options, INITIALIZED, InitializedReply, InitializedRequest(
+        snapshot_id=sid, baseline=done.baseline, snapshot_generation=done.snapshot_generation))
     report(f"{options.subscription}: {done.rows} row(s) loaded")
+
+
+def _announce(client: ServerClient, device: Replica, options: DeviceOptions, publisher: RemotePublisher,
+              report: Reporter) -> None:
+    """The file's initialization committed here and the door was never told (a kill, a cut connection): told now,
+    with the watermarks the file recorded, so nothing written to it since is set aside."""
+    baseline, snapshot_generation = unannounced(device, publisher) or (0, 0)
+    _proposing(client, device, options, INITIALIZED, InitializedReply, InitializedRequest(
+        snapshot_id="told again", baseline=baseline, snapshot_generation=snapshot_generation))
+    report(f"{options.subscription}: its initialization, which the publisher had not heard the end of, is told again")
 
 
 # -- upload and download --------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from sparksync import __version__, storage
 from sparksync.errors import (
     ConfigurationError,
     NotInitialized,
+    OtherFile,
     ProtocolError,
     RequestTooLarge,
     ServerBusy,
@@ -56,6 +57,7 @@ from sparksync.errors import (
     UploadConflict,
 )
 from sparksync.merge.session.remote.frames import MEDIA_ARROW
+from sparksync.merge.session.remote.holders import Presented
 from sparksync.redaction import redact
 from sparksync.web import listener
 from sparksync.web.protocol import (
@@ -105,7 +107,7 @@ def _status(e: SparksyncError) -> int:
         return 413
     if isinstance(e, ServerBusy):
         return 429
-    if isinstance(e, UploadConflict):
+    if isinstance(e, UploadConflict | OtherFile):
         return 409
     if isinstance(e, ProtocolError | ConfigurationError):
         return 400
@@ -124,6 +126,7 @@ class Handler:
     work: Callable[[Device, Any, Request], Response]
     read: Callable[[Request], Awaitable[Any]] | None = None
     turns: Turns | None = None
+    free: bool = False          # the route decides the file's standing itself (``Door.authenticate``)
 
 
 class Turns:
@@ -158,10 +161,13 @@ def _endpoint(door: Door, handler: Handler):
                 return problem(426, "client too old", f"this server (sparksync {__version__}) speaks protocol "
                                f"{PROTOCOL}; the client speaks {sent[:10]!r}: upgrade sparksync on the device")
             token = listener.bearer(request.headers.get("authorization", ""))
+            file = Presented.of_headers(request.headers)
+            free = handler.free or (request.url.path == ROUTES["recover"].path and file.take_over == "recover")
             if handler.turns is None:
                 data = await handler.read(request) if handler.read is not None else None
-                return await run_in_threadpool(_authenticated, door, token, handler.work, data, request, seen)
-            seen.append(await run_in_threadpool(door.authenticate, token))
+                return await run_in_threadpool(_authenticated, door, token, file, free, handler.work, data, request,
+                                               seen)
+            seen.append(await run_in_threadpool(door.authenticate, token, file, free))
             async with handler.turns:
                 data = await handler.read(request) if handler.read is not None else None
                 return await run_in_threadpool(handler.work, seen[0], data, request)
@@ -173,7 +179,9 @@ def _endpoint(door: Door, handler: Handler):
             extra = {"expected_lo": e.expected_lo} if isinstance(e, UploadConflict) and e.expected_lo is not None else {}
             if status >= 500:
                 log.warning("%s %s: %s", request.method, request.url.path, redact(e.message))
-            if device is not None and status not in (429, 503):          # (busy: the device asks again)
+            if isinstance(e, OtherFile):          # a stray file: recorded apart, never a run of the subscription
+                await run_in_threadpool(door.refused, e)
+            elif device is not None and status not in (429, 503):          # (busy: the device asks again)
                 await run_in_threadpool(door.failed, device, f"{request.method} {request.url.path}: {status} {e.message}")
             response = problem(status, e.code, redact(e.message), **extra)
             if isinstance(e, ServerBusy):
@@ -195,9 +203,10 @@ def _endpoint(door: Door, handler: Handler):
     return endpoint
 
 
-def _authenticated(door: Door, token: str | None, work: Callable[[Device, Any, Request], Response], data: Any,
-                   request: Request, seen: list[Device]) -> Response:
-    device = door.authenticate(token)
+def _authenticated(door: Door, token: str | None, file: Presented, free: bool,
+                   work: Callable[[Device, Any, Request], Response], data: Any, request: Request,
+                   seen: list[Device]) -> Response:
+    device = door.authenticate(token, file, free)
     seen.append(device)
     return work(device, data, request)
 
@@ -305,10 +314,10 @@ def make_app(door: Door, max_request_mb: float = 64, max_active_requests: int = 
 
     turns = Turns(max_active_requests, queue_s)
     handlers = {
-        "hello": Handler(lambda device, _, r: _reply(door.hello(device))),
+        "hello": Handler(lambda device, _, r: _reply(door.hello(device)), free=True),
         "snapshot": Handler(lambda device, _, r: JSONResponse(door.snapshot(device)[1])),
         "snapshot_file": Handler(snapshot_file),
-        "initialize": Handler(lambda device, _, r: _reply(door.begin(device))),
+        "initialize": Handler(lambda device, _, r: _reply(door.begin(device)), free=True),
         "initialized": Handler(initialized, _json_body),
         "recover": Handler(recover, _json_body),
         "upload": Handler(lambda device, body, r: _reply(door.upload(device, *body)), upload_body, turns),

@@ -32,7 +32,8 @@ from sparksync import __version__, failpoints, locks, storage
 from sparksync.config import PublicationConfig, SubscriptionConfig, Topology
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
-from sparksync.errors import ProtocolError, SnapshotError, SparksyncError, Unauthorized, UploadConflict
+from sparksync.errors import OtherFile, ProtocolError, SnapshotError, SparksyncError, Unauthorized, UploadConflict
+from sparksync.merge.session.remote import holders
 from sparksync.merge.session.remote.downloads import DownloadPlan, plan_download, read_download
 from sparksync.merge.session.remote.feed import Feed
 from sparksync.merge.session.remote.frames import read_changes, write_changes
@@ -67,10 +68,12 @@ QUIET_FOR = 1.0     # seconds a door's rounds may be skipped on an unchanged tra
 
 @dataclass(frozen=True)
 class Device:
-    """An authenticated device: the one subscription its token belongs to."""
+    """An authenticated device: the one subscription its token belongs to, and the file the request says it comes
+    from (``holders.py``)."""
 
     subscription: SubscriptionConfig
     publication: PublicationConfig
+    file: holders.Presented | None = None
 
     @property
     def name(self) -> str:
@@ -130,22 +133,44 @@ class Door:
                 self.half.check(pubcfg)
 
     # -- who ------------------------------------------------------------------------------------
-    def authenticate(self, token: str | None) -> Device:
+    def authenticate(self, token: str | None, file: holders.Presented | None = None, free: bool = False) -> Device:
+        """The device whose token this is; unless the route is ``free`` (``hello``, ``initialize``: they decide the
+        file's standing themselves), the request must come from the file that holds the subscription, at its
+        current epoch (``holders.require``)."""
         with self.publisher() as pub:
             name = tokens.authenticate(pub, token)
-        s = self._devices.get(name)
-        if s is None:                    # a token of a subscription the configuration no longer serves
-            raise Unauthorized("unauthorized")
-        return Device(s, self.topology.publication(s.publication))
+            s = self._devices.get(name)
+            if s is None:                    # a token of a subscription the configuration no longer serves
+                raise Unauthorized("unauthorized")
+            device = Device(s, self.topology.publication(s.publication), file)
+            if file is not None and not free:
+                holders.require(pub, s.name, file)
+        return device
+
+    def refused(self, e: OtherFile) -> None:
+        """A file that does not hold its subscription was refused: recorded as a stray of it (``status`` lists it),
+        never as a run of the subscription (the holder's standing is not the stray's to change)."""
+        try:
+            with self.publisher() as pub:
+                holders.record(pub, e)
+        except SparksyncError as err:                     # the publisher unreachable: the log has both
+            self.report(f"{e.obj}: a refused file could not be recorded ({redact(err.message)})")
 
     def _registration(self, pub: Replica, device: Device) -> tuple[PublicationRow, SubscriptionRow]:
         return self.half.registration(pub, device.publication.name, device.name)
 
     def hello(self, device: Device) -> Hello:
+        """Who the device is at the publisher, and the standing of the file it syncs (``holders.at_hello``: a
+        holder's proposed epoch recorded, a copy or a second file refused)."""
         with self.publisher() as pub:
-            return self._hello(pub, device)
+            if device.file is None:
+                return self._hello(pub, device)
+            with pub.transaction():
+                _, reg = self._registration(pub, device)
+                standing = holders.at_hello(pub, device.name, reg.active, device.file, self.report)
+            return self._hello(pub, device, standing)
 
-    def _hello(self, pub: Replica, device: Device) -> Hello:
+    def _hello(self, pub: Replica, device: Device, standing: str = "holder") -> Hello:
         prow, reg = self._registration(pub, device)
         ident = store.replica_identity(pub)
         assert ident is not None             # a publisher set up (require_metadata at start)
@@ -163,6 +188,7 @@ class Door:
             "recoveries": recoveries(pub, device.name, reg.replnickname),
             "max_request_bytes": self.max_request,
             "validate": validation_due(pub, device.publication, prow.pubid, device.name),  # digests with done
+            "file": standing,
         })
 
     # -- the first sync ---------------------------------------------------------------------------
@@ -199,6 +225,8 @@ class Door:
         belonged to a dropped subscription is given a fresh identity the same way). Returns ``hello``."""
         with self.publisher() as pub, pub.transaction():
             _, reg = self._registration(pub, device)
+            if device.file is not None:       # another file holding it active: refused, unless taken over on purpose
+                holders.begin(pub, device.name, reg.active, device.file, self.report)
             if reg.active or reg.sentgen is not None:
                 nick = store.next_nickname(pub)
                 store.note_nickname(pub, nick)
@@ -217,7 +245,11 @@ class Door:
         ``hello``."""
         with self.publisher() as pub, pub.transaction():
             prow, reg = self._registration(pub, device)
-            recover_file(pub, prow, reg, device.name, nickname, sentgen, recgen, self.report)
+            copy = device.file is not None and device.file.take_over == "recover"
+            if copy:                     # an older copy of the holder's file takes the subscription on purpose
+                holders.take_over(pub, device.name, device.file, self.report)   # type: ignore[arg-type]
+            if not copy or nickname != reg.replnickname or sentgen < int(reg.recgen or 0):
+                recover_file(pub, prow, reg, device.name, nickname, sentgen, recgen, self.report)
             return self._hello(pub, device)
 
     def initialized(self, device: Device, snapshot_id: str, baseline: int, snapshot_generation: int) -> InitializedReply:
@@ -226,6 +258,8 @@ class Door:
         The same request again (its reply lost) changes nothing."""
         with self.publisher() as pub, pub.transaction():
             _, reg = self._registration(pub, device)
+            if device.file is not None:
+                holders.activate(pub, device.name, device.file)
             if reg.active:
                 return InitializedReply(status="active")
             store.update(pub, SubscriptionRow, {

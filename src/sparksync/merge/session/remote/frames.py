@@ -293,9 +293,12 @@ def _json(text: Any, where: str, kind: type) -> Any:
 
 
 def _check_lineage(text: Any, where: str) -> None:
+    """A lineage is an object of replica nickname: number; a number a lineage may not hold (negative, fractional,
+    past ``lineage.MAX_VERSION``) is a claim, refused by the apply as a failed change of that row
+    (``lineage.out_of_range``), never a refusal of the whole upload."""
     value = _json(text, where, dict)
     for k, v in value.items():
-        if not (str(k).isdigit() and isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+        if not (str(k).isdigit() and isinstance(v, int | float) and not isinstance(v, bool)):
             raise ProtocolError(f"{where}: entry {str(k)[:20]!r}: {str(v)[:20]!r} is not nickname: version", obj=where)
 
 

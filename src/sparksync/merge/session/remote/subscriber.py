@@ -84,16 +84,17 @@ class RemotePublisher:
 
 
 # -- the file and its subscription ------------------------------------------------------------------
-def check_binding(device: Replica, url: str, publisher: RemotePublisher) -> None:
-    """The file is this subscription's, or no subscription's yet (``MSweb_device``)."""
+def check_binding(device: Replica, url: str, subscription: str, pubid: str | None = None) -> None:
+    """The file is this subscription's (of publication ``pubid``, when known), or no subscription's yet
+    (``MSweb_device``)."""
     if store.table_set_version(device, WEB) is None:
         return
     rows = store.select_rows(device, "MSweb_device", {"id": 1})
-    if rows and (rows[0]["subscription"] != publisher.subscription or str(rows[0]["pubid"]) != str(publisher.pubid)):
+    if rows and (rows[0]["subscription"] != subscription or pubid is not None and str(rows[0]["pubid"]) != str(pubid)):
         raise ConfigurationError(
             f"{_file_of(url)} belongs to subscription {rows[0]['subscription']} (publication "
             f"{rows[0]['publication']}, synced with {rows[0]['server']}); it cannot sync subscription "
-            f"{publisher.subscription}: use another file", obj=url)
+            f"{subscription}: use another file", obj=url)
 
 
 def _file_of(url: str) -> str:
@@ -116,6 +117,21 @@ def initialized(device: Replica, publisher: RemotePublisher) -> bool:
                             "its changes since then cannot be merged; start a new file: sparksync sync "
                             "--reinitialize", obj=publisher.subscription)
     return mine is not None and publisher.status == "active"
+
+
+def unannounced(device: Replica, publisher: RemotePublisher) -> tuple[int, int] | None:
+    """(baseline, snapshot generation) when the file holds an initialization of the subscription's current
+    registration (its subid and replica nickname) that the publisher has not marked done: the device initialized it
+    and the door was never told. None: the file holds something else (an earlier registration, another nickname)."""
+    if publisher.status == "active":
+        return None
+    mine = store.select_one(device, SubscriptionRow, {"pubid": publisher.pubid, "name": publisher.subscription,
+                                                      "role": Role.SUBSCRIBER})
+    partner = store.select_one(device, SubscriptionRow, {"pubid": publisher.pubid, "role": Role.PUBLISHER})
+    if mine is None or partner is None or str(mine.subid) != str(publisher.subid) or \
+            int(mine.replnickname) != publisher.nickname:
+        return None
+    return int(partner.sentgen or 0), int(partner.recgen or 0)
 
 
 def snapshot_files(manifest: dict[str, Any]) -> list[str]:

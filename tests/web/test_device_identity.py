@@ -1,0 +1,290 @@
+"""A device file has an identity of its own (docs/web-sync.md, "Which file holds a subscription"): a second file of a
+subscription — a typo'd path, a clone of the till's file, a file restored from a backup — is told apart at its first
+request and never changes the standing of the file that holds the subscription; no path reloads a file in place
+while it holds changes the publisher has not acknowledged. ``sparksync serve`` and ``sparksync sync`` as processes,
+on a SQLite and a PostgreSQL publisher; one topology per dialect, the checks in order on it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+
+import httpx
+import pytest
+
+from sparksync import failpoints as fp
+from sparksync.dialects import connect
+from sparksync.metadata import store
+from sparksync.web.protocol import PROTOCOL
+from tests.support.clients import shell
+from tests.support.databases import databases
+from tests.support.web import EXE, Server, WebWorld
+
+pytestmark = pytest.mark.spark
+
+TILLS = ("Till", "Other")
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def world(request, spark, tmp_path_factory):
+    kind = request.param
+    tmp = tmp_path_factory.mktemp(f"identity-{kind}")
+    failpoints = tmp / "failpoints"
+    with databases(tmp, lambda: request.getfixturevalue("pg_admin_url")) as dbs:
+        pub = dbs.url(kind, "idpub")
+        with connect(pub) as r:
+            r.execute('CREATE TABLE "Sale" ("id" integer PRIMARY KEY, "till" text NOT NULL, "qty" integer)')
+            r.executemany(f'INSERT INTO "Sale" VALUES ({r.p}, {r.p}, {r.p})', [(i, "hq", i) for i in range(1, 11)])
+        data = {"publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap")},
+                "publications": [{"name": "Shop", "articles": [{"table": "Sale"}]}],
+                "subscriptions": [{"name": n, "publication": "Shop", "transport": "web"} for n in TILLS]}
+        w = WebWorld(tmp, data, spark)
+        w.failpoints = failpoints
+        w.server = Server(w.config, w.port, tmp / "serve.log", env={"SPARKSYNC_FAILPOINTS": str(failpoints)})
+        w.server.start()
+        try:
+            for n in TILLS:
+                _ok(w.sync(n))
+            yield w
+        finally:
+            w.server.stop()
+            log = (tmp / "serve.log").read_text(encoding="utf-8", errors="replace")
+            assert "Traceback" not in log, log[-3000:]
+            assert not any(t.split("_")[-1] in log for t in w.tokens.values()), "a token appears in the server's log"
+
+
+def _ok(p: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert p.returncode == 0, f"exit {p.returncode}: {p.stdout}\n{p.stderr}"
+    assert "Traceback" not in p.stderr + p.stdout
+    return p
+
+
+def _refused(p: subprocess.CompletedProcess, *said: str) -> str:
+    text = p.stdout + p.stderr
+    assert p.returncode != 0 and "Traceback" not in text, text
+    assert "does not hold the subscription" in text, text
+    for s in said:
+        assert s in text, text
+    return text
+
+
+def _sales(url: str) -> dict[int, tuple]:
+    with connect(url) as r:
+        return {row[0]: tuple(row) for row in r.query('SELECT "id", "till", "qty" FROM "Sale" ORDER BY "id"')}
+
+
+def _sell(w, path, key: int, till: str = "till") -> None:
+    shell(f"sqlite:///{path}", f"INSERT INTO Sale (id, till, qty) VALUES ({key}, '{till}', 1);\n")
+
+
+def _status(w) -> tuple[int, dict]:
+    p = subprocess.run([EXE, "status", "-c", str(w.config), "--json"], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p.returncode, json.loads(p.stdout)
+
+
+def _entry(w, name: str) -> dict:
+    return next(s for s in _status(w)[1]["subscriptions"] if s["name"] == name)
+
+
+def _outbox(path) -> dict[int, str]:
+    """The sales' fates in a device file's outbox (``sparksync outbox --json``)."""
+    p = subprocess.run([EXE, "outbox", "--database", str(path), "--json"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    return {int(json.loads(c["key"])["id"]) if isinstance(c["key"], str) else int(c["key"]["id"]): c["state"]
+            for c in json.loads(p.stdout)} if p.stdout.strip() else {}
+
+
+def _copy(src, dst) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        if (src.parent / (src.name + suffix)).exists():
+            shutil.copyfile(src.parent / (src.name + suffix), dst.parent / (dst.name + suffix))
+
+
+def _runs(w, name: str) -> list[str]:
+    with connect(w.pub_url) as pub:
+        return [r["status"] for r in store.select_rows(pub, "MSmerge_sessions", {"subscription": name})]
+
+
+def test_a_second_file_synced_as_the_till_is_refused_and_the_tills_unsent_sale_arrives(world, tmp_path):
+    """Finding 1: a typo'd path (or a second till given the same token) synced as Till, its first sync cut while
+    initializing, made the real file's next sync reload it in place: its unsent sale gone. Now the second file is
+    refused at its first request, nothing changes at the door, and the real file's sale arrives."""
+    w = world
+    _sell(w, w.device("Till"), 101)
+    runs = len(_runs(w, "Till"))
+    typo = tmp_path / "tll.db"
+    fp.arm(str(w.failpoints), "device.snapshot_downloaded Till !kill")     # were it to initialize, it would be cut there
+    text = _refused(w.sync("Till", database=typo, env={"SPARKSYNC_FAILPOINTS": str(w.failpoints)}),
+                    "a new file", "--reinitialize")
+    w.failpoints.write_text("")
+    assert "tll.db" in text
+    assert len(_runs(w, "Till")) == runs, "the refused file's sync was recorded as a run of the subscription"
+    entry = _entry(w, "Till")
+    assert entry["status"] == "active" and [f["described"] for f in entry["other_files"]] == \
+        [f"{__import__('socket').gethostname()}:{typo}"], entry
+    assert any("a file that does not hold it tried to sync" in p for p in _status(w)[1]["problems"])
+    p = _ok(w.sync("Till"))
+    assert "validation" not in p.stderr or "failed" not in p.stderr
+    assert 101 in _sales(w.pub_url)
+    assert _outbox(w.device("Till"))[101] == "applied"
+    assert not list(w.folder.glob("till.db.replaced-*"))
+
+
+def test_a_cloned_till_is_refused_at_its_first_sync_and_the_original_keeps_syncing(world, tmp_path):
+    """Finding 2: two copies of one till's file. The copy that syncs second presents an older epoch: refused by name,
+    nothing applied, its sale kept in it (its outbox does not say applied); the original keeps its standing."""
+    w = world
+    clone = tmp_path / "clone.db"
+    _copy(w.device("Till"), clone)
+    _sell(w, w.device("Till"), 201)
+    _sell(w, clone, 202, "clone")
+    _ok(w.sync("Till"))
+    _refused(w.sync("Till", database=clone), "a copy", "--recover")
+    assert 201 in _sales(w.pub_url) and 202 not in _sales(w.pub_url)
+    assert _outbox(clone).get(202) != "applied"
+    _sell(w, w.device("Till"), 203)
+    _ok(w.sync("Till"))
+    assert 203 in _sales(w.pub_url) and _entry(w, "Till")["status"] == "active"
+
+
+def test_two_clones_syncing_at_the_same_moment_one_is_refused_and_nothing_is_skipped(world, tmp_path):
+    """Finding 2, at once: both copies sync together with the one token. One is served, the other refused at its
+    first request (the door serializes them); neither skips a generation; the refused copy's sale is not at HQ and its
+    outbox does not say applied."""
+    w = world
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    _ok(w.sync("Other"))
+    _copy(w.device("Other"), a)
+    _copy(w.device("Other"), b)
+    _sell(w, a, 301, "a")
+    _sell(w, b, 302, "b")
+    out: dict[str, subprocess.CompletedProcess] = {}
+    go = threading.Barrier(2)
+
+    def run(name, path):
+        go.wait()
+        out[name] = w.sync("Other", database=path)
+
+    threads = [threading.Thread(target=run, args=(n, p)) for n, p in (("a", a), ("b", b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    served = [n for n, p in out.items() if p.returncode == 0]
+    assert len(served) == 1, {n: p.stderr for n, p in out.items()}
+    loser = "b" if served == ["a"] else "a"
+    _refused(out[loser])
+    sales = _sales(w.pub_url)
+    won, lost = (301, 302) if served == ["a"] else (302, 301)
+    assert won in sales and lost not in sales
+    assert _outbox(a if loser == "a" else b).get(lost) != "applied"
+    again = (a if served == ["a"] else b)
+    _sell(w, again, 303)
+    _ok(w.sync("Other", database=again))
+    assert 303 in _sales(w.pub_url)
+
+
+def test_a_file_restored_from_a_backup_takes_the_subscription_with_recover(world, tmp_path):
+    """The way out the refusal names for a restored file whose newer file is gone: ``--recover`` makes it the holder,
+    its changes since the copy uploaded; the newer file is refused from then on."""
+    w = world
+    backup = tmp_path / "till-backup.db"
+    _copy(w.device("Till"), backup)
+    _sell(w, w.device("Till"), 401)
+    _ok(w.sync("Till"))
+    newer = tmp_path / "till-newer.db"
+    _copy(w.device("Till"), newer)
+    _copy(backup, w.device("Till"))
+    _sell(w, w.device("Till"), 402)
+    _refused(w.sync("Till"), "a copy")
+    p = _ok(w.sync("Till", "--recover"))
+    assert "takes the subscription over" in p.stdout + p.stderr
+    sales = _sales(w.pub_url)
+    assert 401 in sales and 402 in sales
+    assert set(_sales(w.device_url("Till"))) == set(sales)           # what it lacked came back
+    _refused(w.sync("Till", database=newer))
+    _sell(w, w.device("Till"), 403)
+    _ok(w.sync("Till"))
+    assert 403 in _sales(w.pub_url)
+
+
+def test_a_new_file_takes_the_subscription_over_only_with_reinitialize(world, tmp_path):
+    """A device that lost its file starts a new one on purpose (``--reinitialize``, nothing to set aside); the old
+    file, if it comes back, is refused by name and changes nothing."""
+    w = world
+    old = tmp_path / "old-other.db"
+    _copy(w.device("Other"), old)
+    for f in w.folder.glob("other.db*"):
+        f.unlink()
+    _refused(w.sync("Other"), "a new file")
+    p = _ok(w.sync("Other", "--reinitialize"))
+    assert "set aside" not in p.stdout + p.stderr
+    assert set(_sales(w.device_url("Other"))) == set(_sales(w.pub_url))
+    _sell(w, old, 501)
+    _refused(w.sync("Other", database=old), "another file holds")
+    assert 501 not in _sales(w.pub_url)
+    _ok(w.sync("Other"))
+
+
+def test_a_file_whose_initialization_the_door_never_heard_end_keeps_what_was_written_to_it(world, tmp_path):
+    """Finding 1's mechanism, closed at the device: a file whose initialization committed here while the door was
+    never told (a kill), then written to by its application, was loaded again in place. Now it tells the door again
+    and its sale arrives; nothing is reloaded or set aside."""
+    w = world
+    fp.arm(str(w.failpoints), "device.initialized Other !kill")
+    p = w.sync("Other", "--reinitialize", env={"SPARKSYNC_FAILPOINTS": str(w.failpoints)})
+    w.failpoints.write_text("")
+    assert p.returncode == -9, p.stdout
+    _sell(w, w.device("Other"), 601)
+    aside = set(w.folder.glob("other.db.replaced-*"))
+    p = _ok(w.sync("Other"))
+    assert "told again" in p.stdout + p.stderr and "set aside" not in p.stdout + p.stderr, p.stdout
+    assert 601 in _sales(w.pub_url) and _outbox(w.device("Other"))[601] == "applied"
+    assert set(w.folder.glob("other.db.replaced-*")) == aside
+
+
+def test_a_file_of_an_earlier_registration_is_set_aside_never_reloaded_in_place(world):
+    """The subscription registered again at the publisher (its old registration gone): the file holds data the
+    publisher no longer counts on, its sale among it. It is set aside whole, said so, a new file is initialized, and
+    the new file's outbox names where the old one went."""
+    w = world
+    _sell(w, w.device("Other"), 701)
+    with connect(w.pub_url) as pub, pub.transaction():          # as 'setup' registers a subscription anew
+        nick = store.next_nickname(pub)
+        store.note_nickname(pub, nick)
+        store.update_rows(pub, "sysmergesubscriptions", {"subid": store.new_guid(), "replica_id": store.new_guid(),
+                                                         "replnickname": nick, "status": 0, "sentgen": None,
+                                                         "recgen": None}, {"name": "Other"})
+    p = _ok(w.sync("Other"))
+    aside = [f for f in w.folder.glob("other.db.replaced-*") if not f.name.endswith(("-wal", "-shm"))]
+    assert "set aside as" in p.stdout + p.stderr, p.stdout
+    assert any(701 in _sales(f"sqlite:///{f}") for f in aside)
+    assert 701 not in _sales(w.device_url("Other")) and set(_sales(w.device_url("Other"))) == set(_sales(w.pub_url))
+    o = subprocess.run([EXE, "outbox", "--database", str(w.device("Other"))], capture_output=True, text=True)
+    assert "other.db.replaced-" in o.stdout, o.stdout + o.stderr
+
+
+def test_a_request_that_does_not_say_its_file_or_lies_about_it_is_refused(world):
+    """A client that lies about itself: no file identity is a 400; another file's identity with the token is refused
+    at the first request and changes nothing; a request of the holder's file with a stale epoch too."""
+    w = world
+    with connect(w.pub_url) as pub:
+        holder = store.select_rows(pub, "MSweb_holders", {"subscription": "Till"})[0]
+    base = {"Authorization": f"Bearer {w.tokens['Till']}", "Sparksync-Protocol": str(PROTOCOL)}
+    with httpx.Client(base_url=w.server.url, timeout=30) as c:
+        r = c.get("/v1/sync/hello", headers=base)
+        assert r.status_code == 400 and "Sparksync-File" in r.json()["detail"], r.text
+        r = c.get("/v1/sync/hello", headers={**base, "Sparksync-File": "not-a-guid"})
+        assert r.status_code == 400
+        forged = {**base, "Sparksync-File": holder["file_id"], "Sparksync-Epoch": "0" * 8 + "-0000-0000-0000-" + "0" * 12}
+        r = c.post("/v1/sync/done", headers=forged, json={"seconds": 1})
+        assert r.status_code == 409 and r.json()["title"] == "other_file", r.text
+        r = c.get("/v1/sync/hello", headers={**forged, "Sparksync-Bound": "1"})
+        assert r.status_code == 409
+    with connect(w.pub_url) as pub:
+        assert store.select_rows(pub, "MSweb_holders", {"subscription": "Till"})[0] == holder
+    _ok(w.sync("Till"))
