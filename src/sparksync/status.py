@@ -312,7 +312,7 @@ def _validation(pub: Replica, pubid: str, entry: dict[str, Any], way_out: str) -
     entry["validation"] = newest.to_dict()
     conclusive = newest if newest.result != validations.INCONCLUSIVE else validations.last(pub, pubid, entry["name"], True)
     entry["diverged"] = conclusive is not None and conclusive.result == validations.FAILED
-    if not entry["diverged"]:
+    if conclusive is None or not entry["diverged"]:
         return
     said = f"its validation of {iso(conclusive.validated_at)} ({conclusive.how}) failed: {conclusive.message}; {way_out}"
     if entry.get("status") == "active":

@@ -242,7 +242,7 @@ def test_an_upload_made_under_an_older_schema_is_mapped_at_the_door(world):
     import httpx
 
     from sparksync.web.protocol import PROTOCOL
-    from tests.support.web import upload_body
+    from tests.support.web import file_headers, upload_body
 
     with connect(world.urls["Van"]) as d:
         version = store.select_rows(d, "sysmergepublications", {"name": "Sales"})[0]["schema_version"]
@@ -252,7 +252,8 @@ def test_an_upload_made_under_an_older_schema_is_mapped_at_the_door(world):
     api.schema_change(world.topology, "Sales", "Item", add_column="extra integer")
     with connect(world.pub_url) as r:
         r.execute('UPDATE "Item" SET "extra" = 9 WHERE "id" = 9')
-    headers = {"Sparksync-Protocol": str(PROTOCOL), "Authorization": f"Bearer {world.tokens['Van']}"}
+    headers = {"Sparksync-Protocol": str(PROTOCOL), "Authorization": f"Bearer {world.tokens['Van']}",
+               **file_headers(world, "Van")}
     with httpx.Client(base_url=world.server.url, headers=headers, timeout=60) as c:
         forged = c.put(f"/v1/sync/uploads/{lo}-{hi}", content=upload_body(world, "Van", {"schema_version": 999})[2])
         assert forged.status_code == 400 and "schema version 999" in forged.json()["detail"], forged.text

@@ -3,12 +3,14 @@ devices' SQLite files written through the sqlite3 shell, a publisher set up with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -115,6 +117,39 @@ class WebWorld:
         return subprocess.run([EXE, "sync", "--server", self.server.url, "--subscription", name,
                                "--database", str(database or self.device(name)), *args],
                               capture_output=True, text=True, env=full, timeout=timeout)
+
+
+@contextlib.contextmanager
+def serving(w: WebWorld) -> Iterator[WebWorld]:
+    """``w``'s server started; stopped at the end, its log checked: no traceback, no token's secret."""
+    w.server.start()
+    try:
+        yield w
+    finally:
+        w.server.stop()
+        log = w.server.log.read_text(encoding="utf-8", errors="replace")
+        assert "Traceback" not in log, log[-3000:]
+        assert not any(t.split("_")[-1] in log for t in w.tokens.values()), "a token appears in the server's log"
+
+
+def file_headers(world: WebWorld, name: str) -> dict[str, str]:
+    """What device ``name``'s file says of itself with each request of a sync (its identity and current epoch):
+    a test's request made by hand comes from the file that holds the subscription."""
+    from sparksync.metadata import store
+
+    path = world.device(name)
+    if not path.exists():
+        return {}
+    with connect(world.device_url(name)) as dev:
+        if store.table_set_version(dev, store.WEB) is None:
+            return {}
+        rows = store.select_rows(dev, "MSweb_file", {"id": 1})
+    if not rows:
+        return {}
+    out = {"Sparksync-File": str(rows[0]["file_id"])}
+    if rows[0]["epoch"]:
+        out["Sparksync-Epoch"] = str(rows[0]["epoch"])
+    return out
 
 
 def upload_body(world: WebWorld, name: str, metadata: dict | None = None) -> tuple[int, int, bytes]:

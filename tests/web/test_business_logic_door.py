@@ -12,7 +12,7 @@ from sparksync.dialects import connect
 from sparksync.metadata import store
 from tests.support import handlers
 from tests.support.databases import databases
-from tests.support.web import WebWorld
+from tests.support.web import WebWorld, file_headers
 
 pytestmark = pytest.mark.spark
 
@@ -107,7 +107,8 @@ def test_a_device_cannot_pass_its_delete_off_as_the_agents_compensating_one(door
     forged = rows.set_column(rows.schema.get_field_index("colv"), "colv", pa.array(
         [COMPENSATING_COLV if op == "delete" else c for op, c in zip(ops, rows.column("colv").to_pylist())],
         rows.schema.field("colv").type))
-    headers = {"Sparksync-Protocol": str(PROTOCOL), "Authorization": f"Bearer {door.tokens['Van']}"}
+    headers = {"Sparksync-Protocol": str(PROTOCOL), "Authorization": f"Bearer {door.tokens['Van']}",
+               **file_headers(door, "Van")}
     with httpx.Client(base_url=door.server.url, headers=headers, timeout=60) as c:
         r = c.put(f"/v1/sync/uploads/{lo}-{hi}", content=write_changes(forged))
     assert r.status_code == 200, r.text

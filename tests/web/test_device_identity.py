@@ -21,7 +21,7 @@ from sparksync.metadata import store
 from sparksync.web.protocol import PROTOCOL
 from tests.support.clients import shell
 from tests.support.databases import databases
-from tests.support.web import EXE, Server, WebWorld
+from tests.support.web import EXE, Server, WebWorld, serving
 
 pytestmark = pytest.mark.spark
 
@@ -44,16 +44,10 @@ def world(request, spark, tmp_path_factory):
         w = WebWorld(tmp, data, spark)
         w.failpoints = failpoints
         w.server = Server(w.config, w.port, tmp / "serve.log", env={"SPARKSYNC_FAILPOINTS": str(failpoints)})
-        w.server.start()
-        try:
+        with serving(w):
             for n in TILLS:
                 _ok(w.sync(n))
             yield w
-        finally:
-            w.server.stop()
-            log = (tmp / "serve.log").read_text(encoding="utf-8", errors="replace")
-            assert "Traceback" not in log, log[-3000:]
-            assert not any(t.split("_")[-1] in log for t in w.tokens.values()), "a token appears in the server's log"
 
 
 def _ok(p: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

@@ -31,6 +31,7 @@ from tests.support.web import (
     assert_zones_converged,
     create_drops,
     drop_rows,
+    file_headers,
     free_port,
     sync_all,
     wire_frames,
@@ -143,7 +144,7 @@ def server_config(server: Server) -> dict:
 
 def _download(server: Server, w: Doors, name: str, after: int) -> bytes:
     r = httpx.post(f"{server.url}/v1/sync/download", json={"after": after, "batch": 100},
-                   headers={"Authorization": f"Bearer {w.tokens[name]}"}, timeout=30)
+                   headers={"Authorization": f"Bearer {w.tokens[name]}", **file_headers(w, name)}, timeout=30)
     assert r.status_code == 200, r.text
     return r.content
 
@@ -193,7 +194,7 @@ def test_a_round_is_written_by_one_door_and_either_serves_it_byte_for_byte(doors
 def test_the_snapshot_is_in_the_object_store_and_either_door_serves_a_file_from_where_a_download_stopped(
         doors, store_server):
     assert not (doors.folder / "snap").exists(), "a snapshot was written on the local disk"
-    auth = {"Authorization": f"Bearer {doors.tokens['Van1']}"}
+    auth = {"Authorization": f"Bearer {doors.tokens['Van1']}", **file_headers(doors, "Van1")}
     manifest = httpx.get(f"{doors.a.url}/v1/sync/snapshot", headers=auth, timeout=30).json()
     snap = s3_folder(store_server[0], "shared", f"snap/Routes/{manifest['snapshot_id']}")
     partitions = snap.listing("devices")[1]

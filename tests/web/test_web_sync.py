@@ -31,7 +31,7 @@ from sparksync.web.protocol import PROTOCOL
 from tests.support.clients import shell
 from tests.support.databases import databases
 from tests.support.upgrade import downgrade
-from tests.support.web import WebWorld, upload_body, wire_frames
+from tests.support.web import WebWorld, file_headers, upload_body, wire_frames
 
 pytestmark = pytest.mark.spark
 
@@ -399,8 +399,11 @@ def test_a_direct_subscriber_and_the_devices_converge(world, spark):
 
 # -- the door refuses ---------------------------------------------------------------------------------
 def _client(world, token: str | None) -> httpx.Client:
+    """A client sending as the device whose token this is (from the file that holds its subscription)."""
     headers = {"Sparksync-Protocol": str(PROTOCOL)} | ({"Authorization": f"Bearer {token}"} if token else {})
-    return httpx.Client(base_url=world.server.url, headers=headers, timeout=30)
+    name = next((n for n, t in world.tokens.items() if t == token), None)
+    return httpx.Client(base_url=world.server.url, headers=headers | (file_headers(world, name) if name else {}),
+                        timeout=30)
 
 
 def _state(world) -> tuple:

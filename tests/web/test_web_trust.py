@@ -35,7 +35,7 @@ from sparksync.web.device.sync import DeviceOptions, sync
 from sparksync.web.protocol import PROTOCOL
 from tests.support.clients import shell
 from tests.support.databases import databases
-from tests.support.web import EXE, Server, WebWorld, upload_body
+from tests.support.web import EXE, Server, WebWorld, file_headers, serving, upload_body
 
 pytestmark = pytest.mark.spark
 
@@ -77,16 +77,10 @@ def world(request, spark, tmp_path_factory):
         w = WebWorld(tmp, data, spark)
         w.kind = kind
         w.server = Server(w.config, w.port, tmp / "serve.log", env={"SPARKSYNC_FAILPOINTS": FAILPOINTS})
-        w.server.start()
-        try:
+        with serving(w):
             for name in REGIONS:
                 _ok(w.sync(name))
             yield w
-        finally:
-            w.server.stop()
-            log = (tmp / "serve.log").read_text(encoding="utf-8", errors="replace")
-            assert "Traceback" not in log, log[-3000:]
-            assert not any(t.split("_")[-1] in log for t in w.tokens.values()), "a token appears in the server's log"
 
 
 def _ok(p: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -287,7 +281,8 @@ def test_a_recovery_cut_between_its_two_steps_is_finished_by_the_next_sync(world
 
 # -- every request bounded ----------------------------------------------------------------------------------
 def _client(w, name: str | None = None, **headers) -> httpx.Client:
-    auth = {"Authorization": f"Bearer {w.tokens[name]}"} if name else {}
+    """A client sending as device ``name`` (from the file that holds its subscription)."""
+    auth = {"Authorization": f"Bearer {w.tokens[name]}", **file_headers(w, name)} if name else {}
     return httpx.Client(base_url=w.server.url, timeout=60,
                         headers={"Sparksync-Protocol": str(PROTOCOL), **auth, **headers})
 

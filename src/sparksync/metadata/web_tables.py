@@ -59,7 +59,7 @@ WEB = TableSet("web synchronization", 5, WEB_VERSION, (
         "MSweb_strays",
         "At the publisher: device files that presented a web subscription they do not hold (a copy of the holder "
         "made before its last sync, a second file synced with the same token, a file replaced by a newer one), "
-        "refused at their first request and listed by status until the operator forgets them.",
+        "refused at their first request and listed by status.",
         (C("subscription", TEXT, False), C("file_id", TEXT, False), C("reason", TEXT, False),
          C("described", TEXT, True, "where the file says it lives"),
          C("unsent", INT, True, "the changes it said it holds that the publisher has not acknowledged"),

@@ -57,7 +57,6 @@ from sparksync.errors import (
     UploadConflict,
 )
 from sparksync.merge.session.remote.frames import MEDIA_ARROW
-from sparksync.merge.session.remote.holders import Presented
 from sparksync.redaction import redact
 from sparksync.web import listener
 from sparksync.web.protocol import (
@@ -161,13 +160,13 @@ def _endpoint(door: Door, handler: Handler):
                 return problem(426, "client too old", f"this server (sparksync {__version__}) speaks protocol "
                                f"{PROTOCOL}; the client speaks {sent[:10]!r}: upgrade sparksync on the device")
             token = listener.bearer(request.headers.get("authorization", ""))
-            file = Presented.of_headers(request.headers)
-            free = handler.free or (request.url.path == ROUTES["recover"].path and file.take_over == "recover")
+            free = handler.free or (request.url.path == ROUTES["recover"].path and
+                                    request.headers.get("Sparksync-Take-Over") == "recover")
             if handler.turns is None:
                 data = await handler.read(request) if handler.read is not None else None
-                return await run_in_threadpool(_authenticated, door, token, file, free, handler.work, data, request,
-                                               seen)
-            seen.append(await run_in_threadpool(door.authenticate, token, file, free))
+                return await run_in_threadpool(_authenticated, door, token, request.headers, free, handler.work, data,
+                                               request, seen)
+            seen.append(await run_in_threadpool(door.authenticate, token, request.headers, free))
             async with handler.turns:
                 data = await handler.read(request) if handler.read is not None else None
                 return await run_in_threadpool(handler.work, seen[0], data, request)
@@ -203,10 +202,10 @@ def _endpoint(door: Door, handler: Handler):
     return endpoint
 
 
-def _authenticated(door: Door, token: str | None, file: Presented, free: bool,
+def _authenticated(door: Door, token: str | None, headers: Any, free: bool,
                    work: Callable[[Device, Any, Request], Response], data: Any, request: Request,
                    seen: list[Device]) -> Response:
-    device = door.authenticate(token, file, free)
+    device = door.authenticate(token, headers, free)
     seen.append(device)
     return work(device, data, request)
 

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from sparksync import __version__, failpoints, locks, storage
 from sparksync.config import PublicationConfig, SubscriptionConfig, Topology
@@ -133,8 +134,9 @@ class Door:
                 self.half.check(pubcfg)
 
     # -- who ------------------------------------------------------------------------------------
-    def authenticate(self, token: str | None, file: holders.Presented | None = None, free: bool = False) -> Device:
-        """The device whose token this is; unless the route is ``free`` (``hello``, ``initialize``: they decide the
+    def authenticate(self, token: str | None, headers: Any = None, free: bool = False) -> Device:
+        """The device whose token this is, and the file its request says it comes from (``headers``: the request's,
+        read once the token is checked); unless the route is ``free`` (``hello``, ``initialize``: they decide the
         file's standing themselves), the request must come from the file that holds the subscription, at its
         current epoch (``holders.require``)."""
         with self.publisher() as pub:
@@ -142,6 +144,7 @@ class Door:
             s = self._devices.get(name)
             if s is None:                    # a token of a subscription the configuration no longer serves
                 raise Unauthorized("unauthorized")
+            file = holders.Presented.of_headers(headers) if headers is not None else None
             device = Device(s, self.topology.publication(s.publication), file)
             if file is not None and not free:
                 holders.require(pub, s.name, file)

@@ -15,8 +15,7 @@ sync carries it. So:
 * two syncs of one subscription never change anything at the door at once: a request whose epoch is no longer
   the holder's (a newer sync began) is refused (``require``).
 
-Each refused file is recorded (``MSweb_strays``): ``status`` lists it, and names it a problem while it says it
-holds changes the publisher has not acknowledged.
+Each refused file is recorded (``MSweb_strays``): ``status`` lists it and names it a problem.
 """
 
 from __future__ import annotations
@@ -245,12 +244,3 @@ def strays(pub: Replica, subscription: str) -> list[dict[str, Any]]:
         return []
     rows = store.select_rows(pub, STRAYS, {"subscription": subscription})
     return sorted(rows, key=lambda r: str(r["last_seen"]), reverse=True)
-
-
-def forget_strays(pub: Replica, before: dt.datetime) -> int:
-    """Strays not seen since ``before`` forgotten (the metadata cleanup, after the retention); how many."""
-    t = pub.meta(STRAYS)
-    n = int(pub.scalar(f"SELECT count(*) FROM {t} WHERE last_seen < {pub.p}", [before]) or 0)
-    if n:
-        pub.execute(f"DELETE FROM {t} WHERE last_seen < {pub.p}", [before])
-    return n
