@@ -99,9 +99,8 @@ def at_hello(pub: Replica, subscription: str, active: bool, f: Presented, report
     """The file's standing at a sync's ``hello``, in the caller's transaction: ``holder`` (its proposed epoch
     recorded), ``other`` (another file holds the subscription; this one is new: it may take it over only on
     purpose), ``free`` (no file holds it active: this one may initialize it, or tell the door again that it did),
-    ``copy`` (an older copy of the holder that
-    asked to ``recover``). A file that held the subscription's data and is not its holder is refused here
-    (``OtherFile``), recorded as a stray."""
+    ``copy`` (an older copy of the holder that asked to ``recover``). A file that held the subscription's data and
+    is not its holder is refused here (``OtherFile``), recorded as a stray."""
     h = holder(pub, subscription, lock=True)
     now = store.utcnow()
     if h is None:
