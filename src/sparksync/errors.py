@@ -279,6 +279,13 @@ class ProtocolError(Terminal, SparksyncError):
     code = "protocol"
 
 
+class RequestTooSlow(ProtocolError):
+    """A request body that arrived slower than the server's minimum rate (``[server] min_body_rate_kb``): cut
+    (408), nothing changed."""
+
+    code = "request_too_slow"
+
+
 class RequestTooLarge(ProtocolError):
     """A request that is, or says it unpacks to, more than the server takes (``[server] max_request_mb``):
     refused before it is read or unpacked, nothing changed."""

@@ -40,6 +40,7 @@ from sparksync.metadata.records import (
     Role,
     SubscriptionRow,
 )
+from sparksync.metadata.schema import WEB
 from sparksync.progress import Reporter, silent
 from sparksync.snapshot.load import InitResult, initialize_in_parallel
 from sparksync.snapshot.manifest import current_snapshot
@@ -454,6 +455,9 @@ def drop_registration(pub, pubid: str, registered: SubscriptionRow) -> None:
     store.delete(pub, SubscriptionRow, {"pubid": pubid, "name": registered.name})
     if not store.select(pub, SubscriptionRow, {"replnickname": nick}):
         store.delete(pub, FailedChangeRow, {"source_nickname": nick})
+    if store.table_set_version(pub, WEB) is not None:      # a web device's uploads and recoveries were of that replica
+        for table in ("MSweb_uploads", "MSweb_recoveries"):
+            store.delete_rows(pub, table, {"subscription": registered.name})
 
 
 def _report_init(init, report: Reporter) -> None:

@@ -7,7 +7,9 @@ asked for (``discard``) when there are any, or when they cannot be counted. Then
 the publisher is dropped (its replica nickname is never given again) and ``setup`` initializes it
 as a new replica: its old tracking and metadata go, its tables are loaded from the snapshot, and the
 next merge brings it the changes since. A transactional subscription: its registration at the
-distributor goes and ``setup`` snapshots and initializes it again.
+distributor goes and ``setup`` snapshots and initializes it again. A web device's subscription: registered anew
+(``--yes``: the publisher cannot reach its file to upload from it); at its next sync the device sets its file aside,
+kept whole, and initializes a new one.
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ def _reinitialize(topology: Topology, spark_factory, subscription: str, upload_f
     s = topology.subscription(subscription)
     if topology.publication(s.publication).kind != "merge":
         return _reinitialize_transactional(topology, spark_factory, s, upload_first, report)
+    if s.transport == "web" and upload_first:
+        raise ConfigurationError(f"subscription {subscription} is a web device's: the publisher cannot reach its file "
+                                 "to upload from it; on the device, 'sparksync sync --reinitialize --upload-first' "
+                                 "uploads its changes and starts a new file", obj=subscription)
     with connect(topology.publisher_url, topology.publisher.name) as pub:
         store.require_metadata(pub)
         prow = store.select_one(pub, PublicationRow, {"name": s.publication})
@@ -79,6 +85,13 @@ def _reinitialize(topology: Topology, spark_factory, subscription: str, upload_f
                 raise ReinitFailed(f"subscription {subscription}: uploading its changes failed ({errors}); nothing "
                                    "was reinitialized (without --upload-first its changes are discarded)",
                                    obj=subscription)
+        elif s.transport == "web":
+            if not discard:
+                raise PendingChanges(f"subscription {subscription} is a web device's: its file may hold changes the "
+                                     "publisher has not received. --yes registers it anew: at its next sync the device "
+                                     "sets its file aside (kept whole, its changes in it) and initializes a new one; "
+                                     "or, on the device, 'sparksync sync --reinitialize --upload-first'",
+                                     obj=subscription)
         else:
             entry: dict = next((e for e in gather_status(topology)["subscriptions"] if e["name"] == subscription), {})
             pending = entry.get("pending_upload")
@@ -91,6 +104,11 @@ def _reinitialize(topology: Topology, spark_factory, subscription: str, upload_f
         with connect(topology.publisher_url, topology.publisher.name) as pub, pub.transaction():
             drop_registration(pub, pubid, registered)
         report(f"subscription {subscription}: registration dropped at the publisher; initializing it again")
+    if s.transport == "web":        # its database is on the device: registered anew, initialized by the device
+        done = setup(topology, spark_factory, report)
+        report(f"subscription {subscription}: registered anew; at its next sync the device sets its file aside (kept "
+               "whole) and initializes a new one from the snapshot")
+        return done
     _set_aside_if_damaged(topology, s, report)
     done = setup(topology, spark_factory, report)
     _catch_up(topology, spark_factory, subscription, done, report)

@@ -23,6 +23,14 @@ class ServerConfig(_Model):
                                      "Retry-After (the device waits and asks again)")
     request_queue_s: float = Field(default=5, ge=0, le=300, description="how long an upload or download waits for its "
                                    "turn before a 429")
+    max_requests_per_device: int | None = Field(default=None, ge=1, le=1024, description="uploads and downloads one "
+                                                "subscription's token may have at once, waiting ones included (more get "
+                                                "429 at once): one device never holds the door; default a quarter of "
+                                                "max_active_requests, at least 1")
+    min_body_rate_kb: float = Field(default=1, ge=0, le=1 << 20, description="a request body that arrives slower than "
+                                    "this many KB/s, once body_grace_s have passed, is cut with 408 (0: never)")
+    body_grace_s: float = Field(default=10, ge=0, le=3600, description="seconds a request body may take before "
+                                "min_body_rate_kb applies")
     feed_dir: str = Field(default="feed", description="where serve writes the partition feed's segments (relative "
                           "to the config file; shared storage when Spark runs on a cluster)")
     round_ahead_s: float = Field(default=0.5, ge=0, le=3600, description="serve looks this often for changes to "
@@ -34,6 +42,11 @@ class ServerConfig(_Model):
                                 "agent runs in flight before it cuts them off (their transactions roll back)")
     tracer_interval_s: float = Field(default=300, ge=0, description="serve posts a tracer token to each "
                                      "scheduled transactional publication this often (0: never)")
+
+    @property
+    def per_device(self) -> int:
+        """Uploads and downloads one device may have at once (``max_requests_per_device``)."""
+        return self.max_requests_per_device or max(1, self.max_active_requests // 4)
 
     @field_validator("listen", "monitor")
     @classmethod

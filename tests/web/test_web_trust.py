@@ -66,7 +66,7 @@ def world(request, spark, tmp_path_factory):
         _publisher(pub)
         data = {
             "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap")},
-            "server": {"max_request_mb": 1, "max_active_requests": 2, "request_queue_s": 0.5},
+            "server": {"max_request_mb": 1, "max_active_requests": 2, "request_queue_s": 0.5, "body_grace_s": 3},
             "publications": [{"name": "Shop", "validate_schedule": "every 2s", "articles": [
                 {"table": "Item"}, {"table": "Store", "filter": "region = HOST_NAME()"},
                 {"table": "Sale", "join_filters": [{"parent": "Store", "clause": "Sale.store_id = Store.id",
@@ -410,6 +410,40 @@ def test_more_uploads_and_downloads_than_the_door_works_on_at_once_get_429_with_
             t.join()
     assert results == {"TillS": 200, "Copy": 200}
     _ok(world.sync("Rogue"))
+
+
+def test_one_tokens_trickling_bodies_hold_at_most_its_share_and_are_cut_while_another_device_syncs(world):
+    """Finding 5: connections with one till's token, each trickling an upload body at 10 bytes every 2 s, were never
+    cut, and a till of another partition got 429 six times. Now the token holds at most its share of the door's turns
+    (one here: the others get 429 at once), a body slower than min_body_rate_kb is cut with 408 after body_grace_s,
+    and a device of another partition syncs meanwhile."""
+    import socket
+
+    head = "".join(f"{k}: {v}\r\n" for k, v in {"Host": "door", "Sparksync-Protocol": str(PROTOCOL), "Content-Length":
+                   "1000", "Authorization": f"Bearer {world.tokens['TillN']}", **file_headers(world, "TillN")}.items())
+    said: list[int | str] = []
+
+    def trickle() -> None:
+        with socket.create_connection(("127.0.0.1", world.port), timeout=30) as s:
+            s.sendall(f"PUT /v1/sync/uploads/0-1 HTTP/1.1\r\n{head}\r\n".encode())
+            s.settimeout(2)
+            for _ in range(15):                     # 10 bytes every 2 s, for 30 s at most
+                try:
+                    answer = s.recv(200)
+                except TimeoutError:
+                    s.sendall(b"0123456789")
+                    continue
+                said.append(int(answer.split()[1]) if answer else "closed")
+                return
+            said.append("never cut")
+
+    threads = [threading.Thread(target=trickle) for _ in range(6)]
+    for t in threads:
+        t.start()
+    _ok(world.sync("TillS"))
+    for t in threads:
+        t.join()
+    assert said.count(408) == 1 and said.count(429) == 5, said
 
 
 # -- no oracle across partitions -----------------------------------------------------------------------------

@@ -29,8 +29,10 @@ message; a 500 only when the server itself failed (its log says why).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -50,6 +52,7 @@ from sparksync.errors import (
     OtherFile,
     ProtocolError,
     RequestTooLarge,
+    RequestTooSlow,
     ServerBusy,
     SnapshotError,
     SparksyncError,
@@ -104,6 +107,8 @@ def _status(e: SparksyncError) -> int:
         return 401
     if isinstance(e, RequestTooLarge):
         return 413
+    if isinstance(e, RequestTooSlow):
+        return 408
     if isinstance(e, ServerBusy):
         return 429
     if isinstance(e, UploadConflict | OtherFile):
@@ -130,24 +135,72 @@ class Handler:
 
 class Turns:
     """Uploads and downloads worked on at once (``max_active_requests``): a request waits up to ``queue_s``
-    for its turn, then is refused with ``ServerBusy`` (429)."""
+    for its turn, then is refused with ``ServerBusy`` (429); one device's (its subscription's) at most
+    ``per_device`` at once, waiting ones included, more refused at once: one token never holds the door."""
 
-    def __init__(self, at_once: int, queue_s: float):
+    def __init__(self, at_once: int, queue_s: float, per_device: int | None = None):
         self.at_once, self.queue_s = at_once, queue_s
+        self.per_device = per_device or at_once
         self._slots: asyncio.Semaphore | None = None      # made in the server's event loop
+        self._held: dict[str, int] = {}                   # a device's requests holding or waiting for a turn
 
-    async def __aenter__(self) -> None:
+    @contextlib.asynccontextmanager
+    async def turn(self, device: str) -> AsyncIterator[None]:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.at_once)
+        if self._held.get(device, 0) >= self.per_device:
+            raise ServerBusy(f"{device} has {self.per_device} upload(s) or download(s) at the server already; try "
+                             f"again in {RETRY_AFTER_S} s", RETRY_AFTER_S)
+        self._held[device] = self._held.get(device, 0) + 1
         try:
-            await asyncio.wait_for(self._slots.acquire(), self.queue_s)
-        except TimeoutError:
-            raise ServerBusy(f"the server works on {self.at_once} uploads and downloads at once; try again in "
-                             f"{RETRY_AFTER_S} s", RETRY_AFTER_S) from None
+            try:
+                await asyncio.wait_for(self._slots.acquire(), self.queue_s)
+            except TimeoutError:
+                raise ServerBusy(f"the server works on {self.at_once} uploads and downloads at once; try again in "
+                                 f"{RETRY_AFTER_S} s", RETRY_AFTER_S) from None
+            try:
+                yield
+            finally:
+                self._slots.release()
+        finally:
+            self._held[device] -= 1
+            if not self._held[device]:
+                del self._held[device]
 
-    async def __aexit__(self, *exc) -> None:
-        assert self._slots is not None
-        self._slots.release()
+
+class BodyReader:
+    """A request's body read in full, bounded in size (``limit``: 413) and in pace: once ``grace_s`` have passed, a
+    body arriving slower than ``min_rate`` bytes a second is cut (``RequestTooSlow``: 408), so a client trickling
+    bytes holds its connection and turn for seconds, not for ever."""
+
+    def __init__(self, min_rate: float = 0.0, grace_s: float = 10.0):
+        self.min_rate, self.grace_s = min_rate, grace_s
+
+    async def read(self, request: Request, limit: int | None = None) -> bytes:
+        chunks, size = [], 0
+        start = time.monotonic()
+        stream = request.stream().__aiter__()
+        while True:
+            try:
+                chunk = await asyncio.wait_for(stream.__anext__(), self._allowance(size, start))
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise RequestTooSlow(f"{request.url.path}: the body arrived slower than {self.min_rate / 1024:g} KB/s "
+                                     f"({size:,} bytes in {time.monotonic() - start:.0f} s); cut",
+                                     obj=request.url.path) from None
+            size += len(chunk)
+            if limit is not None and size > limit:
+                raise RequestTooLarge(f"{request.url.path}: a JSON body of more than {limit:,} bytes",
+                                      obj=request.url.path)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _allowance(self, size: int, start: float) -> float | None:
+        """Seconds the next chunk may take: what the grace and the minimum rate allow for the bytes so far."""
+        if self.min_rate <= 0:
+            return None
+        return max(0.01, start + self.grace_s + size / self.min_rate - time.monotonic())
 
 
 def _endpoint(door: Door, handler: Handler):
@@ -167,7 +220,7 @@ def _endpoint(door: Door, handler: Handler):
                 return await run_in_threadpool(_authenticated, door, token, request.headers, free, handler.work, data,
                                                request, seen)
             seen.append(await run_in_threadpool(door.authenticate, token, request.headers, free))
-            async with handler.turns:
+            async with handler.turns.turn(seen[0].name):
                 data = await handler.read(request) if handler.read is not None else None
                 return await run_in_threadpool(handler.work, seen[0], data, request)
         except SparksyncError as e:
@@ -214,18 +267,6 @@ def _int(value: str | None, name: str) -> int:
     if value is None or not value.isdigit() or len(value) > 18:
         raise ProtocolError(f"{name}: {str(value)[:20]!r} is not a generation", obj=name)
     return int(value)
-
-
-async def _json_body(request: Request) -> bytes:
-    """The request's JSON text: at most ``MAX_JSON`` bytes (413); ``_json`` reads it."""
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_JSON:
-            raise RequestTooLarge(f"{request.url.path}: a JSON body of more than {MAX_JSON:,} bytes",
-                                  obj=request.url.path)
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -279,7 +320,14 @@ def _stored_file(folder: storage.Folder, path: str, ranged: str | None) -> Respo
     return StreamingResponse(chunks(), status_code=206 if found else 200, headers=headers, media_type=PARQUET)
 
 
-def make_app(door: Door, max_request_mb: float = 64, max_active_requests: int = 8, queue_s: float = 5.0) -> ASGIApp:
+def make_app(door: Door, max_request_mb: float = 64, max_active_requests: int = 8, queue_s: float = 5.0,
+             per_device: int | None = None, min_rate: float = 0.0, grace_s: float = 10.0) -> ASGIApp:
+    bodies = BodyReader(min_rate, grace_s)
+
+    async def _json_body(request: Request) -> bytes:
+        """The request's JSON text: at most ``MAX_JSON`` bytes (413), at the minimum pace (408); ``_json`` reads it."""
+        return await bodies.read(request, MAX_JSON)
+
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok", "version": __version__, "protocol": PROTOCOL})
 
@@ -297,7 +345,7 @@ def make_app(door: Door, max_request_mb: float = 64, max_active_requests: int = 
 
     async def upload_body(request: Request) -> tuple[int, int, bytes]:
         lo, hi = _int(request.path_params["lo"], "lo"), _int(request.path_params["hi"], "hi")  # before the body
-        return lo, hi, await request.body()
+        return lo, hi, await bodies.read(request)
 
     def uploaded(device: Device, _: None, request: Request) -> Response:
         lo, hi = _int(request.path_params["lo"], "lo"), _int(request.path_params["hi"], "hi")
@@ -311,7 +359,7 @@ def make_app(door: Door, max_request_mb: float = 64, max_active_requests: int = 
             return Response(frames[0], media_type=MEDIA_ARROW, headers=length)
         return StreamingResponse(_each(frames), media_type=MEDIA_ARROW, headers=length)
 
-    turns = Turns(max_active_requests, queue_s)
+    turns = Turns(max_active_requests, queue_s, per_device)
     handlers = {
         "hello": Handler(lambda device, _, r: _reply(door.hello(device)), free=True),
         "snapshot": Handler(lambda device, _, r: JSONResponse(door.snapshot(device)[1])),

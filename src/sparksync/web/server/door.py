@@ -21,6 +21,7 @@ by the requests that wait for it, and skipped (not waited for) while a merge age
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import functools
 import hashlib
 import threading
@@ -282,7 +283,6 @@ class Door:
         with self.publisher() as pub:
             reply = with_retries(functools.partial(self.half.apply_upload, pub, device.publication, upload),
                                  connections=[pub])
-        self.ledger.seen(device.name).uploaded(reply)
         return UploadReply.model_validate(reply)
 
     def uploaded(self, device: Device, lo: int, hi: int) -> UploadLookup:
@@ -373,7 +373,7 @@ class Door:
             served = self.feed.serve(device.publication.name, start, pid, at.registration.replnickname) \
                 if self.feed is not None else None
             files = served[1] if served is not None else []
-            seen = self.ledger.seen(device.name)
+            seen = self.ledger.seen(device.name, device.file.epoch if device.file else None)
             seen.sent += served[2] if served is not None else 0
             if served is not None and served[0] == start and not failed:    # at the head: nothing to plan
                 empty = DownloadPlan(device.name, self.topology.publisher.name, pid, start, start)
@@ -391,8 +391,7 @@ class Door:
         """The device's sync ended: one ``MSmerge_sessions`` row, as a merge session of a direct subscriber
         has (``status`` and history read it), made from what the door saw (``ledger.py``): the device's own
         counts only where the door cannot know them, and bounded by what it sent."""
-        row = session_row(self.ledger.end(device.name), report.seconds, report.upload.model_dump(),
-                          report.download.model_dump(), list(report.errors))
+        row = self._session_row(device, report.seconds, report.download.model_dump(), list(report.errors))
         self._record(device, {**row, "message": redact(row["message"]) if row["message"] else None})
         if report.validation is None:
             return DoneReply(recorded=True)
@@ -413,12 +412,28 @@ class Door:
     def failed(self, device: Device, message: str) -> None:
         """A request of the device's sync failed at the door: a failed run of its subscription, with the door's
         own message (the sync it was part of is over for the door)."""
-        seen = self.ledger.end(device.name)
-        row = session_row(seen, 0.0, {}, {}, [])
         try:
+            row = self._session_row(device, 0.0, {}, [])
             self._record(device, {**row, "status": "failed", "message": redact(message)[:1000]})
         except SparksyncError as e:                    # the publisher unreachable: the log has both
             self.report(f"{device.name}: its failed sync could not be recorded ({redact(e.message)})")
+
+    def _session_row(self, device: Device, device_seconds: float, download: dict, errors: list[str]) -> dict:
+        """The history row of the device's sync that ended (``ledger.session_row``): begun at its ``hello`` (at any
+        door: the holder's ``seen_at``), its uploads' replies since then read at the publisher."""
+        epoch = device.file.epoch if device.file is not None else None
+        seen = self.ledger.end(device.name, epoch)
+        with self.publisher() as pub:
+            h = holders.holder(pub, device.name)
+            began = h.seen_at if h is not None and h.epoch == epoch and epoch is not None else None
+            if isinstance(began, str):
+                began = dt.datetime.fromisoformat(began)
+            if isinstance(began, dt.datetime) and began.tzinfo is None:
+                began = began.replace(tzinfo=dt.UTC)
+            t = pub.meta("MSweb_uploads")
+            replies = [r[0] for r in pub.query(f"SELECT reply FROM {t} WHERE subscription = {pub.p} AND applied_at >= "
+                                               f"{pub.p}", [device.name, began])] if began is not None else []
+        return session_row(began, seen, replies, device_seconds, download, errors)
 
     def _record(self, device: Device, row: dict) -> None:
         with self.publisher() as pub, pub.transaction():

@@ -1,27 +1,30 @@
 """What the door saw of each device's sync, so that the history (``MSmerge_sessions``: ``status``, the
 monitor, ``/metrics``, the alerts) says what happened at the publisher, not what a device says of itself.
 
-A device's sync is several requests (hello, uploads, a download, its ack, ``done``). The door notes, per
-subscription, when the sync began, what each upload applied (its reply's counts) and how many rows each
-download sent; ``done`` ends it. Its row in the history then has:
+A device's sync is several requests (hello, uploads, a download, its ack, ``done``), which several ``serve``
+processes may share (balanced request by request) and one may restart in the middle of. What every door can read is
+at the publisher: when the sync began (its ``hello``, the holder's ``seen_at``: ``holders.py``) and what each of its
+uploads applied (their replies in ``MSweb_uploads``, applied since). What only one door knows is how many rows
+its downloads sent; each door notes that in memory, per sync (``Ledger``). The sync's row in the history has:
 
-- the upload's counts as the door applied them (the device's own are not read);
-- the download's counts as the device applied them, each bounded by the rows the door sent;
-- its duration as the door measured it (the device's is read only when the door did not see the sync
-  begin: ``serve`` restarted meanwhile);
-- the device's error messages, marked as the device's, cut short and stripped of control characters;
-- what business logic handlers logged while the door applied its uploads (``sparksync.handlers``).
+- its duration from its ``hello`` to its end, as the door measured it;
+- the upload's counts as the publisher applied them (the device's own are not read), and what business logic
+  handlers logged while they were applied (``sparksync.handlers``);
+- the download's counts as the device applied them, each bounded by the rows this door sent; when another door
+  (or this one before a restart) sent them, they are not counted, and the row says so;
+- the device's error messages, marked as the device's, cut short and stripped of control characters.
 
-A request that fails at the door (a refused or malformed one, or the server's own failure) is a failed
-run of that subscription with the door's error, whether or not the device ever says ``done``.
+A request that fails at the door (a refused or malformed one, or the server's own failure) is a failed run of
+that subscription with the door's error, whether or not the device ever says ``done``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 KINDS = ("inserts", "updates", "deletes", "conflicts", "retries", "failed")
 MAX_ERRORS = 5              # a device's error messages kept, each at most MAX_ERROR characters
@@ -30,48 +33,53 @@ MAX_ERROR = 200
 
 @dataclass
 class Seen:
-    """One sync of one device, as the door saw it so far."""
+    """One sync of one device (its epoch), as this door saw it: the change rows its downloads sent."""
 
-    began: float = field(default_factory=time.monotonic)
-    upload: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
-    sent: int = 0                       # change rows the downloads sent (their frames, the feed's segments)
-    notes: list[str] = field(default_factory=list)   # what business logic handlers logged of its uploads
-    _replies: set = field(default_factory=set)
-
-    def uploaded(self, reply: dict) -> None:
-        """An upload's reply (the same again, for a request sent again, counts once per sync)."""
-        key = (reply.get("lo"), reply.get("hi"))
-        if key in self._replies:
-            return
-        self._replies.add(key)
-        self.notes += [str(n) for n in reply.get("notes") or ()]
-        for st in (reply.get("stats") or {}).values():
-            for k in KINDS:
-                self.upload[k] += int(st.get(k, 0) or 0)
+    epoch: str | None
+    sent: int = 0
 
 
 class Ledger:
-    """The syncs in progress, by subscription (in ``serve``'s memory: a restart forgets them)."""
+    """The syncs in progress at this door, by subscription (in ``serve``'s memory: a restart forgets them)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open: dict[str, Seen] = {}
 
-    def seen(self, subscription: str) -> Seen:
+    def seen(self, subscription: str, epoch: str | None) -> Seen:
         with self._lock:
-            return self._open.setdefault(subscription, Seen())
+            s = self._open.get(subscription)
+            if s is None or s.epoch != epoch:          # a new sync of the subscription
+                s = self._open[subscription] = Seen(epoch)
+            return s
 
-    def end(self, subscription: str) -> Seen | None:
+    def end(self, subscription: str, epoch: str | None) -> Seen | None:
         with self._lock:
-            return self._open.pop(subscription, None)
+            s = self._open.pop(subscription, None)
+            return s if s is not None and s.epoch == epoch else None
 
 
-def session_row(seen: Seen | None, device_seconds: float, upload: dict, download: dict,
-                errors: list[str]) -> dict:
-    """The history row's counts, duration, status and message of a sync the device says ended."""
+def upload_counts(replies: list[Any]) -> tuple[dict[str, int], list[str]]:
+    """What a sync's uploads applied (their replies, as ``MSweb_uploads`` keeps them), and what handlers logged."""
+    up, notes = dict.fromkeys(KINDS, 0), []
+    for reply in replies:
+        while isinstance(reply, str):           # kept as JSON text of the reply's JSON text (``publisher.apply_upload``)
+            reply = json.loads(reply)
+        notes += [str(n) for n in reply.get("notes") or ()]
+        for st in (reply.get("stats") or {}).values():
+            for k in KINDS:
+                up[k] += int(st.get(k, 0) or 0)
+    return up, notes
+
+
+def session_row(began: dt.datetime | None, seen: Seen | None, replies: list[Any], device_seconds: float,
+                download: dict, errors: list[str]) -> dict:
+    """The history row's counts, duration, status and message of a sync that ended: ``began``, its ``hello``
+    (None: not known, the device's own duration is read); ``seen``, this door's note of it; ``replies``, its
+    uploads' replies."""
     now = dt.datetime.now(dt.UTC)
-    seconds = time.monotonic() - seen.began if seen is not None else float(device_seconds)
-    up = seen.upload if seen is not None else dict.fromkeys(KINDS, 0)
+    seconds = max(0.0, (now - began).total_seconds()) if began is not None else float(device_seconds)
+    up, notes = upload_counts(replies)
     budget = seen.sent if seen is not None else 0
     down = {}
     for k in ("inserts", "updates", "deletes", "conflicts", "failed", "retries"):
@@ -80,10 +88,11 @@ def session_row(seen: Seen | None, device_seconds: float, upload: dict, download
             budget -= down[k]
     said = [_clean(e) for e in errors[:MAX_ERRORS]]
     message = ("the device says: " + "; ".join(said)) if said else None
-    if seen is not None and seen.notes:
-        message = "; ".join(x for x in (message, *seen.notes) if x)
-    if seen is None:
-        message = "; ".join(x for x in (message, "counts not known: serve restarted during the sync") if x)
+    if notes:
+        message = "; ".join(x for x in (message, *notes) if x)
+    if seen is None and any(int(download.get(k, 0) or 0) for k in ("inserts", "updates", "deletes")):
+        message = "; ".join(x for x in (message, "its download's counts are not counted: another door (or this one "
+                                         "before a restart) sent it") if x)
     return {"start_time": now - dt.timedelta(seconds=seconds), "end_time": now, "duration": seconds,
             "status": "failed" if said else "succeeded",
             **{f"upload_{k}": up[k] for k in ("inserts", "updates", "deletes", "conflicts")},
