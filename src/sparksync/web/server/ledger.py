@@ -10,8 +10,8 @@ its downloads sent; each door notes that in memory, per sync (``Ledger``). The s
 - its duration from its ``hello`` to its end, as the door measured it;
 - the upload's counts as the publisher applied them (the device's own are not read), and what business logic
   handlers logged while they were applied (``sparksync.handlers``);
-- the download's counts as the device applied them, each bounded by the rows this door sent; when another door
-  (or this one before a restart) sent them, they are not counted, and the row says so;
+- the download's counts as the device applied them, each bounded by the rows this door sent; when this door sent
+  none of it (another door did, or this one before a restart), they are not counted, and the row says so;
 - the device's error messages, marked as the device's, cut short and stripped of control characters.
 
 A request that fails at the door (a refused or malformed one, or the server's own failure) is a failed run of
@@ -91,8 +91,7 @@ def session_row(began: dt.datetime | None, seen: Seen | None, replies: list[Any]
     if notes:
         message = "; ".join(x for x in (message, *notes) if x)
     if seen is None and any(int(download.get(k, 0) or 0) for k in ("inserts", "updates", "deletes")):
-        message = "; ".join(x for x in (message, "its download's counts are not counted: another door (or this one "
-                                         "before a restart) sent it") if x)
+        message = "; ".join(x for x in (message, "download not counted: this door sent none of it") if x)
     return {"start_time": now - dt.timedelta(seconds=seconds), "end_time": now, "duration": seconds,
             "status": "failed" if said else "succeeded",
             **{f"upload_{k}": up[k] for k in ("inserts", "updates", "deletes", "conflicts")},
