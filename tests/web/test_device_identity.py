@@ -7,6 +7,7 @@ on a SQLite and a PostgreSQL publisher; one topology per dialect, the checks in 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shutil
 import subprocess
@@ -16,8 +17,12 @@ import httpx
 import pytest
 
 from sparksync import failpoints as fp
+from sparksync.config import AlertsConfig
 from sparksync.dialects import connect
 from sparksync.metadata import store
+from sparksync.monitor.alerts import Evaluator
+from sparksync.monitor.rollup import cadences_of, roll_up
+from sparksync.status import gather_status
 from sparksync.web.protocol import PROTOCOL
 from tests.support.clients import shell
 from tests.support.databases import databases
@@ -121,6 +126,11 @@ def test_a_second_file_synced_as_the_till_is_refused_and_the_tills_unsent_sale_a
     assert entry["status"] == "active" and [f["described"] for f in entry["other_files"]] == \
         [f"{__import__('socket').gethostname()}:{typo}"], entry
     assert any("a file that does not hold it tried to sync" in p for p in _status(w)[1]["problems"])
+    status, now = gather_status(w.topology), dt.datetime.now(dt.UTC)     # the monitor and the alerts say it too
+    rolled = roll_up(status, AlertsConfig(), set(), now, cadences_of(w.topology))
+    assert rolled["subscriptions"]["Till"]["state"] == "error" and "refused" in rolled["subscriptions"]["Till"]["why"]
+    fired = Evaluator(AlertsConfig()).evaluate(status, rolled, [], now)
+    assert any(a.subscription == "Till" and a.name == "error" for a in fired), fired
     p = _ok(w.sync("Till"))
     assert "validation" not in p.stderr or "failed" not in p.stderr
     assert 101 in _sales(w.pub_url)

@@ -175,10 +175,15 @@ def subscription_state(entry: dict[str, Any], publication: dict[str, Any] | None
     retention = _retention_s(publication)
     fraction = alerts.expiry_fraction or DEFAULT_EXPIRY_FRACTION
     why = ""
+    strays = entry.get("other_files") or []
     if status in ERROR_STATES:
         state = "error"
         why = "; ".join(entry.get("problems", [])) or entry.get("error") or entry.get("last_error") \
             or entry.get("message") or status
+    elif strays:              # a copy of its file, or a second file, was refused: writes that are not at the publisher
+        state = "error"
+        why = (f"{len(strays)} file(s) that do not hold it tried to sync and were refused (last: "
+               f"{strays[0]['described'] or strays[0]['file_id']}, {strays[0]['reason']})")
     elif status == "expired":
         state, why = "expired", "; ".join(entry.get("problems", []))
     elif late is not None and late >= threshold:
