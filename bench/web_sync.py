@@ -35,6 +35,7 @@ import os
 import ssl
 import subprocess
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -89,7 +90,8 @@ class Device:
     def __init__(self, url: str, name: str, token: str):
         self.name = name
         self.http = httpx.Client(base_url=url, timeout=60, verify=_TLS, headers={
-            "Authorization": f"Bearer {token}", "Sparksync-Protocol": str(PROTOCOL)})
+            "Authorization": f"Bearer {token}", "Sparksync-Protocol": str(PROTOCOL),
+            "Sparksync-File": str(uuid.uuid4())})        # the file's identity (docs/web-sync.md)
         self.recgen = 0
         self.bytes = 0
 
@@ -112,17 +114,28 @@ class Device:
                     raise
         raise AssertionError("unreachable")
 
+    def _epoch(self, epoch: str) -> None:
+        """The file's epoch, as every request of a sync says it."""
+        self.http.headers["Sparksync-Epoch"] = epoch
+
     def initialize(self) -> None:
+        self.call("POST", "/v1/sync/initialize")           # the file starts holding its subscription
         manifest = self.call("GET", "/v1/sync/snapshot").json()
+        proposed = str(uuid.uuid4())
         r = self.call("POST", "/v1/sync/initialized", json={"snapshot_id": manifest["snapshot_id"], "baseline": 1,
-                                                         "snapshot_generation": manifest["snapshot_generation"]})
+                                                         "snapshot_generation": manifest["snapshot_generation"]},
+                      headers={"Sparksync-Next-Epoch": proposed})
         r.raise_for_status()
+        self._epoch(proposed)
         self.recgen = manifest["snapshot_generation"]
 
     def sync(self, digests: dict | None = None) -> int:
         """One sync without local changes: hello, download, ack, done (with ``digests``, what the device holds,
         when the server asks for them). Returns the changes received."""
-        hello = self.call("GET", "/v1/sync/hello").json()
+        proposed = str(uuid.uuid4())                       # each sync's epoch, proposed with its hello
+        hello = self.call("GET", "/v1/sync/hello", headers={"Sparksync-Next-Epoch": proposed}).json()
+        if hello.get("file") == "holder":
+            self._epoch(proposed)
         r = self.call("POST", "/v1/sync/download", json={"after": self.recgen, "batch": 100})
         self.bytes += r.num_bytes_downloaded
         table, meta = read_changes(r.content, "download")
