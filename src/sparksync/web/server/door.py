@@ -170,12 +170,13 @@ class Door:
             if device.file is None:
                 return self._hello(pub, device)
             with pub.transaction():
-                _, reg = self._registration(pub, device)
+                prow, reg = self._registration(pub, device)
                 standing = holders.at_hello(pub, device.name, reg.active, device.file, self.report)
-            return self._hello(pub, device, standing)
+            return self._hello(pub, device, standing, (prow, reg))
 
-    def _hello(self, pub: Replica, device: Device, standing: str = "holder") -> Hello:
-        prow, reg = self._registration(pub, device)
+    def _hello(self, pub: Replica, device: Device, standing: str = "holder",
+               registration: tuple[PublicationRow, SubscriptionRow] | None = None) -> Hello:
+        prow, reg = registration or self._registration(pub, device)
         ident = store.replica_identity(pub)
         assert ident is not None             # a publisher set up (require_metadata at start)
         return Hello.model_validate({
