@@ -424,16 +424,17 @@ class Door:
         door: the holder's ``seen_at``), its uploads' replies since then read at the publisher."""
         epoch = device.file.epoch if device.file is not None else None
         seen = self.ledger.end(device.name, epoch)
-        with self.publisher() as pub:
-            h = holders.holder(pub, device.name)
-            began = h.seen_at if h is not None and h.epoch == epoch and epoch is not None else None
-            if isinstance(began, str):
-                began = dt.datetime.fromisoformat(began)
-            if isinstance(began, dt.datetime) and began.tzinfo is None:
-                began = began.replace(tzinfo=dt.UTC)
-            t = pub.meta("MSweb_uploads")
-            replies = [r[0] for r in pub.query(f"SELECT reply FROM {t} WHERE subscription = {pub.p} AND applied_at >= "
-                                               f"{pub.p}", [device.name, began])] if began is not None else []
+        with self.publisher() as pub:            # one read: the sync's hello (at any door) and its uploads since
+            h, u = pub.meta(holders.HOLDERS), pub.meta("MSweb_uploads")
+            found = pub.query(f"SELECT h.seen_at, u.reply FROM {h} h LEFT JOIN {u} u ON u.subscription = h.subscription "
+                              f"AND u.applied_at >= h.seen_at WHERE h.subscription = {pub.p} AND h.epoch = {pub.p}",
+                              [device.name, epoch]) if epoch is not None else []
+        began = found[0][0] if found else None
+        if isinstance(began, str):
+            began = dt.datetime.fromisoformat(began)
+        if isinstance(began, dt.datetime) and began.tzinfo is None:
+            began = began.replace(tzinfo=dt.UTC)
+        replies = [reply for _, reply in found if reply is not None]
         return session_row(began, seen, replies, device_seconds, download, errors)
 
     def _record(self, device: Device, row: dict) -> None:

@@ -101,8 +101,15 @@ def at_hello(pub: Replica, subscription: str, active: bool, f: Presented, report
     purpose), ``free`` (no file holds it active: this one may initialize it, or tell the door again that it did),
     ``copy`` (an older copy of the holder that asked to ``recover``). A file that held the subscription's data and
     is not its holder is refused here (``OtherFile``), recorded as a stray."""
-    h = holder(pub, subscription, lock=True)
     now = store.utcnow()
+    if active and f.epoch and f.next_epoch:      # the usual sync of the holder: one statement, its epoch moved on
+        t = pub.meta(HOLDERS)
+        moved = pub.execute(f"UPDATE {t} SET epoch = {pub.p}, seen_at = {pub.p} WHERE subscription = {pub.p} AND "
+                            f"file_id = {pub.p} AND epoch IN ({pub.p}, {pub.p})",
+                            [f.next_epoch, now, subscription, f.file_id, f.epoch, f.next_epoch]).rowcount
+        if moved == 1:
+            return "holder"
+    h = holder(pub, subscription, lock=True)
     if h is None:
         if active and f.bound and f.next_epoch:      # bound before identities existed: it holds the subscription
             store.insert_row(pub, HOLDERS, {"subscription": subscription, "file_id": f.file_id, "epoch": f.next_epoch,
