@@ -41,6 +41,7 @@ from sparksync.merge.session.remote.subscriber import (
     check_binding,
     digests,
     download_request,
+    file_of,
     finish_recovery,
     initialize_from_snapshot,
     initialized,
@@ -147,7 +148,7 @@ def _hello(client: ServerClient, device: Replica, options: DeviceOptions, take_o
     """The sync's first ``hello``: the file's identity and its proposed epoch sent (``identity.py``), taken as the
     file's epoch once the door recorded it (the file holds the subscription); every later request carries it."""
     check_binding(device, options.database, options.subscription)       # another subscription's file: said first
-    where = identity.described(_file_of(options.database))
+    where = identity.described(file_of(options.database))
     me = identity.propose(device)
     hello = client.send(HELLO, Hello, headers=me.headers(where, propose=True, take_over=take_over))
     if hello.subscription != options.subscription:
@@ -163,15 +164,11 @@ def _proposing(client: ServerClient, device: Replica, options: DeviceOptions, ro
                body: Any, take_over: str | None = None) -> M:
     """A request that makes the file the subscription's holder at a new epoch (``initialized``, a ``recover`` on
     purpose): the epoch proposed (kept in the file first), and the file's once the door answered."""
-    where = identity.described(_file_of(options.database))
+    where = identity.described(file_of(options.database))
     me = identity.propose(device)
     out = client.send(route, reply, body, headers=me.headers(where, propose=True, take_over=take_over))
     client.identify(identity.accepted(device).headers(where))
     return out
-
-
-def _file_of(url: str) -> str:
-    return url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url.split("@")[-1]
 
 
 def _set_aside(options: DeviceOptions, dialect, report: Reporter) -> None:

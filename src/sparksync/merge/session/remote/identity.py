@@ -10,7 +10,7 @@ first request. A kill between the two steps leaves the proposal in the file, whi
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sparksync.dialects.replica import Replica
 from sparksync.metadata import store
@@ -67,21 +67,22 @@ def propose(device: Replica) -> FileIdentity:
     """A new epoch proposed and kept in the file before it is sent (one that is already there is proposed again:
     the door may have accepted it before a kill)."""
     me = identity(device)
-    if me.next_epoch is None:
-        with device.transaction():
-            store.update_rows(device, FILE, {"next_epoch": store.new_guid()}, {"id": 1})
-        me = identity(device)
-    return me
+    if me.next_epoch is not None:
+        return me
+    proposed = store.new_guid()
+    with device.transaction():
+        store.update_rows(device, FILE, {"next_epoch": proposed}, {"id": 1})
+    return replace(me, next_epoch=proposed)
 
 
 def accepted(device: Replica) -> FileIdentity:
     """The door accepted the proposed epoch: it is the file's epoch now."""
     me = identity(device)
-    if me.next_epoch is not None:
-        with device.transaction():
-            store.update_rows(device, FILE, {"epoch": me.next_epoch, "next_epoch": None}, {"id": 1})
-        me = identity(device)
-    return me
+    if me.next_epoch is None:
+        return me
+    with device.transaction():
+        store.update_rows(device, FILE, {"epoch": me.next_epoch, "next_epoch": None}, {"id": 1})
+    return replace(me, epoch=me.next_epoch, next_epoch=None)
 
 
 def replaced(device: Replica, where: str) -> None:

@@ -92,12 +92,12 @@ def check_binding(device: Replica, url: str, subscription: str, pubid: str | Non
     rows = store.select_rows(device, "MSweb_device", {"id": 1})
     if rows and (rows[0]["subscription"] != subscription or pubid is not None and str(rows[0]["pubid"]) != str(pubid)):
         raise ConfigurationError(
-            f"{_file_of(url)} belongs to subscription {rows[0]['subscription']} (publication "
+            f"{file_of(url)} belongs to subscription {rows[0]['subscription']} (publication "
             f"{rows[0]['publication']}, synced with {rows[0]['server']}); it cannot sync subscription "
             f"{subscription}: use another file", obj=url)
 
 
-def _file_of(url: str) -> str:
+def file_of(url: str) -> str:
     """The device's database as its user names it: the file's path, or the URL without its password."""
     return url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else redact_url(url)
 
