@@ -173,6 +173,13 @@ class ValueRejected(Terminal, DatabaseError):
         self.column = column
 
 
+class ValueUnreadable(Terminal, SparksyncError):
+    """A stored value that cannot be read as its column's declared type says (validation's digests name the
+    row and the column): a failed validation, never a crash of the job that read it."""
+
+    code = "value_unreadable"
+
+
 # What makes one change fail at its destination (a failed change), as opposed to the batch.
 CHANGE_REJECTED = (ConstraintViolation, ValueRejected)
 
@@ -196,6 +203,18 @@ class SchemaDrift(SchemaError):
     """A table no longer matches what was published or initialized."""
 
     code = "schema_drift"
+
+
+class ReplayBlocked(SchemaError):
+    """A device's file holds values a schema change it has not had does not admit (a NULL under a new NOT NULL,
+    a value a narrowing does not fit): the change cannot be replayed there until its application corrects those
+    rows. Its writes are uploaded under its old schema all the same; ``rows`` names the rows to correct."""
+
+    code = "replay_blocked"
+
+    def __init__(self, message: str, *, rows: list[str] | None = None, obj: str | None = None):
+        super().__init__(message, obj=obj)
+        self.rows = list(rows or [])
 
 
 class MetadataVersionError(Terminal, SparksyncError):

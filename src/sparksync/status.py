@@ -265,6 +265,22 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
     return out
 
 
+def _initialization_failed(pub, prow, name: str, entry: dict[str, Any]) -> None:
+    """A registration waiting for its device's file whose last sync failed (a way out that failed halfway: the
+    file set aside by ``sync --reinitialize``, then its initialization refused): stopped, with the command that
+    completes it, never a quiet "waiting"."""
+    runs = agent_state(pub, "MSmerge_sessions", f"pubid = {pub.dialect.uuid_param()} AND subscription = {pub.p}",
+                       [prow.pubid, name], ("succeeded",))
+    if "last_error" not in runs:
+        return
+    error = runs["last_error"]
+    way = (f"the operator runs 'sparksync snapshot --publication {prow.name}', then the device's 'sparksync sync' "
+           "initializes its file" if "sparksync snapshot" in error else
+           "the device's next 'sparksync sync' initializes its file")
+    entry.update({"status": "stopped", **runs, "problems": [
+        f"its device's file is not initialized: its last sync ({runs['last_error_time']}) failed: {error}; {way}"]})
+
+
 def _web_subscription(pub, s, r: SubscriptionRow | None, prow, arts, scheme) -> dict[str, Any]:
     """A web subscription as the publisher knows it (its database is on the device: what is pending there
     is the device's to say, at its next sync)."""
@@ -278,6 +294,8 @@ def _web_subscription(pub, s, r: SubscriptionRow | None, prow, arts, scheme) -> 
                                 for f in others]
     if r is None or not r.active:
         entry["status"] = "not initialized" if r is None else "waiting for its device's first sync"
+        if r is not None:
+            _initialization_failed(pub, prow, s.name, entry)
         return entry
     expired = expiry(prow.retention, r, store.utcnow())
     if expired is not None:

@@ -374,3 +374,53 @@ def _bad_row(rows, i: int, conv, columns, key) -> str:
             where = ", ".join(f"{k}={r[names.index(k)]!r}" for k in (key or []) if k in names)
             return f"row {where}, " if where else ""
     return ""
+
+
+# -- the bounds a declared type puts on its values --------------------------------------------------
+_INTEGER_BITS = {Kind.SMALLINT: 16, Kind.INTEGER: 32, Kind.BIGINT: 64}
+
+
+def digest_arrow(t: SqlType) -> pa.DataType:
+    """The Arrow type ``t``'s values are read as to be digested (validation): its own, but an integer of any width as
+    a 64-bit one, so a value stored outside its declared width (SQLite stores what it is given) is digested as what
+    it is, the same text as any in range, instead of failing the read."""
+    return pa.int64() if t.kind in _INTEGER_BITS else t.to_arrow()
+
+
+def bounded(t: SqlType) -> bool:
+    """Whether a value of ``t``'s Python form may still not fit it: an integer outside its width, a text longer
+    than its length. SQLite stores such a value as it comes (its type affinity refuses nothing), so every
+    destination checks them itself (``misfits``), the same way whatever database it is."""
+    return t.kind in _INTEGER_BITS or (t.kind is Kind.TEXT and t.length is not None)
+
+
+def misfit(t: SqlType, v) -> str | None:
+    """Why the value ``v`` (its Python form, as a row decodes it) does not fit ``t``, or None."""
+    if v is None:
+        return None
+    bits = _INTEGER_BITS.get(t.kind)
+    if bits is not None:
+        if isinstance(v, int) and not -(1 << (bits - 1)) <= v < (1 << (bits - 1)):
+            return f"{v} is out of range for {t}"
+        return None
+    if t.kind is Kind.TEXT and t.length is not None and isinstance(v, str) and len(v) > t.length:
+        return f"a text of {len(v)} characters is too long for {t}"
+    return None
+
+
+def misfits(t: SqlType, values: list) -> list[int]:
+    """The positions of ``values`` (one column's, in their Python form) that do not fit ``t``: none for a type
+    with no bound; one pass in C over the column when every value fits."""
+    bits = _INTEGER_BITS.get(t.kind)
+    if bits is not None:
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        present = [v for v in values if v is not None]
+        if not present or (lo <= min(present) and max(present) <= hi):
+            return []
+    elif t.kind is Kind.TEXT and t.length is not None:
+        lengths = [len(v) for v in values if v is not None]
+        if not lengths or max(lengths) <= t.length:
+            return []
+    else:
+        return []
+    return [i for i, v in enumerate(values) if misfit(t, v) is not None]

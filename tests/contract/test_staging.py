@@ -18,9 +18,8 @@ import pytest
 from sparksync.dialects import connect
 from sparksync.dialects.model import Column, TableInfo
 from sparksync.dialects.postgres.staging import copies_binary
-from sparksync.errors import ValueRejected
 from sparksync.merge.apply.decide import ArticleRules, Incoming, Local, decide
-from sparksync.merge.apply.staging import Staging
+from sparksync.merge.apply.staging import Misfits, Staging
 from sparksync.merge.conflicts.resolvers import PUBLISHER_PRIORITY, Replicas
 from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking import pending
@@ -311,11 +310,12 @@ def _state(r, art) -> tuple[list, list, list]:
     return rows, contents, tombs
 
 
-def test_an_integer_out_of_its_column_range_is_refused_not_wrapped(dbs):
-    """Binary COPY would write 70000 into a smallint wrapped around (4464): the batch goes by text COPY,
-    where PostgreSQL refuses it as it refuses a bound parameter, and the apply then goes one change at
-    a time (the failing one becomes a failed change)."""
-    url = dbs.url("postgresql", "ranges")
+@pytest.mark.parametrize("kind", ["postgresql", "sqlite"])
+def test_an_integer_out_of_its_column_range_is_refused_not_wrapped(dbs, kind):
+    """Binary COPY would write 70000 into a smallint wrapped around (4464): the value is found before anything is
+    loaded, naming the change and the column (the apply makes it a failed change and stages the others again), the
+    same way at a SQLite destination, whose affinity would store it as it comes."""
+    url = dbs.url(kind, f"ranges{kind}")
     with connect(url) as r:
         r.execute('CREATE TABLE "T" ("id" integer PRIMARY KEY, "small" smallint)')
     res = publish(url, [{"table": "T"}])
@@ -326,6 +326,8 @@ def test_an_integer_out_of_its_column_range_is_refused_not_wrapped(dbs):
         with r.transaction(), flushed(r), agent_writes(r):
             staging = Staging(r)
             r.execute("SAVEPOINT refused")     # as the apply plans an article
-            with pytest.raises(ValueRejected, match="out of range"):
+            with pytest.raises(Misfits) as e:
                 staging.stage(art, [(g, "upsert", '{"1": 2}', None, codec.encode([1, 70000, g]))])
+            assert e.value.found == {0: ("small", "value does not fit column small (smallint): 70000 is out of "
+                                                  "range for smallint", 70000)}
             r.execute("ROLLBACK TO SAVEPOINT refused")

@@ -13,11 +13,12 @@ import pytest
 
 from sparksync import api
 from sparksync.dialects import connect
-from sparksync.errors import SchemaDrift, SchemaError
+from sparksync.errors import SchemaDrift, SchemaError, ValueRejected
 from sparksync.merge.session.agent import MergeAgent
 from sparksync.merge.session.summary import MergeOptions
 from sparksync.merge.tracking import pending
 from sparksync.metadata import store
+from sparksync.metadata.records import FailedChangeRow
 from sparksync.names import TableName
 from sparksync.validation.subscriptions import validate
 from tests.support.databases import databases
@@ -310,3 +311,91 @@ def test_a_schema_change_killed_at_the_publisher_or_in_a_replay_leaves_every_rep
         assert column(url, "PhoneNumber").type.length == 60, name
     report = validate(world.topology, lambda: spark, checksum=True)
     assert report.ok, [(s.subscription, s.error) for s in report.subscriptions if not s.ok]
+
+
+def _outbox(w: WebWorld) -> dict[int, dict]:
+    """The device's outbox (``sparksync outbox --json``), by the row's id."""
+    import json
+    import subprocess
+
+    from tests.support.web import EXE
+
+    p = subprocess.run([EXE, "outbox", "--database", str(w.device("Van")), "--json"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    out = {}
+    for c in json.loads(p.stdout or "[]"):
+        key = json.loads(c["key"]) if isinstance(c["key"], str) else c["key"]
+        out[int(key["id"])] = c
+    return out
+
+
+def test_a_device_value_a_narrowing_or_not_null_does_not_admit_fails_by_name_and_its_other_writes_arrive(world, spark):
+    """Findings 3 and 4 of reliability round 5: a device offline across a narrowing (qty smallint) and a NOT NULL
+    (extra), holding a value neither admits. The command says the device was not counted; the device's sync uploads
+    every write under its old schema: the honest one arrives, each one that does not fit is a failed change naming
+    its column (not applied as is at a SQLite HQ), its outbox says failed, and the sync exits non-zero naming the rows
+    to correct. Once its application corrects them, the next sync replays the changes and brings them."""
+    with connect(world.pub_url) as r:
+        r.execute('UPDATE "Item" SET "extra" = 0 WHERE "extra" IS NULL')
+        r.execute('UPDATE "Item" SET "qty" = 1 WHERE "qty" > 32767')
+    merge(world, spark)
+    device_sync(world)
+    with connect(world.urls["Van"]) as d:
+        d.execute('UPDATE "Item" SET "qty" = 70000 WHERE "id" = 10')
+        d.execute('INSERT INTO "Item" ("id", "PhoneNumber", "qty", "price", "memo", "flags", "extra") '
+                  "VALUES (300, 'van-null', 1, 1, 'm', 0, NULL)")
+        d.execute('UPDATE "Item" SET "memo" = \'honest\' WHERE "id" = 11')
+    said = api.schema_change(world.topology, "Sales", "Item", alter_column="qty smallint")
+    assert any("not counted" in line and "Van" in line and "failed change naming column qty" in line
+               for line in said), said
+    said = api.schema_change(world.topology, "Sales", "Item", alter_column="extra NOT NULL")
+    assert any("names the rows its application must fill" in line for line in said), said
+    merge(world, spark)
+
+    p = world.sync("Van")
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "correct those rows and sync again" in p.stderr and "id=10" in p.stderr and "id=300" in p.stderr, p.stderr
+    assert value(world.pub_url, "memo", 11) == "honest"                      # its honest write arrived
+    assert value(world.pub_url, "qty", 10) == 1 and value(world.pub_url, "extra", 300) is None
+    box = _outbox(world)
+    assert box[11]["state"] == "applied", box[11]
+    for id_, col in ((10, "qty"), (300, "extra")):
+        assert box[id_]["state"] == "failed" and col in (box[id_].get("reason") or ""), box[id_]
+    with connect(world.pub_url) as r:
+        reasons = [f.reason for f in store.select(r, FailedChangeRow, {})]
+    assert any("does not fit column qty (smallint)" in x for x in reasons), reasons
+
+    with connect(world.urls["Van"]) as d:                 # the application corrects the rows it was told of
+        d.execute('UPDATE "Item" SET "qty" = 7 WHERE "id" = 10')
+        d.execute('UPDATE "Item" SET "extra" = 3 WHERE "id" = 300')
+    device_sync(world)
+    assert value(world.pub_url, "qty", 10) == 7 and value(world.pub_url, "extra", 300) == 3
+    assert str(column(world.urls["Van"], "qty").type) == "smallint" and not column(world.urls["Van"], "extra").nullable
+    box = _outbox(world)
+    assert all(box[i]["state"] == "applied" for i in (10, 300) if i in box), box
+
+
+def test_a_value_stored_outside_its_declared_type_fails_by_name_where_it_goes_and_validation_says_so(world, spark):
+    """A SQLite publisher stores what it is given (its type affinity refuses nothing): 70000 written there into the
+    smallint column is a failed change naming the column at every subscriber, SQLite or PostgreSQL, and the
+    validation that follows reads the value (no crash) and says which subscriptions differ."""
+    with connect(world.pub_url) as r:
+        if world.kind == "postgresql":           # PostgreSQL refuses it when it is written: it never travels
+            with pytest.raises(ValueRejected, match="out of range"):
+                r.execute('UPDATE "Item" SET "qty" = 70000 WHERE "id" = 12')
+            return
+        r.execute('UPDATE "Item" SET "qty" = 70000 WHERE "id" = 12')
+    MergeAgent(world.topology, spark).run(MergeOptions())
+    for name in ("S1", "S2"):
+        assert value(world.urls[name], "qty", 12) != 70000, name
+        with connect(world.urls[name]) as r:
+            reasons = [f.reason for f in store.select(r, FailedChangeRow, {})]
+        assert any("does not fit column qty (smallint): 70000" in x for x in reasons), (name, reasons)
+    report = validate(world.topology, lambda: spark, checksum=True)
+    bad = {s.subscription for s in report.subscriptions if not s.ok}
+    assert {"S1", "S2"} <= bad, [(s.subscription, s.error) for s in report.subscriptions]
+    with connect(world.pub_url) as r:
+        r.execute('UPDATE "Item" SET "qty" = 12 WHERE "id" = 12')
+    merge(world, spark)
+    assert value(world.urls["S1"], "qty", 12) == 12 and value(world.urls["S2"], "qty", 12) == 12

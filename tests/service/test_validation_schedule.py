@@ -94,3 +94,27 @@ def test_a_store_that_lost_a_row_without_a_trace_is_said_everywhere_until_it_is_
     assert validate_on_schedule(topology, "Sales", ["Store2"])[0].result == "passed"
     entry = next(s for s in gather_status(topology)["subscriptions"] if s["name"] == "Store2")
     assert entry["status"] == "active" and entry["validation"]["result"] == "passed", entry
+
+
+def test_a_validation_that_cannot_read_the_rows_is_a_failed_one_said_everywhere(service_demo):
+    """Finding 3 of reliability round 5: a validation that errored (a value its column's type cannot be read as)
+    was only in serve's log, and the store kept an old "passed". Now it is a failed validation, recorded with why:
+    status, the roll-up and ``sparksync_validation_failed`` say it, until a validation passes again."""
+    topology = load_config(service_demo / "sparksync.toml")
+    assert MergeAgent(topology, None, silent).run(MergeOptions(subscriptions=["Store1"])).ok
+    assert validate_on_schedule(topology, "Sales", ["Store1"])[0].result == "passed"
+    first = "(SELECT min(BusinessEntityID) FROM Vendor)"
+    was = sql(service_demo / "store1.db", f"SELECT ModifiedDate FROM Vendor WHERE BusinessEntityID = {first}")
+    sql(service_demo / "store1.db", f"UPDATE Vendor SET ModifiedDate = 'not a time' WHERE BusinessEntityID = {first}")
+    sql(service_demo / "store1.db", "DELETE FROM MSmerge_pending")
+    v = validate_on_schedule(topology, "Sales", ["Store1"])[0]
+    assert v.result == "failed" and "could not be validated" in v.message and "ModifiedDate" in v.message, v
+    entry = next(s for s in gather_status(topology)["subscriptions"] if s["name"] == "Store1")
+    assert entry["status"] == "diverged" and "could not be validated" in entry["problems"][0], entry
+    status = gather_status(topology)
+    rolled = roll_up(status, AlertsConfig(), set(), dt.datetime.now(dt.UTC), cadences_of(topology))
+    assert rolled["subscriptions"]["Store1"]["state"] == "error", rolled["subscriptions"]["Store1"]
+    assert _metric(SparksyncCollector(topology, NoAgents(), None), "sparksync_validation_failed", "Store1") == 1.0
+    sql(service_demo / "store1.db", f"UPDATE Vendor SET ModifiedDate = '{was[0][0]}' WHERE BusinessEntityID = {first}")
+    sql(service_demo / "store1.db", "DELETE FROM MSmerge_pending")
+    assert validate_on_schedule(topology, "Sales", ["Store1"])[0].result == "passed"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from sparksync.errors import SparksyncError
 from sparksync.rows import encode
 from sparksync.spark.reads import ReadPartition, per_task, stream_rows
-from sparksync.types import SqlType, ValueError_, rows_to_record_batch
+from sparksync.types import SqlType, ValueError_, digest_arrow, rows_to_record_batch
 
 READS_PER_TASK = 8
 SIDE = "sparksync_side"                 # whose rows: a subscriber's number, or negative: the publisher's
@@ -69,7 +69,7 @@ def read_side(r: SideRead):
                                 none if row is None else row, none if pk is None else pk], names=COLUMNS)
 
     columns = [(n, SqlType.from_dict(t)) for n, t in r.columns]
-    typed = pa.schema([pa.field(n, t.to_arrow()) for n, t in columns])
+    typed = pa.schema([pa.field(n, digest_arrow(t)) for n, t in columns])
     names = [n for n, _ in columns]
     where = f"{r.label}, article {r.article}"
     try:

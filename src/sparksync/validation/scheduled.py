@@ -4,10 +4,11 @@ its ``validate_schedule`` (a device is validated at its sync, by the door:
 
 Each subscription's digests (``merge.maintenance.digest``: every article's row count and checksum, read in
 ``serve``'s process) against the publisher's of its partition, recorded (``merge.maintenance.validations``):
-passed, failed (``status`` then says it diverged and exits 1; the monitor shows it in red; an alert fires),
-or inconclusive where anything stood between the two before or after the rows were read (changes to
-merge, failed changes, rows whose partition is not evaluated yet): a subscriber that changes all the time
-is validated in a lull. It takes no lock (it only reads): a merge that runs meanwhile leaves a backlog
+passed, failed (``status`` then says it diverged and exits 1; the monitor shows it in red; an alert fires; a
+validation that cannot read or digest the rows, or stops on any error, is a failed one saying why), or
+inconclusive where the subscriber could not be reached or anything stood between the two before or after the
+rows were read (changes to merge, failed changes, rows whose partition is not evaluated yet): a subscriber that
+changes all the time is validated in a lull. It takes no lock (it only reads): a merge that runs meanwhile leaves a backlog
 that makes it inconclusive.
 """
 
@@ -17,7 +18,7 @@ import time
 
 from sparksync.config import Topology
 from sparksync.dialects import connect
-from sparksync.errors import SparksyncError
+from sparksync.errors import SparksyncError, Transient
 from sparksync.merge.maintenance import validations
 from sparksync.merge.maintenance.digest import partition_digests, replica_digests
 from sparksync.merge.partitions.evaluation import partitions as partitions_of
@@ -62,7 +63,13 @@ def validate_on_schedule(topology: Topology, publication: str, subscriptions: li
                         else:
                             v = validations.compare(name, prow.pubid, "schedule", expected, found)
             except SparksyncError as e:
-                v.message = f"not validated: {e.message}"
+                if isinstance(e, Transient):     # it could not be reached: nothing is known of its rows
+                    v.message = f"not validated: {e.message}"
+                else:                            # its rows could not be read or digested: a failed validation
+                    v.result, v.message = validations.FAILED, f"its rows could not be validated: {e.message}"
+            except Exception as e:  # noqa: BLE001 - a validation that errors is a failed one, never an old "passed"
+                v.result = validations.FAILED
+                v.message = f"its validation stopped on an error: {type(e).__name__}: {' '.join(str(e).split())[:500]}"
             v.seconds = time.monotonic() - t0
             validations.record(pub, v)
             if v.result == validations.FAILED:

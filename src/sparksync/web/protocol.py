@@ -161,10 +161,12 @@ class Counts(_Message):
 
 class Digests(_Message):
     """What the device holds, when ``hello`` asked: each article's [rows, checksum] (``merge/maintenance/digest``),
-    or only that changes are pending at the device."""
+    or only that changes are pending at the device, or why it could not compute them (``error``: a failed
+    validation, recorded by the door)."""
 
     pending: bool
     articles: dict[str, tuple[int, str]] = Field(default_factory=dict, max_length=10_000)
+    error: str | None = Field(default=None, max_length=2_000)
 
     @field_validator("articles")
     @classmethod

@@ -24,7 +24,7 @@ from typing import Any
 
 from sparksync import failpoints
 from sparksync.dialects.replica import Replica, in_chunks
-from sparksync.errors import CHANGE_REJECTED, SparksyncError
+from sparksync.errors import CHANGE_REJECTED, SparksyncError, ValueRejected
 from sparksync.handlers import Custom, Default
 from sparksync.merge.apply.classify import (
     ArticleAt,
@@ -44,6 +44,7 @@ from sparksync.merge.apply.classify import (
 from sparksync.merge.apply.decide import Decision, Incoming
 from sparksync.merge.apply.handling import HandlerFailed, Handling
 from sparksync.merge.apply.outcome import ArticleStats, BatchConflict, BatchOutcome
+from sparksync.merge.apply.staging import refusal
 from sparksync.merge.apply.watermarks import read_watermark, write_watermark
 from sparksync.merge.conflicts.model import ConflictRecord, Failure, failed_type, log_conflict, record_failed_change
 from sparksync.merge.partitions.evaluation import partitions
@@ -438,6 +439,10 @@ def _count(st: ArticleStats, decision: Decision, existed: bool) -> None:
 
 
 def _try_apply(replica: Replica, art: TrackedArticle, inc: Incoming, decision: Decision, gen: int):
+    if decision.action == "upsert":
+        refused = _misfit(art, decision.values or {})
+        if refused is not None:
+            return refused
     replica.execute("SAVEPOINT sparksync_change")
     try:
         if decision.action == "upsert":
@@ -452,6 +457,16 @@ def _try_apply(replica: Replica, art: TrackedArticle, inc: Incoming, decision: D
         replica.execute("RELEASE SAVEPOINT sparksync_change")
         return e
     replica.execute("RELEASE SAVEPOINT sparksync_change")
+    return None
+
+
+def _misfit(art: TrackedArticle, values: dict[str, Any]) -> ValueRejected | None:
+    """A value of the row that its column's declared type does not admit, refused as the database would refuse
+    it (``staging.refusal``: SQLite's affinity would store a misfit as it comes), naming the column."""
+    for c in art.info.columns:
+        why = refusal(c, values[c.name]) if c.name in values and c.name != art.rowguid_column else None
+        if why is not None:
+            return ValueRejected(why, column=c.name)
     return None
 
 

@@ -14,7 +14,7 @@ from sparksync.handlers import Accept, AcceptPublisher, Custom, Default, Handler
 from sparksync.merge.apply.decide import Decision, Incoming, Local, decide
 from sparksync.merge.apply.handling import HandlerFailed, Handling
 from sparksync.merge.apply.outcome import ArticleStats, BatchOutcome
-from sparksync.merge.apply.staging import LocalMeta, StagedArticle, StagedColumns, Staging
+from sparksync.merge.apply.staging import LocalMeta, Misfits, StagedArticle, StagedColumns, Staging
 from sparksync.merge.conflicts.model import REFUSED, ConflictType, Failure
 from sparksync.merge.conflicts.resolvers import ResolverFailed
 from sparksync.merge.session.changes import COMPENSATING_COLV, OP_REMOVE, OP_UNREADABLE, ArticleChanges, Change
@@ -214,32 +214,43 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
                 flush_rows(replica, art.nickname, ", ".join([replica.dialect.uuid_param()] * len(chunk)), chunk)
             return work
     bad = _known_failures(replica, cc, art, codec)
-    unique, again = cc.repeats(exclude=set(bad) | set(removals))
+    slow: list[tuple[Change, LocalMeta]] = []
+    check_forged = dest.is_publisher
+    while True:
+        unique, again = cc.repeats(exclude=set(bad) | set(removals))
+        replica.execute("SAVEPOINT sparksync_plan")
+        try:
+            staging.stage_columns(art, _columns(cc, unique), codec)
+            staging.lock_rows(art)
+            # after the lock, before the classification: a local change committed before the lock is in
+            # the metadata the verdicts are made from (a conflict, not an overwrite); none can commit after
+            flush_rows(replica, art.nickname, staging.rowguids_sql(art.nickname))
+            staged = staging.classify(art, forged_from=batch.source_nick if check_forged else None)
+            replica.execute("RELEASE SAVEPOINT sparksync_plan")
+        except Misfits as e:
+            # values their columns' declared types do not admit (found before anything was loaded): those
+            # changes fail naming the column, and the others are staged again without them
+            replica.execute("ROLLBACK TO SAVEPOINT sparksync_plan")
+            replica.execute("RELEASE SAVEPOINT sparksync_plan")
+            for pos, (column, why, v) in e.found.items():
+                i = unique[pos] if unique is not None else pos
+                bad[i] = Failure(why, key_of(art, codec.decode(cc.row[i]) or {}), column, summarize_value(v))
+            continue
+        except (*CHANGE_REJECTED, ValueError_):
+            # The staged batch itself was refused (a value the staging table cannot take): decide every
+            # change on its own, so the bad one is found and the others still apply.
+            replica.execute("ROLLBACK TO SAVEPOINT sparksync_plan")
+            replica.execute("RELEASE SAVEPOINT sparksync_plan")
+            staged = None
+            again = list(unique if unique is not None else range(len(cc.rowguid))) + again
+            _lock_and_flush(replica, staging, art, list(dict.fromkeys(cc.rowguid[i] for i in again)))
+        break
     # A failed change is kept only when no later change of the same row in this batch supersedes it.
     last_good = {cc.rowguid[i]: i for i in range(len(cc.rowguid)) if i not in bad} if bad else {}
     for i, f in bad.items():
         if last_good.get(cc.rowguid[i], -1) < i:
             work.append(FailedChange(_order_key(at, cc.op[i]), art, "delete" if cc.op[i] == "delete" else "upsert",
                                      cc.rowguid[i], f))
-    slow: list[tuple[Change, LocalMeta]] = []
-    check_forged = dest.is_publisher
-    replica.execute("SAVEPOINT sparksync_plan")
-    try:
-        staging.stage_columns(art, _columns(cc, unique), codec)
-        staging.lock_rows(art)
-        # after the lock, before the classification: a local change committed before the lock is in
-        # the metadata the verdicts are made from (a conflict, not an overwrite); none can commit after
-        flush_rows(replica, art.nickname, staging.rowguids_sql(art.nickname))
-        staged = staging.classify(art, forged_from=batch.source_nick if check_forged else None)
-        replica.execute("RELEASE SAVEPOINT sparksync_plan")
-    except (*CHANGE_REJECTED, ValueError_):
-        # The staged batch itself was refused (a value the staging table cannot take): decide every
-        # change on its own, so the bad one is found and the others still apply.
-        replica.execute("ROLLBACK TO SAVEPOINT sparksync_plan")
-        replica.execute("RELEASE SAVEPOINT sparksync_plan")
-        staged = None
-        again = list(unique if unique is not None else range(len(cc.rowguid))) + again
-        _lock_and_flush(replica, staging, art, list(dict.fromkeys(cc.rowguid[i] for i in again)))
     if staged is not None:
         st.skipped += staged.skipped
         if handling is not None and handling.handles_changes():

@@ -32,10 +32,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from sparksync.dialects.model import Column
 from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking.tracked import TrackedArticle
 from sparksync.rows import RowCodec
+from sparksync.types import ValueError_, bounded, misfit, misfits
 
 STAGED = "sparksync_staged"     # + "_<article nickname>"
 META = ("rowguid", "op", "lineage", "colv")
@@ -49,6 +51,29 @@ class LocalMeta:
     lineage: object
     colv: object
     tombstone: object
+
+
+MISFIT = "value does not fit column"     # how a refusal of ``refusal`` begins (said to a device as it is)
+
+
+def refusal(c: Column, v: Any) -> str | None:
+    """Why a change's value ``v`` cannot go into column ``c`` as declared (``types.misfit``; NULL in a NOT NULL
+    column), in the same words at every database (SQLite's affinity would store a misfit as it comes), or None.
+    Only the value's own words: said to the device that sent it as it is."""
+    if v is None:
+        return None if c.nullable or c.generated else f"{MISFIT} {c.name} ({c.type} NOT NULL): NULL"
+    why = misfit(c.type, v) if bounded(c.type) else None
+    return None if why is None else f"{MISFIT} {c.name} ({c.type}): {why}"
+
+
+class Misfits(ValueError_):
+    """Staged changes holding a value that does not fit its column's declared type (an integer outside its
+    width, a text longer than its length), found before anything is loaded: {position among the staged
+    changes: (column, why, value)}. Each becomes a failed change naming the column, on every database alike."""
+
+    def __init__(self, found: dict[int, tuple[str, str, Any]]):
+        super().__init__(f"{len(found)} change(s) hold a value that does not fit its column")
+        self.found = found
 
 
 class StagedColumns(NamedTuple):
@@ -113,6 +138,15 @@ class Staging:
         guids, ops, lineages, colvs, texts = changes
         codec = codec or RowCodec([(c.name, c.type) for c in art.info.columns])
         values = codec.decode_columns(texts, [c.name for c in cols])
+        found: dict[int, tuple[str, str, Any]] = {}
+        for c, column in zip(cols, values):
+            bad = misfits(c.type, column) if bounded(c.type) else []
+            if not c.nullable and not c.generated and None in column:
+                bad += [i for i, v in enumerate(column) if v is None and ops[i] != "delete"]
+            for i in bad:
+                found.setdefault(i, (c.name, refusal(c, column[i]) or "", column[i]))
+        if found:
+            raise Misfits(found)
         for i, conv in enumerate(d.db_converters([c.type for c in cols])):
             if conv is not None:
                 values[i] = [v if v is None else conv(v) for v in values[i]]

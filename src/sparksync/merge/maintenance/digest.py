@@ -15,12 +15,13 @@ import hashlib
 from dataclasses import dataclass
 
 from sparksync.dialects.replica import Replica
+from sparksync.errors import ValueUnreadable
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.rows import encode
 from sparksync.spark.reads import ReadPartition, stream_rows
-from sparksync.types import rows_to_record_batch
+from sparksync.types import ValueError_, digest_arrow, rows_to_record_batch
 
 MODULUS = 1 << 64
 
@@ -40,12 +41,15 @@ def _digest(url: str, label: str, sql: str, article) -> Digest:
     import pyarrow as pa
 
     columns = [(c.name, c.type) for c in article.info.columns]
-    typed = pa.schema([pa.field(n, t.to_arrow()) for n, t in columns])
+    typed = pa.schema([pa.field(n, digest_arrow(t)) for n, t in columns])
     key = list(article.info.primary_key)
     read = ReadPartition(url, sql, [], [[n, t.to_dict()] for n, t in columns], label=label, key=key)
     n = total = 0
     for rows in stream_rows(read):
-        batch = rows_to_record_batch(rows, columns, typed, f"{label}, article {article.table}", key)
+        try:
+            batch = rows_to_record_batch(rows, columns, typed, f"{label}, article {article.table}", key)
+        except ValueError_ as e:
+            raise ValueUnreadable(f"the rows cannot be digested: {e}", obj=str(article.table)) from None
         for text in encode(batch.columns).to_pylist():
             total += int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
         n += batch.num_rows

@@ -7,7 +7,7 @@ column, never a silent truncation."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from sparksync.dialects import connect
 from sparksync.dialects.column_changes import not_fitting
@@ -19,14 +19,16 @@ from sparksync.merge.tracking.tracked import TrackedArticle, tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, PublicationRow
 from sparksync.names import TableName
+from sparksync.types import SqlType
 
 
 def check_values_fit(topology, publication: str, pub: Replica, prow: PublicationRow, art: TrackedArticle,
-                     old: Column, new: Column, where: str) -> None:
+                     old: Column, new: Column, where: str) -> list[str]:
     """Raise SchemaError naming each replica where a value of ``old`` does not fit ``new`` (how many, and one
-    row's key); nothing when the change only widens."""
+    row's key); nothing when the change only widens. Returns what is said of the replicas it could not count:
+    the web subscriptions, whose values are on their devices."""
     if not_fitting(old, new, "x") is None:
-        return
+        return []
     problems = []
     found = _count(pub, art.table, art.info.primary_key, old, new)
     if found:
@@ -54,6 +56,67 @@ def check_values_fit(topology, publication: str, pub: Replica, prow: Publication
     if problems:
         raise SchemaError(f"{where}: column {old.name} cannot become {_shape(new)}: " + "; ".join(problems)
                           + ". Nothing was changed", obj=old.name)
+    devices = [s.name for s in topology.subscriptions if s.publication == publication and s.transport == "web"]
+    if not devices:
+        return []
+    null = old.nullable and not new.nullable
+    return [f"not counted: the values of the device(s) of {', '.join(devices)}, which are on the devices. A row one "
+            f"wrote offline that does not fit {_shape(new)} arrives as a failed change naming column {old.name} "
+            "(its outbox says failed, status names the subscription)" + (
+                "; a device holding a NULL there uploads its writes under its old schema and its sync names the "
+                "rows its application must fill before the change is made there" if null else "")]
+
+
+@dataclass(frozen=True)
+class Unfit:
+    """Rows of a replica that a schema change it has not had yet does not admit."""
+
+    article: str
+    column: str
+    shape: str                    # what the column becomes, e.g. "text NOT NULL"
+    count: int
+    keys: list[str]               # the first rows' keys, e.g. "id=5"
+
+    def __str__(self) -> str:
+        more = f" and {self.count - len(self.keys)} more" if self.count > len(self.keys) else ""
+        return (f"{self.count} row(s) of {self.article} hold a value column {self.column} as {self.shape} does not "
+                f"admit ({', '.join(self.keys)}{more})")
+
+
+def not_admitted(replica: Replica, pubid: str, changes: list[dict], first: int = 10) -> list[Unfit]:
+    """What stops ``changes`` (schema changes, in order, not replayed at ``replica`` yet) from being replayed there:
+    for each narrowing or NOT NULL, the rows whose value (under the column's name at the replica: a rename among
+    ``changes`` is followed back) the new column does not admit. A column added among them holds no value yet."""
+    out: list[Unfit] = []
+    d = replica.dialect
+    here: dict[tuple[str, str], str | None] = {}           # (artid, name after a change) -> its name at the replica
+    for ch in changes:
+        artid, name = ch["artid"], ch["column_name"]
+        if ch["schematype"] == "rename_column":
+            here[(artid, ch["column_def"]["name"])] = here.get((artid, name), name)
+        elif ch["schematype"] == "add_column":
+            here[(artid, name)] = None
+        elif ch["schematype"] == "alter_column" and ch["column_def"].get("before"):
+            col = here.get((artid, name), name)
+            row = store.select_one(replica, ArticleRow, {"pubid": pubid, "artid": artid})
+            if col is None or row is None:
+                continue
+            art = tracked_article(row)
+            definition, before = ch["column_def"], ch["column_def"]["before"]
+            old = Column(col, SqlType.from_dict(before["type"]), bool(before["nullable"]))
+            new = Column(col, SqlType.from_dict(definition["type"]), bool(definition["nullable"]))
+            cond = not_fitting(old, new, d.quote(col))
+            if cond is None or art.info.column(col) is None:
+                continue
+            t = d.table_sql(art.table)
+            n = int(replica.scalar(f"SELECT count(*) FROM {t} WHERE {cond}") or 0)
+            if n:
+                key = art.info.primary_key
+                cols = ", ".join(d.quote(k) for k in key)
+                rows = replica.query(f"SELECT {cols} FROM {t} WHERE {cond} ORDER BY {cols} LIMIT {int(first)}")
+                out.append(Unfit(row.name, col, _shape(new), n,
+                                 [", ".join(f"{k}={v}" for k, v in zip(key, r)) for r in rows]))
+    return out
 
 
 def _name_at(history: list[dict], artid: str, column: str, version: int) -> str | None:

@@ -57,6 +57,7 @@ def change(topology, publication: str, article: str, add: str | None = None, dro
             raise SchemaError(f"publication {publication}, article {row.name}: the table is gone", obj=row.name)
         where = f"publication {publication}, article {row.name}"
         declared: list[dict] = []
+        notes: list[str] = []                          # what is said of the replicas not counted
         alter_table: Callable[[], object] | None      # the ALTER, None: a client made it already
         if add is not None:
             col, type_text = parse_column_definition(add, where)
@@ -87,7 +88,7 @@ def change(topology, publication: str, article: str, add: str | None = None, dro
             alteration = parse_alteration(alter, where)
             found = _published(art, alteration.column, where)
             target = _target(pub, art, row, found, alteration, where)
-            check_values_fit(topology, publication, pub, prow, art, found, target, where)
+            notes = check_values_fit(topology, publication, pub, prow, art, found, target, where)
             before = {"name": found.name, "type": found.type.to_dict(), "nullable": found.nullable}
             declared = [{"schematype": "alter_column", "column_name": found.name, "column_def": {
                 "name": found.name, "type": target.type.to_dict(), "nullable": target.nullable,
@@ -108,7 +109,7 @@ def change(topology, publication: str, article: str, add: str | None = None, dro
             failpoints.hit("schema_change.altered", publication)      # tests: altered, not yet recorded
             plan = plan_publication(pub, pcfg, {row.name: declared} if declared else None)
             result = apply_publication(pub, topology, plan)
-    return list(result.get("schema_changes", []))
+    return [*result.get("schema_changes", []), *notes]
 
 
 def _published(art: TrackedArticle, column: str, where: str) -> Column:

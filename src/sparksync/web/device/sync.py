@@ -213,8 +213,10 @@ def _sync_file(client: ServerClient, device: Replica, options: DeviceOptions, he
     if options.on_change is not None:            # what a sync stopped before its callbacks changed, first
         notices.deliver(device, options.on_change)
     _unanswered(client, device, publisher, report)
-    prepare_upload(device, publisher, report)
+    blocked = prepare_upload(device, publisher, report)
     _upload(client, device, options, publisher, session, report)
+    if blocked is not None:       # its writes are up; nothing comes down until its rows admit the new schema
+        raise blocked
     hello = client.send(HELLO, Hello)
     publisher = _publisher(hello)
     _download(client, device, options, publisher, session, summary, report)
@@ -253,7 +255,11 @@ def _counts(st: DirectionStats) -> Counts:
 def _digests(device: Replica, url: str, publisher: RemotePublisher, report: Reporter) -> Digests:
     """What the device holds, as the publisher asked (``hello.validate_``): each article's row count and
     checksum, or only that changes are pending here (``subscriber.digests``)."""
-    articles = digests(device, url, publisher, report)
+    try:
+        articles = digests(device, url, publisher, report)
+    except SparksyncError as e:          # the publisher records it as a failed validation of this file
+        report(f"{publisher.subscription}: its digests could not be computed: {e.message}")
+        return Digests(pending=False, error=e.message[:2_000])
     return Digests(pending=True) if articles is None else Digests(pending=False, articles=articles)
 
 
@@ -274,7 +280,9 @@ def _reinitialize(options: DeviceOptions, summary: MergeSummary, report: Reporte
             if hello.file == "holder" and store.metadata_version(device) is not None and initialized(device, publisher):
                 check_binding(device, url, publisher.subscription, publisher.pubid)
                 publisher = _recover_if_restored(client, device, publisher, report, options)
-                prepare_upload(device, publisher, report)
+                blocked = prepare_upload(device, publisher, report)
+                if blocked is not None:      # set aside with the rows its application must correct, said here
+                    report(blocked.message)
                 session = SubscriptionSession(options.subscription, publisher.publication)
                 _upload(client, device, options, publisher, session, report)
                 summary.subscriptions.append(session)

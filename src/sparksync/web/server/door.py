@@ -405,7 +405,7 @@ class Door:
         with self.publisher() as pub:
             prow, reg = self._registration(pub, device)
             v = validate_device(pub, self.topology.publisher_url, prow, reg, said.pending,
-                                {k: list(x) for k, x in said.articles.items()})
+                                {k: list(x) for k, x in said.articles.items()}, said.error)
         if v.result == FAILED:
             self.report(f"{device.name}: its validation failed: {v.message}")
         return v

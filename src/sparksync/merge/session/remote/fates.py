@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 from sparksync.dialects.replica import Replica, in_chunks
+from sparksync.merge.apply.staging import MISFIT
 from sparksync.merge.conflicts.model import REFUSED, ConflictRecord, ConflictType
 from sparksync.merge.tracking.tracked import TrackedArticle
 from sparksync.metadata import store
@@ -120,8 +121,10 @@ def positions(rows: Any) -> dict[tuple[int, str], int]:
 def reason_for_device(record: ConflictRecord) -> str:
     """A failed change's reason said without the database's own words (a message of the publisher's database can
     quote values of rows the device may not see)."""
-    if record.conflict_type < ConflictType.UPLOAD_INSERT_FAILED or "refused" in record.reason_text.split(":")[0]:
-        return record.reason_text           # a conflict, or a claim of the device's refused: about its own row
+    if record.conflict_type < ConflictType.UPLOAD_INSERT_FAILED or "refused" in record.reason_text.split(":")[0] \
+            or MISFIT in record.reason_text:
+        return record.reason_text           # a conflict, a claim of the device's refused, a value of its own row that
+        #                                     does not fit its column (staging.refusal): about its own row
     op = record.conflict_type.label.split()[1]            # "upload insert failed" -> "insert"
     return (f"{op} failed at the publisher: its database refused the row ({record.reason_code}); it is tried "
             "again at the next sync")

@@ -27,9 +27,10 @@ from typing import Any
 
 from sparksync import failpoints
 from sparksync.dialects.replica import Replica, redact_url
-from sparksync.errors import ConfigurationError, ProtocolError, ReplicaBehind, SparksyncError
+from sparksync.errors import ConfigurationError, ProtocolError, ReplayBlocked, ReplicaBehind, SparksyncError
 from sparksync.merge.maintenance.digest import replica_digests
 from sparksync.merge.maintenance.integrity import upgrade_tracking
+from sparksync.merge.publish.fitting import not_admitted
 from sparksync.merge.publish.schema_changes import replay, schema_version
 from sparksync.merge.session.backlog import unsent
 from sparksync.merge.session.changes import RETRY_GENERATION, key_range_mask
@@ -195,14 +196,28 @@ def finish_recovery(device: Replica, state: FileState, publisher: RemotePublishe
     return True
 
 
-def prepare_upload(device: Replica, publisher: RemotePublisher, report: Reporter) -> None:
+def prepare_upload(device: Replica, publisher: RemotePublisher, report: Reporter) -> ReplayBlocked | None:
     """The schema changes the file has not had replayed, its open generation closed (a generation of more
-    than ``DEVICE_LEVEL`` changes renumbered into ones of that many)."""
+    than ``DEVICE_LEVEL`` changes renumbered into ones of that many). When the file holds values a change does
+    not admit (a NULL under a new NOT NULL, a value a narrowing does not fit: ``fitting.not_admitted``), none is
+    replayed: its writes go up under its old schema (the door maps them, a row that does not fit fails there
+    naming its column), and the error returned names the rows its application must correct (the sync raises it
+    once the upload is done)."""
     have = schema_version(device, publisher.pubid)
     newer = [c for c in publisher.schema_changes if int(c["schemaversion"]) > have]
-    for line in replay(device, publisher.pubid, publisher.publication, newer, publisher.nickname) if newer else []:
-        report(f"{publisher.subscription}: schema change replayed: {line}")
+    unfit = not_admitted(device, publisher.pubid, newer) if newer else []
+    if not unfit and newer:
+        for line in replay(device, publisher.pubid, publisher.publication, newer, publisher.nickname):
+            report(f"{publisher.subscription}: schema change replayed: {line}")
     make_generation(device, publisher.nickname, level=DEVICE_LEVEL)
+    if not unfit:
+        return None
+    said = "; ".join(str(u) for u in unfit)
+    return ReplayBlocked(
+        f"{publisher.subscription}: the publication's schema changes since version {have} cannot be made in this file: "
+        f"{said}. Its writes are uploaded under its old schema (a row that does not fit fails at the publisher: "
+        "'sparksync outbox' lists it); correct those rows and sync again", obj=publisher.subscription,
+        rows=[f"{u.article}: {k}" for u in unfit for k in u.keys])
 
 
 def made_under(device: Replica, publisher: RemotePublisher) -> int:

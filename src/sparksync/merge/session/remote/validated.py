@@ -13,6 +13,7 @@ import time
 
 from sparksync.config import PublicationConfig
 from sparksync.dialects.replica import Replica
+from sparksync.errors import ValueUnreadable
 from sparksync.merge.maintenance import validations
 from sparksync.merge.maintenance.digest import partition_digests
 from sparksync.merge.maintenance.validations import FAILED, Validation
@@ -37,13 +38,16 @@ def validation_due(pub: Replica, publication: PublicationConfig, pubid: str, nam
 
 
 def validate_device(pub: Replica, url: str, prow: PublicationRow, reg: SubscriptionRow, pending: bool,
-                    said: dict[str, list]) -> Validation:
+                    said: dict[str, list], error: str | None = None) -> Validation:
     """The device's digests (``said``: article -> [rows, checksum], as the door checked them) against the
     publisher's (``url``: its database) of the device's partition; recorded. ``pending``: the device said
-    changes were pending there (it sent no digests)."""
+    changes were pending there (it sent no digests); ``error``: why the device could not compute them (a failed
+    validation, as is one whose publisher's rows cannot be digested)."""
     t0 = time.monotonic()
     v = Validation(reg.name, prow.pubid, validations.INCONCLUSIVE, "sync")
-    if pending:
+    if error is not None:
+        v.result, v.message = FAILED, f"the device could not compute its digests: {error}"
+    elif pending:
         v.message = "changes were pending at the device"
     else:
         before = unsettled(pub, prow.pubid, reg)
@@ -51,9 +55,14 @@ def validate_device(pub: Replica, url: str, prow: PublicationRow, reg: Subscript
         if reg.partition_id is not None:
             part = next((p for p in partitions(pub, prow.pubid) if p.partition_id == reg.partition_id), None)
             params = part.params if part is not None else None
-        expected = partition_digests(pub, url, prow.pubid, params) if not before else {}
+        try:
+            expected = partition_digests(pub, url, prow.pubid, params) if not before else {}
+        except ValueUnreadable as e:
+            expected, v.result, v.message = {}, FAILED, f"the publisher's rows could not be digested: {e.message}"
         after = before or unsettled(pub, prow.pubid, reg)
-        if after:
+        if v.result == FAILED:
+            pass
+        elif after:
             v.message = f"{after} change(s) were pending at the publisher for it"
         else:
             v = validations.compare(reg.name, prow.pubid, "sync", expected, said)
