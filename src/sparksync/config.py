@@ -157,6 +157,8 @@ class ArticleConfig(_Model):
     compensate_for_errors: bool = False
     business_logic: str | None = Field(None, description="a business logic handler, module:Class (a subclass of "
                                        "sparksync.handlers.BusinessLogicHandler), called for every row merged")
+    business_logic_timeout_s: float = Field(2.0, gt=0, le=3600, description="how long one call of the business "
+                                            "logic handler may take; past it, its change fails (tried again)")
     # transactional articles (seed 001)
     ins_cmd: str | None = None
     upd_cmd: str | None = None
@@ -338,7 +340,7 @@ class SubscriptionConfig(_Model):
 
 
 MERGE_ARTICLE_KEYS = {"column_tracking", "rowguid_column", "resolver", "resolver_column", "compensate_for_errors",
-                      "join_filters", "partition_options", "business_logic"}
+                      "join_filters", "partition_options", "business_logic", "business_logic_timeout_s"}
 TRANSACTIONAL_ARTICLE_KEYS = {"ins_cmd", "upd_cmd", "del_cmd", "columns"}
 MERGE_PUBLICATION_KEYS = {"generation_leveling_threshold", "retention", "conflict_logging", "use_partition_groups",
                           "partitions", "validate_schedule"}

@@ -3,6 +3,11 @@ values, so a test says what it wants by the value it writes."""
 
 from __future__ import annotations
 
+import os
+import sqlite3
+import time
+from pathlib import Path
+
 from sparksync import handlers as h
 
 
@@ -26,6 +31,8 @@ class Tickets(h.BusinessLogicHandler):
         return h.Accept()
 
     def update(self, ctx, row):
+        if row["v"].startswith("slow:"):
+            _slow_once(row)
         if row["v"] == "raise":
             raise ValueError(f"ticket {row['id']} cannot be updated")
         if row["v"] == "badtype":
@@ -65,6 +72,29 @@ class Tickets(h.BusinessLogicHandler):
         if "unique" in message.lower() or "duplicate" in message.lower():
             return h.Custom({"code": f"{row['code']}-{row['id']}"})
         return h.Default()
+
+
+def _slow_once(row: dict) -> None:
+    """"slow:<seconds>": the first call for this row says whether the SQLite publisher named by TICKETS_PROBE_DB
+    can take a write at that moment ("free", or why not), writes ``slow.started`` beside this module, then sleeps."""
+    folder = Path(__file__).parent
+    seen = folder / f"slow-{row['id']}"
+    if seen.exists():
+        return
+    said = "not probed"
+    if os.environ.get("TICKETS_PROBE_DB"):
+        c = sqlite3.connect(os.environ["TICKETS_PROBE_DB"], timeout=0)
+        try:
+            c.execute("BEGIN IMMEDIATE")
+            c.rollback()
+            said = "free"
+        except sqlite3.OperationalError as e:
+            said = f"locked: {e}"
+        finally:
+            c.close()
+    seen.write_text(said, encoding="utf-8")
+    (folder / "slow.started").write_text("", encoding="utf-8")
+    time.sleep(float(row["v"].split(":")[1]))
 
 
 class SoftDeletes(h.BusinessLogicHandler):

@@ -12,7 +12,7 @@ from sparksync.dialects import connect
 from sparksync.metadata import store
 from tests.support import handlers
 from tests.support.databases import databases
-from tests.support.web import WebWorld, file_headers
+from tests.support.web import Server, WebWorld, file_headers
 
 pytestmark = pytest.mark.spark
 
@@ -44,8 +44,12 @@ def door(request, spark, tmp_path_factory):
                           [(i, f"C{i}", f"v{i}") for i in range(1, 11)])
         w = WebWorld(folder, {
             "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(folder / "snap")},
-            "publications": [{"name": "Pub", "articles": [{"table": "Ticket", "business_logic": HANDLER}]}],
+            "publications": [{"name": "Pub", "articles": [{"table": "Ticket", "business_logic": HANDLER,
+                                                            "business_logic_timeout_s": 1}]}],
             "subscriptions": [{"name": "Van", "publication": "Pub", "transport": "web"}]}, spark)
+        probe = pub.removeprefix("sqlite:///") if kind == "sqlite" else ""
+        w.server = Server(w.config, w.port, folder / "serve.log", env={"TICKETS_PROBE_DB": probe})
+        w.kind = kind
         w.server.start()
         try:
             first = w.sync("Van")
@@ -116,3 +120,41 @@ def test_a_device_cannot_pass_its_delete_off_as_the_agents_compensating_one(door
     p = door.sync("Van")
     assert p.returncode == 0, p.stderr
     assert _row(door.device_url("Van"), 8) == {"v": "v8", "n": 10, "deleted": 1}
+
+
+def test_a_slow_handler_holds_no_lock_and_its_change_fails_once_past_its_bound(door):
+    """Finding 7 of reliability round 5: a handler taking 10 s held a SQLite HQ's write lock all along (HQ's own
+    application failed with "database is locked", other devices waited). Now a SQLite destination's handler calls
+    are made before the write lock is taken: while the slow call runs, the publisher takes a write at once (the
+    handler's own probe, and an application's write meanwhile). A call past ``business_logic_timeout_s`` fails its
+    change, named, tried again at the next sync (PostgreSQL: the call is not cut, its row locks are its batch's)."""
+    import subprocess
+    import time
+
+    from tests.support.web import EXE, _environ
+
+    with connect(door.device_url("Van")) as d:
+        d.execute('UPDATE "Ticket" SET "v" = \'slow:6\' WHERE "id" = 5')
+        d.execute('UPDATE "Ticket" SET "v" = \'fine\' WHERE "id" = 6')
+    started = door.folder / "slow.started"
+    sync = subprocess.Popen([EXE, "sync", "--server", door.server.url, "--subscription", "Van", "--database",
+                             str(door.device("Van"))], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_environ() | {"SPARKSYNC_TOKEN": door.tokens["Van"]})
+    deadline = time.monotonic() + 120
+    while not started.exists():                       # the slow call has begun
+        assert sync.poll() is None and time.monotonic() < deadline, sync.communicate()
+        time.sleep(0.05)
+    with connect(door.pub_url) as r:                  # HQ's application writes while the handler runs
+        r.execute('UPDATE "Ticket" SET "n" = 77 WHERE "id" = 9')
+    out, err = sync.communicate(timeout=120)
+    assert "Traceback" not in err, err
+    if door.kind == "sqlite":
+        assert (door.folder / "slow-5").read_text(encoding="utf-8") == "free"
+    with connect(door.pub_url) as r:
+        reasons = [f["reason"] for f in store.select_rows(r, "MSmerge_failed_changes")]
+    assert any("business_logic_timeout_s = 1" in x and f"{HANDLER}.update" in x for x in reasons), reasons
+    assert _row(door.pub_url, 5)["v"] == "v5" and _row(door.pub_url, 9)["n"] == 77
+    for _ in range(2):                                # sent again: the handler answers at once now
+        p = door.sync("Van")
+        assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    assert _row(door.pub_url, 5)["v"] == "slow:6" and _row(door.pub_url, 6)["v"] == "fine"

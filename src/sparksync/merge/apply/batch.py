@@ -26,6 +26,7 @@ from sparksync import failpoints
 from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.errors import CHANGE_REJECTED, SparksyncError, ValueRejected
 from sparksync.handlers import Custom, Default
+from sparksync.merge.apply import rehearsal
 from sparksync.merge.apply.classify import (
     ArticleAt,
     DecidedChange,
@@ -33,7 +34,6 @@ from sparksync.merge.apply.classify import (
     Removal,
     StagedWork,
     custom_decision,
-    handling_of,
     incoming,
     json_value,
     key_of,
@@ -70,13 +70,16 @@ from sparksync.rows import RowCodec, summarize_value
 def apply_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
                 changes: dict[int, ArticleChanges], articles: dict[int, ArticleAt],
                 record: Callable[[Replica, BatchOutcome], None] | None = None,
-                planned: Callable[[Replica, list[StagedWork]], None] | None = None) -> BatchOutcome:
+                planned: Callable[[Replica, list[StagedWork]], None] | None = None,
+                handlings: dict[int, Handling] | None = None) -> BatchOutcome:
     """Apply one batch (the module doc); ``record``: what the caller writes in the same transaction, just
     before the watermark (the web door's stored reply to an upload); ``planned``: what the caller reads once
-    the batch is staged and classified, before anything is written (a device's notices, ``notices.py``)."""
+    the batch is staged and classified, before anything is written (a device's notices, ``notices.py``);
+    ``handlings``: the batch's handlers, rehearsed by a caller that holds the write lock already
+    (``rehearsal.rehearsed``; else they are made, and rehearsed where needed, here)."""
     t0 = time.perf_counter()
     outcome = BatchOutcome("applied")
-    _BatchApplier(replica, ctx, dest, batch, changes, articles, outcome, record, planned).run()
+    _BatchApplier(replica, ctx, dest, batch, changes, articles, outcome, record, planned, handlings).run()
     outcome.seconds = time.perf_counter() - t0
     if outcome.status == "applied":
         _send_progress(ctx, dest, batch, outcome)
@@ -114,8 +117,10 @@ class _BatchApplier:
     def __init__(self, replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
                  changes: dict[int, ArticleChanges], articles: dict[int, ArticleAt], outcome: BatchOutcome,
                  record: Callable[[Replica, BatchOutcome], None] | None = None,
-                 planned: Callable[[Replica, list[StagedWork]], None] | None = None):
+                 planned: Callable[[Replica, list[StagedWork]], None] | None = None,
+                 handlings: dict[int, Handling] | None = None):
         self.replica, self.ctx, self.dest, self.batch = replica, ctx, dest, batch
+        self.given = handlings
         self.record, self.planned = record, planned
         self.changes, self.articles, self.outcome = changes, articles, outcome
         self.gens: dict[str, int | None] = {"received": None, "resolved": None}
@@ -127,6 +132,17 @@ class _BatchApplier:
     def run(self) -> None:
         replica, dest, batch, outcome = self.replica, self.dest, self.batch, self.outcome
         failpoints.hit("apply.before_begin", f"{dest.name}:{batch.seq}")   # tests: changes read, nothing locked
+        if self.given is not None:                       # rehearsed by the caller: what they logged is this batch's
+            self.handlings = self.given
+            for said in {id(h.ctx.messages): h.ctx.messages for h in self.handlings.values()}.values():
+                outcome.notes.extend(said)
+            for h in self.handlings.values():
+                h.ctx.messages = outcome.notes
+        else:
+            self.handlings = rehearsal.handlings_of(self.ctx, dest, batch, self.changes, self.articles, outcome)
+            if rehearsal.needed(replica, self.handlings) and not replica.in_transaction:
+                # the handlers' calls made before the write lock is taken
+                rehearsal.rehearse(replica, self.ctx, dest, batch, self.changes, self.articles, self.handlings)
         with replica.transaction():
             if _applied_in_session(replica, self.ctx, batch, outcome):
                 outcome.message = "applied by an earlier attempt of this session's task"
@@ -137,8 +153,6 @@ class _BatchApplier:
                 return
             with agent_writes(replica):
                 refusing = dest.is_publisher and batch.partition_id and self.ctx.refused_out_of_partition
-                self.handlings = {nick: h for nick in self.changes if nick in self.articles and
-                                  (h := handling_of(self.ctx, dest, batch, self.articles[nick].article, outcome))}
                 work, self.codecs = plan_batch(replica, self.ctx, dest, batch, self.changes, self.articles, outcome,
                                                self.handlings)
                 if self.planned is not None:

@@ -119,9 +119,11 @@ def incoming(c: Change, codec: RowCodec, source_nick: int) -> Incoming:
 
 def plan_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo,
           changes: dict[int, ArticleChanges], articles: dict[int, ArticleAt],
-          outcome: BatchOutcome, handlings: dict[int, Handling] | None = None) -> tuple[list[Work], dict[int, RowCodec]]:
+          outcome: BatchOutcome, handlings: dict[int, Handling] | None = None,
+          rehearsal: bool = False) -> tuple[list[Work], dict[int, RowCodec]]:
     """Stage and classify the batch's changes; decide the ones that need Python (``handlings``: the articles'
-    business logic handlers, ``handling_of``). Returns the work (unsorted) and each article's row codec."""
+    business logic handlers, ``handling_of``). Returns the work (unsorted) and each article's row codec.
+    ``rehearsal``: reads only, nothing locked or flushed (``rehearsal.py``: the handlers' answers are what counts)."""
     work: list[Work] = []
     codecs: dict[int, RowCodec] = {}
     if not changes:
@@ -134,7 +136,7 @@ def plan_batch(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch
         codecs[nick] = RowCodec([(c.name, c.type) for c in at.article.info.columns])
         with outcome.timing(nick) as st:
             work += _plan_article(replica, ctx, dest, batch, cc, at, codecs[nick], staging, st,
-                                  (handlings or {}).get(nick))
+                                  (handlings or {}).get(nick), rehearsal)
     return work, codecs
 
 
@@ -149,7 +151,8 @@ def handling_of(ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo, art:
     hctx = HandlerContext("upload" if ctx.upload else "download", ctx.article_names.get(nick, str(nick)),
                           batch.source if ctx.upload else dest.name,
                           (batch.partition_id if ctx.upload else dest.partition_id) or None, outcome.notes)
-    return Handling(rules.business_logic, rules.resolver_search, hctx, {c.name: c.type for c in art.info.columns})
+    return Handling(rules.business_logic, rules.resolver_search, hctx, {c.name: c.type for c in art.info.columns},
+                    rules.business_logic_timeout_s)
 
 
 def _known_failures(replica: Replica, cc: ArticleChanges, art: TrackedArticle, codec: RowCodec) -> dict[int, Failure]:
@@ -202,7 +205,7 @@ def _rows_holding(rows: list[str | None], markers: tuple[str, ...]) -> list[int]
 
 def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, batch: BatchInfo, cc: ArticleChanges,
                   at: ArticleAt, codec: RowCodec, staging: Staging, st: ArticleStats,
-                  handling: Handling | None = None) -> list[Work]:
+                  handling: Handling | None = None, rehearsal: bool = False) -> list[Work]:
     work: list[Work] = []
     art = at.article
     removals = [i for i, op in enumerate(cc.op) if op == OP_REMOVE]
@@ -210,7 +213,8 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
         gone = list(dict.fromkeys(cc.rowguid[i] for i in removals))
         work.append(Removal(_order_key(at, "delete"), art, OP_REMOVE, gone))
         if len(removals) == len(cc.op):
-            for chunk in in_chunks(gone):       # what was logged of them is recorded, then forgotten with them
+            # what was logged of them is recorded, then forgotten with them (not in a rehearsal: it writes nothing)
+            for chunk in in_chunks(gone if not rehearsal else []):
                 flush_rows(replica, art.nickname, ", ".join([replica.dialect.uuid_param()] * len(chunk)), chunk)
             return work
     bad = _known_failures(replica, cc, art, codec)
@@ -221,10 +225,11 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
         replica.execute("SAVEPOINT sparksync_plan")
         try:
             staging.stage_columns(art, _columns(cc, unique), codec)
-            staging.lock_rows(art)
-            # after the lock, before the classification: a local change committed before the lock is in
-            # the metadata the verdicts are made from (a conflict, not an overwrite); none can commit after
-            flush_rows(replica, art.nickname, staging.rowguids_sql(art.nickname))
+            if not rehearsal:
+                staging.lock_rows(art)
+                # after the lock, before the classification: a local change committed before the lock is in
+                # the metadata the verdicts are made from (a conflict, not an overwrite); none can commit after
+                flush_rows(replica, art.nickname, staging.rowguids_sql(art.nickname))
             staged = staging.classify(art, forged_from=batch.source_nick if check_forged else None)
             replica.execute("RELEASE SAVEPOINT sparksync_plan")
         except Misfits as e:
@@ -243,7 +248,8 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
             replica.execute("RELEASE SAVEPOINT sparksync_plan")
             staged = None
             again = list(unique if unique is not None else range(len(cc.rowguid))) + again
-            _lock_and_flush(replica, staging, art, list(dict.fromkeys(cc.rowguid[i] for i in again)))
+            if not rehearsal:
+                _lock_and_flush(replica, staging, art, list(dict.fromkeys(cc.rowguid[i] for i in again)))
         break
     # A failed change is kept only when no later change of the same row in this batch supersedes it.
     last_good = {cc.rowguid[i]: i for i in range(len(cc.rowguid)) if i not in bad} if bad else {}

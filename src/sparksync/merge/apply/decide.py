@@ -63,6 +63,7 @@ class ArticleRules:
     compensate_for_errors: bool = False
     resolver_search: str | None = None     # where a user resolver's module is imported from (config folder)
     business_logic: str | None = None      # the article's business logic handler, module:Class (handling.py)
+    business_logic_timeout_s: float = 2.0  # how long one of its calls may take (handling.py)
 
 
 def _sides(upload: bool, local: Side, incoming: Side) -> tuple[Side, Side]:

@@ -6,6 +6,7 @@ into a failed change naming it (``HandlerFailed``), never a failed batch."""
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from sparksync.types import SqlType, ValueError_, rows_to_record_batch
 from sparksync.user_code import import_named
 
 ACCEPT = Accept()
+DEFAULT_TIMEOUT_S = 2.0      # business_logic_timeout_s: how long one call of a handler may take
 
 
 class HandlerFailed(SparksyncError):
@@ -70,11 +72,40 @@ def check_handlers(topology: Topology, pubcfg: PublicationConfig) -> None:
 
 class Handling:
     """One article's handler, for the rows of one batch at one destination (``ctx``: where they come from;
-    ``columns``: the article's columns and their types, what a custom row is checked against)."""
+    ``columns``: the article's columns and their types, what a custom row is checked against).
 
-    def __init__(self, path: str, search: str | None, ctx: HandlerContext, columns: Mapping[str, SqlType]):
+    Its time is bounded: a call that runs past ``timeout_s`` fails its change, and every call of the batch not
+    answered yet fails at once (tried again at the next merge or sync), so one slow handler holds nothing for
+    long. Where the destination has one writer for the whole database (SQLite), the batch is rehearsed first
+    (``rehearsal.py``): its handler calls are made before the write lock is taken, each answer kept
+    (``remember``: a handler is a function of the rows it is given), and the apply then finds them."""
+
+    def __init__(self, path: str, search: str | None, ctx: HandlerContext, columns: Mapping[str, SqlType],
+                 timeout_s: float = DEFAULT_TIMEOUT_S):
         self.path, self.ctx, self.columns = path, ctx, dict(columns)
         self.handler = load_handler(path, search)
+        self.timeout_s = timeout_s
+        self.answers: dict[str, Any] | None = None     # (method, rows) -> answer, once remembering
+        self.overdue: str | None = None                 # why every call not answered yet fails at once
+        self.calling: tuple[str, float] | None = None   # the call in progress: (method, when it started)
+
+    def remember(self) -> None:
+        """Keep every answer from now on, by the call's method and rows (a rehearsal's, found by the apply)."""
+        if self.answers is None:
+            self.answers = {}
+
+    def overran(self) -> bool:
+        """Whether the call in progress has run past the bound (a rehearsal's watchdog asks): if so, from now on
+        every call not answered yet fails at once."""
+        calling = self.calling
+        if calling is None or time.monotonic() - calling[1] <= self.timeout_s:
+            return False
+        self.overdue = self._late(calling[0], f"did not answer within {self.timeout_s:g} s")
+        return True
+
+    def _late(self, method: str, what: str) -> str:
+        return (f"business logic handler {self.path}.{method} {what} (business_logic_timeout_s = {self.timeout_s:g}): "
+                "its change, and the batch's others it had not answered, fail and are tried again")
 
     def has(self, method: str) -> bool:
         return callable(getattr(self.handler, method, None))
@@ -84,15 +115,41 @@ class Handling:
         return any(self.has(m) for m in ("insert", "update", "delete"))
 
     def _call(self, method: str, *args: Any) -> Any:
-        """The handler's ``method`` (None when it does not define it: the caller's default)."""
+        """The handler's ``method`` (None when it does not define it: the caller's default); its answer found
+        when it was given these rows before (``remember``)."""
         fn = getattr(self.handler, method, None)
         if fn is None:
             return None
+        key = repr((method, args)) if self.answers is not None else None
+        if key is not None and key in self.answers:      # type: ignore[operator]
+            out = self.answers[key]                      # type: ignore[index]
+        else:
+            out = self._answer(fn, method, args)
+            if key is not None:
+                self.answers[key] = out                  # type: ignore[index]
+        if isinstance(out, HandlerFailed):
+            raise out
+        return out
+
+    def _answer(self, fn: Any, method: str, args: tuple) -> Any:
+        """One call, timed: what it returned, or the ``HandlerFailed`` its change gets (it raised, it ran past the
+        bound, or an earlier call did)."""
+        if self.overdue is not None:
+            return HandlerFailed(self.overdue, obj=self.path)
+        start = time.monotonic()
+        self.calling = (method, start)
         try:
-            return fn(self.ctx, *args)
+            out = fn(self.ctx, *args)
         except Exception as e:  # noqa: BLE001 - the user's code: any failure is this row's
-            raise HandlerFailed(f"business logic handler {self.path}.{method} failed: {type(e).__name__}: {e}",
-                                obj=self.path) from None
+            out = HandlerFailed(f"business logic handler {self.path}.{method} failed: {type(e).__name__}: {e}",
+                                obj=self.path)
+        finally:
+            self.calling = None
+        took = time.monotonic() - start
+        if took > self.timeout_s:
+            self.overdue = self.overdue or self._late(method, f"took {took:.1f} s")
+            return HandlerFailed(self.overdue, obj=self.path)
+        return out
 
     def _wrong(self, method: str, out: Any, expected: str) -> HandlerFailed:
         return HandlerFailed(f"business logic handler {self.path}.{method} returned {out!r:.80}; expected {expected}",

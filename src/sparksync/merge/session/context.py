@@ -16,9 +16,11 @@ from dataclasses import dataclass
 
 from sparksync.config import PublicationConfig
 from sparksync.dialects.replica import Replica
+from sparksync.merge.apply import rehearsal
 from sparksync.merge.apply.batch import apply_batch
 from sparksync.merge.apply.classify import ArticleAt, StagedWork
 from sparksync.merge.apply.decide import ArticleRules
+from sparksync.merge.apply.handling import Handling
 from sparksync.merge.apply.outcome import BatchOutcome
 from sparksync.merge.partitions.evaluation import evaluated_at_sync
 from sparksync.merge.partitions.scheme import scheme_of
@@ -82,12 +84,20 @@ class Half:
     articles: dict[int, ArticleAt]
 
     def apply(self, batch: BatchInfo, rows, record: Callable[[Replica, BatchOutcome], None] | None = None,
-              planned: Callable[[Replica, list[StagedWork]], None] | None = None) -> BatchOutcome:
+              planned: Callable[[Replica, list[StagedWork]], None] | None = None,
+              handlings: dict[int, Handling] | None = None) -> BatchOutcome:
         """Apply ``rows`` (change rows of ``batch``, an Arrow table) here; ``record``: what the caller writes in
         the batch's transaction, just before the watermark; ``planned``: what it reads once the batch is staged and
-        classified, before anything is written."""
+        classified, before anything is written; ``handlings``: its handlers as ``rehearse`` left them."""
         changes = by_article(rows) if rows is not None and rows.num_rows else {}
-        return apply_batch(self.replica, self.ctx, self.dest, batch, changes, self.articles, record, planned)
+        return apply_batch(self.replica, self.ctx, self.dest, batch, changes, self.articles, record, planned,
+                           handlings)
+
+    def rehearse(self, batch: BatchInfo, rows) -> dict[int, Handling]:
+        """The handler calls of ``rows``' apply made now, outside any write lock (``merge.apply.rehearsal``): the
+        articles' handlers, their answers kept, for ``apply``."""
+        changes = by_article(rows) if rows is not None and rows.num_rows else {}
+        return rehearsal.rehearsed(self.replica, self.ctx, self.dest, batch, changes, self.articles)
 
 
 def publisher_half(pub: Replica, publisher: str, publisher_url: str, publication: PublicationConfig, base_dir: str,

@@ -41,7 +41,8 @@ def article_rules(pubcfg: PublicationConfig, replica: Replica, articles: list[Ar
         out[a.nickname] = ArticleRules(a.nickname, bool(a.column_tracking),
                                           cfg.resolver if cfg else "default", cfg.resolver_column if cfg else None,
                                           cfg.compensate_for_errors if cfg else False, search,
-                                          cfg.business_logic if cfg else None)
+                                          cfg.business_logic if cfg else None,
+                                          cfg.business_logic_timeout_s if cfg else 2.0)
     return out
 
 

@@ -107,6 +107,13 @@ def reading_closed(replica: Replica) -> None:
     replica.tracking_flushed = True
 
 
+def rehearsing(replica: Replica) -> None:
+    """For a rehearsal of a batch (``merge.apply.rehearsal``), which reads the metadata as it stands and writes
+    nothing: what it decides is thrown away (only business logic handlers' answers are kept, by their rows), so the
+    log not flushed into it changes nothing that counts."""
+    replica.tracking_flushed = True
+
+
 def has_log(replica: Replica) -> bool:
     if replica.has_tracking_log:
         return True

@@ -25,14 +25,14 @@ from typing import Any
 from sparksync import failpoints
 from sparksync.config import PublicationConfig, Topology
 from sparksync.dialects.replica import Replica
-from sparksync.errors import NotInitialized, ProtocolError, UploadConflict
+from sparksync.errors import NotInitialized, ProtocolError, SparksyncError, UploadConflict
 from sparksync.merge.apply.handling import check_handlers
 from sparksync.merge.conflicts.resolvers import check_resolvers
 from sparksync.merge.partitions.evaluation import evaluate, evaluated_at_sync, partitions
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.publish.schema_changes import pending
 from sparksync.merge.session.changes import ALL_PARTITIONS, RETRY_GENERATION
-from sparksync.merge.session.context import BatchOutcome, publisher_half, upload_batch
+from sparksync.merge.session.context import BatchOutcome, Half, publisher_half, upload_batch
 from sparksync.merge.session.enumeration import min_watermark
 from sparksync.merge.session.remote import older_schema
 from sparksync.merge.session.remote.fates import failing, fates, positions
@@ -62,6 +62,16 @@ class ReceivedUpload:
     digest: str
     what: str
     metadata: dict | None = None       # its frame's: the publication's schema version it was made under
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """An upload read and checked, ready to apply (``PublisherHalf._prepare``)."""
+
+    half: Half
+    checked: Any                       # the change rows to apply (an Arrow table)
+    nickname: int                      # the device's replica nickname
+    refused_at: list[list]             # [position in the upload, reason] of each change refused by partition
 
 
 @dataclass(frozen=True)
@@ -115,65 +125,24 @@ class PublisherHalf:
     # -- upload ---------------------------------------------------------------------------------------
     def apply_upload(self, pub: Replica, publication: PublicationConfig, upload: ReceivedUpload) -> dict:
         """Apply ``upload`` at the publisher in one transaction with its watermark and its reply (a transient
-        failure rolls it back whole: the caller tries it again). Returns the reply (``UploadReply``'s fields)."""
-        name, lo, hi, what = upload.subscription, upload.lo, upload.hi, upload.what
+        failure rolls it back whole: the caller tries it again). Returns the reply (``UploadReply``'s fields).
+        Where the publisher has one writer for the whole database (SQLite) and an article has a business logic
+        handler, the upload is rehearsed first, before the write lock is taken (``merge.apply.rehearsal``)."""
+        name, lo, hi = upload.subscription, upload.lo, upload.hi
         replies: list[dict] = []
+        handlings = self._rehearsed(pub, publication, upload)
         with pub.transaction():
-            prow, reg = self.registration(pub, publication.name, name)
-            if not reg.active:
-                raise NotInitialized(f"subscription {name} is not initialized yet", obj=name)
-            # one upload of a subscription at a time, whatever process serves it
-            locked = pub.query_one(f"SELECT recgen FROM {pub.meta('sysmergesubscriptions')} WHERE subid = "
-                                   f"{pub.dialect.uuid_param()}{pub.dialect.row_lock_clause()}", [reg.subid])
-            prior = store.select_rows(pub, "MSweb_uploads", {"subscription": name, "lo": lo, "hi": hi})
-            if prior:
-                if prior[0]["digest"] != upload.digest:
-                    raise UploadConflict(f"{what}: these generations were uploaded before with other changes; "
-                                         "nothing was applied", obj=name)
-                reply = prior[0]["reply"]
-                return json.loads(reply) if isinstance(reply, str) else reply
-            have = int((locked[0] if locked else None) or 0)
-            if lo > have:
-                raise UploadConflict(f"{what}: the publisher has this device's changes up to generation {have}; "
-                                     f"upload from there", expected_lo=have, obj=name)
-            articles = published_articles(pub, prow.pubid)
-            scheme = scheme_of(articles)
-            at_sync = evaluated_at_sync(articles, scheme, prow.precomputed)
-            filtered = frozenset(a.nickname for a in articles if scheme.articles[a.name].filtered)
-            retries = frozenset((int(n), str(g)) for n, g in self.failed_changes(pub, reg.replnickname))
-            rows = upload.rows
-            made_under = older_schema.schema_version_of(upload.metadata or {}, prow.schema_version or 0, what)
-            if made_under is not None and made_under < (prow.schema_version or 0):
-                rows = older_schema.mapped(pub, rows, pending(pub, prow.pubid, made_under), articles)
-            checked = check_upload(rows, {a.nickname: UploadArticle(a.nickname, a.name, _codec(a))
-                                                 for a in articles}, lo, hi, name, reg.replnickname,
-                                   reg.partition_id or ALL_PARTITIONS, what, retries)
-            retried = bool(checked.num_rows) and RETRY_GENERATION in set(checked.column("generation").to_pylist())
-            if lo == hi and not retried:
-                raise ProtocolError(f"{what}: an empty range carries only changes sent again", obj=name)
-            session_id = store.new_guid()
-            refused = foreign_rows(pub, prow.pubid, scheme, articles, reg.partition_id, checked, reg.replnickname,
-                                   filtered - at_sync)
-            refused_at: list[list] = []
-            if refused:
-                part = next(p for p in partitions(pub, prow.pubid) if p.partition_id == reg.partition_id)
-                logged = log_refused(pub, prow.pubid, publication.name, articles, refused, name, part.describe(),
-                                     session_id)
-                at = positions(upload.rows)
-                refused_at = [[at[(r.tablenick, str(r.rowguid).lower())], rec.reason_text]
-                              for r, rec in zip(refused, logged)]
-                checked = without(checked, refused)
-            half = publisher_half(pub, self.topology.publisher.name, self.topology.publisher_url, publication,
-                                  str(self.topology.base_dir), prow.pubid, name, reg.replnickname, session_id,
-                                  upload_batch(name, reg.replnickname, lo, hi, retried, reg.partition_id))
-
+            ready = self._prepare(pub, publication, upload)
+            if isinstance(ready, dict):
+                return ready
+            half, checked = ready.half, ready.checked
             tracked = {n: a.article for n, a in half.articles.items()}
-            device = half.ctx.replicas.name(reg.replnickname)
+            device = half.ctx.replicas.name(ready.nickname)
 
             def reply_of(outcome: BatchOutcome) -> dict:
                 told = fates(pub, [c.record for c in outcome.conflicts], tracked, half.ctx.article_names,
-                             device, failing(pub, reg.replnickname, checked))
-                return _reply(lo, hi, outcome, half.ctx.article_names, refused_at, told)
+                             device, failing(pub, ready.nickname, checked))
+                return _reply(lo, hi, outcome, half.ctx.article_names, ready.refused_at, told)
 
             def record(replica: Replica, outcome: BatchOutcome) -> None:
                 replies.append(reply_of(outcome))
@@ -181,11 +150,83 @@ class PublisherHalf:
                     "subscription": name, "lo": lo, "hi": hi, "digest": upload.digest,
                     "reply": json.dumps(replies[0]), "applied_at": store.utcnow()})
 
-            outcome = half.apply(half.dest.batches[name][0], checked, record)
+            outcome = half.apply(half.dest.batches[name][0], checked, record, handlings=handlings)
             if not replies:
                 replies.append(reply_of(outcome))
         failpoints.hit("door.after_upload_commit", name)     # tests: committed, the door has not replied yet
         return replies[0]
+
+    def _rehearsed(self, pub: Replica, publication: PublicationConfig, upload: ReceivedUpload) -> dict | None:
+        """The upload's handler calls made before the write lock is taken (its articles' ``Handling`` each, their
+        answers kept), where that is needed (``rehearsal.needed``); None: the apply makes its own."""
+        if pub.dialect.capabilities.concurrent_writers or not any(a.business_logic for a in publication.articles):
+            return None
+        pub.execute("BEGIN")               # deferred: the upload read as the apply will read it, nothing locked
+        try:
+            ready = self._prepare(pub, publication, upload, rehearsal=True)
+        except SparksyncError:             # said by the apply, under the lock
+            return None
+        finally:
+            pub.rollback()
+        if isinstance(ready, dict):
+            return None
+        return ready.half.rehearse(ready.half.dest.batches[upload.subscription][0], ready.checked)
+
+    def _prepare(self, pub: Replica, publication: PublicationConfig, upload: ReceivedUpload,
+                 rehearsal: bool = False) -> _Prepared | dict:
+        """What the apply of ``upload`` needs, read in the caller's transaction: the rows checked, mapped from an
+        older schema, those of other partitions refused (logged, unless ``rehearsal``), the publisher's half; or
+        the reply already given to the same upload."""
+        name, lo, hi, what = upload.subscription, upload.lo, upload.hi, upload.what
+        prow, reg = self.registration(pub, publication.name, name)
+        if not reg.active:
+            raise NotInitialized(f"subscription {name} is not initialized yet", obj=name)
+        # one upload of a subscription at a time, whatever process serves it
+        locked = pub.query_one(f"SELECT recgen FROM {pub.meta('sysmergesubscriptions')} WHERE subid = "
+                               f"{pub.dialect.uuid_param()}{pub.dialect.row_lock_clause()}", [reg.subid])
+        prior = store.select_rows(pub, "MSweb_uploads", {"subscription": name, "lo": lo, "hi": hi})
+        if prior:
+            if prior[0]["digest"] != upload.digest:
+                raise UploadConflict(f"{what}: these generations were uploaded before with other changes; "
+                                     "nothing was applied", obj=name)
+            reply = prior[0]["reply"]
+            return json.loads(reply) if isinstance(reply, str) else reply
+        have = int((locked[0] if locked else None) or 0)
+        if lo > have:
+            raise UploadConflict(f"{what}: the publisher has this device's changes up to generation {have}; "
+                                 f"upload from there", expected_lo=have, obj=name)
+        articles = published_articles(pub, prow.pubid)
+        scheme = scheme_of(articles)
+        at_sync = evaluated_at_sync(articles, scheme, prow.precomputed)
+        filtered = frozenset(a.nickname for a in articles if scheme.articles[a.name].filtered)
+        retries = frozenset((int(n), str(g)) for n, g in self.failed_changes(pub, reg.replnickname))
+        rows = upload.rows
+        made_under = older_schema.schema_version_of(upload.metadata or {}, prow.schema_version or 0, what)
+        if made_under is not None and made_under < (prow.schema_version or 0):
+            rows = older_schema.mapped(pub, rows, pending(pub, prow.pubid, made_under), articles)
+        checked = check_upload(rows, {a.nickname: UploadArticle(a.nickname, a.name, _codec(a))
+                                             for a in articles}, lo, hi, name, reg.replnickname,
+                               reg.partition_id or ALL_PARTITIONS, what, retries)
+        retried = bool(checked.num_rows) and RETRY_GENERATION in set(checked.column("generation").to_pylist())
+        if lo == hi and not retried:
+            raise ProtocolError(f"{what}: an empty range carries only changes sent again", obj=name)
+        session_id = store.new_guid()
+        refused = foreign_rows(pub, prow.pubid, scheme, articles, reg.partition_id, checked, reg.replnickname,
+                               filtered - at_sync)
+        refused_at: list[list] = []
+        if refused:
+            if not rehearsal:
+                part = next(p for p in partitions(pub, prow.pubid) if p.partition_id == reg.partition_id)
+                logged = log_refused(pub, prow.pubid, publication.name, articles, refused, name, part.describe(),
+                                     session_id)
+                at = positions(upload.rows)
+                refused_at = [[at[(r.tablenick, str(r.rowguid).lower())], rec.reason_text]
+                              for r, rec in zip(refused, logged)]
+            checked = without(checked, refused)
+        half = publisher_half(pub, self.topology.publisher.name, self.topology.publisher_url, publication,
+                              str(self.topology.base_dir), prow.pubid, name, reg.replnickname, session_id,
+                              upload_batch(name, reg.replnickname, lo, hi, retried, reg.partition_id))
+        return _Prepared(half, checked, reg.replnickname, refused_at)
 
     @staticmethod
     def upload_reply(pub: Replica, subscription: str, lo: int, hi: int) -> dict | None:
