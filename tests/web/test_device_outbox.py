@@ -228,6 +228,19 @@ def test_answered_changes_older_than_the_publications_retention_leave_the_outbox
     assert {e["change_id"] for e in world.outbox()} == kept
 
 
+def test_an_applied_change_keeps_its_key_when_its_row_is_gone_from_the_device(world):
+    """Finding 11 of reliability round 5: an applied change whose row then left the device (a handler moved it out of
+    the partition; here the publisher deletes it) was listed with key None. Its key is the row's as it was sent."""
+    world.local("UPDATE Product SET name = 'then gone' WHERE id = 9")
+    assert world.device(world.url).sync().ok
+    world.at_publisher('DELETE FROM "Product" WHERE "id" = 9')
+    assert world.device(world.url).sync().ok
+    with sqlite3.connect(world.file) as db:
+        assert db.execute("SELECT count(*) FROM Product WHERE id = 9").fetchone() == (0,)
+    [entry] = [e for e in world.outbox() if e["operation"] == "update" and e["key"] == {"id": 9}]
+    assert entry["state"] == "applied" and entry["mine"] is None, entry
+
+
 def test_one_sync_of_a_file_at_a_time_across_processes(world):
     """Another process holds the file's sync lock (a second copy of the application, a shell's sparksync sync): a
     sync waits for it, then says who it waited for; once the holder ends, the sync runs."""

@@ -70,6 +70,9 @@ def check_handlers(topology: Topology, pubcfg: PublicationConfig) -> None:
                                  obj=pubcfg.name)
 
 
+_MISSING = object()
+
+
 class Handling:
     """One article's handler, for the rows of one batch at one destination (``ctx``: where they come from;
     ``columns``: the article's columns and their types, what a custom row is checked against).
@@ -85,7 +88,7 @@ class Handling:
         self.path, self.ctx, self.columns = path, ctx, dict(columns)
         self.handler = load_handler(path, search)
         self.timeout_s = timeout_s
-        self.answers: dict[str, Any] | None = None     # (method, rows) -> answer, once remembering
+        self.answers: dict[Any, Any] | None = None      # (method, rows) -> answer, once remembering
         self.overdue: str | None = None                 # why every call not answered yet fails at once
         self.calling: tuple[str, float] | None = None   # the call in progress: (method, when it started)
 
@@ -120,13 +123,19 @@ class Handling:
         fn = getattr(self.handler, method, None)
         if fn is None:
             return None
-        key = repr((method, args)) if self.answers is not None else None
-        if key is not None and key in self.answers:      # type: ignore[operator]
-            out = self.answers[key]                      # type: ignore[index]
-        else:
+        answers, out = self.answers, _MISSING
+        key: Any = None
+        if answers is not None:      # the call's method and rows (their items; their text where a value cannot be hashed)
+            key = (method, tuple(tuple(a.items()) if isinstance(a, dict) else a for a in args))
+            try:
+                out = answers.get(key, _MISSING)
+            except TypeError:
+                key = repr((method, args))
+                out = answers.get(key, _MISSING)
+        if out is _MISSING:
             out = self._answer(fn, method, args)
-            if key is not None:
-                self.answers[key] = out                  # type: ignore[index]
+            if answers is not None:
+                answers[key] = out
         if isinstance(out, HandlerFailed):
             raise out
         return out

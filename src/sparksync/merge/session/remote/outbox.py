@@ -52,7 +52,7 @@ class OutboxChange:
     ``state``: pending (not yet accepted by the publisher: not sent, or sent and not answered), applied, lost,
     refused or failed (sent again at every sync); ``key``: the row's primary key, where known; ``winner``:
     the winning row of a lost conflict (None: the winner deleted it); ``mine``: the row as the device sent it,
-    while it is not applied."""
+    while it is not applied (its key stays known after, from the row as sent, when the row is gone from here)."""
 
     change_id: int | None
     article: str
@@ -193,10 +193,11 @@ def answered(device: Replica, pubid: str, lo: int, hi: int, conflicts: list[Any]
             continue
         device.execute(
             f"UPDATE {t} SET state = {p}, reason = {p}, conflict_id = {p}, winner = {p}, winner_row = {p}, "
-            f"winner_lineage = {p}, columns = {p}, mine = CASE WHEN {p} = 'lost' THEN mine END, answered_at = {p} "
+            f"winner_lineage = {p}, columns = {p}, answered_at = {p} "
             f"{where}", [state, c.reason, c.conflict_id, c.winner or None, c.winner_row, c.winner_lineage,
-                         device.dialect.json_param(list(c.columns)) if c.columns else None, state, now, *params])
-    device.execute(f"UPDATE {t} SET state = 'applied', mine = NULL, answered_at = {p} WHERE lo = {p} AND hi = {p} AND "
+                         device.dialect.json_param(list(c.columns)) if c.columns else None, now, *params])
+    # the row as sent is kept (its key, once the row is gone from here), shown while the change is not applied
+    device.execute(f"UPDATE {t} SET state = 'applied', answered_at = {p} WHERE lo = {p} AND hi = {p} AND "
                    "state = 'sent'", [now, lo, hi])
     # an insert answered (but failed: sent again as an insert) is the publisher's row: a change to it is an update
     device.execute(f"DELETE FROM {device.meta(INSERTS)} WHERE EXISTS (SELECT 1 FROM {t} o WHERE o.lo = {p} AND o.hi = "
@@ -253,13 +254,18 @@ def _rows(device: Replica, where: str, params: list | None = None) -> list[dict]
 
 
 def _change(e: dict, arts: _Articles) -> OutboxChange:
+    """An entry as the application sees it: its key, until the row here says it (``_with_keys``), the row's as
+    sent (so a row since gone from the device, moved out of its partition by a handler say, keeps its key)."""
     state: State = "pending" if e["state"] == "sent" else e["state"]
+    mine = json.loads(e["mine"]) if e["mine"] else None
+    art = arts.by_nick.get(e["tablenick"])
     return OutboxChange(
         change_id=e["change_id"], article=arts.names.get(e["tablenick"], str(e["tablenick"])), rowguid=e["rowguid"],
         operation=e["operation"], state=state, generation=e["generation"], sent=True, tries=int(e["tries"] or 0),
         reason=e["reason"], conflict_id=e["conflict_id"], winner_replica=e["winner"],
         winner=json.loads(e["winner_row"]) if e["winner_row"] else None, columns=list(e["columns"]),
-        mine=json.loads(e["mine"]) if e["mine"] else None, resolution=e["resolution"],
+        key={k: mine.get(k) for k in art.info.primary_key} if mine and art is not None else None,
+        mine=None if state == "applied" else mine, resolution=e["resolution"],
         sent_at=_iso(e["sent_at"]), answered_at=_iso(e["answered_at"]))
 
 
@@ -317,7 +323,7 @@ def _with_keys(device: Replica, arts: _Articles, changes: list[OutboxChange]) ->
     for c in changes:
         at = arts.nicks.get(c.article)
         found = here.get(at, {}).get(c.rowguid) if at is not None else None
-        key = found[0] if found else None
+        key = found[0] if found else c.key
         if key is None and c.mine and at is not None:
             key = {k: c.mine.get(k) for k in arts.by_nick[at].info.primary_key}
         out.append(dataclasses.replace(c, key=key))
