@@ -1,5 +1,5 @@
-"""Web synchronization as it runs for real: ``sparksync serve`` and ``sparksync sync`` as separate processes,
-devices' SQLite files written through the sqlite3 shell, a publisher set up with ``setup``."""
+"""Web synchronization as it runs for real: ``sparksync serve`` in a process of its own, ``sparksync sync`` as its
+command runs it (``cli``), devices' SQLite files written through the sqlite3 shell, a publisher set up with ``setup``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,11 +114,34 @@ class WebWorld:
 
     def sync(self, name: str, *args: str, token: str | None = None, env: dict | None = None,
              database: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-        """``sparksync sync`` for device ``name`` (its own token unless ``token``), in a process of its own."""
-        full = _environ() | {"SPARKSYNC_TOKEN": self.tokens.get(name, "") if token is None else token} | (env or {})
-        return subprocess.run([EXE, "sync", "--server", self.server.url, "--subscription", name,
-                               "--database", str(database or self.device(name)), *args],
-                              capture_output=True, text=True, env=full, timeout=timeout)
+        """``sparksync sync`` for device ``name`` (its own token unless ``token``): the command's own code, its
+        output and exit code as a process's (``cli``); in a process of its own where the test arms failpoints
+        (``env``: a kill must not end the tests) or runs syncs at once from threads."""
+        secret = self.tokens.get(name, "") if token is None else token
+        argv = ["sync", "--server", self.server.url, "--subscription", name, "--database",
+                str(database or self.device(name)), *args]
+        if env is None and threading.current_thread() is threading.main_thread():
+            return cli(argv, {"SPARKSYNC_TOKEN": secret})
+        full = _environ() | {"SPARKSYNC_TOKEN": secret} | (env or {})
+        return subprocess.run([EXE, *argv], capture_output=True, text=True, env=full, timeout=timeout)
+
+
+def cli(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``sparksync <argv>`` run in this process (the command's own code and error handling, ``typer``'s runner):
+    what a process of it would print and exit with, without a process's start (most of a short command's cost).
+    An exception the command let out is in ``stderr`` as its traceback, as a process would print it.
+    SPARKSYNC_TEST_PROCESSES=1 runs it as a process instead."""
+    if os.environ.get("SPARKSYNC_TEST_PROCESSES"):
+        return subprocess.run([EXE, *argv], capture_output=True, text=True, env=_environ() | (env or {}), timeout=600)
+    from typer.testing import CliRunner
+
+    from sparksync.cli.app import app
+
+    result = CliRunner().invoke(app, argv, env={"SPARKSYNC_FAILPOINTS": None, **(env or {})}, catch_exceptions=True)
+    err = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        err += "Traceback (most recent call last):\n" + "".join(traceback.format_exception(result.exception))
+    return subprocess.CompletedProcess([EXE, *argv], result.exit_code, result.stdout, err)
 
 
 @contextlib.contextmanager

@@ -7,18 +7,24 @@ on a SQLite and a PostgreSQL publisher; one topology per dialect, the checks in 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import os
+import random
 import shutil
 import subprocess
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
 
+from sparksync import api
 from sparksync import failpoints as fp
 from sparksync.config import AlertsConfig
 from sparksync.dialects import connect
+from sparksync.errors import OtherFile, ReplayBlocked, SchemaError, SparksyncError
 from sparksync.metadata import store
 from sparksync.monitor.alerts import Evaluator
 from sparksync.monitor.rollup import cadences_of, roll_up
@@ -48,6 +54,7 @@ def world(request, spark, tmp_path_factory):
                 "subscriptions": [{"name": n, "publication": "Shop", "transport": "web"} for n in TILLS]}
         w = WebWorld(tmp, data, spark)
         w.failpoints = failpoints
+        w.kind, w.spark = kind, spark
         w.server = Server(w.config, w.port, tmp / "serve.log", env={"SPARKSYNC_FAILPOINTS": str(failpoints)})
         with serving(w):
             for n in TILLS:
@@ -95,6 +102,12 @@ def _outbox(path) -> dict[int, str]:
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
     return {int(json.loads(c["key"])["id"]) if isinstance(c["key"], str) else int(c["key"]["id"]): c["state"]
             for c in json.loads(p.stdout)} if p.stdout.strip() else {}
+
+
+def _move(src, dst) -> None:
+    _copy(src, dst)
+    for suffix in ("", "-wal", "-shm"):
+        (src.parent / (src.name + suffix)).unlink(missing_ok=True)
 
 
 def _copy(src, dst) -> None:
@@ -337,7 +350,238 @@ def test_a_way_out_that_failed_halfway_is_a_problem_naming_the_command_that_comp
     status, now = gather_status(w.topology), dt.datetime.now(dt.UTC)
     rolled = roll_up(status, AlertsConfig(), set(), now, cadences_of(w.topology))["subscriptions"]
     assert rolled["Other"]["state"] == "error", rolled["Other"]
-    _ok(subprocess.run([EXE, "snapshot", "-c", str(w.config), "--publication", "Shop"], capture_output=True,
-                       text=True, timeout=300))
+    api.snapshot(w.topology, ["Shop"], spark=w.spark)        # what the problem names (the command's function)
     _ok(w.sync("Other"))
     assert _entry(w, "Other")["status"] == "active" and 951 in _sales(w.device_url("Other"))
+
+
+# -- randomized: a device file's lifecycle --------------------------------------------------------------------------
+class Lifecycle:
+    """The randomized lifecycle test's actors: each till's application writing sales to the file that holds its
+    subscription, and whoever handles the tills' files: clones, backups restored, wrong paths, reinitializations,
+    kill -9s of a sync and of the door, schema changes. What each write became is followed (``written``: sale ->
+    the file it was written to)."""
+
+    def __init__(self, w, rng):
+        self.w, self.rng = w, rng
+        self.ids = iter(range(rng.randrange(100, 900) * 1000, 10**9))
+        self.written: dict[int, Path] = {}
+        self.gone: set[int] = set()              # written to a newer copy the test itself threw away (a restore)
+        self.backups: dict[str, list[Path]] = {}
+        self.strays: dict[str, list[Path]] = {n: [] for n in TILLS}      # refused copies: named by status
+        self.aside: dict[str, list[Path]] = {n: [] for n in TILLS}       # files set aside: named by the new file
+        self.n = 0
+
+    def device(self, name: str, path: Path | None = None):
+        import sparksync
+
+        return sparksync.Device(str(path or self.w.device(name)), self.w.server.url, name, self.w.tokens[name])
+
+    def path(self, what: str) -> Path:
+        self.n += 1
+        return self.w.folder / f"life-{self.n}-{what}.db"
+
+    def write(self, name: str, path: Path | None = None) -> int:
+        i = next(self.ids)
+        _sell(self.w, path or self.w.device(name), i, name.lower())
+        self.written[i] = path or self.w.device(name)
+        return i
+
+    def sync(self, name: str, **kw) -> None:
+        """The holder's sync, which must succeed (a file whose rows a schema change does not admit is corrected by
+        its application first, as the sync says); then nothing written to it before is left behind."""
+        before = [i for i, p in self.written.items() if p == self.w.device(name)]
+        try:
+            self.device(name).sync(**kw)
+        except ReplayBlocked as e:
+            shell(self.w.device_url(name), "UPDATE Sale SET qty = 1 WHERE qty > 32767;\n")     # corrected, as told
+            assert e.rows, e
+            self.device(name).sync()
+        self.left_behind(name, before)
+
+    def left_behind(self, name: str, sales: list[int]) -> None:
+        at_hq = _sales(self.w.pub_url)
+        fates = {int(c.key["id"]): c for c in self.device(name).outbox() if c.key}
+        for i in sales:
+            assert i in at_hq or (i in fates and fates[i].state in ("refused", "failed", "lost") and fates[i].reason), \
+                (i, name, fates.get(i))
+
+    # -- the steps --------------------------------------------------------------------------------------------
+    def step_write(self, name: str) -> str:
+        self.write(name)
+        return "write"
+
+    def step_sync(self, name: str) -> str:
+        self.sync(name)
+        return "sync"
+
+    def step_clone(self, name: str) -> str:
+        """The till's file copied to a second till, each writing. The first of the two to sync holds the subscription
+        (the copies are the same file until then); the other is refused by name from then on."""
+        holder, clone = self.w.device(name), self.path("clone")
+        _copy(holder, clone)
+        self.write(name, clone)
+        if self.rng.random() < 0.5:
+            self.sync(name)
+            with pytest.raises(OtherFile):
+                self.device(name, clone).sync()
+            self.strays[name].append(clone)
+            return "clone, refused"
+        self.device(name, clone).sync()                 # the clone went first: the till's file is the stray now
+        self.write(name)
+        original = self.path("original")
+        _move(holder, original)
+        _move(clone, holder)
+        for i, p in list(self.written.items()):
+            self.written[i] = original if p == holder else holder if p == clone else p
+        with pytest.raises(OtherFile):
+            self.device(name, original).sync()
+        self.strays[name].append(original)
+        return "clone, synced first: the original refused"
+
+    def step_backup(self, name: str) -> str:
+        copy = self.path("backup")
+        _copy(self.w.device(name), copy)
+        self.backups.setdefault(name, []).append(copy)
+        return "backup"
+
+    def step_restore(self, name: str) -> str:
+        if not self.backups.get(name):
+            return "restore: no backup"
+        backup = self.backups[name].pop(self.rng.randrange(len(self.backups[name])))
+        self.sync(name)                                  # what the newer file holds is at HQ before it is lost
+        self.gone |= {i for i, p in self.written.items() if p == self.w.device(name) and i not in _sales(self.w.pub_url)}
+        for suffix in ("", "-wal", "-shm"):
+            self.w.device(name).with_name(self.w.device(name).name + suffix).unlink(missing_ok=True)
+        _copy(backup, self.w.device(name))
+        for i, p in list(self.written.items()):           # the backup's own writes live in the restored file now
+            if p == backup:
+                self.written[i] = self.w.device(name)
+        try:
+            self.device(name).sync()
+            return "restore: recovered at once"
+        except OtherFile:
+            pass
+        try:
+            self.sync(name, recover=True)
+            return "restore: --recover"
+        except OtherFile:      # a backup of an earlier file of the subscription: refused; a new file, it set aside
+            self.device(name).sync(reinitialize=True)
+            self.set_aside(name)
+            return "restore of an earlier file: refused, then --reinitialize"
+
+    def set_aside(self, name: str) -> None:
+        """The file the till's new file names as the one it replaced: the writes it held are there."""
+        replaced = self.device(name).replaced()
+        if replaced and Path(replaced) not in self.aside[name]:
+            old = Path(replaced)
+            self.aside[name].append(old)
+            held = set(_sales(f"sqlite:///{old}"))
+            for i, p in list(self.written.items()):
+                if p == self.w.device(name) and i in held:
+                    self.written[i] = old
+
+    def step_wrong_path(self, name: str) -> str:
+        typo = self.path("typo")
+        with pytest.raises(OtherFile):
+            self.device(name, typo).sync()
+        self.strays[name].append(typo)
+        return "wrong path"
+
+    def step_reinitialize(self, name: str) -> str:
+        first = self.rng.random() < 0.5
+        if first:
+            self.device(name).sync(reinitialize=True, upload_first=True)
+        else:
+            self.device(name).sync(reinitialize=True)
+        self.set_aside(name)
+        self.sync(name)
+        return f"reinitialize (upload first: {first})"
+
+    def step_kill(self, name: str) -> str:
+        point = self.rng.choice(["device.after_upload", "device.initialized", "device.snapshot_downloaded"])
+        args = () if point == "device.after_upload" else ("--reinitialize", "--upload-first")
+        self.write(name)
+        fp.arm(str(self.w.failpoints), f"{point} {name} !kill")
+        p = self.w.sync(name, *args, env={"SPARKSYNC_FAILPOINTS": str(self.w.failpoints)})
+        self.w.failpoints.write_text("")
+        assert "Traceback" not in p.stderr, p.stderr
+        self.set_aside(name)
+        self.sync(name)
+        self.set_aside(name)
+        return f"kill at {point} (exit {p.returncode})"
+
+    def step_door(self, name: str) -> str:
+        self.write(name)
+        fp.arm(str(self.w.failpoints), f"door.after_upload_commit {name} !kill")
+        with contextlib.suppress(SparksyncError):
+            self.device(name).sync()
+        self.w.failpoints.write_text("")
+        if self.w.server.proc.poll() is None:
+            self.w.server.stop()
+        self.w.server.start()
+        self.sync(name)
+        return "door killed after an upload's commit"
+
+    def step_schema(self, name: str) -> str:
+        if self.rng.random() < 0.5:
+            self.n += 1
+            api.schema_change(self.w.topology, "Shop", "Sale", add_column=f"note{self.n} text")
+            api.snapshot(self.w.topology, ["Shop"], spark=self.w.spark)
+            return "schema: a column added"
+        shell(self.w.device_url(name), "UPDATE Sale SET qty = 40000 WHERE id = (SELECT max(id) FROM Sale);\n")
+        try:
+            api.schema_change(self.w.topology, "Shop", "Sale", alter_column="qty smallint")
+        except SchemaError:
+            return "schema: narrowing refused"
+        api.snapshot(self.w.topology, ["Shop"], spark=self.w.spark)        # the operator's duty after a change
+        return "schema: qty narrowed"
+
+    def step_hq(self, name: str) -> str:
+        shell(self.w.pub_url, f'INSERT INTO "Sale" ("id", "till", "qty") VALUES ({next(self.ids)}, \'hq\', 1);\n')
+        return "hq"
+
+
+@pytest.mark.parametrize("seed", [int(s) for s in os.environ.get("SPARKSYNC_LIFECYCLE_SEEDS", "1").split(",")])
+def test_randomized_device_lifecycles_leave_every_write_at_hq_or_said(world, seed):
+    """Tills' files cloned, backed up and restored, synced from wrong paths, reinitialized with and without their
+    changes uploaded first, a sync killed at every step of initialization and upload, the door killed after an
+    upload's commit, schema changes (a column added, a narrowing) while the tills write. After every sync that
+    succeeded nothing written before it is left behind; at the end each write is at HQ, or in its file's outbox as
+    refused, failed or lost with the reason, or in a file status names (a refused copy) or the new file names (set
+    aside); every till that holds its subscription is active and holds what HQ holds. (Last in the module: its
+    schema changes stay. SPARKSYNC_LIFECYCLE_SEEDS / _STEPS choose more, default seed 1 and 20 steps.)"""
+    w = world
+    rng = random.Random(seed * 7919 + (0 if w.kind == "sqlite" else 3))
+    life = Lifecycle(w, rng)
+    shell(w.device_url("Till"), "UPDATE Sale SET qty = 0 WHERE qty IS NULL;\n")     # what the NOT NULL asked for
+    for name in TILLS:
+        life.sync(name)
+    done = []
+    steps = ["write", "write", "sync", "sync", "clone", "backup", "restore", "wrong_path", "reinitialize", "kill",
+             "door", "schema", "hq"]
+    for _ in range(int(os.environ.get("SPARKSYNC_LIFECYCLE_STEPS", "20"))):
+        name, step = rng.choice(TILLS), rng.choice(steps)
+        done.append(f"{name}: {getattr(life, f'step_{step}')(name)}")
+    for name in TILLS:                                    # settled
+        life.sync(name)
+        life.sync(name)
+    at_hq = _sales(w.pub_url)
+    status = gather_status(w.topology)
+    for name in TILLS:
+        assert set(_sales(w.device_url(name))) == set(at_hq), (seed, name, done)
+        entry = next(s for s in status["subscriptions"] if s["name"] == name)
+        assert entry["status"] == "active", (seed, entry, done)
+        named = {f["described"].split(":", 1)[1] for f in entry.get("other_files", [])}
+        for stray in life.strays[name]:
+            assert str(stray) in named, (seed, stray, named, done)
+    for i, path in life.written.items():
+        if i in at_hq or i in life.gone:
+            continue
+        name = next(n for n in TILLS if path in life.strays[n] or path in life.aside[n] or path == w.device(n))
+        if path == w.device(name):
+            fates = {int(c.key["id"]): c for c in life.device(name).outbox() if c.key}
+            assert i in fates and fates[i].state in ("refused", "failed", "lost") and fates[i].reason, \
+                (seed, i, fates.get(i), done)
+        else:                                             # in a refused copy status names, or a file set aside
+            assert i in _sales(f"sqlite:///{path}"), (seed, i, path, done)
