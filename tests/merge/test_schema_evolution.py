@@ -22,7 +22,7 @@ from sparksync.metadata.records import FailedChangeRow
 from sparksync.names import TableName
 from sparksync.validation.subscriptions import validate
 from tests.support.databases import databases
-from tests.support.web import WebWorld
+from tests.support.web import WebWorld, cli
 
 pytestmark = pytest.mark.spark
 
@@ -316,12 +316,9 @@ def test_a_schema_change_killed_at_the_publisher_or_in_a_replay_leaves_every_rep
 def _outbox(w: WebWorld) -> dict[int, dict]:
     """The device's outbox (``sparksync outbox --json``), by the row's id."""
     import json
-    import subprocess
 
-    from tests.support.web import EXE
 
-    p = subprocess.run([EXE, "outbox", "--database", str(w.device("Van")), "--json"], capture_output=True, text=True,
-                       timeout=60)
+    p = cli(["outbox", "--database", str(w.device("Van")), "--json"])
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
     out = {}
     for c in json.loads(p.stdout or "[]"):

@@ -18,6 +18,7 @@ import sparksync
 from sparksync import failpoints
 from sparksync.dialects import connect
 from tests.support.shop import Shop, served
+from tests.support.web import cli as run_cli
 
 pytestmark = pytest.mark.spark
 
@@ -49,7 +50,7 @@ class World(Shop):
             return r.query_one(f'SELECT "name", "price", "qty" FROM "Product" WHERE "id" = {pid}')
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
-        p = subprocess.run([EXE, *args, "--database", str(self.file)], capture_output=True, text=True, timeout=60)
+        p = run_cli([*args, "--database", str(self.file)])
         assert "Traceback" not in p.stderr + p.stdout, p.stderr
         return p
 

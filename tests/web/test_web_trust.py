@@ -35,7 +35,7 @@ from sparksync.web.device.sync import DeviceOptions, sync
 from sparksync.web.protocol import PROTOCOL
 from tests.support.clients import shell
 from tests.support.databases import databases
-from tests.support.web import EXE, Server, WebWorld, file_headers, serving, upload_body
+from tests.support.web import Server, WebWorld, cli, file_headers, serving, upload_body
 
 pytestmark = pytest.mark.spark
 
@@ -112,7 +112,7 @@ def _converged(w, name: str) -> None:
 
 
 def _status(w) -> tuple[int, dict]:
-    p = subprocess.run([EXE, "status", "-c", str(w.config), "--json"], capture_output=True, text=True, timeout=120)
+    p = cli(["status", "-c", str(w.config), "--json"])
     assert "Traceback" not in p.stderr, p.stderr
     return p.returncode, json.loads(p.stdout)
 
@@ -524,8 +524,7 @@ def test_a_change_to_a_row_that_left_the_partition_meanwhile_is_refused_in_the_o
     shell(world.pub_url, 'UPDATE "Store" SET "region" = \'south\' WHERE "id" = 7790;\n')
     _ok(world.sync("TillS"))                                  # a round: the move is evaluated
     _ok(world.sync("TillN"))
-    p = subprocess.run([EXE, "outbox", "--json", "--database", str(world.device("TillN"))], capture_output=True,
-                       text=True, timeout=60)
+    p = cli(["outbox", "--json", "--database", str(world.device("TillN"))])
     assert p.returncode == 0, p.stderr
     found = [e for e in json.loads(p.stdout) if e["article"] in ("Store", "public.Store") and e["key"] == {"id": 7790}]
     assert len(found) == 1, p.stdout
