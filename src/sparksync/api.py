@@ -396,7 +396,7 @@ class Device:
         return device_local.keep(self.url, change_id, which)
 
     def acknowledge(self, change_ids: list[int] | None = None) -> int:
-        """Answered changes the application has seen leave the outbox (None: every applied or refused one);
+        """Answered changes the application has seen leave the outbox (None: every applied, replaced or refused one);
         how many did."""
         return device_local.acknowledge(self.url, change_ids)
 

@@ -123,16 +123,20 @@ def test_kill_9_inside_a_batch_loses_nothing(service_demo, stops):
 
 
 def _on_spark(service_demo) -> object:
-    """The stops' configuration with every round on Spark (the JVM up under the service once a change moves)."""
+    """The stops' configuration with every round on Spark (the JVM up under the service once a change moves); the
+    publications other than Sales on a schedule that does not come round during a test."""
     return service_config(service_demo, name="on-spark.toml", server={"stop_grace_s": 60},
+                          schedules={"Territories": "every 1h", "Reports": "every 1h"},
                           spark={"master": "local[2]", "driver_round_changes": 0})
 
 
 def _spark_up(service_demo, log, value: float) -> tuple[Service, int]:
-    """The service in a process group of its own, a change moved on Spark; the service and its JVM's pid."""
+    """The service in a process group of its own, a change moved on Spark; the service and its JVM's pid. The
+    JVM's start and its first jobs take seconds on a quiet machine, a minute or more on a loaded one: the wait is
+    for the row, bounded generously."""
     svc = Service(_on_spark(service_demo), log, own_group=True).start()
     pid = change(service_demo, value)
-    wait_until(lambda: price(service_demo / "store1.db", pid) == value, "the change at Store1, on Spark")
+    wait_until(lambda: price(service_demo / "store1.db", pid) == value, "the change at Store1, on Spark", timeout=240)
     return svc, svc.jvm()
 
 

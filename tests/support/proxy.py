@@ -25,6 +25,7 @@ class CuttingProxy:
         self.port = int(self.sock.getsockname()[1])
         self.connections = 0
         self.cuts = 0
+        self._open: set = set()              # the close of each connection piped now
         self._stop = False
         self._thread = threading.Thread(target=self._accept, daemon=True)
 
@@ -39,6 +40,13 @@ class CuttingProxy:
     def __exit__(self, *exc) -> None:
         self._stop = True
         self.sock.close()
+
+    def cut_open(self) -> None:
+        """Every connection piped now closed at both ends (a client's next request opens a new one)."""
+        with self.lock:
+            closes = list(self._open)
+        for close in closes:
+            close()
 
     def _accept(self) -> None:
         while not self._stop:
@@ -72,6 +80,11 @@ class CuttingProxy:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
                 s.close()
+            with self.lock:
+                self._open.discard(close)
+
+        with self.lock:
+            self._open.add(close)
 
         def pipe(src: socket.socket, dst: socket.socket) -> None:
             try:

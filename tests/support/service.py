@@ -34,12 +34,14 @@ def wait_until(condition: Callable[[], Any], what: str, timeout: float = 60.0, e
         time.sleep(every)
 
 
-def service_config(demo: Path, schedule: str = "every 1s", name: str = "service.toml", **sections: dict) -> Path:
-    """The demo's configuration with every publication on ``schedule``, fresh ports, and ``sections`` merged in
-    (``server={...}``, ``alerts={...}``), written beside it (its SQLite URLs stay relative to the folder)."""
+def service_config(demo: Path, schedule: str = "every 1s", name: str = "service.toml",
+                   schedules: dict[str, str] | None = None, **sections: dict) -> Path:
+    """The demo's configuration with every publication on ``schedule`` (or its own in ``schedules``, by name), fresh
+    ports, and ``sections`` merged in (``server={...}``, ``alerts={...}``), written beside it (its SQLite URLs stay
+    relative to the folder)."""
     data = tomllib.loads((demo / "sparksync.toml").read_text())
     for p in data["publications"]:
-        p["agent_schedule"] = schedule
+        p["agent_schedule"] = (schedules or {}).get(p["name"], schedule)
     data["server"] = {**data.get("server", {}), "listen": f"127.0.0.1:{free_port()}",
                       "monitor": f"127.0.0.1:{free_port()}", "tracer_interval_s": 1, **sections.pop("server", {})}
     for k, v in sections.items():

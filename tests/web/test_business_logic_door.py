@@ -81,6 +81,44 @@ def test_the_door_applies_a_devices_upload_through_the_handler_and_the_device_ge
         assert _row(url, 4)["n"] == 0, url
 
 
+def test_the_devices_outbox_says_which_changes_a_handler_replaced_and_by_whom(door):
+    """Finding 11 of reliability round 5: a delete the handler kept as a soft delete showed ``applied`` in the
+    device's outbox. Now a change the publisher's handler answered with a row of its own is ``replaced``, its
+    reason naming the handler and its method; the row as sent stays shown; a rejected one is ``failed``."""
+    from sparksync import api
+
+    states = {(tuple(sorted((c.key or {}).items())), c.operation): c for c in
+              api.Device(door.device_url("Van")).outbox()}
+    deleted, lowered, zeroed = states[((("id", 3),), "delete")], states[((("id", 202),), "insert")], \
+        states[((("id", 4),), "update")]
+    assert deleted.state == "replaced", deleted
+    assert deleted.reason == (f"business logic handler {HANDLER}.delete kept the row (a row of its own) instead "
+                              "of deleting it"), deleted.reason
+    assert lowered.state == zeroed.state == "replaced", (lowered, zeroed)
+    assert lowered.reason == f"business logic handler {HANDLER}.insert applied a row of its own instead of this insert"
+    assert lowered.mine is not None and lowered.mine["v"] == "lower:XYZ"          # what the device sent
+    assert states[((("id", 201),), "insert")].state == "failed"                   # rejected: failed, not replaced
+
+
+def test_a_device_that_speaks_protocol_3_is_not_told_of_replaced_changes(door):
+    """A device of the previous protocol reads the fates it knows: the door leaves ``replaced`` out of the reply
+    it gives such a device (the lookup of an earlier upload here), which records those changes as applied."""
+    import httpx
+
+    from sparksync.web.protocol import OLDEST_PROTOCOL, PROTOCOL
+
+    with connect(door.device_url("Van")) as d:
+        lo, hi = d.query(f"SELECT lo, hi FROM {d.meta('MSdevice_outbox')} WHERE state = 'replaced' LIMIT 1")[0]
+    for version, told in ((PROTOCOL, True), (OLDEST_PROTOCOL, False)):
+        headers = {"Sparksync-Protocol": str(version), "Authorization": f"Bearer {door.tokens['Van']}",
+                   **file_headers(door, "Van")}
+        with httpx.Client(base_url=door.server.url, headers=headers, timeout=60) as c:
+            r = c.get(f"/v1/sync/uploads/{lo}-{hi}")
+        assert r.status_code == 200, r.text
+        fates = [c["fate"] for c in r.json()["reply"]["conflicts"]]
+        assert ("replaced" in fates) is told, (version, fates)
+
+
 def test_a_rejected_upload_is_listed_and_what_the_handler_logged_is_in_the_doors_history(door):
     with connect(door.pub_url) as r:
         reasons = [f["reason"] for f in store.select_rows(r, "MSmerge_failed_changes")]

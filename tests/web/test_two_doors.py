@@ -8,6 +8,7 @@ the checks run in order on one topology.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import random
 import re
@@ -238,3 +239,39 @@ def test_a_door_killed_in_a_sync_loses_nothing_and_the_other_takes_the_agents_ov
     doors.a.start()
     wait_until(lambda: AGENTS_ELSEWHERE in doors.a.log.read_text().rsplit("device endpoint", 1)[-1],
                "door A, started again, standing by while B runs the agents")
+
+
+def test_a_sync_whose_requests_two_doors_share_is_recorded_as_it_happened(doors, tmp_path):
+    """Finding 10 of reliability round 5: a sync balanced over two doors was recorded by the door that saw its end
+    as "counts not known: serve restarted during the sync", with that door's own fraction of its duration. Van1's
+    hello and upload go to door A; the sync pauses after its upload; its next requests go to door B (the
+    connection to A cut, as a balancer moves a client). The history's row has the upload's counts as applied,
+    begins at the hello (before the pause), and invents no restart."""
+    import concurrent.futures
+    import datetime as dt
+
+    rng = random.Random(4)
+    _write(doors, "Van1", rng, count=3)
+    points = str(tmp_path / "fp")
+    fp.arm(points, "device.after_upload Van1 !pause")
+    doors.proxy.ports = [doors.a.port]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        sync = pool.submit(doors.sync, "Van1", env={"SPARKSYNC_FAILPOINTS": points})
+        wait_until(lambda: glob.glob(points + ".paused.*") or sync.done(), "Van1's sync paused after its upload")
+        paused = dt.datetime.now(dt.UTC)
+        doors.proxy.ports = [doors.b.port]
+        doors.proxy.cut_open()
+        fp.resume(points, "device.after_upload", "Van1")
+        p = sync.result()
+    doors.proxy.ports = [doors.a.port, doors.b.port]
+    assert p.returncode == 0, p.stderr
+    with connect(doors.pub_url) as pub:
+        row = max(store.select_rows(pub, "MSmerge_sessions", {"subscription": "Van1"}), key=lambda r: r["end_time"])
+    message = row["message"] or ""
+    assert "restart" not in message and "not known" not in message, message
+    assert row["upload_inserts"] == 3, row                 # the rows it wrote (its updates were of these rows)
+    start = row["start_time"]
+    start = dt.datetime.fromisoformat(start) if isinstance(start, str) else start
+    start = start if start.tzinfo else start.replace(tzinfo=dt.UTC)
+    assert start < paused, (start, paused)                 # measured from the hello at door A, not from B's requests
+    _converged(doors)

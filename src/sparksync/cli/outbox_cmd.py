@@ -22,13 +22,15 @@ def outbox_command(
                                                             "yet.")] = False,
     ack: Annotated[list[int] | None, typer.Option("--ack", metavar="ID", help="Acknowledge these answered changes "
                                                   "(they leave the outbox); repeat for more.")] = None,
-    ack_all: Annotated[bool, typer.Option("--ack-all", help="Acknowledge every applied or refused change.")] = False,
+    ack_all: Annotated[bool, typer.Option("--ack-all",
+                                          help="Acknowledge every applied, replaced or refused change.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON list, one object per local change.")] = False,
     key_file: KeyFileOption = None,
     key_env: KeyEnvOption = None,
 ) -> None:
     """On a device: its local changes not yet acknowledged, each with its state: pending (not yet accepted by
-    the publisher), applied, lost (a conflict; the winning row), refused or failed (sent again at every sync)."""
+    the publisher), applied, replaced (a business logic handler at the publisher applied a row of its own instead),
+    lost (a conflict; the winning row), refused or failed (sent again at every sync)."""
     if not database:
         raise typer.BadParameter("required", param_hint="--database")
     device = api.Device(api.database_url(database), key=device_key(key_file, key_env))

@@ -5,8 +5,11 @@ round needs Spark, and what ``sparksync serve`` shares between its workers."""
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -83,4 +86,25 @@ class LazySpark:
                 proc = getattr(getattr(session.sparkContext, "_gateway", None), "proc", None)
                 if proc is not None and proc.poll() is not None:
                     raise JvmEnded(f"Spark's JVM had ended (exit status {proc.returncode})")
-                session.stop()
+                with _py4j_quiet():
+                    session.stop()
+
+
+class _FromPy4j(logging.Filter):
+    """Drops what py4j itself logs on the root logger (``logging.exception`` when the JVM's socket is gone)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
+@contextlib.contextmanager
+def _py4j_quiet() -> Iterator[None]:
+    """While a session is stopped: a JVM that ends meanwhile (signalled with the process that stops it) makes py4j
+    log a traceback on the root logger; the stop's caller says it in one line instead."""
+    quiet = _FromPy4j()
+    root = logging.getLogger()
+    root.addFilter(quiet)
+    try:
+        yield
+    finally:
+        root.removeFilter(quiet)

@@ -17,7 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparksync.errors import ProtocolError
 
-PROTOCOL = 3                   # the version of this protocol; a device that speaks an older one is refused (426)
+PROTOCOL = 4                   # the version of this protocol
+OLDEST_PROTOCOL = 3            # the oldest a door still serves; a device that speaks an older one is refused (426)
+# What each version added, for a door serving an older device: 4, an upload's fate "replaced".
+REPLACED_FATE = 4
 PROTOCOL_HEADER = "Sparksync-Protocol"
 MAX_GENERATION = 1 << 62       # the largest generation number a request may carry
 MAX_RETRIES = 10_000           # failed changes one request sends again (the rest at the next sync)
@@ -219,12 +222,14 @@ class UploadConflictReply(_Message):
 
     article: str
     rowguid: str
-    type: int = Field(description="the conflict type (1-10, as SQL Server's)")
+    type: int = Field(description="the conflict type (1-10, as SQL Server's; 0: not a conflict, a replaced change)")
     reason: str
     winner: str = Field(description="the replica whose version won (empty: a failed or refused change)")
-    fate: Literal["won", "lost", "failed", "refused"] | None = Field(default=None, description=(
+    fate: Literal["won", "lost", "failed", "refused", "replaced"] | None = Field(default=None, description=(
         "won or lost a conflict; failed: the publisher's database refused the row, it is sent again at every sync; "
-        "refused: a change the publisher does not take from this device"))
+        "refused: a change the publisher does not take from this device; replaced (protocol 4): a business logic "
+        "handler at the publisher applied a row of its own instead (type 0, the reason names it; the row comes "
+        "back with the download)"))
     conflict_id: str | None = Field(default=None, description="the conflict's id at the publisher")
     winner_row: str | None = Field(default=None, description="lost: the winning row as the publisher holds it "
                                    "(JSON, as change rows carry it); null when the winner is the row's deletion")
@@ -300,7 +305,8 @@ END = "<!-- END GENERATED -->"
 
 def render_protocol() -> str:
     """The routes and the models as markdown: what the generated block of docs/web-sync.md holds."""
-    lines = [f"Protocol version {PROTOCOL} (header `{PROTOCOL_HEADER}`). Every request but `/healthz` carries "
+    lines = [f"Protocol version {PROTOCOL} (header `{PROTOCOL_HEADER}`; a door serves devices that speak "
+             f"{OLDEST_PROTOCOL} and newer, each told only what its version knows). Every request but `/healthz` carries "
              "`Authorization: Bearer <token>` and says which device file it comes from: `Sparksync-File` (the file's "
              "identity), `Sparksync-Epoch` (its current epoch, once it has one), `Sparksync-File-Where` (host:path, "
              "for the operator), `Sparksync-Bound: 1` (it holds a subscription's data); a sync's first `hello`, "

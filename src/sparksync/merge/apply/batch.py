@@ -40,6 +40,7 @@ from sparksync.merge.apply.classify import (
     load_row,
     plan_batch,
     prefetch,
+    replaced_by,
 )
 from sparksync.merge.apply.decide import Decision, Incoming
 from sparksync.merge.apply.handling import HandlerFailed, Handling
@@ -327,6 +328,8 @@ class _BatchApplier:
         if decision.conflict is not None:
             st.conflicts += 1
             _record_conflict(self.replica, self.ctx, self.dest, self.batch, w.art, decision.conflict, self.outcome)
+        elif decision.replaced is not None:
+            self.outcome.replaced.append([int(w.art.nickname), str(w.inc.rowguid).lower(), decision.replaced])
 
     def set_based(self, w: StagedWork, st: ArticleStats, clear_failed: bool) -> None:
         """Every plain change of one article and operation in a few statements; when a constraint
@@ -407,7 +410,8 @@ class _BatchApplier:
         if isinstance(action, Custom):
             lineage = decision.lineage if decision.send_back else lin.bump(dict(decision.lineage), self.dest.nickname)
             custom = replace(w, decision=custom_decision(action.row, lineage, decision.colv, decision.values,
-                                                         self.dest.nickname, self.ctx.rules[art.nickname].column_tracking))
+                                                         self.dest.nickname, self.ctx.rules[art.nickname].column_tracking,
+                                                         replaced_by(handling, "error")))
             again = _try_apply(self.replica, art, inc, custom.decision, self.generation_for(True))
             if again is None:
                 self.applied(custom, st)
@@ -492,7 +496,8 @@ def _record_applied(replica: Replica, ctx: ApplyContext, batch: BatchInfo, outco
     replica.execute(f"DELETE FROM {table} WHERE pubid = {u} AND source_nickname = {int(batch.source_nick)} "
                     f"AND (session_id <> {u} OR batch_seq = {int(batch.seq)})", [ctx.pubid, ctx.session_id])
     done = {"stats": {str(nick): vars(st) for nick, st in outcome.stats.items()},
-            "conflicts": [c.to_dict() for c in outcome.conflicts], "notes": outcome.notes}
+            "conflicts": [c.to_dict() for c in outcome.conflicts], "notes": outcome.notes,
+            "replaced": outcome.replaced}
     store.insert_row(replica, "MSmerge_applied_batches", {
         "pubid": ctx.pubid, "source_nickname": batch.source_nick, "session_id": ctx.session_id,
         "batch_seq": batch.seq, "generation": batch.hi,
@@ -511,6 +516,7 @@ def _applied_in_session(replica: Replica, ctx: ApplyContext, batch: BatchInfo, o
     outcome.stats = {int(nick): ArticleStats.from_dict(st) for nick, st in done["stats"].items()}
     outcome.conflicts = [BatchConflict.from_dict(c) for c in done["conflicts"]]
     outcome.notes = list(done.get("notes") or [])
+    outcome.replaced = [list(r) for r in done.get("replaced") or ()]
     return True
 
 

@@ -350,7 +350,8 @@ def _handled_staged(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, 
                 staged.inserts -= 1
             if isinstance(action, Custom):
                 decision = custom_decision(action.row, lin.bump(dict(inc.lineage), dest.nickname), inc.colv, inc.values,
-                                   dest.nickname, ctx.rules[art.nickname].column_tracking)
+                                           dest.nickname, ctx.rules[art.nickname].column_tracking,
+                                           replaced_by(handling, method))
                 out.append(DecidedChange(_order_key(at, "upsert"), art, "upsert", inc, decision, present or op == "delete"))
                 continue
             failure = action if isinstance(action, Failure) else _rejected(handling, action)
@@ -365,17 +366,29 @@ def _rejected(handling: Handling, action: Reject) -> Failure:
     return Failure(f"rejected by business logic handler {handling.path}" + (f": {action.reason}" if action.reason else ""))
 
 
+def replaced_by(handling: Handling, method: str) -> str:
+    """Why a change did not apply as it came: the handler's ``method`` gave a row of its own (what a device's outbox
+    says of the change: *replaced*)."""
+    if method == "delete":
+        return f"business logic handler {handling.path}.delete kept the row (a row of its own) instead of deleting it"
+    if method == "error":
+        return (f"the publisher's database refused the row; business logic handler {handling.path}.error applied "
+                "a row of its own instead")
+    return f"business logic handler {handling.path}.{method} applied a row of its own instead of this {method}"
+
+
 def custom_decision(values: dict[str, Any], lineage: lin.Lineage, colv, before: dict[str, Any] | None, dest: int,
-            column_tracking: bool) -> Decision:
+                    column_tracking: bool, replaced: str | None = None) -> Decision:
     """A row a handler gave: a new version made here (``lineage``: this replica's entry already its own), sent on to
-    every replica (the source too); with column tracking each column it changed is this replica's version."""
+    every replica (the source too); with column tracking each column it changed is this replica's version.
+    ``replaced``: why the change it answered was not applied as it came (``replaced_by``)."""
     versions = None
     if column_tracking:
         versions = dict(colv or {})
         for c, v in values.items():
             if before is None or c not in before or before[c] != v or c not in versions:
                 versions[c] = [dest, lineage[dest]]
-    return Decision("upsert", dict(values), dict(lineage), versions, send_back=True)
+    return Decision("upsert", dict(values), dict(lineage), versions, send_back=True, replaced=replaced)
 
 
 def _handled(handling: Handling, replica: Replica, ctx: ApplyContext, dest: DestinationInfo, art: TrackedArticle,
@@ -399,7 +412,8 @@ def _handled(handling: Handling, replica: Replica, ctx: ApplyContext, dest: Dest
         return decision                       # a custom row that is the incoming one: nothing of its own
     # a version made here already (a column-level merge) keeps its lineage; a change taken as it came gets one
     lineage = decision.lineage if decision.send_back else lin.bump(dict(decision.lineage), dest.nickname)
-    return custom_decision(action.row, lineage, decision.colv, row, dest.nickname, tracking)
+    return custom_decision(action.row, lineage, decision.colv, row, dest.nickname, tracking,
+                           replaced_by(handling, method))
 
 
 def _conflict_handled(handling: Handling, replica: Replica, ctx: ApplyContext, dest: DestinationInfo,

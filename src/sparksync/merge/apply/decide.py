@@ -52,6 +52,7 @@ class Decision:
     colv: dict[str, Any] | None = None
     send_back: bool = False              # a new version the source must receive too
     conflict: ConflictRecord | None = None
+    replaced: str | None = None          # a business logic handler's own row applied instead of the change: why
 
 
 @dataclass(frozen=True)

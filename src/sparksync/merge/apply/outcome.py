@@ -64,6 +64,8 @@ class BatchOutcome:
     seconds: float = 0.0
     bulk: set[tuple[int, str]] = field(default_factory=set)   # (article nickname, op) applied set-based, whole
     notes: list[str] = field(default_factory=list)            # what business logic handlers logged (ctx.log)
+    replaced: list[list] = field(default_factory=list)        # [article nickname, rowguid, why]: changes a handler's
+    #                                                           own row was applied instead of (a device's outbox)
 
     @contextlib.contextmanager
     def timing(self, nick: int) -> Iterator[ArticleStats]:

@@ -73,7 +73,7 @@ def keep(url: str, change_id: int, which: Keep) -> OutboxChange:
 
 
 def acknowledge(url: str, change_ids: list[int] | None = None) -> int:
-    """Answered entries the application has seen leave the outbox (None: every applied or refused one)."""
+    """Answered entries the application has seen leave the outbox (None: every applied, replaced or refused one)."""
     with opened(url) as (device, _):
         outbox.install(device)
         return outbox.acknowledge(device, change_ids)

@@ -381,7 +381,9 @@ def _said_of(reply: UploadReply, name: str, report: Reporter) -> None:
         report(f"upload {name}: {reply.refused} change(s) to rows outside this device's partition were refused "
                "by the publisher (sparksync outbox lists them)")
     for c in reply.conflicts:
-        if c.fate != "refused":
+        if c.fate == "replaced":
+            report(f"upload {name}: {c.article} row {c.rowguid}: {c.reason}")
+        elif c.fate != "refused":
             report(f"upload {name}: conflict on {c.article} row {c.rowguid}: {c.reason}")
 
 

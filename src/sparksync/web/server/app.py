@@ -64,6 +64,7 @@ from sparksync.redaction import redact
 from sparksync.web import listener
 from sparksync.web.protocol import (
     HEALTHZ,
+    OLDEST_PROTOCOL,
     PROTOCOL,
     PROTOCOL_HEADER,
     ROUTES,
@@ -209,9 +210,11 @@ def _endpoint(door: Door, handler: Handler):
         seen: list[Device] = []              # the device, once its token was checked (in a worker thread)
         try:
             sent = request.headers.get(PROTOCOL_HEADER)
-            if sent is not None and (not sent.isascii() or not sent.isdigit() or len(sent) > 6 or int(sent) < PROTOCOL):
+            if sent is not None and (not sent.isascii() or not sent.isdigit() or len(sent) > 6 or
+                                     int(sent) < OLDEST_PROTOCOL):
                 return problem(426, "client too old", f"this server (sparksync {__version__}) speaks protocol "
-                               f"{PROTOCOL}; the client speaks {sent[:10]!r}: upgrade sparksync on the device")
+                               f"{OLDEST_PROTOCOL} to {PROTOCOL}; the client speaks {sent[:10]!r}: upgrade "
+                               "sparksync on the device")
             token = listener.bearer(request.headers.get("authorization", ""))
             free = handler.free or (request.url.path == ROUTES["recover"].path and
                                     request.headers.get("Sparksync-Take-Over") == "recover")

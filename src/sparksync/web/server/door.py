@@ -52,6 +52,8 @@ from sparksync.web import tokens
 from sparksync.web.protocol import (
     MAX_RETRIES,
     PROTOCOL,
+    PROTOCOL_HEADER,
+    REPLACED_FATE,
     AckReply,
     Digests,
     DoneReply,
@@ -76,6 +78,7 @@ class Device:
     subscription: SubscriptionConfig
     publication: PublicationConfig
     file: holders.Presented | None = None
+    protocol: int = PROTOCOL             # the protocol version the device speaks (its header)
 
     @property
     def name(self) -> str:
@@ -146,7 +149,9 @@ class Door:
             if s is None:                    # a token of a subscription the configuration no longer serves
                 raise Unauthorized("unauthorized")
             file = holders.Presented.of_headers(headers) if headers is not None else None
-            device = Device(s, self.topology.publication(s.publication), file)
+            sent = headers.get(PROTOCOL_HEADER) if headers is not None else None      # checked by the endpoint
+            device = Device(s, self.topology.publication(s.publication), file,
+                            int(sent) if sent and sent.isdigit() else PROTOCOL)
             if file is not None and not free:
                 holders.require(pub, s.name, file)
         return device
@@ -284,13 +289,14 @@ class Door:
         with self.publisher() as pub:
             reply = with_retries(functools.partial(self.half.apply_upload, pub, device.publication, upload),
                                  connections=[pub])
-        return UploadReply.model_validate(reply)
+        return UploadReply.model_validate(_for_version(reply, device.protocol))
 
     def uploaded(self, device: Device, lo: int, hi: int) -> UploadLookup:
         """The reply to an earlier upload of generations (lo, hi] of the device, which it did not receive."""
         with self.publisher() as pub:
             reply = self.half.upload_reply(pub, device.name, lo, hi)
-        return UploadLookup(found=reply is not None, reply=UploadReply.model_validate(reply) if reply else None)
+        return UploadLookup(found=reply is not None,
+                            reply=UploadReply.model_validate(_for_version(reply, device.protocol)) if reply else None)
 
     # -- download ---------------------------------------------------------------------------------
     def round(self, publication: PublicationConfig) -> None:
@@ -454,3 +460,11 @@ class Door:
                 store.update(pub, SubscriptionRow, {"sentgen": int(hi), "last_sync_date": store.utcnow()},
                              {"subid": reg.subid})
         return AckReply(sentgen=hi)
+
+
+def _for_version(reply: dict, protocol: int) -> dict:
+    """An upload's reply as a device speaking ``protocol`` reads it: before ``REPLACED_FATE``, a change a handler's
+    row replaced is not listed (such a device records it as applied, as it always did)."""
+    if protocol >= REPLACED_FATE:
+        return reply
+    return {**reply, "conflicts": [c for c in reply.get("conflicts") or () if c.get("fate") != "replaced"]}

@@ -9,7 +9,10 @@ its *fate*, for the device's outbox (``merge/session/remote/outbox.py``).
   failed changes there and sent again at every sync until it applies;
 * ``refused``: a change the publisher will not take from this device: a claim (lineage) it refused, or a row
   outside its partition; the latter is told by the change's position in the upload only (``refused_at`` of the
-  reply), so that the answer is the same whether the row exists elsewhere or nowhere.
+  reply), so that the answer is the same whether the row exists elsewhere or nowhere;
+* ``replaced``: a business logic handler at the publisher applied a row of its own instead (a delete kept as a
+  soft delete, values rewritten): the reason names the handler; the row comes back to the device with the
+  download, as a new version made at the publisher.
 
 Every other change of the upload was applied.
 """
@@ -17,7 +20,7 @@ Every other change of the upload was applied.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from sparksync.dialects.replica import Replica, in_chunks
@@ -28,7 +31,7 @@ from sparksync.metadata import store
 from sparksync.metadata.records import FailedChangeRow
 from sparksync.rows import RowCodec
 
-Fate = Literal["won", "lost", "failed", "refused"]
+Fate = Literal["won", "lost", "failed", "refused", "replaced"]
 REFUSED_CODES = frozenset({"refused", "out_of_partition"})
 
 
@@ -79,11 +82,13 @@ def _json_row(codec: RowCodec, names: list[str], values: Any) -> str:
 
 
 def fates(pub: Replica, records: list[ConflictRecord], articles: dict[int, TrackedArticle], names: dict[int, str],
-          device: str, failing: dict[tuple[int, str], FailedChangeRow]) -> list[dict[str, Any]]:
+          device: str, failing: dict[tuple[int, str], FailedChangeRow],
+          replaced: Iterable[Sequence[Any]] = ()) -> list[dict[str, Any]]:
     """The ``conflicts`` of an upload's reply (``web.protocol.UploadConflictReply``): each record, with its fate,
     its id at the publisher and, for a conflict the device lost, the winning row; then the upload's changes that
     failed again (``failing``: the device's failed changes among them, logged as a conflict the first time only),
-    each with its attempts."""
+    each with its attempts; then the changes a handler's row replaced (``replaced``: [article nickname, rowguid,
+    why], ``BatchOutcome.replaced``)."""
     lost = [(r.tablenick, str(r.rowguid).lower()) for r in records if fate_of(r, device) == "lost"]
     rows = winner_rows(pub, articles, lost) if lost else {}
     logged = {(r.tablenick, str(r.rowguid).lower()) for r in records}
@@ -97,6 +102,9 @@ def fates(pub: Replica, records: list[ConflictRecord], articles: dict[int, Track
                     "reason": reason_for_device(r), "winner": r.winner, "fate": fate, "conflict_id": r.conflict_id,
                     "winner_row": row, "winner_lineage": lineage, "columns": list(r.columns or []),
                     "attempts": int(f.attempts) if (f := failing.get((r.tablenick, str(r.rowguid).lower()))) else None})
+    out += [{"article": names.get(int(nick), ""), "rowguid": str(guid), "type": 0, "reason": str(why), "winner": "",
+             "fate": "replaced", "conflict_id": None, "winner_row": None, "winner_lineage": None, "columns": [],
+             "attempts": None} for nick, guid, why in replaced]
     return out
 
 

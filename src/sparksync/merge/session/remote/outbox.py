@@ -3,9 +3,11 @@
 A change not yet sent is read from the tracking metadata (the rows of the device's own generations after what
 it uploaded: ``pending``). Before an upload request, the changes it carries are recorded in ``MSdevice_outbox``
 as *sent*, with the row as sent (``sent``); the reply's fates (``fates.py``) are recorded in the transaction that
-records the upload (``answered``): *applied*; *lost* a conflict (the winner, its row and lineage, the
-conflict's id at the publisher); *failed* (sent again with every upload until it applies: the same entry, its
-tries counted); *refused*. A reply that did not arrive (a cut connection, a kill) is asked for at the next sync
+records the upload (``answered``): *applied*; *replaced* (a business logic handler at the publisher applied a
+row of its own instead: a delete kept as a soft delete, values rewritten; the reason names it, the row comes back
+with the download); *lost* a conflict (the winner, its row and lineage, the conflict's id at the publisher);
+*failed* (sent again with every upload until it applies: the same entry, its tries counted); *refused*.
+A reply that did not arrive (a cut connection, a kill) is asked for at the next sync
 (``unanswered``, then ``answered`` or ``not_applied``), so every change has exactly one entry per upload that
 carried it, with the fate the publisher decided.
 
@@ -41,16 +43,18 @@ from sparksync.metadata.schema import DEVICE, WEB
 from sparksync.rows import RowCodec
 
 OUTBOX = "MSdevice_outbox"
-State = Literal["pending", "applied", "lost", "refused", "failed"]
+State = Literal["pending", "applied", "replaced", "lost", "refused", "failed"]
 Keep = Literal["mine", "theirs"]
-_FINAL = {"won": "applied", "lost": "lost", "failed": "failed", "refused": "refused"}
+_FINAL = {"won": "applied", "lost": "lost", "failed": "failed", "refused": "refused", "replaced": "replaced"}
+SETTLED = ("applied", "replaced", "refused")      # answered for good: acknowledged in bulk, pruned after retention
 
 
 @dataclass(frozen=True)
 class OutboxChange:
     """One local change of the device and its fate. ``change_id``: its entry (None while it is not sent);
-    ``state``: pending (not yet accepted by the publisher: not sent, or sent and not answered), applied, lost,
-    refused or failed (sent again at every sync); ``key``: the row's primary key, where known; ``winner``:
+    ``state``: pending (not yet accepted by the publisher: not sent, or sent and not answered), applied, replaced
+    (a handler at the publisher applied a row of its own instead: ``reason``), lost, refused or failed (sent again
+    at every sync); ``key``: the row's primary key, where known; ``winner``:
     the winning row of a lost conflict (None: the winner deleted it); ``mine``: the row as the device sent it,
     while it is not applied (its key stays known after, from the row as sent, when the row is gone from here)."""
 
@@ -332,17 +336,19 @@ def _with_keys(device: Replica, arts: _Articles, changes: list[OutboxChange]) ->
 
 # -- the application's answers ------------------------------------------------------------------------
 def acknowledge(device: Replica, change_ids: list[int] | None = None) -> int:
-    """Entries the application has seen leave the outbox (``change_ids``; None: every applied or refused one).
+    """Entries the application has seen leave the outbox (``change_ids``; None: every applied, replaced or refused
+    one).
     A change the publisher has not answered, one that failed and a lost conflict not settled (``keep``) stay.
     Returns how many left."""
     if not _has(device):
         return 0
     t, p = device.meta(OUTBOX), device.p
-    settled = "(state IN ('applied', 'refused') OR (state = 'lost' AND resolution IS NOT NULL))"
+    states = ", ".join(f"'{s}'" for s in SETTLED)
+    settled = f"(state IN ({states}) OR (state = 'lost' AND resolution IS NOT NULL))"
     with device.transaction():
         if change_ids is None:
             cur = device.execute(f"UPDATE {t} SET acknowledged_at = {p} WHERE acknowledged_at IS NULL AND "
-                                 f"state IN ('applied', 'refused')", [store.utcnow()])
+                                 f"state IN ({states})", [store.utcnow()])
             return int(cur.rowcount or 0)
         n = 0
         for cid in change_ids:
@@ -362,7 +368,8 @@ def prune(device: Replica, pubid: str) -> int:
 
     before = store.utcnow() - dt.timedelta(days=float(pub.retention))
     with device.transaction():
-        cur = device.execute(f"DELETE FROM {device.meta(OUTBOX)} WHERE state IN ('applied', 'refused', 'lost') AND "
+        states = ", ".join(f"'{s}'" for s in (*SETTLED, "lost"))
+        cur = device.execute(f"DELETE FROM {device.meta(OUTBOX)} WHERE state IN ({states}) AND "
                              f"answered_at < {device.p}", [before])
         return int(cur.rowcount or 0)
 

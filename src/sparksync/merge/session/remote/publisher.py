@@ -141,7 +141,7 @@ class PublisherHalf:
 
             def reply_of(outcome: BatchOutcome) -> dict:
                 told = fates(pub, [c.record for c in outcome.conflicts], tracked, half.ctx.article_names,
-                             device, failing(pub, ready.nickname, checked))
+                             device, failing(pub, ready.nickname, checked), outcome.replaced)
                 return _reply(lo, hi, outcome, half.ctx.article_names, ready.refused_at, told)
 
             def record(replica: Replica, outcome: BatchOutcome) -> None:
