@@ -7,6 +7,7 @@ on a SQLite and a PostgreSQL publisher; one topology per dialect, the checks in 
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime as dt
 import json
@@ -33,6 +34,7 @@ from sparksync.status import gather_status
 from sparksync.web.protocol import PROTOCOL
 from tests.support.clients import shell
 from tests.support.databases import databases
+from tests.support.service import wait_until
 from tests.support.web import Server, WebWorld, cli, serving
 
 pytestmark = pytest.mark.spark
@@ -154,14 +156,18 @@ def test_a_second_file_synced_as_the_till_is_refused_and_the_tills_unsent_sale_a
 
 def test_a_cloned_till_is_refused_at_its_first_sync_and_the_original_keeps_syncing(world, tmp_path):
     """Finding 2: two copies of one till's file. The copy that syncs second presents an older epoch: refused by name,
-    nothing applied, its sale kept in it (its outbox does not say applied); the original keeps its standing."""
+    nothing applied, its sales kept in it (its outbox does not say applied; the refusal and status count them); the
+    original keeps its standing."""
     w = world
     clone = tmp_path / "clone.db"
     _copy(w.device("Till"), clone)
     _sell(w, w.device("Till"), 201)
     _sell(w, clone, 202, "clone")
+    _sell(w, clone, 204, "clone")
     _ok(w.sync("Till"))
-    _refused(w.sync("Till", database=clone), "a copy", "--recover")
+    text = " ".join(_refused(w.sync("Till", database=clone), "a copy", "--recover").split())
+    assert "It holds 2 change(s) the publisher has not received; they stay in it." in text, text
+    assert [f["unsent"] for f in _entry(w, "Till")["other_files"] if f["described"].endswith(str(clone))] == [2]
     assert 201 in _sales(w.pub_url) and 202 not in _sales(w.pub_url)
     assert _outbox(clone).get(202) != "applied"
     _sell(w, w.device("Till"), 203)
@@ -360,14 +366,16 @@ class Lifecycle:
     kill -9s of a sync and of the door, schema changes. What each write became is followed (``written``: sale ->
     the file it was written to)."""
 
-    def __init__(self, w, rng):
+    def __init__(self, w, rng, seed: int):
         self.w, self.rng = w, rng
-        self.ids = iter(range(rng.randrange(100, 900) * 1000, 10**9))
+        self.ids = iter(range((seed + 1) * 10**6, (seed + 2) * 10**6))      # seeds run one after another: apart
         self.written: dict[int, Path] = {}
         self.gone: set[int] = set()              # written to a newer copy the test itself threw away (a restore)
         self.backups: dict[str, list[Path]] = {}
         self.strays: dict[str, list[Path]] = {n: [] for n in TILLS}      # refused copies: named by status
         self.aside: dict[str, list[Path]] = {n: [] for n in TILLS}       # files set aside: named by the new file
+        self.notes: list[str] = []                 # the note columns added so far (renamed in place)
+        self.renamed: dict[int, str] = {}          # sale -> the column its note was written to before a rename
         self.n = 0
 
     def device(self, name: str, path: Path | None = None):
@@ -461,12 +469,30 @@ class Lifecycle:
         except OtherFile:
             pass
         try:
+            if self.rng.random() < 0.5:
+                return self.recover_killed(name)
             self.sync(name, recover=True)
             return "restore: --recover"
         except OtherFile:      # a backup of an earlier file of the subscription: refused; a new file, it set aside
             self.device(name).sync(reinitialize=True)
             self.set_aside(name)
             return "restore of an earlier file: refused, then --reinitialize"
+
+    def recover_killed(self, name: str) -> str:
+        """``--recover`` killed once the publisher recovered the file, before the file knows: the next sync
+        finishes it (or, had the publisher refused it, the caller's way out follows)."""
+        fp.arm(str(self.w.failpoints), f"device.recovered {name} !kill")
+        p = self.w.sync(name, "--recover", env={"SPARKSYNC_FAILPOINTS": str(self.w.failpoints)})
+        self.w.failpoints.write_text("")
+        assert "Traceback" not in p.stderr, p.stderr
+        if p.returncode == 0:                  # not recovered at all (nothing to recover): a plain sync
+            self.left_behind(name, [i for i, q in self.written.items() if q == self.w.device(name)])
+            return "restore: --recover (not killed)"
+        try:
+            self.sync(name)
+        except OtherFile:
+            self.sync(name, recover=True)
+        return f"restore: --recover killed once recovered (exit {p.returncode}), then synced"
 
     def set_aside(self, name: str) -> None:
         """The file the till's new file names as the one it replaced: the writes it held are there."""
@@ -497,8 +523,11 @@ class Lifecycle:
         return f"reinitialize (upload first: {first})"
 
     def step_kill(self, name: str) -> str:
-        point = self.rng.choice(["device.after_upload", "device.initialized", "device.snapshot_downloaded"])
-        args = () if point == "device.after_upload" else ("--reinitialize", "--upload-first")
+        point = self.rng.choice(["device.after_upload", "device.after_download_batch", "device.initialized",
+                                 "device.snapshot_downloaded"])
+        args = () if point.startswith("device.after") else ("--reinitialize", "--upload-first")
+        if point == "device.after_download_batch":
+            self.step_hq(name)                           # something to download
         self.write(name)
         fp.arm(str(self.w.failpoints), f"{point} {name} !kill")
         p = self.w.sync(name, *args, env={"SPARKSYNC_FAILPOINTS": str(self.w.failpoints)})
@@ -510,22 +539,35 @@ class Lifecycle:
         return f"kill at {point} (exit {p.returncode})"
 
     def step_door(self, name: str) -> str:
+        """The door killed in the till's sync and started again at once: the sync, retrying, meets the new door
+        (or fails, if the start outlasts its retries); the next sync brings everything."""
+        point = self.rng.choice(["door.after_upload_commit", "door.download"])
         self.write(name)
-        fp.arm(str(self.w.failpoints), f"door.after_upload_commit {name} !kill")
-        with contextlib.suppress(SparksyncError):
-            self.device(name).sync()
-        self.w.failpoints.write_text("")
-        if self.w.server.proc.poll() is None:
-            self.w.server.stop()
-        self.w.server.start()
+        if point == "door.download":
+            self.step_hq(name)
+        fp.arm(str(self.w.failpoints), f"{point} {name} !kill")
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            syncing = pool.submit(self.device(name).sync)
+            wait_until(lambda: self.w.server.proc.poll() is not None or syncing.done(), "the door killed in the sync")
+            self.w.failpoints.write_text("")
+            if self.w.server.proc.poll() is None:
+                self.w.server.stop()
+            self.w.server.start()
+            with contextlib.suppress(SparksyncError):
+                syncing.result()
         self.sync(name)
-        return "door killed after an upload's commit"
+        return "door killed after an upload's commit" if point == "door.after_upload_commit" else \
+            "door killed in a download"
 
     def step_schema(self, name: str) -> str:
-        if self.rng.random() < 0.5:
-            api.schema_change(self.w.topology, "Shop", "Sale", add_column=f"note{next(self.ids)} text")
+        roll = self.rng.random()
+        if roll < 0.35 or (roll < 0.6 and not self.notes):
+            self.notes.append(f"note{next(self.ids)}")
+            api.schema_change(self.w.topology, "Shop", "Sale", add_column=f"{self.notes[-1]} text")
             api.snapshot(self.w.topology, ["Shop"], spark=self.w.spark)
             return "schema: a column added"
+        if roll < 0.6:
+            return self.rename(name)
         shell(self.w.device_url(name), "UPDATE Sale SET qty = 40000 WHERE id = (SELECT max(id) FROM Sale);\n")
         try:
             api.schema_change(self.w.topology, "Shop", "Sale", alter_column="qty smallint")
@@ -534,24 +576,42 @@ class Lifecycle:
         api.snapshot(self.w.topology, ["Shop"], spark=self.w.spark)        # the operator's duty after a change
         return "schema: qty narrowed"
 
+    def rename(self, name: str) -> str:
+        """A note column renamed while the till, offline, writes to it under its old name (where its file has the
+        column already): the write arrives under the new name."""
+        old, new = self.notes.pop(self.rng.randrange(len(self.notes))), f"note{next(self.ids)}"
+        with connect(self.w.device_url(name)) as d:
+            has = old in {c[1] for c in d.query("PRAGMA table_info(Sale)")}
+        i = self.write(name)
+        if has:
+            shell(self.w.device_url(name), f"UPDATE Sale SET {old} = 'n{i}' WHERE id = {i};\n")
+        api.schema_change(self.w.topology, "Shop", "Sale", rename_column=f"{old} {new}")
+        api.snapshot(self.w.topology, ["Shop"], spark=self.w.spark)
+        self.notes.append(new)
+        self.renamed = {k: new if c == old else c for k, c in self.renamed.items()}
+        if has:
+            self.renamed[i] = new
+        return f"schema: {old} renamed {new}" + (" under a write to it" if has else "")
+
     def step_hq(self, name: str) -> str:
         shell(self.w.pub_url, f'INSERT INTO "Sale" ("id", "till", "qty") VALUES ({next(self.ids)}, \'hq\', 1);\n')
         return "hq"
 
 
-@pytest.mark.parametrize("seed", [int(s) for s in os.environ.get("SPARKSYNC_LIFECYCLE_SEEDS", "1").split(",")])
+@pytest.mark.parametrize("seed", [int(s) for s in os.environ.get("SPARKSYNC_LIFECYCLE_SEEDS", "1,2,3").split(",")])
 def test_randomized_device_lifecycles_leave_every_write_at_hq_or_said(world, seed):
     """Tills' files cloned, backed up and restored, synced from wrong paths, reinitialized with and without their
-    changes uploaded first, a sync killed at every step of initialization and upload, the door killed after an
-    upload's commit, schema changes (a column added, a narrowing) while the tills write. After every sync that
+    changes uploaded first, a sync killed at every step of initialization, upload and download, the door killed after an
+    upload's commit or in a download, a ``--recover`` killed once recovered, schema changes (a column added, one
+    renamed under an offline write to it, a narrowing) while the tills write. After every sync that
     succeeded nothing written before it is left behind; at the end each write is at HQ, or in its file's outbox as
     refused, failed or lost with the reason, or in a file status names (a refused copy) or the new file names (set
     aside); every till that holds its subscription is active and holds what HQ holds, and every refused copy's file is
     named by status (copies of one file share its identity: named once, or holding the subscription again). (Last in
-    the module: its schema changes stay. SPARKSYNC_LIFECYCLE_SEEDS / _STEPS choose more, default seed 1, 20 steps.)"""
+    the module: its schema changes stay. SPARKSYNC_LIFECYCLE_SEEDS / _STEPS choose others, default seeds 1-3, 20 steps.)"""
     w = world
     rng = random.Random(seed * 7919 + (0 if w.kind == "sqlite" else 3))
-    life = Lifecycle(w, rng)
+    life = Lifecycle(w, rng, seed)
     shell(w.device_url("Till"), "UPDATE Sale SET qty = 0 WHERE qty IS NULL;\n")     # what the NOT NULL asked for
     for name in TILLS:
         life.sync(name)
@@ -560,7 +620,10 @@ def test_randomized_device_lifecycles_leave_every_write_at_hq_or_said(world, see
              "door", "schema", "hq"]
     for _ in range(int(os.environ.get("SPARKSYNC_LIFECYCLE_STEPS", "20"))):
         name, step = rng.choice(TILLS), rng.choice(steps)
-        done.append(f"{name}: {getattr(life, f'step_{step}')(name)}")
+        try:
+            done.append(f"{name}: {getattr(life, f'step_{step}')(name)}")
+        except Exception as e:                            # the steps that led to it, for the seed's reproduction
+            raise AssertionError(f"seed {seed}: {step} of {name} failed after {done}") from e
     for _ in range(2):                                    # settled: each till's writes reach the other
         for name in TILLS:
             life.sync(name)
@@ -584,6 +647,10 @@ def test_randomized_device_lifecycles_leave_every_write_at_hq_or_said(world, see
             with connect(f"sqlite:///{stray}") as f:
                 ident = store.select_rows(f, "MSweb_file")[0]["file_id"]
             assert ident in named or ident == holder, (seed, stray, named, done)
+    for i, column in life.renamed.items():                # a note written under a column's old name, offline
+        if i in at_hq and column in life.notes:
+            with connect(w.pub_url) as pub:
+                assert pub.query(f'SELECT "{column}" FROM "Sale" WHERE "id" = {i}') == [(f"n{i}",)], (seed, i, done)
     for i, path in life.written.items():
         if i in at_hq or i in life.gone:
             continue

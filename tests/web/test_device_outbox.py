@@ -276,3 +276,23 @@ def test_keeping_theirs_leaves_the_winner_and_empties_the_inbox(world):
     assert world.row(5)[1] == 444.0
     with sqlite3.connect(world.file) as db:
         assert db.execute("SELECT price FROM Product WHERE id = 5").fetchone() == (444.0,)
+
+
+def test_a_failed_change_sent_again_after_a_schema_change_is_tried_again_not_refused(world):
+    """Found by the randomized lifecycle test: a device's failed change is sent again at every sync, in an upload
+    of no generation ((G, G]); once a column was added, the row it sends holds it too, and the door refused the
+    same range with another body (409) at every sync from then on. Now such an upload is a new one each time: the
+    change fails again, counted, and applies once corrected."""
+    world.local("UPDATE Product SET qty = -5 WHERE id = 6")          # the publisher's CHECK refuses it
+    for _ in range(2):                                               # sent, then sent again alone: (G, G]
+        assert world.device(world.url).sync().ok
+    world.hq.schema_change("Shop", "Product", add_column="memo text")
+    world.hq.snapshot()
+    summary = world.device(world.url).sync()                         # replays the column, sends the row with it
+    assert summary.ok, summary
+    [failed] = [e for e in world.outbox() if e["key"] == {"id": 6} and e["state"] != "applied"]
+    assert failed["state"] == "failed" and failed["tries"] == 3, failed
+    world.local("UPDATE Product SET qty = 6, memo = 'counted' WHERE id = 6")
+    assert world.device(world.url).sync().ok
+    with connect(world.pub) as r:
+        assert r.query_one('SELECT "qty", "memo" FROM "Product" WHERE "id" = 6') == (6, "counted")

@@ -30,7 +30,7 @@ from sparksync import failpoints
 from sparksync.allocation import fewer_collections
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
-from sparksync.errors import ConfigurationError, Diverged, OtherFile, SparksyncError
+from sparksync.errors import ConfigurationError, ConnectionFailed, Diverged, OtherFile, SparksyncError
 from sparksync.merge.session.remote import identity, notices, outbox
 from sparksync.merge.session.remote.frames import read_frames, write_changes
 from sparksync.merge.session.remote.notices import Listener
@@ -132,6 +132,8 @@ def _sync(options: DeviceOptions, report: Reporter) -> MergeSummary:
                     held = _sync_file(client, device, options, hello, session, summary, report, t0)
                 except SparksyncError as e:
                     if not answered(e) and not isinstance(e, OtherFile):   # the door is told what stopped it here
+                        if isinstance(e, ConnectionFailed):     # not reached through a round of retries just now:
+                            client.retries = 1                  # one try, not another round of waits
                         with contextlib.suppress(SparksyncError):
                             client.send(DONE, DoneReply, DoneRequest(seconds=time.perf_counter() - t0,
                                                                      errors=[e.message]))
@@ -150,7 +152,8 @@ def _hello(client: ServerClient, device: Replica, options: DeviceOptions, take_o
     check_binding(device, options.database, options.subscription)       # another subscription's file: said first
     where = identity.described(file_of(options.database))
     me = identity.propose(device)
-    hello = client.send(HELLO, Hello, headers=me.headers(where, propose=True, take_over=take_over))
+    unsent = identity.unsent(device) if me.bound else None
+    hello = client.send(HELLO, Hello, headers=me.headers(where, propose=True, take_over=take_over, unsent=unsent))
     if hello.subscription != options.subscription:
         raise ConfigurationError(f"the token belongs to subscription {hello.subscription}, not "
                                  f"{options.subscription}", obj=options.subscription)

@@ -142,9 +142,9 @@ class Door:
         """The device whose token this is, and the file its request says it comes from (``headers``: the request's,
         read once the token is checked); unless the route is ``free`` (``hello``, ``initialize``: they decide the
         file's standing themselves), the request must come from the file that holds the subscription, at its
-        current epoch (``holders.require``)."""
+        current epoch (``holders.check``, of the holder read with the token)."""
         with self.publisher() as pub:
-            name = tokens.authenticate(pub, token)
+            name, held = tokens.authenticate_holding(pub, token)
             s = self._devices.get(name)
             if s is None:                    # a token of a subscription the configuration no longer serves
                 raise Unauthorized("unauthorized")
@@ -153,7 +153,7 @@ class Door:
             device = Device(s, self.topology.publication(s.publication), file,
                             int(sent) if sent and sent.isdigit() else PROTOCOL)
             if file is not None and not free:
-                holders.require(pub, s.name, file)
+                holders.check(holders.Holder(*held) if held else None, s.name, file)
         return device
 
     def refused(self, e: OtherFile) -> None:

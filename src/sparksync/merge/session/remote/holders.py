@@ -137,7 +137,11 @@ def at_hello(pub: Replica, subscription: str, active: bool, f: Presented, report
 def require(pub: Replica, subscription: str, f: Presented) -> None:
     """A request of a sync comes from the file that holds ``subscription``, at its current epoch (or while the
     file initializes it); else ``OtherFile`` (nothing is changed)."""
-    h = holder(pub, subscription)
+    check(holder(pub, subscription), subscription, f)
+
+
+def check(h: Holder | None, subscription: str, f: Presented) -> None:
+    """``require`` of a holder read already (``h``: the door reads it with the token, ``tokens.authenticate_holding``)."""
     if h is None or h.file_id != f.file_id:
         raise OtherFile(f"{subscription}: this request comes from a file that does not hold the subscription "
                         f"({_holder_text(h)}); nothing was changed", obj=subscription)

@@ -13,7 +13,10 @@ import socket
 from dataclasses import dataclass, replace
 
 from sparksync.dialects.replica import Replica
+from sparksync.merge.session.backlog import count_after
+from sparksync.merge.tracking.articles import published_articles
 from sparksync.metadata import store
+from sparksync.metadata.records import Role, SubscriptionRow
 from sparksync.metadata.schema import WEB
 
 FILE = "MSweb_file"
@@ -26,10 +29,15 @@ class FileIdentity:
     next_epoch: str | None     # the key it proposed, until the door's answer is recorded
     bound: bool                # it holds a subscription's data (``MSweb_device``)
 
-    def headers(self, where: str, propose: bool = False, take_over: str | None = None) -> dict[str, str]:
+    def headers(self, where: str, propose: bool = False, take_over: str | None = None,
+                unsent: int | None = None) -> dict[str, str]:
         """What each request says of the file (``holders.Presented.of_headers`` reads it); ``propose``: with the
-        proposed epoch (a sync's first ``hello``, ``initialized``, ``recover``)."""
+        proposed epoch (a sync's first ``hello``, ``initialized``, ``recover``); ``unsent``: the count of its own
+        changes the publisher has not received (a sync's ``hello``: a refused file's message and ``status`` say
+        how many writes stay in it)."""
         out = {"Sparksync-File": self.file_id, "Sparksync-File-Where": where}
+        if unsent is not None:
+            out["Sparksync-Unsent"] = str(int(unsent))
         if self.epoch:
             out["Sparksync-Epoch"] = self.epoch
         if propose and self.next_epoch:
@@ -73,6 +81,16 @@ def propose(device: Replica) -> FileIdentity:
     with device.transaction():
         store.update_rows(device, FILE, {"next_epoch": proposed}, {"id": 1})
     return replace(me, next_epoch=proposed)
+
+
+def unsent(device: Replica) -> int | None:
+    """The file's own changes not yet sent to its publisher (after what it recorded as uploaded), for a file that
+    holds a subscription's data; None otherwise."""
+    partner = store.select_one(device, SubscriptionRow, {"role": Role.PUBLISHER})
+    if partner is None:
+        return None
+    nicks = [a.nickname for a in published_articles(device, partner.pubid)]
+    return count_after(device, nicks, partner.sentgen, exclude_received_from=partner.replnickname)[0]
 
 
 def accepted(device: Replica) -> FileIdentity:

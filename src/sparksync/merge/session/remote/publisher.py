@@ -5,8 +5,9 @@ door (``web/server/door.py``) asks of the publisher for a device's sync, in the 
 * ``apply_upload``: one range of the subscriber's closed generations applied at the publisher with the merge
   agent's apply (``merge.session.context.publisher_half``), in one transaction with its watermark and the reply
   (``MSweb_uploads``): the same upload again gets that reply, the same range with another body is refused
-  (``UploadConflict``), and so is a range that does not follow what the publisher has; changes to rows outside
-  the subscriber's partition are taken out and logged (``trust.py``).
+  (``UploadConflict``; but a range of no generation, (lo, lo], holds only the device's failed changes sent again,
+  whose rows move from sync to sync: a new upload each time), and so is a range that does not follow what the
+  publisher has; changes to rows outside the subscriber's partition are taken out and logged (``trust.py``).
 * ``close_and_evaluate``: the publication-wide work before downloads (the publisher's open generation closed,
   partition mappings brought up to it), done once for every subscriber that waits for it.
 * ``download_start``: where a download starts (the common watermark of the two ends), read up to closed
@@ -185,12 +186,15 @@ class PublisherHalf:
         locked = pub.query_one(f"SELECT recgen FROM {pub.meta('sysmergesubscriptions')} WHERE subid = "
                                f"{pub.dialect.uuid_param()}{pub.dialect.row_lock_clause()}", [reg.subid])
         prior = store.select_rows(pub, "MSweb_uploads", {"subscription": name, "lo": lo, "hi": hi})
-        if prior:
-            if prior[0]["digest"] != upload.digest:
-                raise UploadConflict(f"{what}: these generations were uploaded before with other changes; "
-                                     "nothing was applied", obj=name)
+        if prior and prior[0]["digest"] == upload.digest:
             reply = prior[0]["reply"]
             return json.loads(reply) if isinstance(reply, str) else reply
+        if prior and lo < hi:
+            raise UploadConflict(f"{what}: these generations were uploaded before with other changes; "
+                                 "nothing was applied", obj=name)
+        if prior:       # (lo, lo]: no generation, only the device's failed changes sent again; what they hold moves
+            #             from sync to sync (a column added since, a row the publisher sent meanwhile): a new upload
+            store.delete_rows(pub, "MSweb_uploads", {"subscription": name, "lo": lo, "hi": hi})
         have = int((locked[0] if locked else None) or 0)
         if lo > have:
             raise UploadConflict(f"{what}: the publisher has this device's changes up to generation {have}; "
