@@ -310,9 +310,9 @@ def render_protocol() -> str:
              "`Authorization: Bearer <token>` and says which device file it comes from: `Sparksync-File` (the file's "
              "identity), `Sparksync-Epoch` (its current epoch, once it has one), `Sparksync-File-Where` (host:path, "
              "for the operator), `Sparksync-Bound: 1` (it holds a subscription's data); a sync's first `hello`, "
-             "`initialized` and a `recover` on purpose add `Sparksync-Next-Epoch` (the epoch proposed), and `hello` of a file "
-             "that holds a subscription's data `Sparksync-Unsent` (how many of its own changes the publisher has not "
-             "received: a refused file's message and `status` say it); "
+             "`initialized` and a `recover` on purpose add `Sparksync-Next-Epoch` (the epoch proposed), and `hello` "
+             "of a file that holds a subscription's data `Sparksync-Unsent` (how many of its own changes the "
+             "publisher has not received: a refused file's message and `status` say it); "
              "`Sparksync-Take-Over: reinitialize | recover` takes the subscription over on purpose "
              "(`merge/session/remote/holders.py`).", "", "| route | request | reply |", "|---|---|---|"]
     for name, route in ROUTES.items():
