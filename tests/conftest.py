@@ -76,3 +76,25 @@ def spark():
                       conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
     yield s
     stop_spark()
+
+
+@pytest.fixture(scope="session")
+def built_demo(request, tmp_path_factory, worker_id) -> tuple[int, str, Path]:
+    """``sparksync demo`` run once for the whole run (the first test process to need it runs it, under a file lock
+    the others wait on): its exit code, its output (on one line, ``tests/support/cli.run``) and its folder. A test
+    that changes the demo's databases works on a copy of its own (``shutil.copytree``: its URLs are relative)."""
+    import fcntl
+
+    from tests.support.cli import run
+
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if worker_id != "master" else root      # shared by the test processes of this run
+    built = root / "demo-built"
+    with open(root / "demo-built.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (built / "code").exists():
+            request.getfixturevalue("spark")                   # the demo's setup runs Spark jobs
+            code, out = run("demo", "--dir", str(built / "demo"))
+            (built / "output").write_text(out, encoding="utf-8")
+            (built / "code").write_text(str(code))
+    return int((built / "code").read_text()), (built / "output").read_text(encoding="utf-8"), built / "demo"

@@ -168,10 +168,14 @@ def test_setup_status_and_drift(spark, tmp_path, dbs):
 
 
 @pytest.fixture(scope="module")
-def demo(spark, tmp_path_factory):
-    """The demo, run once: its output, and its directory for the commands that follow it."""
+def demo(built_demo, tmp_path_factory):
+    """The demo (run once for the whole run, ``built_demo``): its output, and a copy of its folder of this module's
+    own for the commands that follow it."""
+    import shutil
+
+    code, out, folder = built_demo
     directory = tmp_path_factory.mktemp("cli") / "demo"
-    code, out = run("demo", "--dir", str(directory))
+    shutil.copytree(folder, directory)
     return code, out, directory
 
 
