@@ -19,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "benchmarks"
 ORDER = ["tracking_overhead", "tracking_floor", "merge_throughput", "transactional_vs_pg_logical", "tracer_latency",
-         "partitions", "cleanup", "web_sync", "device_sync", "device_download", "small_rounds", "service_rounds", "scale"]
+         "partitions", "cleanup", "web_sync", "web_sync_enrolled", "device_sync", "device_download", "small_rounds",
+         "service_rounds", "scale"]
 
 
 @dataclass

@@ -20,12 +20,19 @@ device does (``hello``, the download request, the ack when something came, ``don
 * two doors: a second ``serve`` of the publisher (the same feed folder) and half the devices sent to it: idle
   syncs per second and CPU per idle sync of both processes, and a sync with changes (one round, both serve it).
 
+* enrolled devices (``--enrolled``): the fleet is a device group instead of configured subscriptions; one
+  enrollment secret per partition (made, then one snapshot), every device enrolls at the door (``POST
+  /v1/enroll``, 16 at a time): enrollments per second and door CPU per enrollment; then the figures above with
+  enrolled devices, and the monitor's page and ``/api/devices`` (its first page) timed with them all.
+
 Targets (issue 22): an idle sync <= 20 ms of server CPU; >= 50 syncs/s with 1,000 devices; <= 3x the raw
 row size on the wire; CPU per device falling as devices per partition grow. Issue 38, with 10,000 devices
 (``--devices 10000 --partitions 500``): setup <= 60 s, an idle sync <= 10 ms of server CPU, >= 150 idle syncs/s
-with two doors.
+with two doors. Issue 49, with 10,000 enrolled devices: the same idle figures (>= 150 idle syncs/s with two doors),
+the monitor's page in under a second.
 
 Usage: .venv/bin/python bench/web_sync.py [--devices 1000] [--partitions 50] [--one-door] [--no-validation]
+       [--enrolled]
 """
 
 from __future__ import annotations
@@ -72,16 +79,25 @@ def database(name: str) -> str:
     return PG.rsplit("/", 1)[0] + f"/{name}"
 
 
-def toml(folder: Path, pub: str, port: int, devices: dict[str, str], name: str = "sparksync.toml") -> Path:
-    """The configuration of one door (its own ports; the publisher, the snapshot and the feed folder shared)."""
+def toml(folder: Path, pub: str, port: int, devices: dict[str, str], name: str = "sparksync.toml",
+         group: bool = False, monitor: int | None = None) -> Path:
+    """The configuration of one door (its own ports; the publisher, the snapshot and the feed folder shared);
+    ``group``: a device group the fleet enrolls into (``devices`` then lists the configured ones only)."""
     subs = "\n".join(f'[[subscriptions]]\nname = "{n}"\npublication = "Shop"\ntransport = "web"\nhost_name = "{r}"\n'
                      for n, r in devices.items())
+    fleet = '[[device_groups]]\nname = "Fleet"\npublication = "Shop"\n\n' if group else ""
     cfg = folder / name
     cfg.write_text(f'[publisher]\nname = "HQ"\ndatabase = "{pub}"\nsnapshot_dir = "snap"\n\n[server]\n'
-                   f'listen = "127.0.0.1:{port}"\nmonitor = "127.0.0.1:{free_port()}"\n\n[[publications]]\nname = "Shop"\n'
+                   f'listen = "127.0.0.1:{port}"\nmonitor = "127.0.0.1:{monitor or free_port()}"\n'
+                   'enrollments_per_minute = 1000000\n\n[[publications]]\nname = "Shop"\n'
                    '  [[publications.articles]]\n  table = "Item"\n'
-                   '  [[publications.articles]]\n  table = "Store"\n  filter = "region = HOST_NAME()"\n\n' + subs)
+                   '  [[publications.articles]]\n  table = "Store"\n  filter = "region = HOST_NAME()"\n\n' + fleet + subs)
     return cfg
+
+
+def monitor_url(cfg: Path) -> str:
+    line = next(x for x in cfg.read_text().splitlines() if x.startswith("monitor = "))
+    return "http://" + line.split('"')[1]
 
 
 class Device:
@@ -174,7 +190,27 @@ def _due(pub: str) -> None:
         r.execute("DELETE FROM sparksync.msmerge_validations")
 
 
-def run(devices: int, partitions: int, two_doors: bool = True, validations: bool = True) -> dict:
+def enroll(url: str, secret: str) -> tuple[str, str]:
+    """One device's enrollment at the door: (its subscription, its token)."""
+    with httpx.Client(base_url=url, timeout=60, verify=_TLS) as c:
+        r = c.post("/v1/enroll", json={"secret": secret, "file_id": uuid.uuid4().hex})
+        r.raise_for_status()
+        body = r.json()
+        return body["subscription"], body["token"]
+
+
+def _secrets(topology, partitions: int) -> dict[str, str]:
+    """One enrollment secret of the group per partition, then one snapshot that holds them all."""
+    from sparksync.fleet.enroll import make_secret
+    from sparksync.provision import snapshot
+
+    secrets = {f"r{p}": make_secret(topology, "Fleet", host_name=f"r{p}", snapshot=False)[0] for p in range(partitions)}
+    snapshot(topology, spark_session("local[2]"))
+    return secrets
+
+
+def run(devices: int, partitions: int, two_doors: bool = True, validations: bool = True,
+        enrolled: bool = False) -> dict:
     out: dict = {}
     with TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -188,16 +224,29 @@ def run(devices: int, partitions: int, two_doors: bool = True, validations: bool
         fan = {f"Fan{k:02d}": "fan" for k in range(20)}           # the fan-out partition: 20 devices
         names = {f"D{i:04d}": f"r{i % partitions}" for i in range(devices)} | fan
         port = free_port()
-        cfg = toml(folder, pub, port, names)
+        cfg = toml(folder, pub, port, fan if enrolled else names, group=enrolled)
         topology = load_config(cfg)
         t0 = time.perf_counter()
         setup(topology, lambda: spark_session("local[2]"))
         out["setup s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         with connect(pub) as r:
-            secrets = {n: tokens.create(r, n) for n in names}
+            secrets = {n: tokens.create(r, n) for n in (fan if enrolled else names)}
         url = f"http://127.0.0.1:{port}"
         with serving(cfg, url) as server:
+            if enrolled:        # every device of the fleet enrolls itself with its partition's secret
+                t1 = time.perf_counter()
+                per_partition = _secrets(topology, partitions)
+                out["secrets s"] = time.perf_counter() - t1
+                wanted = [n for n in names if n not in fan]
+                c0, t1 = cpu_seconds(server.pid), time.perf_counter()
+                with ThreadPoolExecutor(16) as pool:
+                    got = list(pool.map(lambda n: enroll(url, per_partition[names[n]]), wanted))
+                seconds = time.perf_counter() - t1
+                out["enrollments/s"] = len(wanted) / seconds
+                out["enroll ms"] = (cpu_seconds(server.pid) - c0) / len(wanted) * 1000
+                names = {sub: names[n] for n, (sub, _) in zip(wanted, got)} | fan
+                secrets |= {sub: token for sub, token in got}
             clients = {n: Device(url, n, secrets[n]) for n in names}
             with ThreadPoolExecutor(16) as pool:
                 list(pool.map(lambda d: d.initialize(), clients.values()))
@@ -266,19 +315,37 @@ def run(devices: int, partitions: int, two_doors: bool = True, validations: bool
                             d.sync()                               # the others catch up outside the measurement
                     assert moved == 3 * k * FAN_ROWS, f"{moved} rows moved to {k} device(s) in 3 rounds"
                     out["fan"][k] = spent / (3 * k) * 1000
+                if enrolled:
+                    out["monitor"] = _monitor(monitor_url(cfg))
                 if two_doors:
-                    out["two doors"] = _second_door(folder, pub, names, fleet, pool, server)
+                    out["two doors"] = _second_door(folder, pub, fan if enrolled else names, fleet, pool, server,
+                                                    enrolled)
+    return out
+
+
+def _monitor(url: str) -> dict:
+    """The monitor's page and the first page of ``/api/devices``, timed (median of three, after one to warm)."""
+    out = {}
+    with httpx.Client(base_url=url, timeout=600) as c:
+        for what, path in (("page s", "/"), ("devices s", "/api/devices")):
+            c.get(path).raise_for_status()
+            times = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                c.get(path).raise_for_status()
+                times.append(time.perf_counter() - t0)
+            out[what] = sorted(times)[1]
     return out
 
 
 def _second_door(folder: Path, pub: str, names: dict[str, str], fleet: list[Device], pool: ThreadPoolExecutor,
-                 first: subprocess.Popen) -> dict:
+                 first: subprocess.Popen, enrolled: bool = False) -> dict:
     """A second ``serve`` of the same publisher (same feed folder), half the devices sent to each door: idle syncs
     per second and server CPU per idle sync (both processes), then a sync with changes (one round, served by both)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     out: dict = {}
-    with serving(toml(folder, pub, port, names, "door-b.toml"), url) as second:
+    with serving(toml(folder, pub, port, names, "door-b.toml", group=enrolled), url) as second:
         for d in fleet[1::2]:
             d.rebase(url)
         doors = (first.pid, second.pid)
@@ -303,9 +370,19 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=50)
     ap.add_argument("--one-door", action="store_true", help="leave out the run with a second door process")
     ap.add_argument("--no-validation", action="store_true", help="leave out the syncs with a validation")
+    ap.add_argument("--enrolled", action="store_true", help="the fleet enrolls into a device group (issue 49)")
     args = ap.parse_args()
-    r = run(args.devices, args.partitions, not args.one_door, not args.no_validation)
-    result = Result("web_sync", "Web synchronization: server CPU per device sync", "bench/web_sync.py")
+    r = run(args.devices, args.partitions, not args.one_door, not args.no_validation, args.enrolled)
+    result = Result("web_sync_enrolled" if args.enrolled else "web_sync",
+                    "Web synchronization: server CPU per device sync" + (", enrolled devices" if args.enrolled else ""),
+                    "bench/web_sync.py" + (" --enrolled" if args.enrolled else ""))
+    if args.enrolled:
+        result.table(["devices", "partitions", "secrets made + one snapshot s", "enrollments/s",
+                      "door ms CPU per enrollment", "monitor page s", "/api/devices s"],
+                     [[args.devices, args.partitions, r["secrets s"], r["enrollments/s"], r["enroll ms"],
+                       r["monitor"]["page s"], r["monitor"]["devices s"]]],
+                     "Enrollment: one secret per partition, every device enrolls at the door (16 at a time); the "
+                     "monitor with every device enrolled (target: the page in under a second)")
     result.table(["devices", "partitions", "floor (healthz) ms CPU", "idle sync ms CPU", "idle / floor",
                   "idle syncs/s", "sync with changes ms CPU", "changed rows", "bytes on the wire / row",
                   "wire / raw"],

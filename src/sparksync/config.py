@@ -5,6 +5,7 @@ Every problem is reported with its key path (``subscriptions[1].priority: ...``)
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -286,6 +287,8 @@ class SubscriptionConfig(_Model):
     sync_interval: str | None = Field(None, description="a web subscription: how often its device is expected to "
                                       f"sync ('90s', '15m', '4h', '1d'; default {DEFAULT_SYNC_INTERVAL}); longer "
                                       "without a sync, the monitor shows it offline")
+    group: str | None = Field(None, exclude=True, description="the device group of an enrolled device (never "
+                              "configured: ``DeviceGroupConfig.device``)")
     _s = field_validator("agent_schedule")(lambda cls, v: _check_schedule(v))
     _i = field_validator("sync_interval")(lambda cls, v: _check_interval(v))
 
@@ -308,6 +311,8 @@ class SubscriptionConfig(_Model):
         if self.transport == "web" and self.database is not None:
             raise ValueError("a web subscription has no database here: its database is on the device (remove "
                              "'database', or use transport = \"direct\")")
+        if self.group is not None:
+            raise ValueError("group: a device enrolled into a device group is not configured (remove 'group')")
         if self.transport == "direct" and self.sync_interval is not None:
             raise ValueError("sync_interval is for web subscriptions (a device that syncs when it wants); the agents "
                              "of a direct subscription run on its agent_schedule")
@@ -349,6 +354,31 @@ TRANSACTIONAL_SUBSCRIPTION_KEYS = {"commit_batch_size", "commit_batch_threshold"
                                    "subscription_streams_threshold", "skip_errors"}
 
 
+class DeviceGroupConfig(_Model):
+    """A group of web devices that enroll themselves (``sparksync enroll-token``; docs/web-sync.md, "A fleet"): each
+    device enrolled into it is a web subscription of its own, recorded in the publisher's metadata, not here."""
+
+    name: str
+    publication: str
+    sync_interval: str | None = Field(None, description="how often its devices are expected to sync ('90s', '15m', "
+                                      f"'4h', '1d'; default {DEFAULT_SYNC_INTERVAL}); longer without a sync, the "
+                                      "monitor shows a device offline")
+    retention: int | None = Field(None, ge=0, description="days a device may go without a sync before 'sparksync "
+                                  "cleanup' expires it (its registration dropped; default: its publication's "
+                                  "retention; 0: never)")
+
+    _n = field_validator("name")(lambda cls, v: _check_name(v, "device group name"))
+    _i = field_validator("sync_interval")(lambda cls, v: _check_interval(v))
+
+    def device(self, name: str, host_name: str | None, login: str | None) -> SubscriptionConfig:
+        """The web subscription of a device enrolled into this group: what one configured by hand would be."""
+        return SubscriptionConfig.model_construct(
+            name=name, publication=self.publication, transport="web", database=None, subscriber_type="local",
+            priority=None, host_name=host_name, login=login, pre_creation_cmd="drop", commit_batch_size=1000,
+            commit_batch_threshold=10_000, subscription_streams=1, subscription_streams_threshold=5000,
+            skip_errors=[], agent_schedule=None, sync_interval=self.sync_interval, group=self.name)
+
+
 class Topology(_Model):
     spark: SparkConfig = Field(default_factory=SparkConfig)
     distributor: DistributorConfig | None = None
@@ -357,6 +387,7 @@ class Topology(_Model):
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
     publications: list[PublicationConfig] = Field(default_factory=list)
     subscriptions: list[SubscriptionConfig] = Field(default_factory=list)
+    device_groups: list[DeviceGroupConfig] = Field(default_factory=list)
     base_dir: Path = Field(default=Path("."), exclude=True)
 
     # -- lookups ----------------------------------------------------------------------------
@@ -367,11 +398,37 @@ class Topology(_Model):
         raise ConfigurationError(f"no publication named {name!r}", obj=name)
 
     def subscription(self, name: str) -> SubscriptionConfig:
-        for s in self.subscriptions:
-            if s.name == name:
-                return s
-        known = ", ".join(x.name for x in self.subscriptions) or "none"
-        raise ConfigurationError(f"no subscription named {name!r} (known: {known})", obj=name)
+        found = self._by_name.get(name)
+        if found is not None:
+            return found
+        known = ", ".join(x.name for x in self.subscriptions[:20]) or "none"
+        more = f" and {len(self.subscriptions) - 20} more" if len(self.subscriptions) > 20 else ""
+        raise ConfigurationError(f"no subscription named {name!r} (known: {known}{more})", obj=name)
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, SubscriptionConfig]:
+        return {s.name: s for s in self.subscriptions}
+
+    def device_group(self, name: str) -> DeviceGroupConfig:
+        for g in self.device_groups:
+            if g.name == name:
+                return g
+        known = ", ".join(g.name for g in self.device_groups) or "none"
+        raise ConfigurationError(f"no device group named {name!r} (known: {known})", obj=name)
+
+    def with_devices(self, devices: list[SubscriptionConfig]) -> Topology:
+        """This topology with the web subscriptions of enrolled devices (``fleet/registry.py``) beside the ones
+        configured by hand: what every operation that lists subscriptions reads."""
+        if not devices:
+            return self
+        out = self.model_copy(update={"subscriptions": [*self.subscriptions, *devices]})
+        out.__dict__.pop("_by_name", None)            # the copy's own index, made when first asked
+        return out
+
+    @property
+    def enrolled(self) -> list[SubscriptionConfig]:
+        """The web subscriptions of enrolled devices this topology holds (``with_devices``)."""
+        return [s for s in self.subscriptions if s.group is not None]
 
     def schedule_of(self, s: SubscriptionConfig) -> str | None:
         """When ``sparksync serve`` runs the agent of ``s``: its own schedule, else its publication's."""

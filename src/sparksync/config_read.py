@@ -101,6 +101,25 @@ def _reference_problems(data: dict[str, Any], base_dir: Path) -> list[str]:
             if (db, pub) in pairs:
                 problems.append(f"{where}.database: already subscribes to {pub!r} as {pairs[(db, pub)]!r}")
             pairs[(db, pub)] = str(name)
+    groups = list_at(data, "device_groups")
+    group_names: set[str] = set()
+    kinds = {p.get("name"): p.get("kind", "merge") for p in pubs if isinstance(p, dict)}
+    for i, g in enumerate(groups):
+        if not isinstance(g, dict):
+            continue
+        where = named(groups, i, "device_groups")
+        name, pub = g.get("name"), g.get("publication")
+        if isinstance(name, str):
+            if name in group_names:
+                problems.append(f"{where}.name: device group {name!r} is declared twice")
+            if name in sub_names:
+                problems.append(f"{where}.name: {name!r} is a subscription's name too")
+            group_names.add(name)
+        if isinstance(pub, str) and pub not in pub_names:
+            problems.append(f"{where}.publication: no publication named {pub!r}")
+        elif isinstance(pub, str) and kinds.get(pub) != "merge":
+            problems.append(f"{where}.publication: {pub!r} is a transactional publication; devices sync merge "
+                            "publications")
     return problems
 
 

@@ -283,6 +283,13 @@ class Unauthorized(Terminal, SparksyncError):
     code = "unauthorized"
 
 
+class EnrollmentRefused(Unauthorized):
+    """An enrollment secret a device may not enroll with now (unknown, wrong, used up, expired, revoked, locked):
+    one message for every reason, which it never says."""
+
+    code = "enrollment_refused"
+
+
 class TlsError(Terminal, SparksyncError):
     """A device's connection to the sync server failed in a way retrying cannot mend: the server's TLS
     certificate could not be verified (a private CA not given with ``--ca-file``, another host's name), or

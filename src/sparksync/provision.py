@@ -14,6 +14,7 @@ from sparksync import failpoints, locks
 from sparksync.config import Topology
 from sparksync.dialects import connect
 from sparksync.errors import ConfigurationError, SchemaDrift, SparksyncError
+from sparksync.fleet.registry import rows as fleet_rows
 from sparksync.merge.apply.handling import check_handlers
 from sparksync.merge.conflicts.resolvers import check_resolvers
 from sparksync.merge.maintenance.integrity import check_identity, repair_tracking, upgrade_tracking
@@ -24,6 +25,7 @@ from sparksync.merge.snapshot.initialize import (
     ArticleDelivery,
     check_subscriber_tables,
     deliver_articles,
+    drop_registration,
     finish_registrations,
     initialize_subscriber,
     register_subscriptions,
@@ -34,13 +36,11 @@ from sparksync.metadata import store
 from sparksync.metadata.records import (
     ArticleRow,
     DistSubscriptionRow,
-    FailedChangeRow,
     PartitionOptions,
     PublicationRow,
     Role,
     SubscriptionRow,
 )
-from sparksync.metadata.schema import WEB
 from sparksync.progress import Reporter, silent
 from sparksync.snapshot.load import InitResult, initialize_in_parallel
 from sparksync.snapshot.manifest import current_snapshot
@@ -399,6 +399,7 @@ def _drop_removed_subscriptions(topology: Topology, pub, name: str, pubid: str, 
     (SQL Server's sp_dropmergesubscription): their rows at the publisher go, with the failed changes
     of theirs waiting there for a retry. Their databases are left as they are."""
     configured = {s.name for s in topology.subscriptions_of(name) + topology.web_subscriptions_of(name)}
+    configured |= {d["subscription"] for d in fleet_rows(pub)}      # enrolled devices: cleanup drops those that end
     gone = [r for r in store.select(pub, SubscriptionRow, {"pubid": pubid, "role": Role.SUBSCRIBER})
             if r.name not in configured]
     if not gone:
@@ -444,20 +445,6 @@ def _change_articles_of_subscribers(topology: Topology, pub, manifest, snap_dir,
     results = initialize_in_parallel(spark(), deliveries, deliver_articles)
     _report_init(results, report)
     summary.initialized.extend(results)
-
-
-def drop_registration(pub, pubid: str, registered: SubscriptionRow) -> None:
-    """A merge subscription's rows at the publisher go (inside a transaction): its registration, and the
-    failed changes of its replica waiting there when no other subscription shares that replica. Its
-    nickname is never given again (its generations and lineage keep it)."""
-    nick = registered.replnickname
-    store.note_nickname(pub, nick)
-    store.delete(pub, SubscriptionRow, {"pubid": pubid, "name": registered.name})
-    if not store.select(pub, SubscriptionRow, {"replnickname": nick}):
-        store.delete(pub, FailedChangeRow, {"source_nickname": nick})
-    if store.table_set_version(pub, WEB) is not None:      # a web device's uploads and recoveries were of that replica
-        for table in ("MSweb_uploads", "MSweb_recoveries"):
-            store.delete_rows(pub, table, {"subscription": registered.name})
 
 
 def _report_init(init, report: Reporter) -> None:

@@ -22,10 +22,11 @@ from sparksync.errors import ConfigurationError, NotInitialized, SparksyncError
 from sparksync.merge.maintenance.expiration import expiry
 from sparksync.merge.session.agent import MergeAgent
 from sparksync.merge.session.summary import MergeOptions
+from sparksync.merge.snapshot.initialize import drop_registration
 from sparksync.metadata import store
 from sparksync.metadata.records import DistSubscriptionRow, PublicationRow, Role, SubscriptionRow
 from sparksync.progress import Reporter, silent
-from sparksync.provision import SetupSummary, drop_registration, setup
+from sparksync.provision import SetupSummary, setup
 from sparksync.status import gather_status
 from sparksync.transactional.distribution import database as dst
 

@@ -31,6 +31,9 @@ class ServerConfig(_Model):
                                     "this many KB/s, once body_grace_s have passed, is cut with 408 (0: never)")
     body_grace_s: float = Field(default=10, ge=0, le=3600, description="seconds a request body may take before "
                                 "min_body_rate_kb applies")
+    enrollments_per_minute: int = Field(default=30, ge=1, le=1_000_000, description="enrollment requests one source "
+                                        "address may make in a minute (more get 429 with Retry-After): a secret "
+                                        "cannot be guessed from one address, a burst cannot take the door")
     feed_dir: str = Field(default="feed", description="where serve writes the partition feed's segments (relative "
                           "to the config file; shared storage when Spark runs on a cluster)")
     round_ahead_s: float = Field(default=0.5, ge=0, le=3600, description="serve looks this often for changes to "

@@ -9,6 +9,7 @@ from sparksync.config import Topology
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica, redact_url
 from sparksync.errors import ReplicaDamaged, SparksyncError
+from sparksync.fleet.registry import with_fleet
 from sparksync.merge.conflicts.model import REFUSED
 from sparksync.merge.maintenance import validations
 from sparksync.merge.maintenance.expiration import expiry
@@ -86,7 +87,9 @@ def _waiting(replica: Replica) -> list[str]:
 def gather_status(topology: Topology) -> dict[str, Any]:
     """Every publication and subscription: watermarks, what is pending and since when, the last run of
     each agent and its error; ``ok`` is False (``problems`` says why) while anything is stopped,
-    damaged, unreachable, expired or inactive."""
+    damaged, unreachable, expired or inactive. The devices enrolled into device groups are web subscriptions
+    here as the configured ones are (``fleet/registry.with_fleet``)."""
+    topology = with_fleet(topology)
     out = _merge_status(topology)
     if topology.publications_of_kind("transactional"):
 
@@ -286,7 +289,8 @@ def _web_subscription(pub, s, r: SubscriptionRow | None, prow, arts, scheme) -> 
     is the device's to say, at its next sync)."""
     entry: dict[str, Any] = {"name": s.name, "publication": prow.name, "transport": "web", "database": None,
                              "subscriber_type": s.subscriber_type, "priority": s.effective_priority,
-                             "host_name": s.host_name, **({"login": s.login} if s.login is not None else {})}
+                             "host_name": s.host_name, **({"login": s.login} if s.login is not None else {}),
+                             "sync_interval_s": s.sync_interval_s, **({"group": s.group} if s.group else {})}
     others = holders.strays(pub, s.name)
     if others:
         entry["other_files"] = [{"file_id": f["file_id"], "described": f["described"], "reason": f["reason"],

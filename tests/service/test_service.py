@@ -120,7 +120,8 @@ def test_metrics_agree_with_status(quiet, service_demo):
         assert rolled[s["name"]]["state"] in ("idle", "performance critical", "offline"), rolled[s["name"]]
     # the counters are the history tables' sums, read independently here
     hq = service_demo / "hq.db"
-    for name in ("Store1", "Store2", "Canada", "Till"):
+    (till,), = sql(hq, "SELECT subscription FROM MSweb_devices")       # the demo's till enrolled into Tills
+    for name in ("Store1", "Store2", "Canada", till):
         up, down, conflicts = sql(hq, "SELECT sum(upload_inserts + upload_updates + upload_deletes), "
                                       "sum(download_inserts + download_updates + download_deletes), "
                                       "sum(upload_conflicts + download_conflicts) FROM MSmerge_sessions "
@@ -144,7 +145,8 @@ def test_the_monitor_is_read_only_and_needs_the_operators_token(quiet, service_d
             assert r.status_code == 405 and r.headers["allow"] == "GET", (method, path, r.status_code)
     assert httpx.get(open_url + "/elsewhere", timeout=10).status_code == 404
     with connect(f"sqlite:///{service_demo / 'hq.db'}") as hq:
-        device_token = tokens.create(hq, "Till", rotate=True)
+        till = hq.scalar("SELECT subscription FROM MSweb_devices")         # the demo's till, enrolled
+        device_token = tokens.create(hq, till, rotate=True)
     basic = base64.b64encode(f"operator:{OPERATOR_TOKEN}".encode()).decode()
     for headers, expected in (({}, 401), ({"Authorization": "Bearer wrong-token-0123456789"}, 401),
                               ({"Authorization": f"Bearer {device_token}"}, 401),

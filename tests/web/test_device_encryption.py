@@ -48,7 +48,8 @@ class World(WebWorld):
         super().__init__(folder, {
             "publisher": {"name": "HQ", "database": f"sqlite:///{folder / 'hq.db'}"},
             "publications": [{"name": "Shop", "articles": [{"table": "Product"}]}],
-            "subscriptions": [{"name": n, "publication": "Shop", "transport": "web"} for n in ("Till", "Kiosk")]},
+            "subscriptions": [{"name": n, "publication": "Shop", "transport": "web"} for n in ("Till", "Kiosk")],
+            "device_groups": [{"name": "Pads", "publication": "Shop"}]},
             spark)
         self.key_file = folder / "till.key"
         self.key_file.write_text(PASSPHRASE + "\n")
@@ -153,3 +154,22 @@ def test_the_outbox_of_an_encrypted_file_needs_its_key_and_a_wrong_or_missing_on
     p = world.sync_device("Kiosk", "--key-env", "TILL_KEY", env={"TILL_KEY": PASSPHRASE})
     assert p.returncode == 2 and "plain SQLite file, not an encrypted one" in p.stderr
     assert PASSPHRASE not in p.stdout + p.stderr
+
+
+def test_an_enrolled_device_keeps_its_credential_encrypted_with_its_file(world, spark):
+    secret, _ = sparksync.api.enroll_token(world.topology, "Pads", uses=2, spark=spark)
+    pad, plain = world.folder / "pad.db", world.folder / "plain-pad.db"
+    key = key_from_file(world.key_file)
+    first = sparksync.Device(str(pad), server=world.server.url, key=key).enroll(secret)      # the Python API
+    assert first is not None and first.ok
+    sparksync.Device(str(plain), server=world.server.url).enroll(secret)
+    with connect(f"sqlite:///{plain}") as d:                          # the control: a plain file holds it readably
+        token = d.scalar("SELECT token FROM MSweb_credential")
+    assert token.startswith("ssk_") and token.split("_")[-1].encode() in plain.read_bytes()
+    assert not any(s.encode() in pad.read_bytes() for s in SECRETS)
+    assert b"ssk_" not in pad.read_bytes() and b"MSweb_credential" not in pad.read_bytes()
+    # later syncs: the key, the server and the file; no token, no subscription, no secret
+    p = world.cli("sync", "--server", world.server.url, "--database", str(pad), "--key-file", str(world.key_file))
+    assert p.returncode == 0, p.stderr
+    p = world.cli("sync", "--server", world.server.url, "--database", str(pad))
+    assert p.returncode == 2 and "key" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr

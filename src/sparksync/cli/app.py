@@ -10,6 +10,7 @@ from sparksync.cli.cleanup_cmd import cleanup_command
 from sparksync.cli.cluster_cmd import cluster_pack_command
 from sparksync.cli.conflicts_cmd import conflicts_command
 from sparksync.cli.demo_cmd import demo_command
+from sparksync.cli.fleet_cmds import devices_command, enroll_token_command
 from sparksync.cli.history_cmd import history_command
 from sparksync.cli.merge_cmd import merge_command
 from sparksync.cli.outbox_cmd import outbox_command
@@ -49,6 +50,8 @@ app.command("distribute")(distribute_command)
 app.command("tracer-token")(tracer_token_command)
 app.command("schema-change")(schema_change_command)
 app.command("token")(token_command)
+app.command("enroll-token")(enroll_token_command)
+app.command("devices")(devices_command)
 app.command("serve")(serve_command)
 app.command("sync")(sync_command)
 app.command("outbox")(outbox_command)

@@ -10,7 +10,8 @@ stores merged into it) go through the log reader and the distribution agent to a
 database, with a row filter, a column filter and a tracer token. Last, a filtered merge publication:
 two territory stores hold only their own customers, orders and lines, and a customer moving from one
 territory to the other leaves one store, with its orders, and arrives at the other. And web
-synchronization: a till whose file is on the device syncs with HQ over HTTP (the door in this process).
+synchronization: a till whose file is on the device enrolls itself into a device group and syncs with HQ over
+HTTP (the door in this process).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ STORES = [("Store1", "global", 75.0, "M"), ("Store2", "global", 50.0, "R"), ("St
 TERRITORY_STORES = [("Northwest", "Northwest"), ("Canada", "Canada")]    # filtered: (subscription, host_name)
 
 
-TILL = ("Till", "Canada")          # a web subscription of Territories: a till whose database is on the device
+TILL = ("Tills", "Canada")         # a device group of Territories: a till in Canada enrolls into it
 
 
 # The demo's business logic handler (docs/replication.md, "Business logic handlers"), written beside the
@@ -120,12 +121,12 @@ agent_schedule = "every 1m"
     clause = "SalesOrderDetail.SalesOrderID = SalesOrderHeader.SalesOrderID"
     unique_key = true
 {territories}
-# A till in Canada whose SQLite file lives on the device: it syncs over HTTP(S) with `sparksync sync`
-[[subscriptions]]
+# Tills whose SQLite files live on the devices: none is listed here. Each enrolls itself into this group once
+# (`sparksync enroll-token` makes the secret, `sparksync sync --enroll` redeems it) and syncs over HTTP(S)
+[[device_groups]]
 name = "{TILL[0]}"
 publication = "Territories"
-transport = "web"
-host_name = "{TILL[1]}"
+sync_interval = "15m"
 
 # Transactional replication: HQ's committed transactions (its own and the stores' merged into it)
 # flow to a read-only reporting database through the distribution database.
@@ -308,25 +309,34 @@ def _free_port() -> int:
 
 
 def _till(console: Console, hq: Publisher, directory: Path, report: Reporter) -> bool:
-    """A device syncing over HTTP: the door in this process, the till's file in ``device/``."""
+    """A device that enrolls itself into a device group and syncs over HTTP: the door in this process, the till's
+    file in ``device/``."""
     topology = hq.topology
-    name, host = TILL
-    console.rule(f"[bold]10. Web synchronization: a till in {host} syncs over HTTP (sparksync serve / sparksync sync)")
-    token = hq.token(name, rotate=True)
-    console.print(f"sparksync token -s {name}: a token for the till (shown once; kept at HQ as a salted hash)")
+    group, host = TILL
+    console.rule(f"[bold]10. Web synchronization: a till in {host} enrolls into device group {group} and syncs over "
+                 "HTTP (sparksync serve / sparksync sync)")
+    secret = hq.enroll_token(group, host_name=host, uses=1)
+    console.print(f"sparksync enroll-token -g {group} --host-name {host} --uses 1: an enrollment secret for one till "
+                  "(shown once; kept at HQ as a salted hash)")
     till = directory / "device" / "till.db"
     till.parent.mkdir(exist_ok=True)
     with hq.serving() as url:
-        device = Device(str(till), url, name, token)
-        console.print(f"sparksync sync --server {url} -s {name} --database {till}  (no Spark, no Java on a device)")
-        _print(device.sync(progress=report))
+        console.print(f"sparksync sync --server {url} --enroll SECRET --database {till}  (no Spark, no Java on a "
+                      "device)")
+        device = Device(str(till), server=url)
+        first = device.enroll(secret, progress=report)
+        assert first is not None
+        _print(first)
+        name = str(device.subscription)
+        console.print(f"{name}: enrolled into {group}, a subscription of its own; its file keeps its credential, so "
+                      f"its next syncs need no secret: sparksync sync --server {url} --database {till}")
         with connect(topology.publisher_url, "HQ") as db:
             customer = db.scalar('SELECT "CustomerID" FROM "Customer" WHERE "Territory" = ? ORDER BY "CustomerID" '
                                  'LIMIT 1', [host])
         via = _shell(till, f'UPDATE "Customer" SET "EmailAddress" = \'till@adventure-works.com\' '
                            f'WHERE "CustomerID" = {int(customer)};\n')
         console.print(f"{name} ({via}, offline): changed customer {customer}'s email address; then it syncs again")
-        second = device.sync(progress=report)
+        second = Device(str(till), server=url).sync(progress=report)
         _print(second)
     with connect(topology.publisher_url, "HQ") as db:
         email = db.scalar(f'SELECT "EmailAddress" FROM "Customer" WHERE "CustomerID" = {int(customer)}')

@@ -22,7 +22,7 @@ from sparksync.cli.common import (
     reporter,
 )
 from sparksync.cli.merge_cmd import keep_running, show_summary
-from sparksync.web.device.client import TOKEN_ENV, read_token
+from sparksync.web.device.client import ENROLL_ENV, TOKEN_ENV, read_token
 from sparksync.web.device.sync import PER_BATCH
 
 
@@ -67,11 +67,17 @@ def serve_command(config: ConfigOption = DEFAULT_CONFIG_PATH) -> None:
 @handle_errors
 def sync_command(
     server: Annotated[str, typer.Option("--server", help="The publisher's sync endpoint (https://HOST:PORT).")] = "",
-    subscription: Annotated[str, typer.Option("--subscription", "-s", help="This device's subscription.")] = "",
+    subscription: Annotated[str, typer.Option("--subscription", "-s", help="This device's subscription (an enrolled "
+                                              "device's file names its own).")] = "",
     database: Annotated[str, typer.Option("--database", help="This device's database: a SQLite file path, or a "
                                                              "sqlite:/// or postgresql:// URL.")] = "",
     token_file: Annotated[str | None, typer.Option("--token-file", help=f"A file holding the token (mode 600); "
-                                                                        f"else {TOKEN_ENV}.")] = None,
+                                                                        f"else {TOKEN_ENV}; an enrolled device's "
+                                                                        "file keeps its own.")] = None,
+    enroll: Annotated[str | None, typer.Option("--enroll", help=f"Enroll this device into a device group with the "
+                                               f"operator's enrollment secret (sse_...; or {ENROLL_ENV}), once: it "
+                                               "keeps its own credential in its file and later syncs need no "
+                                               "secret.")] = None,
     ca_file: Annotated[str | None, typer.Option("--ca-file", help="PEM of a private CA the server's certificate "
                                                                   "is signed by.")] = None,
     continuous: Annotated[bool, typer.Option("--continuous", help="Sync again and again.")] = False,
@@ -95,9 +101,12 @@ def sync_command(
 ) -> None:
     """On a device: sync its database with the publisher over HTTPS (upload, then download). Needs no Spark
     and no Java."""
-    for value, hint in ((server, "--server"), (subscription, "--subscription"), (database, "--database")):
-        if not value:
-            raise typer.BadParameter("required", param_hint=hint)
+    if not database:
+        raise typer.BadParameter("required", param_hint="--database")
+    secret = enroll or os.environ.get(ENROLL_ENV) or None
+    if secret is not None and (subscription or token_file):
+        raise typer.BadParameter("an enrolling device gets its subscription and token from the door",
+                                 param_hint="--enroll")
     if upload_first and not reinitialize:
         raise typer.BadParameter("goes with --reinitialize", param_hint="--upload-first")
     if recover and (reinitialize or continuous):
@@ -106,8 +115,13 @@ def sync_command(
     if reinitialize and continuous:
         raise typer.BadParameter("--reinitialize is one sync, not --continuous", param_hint="--reinitialize")
     url = api.database_url(database)
-    device = api.Device(url, server, subscription, read_token(token_file), ca_file, generations_per_batch,
+    token = read_token(token_file) if token_file or os.environ.get(TOKEN_ENV) or (subscription and not secret) else None
+    device = api.Device(url, server or None, subscription or None, token, ca_file, generations_per_batch,
                         key=device_key(key_file, key_env))
+    if secret is not None:
+        if not server:
+            raise typer.BadParameter("an enrollment needs the server", param_hint="--server")
+        device.enroll(secret, sync=False, progress=reporter if not as_json else (lambda m: None))
 
     def once() -> bool:
         summary = device.sync(reinitialize=reinitialize, upload_first=upload_first, recover=recover,

@@ -118,6 +118,7 @@ MIGRATIONS: dict[str, dict[int, Any]] = {
     WEB.name: {
         2: lambda replica: None,            # MSweb_recoveries: a new table
         3: lambda replica: None,            # MSweb_file, MSweb_holders, MSweb_strays: new tables
+        4: lambda replica: None,            # MSweb_enrollments, MSweb_devices, MSweb_credential: new tables
     },
     DISTRIBUTION.name: {
         2: _add_column("MSlogreader_history", "status"),

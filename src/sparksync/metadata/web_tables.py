@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from sparksync.metadata.declare import BIG, GUID, INT, JSON, TEXT, TS, C, MetaIndex, MetaTable, TableSet
 
-WEB_VERSION = 3        # 2: MSweb_recoveries; 3: MSweb_file, MSweb_holders, MSweb_strays
+WEB_VERSION = 4        # 2: MSweb_recoveries; 3: MSweb_file, MSweb_holders, MSweb_strays; 4: MSweb_enrollments,
+                       # MSweb_devices, MSweb_credential
 WEB = TableSet("web synchronization", 5, WEB_VERSION, (
     MetaTable(
         "MSweb_tokens",
@@ -67,6 +68,39 @@ WEB = TableSet("web synchronization", 5, WEB_VERSION, (
         ("subscription", "file_id"),
     ),
     MetaTable(
+        "MSweb_enrollments",
+        "At the publisher: the enrollment secrets of device groups (sparksync enroll-token; fleet/enrollment.py). "
+        "Only a salted SHA-256 of the secret is kept; the secret is printed once. Each names the partition its "
+        "devices get (host_name, login) and how many devices may enroll with it.",
+        (C("secret_id", TEXT, False, "the public part of the secret: sse_<secret_id>_<secret>"),
+         C("group_name", TEXT, False), C("salt", TEXT, False), C("digest", TEXT, False),
+         C("host_name", TEXT, True), C("login", TEXT, True),
+         C("partition_id", INT, True, "the partition its devices get (null: the publication is not filtered)"),
+         C("uses", INT, True, "how many devices may enroll with it (null: no limit)"),
+         C("used", INT, False, "how many did"), C("expires_at", TS, True), C("revoked_at", TS, True),
+         C("failures", INT, False, "wrong secrets presented for this id since its last lockout"),
+         C("locked_until", TS, True, "refused until then, after too many wrong secrets"),
+         C("created_at", TS, False), C("last_used_at", TS, True)),
+        ("secret_id",),
+        (MetaIndex("MSweb_enrollments_group", ("group_name",)),),
+    ),
+    MetaTable(
+        "MSweb_devices",
+        "At the publisher: the devices enrolled into a device group, each a web subscription of its own (its "
+        "registration in sysmergesubscriptions, its token in MSweb_tokens): the group, its partition's values, "
+        "the enrollment secret and the file it enrolled with. A revoked or removed device is refused at once "
+        "and its registration dropped at the next cleanup.",
+        (C("subscription", TEXT, False), C("group_name", TEXT, False), C("host_name", TEXT, True),
+         C("login", TEXT, True), C("secret_id", TEXT, True, "the enrollment secret it enrolled with"),
+         C("file_id", TEXT, False, "the identity of the file it enrolled (the same file enrolling again is this "
+                                   "device; another file is a new one)"),
+         C("described", TEXT, True, "where the device said it lives (host and path)"),
+         C("state", TEXT, False, "enrolled, revoked or removed"), C("enrolled_at", TS, False),
+         C("changed_at", TS, True, "when it was revoked or removed")),
+        ("subscription",),
+        (MetaIndex("MSweb_devices_group", ("group_name",)), MetaIndex("MSweb_devices_file", ("secret_id", "file_id"))),
+    ),
+    MetaTable(
         "MSweb_file",
         "On a web device: the file's own identity (one row), made the first time the file is synced, and its "
         "epoch: the key of its latest sync the door accepted (epoch), and the one it proposed (next_epoch) until "
@@ -82,6 +116,14 @@ WEB = TableSet("web synchronization", 5, WEB_VERSION, (
         "another subscription, or of another publication (pubid), is refused.",
         (C("id", INT, False), C("server", TEXT, False), C("subscription", TEXT, False),
          C("publication", TEXT, False), C("pubid", GUID, False), C("bound_at", TS, False)),
+        ("id",),
+    ),
+    MetaTable(
+        "MSweb_credential",
+        "On an enrolled web device: its own credential (one row), given by the door when it enrolled: the server, "
+        "its subscription and token. It is as protected as the file is (encrypted with it where the file is).",
+        (C("id", INT, False), C("server", TEXT, False), C("subscription", TEXT, False), C("group_name", TEXT, False),
+         C("token", TEXT, False), C("enrolled_at", TS, False)),
         ("id",),
     ),
 ))

@@ -32,6 +32,8 @@ from sparksync.config import Topology
 from sparksync.errors import ConfigurationError
 from sparksync.merge.conflicts.view import list_conflicts
 from sparksync.monitor import page
+from sparksync.monitor.devices import listing as device_listing
+from sparksync.monitor.devices import page_of
 from sparksync.monitor.metrics import SparksyncCollector
 from sparksync.monitor.view import build_view
 from sparksync.monitor.watch import Agents, Watch
@@ -123,6 +125,19 @@ def make_monitor_app(topology: Topology, agents: Agents, watch: Watch | None, to
             raise ConfigurationError(f"limit={limit[:20]!r}: a number of runs from 1 to 10000", obj="limit")
         return _document(gather_history(topology, int(limit)))
 
+    def devices(request: Request) -> Response:
+        q = request.query_params
+        page, size = q.get("page", "1"), q.get("page_size", "100")
+        if not page.isdigit() or not 0 < int(page) <= 1_000_000:
+            raise ConfigurationError(f"page={page[:20]!r}: a page number from 1", obj="page")
+        if not size.isdigit() or not 0 < int(size) <= 1000:
+            raise ConfigurationError(f"page_size={size[:20]!r}: devices a page, 1 to 1000", obj="page_size")
+        group = q.get("group") or None
+        if group is not None and group not in {g.name for g in topology.device_groups}:
+            raise ConfigurationError(f"group={group[:40]!r}: no such device group", obj="group")
+        found = device_listing(topology, group, q.get("state") or None, (q.get("q") or "")[:200] or None)
+        return _document(page_of(found, int(page), int(size)))
+
     def metrics(request: Request) -> Response:
         return Response(redact(generate_latest(registry).decode()), media_type=CONTENT_TYPE_LATEST)
 
@@ -132,10 +147,11 @@ def make_monitor_app(topology: Topology, agents: Agents, watch: Watch | None, to
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return problem(404, "not found", f"{request.url.path[:200]}: the monitor serves /, /api/status, "
-                                         "/api/conflicts, /api/history, /metrics and /healthz")
+                                         "/api/conflicts, /api/history, /api/devices, /metrics and /healthz")
 
     routes = [Route("/", guarded(home)), Route("/api/status", guarded(status)),
               Route("/api/conflicts", guarded(conflicts)), Route("/api/history", guarded(history)),
+              Route("/api/devices", guarded(devices)),
               Route("/metrics", guarded(metrics)), Route("/healthz", healthz)]
     app = Starlette(routes=routes, exception_handlers={404: not_found})
     return ReadOnly(app, token)

@@ -91,7 +91,9 @@ def _cadence(entry: dict[str, Any], cadences: Mapping[str, Cadence] | None) -> C
     """The subscription's cadence, or, when the configuration's are not given, a web device's default."""
     if cadences is not None and entry["name"] in cadences:
         return cadences[entry["name"]]
-    return Cadence.device(parse_interval(DEFAULT_SYNC_INTERVAL)) if entry.get("transport") == "web" else Cadence()
+    if entry.get("transport") == "web":         # an enrolled device's: its group's interval, as status says it
+        return Cadence.device(float(entry.get("sync_interval_s") or parse_interval(DEFAULT_SYNC_INTERVAL)))
+    return Cadence()
 
 
 def worst(states: list[str]) -> str:

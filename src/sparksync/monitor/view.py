@@ -117,7 +117,7 @@ def build_view(topology: Topology, agents: Agents, watch: Watch | None) -> dict[
     return {
         "time": iso(now), "publisher": status["publisher"], "distributor": tx.get("distributor"),
         "overall": overall, "publications": publications, "subscriptions": subscriptions,
-        "web": [{**s, "sync_interval": duration(topology.subscription(s["name"]).sync_interval_s)}
+        "web": [{**s, "sync_interval": duration(s["sync_interval_s"])}
                 for s in subscriptions if s.get("transport") == "web"],
         "history": history["runs"][:RUNS], "history_errors": history["errors"], "sessions": sessions,
         "damaged": damaged, "waiting": waiting, "latency": latency_series(topology),

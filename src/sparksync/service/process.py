@@ -51,7 +51,7 @@ class Service:
     def start(self) -> None:
         topo = self.topology
         self.monitor.start("sparksync monitor")
-        if any(s.transport == "web" for s in topo.subscriptions):
+        if any(s.transport == "web" for s in topo.subscriptions) or topo.device_groups:
             self.endpoint = device_endpoint(topo, self.report, self.spark.ready)
             self.endpoint.start("sparksync devices")
         self.leadership.start()

@@ -17,10 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparksync.errors import ProtocolError
 
-PROTOCOL = 4                   # the version of this protocol
+PROTOCOL = 5                   # the version of this protocol
 OLDEST_PROTOCOL = 3            # the oldest a door still serves; a device that speaks an older one is refused (426)
-# What each version added, for a door serving an older device: 4, an upload's fate "replaced".
+# What each version added, for a door serving an older device: 4, an upload's fate "replaced"; 5, enrollment into a
+# device group (a route of its own: an older device never asks it).
 REPLACED_FATE = 4
+ENROLLMENT = 5
 PROTOCOL_HEADER = "Sparksync-Protocol"
 MAX_GENERATION = 1 << 62       # the largest generation number a request may carry
 MAX_RETRIES = 10_000           # failed changes one request sends again (the rest at the next sync)
@@ -46,9 +48,10 @@ UPLOADED = Route("GET", "/v1/sync/uploads/{lo}-{hi}")
 DOWNLOAD = Route("POST", "/v1/sync/download")
 ACK = Route("POST", "/v1/sync/download/ack")
 DONE = Route("POST", "/v1/sync/done")
+ENROLL = Route("POST", "/v1/enroll")
 ROUTES = {"healthz": HEALTHZ, "hello": HELLO, "snapshot": SNAPSHOT, "snapshot_file": SNAPSHOT_FILE,
           "initialize": INITIALIZE, "initialized": INITIALIZED, "recover": RECOVER, "upload": UPLOAD, "uploaded": UPLOADED,
-          "download": DOWNLOAD, "ack": ACK, "done": DONE}
+          "download": DOWNLOAD, "ack": ACK, "done": DONE, "enroll": ENROLL}
 
 Generation = int
 
@@ -143,6 +146,27 @@ class DownloadRequest(_Message):
             except ValueError:
                 raise ValueError(shape) from None
         return [(nick, guid) for nick, guid in v]
+
+
+class EnrollRequest(_Message):
+    """``enroll`` (no token: the group's enrollment secret is the request's credential): a device joins the device
+    group the secret belongs to, once (``fleet/enroll.py``)."""
+
+    secret: str = Field(max_length=200, description="the enrollment secret (sse_...), as the operator printed it")
+    file_id: str = Field(min_length=8, max_length=64, pattern=r"^[0-9A-Za-z_-]+$",
+                         description="the identity of the enrolling file (the same file enrolling again is the same "
+                                     "device)")
+    described: str | None = Field(default=None, max_length=500, description="where the file lives (host:path), "
+                                                                             "for the operator")
+
+
+class EnrollReply(_Message):
+    """Reply to ``enroll``: the device's own web subscription and credential, which it keeps in its file."""
+
+    subscription: str
+    group: str
+    token: str = Field(description="the device's token: every later request's credential")
+    again: bool = Field(description="the same file had enrolled with this secret: the same device, a new token")
 
 
 class AckRequest(_Message):
@@ -278,10 +302,11 @@ class Problem(_Message):
 REQUESTS: dict[str, type[_Message] | None] = {
     "hello": None, "snapshot": None, "snapshot_file": None, "initialize": None, "initialized": InitializedRequest,
     "recover": RecoverRequest, "upload": None, "uploaded": None, "download": DownloadRequest, "ack": AckRequest,
-    "done": DoneRequest}
+    "done": DoneRequest, "enroll": EnrollRequest}
 REPLIES: dict[str, type[_Message] | None] = {
     "hello": Hello, "snapshot": None, "snapshot_file": None, "initialize": Hello, "initialized": InitializedReply,
-    "recover": Hello, "upload": UploadReply, "uploaded": UploadLookup, "download": None, "ack": AckReply, "done": DoneReply}
+    "recover": Hello, "upload": UploadReply, "uploaded": UploadLookup, "download": None, "ack": AckReply, "done": DoneReply,
+    "enroll": EnrollReply}
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -306,8 +331,9 @@ END = "<!-- END GENERATED -->"
 def render_protocol() -> str:
     """The routes and the models as markdown: what the generated block of docs/web-sync.md holds."""
     lines = [f"Protocol version {PROTOCOL} (header `{PROTOCOL_HEADER}`; a door serves devices that speak "
-             f"{OLDEST_PROTOCOL} and newer, each told only what its version knows). Every request but `/healthz` carries "
-             "`Authorization: Bearer <token>` and says which device file it comes from: `Sparksync-File` (the file's "
+             f"{OLDEST_PROTOCOL} and newer, each told only what its version knows). Every request but `/healthz` "
+             "and `/v1/enroll` carries `Authorization: Bearer <token>` and says which device file it comes from: "
+             "`Sparksync-File` (the file's "
              "identity), `Sparksync-Epoch` (its current epoch, once it has one), `Sparksync-File-Where` (host:path, "
              "for the operator), `Sparksync-Bound: 1` (it holds a subscription's data); a sync's first `hello`, "
              "`initialized` and a `recover` on purpose add `Sparksync-Next-Epoch` (the epoch proposed), and `hello` "
@@ -322,7 +348,8 @@ def render_protocol() -> str:
                  "snapshot_file": "a Parquet file (Range requests resume)", "healthz": "`{status, version, protocol}`"
                  }.get(name, f"`{rep.__name__}`" if rep else "-")
         lines.append(f"| `{route.method} {route.path}` | {body} | {reply} |")
-    models: list[type[BaseModel]] = [InitializedRequest, RecoverRequest, DownloadRequest, AckRequest, DoneRequest,
+    models: list[type[BaseModel]] = [EnrollRequest, EnrollReply, InitializedRequest, RecoverRequest, DownloadRequest,
+                                     AckRequest, DoneRequest,
                                      Counts, Digests, Hello, UploadReply, UploadConflictReply, UploadLookup, DoneReply,
                                      Verdict, AckReply, InitializedReply, Problem]
     for model in models:

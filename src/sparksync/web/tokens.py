@@ -48,6 +48,12 @@ def create(pub: Replica, subscription: str, rotate: bool = False) -> str:
     Without ``rotate`` a subscription that has a token keeps it and this refuses."""
     with pub.transaction():
         install(pub)
+        return issue(pub, subscription, rotate)
+
+
+def issue(pub: Replica, subscription: str, rotate: bool = False) -> str:
+    """``create`` inside the caller's transaction, the tables installed (an enrollment: ``fleet/enroll.py``)."""
+    with pub.transaction():
         held = store.select_rows(pub, "MSweb_tokens", {"subscription": subscription})
         if held and not rotate:
             raise ConfigurationError(f"subscription {subscription} already has a token; use --rotate to replace it "
@@ -81,20 +87,33 @@ def listed(pub: Replica) -> list[TokenInfo]:
 def authenticate(pub: Replica, token: str | None) -> str:
     """The subscription ``token`` belongs to; ``Unauthorized`` (saying nothing more) otherwise. The
     secret is compared in constant time, and a token of an unknown id costs the same comparison."""
-    return authenticate_holding(pub, token)[0]
+    return authenticate_holding(pub, token).subscription
 
 
-def authenticate_holding(pub: Replica, token: str | None) -> tuple[str, tuple | None]:
-    """``authenticate``, and read in the same query (one round trip per device request) the row of
-    ``MSweb_holders`` for the token's subscription: (file_id, epoch, described, held_since, seen_at), or None
-    while no file holds it (``merge/session/remote/holders.py``)."""
+@dataclass(frozen=True)
+class Bearer:
+    """Who a token authenticated: its subscription, the row of ``MSweb_holders`` for it ((file_id, epoch, described,
+    held_since, seen_at), or None while no file holds it: ``merge/session/remote/holders.py``) and, for a device
+    enrolled into a device group, its row of ``MSweb_devices`` ((group, host_name, login, state): ``fleet/``)."""
+
+    subscription: str
+    held: tuple | None
+    enrolled: tuple | None
+
+
+def authenticate_holding(pub: Replica, token: str | None) -> Bearer:
+    """``authenticate``, and read in the same query (one round trip per device request) what the door needs of the
+    token's subscription (``Bearer``)."""
     m = _FORM.fullmatch(token or "")
     token_id, secret = (m.group(1), m.group(2)) if m else ("", "0" * 64)
     row = pub.query_one(f"SELECT t.salt, t.digest, t.subscription, h.file_id, h.epoch, h.described, h.held_since, "
-                        f"h.seen_at FROM {pub.meta('MSweb_tokens')} t LEFT JOIN {pub.meta('MSweb_holders')} h "
-                        f"ON h.subscription = t.subscription WHERE t.token_id = {pub.p}", [token_id]) if m else None
+                        f"h.seen_at, d.group_name, d.host_name, d.login, d.state FROM {pub.meta('MSweb_tokens')} t "
+                        f"LEFT JOIN {pub.meta('MSweb_holders')} h ON h.subscription = t.subscription "
+                        f"LEFT JOIN {pub.meta('MSweb_devices')} d ON d.subscription = t.subscription "
+                        f"WHERE t.token_id = {pub.p}", [token_id]) if m else None
     salt, expected = (row[0], row[1]) if row else (_DUMMY_SALT, "0" * 64)
     ok = hmac.compare_digest(_digest(salt, secret), expected)
     if not (ok and row):
         raise Unauthorized("unauthorized")
-    return str(row[2]), (tuple(row[3:]) if row[3] is not None else None)
+    return Bearer(str(row[2]), tuple(row[3:8]) if row[3] is not None else None,
+                  tuple(row[8:12]) if row[8] is not None else None)

@@ -225,13 +225,15 @@ def _orphan_contents(replica: Replica, pubs: dict[str, PublicationRow], dry_run:
 class CleanupSummary:
     replicas: list[ReplicaCleanup] = field(default_factory=list)
     dry_run: bool = False
+    devices: list[str] = field(default_factory=list)     # enrolled devices dropped (fleet/registry.forget)
 
     @property
     def ok(self) -> bool:
         return all(r.error is None for r in self.replicas)
 
     def to_dict(self) -> dict:
-        return {"ok": self.ok, "dry_run": self.dry_run, "replicas": [r.to_dict() for r in self.replicas]}
+        return {"ok": self.ok, "dry_run": self.dry_run, "replicas": [r.to_dict() for r in self.replicas],
+                "devices_dropped": self.devices}
 
 
 def cleanup(topology: Topology, publication: str | None = None, dry_run: bool = False, orphans: bool = True,

@@ -38,7 +38,7 @@ from sparksync.metadata.records import (
     SubscriptionRow,
     SubscriptionStatus,
 )
-from sparksync.metadata.schema import MERGE
+from sparksync.metadata.schema import MERGE, WEB
 from sparksync.names import TableName
 from sparksync.snapshot.load import InitResult, Loaded, check_distinct_tables, load_parquet, pre_create
 from sparksync.snapshot.manifest import MANIFEST, ArticleSnapshot, KeyDigest, SnapshotManifest, verify_files
@@ -447,3 +447,15 @@ def finish_registrations(pub: Replica, manifest: SnapshotManifest, specs: list[S
                 "last_sync_date": store.utcnow()}, key)
 
 
+def drop_registration(pub, pubid: str, registered: SubscriptionRow) -> None:
+    """A merge subscription's rows at the publisher go (inside a transaction): its registration, and the
+    failed changes of its replica waiting there when no other subscription shares that replica. Its
+    nickname is never given again (its generations and lineage keep it)."""
+    nick = registered.replnickname
+    store.note_nickname(pub, nick)
+    store.delete(pub, SubscriptionRow, {"pubid": pubid, "name": registered.name})
+    if not store.select(pub, SubscriptionRow, {"replnickname": nick}):
+        store.delete(pub, FailedChangeRow, {"source_nickname": nick})
+    if store.table_set_version(pub, WEB) is not None:      # a web device's uploads and recoveries were of that replica
+        for table in ("MSweb_uploads", "MSweb_recoveries"):
+            store.delete_rows(pub, table, {"subscription": registered.name})

@@ -29,6 +29,7 @@ from sparksync import __version__
 from sparksync.errors import (
     ConfigurationError,
     ConnectionFailed,
+    EnrollmentRefused,
     NotInitialized,
     OtherFile,
     ProtocolError,
@@ -44,6 +45,7 @@ from sparksync.web.protocol import PROTOCOL, PROTOCOL_HEADER, Route
 
 M = TypeVar("M", bound=BaseModel)
 TOKEN_ENV = "SPARKSYNC_TOKEN"
+ENROLL_ENV = "SPARKSYNC_ENROLL"          # an enrollment secret (``sparksync sync --enroll``)
 RETRIES = 6                    # attempts of one request when the network or the server fails on the way
 _BACKOFF = 0.2
 RETRY_AFTER_MAX = 30.0         # seconds: the longest a server's Retry-After is waited for, per attempt
@@ -137,8 +139,8 @@ class ServerClient:
         self.retries = retries
         self._probed = False
         self.http = httpx.Client(base_url=self.server, verify=verify, timeout=timeout, headers={
-            "Authorization": f"Bearer {token}", PROTOCOL_HEADER: str(PROTOCOL),
-            "User-Agent": f"sparksync/{__version__}"})
+            PROTOCOL_HEADER: str(PROTOCOL), "User-Agent": f"sparksync/{__version__}",
+            **({"Authorization": f"Bearer {token}"} if token else {})})   # none: an enrollment (its secret is its own)
 
     def close(self) -> None:
         self.http.close()
@@ -321,6 +323,8 @@ def _raise_for(response: httpx.Response, status: int, server: str, path: str) ->
         body = {}
     detail = str(body.get("detail") or body.get("title") or response.reason_phrase)
     where = f"{server}{path.split('?')[0]}"
+    if status == 401 and body.get("title") == "enrollment refused":
+        raise EnrollmentRefused(f"{server}: {detail}", obj=server)
     if status == 401:
         raise Unauthorized(f"{server}: the token was refused (wrong, revoked, or of no subscription served there)",
                            obj=server)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -56,6 +56,7 @@ from sparksync.merge.session.remote.subscriber import (
 from sparksync.merge.session.summary import DirectionStats, MergeSummary, SubscriptionSession
 from sparksync.metadata import store
 from sparksync.progress import Reporter, silent
+from sparksync.web.device import enrolled
 from sparksync.web.device.client import ServerClient, answered
 from sparksync.web.device.downloads import downloads
 from sparksync.web.device.lock import sync_lock
@@ -113,7 +114,24 @@ def sync(options: DeviceOptions, report: Reporter = silent) -> MergeSummary:
     file at a time (``lock.py``). ``reinitialize``: the file is set aside first (its changes uploaded before,
     with ``upload_first``) and a new one initialized from the snapshot, under a fresh replica identity."""
     with sync_lock(options.database, options.lock_wait):
-        return _sync(options, report)
+        return _sync(with_credential(options), report)
+
+
+def with_credential(options: DeviceOptions) -> DeviceOptions:
+    """``options`` of an enrolled device: the subscription and token its file keeps (``enrolled.py``), and its
+    server unless one is given; options that name them already are left as they are."""
+    if options.token and options.subscription:
+        return options
+    kept = enrolled.of_file(options.database)
+    if kept is None:
+        missing = [n for n in ("subscription", "token") if not getattr(options, n)]
+        raise ConfigurationError(f"{file_of(options.database)}: a sync needs its {' and '.join(missing)}, or a file "
+                                 "that enrolled into a device group (sparksync sync --enroll SECRET)", obj=missing[0])
+    if options.subscription and options.subscription != kept.subscription:
+        raise ConfigurationError(f"{file_of(options.database)} is enrolled as {kept.subscription}, not "
+                                 f"{options.subscription}", obj=options.subscription)
+    return replace(options, server=options.server or kept.server, subscription=kept.subscription,
+                   token=options.token or kept.token)
 
 
 def _sync(options: DeviceOptions, report: Reporter) -> MergeSummary:
@@ -183,11 +201,14 @@ def _set_aside(options: DeviceOptions, dialect, report: Reporter) -> None:
                                  "the publisher does not count on; a SQLite file would be set aside, a "
                                  f"{options.database.split(':')[0]} database is reinitialized by dropping its tables "
                                  "and sparksync metadata by hand", obj=options.subscription)
+    credential = enrolled.carried(options.database)
     where = dialect.set_aside(options.database, "replaced")
     report(f"{options.subscription}: the file holds data of an initialization the publisher does not count on: it "
            f"is set aside as {where} (nothing in it is lost or sent) and a new file is initialized from the snapshot")
     with connect(options.database, options.subscription) as device:
         identity.replaced(device, where)
+        if credential is not None:                 # an enrolled device's credential goes with it
+            enrolled.keep(device, credential)
 
 
 def _sync_file(client: ServerClient, device: Replica, options: DeviceOptions, hello: Hello,
@@ -295,10 +316,13 @@ def _reinitialize(options: DeviceOptions, summary: MergeSummary, report: Reporte
     if not holds:
         report(f"{options.subscription}: a new file is initialized from the snapshot")
         return
+    credential = enrolled.carried(url)
     where = dialect.set_aside(url, "replaced")
     report(f"{options.subscription}: the file is set aside as {where}; a new one is initialized from the snapshot")
     with connect(url, options.subscription) as device:
         identity.replaced(device, where)
+        if credential is not None:                 # an enrolled device's credential goes with it
+            enrolled.keep(device, credential)
 
 
 # -- the file and its subscription ------------------------------------------------------------------

@@ -63,6 +63,7 @@ from sparksync.merge.session.remote.frames import MEDIA_ARROW
 from sparksync.redaction import redact
 from sparksync.web import listener
 from sparksync.web.protocol import (
+    ENROLL,
     HEALTHZ,
     OLDEST_PROTOCOL,
     PROTOCOL,
@@ -71,6 +72,8 @@ from sparksync.web.protocol import (
     AckRequest,
     DoneRequest,
     DownloadRequest,
+    EnrollReply,
+    EnrollRequest,
     InitializedRequest,
     RecoverRequest,
     parse,
@@ -84,6 +87,8 @@ log = logging.getLogger("sparksync.serve")
 MAX_JSON = 2 * 1024 * 1024        # a JSON request's body (a download's failed list: 10,000 pairs, ~0.5 MB)
 MAX_DEPTH = 8                      # the deepest nesting a JSON request may have (the protocol's own is 3)
 RETRY_AFTER_S = 2                  # what a 429 tells the device to wait
+ENROLLING = 2                      # enrollments worked on at once (they take turns at the publisher anyway) ...
+ENROLLING_WAITING = 64             # ... and waiting for a turn; more get 429 at once: a burst never holds the door
 
 
 class _TooLarge(Exception):
@@ -139,8 +144,9 @@ class Turns:
     for its turn, then is refused with ``ServerBusy`` (429); one device's (its subscription's) at most
     ``per_device`` at once, waiting ones included, more refused at once: one token never holds the door."""
 
-    def __init__(self, at_once: int, queue_s: float, per_device: int | None = None):
-        self.at_once, self.queue_s = at_once, queue_s
+    def __init__(self, at_once: int, queue_s: float, per_device: int | None = None,
+                 what: str = "uploads and downloads"):
+        self.at_once, self.queue_s, self.what = at_once, queue_s, what
         self.per_device = per_device or at_once
         self._slots: asyncio.Semaphore | None = None      # made in the server's event loop
         self._held: dict[str, int] = {}                   # a device's requests holding or waiting for a turn
@@ -150,14 +156,14 @@ class Turns:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.at_once)
         if self._held.get(device, 0) >= self.per_device:
-            raise ServerBusy(f"{device} has {self.per_device} upload(s) or download(s) at the server already; try "
-                             f"again in {RETRY_AFTER_S} s", RETRY_AFTER_S)
+            raise ServerBusy(f"{device} has {self.per_device} of its {self.what} at the server already; try again in "
+                             f"{RETRY_AFTER_S} s", RETRY_AFTER_S)
         self._held[device] = self._held.get(device, 0) + 1
         try:
             try:
                 await asyncio.wait_for(self._slots.acquire(), self.queue_s)
             except TimeoutError:
-                raise ServerBusy(f"the server works on {self.at_once} uploads and downloads at once; try again in "
+                raise ServerBusy(f"the server works on {self.at_once} {self.what} at once; try again in "
                                  f"{RETRY_AFTER_S} s", RETRY_AFTER_S) from None
             try:
                 yield
@@ -323,9 +329,34 @@ def _stored_file(folder: storage.Folder, path: str, ranged: str | None) -> Respo
     return StreamingResponse(chunks(), status_code=206 if found else 200, headers=headers, media_type=PARQUET)
 
 
+class SourceLimit:
+    """At most ``per_minute`` requests from one source address in any minute (a fixed window per address, the
+    addresses of the current and the last minute only: bounded memory whatever a burst of addresses sends)."""
+
+    def __init__(self, per_minute: int):
+        self.per_minute = per_minute
+        self._window = -1
+        self._counts: dict[str, int] = {}
+
+    def admit(self, source: str) -> None:
+        window = int(time.monotonic() // 60)
+        if window != self._window:
+            self._window, self._counts = window, {}
+        n = self._counts.get(source, 0) + 1
+        if n > self.per_minute:
+            wait = int(60 - time.monotonic() % 60) + 1
+            raise ServerBusy(f"more than {self.per_minute} enrollment requests from {source} in a minute; try again "
+                             f"in {wait} s", wait)
+        if len(self._counts) < 1_000_000:
+            self._counts[source] = n
+
+
 def make_app(door: Door, max_request_mb: float = 64, max_active_requests: int = 8, queue_s: float = 5.0,
-             per_device: int | None = None, min_rate: float = 0.0, grace_s: float = 10.0) -> ASGIApp:
+             per_device: int | None = None, min_rate: float = 0.0, grace_s: float = 10.0,
+             enrollments_per_minute: int = 30) -> ASGIApp:
     bodies = BodyReader(min_rate, grace_s)
+    sources = SourceLimit(enrollments_per_minute)
+    enrolling = Turns(ENROLLING, queue_s, ENROLLING + ENROLLING_WAITING, "enrollments")
 
     async def _json_body(request: Request) -> bytes:
         """The request's JSON text: at most ``MAX_JSON`` bytes (413), at the minimum pace (408); ``_json`` reads it."""
@@ -362,6 +393,32 @@ def make_app(door: Door, max_request_mb: float = 64, max_active_requests: int = 
             return Response(frames[0], media_type=MEDIA_ARROW, headers=length)
         return StreamingResponse(_each(frames), media_type=MEDIA_ARROW, headers=length)
 
+    async def enroll(request: Request) -> Response:
+        """``enroll``: no token (the enrollment secret is the credential), limited per source address (429), its
+        body bounded; a refusal is one 401 that says nothing of why."""
+        try:
+            sources.admit(request.client.host if request.client is not None else "?")
+            body = _json(EnrollRequest, await _json_body(request), request)
+            async with enrolling.turn("enrollments"):        # a few threads at most, whatever a burst sends
+                done, token = await run_in_threadpool(door.enroll, body.secret, body.file_id, body.described)
+            return _reply(EnrollReply(subscription=done.subscription, group=done.group, token=token, again=done.again))
+        except SparksyncError as e:
+            status = _status(e)
+            if status == 401:
+                return problem(401, "enrollment refused", "the enrollment secret is unknown, used up, expired or "
+                               "revoked; ask the operator for a new one")
+            if status >= 500:
+                log.warning("%s %s: %s", request.method, request.url.path, redact(e.message))
+            response = problem(status, e.code, redact(e.message))
+            if isinstance(e, ServerBusy):
+                response.headers["Retry-After"] = str(int(e.retry_after))
+            return response
+        except _TooLarge as e:
+            return _too_large(e.limit)
+        except Exception:  # noqa: BLE001 - never a traceback to a client
+            log.exception("%s %s failed", request.method, request.url.path)
+            return problem(500, "internal error", "the server failed; its log says why")
+
     turns = Turns(max_active_requests, queue_s, per_device)
     handlers = {
         "hello": Handler(lambda device, _, r: _reply(door.hello(device)), free=True),
@@ -376,7 +433,8 @@ def make_app(door: Door, max_request_mb: float = 64, max_active_requests: int = 
         "ack": Handler(lambda device, text, r: _reply(door.ack(device, _json(AckRequest, text, r).hi)), _json_body),
         "done": Handler(lambda device, text, r: _reply(door.done(device, _json(DoneRequest, text, r))), _json_body),
     }
-    routes = [Route(HEALTHZ.path, healthz, methods=[HEALTHZ.method])] + [
+    routes = [Route(HEALTHZ.path, healthz, methods=[HEALTHZ.method]),
+              Route(ENROLL.path, enroll, methods=[ENROLL.method])] + [
         Route(_path(ROUTES[name]), _endpoint(door, handler), methods=[ROUTES[name].method])
         for name, handler in handlers.items()]
     return BodyLimit(Starlette(routes=routes), int(max_request_mb * 1024 * 1024))

@@ -35,8 +35,9 @@ from sparksync.config import PublicationConfig, SubscriptionConfig, Topology
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
 from sparksync.errors import OtherFile, ProtocolError, SnapshotError, SparksyncError, Unauthorized, UploadConflict
-from sparksync.merge.session.remote import holders
+from sparksync.merge.session.remote import enrollment, holders
 from sparksync.merge.session.remote.downloads import DownloadPlan, plan_download, read_download
+from sparksync.merge.session.remote.enrollment import ENROLLED, Enrolled
 from sparksync.merge.session.remote.feed import Feed
 from sparksync.merge.session.remote.frames import read_changes, write_changes
 from sparksync.merge.session.remote.publisher import Probe, PublisherHalf, ReceivedUpload
@@ -97,17 +98,20 @@ class Door:
         self.half = PublisherHalf(topology, MAX_RETRIES)
         self._rounds: dict[str, float] = {}
         self._quiet: dict[str, tuple[Probe, tuple, float]] = {}     # the last complete round's mark
-        # the web subscriptions by name, and each publication's: looked up at every request (10,000 devices)
+        # the configured web subscriptions by name: looked up at every request (10,000 devices); an enrolled
+        # device's is made from its group and its row of MSweb_devices, read with its token (``authenticate``)
         self._devices = {s.name: s for s in topology.subscriptions if s.transport == "web"}
-        self._web_of = {p.name: frozenset(n for n, s in self._devices.items() if s.publication == p.name)
-                        for p in topology.publications}
+        self._groups = {g.name: g for g in topology.device_groups}
+        self._enrolled: dict[tuple, SubscriptionConfig] = {}
         self._round_lock = threading.Lock()
         self._snapshot_lock = threading.Lock()
         self._local = threading.local()
 
     def served_publications(self) -> list[PublicationConfig]:
-        """The merge publications this door serves devices of (their rounds run ahead: ``ahead.py``)."""
-        return [p for p in self.topology.publications_of_kind("merge") if self._web_of.get(p.name)]
+        """The merge publications this door serves devices of, configured or enrolled into a device group (their
+        rounds run ahead: ``ahead.py``)."""
+        served = {s.publication for s in self._devices.values()} | {g.publication for g in self._groups.values()}
+        return [p for p in self.topology.publications_of_kind("merge") if p.name in served]
 
     @contextlib.contextmanager
     def publisher(self) -> Iterator[Replica]:
@@ -133,9 +137,8 @@ class Door:
             store.require_metadata(pub)
             with pub.transaction():
                 tokens.install(pub)
-        for pubcfg in self.topology.publications_of_kind("merge"):
-            if self.topology.web_subscriptions_of(pubcfg.name):
-                self.half.check(pubcfg)
+        for pubcfg in self.served_publications():
+            self.half.check(pubcfg)
 
     # -- who ------------------------------------------------------------------------------------
     def authenticate(self, token: str | None, headers: Any = None, free: bool = False) -> Device:
@@ -144,9 +147,10 @@ class Door:
         file's standing themselves), the request must come from the file that holds the subscription, at its
         current epoch (``holders.check``, of the holder read with the token)."""
         with self.publisher() as pub:
-            name, held = tokens.authenticate_holding(pub, token)
-            s = self._devices.get(name)
-            if s is None:                    # a token of a subscription the configuration no longer serves
+            bearer = tokens.authenticate_holding(pub, token)
+            name, held = bearer.subscription, bearer.held
+            s = self._devices.get(name) or self._enrolled_device(name, bearer.enrolled)
+            if s is None:             # a token of a subscription the configuration no longer serves, a removed device
                 raise Unauthorized("unauthorized")
             file = holders.Presented.of_headers(headers) if headers is not None else None
             sent = headers.get(PROTOCOL_HEADER) if headers is not None else None      # checked by the endpoint
@@ -155,6 +159,36 @@ class Door:
             if file is not None and not free:
                 holders.check(holders.Holder(*held) if held else None, s.name, file)
         return device
+
+    def _enrolled_device(self, name: str, enrolled: tuple | None) -> SubscriptionConfig | None:
+        """The web subscription of a device enrolled into a group this door serves: (group, host_name, login, state)
+        of its row of MSweb_devices; None when it is revoked or removed, or its group is no longer configured."""
+        if enrolled is None or enrolled[3] != ENROLLED or enrolled[0] not in self._groups:
+            return None
+        key = (name, *enrolled[:3])
+        s = self._enrolled.get(key)
+        if s is None:
+            if len(self._enrolled) > 200_000:      # bounded: the devices of one door's fleet, and no more
+                self._enrolled.clear()
+            s = self._enrolled[key] = self._groups[enrolled[0]].device(name, enrolled[1], enrolled[2])
+        return s
+
+    def enroll(self, secret: str, file_id: str, described: str | None) -> tuple[Enrolled, str]:
+        """A device joins the device group of ``secret`` (``enrollment.redeem``): (its own web subscription, its
+        token), made in one transaction."""
+        with self.publisher() as pub:
+            return with_retries(functools.partial(self._enroll, pub, secret, file_id, described), connections=[pub])
+
+    def _enroll(self, pub: Replica, secret: str, file_id: str, described: str | None) -> tuple[Enrolled, str]:
+        with pub.transaction():
+            outcome = enrollment.redeem(pub, self._groups, self._devices.keys(), secret, file_id, described)
+            if isinstance(outcome, Enrolled):
+                token = tokens.issue(pub, outcome.subscription, rotate=outcome.again)
+        if not isinstance(outcome, Enrolled):
+            enrollment.refuse(pub, outcome, self.report)
+        self.report(f"{outcome.subscription}: " + ("enrolled again by the same file: a new token" if outcome.again
+                                                   else f"enrolled into device group {outcome.group}"))
+        return outcome, token
 
     def refused(self, e: OtherFile) -> None:
         """A file that does not hold its subscription was refused: recorded as a stray of it (``status`` lists it),
@@ -349,11 +383,9 @@ class Door:
             complete = False
         if self.feed is None:
             return complete
-        web = self._web_of.get(publication.name, frozenset())
         try:
             with self.publisher() as pub:
-                self.feed.extend(pub, self.topology.publisher_url, self.topology.publisher.name,
-                                 publication.name, web)
+                self.feed.extend(pub, self.topology.publisher_url, self.topology.publisher.name, publication.name)
             return complete
         except (SparksyncError, OSError) as e:
             # never a stall: the downloads are read for each device until a round writes a segment again

@@ -63,10 +63,13 @@ def device_endpoint(topology: Topology, report: Reporter, spark: Callable[[], An
     door.prepare()
     feed.start()
     web = [s.name for s in topology.subscriptions if s.transport == "web"]
-    report(f"serve: device endpoint on {url_of(topology)} for {len(web)} web subscription(s)")
+    groups = [g.name for g in topology.device_groups]
+    report(f"serve: device endpoint on {url_of(topology)} for {len(web)} web subscription(s)"
+           + (f" and the devices enrolled into device group(s) {', '.join(groups)}" if groups else ""))
     logging.getLogger("sparksync.serve").addHandler(_ReportHandler(report))
     app = make_app(door, server.max_request_mb, server.max_active_requests, server.request_queue_s,
-                   per_device=server.per_device, min_rate=server.min_body_rate_kb * 1024, grace_s=server.body_grace_s)
+                   per_device=server.per_device, min_rate=server.min_body_rate_kb * 1024, grace_s=server.body_grace_s,
+                   enrollments_per_minute=server.enrollments_per_minute)
     listener = Listener(app, server.host, server.port, "server.listen",
                         topology.resolve_path(server.tls_cert) if server.tls_cert else None,
                         topology.resolve_path(server.tls_key) if server.tls_key else None)

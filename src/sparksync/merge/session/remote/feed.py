@@ -29,7 +29,7 @@ import os
 import shutil
 import socket
 import threading
-from collections.abc import Callable, Iterator, Set
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,7 +181,7 @@ class Feed:
         return feed.head, files, sum(s.rows_of(partition_id) for s in feed.segments[at:])
 
     # -- a round ----------------------------------------------------------------------------------
-    def extend(self, pub: Replica, url: str, publisher: str, publication: str, web: Set[str]) -> Segment | None:
+    def extend(self, pub: Replica, url: str, publisher: str, publication: str) -> Segment | None:
         """Bring the feed of ``publication`` up to the publisher's evaluated bound: the segment written (None:
         nothing new, or the feed started again). Raises ``ReportedError`` when a read failed (nothing kept)."""
         prow = store.select_one(pub, PublicationRow, {"name": publication})
@@ -211,12 +211,13 @@ class Feed:
             return None
         if bound == feed.head:
             return None
-        # (partition, sentgen, active) of the web subscriptions: the partitions written, what devices have passed
+        # (partition, sentgen, active) of the web subscriptions (configured or enrolled: a device's database is
+        # named web:<subscription> at the publisher): the partitions written, what devices have passed
         regs = [(int(part or 0), int(sent or 0), int(status) == SubscriptionStatus.ACTIVE)
-                for name, part, sent, status in pub.query(
-                    f"SELECT name, partition_id, sentgen, status FROM {pub.meta('sysmergesubscriptions')} "
-                    f"WHERE pubid = {pub.dialect.uuid_param()} AND role = {pub.p}", [prow.pubid, Role.SUBSCRIBER.value])
-                if name in web]
+                for part, sent, status in pub.query(
+                    f"SELECT partition_id, sentgen, status FROM {pub.meta('sysmergesubscriptions')} "
+                    f"WHERE pubid = {pub.dialect.uuid_param()} AND role = {pub.p} AND database_label LIKE {pub.p}",
+                    [prow.pubid, Role.SUBSCRIBER.value, "web:%"])]
         pids = frozenset(part for part, _, _ in regs if part) if scheme.filtered else frozenset({ALL_PARTITIONS})
         gens = generation_rows(pub, feed.head, bound)
         lo = feed.head

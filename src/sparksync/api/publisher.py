@@ -1,34 +1,18 @@
-"""sparksync's Python API: what the commands do, as typed functions an application calls (the CLI parses, calls
-one of these, and prints). docs/python-api.md shows it with examples the test suite runs.
-
-- The publisher's side: ``load`` a topology (a file, or the configuration as Python objects), then ``setup``, ``snapshot``,
-  ``merge``, ``status``, ``history``, ``partitions``, ``conflicts`` / ``failed_changes`` / ``resolve_conflict``,
-  ``validate`` / ``repair``, ``reinit``, ``cleanup``, ``schema_change``, ``logreader``, ``distribute``,
-  ``tracer_token`` / ``tracer_tokens``, ``token`` / ``revoke_token``, and ``serve`` (the service, until SIGTERM) or
-  ``serving`` (the device endpoint in a thread); each returns what ``--json`` prints (a typed summary, or the
-  document). A function that runs Spark jobs takes ``spark`` (a SparkSession) or makes one from
-  the topology's ``[spark]`` when it first needs one (never before: a small merge runs in this process).
-- The device's side: ``Device``, a device database bound to its server and subscription: ``sync()`` returns the
-  sync's summary; ``start()`` / ``stop()`` sync it in the background of an application, every ``interval``
-  seconds, with backoff after a failure and a callback per finished sync.
-
-The functions raise the typed errors of ``sparksync.errors``; they never print, exit or read the environment
-(a token is given, not read from ``SPARKSYNC_TOKEN``); progress goes to ``progress``, a callback of one line.
-"""
+"""The publisher's side: what each command does, as a function of the topology, and ``Publisher``, the same as
+one object."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sparksync.api.common import Progress, _said, _spark, load
+from sparksync.api.fleet import devices, enroll_token, remove_device, revoke_device
 from sparksync.config import Topology
 from sparksync.dialects import connect
-from sparksync.dialects.sqlite import cipher
-from sparksync.dialects.sqlite.cipher import KeySource
 from sparksync.errors import ConfigurationError, NotInitialized, SparksyncError
 from sparksync.merge.conflicts.override import resolve_conflict as _resolve
 from sparksync.merge.conflicts.view import list_conflicts, list_failed_changes
@@ -38,13 +22,11 @@ from sparksync.merge.partitions.evaluation import describe_partitions
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.publish import schema_change as merge_schema_change
 from sparksync.merge.session.agent import MergeAgent
-from sparksync.merge.session.remote.notices import ChangeBatch
-from sparksync.merge.session.remote.outbox import Keep, OutboxChange
 from sparksync.merge.session.summary import MergeOptions, MergeSummary
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.metadata import store
 from sparksync.metadata.records import PublicationRow
-from sparksync.progress import Reporter, silent
+from sparksync.monitor.devices import EnrolledDevice
 from sparksync.provision import SetupSummary, check_snapshot_dir
 from sparksync.provision import setup as _setup
 from sparksync.provision import snapshot as _snapshot
@@ -52,7 +34,6 @@ from sparksync.reinit import reinitialize
 from sparksync.run_history import LIMIT, gather_history
 from sparksync.spark.environment import PackedEnvironment
 from sparksync.status import gather_status
-from sparksync.topology import load_config, parse_topology
 from sparksync.transactional.delivery.agent import DistributeOptions, DistributeSummary, DistributionAgent
 from sparksync.transactional.distribution.logreader import READ_BATCH, LogReaderRun, run_logreader
 from sparksync.transactional.publish import schema_change as tx_schema_change
@@ -62,47 +43,6 @@ from sparksync.validation.repair import repair as _repair
 from sparksync.validation.report import ValidationReport
 from sparksync.validation.subscriptions import validate as _validate
 from sparksync.web import tokens
-from sparksync.web.device import local as device_local
-from sparksync.web.device.background import Background, LocalWrites
-from sparksync.web.device.sync import DeviceOptions
-from sparksync.web.device.sync import sync as _sync
-
-Progress = Reporter            # a callback of one line of progress
-
-
-# -- a topology ---------------------------------------------------------------------------------------------
-def load(source: str | Path | dict[str, Any], base_dir: str | Path = ".") -> Topology:
-    """A topology: of a configuration file (``sparksync.toml``; relative paths are the file's folder's), or of the
-    configuration as Python objects (the TOML's tables as dicts; relative paths relative to ``base_dir``). One
-    ``ConfigurationError`` lists every problem."""
-    if isinstance(source, dict):
-        return parse_topology(source, Path(base_dir), "topology")
-    return load_config(source)
-
-
-def _spark(topology: Topology, spark: Any, serving: bool = False) -> Callable[[], Any]:
-    """A function giving the SparkSession: ``spark`` as given (a SparkSession, or a function making one when
-    first asked), or one made from ``[spark]`` when first asked (``serving``: ``serve``'s, capped on a cluster:
-    ``SparkConfig.application_conf``)."""
-    if callable(spark):
-        return spark
-    if spark is not None:
-        return lambda: spark
-    made: list[Any] = []
-
-    def factory() -> Any:
-        if not made:
-            from sparksync.spark.session import spark_session
-
-            made.append(spark_session(topology.spark_master, conf=topology.spark.application_conf(serving),
-                                      executor_wait_s=topology.spark.executor_wait_s))
-        return made[0]
-
-    return factory
-
-
-def _said(progress: Progress | None) -> Reporter:
-    return progress or silent
 
 
 # -- the publisher's side -----------------------------------------------------------------------------------
@@ -201,8 +141,20 @@ def reinit(topology: Topology, subscription: str, *, upload_first: bool = False,
 
 def cleanup(topology: Topology, publication: str | None = None, *, dry_run: bool = False,
             progress: Progress | None = None) -> CleanupSummary:
-    """``sparksync cleanup``: the merge metadata that retention lets every replica forget."""
-    return _cleanup(topology, publication, dry_run, report=_said(progress))
+    """``sparksync cleanup``: the merge metadata that retention lets every replica forget; first, the devices enrolled
+    into device groups that were revoked, removed or went without a sync beyond their retention are dropped."""
+    from sparksync.fleet.registry import forget
+
+    dropped: list[str] = []
+    if topology.device_groups and publication is None:
+        try:
+            with connect(topology.publisher_url, topology.publisher.name) as pub:
+                dropped = forget(pub, topology, store.utcnow(), dry_run, _said(progress))
+        except SparksyncError as e:          # the publisher's own cleanup below says what is wrong with it
+            _said(progress)(f"cleanup: the enrolled devices could not be read ({e.message})")
+    summary = _cleanup(topology, publication, dry_run, report=_said(progress))
+    summary.devices = dropped
+    return summary
 
 
 def schema_change(topology: Topology, publication: str, article: str, *, add_column: str | None = None,
@@ -305,137 +257,6 @@ def cluster_pack(output: str | Path, *, progress: Progress | None = None) -> Pac
     return pack(Path(output), _said(progress))
 
 
-# -- the device's side --------------------------------------------------------------------------------------
-key_from_env = cipher.from_env
-"""``Device(key=key_from_env("TILL_KEY"))``: an encrypted file's passphrase from an environment variable."""
-key_from_file = cipher.from_file
-"""``Device(key=key_from_file(path))``: an encrypted file's passphrase from a file only its owner may read."""
-
-
-def database_url(database: str) -> str:
-    """A device database's URL: a path is a SQLite file's; a URL other than ``sqlite:///`` or ``postgresql://`` is a
-    ``ConfigurationError``."""
-    if database.startswith(("sqlite:///", "postgresql://", "postgres://")):
-        return database
-    if "://" in database:
-        raise ConfigurationError(f"--database {database}: a SQLite file path, or a sqlite:/// or postgresql:// URL",
-                                 obj="database")
-    return "sqlite:///" + str(Path(database).expanduser().resolve())
-
-
-@dataclass
-class Device:
-    """A device database (a SQLite file path, or a ``sqlite:///`` / ``postgresql://`` URL) bound to its server
-    (``https://host:port``, or ``http://`` to a loopback address) and its web subscription, with the token the
-    operator made for it (``token``). Its outbox and conflict inbox are read from the file alone (``Device(path)``
-    is enough); a sync needs the rest. Needs neither Spark nor the server extra."""
-
-    database: str
-    server: str | None = None
-    subscription: str | None = None
-    token: str | None = field(default=None, repr=False)
-    ca_file: str | None = None
-    generations_per_batch: int = 100
-    key: str | bytes | KeySource | None = field(default=None, repr=False)
-    _background: Background | None = field(default=None, init=False, repr=False)
-    _listeners: list[Callable[[ChangeBatch], None]] = field(default_factory=list, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if self.key is not None:          # the file is encrypted (SQLCipher): every connection to it asks for this
-            if not self.url.startswith("sqlite:///"):
-                raise ConfigurationError(f"device {self.database}: only a SQLite file is encrypted with a key",
-                                         obj="key")
-            cipher.use_key(self.url.removeprefix("sqlite:///"), self.key)
-
-    @property
-    def url(self) -> str:
-        return database_url(self.database)
-
-    def connect(self) -> Any:
-        """A DB-API connection to the device's SQLite file for the application's own reads and writes (``sqlite3``'s,
-        or SQLCipher's with the key when the file is encrypted); what it writes the next sync uploads."""
-        if not self.url.startswith("sqlite:///"):
-            raise ConfigurationError(f"device {self.database}: connect() opens a SQLite file; a PostgreSQL device "
-                                     "database is the application's to connect to", obj="database")
-        path = self.url.removeprefix("sqlite:///")
-        if cipher.keyed(path):
-            return cipher.connect(path)
-        import sqlite3
-
-        return sqlite3.connect(path)
-
-    def sync(self, *, reinitialize: bool = False, upload_first: bool = False, recover: bool = False,
-             progress: Progress | None = None) -> MergeSummary:
-        """One sync: upload, then download (``sparksync sync``); ``reinitialize``: a new file from the snapshot,
-        the old one kept beside it (``upload_first``: its changes uploaded before), holding the subscription from
-        then on; ``recover``: this file, an older copy of the one that holds the subscription, takes it over."""
-        missing = [n for n in ("server", "subscription", "token") if not getattr(self, n)]
-        if missing:
-            raise ConfigurationError(f"device {self.database}: a sync needs its {', '.join(missing)}", obj=missing[0])
-        return _sync(DeviceOptions(str(self.server), str(self.subscription), self.url, str(self.token), self.ca_file,
-                                   self.generations_per_batch, reinitialize, upload_first, recover=recover,
-                                   on_change=self._notify if self._listeners else None), _said(progress))
-
-    def outbox(self, *, pending: bool = False) -> list[OutboxChange]:
-        """Every local change the application has not acknowledged, with its fate (``sparksync outbox``);
-        ``pending``: only those the publisher has not accepted yet."""
-        return device_local.changes(self.url, pending_only=pending)
-
-    def replaced(self) -> str | None:
-        """The file this one replaced (``sync`` set it aside with everything it held, its outbox included), or None."""
-        return device_local.replaced(self.url)
-
-    def conflicts(self) -> list[OutboxChange]:
-        """The conflict inbox: the device's changes that lost a conflict, not settled yet (``sparksync conflicts
-        --database``), each with its version (``mine``) and the winner's (``winner``)."""
-        return device_local.inbox(self.url)
-
-    def keep(self, change_id: int, which: Keep) -> OutboxChange:
-        """Settle a lost conflict: ``"mine"`` writes the device's version again (a change the next sync uploads),
-        ``"theirs"`` keeps the winner."""
-        return device_local.keep(self.url, change_id, which)
-
-    def acknowledge(self, change_ids: list[int] | None = None) -> int:
-        """Answered changes the application has seen leave the outbox (None: every applied, replaced or refused one);
-        how many did."""
-        return device_local.acknowledge(self.url, change_ids)
-
-    def on_change(self, callback: Callable[[ChangeBatch], None]) -> None:
-        """``callback`` is given what each download batch changed (the articles and keys it inserted, updated or
-        deleted, rows that left the partition included), once the batch has committed; what a crash kept from
-        it is given at the next sync."""
-        self._listeners.append(callback)
-
-    def _notify(self, batch: ChangeBatch) -> None:
-        for callback in list(self._listeners):
-            callback(batch)
-
-    def start(self, interval: float = 60.0, on_sync: Callable[[MergeSummary], None] | None = None,
-              on_error: Callable[[SparksyncError], None] | None = None, max_backoff: float = 600.0,
-              debounce: float = 2.0) -> None:
-        """Sync in a thread of this process until ``stop()``: at once, then every ``interval`` seconds and
-        ``debounce`` seconds after a local write (seen without reading the tables: ``web/device/background.py``)
-        or ``poke()``. ``on_sync`` is called with each finished sync's summary, ``on_error`` with what stopped a
-        sync (after which the next one waits twice as long, up to ``max_backoff``, until one succeeds). One sync
-        of the file runs at a time, across processes too."""
-        if self._background is not None and self._background.running:
-            raise RuntimeError(f"device {self.subscription} is already syncing in the background")
-        watch = LocalWrites(self.url.removeprefix("sqlite:///")) if self.url.startswith("sqlite:///") else None
-        self._background = Background(self.sync, str(self.subscription), interval=interval, debounce=debounce,
-                                      max_backoff=max_backoff, local_writes=watch, on_sync=on_sync, on_error=on_error)
-        self._background.start()
-
-    def poke(self) -> None:
-        """The application wrote: the background sync runs ``debounce`` seconds from now."""
-        if self._background is not None:
-            self._background.poke()
-
-    def stop(self, timeout: float | None = None) -> None:
-        """Stop syncing in the background: a sync in flight finishes first."""
-        if self._background is not None:
-            self._background.stop(timeout)
-            self._background = None
-
 
 # -- the publisher's side, as one object -------------------------------------------------------------------
 class Publisher:
@@ -513,6 +334,22 @@ class Publisher:
 
     def revoke_token(self, subscription: str) -> int:
         return revoke_token(self.topology, subscription)
+
+    def enroll_token(self, group: str, *, host_name: str | None = None, login: str | None = None,
+                     uses: int | None = None, expires: str | None = None, snapshot: bool = True) -> str:
+        """An enrollment secret of device ``group`` (``enroll_token``); returns the secret."""
+        return enroll_token(self.topology, group, host_name=host_name, login=login, uses=uses, expires=expires,
+                            snapshot=snapshot, spark=self._spark, progress=self.progress)[0]
+
+    def devices(self, *, group: str | None = None, state: str | None = None,
+                search: str | None = None) -> list[EnrolledDevice]:
+        return devices(self.topology, group=group, state=state, search=search)
+
+    def revoke_device(self, name: str) -> dict[str, Any]:
+        return revoke_device(self.topology, name)
+
+    def remove_device(self, name: str) -> dict[str, Any]:
+        return remove_device(self.topology, name)
 
     def serve(self, *, operator_token: str | None = None) -> None:
         return serve(self.topology, operator_token=operator_token, spark=self._spark, progress=self.progress)
