@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import string
 from pathlib import Path
 from typing import Literal
 
@@ -354,6 +355,25 @@ TRANSACTIONAL_SUBSCRIPTION_KEYS = {"commit_batch_size", "commit_batch_threshold"
                                    "subscription_streams_threshold", "skip_errors"}
 
 
+JwtAlgorithm = Literal["RS256", "ES256", "EdDSA"]
+JWT_ALGORITHMS: tuple[JwtAlgorithm, ...] = ("RS256", "ES256", "EdDSA")
+
+
+class JwtTrust(_Model):
+    """A device group that trusts the application's identity provider (docs/web-sync.md, "A fleet"): a device
+    exchanges a JWT the provider signed for its own credential, once."""
+
+    keys: str = Field(description="the issuer's public keys: a PEM file or a JWKS document (a path, relative to this "
+                      "file; read at start and whenever it changes; nothing is fetched over the network)")
+    issuer: str = Field(min_length=1, description="the 'iss' a token must carry")
+    audience: str = Field(min_length=1, description="the 'aud' a token must carry")
+    algorithms: list[JwtAlgorithm] = Field(
+        default_factory=lambda: list(JWT_ALGORITHMS), min_length=1,
+        description="the signature algorithms accepted (never 'none', never an HMAC)")
+    leeway_s: int = Field(30, ge=0, le=300, description="seconds of clock skew allowed for 'exp' and 'nbf'")
+    device_claim: str = Field("device_id", min_length=1, description="the claim that names the device, with 'sub'")
+
+
 class DeviceGroupConfig(_Model):
     """A group of web devices that enroll themselves (``sparksync enroll-token``; docs/web-sync.md, "A fleet"): each
     device enrolled into it is a web subscription of its own, recorded in the publisher's metadata, not here."""
@@ -367,8 +387,46 @@ class DeviceGroupConfig(_Model):
                                   "cleanup' expires it (its registration dropped; default: its publication's "
                                   "retention; 0: never)")
 
+    jwt: JwtTrust | None = Field(None, description="devices enroll with a JWT of the application's identity "
+                                 "provider instead of a group secret")
+    host_name: str | None = Field(None, description="with jwt: what HOST_NAME() is for a device, from its token's "
+                                  "claims ('{store}')")
+    login: str | None = Field(None, description="with jwt: what SUSER_SNAME() is for a device ('{sub}')")
+
     _n = field_validator("name")(lambda cls, v: _check_name(v, "device group name"))
     _i = field_validator("sync_interval")(lambda cls, v: _check_interval(v))
+
+    @model_validator(mode="after")
+    def _claims(self) -> DeviceGroupConfig:
+        if self.jwt is None and (self.host_name is not None or self.login is not None):
+            raise ValueError("host_name and login are made from a JWT's claims (give [device_groups.jwt]); a group "
+                             "secret names its partition itself (sparksync enroll-token --host-name)")
+        for key in ("host_name", "login"):
+            template = getattr(self, key)
+            if template is not None:
+                try:
+                    names = [f[1] for f in string.Formatter().parse(template) if f[1] is not None]
+                except ValueError as e:
+                    raise ValueError(f"{key} {template!r}: {e}") from None
+                if any(not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) for n in names):
+                    raise ValueError(f"{key} {template!r}: a claim is named as {{claim}}, a plain name")
+        return self
+
+    def partition_of(self, claims: dict) -> tuple[str | None, str | None]:
+        """(host_name, login) of a device whose verified token carries ``claims``; KeyError naming a claim the
+        templates need and the token does not carry (or not as a string or a number)."""
+        values = {k: v for k, v in claims.items() if isinstance(v, str | int) and not isinstance(v, bool)}
+
+        def made(template: str | None) -> str | None:
+            if template is None:
+                return None
+            names = [f[1] for f in string.Formatter().parse(template) if f[1] is not None]
+            for n in names:
+                if n not in values:
+                    raise KeyError(n)
+            return template.format(**{n: values[n] for n in names})
+
+        return made(self.host_name), made(self.login)
 
     def device(self, name: str, host_name: str | None, login: str | None) -> SubscriptionConfig:
         """The web subscription of a device enrolled into this group: what one configured by hand would be."""

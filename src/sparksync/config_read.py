@@ -104,6 +104,7 @@ def _reference_problems(data: dict[str, Any], base_dir: Path) -> list[str]:
     groups = list_at(data, "device_groups")
     group_names: set[str] = set()
     kinds = {p.get("name"): p.get("kind", "merge") for p in pubs if isinstance(p, dict)}
+    trusted: dict[tuple[str, str], str] = {}
     for i, g in enumerate(groups):
         if not isinstance(g, dict):
             continue
@@ -115,6 +116,13 @@ def _reference_problems(data: dict[str, Any], base_dir: Path) -> list[str]:
             if name in sub_names:
                 problems.append(f"{where}.name: {name!r} is a subscription's name too")
             group_names.add(name)
+        trust = g.get("jwt")
+        if isinstance(trust, dict) and isinstance(trust.get("issuer"), str) and isinstance(trust.get("audience"), str):
+            pair = (trust["issuer"], trust["audience"])
+            if pair in trusted:
+                problems.append(f"{where}.jwt: device group {trusted[pair]!r} trusts the same issuer and audience; "
+                                "give each group an audience of its own (a token names the group by them)")
+            trusted[pair] = str(name)
         if isinstance(pub, str) and pub not in pub_names:
             problems.append(f"{where}.publication: no publication named {pub!r}")
         elif isinstance(pub, str) and kinds.get(pub) != "merge":

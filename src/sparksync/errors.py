@@ -290,6 +290,13 @@ class EnrollmentRefused(Unauthorized):
     code = "enrollment_refused"
 
 
+class NoSuchPartition(Terminal, SparksyncError):
+    """A device's verified claims name a partition the publisher does not have (refused, not made: a partition a
+    device may name must be one the operator made, so a snapshot holds it)."""
+
+    code = "no_partition"
+
+
 class TlsError(Terminal, SparksyncError):
     """A device's connection to the sync server failed in a way retrying cannot mend: the server's TLS
     certificate could not be verified (a private CA not given with ``--ca-file``, another host's name), or

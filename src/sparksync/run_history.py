@@ -16,6 +16,7 @@ from sparksync.config import Topology
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
 from sparksync.errors import SparksyncError
+from sparksync.merge.session.remote import enrollment
 from sparksync.metadata import store
 from sparksync.metadata.history import iso
 from sparksync.metadata.records import PublicationRow
@@ -36,6 +37,7 @@ def gather_history(topology: Topology, limit: int = LIMIT) -> dict[str, Any]:
             with connect(topology.publisher_url, topology.publisher.name) as pub:
                 if store.metadata_version(pub) is not None:
                     runs += _merge_runs(pub, limit)
+                    runs += _lockouts(topology, pub, limit)
         except SparksyncError as e:
             errors.append(f"publisher: {e.message}")
     if topology.publications_of_kind("transactional"):
@@ -47,6 +49,23 @@ def gather_history(topology: Topology, limit: int = LIMIT) -> dict[str, Any]:
             errors.append(f"distributor: {e.message}")
     runs.sort(key=lambda r: (r["start_time"] or "", r["end_time"] or ""), reverse=True)
     return {"time": dt.datetime.now(dt.UTC).isoformat(), "runs": runs, "errors": errors}
+
+
+def _lockouts(topology: Topology, pub: Replica, limit: int) -> list[dict[str, Any]]:
+    """The enrollment secrets locked after too many wrong secrets (``merge/session/remote/enrollment.py``), each
+    its lockout's last: a failed run of the door (what was tried is the operator's to see)."""
+    if not enrollment.installed(pub):
+        return []
+    groups = {g.name: g.publication for g in topology.device_groups}
+    rows = pub.query(f"SELECT secret_id, group_name, locked_until FROM {pub.meta('MSweb_enrollments')} "
+                     f"WHERE locked_until IS NOT NULL ORDER BY locked_until DESC LIMIT {int(limit)}")
+    out = []
+    for secret_id, group, until in rows:
+        end = enrollment.aware(until)
+        out.append(_run("door", groups.get(group, ""), None, end - enrollment.LOCKED_FOR, end, None, "failed",
+                        f"enrollment secret {secret_id} of device group {group}: {enrollment.LOCKOUT} wrong secrets "
+                        f"presented for it; locked until {end:%Y-%m-%d %H:%M} UTC"))
+    return out
 
 
 def _names(pub: Replica) -> dict[str, str]:

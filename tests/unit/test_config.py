@@ -442,3 +442,55 @@ def test_spark_conf_takes_secrets_from_the_environment_and_refuses_an_unset_one_
     with pytest.raises(ConfigurationError, match=r"spark\.conf\.spark\.executorEnv\.TOKEN: environment variable "
                                                  "SPARKSYNC_TEST_UNSET_VAR is not set"):
         parse_topology(data, tmp_path)
+
+
+# -- device groups ---------------------------------------------------------------------------------
+
+def _grouped(**group) -> dict:
+    data = valid_data()
+    data["device_groups"] = [{"name": "Tills", "publication": "Sales", **group}]
+    return data
+
+
+def test_a_device_group_parses_and_makes_its_devices_web_subscriptions(tmp_path):
+    t = parse_topology(_grouped(sync_interval="1h", retention=30), tmp_path)
+    g = t.device_group("Tills")
+    s = g.device("Tills-0a1b2c3d", "north", None)
+    assert (s.transport, s.publication, s.host_name, s.group, s.sync_interval_s) == ("web", "Sales", "north",
+                                                                                     "Tills", 3600.0)
+    extended = t.with_devices([s])
+    assert extended.subscription("Tills-0a1b2c3d") is s and extended.enrolled == [s] and t.enrolled == []
+    with pytest.raises(ConfigurationError, match="no subscription named 'Tills-0a1b2c3d'"):
+        t.subscription("Tills-0a1b2c3d")
+    with pytest.raises(ConfigurationError, match="no device group named 'Vans'"):
+        t.device_group("Vans")
+
+
+def test_device_group_mistakes_are_named():
+    data = _grouped()
+    data["device_groups"].append({"name": "Tills", "publication": "Sales"})
+    assert "device group 'Tills' is declared twice" in one_problem(data)
+    assert "'S1' is a subscription's name too" in one_problem(
+        {**valid_data(), "device_groups": [{"name": "S1", "publication": "Sales"}]})
+    assert "no publication named 'Nope'" in one_problem(_grouped(publication="Nope"))
+    assert "made from a JWT's claims" in one_problem(_grouped(host_name="{store}"))
+    trust = {"keys": "k.jwks", "issuer": "https://id", "audience": "a"}
+    assert "a plain name" in one_problem(_grouped(host_name="{store.name}", jwt=trust))
+    assert "algorithms" in one_problem(_grouped(jwt={**trust, "algorithms": ["HS256"]}))
+    assert "algorithms" in one_problem(_grouped(jwt={**trust, "algorithms": ["none"]}))
+    same = _grouped(jwt=trust)
+    same["device_groups"].append({"name": "Vans", "publication": "Sales", "jwt": trust})
+    assert "trusts the same issuer and audience" in one_problem(same)
+    data = valid_data()
+    data["subscriptions"][0]["group"] = "Tills"
+    assert "group: a device enrolled into a device group is not configured" in one_problem(data)
+
+
+def test_a_jwt_groups_partition_is_made_of_the_tokens_claims(tmp_path):
+    trust = {"keys": "k.jwks", "issuer": "https://id", "audience": "a"}
+    g = parse_topology(_grouped(host_name="{store}", login="{sub}", jwt=trust), tmp_path).device_group("Tills")
+    assert g.partition_of({"store": "north", "sub": "alice", "n": 3}) == ("north", "alice")
+    assert g.partition_of({"store": 12, "sub": "bob"}) == ("12", "bob")
+    for claims in ({"sub": "alice"}, {"store": ["north"], "sub": "alice"}, {"store": True, "sub": "alice"}):
+        with pytest.raises(KeyError):
+            g.partition_of(claims)

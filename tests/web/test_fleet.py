@@ -10,9 +10,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 
 import httpx
+import jwt
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from sparksync.dialects import connect
 from sparksync.merge.session.remote.enrollment import LOCKOUT
@@ -22,6 +26,34 @@ from tests.support.databases import databases
 from tests.support.web import EXE, WebWorld, cli, serving
 
 pytestmark = pytest.mark.spark
+
+ISSUER = "https://id.example.test"
+
+
+class Keys:
+    """The application's identity provider, as the test plays it: an RSA, an EC (P-256) and an Ed25519 key, their
+    public halves in a JWKS document the door reads."""
+
+    def __init__(self, path):
+        self.path = path
+        self.private = {"RS256": rsa.generate_private_key(public_exponent=65537, key_size=2048),
+                        "ES256": ec.generate_private_key(ec.SECP256R1()), "EdDSA": ed25519.Ed25519PrivateKey.generate()}
+        self.kids = {alg: f"k-{alg.lower()}" for alg in self.private}
+        self.publish()
+
+    def publish(self) -> None:
+        algorithms = {"RS256": jwt.algorithms.RSAAlgorithm, "ES256": jwt.algorithms.ECAlgorithm,
+                      "EdDSA": jwt.algorithms.OKPAlgorithm}
+        keys = [{**json.loads(algorithms[a].to_jwk(k.public_key())), "kid": self.kids[a], "alg": a}
+                for a, k in self.private.items()]
+        self.path.write_text(json.dumps({"keys": keys}))
+
+    def token(self, alg: str = "RS256", key=None, kid: str | None = None, **claims) -> str:
+        now = int(time.time())
+        body = {"iss": ISSUER, "aud": "sparksync-vans", "sub": "alice", "device_id": "van-1", "store": "north",
+                "iat": now, "exp": now + 600, **claims}
+        return jwt.encode({k: v for k, v in body.items() if v is not None}, key or self.private[alg], algorithm=alg,
+                          headers={"kid": kid or self.kids[alg]})
 
 
 def _publisher(url: str) -> None:
@@ -50,8 +82,14 @@ def fleet(request, spark, tmp_path_factory):
                 {"table": "Item"}, {"table": "Store", "filter": "region = HOST_NAME()"},
                 {"table": "Sale", "join_filters": [{"parent": "Store", "clause": "Sale.store_id = Store.id",
                                                     "unique_key": True}]}]}],
-            "device_groups": [{"name": "Tills", "publication": "Shop", "sync_interval": "1h"}]}
+            "server": {"enrollments_per_minute": 60},
+            "device_groups": [
+                {"name": "Tills", "publication": "Shop", "sync_interval": "1h"},
+                {"name": "Vans", "publication": "Shop", "host_name": "{store}",
+                 "jwt": {"keys": "issuer.jwks", "issuer": ISSUER, "audience": "sparksync-vans"}}]}
+        keys = Keys(tmp / "issuer.jwks")
         w = WebWorld(tmp, data, spark)
+        w.keys = keys
         w.kind = kind
         w.secrets = {}
         with serving(w):
@@ -172,6 +210,74 @@ def test_the_same_file_enrolling_again_is_the_same_device_a_wiped_one_a_new_one(
     w.names["wiped"], w.names["n1"] = w.names["n1"], _enrolled_as(w, "n1")
 
 
+def test_a_device_enrolls_with_its_applications_jwt_and_every_hostile_token_gets_one_401(fleet):
+    w = fleet
+    for device, alg, region in (("v1", "RS256", "north"), ("v2", "ES256", "south"), ("v3", "EdDSA", "east")):
+        _ok(_sync(w, device, "--enroll", w.keys.token(alg, device_id=device, store=region)))
+        assert _regions(w, device) == {region} and _enrolled_as(w, device).startswith("Vans-")
+    _ok(_sync(w, "v1"))                                       # later: its own credential, no token
+    now = int(time.time())
+    stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public_pem = w.keys.private["RS256"].public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    hostile = {
+        "forged": w.keys.token(key=stranger),
+        "expired": w.keys.token(exp=now - 3600, iat=now - 7200),
+        "not yet": w.keys.token(nbf=now + 3600),
+        "wrong audience": w.keys.token(aud="someone-else"),
+        "wrong issuer": w.keys.token(iss="https://evil.example"),
+        "alg none": jwt.encode({"iss": ISSUER, "aud": "sparksync-vans", "sub": "alice", "device_id": "x",
+                                "exp": now + 600}, None, algorithm="none"),
+        "public key as an HMAC secret": _hs256(public_pem, now),
+        "another kid's key": w.keys.token("ES256", kid=w.keys.kids["RS256"]),
+        "no sub": w.keys.token(sub=None),
+        "no exp": w.keys.token(exp=None),
+        "garbage": "a.b.c",
+    }
+    with httpx.Client(base_url=w.server.url) as c:
+        answers = {name: c.post("/v1/enroll", json={"jwt": t, "file_id": "h" * 32}) for name, t in hostile.items()}
+        assert {n: r.status_code for n, r in answers.items()} == {n: 401 for n in hostile}
+        assert len({r.text for r in answers.values()}) == 1, {n: r.text for n, r in answers.items()}
+        # the same token from the same file (its first answer lost): the same device, a new credential
+        token = w.keys.token(device_id="van-9", store="south")
+        first = c.post("/v1/enroll", json={"jwt": token, "file_id": "a" * 32}).json()
+        again = c.post("/v1/enroll", json={"jwt": token, "file_id": "a" * 32}).json()
+        assert again["subscription"] == first["subscription"] and again["again"] and again["token"] != first["token"]
+        # a claim that names a partition the publisher does not have is refused, naming it; one missing, too
+        west = c.post("/v1/enroll", json={"jwt": w.keys.token(store="west"), "file_id": "b" * 32})
+        assert west.status_code == 403 and "west" in west.json()["detail"]
+        nostore = c.post("/v1/enroll", json={"jwt": w.keys.token(store=None), "file_id": "b" * 32})
+        assert nostore.status_code == 403 and "store" in nostore.json()["detail"]
+        both = c.post("/v1/enroll", json={"jwt": token, "secret": w.secrets["north"], "file_id": "b" * 32})
+        assert both.status_code == 400
+    # the issuer's keys rotated: read again when the file changes, no restart
+    w.keys.private["RS256"] = stranger
+    w.keys.publish()
+    _ok(_sync(w, "v4", "--enroll", w.keys.token(device_id="v4")))
+    assert _regions(w, "v4") == {"north"}
+    with connect(w.pub_url) as pub:
+        vans = {r["subscription"]: r["secret_id"] for r in store.select_rows(pub, "MSweb_devices", {"group_name": "Vans"})}
+    assert sorted(vans.values()) == sorted(["jwt:alice:v1", "jwt:alice:v2", "jwt:alice:v3", "jwt:alice:van-9",
+                                            "jwt:alice:v4"])
+
+
+def _hs256(secret: bytes, now: int) -> str:
+    """A token signed with HMAC, the RSA public key as its secret (what a verifier confused by 'alg' would accept),
+    built by hand: PyJWT refuses to make one."""
+    import base64
+    import hashlib
+    import hmac
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    head = b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "k-rs256"}).encode())
+    body = b64(json.dumps({"iss": ISSUER, "aud": "sparksync-vans", "sub": "alice", "device_id": "x",
+                           "store": "north", "exp": now + 600}).encode())
+    signature = hmac.new(secret, f"{head}.{body}".encode(), hashlib.sha256).digest()
+    return f"{head}.{body}.{b64(signature)}"
+
+
 def test_a_wrong_secret_is_counted_and_locks_its_id(fleet):
     w = fleet
     good = _secret(w, "locked", "--host-name", "south", "--uses", "3")
@@ -186,15 +292,18 @@ def test_a_wrong_secret_is_counted_and_locks_its_id(fleet):
         for hostile in ({"secret": good}, {"secret": good, "file_id": "x'; DROP TABLE"}, [1, 2], {"secret": 7}):
             assert c.post("/v1/enroll", json=hostile).status_code == 400
         assert c.post("/v1/enroll", content=b"[" * 3_000_000).status_code == 413
-        # one source address: at most enrollments_per_minute requests a minute (30), then 429 with Retry-After
+        # one source address: at most enrollments_per_minute requests a minute (60 here), then 429 with Retry-After
         seen = []
-        for _ in range(100):
+        for _ in range(200):
             r = c.post("/v1/enroll", json={"secret": forged, "file_id": "f" * 32})
             seen.append(r.status_code)
             if r.status_code == 429:
                 break
         assert seen[-1] == 429 and 0 < int(r.headers["retry-after"]) <= 61 and set(seen[:-1]) <= {401}, seen
     assert "locked" in w.server.log.read_text()
+    history = json.loads(_ok(cli(["history", "-c", str(w.config), "--json"])).stdout)
+    locked = [r for r in history["runs"] if r["agent"] == "door" and sid in (r["message"] or "")]
+    assert locked and locked[0]["status"] == "failed" and "wrong secrets" in locked[0]["message"], history["runs"][:3]
 
 
 def test_status_and_devices_agree_and_a_revoked_device_is_refused_then_dropped(fleet):

@@ -95,9 +95,10 @@ class Device:
 
     def enroll(self, secret: str, *, sync: bool = True, progress: Progress | None = None) -> MergeSummary | None:
         """Enroll this device into the device group of ``secret`` (an enrollment secret the operator made with
-        ``sparksync enroll-token``), once: the door makes its own subscription and token, which its file keeps (a
-        file that enrolled already keeps its credential); then, with ``sync``, its first sync (``sync``), whose
-        summary is returned. ``EnrollmentRefused`` when the secret is unknown, used up, expired or revoked."""
+        ``sparksync enroll-token``, or a JWT of the identity provider the group trusts), once: the door makes its own
+        subscription and token, which its file keeps (a file that enrolled already keeps its credential); then, with
+        ``sync``, its first sync (``sync``), whose summary is returned. ``EnrollmentRefused`` when the secret is
+        unknown, used up, expired or revoked, or the token is not accepted."""
         if not self.server:
             raise ConfigurationError(f"device {self.database}: an enrollment needs the server", obj="server")
         kept = enrolled.enroll(self.server, self.url, secret, self.ca_file, _said(progress))

@@ -75,9 +75,9 @@ def sync_command(
                                                                         f"else {TOKEN_ENV}; an enrolled device's "
                                                                         "file keeps its own.")] = None,
     enroll: Annotated[str | None, typer.Option("--enroll", help=f"Enroll this device into a device group with the "
-                                               f"operator's enrollment secret (sse_...; or {ENROLL_ENV}), once: it "
-                                               "keeps its own credential in its file and later syncs need no "
-                                               "secret.")] = None,
+                                               f"operator's enrollment secret (sse_...) or a JWT of the identity "
+                                               f"provider the group trusts (or {ENROLL_ENV}), once: it keeps its own "
+                                               "credential in its file and later syncs need neither.")] = None,
     ca_file: Annotated[str | None, typer.Option("--ca-file", help="PEM of a private CA the server's certificate "
                                                                   "is signed by.")] = None,
     continuous: Annotated[bool, typer.Option("--continuous", help="Sync again and again.")] = False,

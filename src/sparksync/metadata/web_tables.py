@@ -91,7 +91,8 @@ WEB = TableSet("web synchronization", 5, WEB_VERSION, (
         "the enrollment secret and the file it enrolled with. A revoked or removed device is refused at once "
         "and its registration dropped at the next cleanup.",
         (C("subscription", TEXT, False), C("group_name", TEXT, False), C("host_name", TEXT, True),
-         C("login", TEXT, True), C("secret_id", TEXT, True, "the enrollment secret it enrolled with"),
+         C("login", TEXT, True), C("secret_id", TEXT, True, "the enrollment secret it enrolled with, or jwt:<sub>:<device> "
+                                                            "(a token of the group's identity provider)"),
          C("file_id", TEXT, False, "the identity of the file it enrolled (the same file enrolling again is this "
                                    "device; another file is a new one)"),
          C("described", TEXT, True, "where the device said it lives (host and path)"),

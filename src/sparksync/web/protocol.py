@@ -149,10 +149,14 @@ class DownloadRequest(_Message):
 
 
 class EnrollRequest(_Message):
-    """``enroll`` (no token: the group's enrollment secret is the request's credential): a device joins the device
-    group the secret belongs to, once (``fleet/enroll.py``)."""
+    """``enroll`` (no token: the group's enrollment secret, or a JWT of the identity provider the group trusts, is
+    the request's credential, one of them): a device joins the device group, once
+    (``merge/session/remote/enrollment.py``)."""
 
-    secret: str = Field(max_length=200, description="the enrollment secret (sse_...), as the operator printed it")
+    secret: str | None = Field(default=None, max_length=200, description="the group's enrollment secret (sse_...), "
+                               "as the operator printed it")
+    jwt: str | None = Field(default=None, max_length=8192, description="or a JWT of the application's identity "
+                            "provider, which a device group trusts")
     file_id: str = Field(min_length=8, max_length=64, pattern=r"^[0-9A-Za-z_-]+$",
                          description="the identity of the enrolling file (the same file enrolling again is the same "
                                      "device)")

@@ -74,8 +74,9 @@ def keep(device: Replica, credential: Credential) -> None:
 
 def enroll(server: str, database: str, secret: str, ca_file: str | None = None,
            report: Reporter = silent) -> Credential:
-    """The device at ``database`` enrolls with ``secret`` (once: a file that has a credential keeps it, and this
-    says so); returns its credential. ``EnrollmentRefused`` when the door refuses the secret."""
+    """The device at ``database`` enrolls with ``secret``, a group's enrollment secret or a JWT of the identity
+    provider its group trusts (once: a file that has a credential keeps it, and this says so); returns its
+    credential. ``EnrollmentRefused`` when the door refuses it."""
     if not secret.strip():
         raise ConfigurationError("--enroll: the enrollment secret is empty", obj="enroll")
     with sync_lock(database, 120.0), connect(database, "device") as device:
@@ -92,8 +93,11 @@ def enroll(server: str, database: str, secret: str, ca_file: str | None = None,
         me = identity.identity(device)
         with ServerClient(server, "", ca_file) as client:
             try:
+                given = secret.strip()
+                as_jwt = not given.startswith("sse_") and given.count(".") == 2     # a JWT: header.payload.signature
                 reply = client.send(ENROLL, EnrollReply, EnrollRequest(
-                    secret=secret.strip(), file_id=me.file_id, described=identity.described(file_of(database))))
+                    secret=None if as_jwt else given, jwt=given if as_jwt else None, file_id=me.file_id,
+                    described=identity.described(file_of(database))))
             except ProtocolError as e:
                 if " 404 " in e.message:
                     raise ProtocolError(f"{client.server}: the server does not enroll devices (a release before "

@@ -48,6 +48,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sparksync import __version__, storage
 from sparksync.errors import (
     ConfigurationError,
+    NoSuchPartition,
     NotInitialized,
     OtherFile,
     ProtocolError,
@@ -121,6 +122,8 @@ def _status(e: SparksyncError) -> int:
         return 409
     if isinstance(e, ProtocolError | ConfigurationError):
         return 400
+    if isinstance(e, NoSuchPartition):
+        return 403
     if isinstance(e, NotInitialized | SnapshotError):
         return 409
     return 503 if e.transient else 500
@@ -400,13 +403,13 @@ def make_app(door: Door, max_request_mb: float = 64, max_active_requests: int = 
             sources.admit(request.client.host if request.client is not None else "?")
             body = _json(EnrollRequest, await _json_body(request), request)
             async with enrolling.turn("enrollments"):        # a few threads at most, whatever a burst sends
-                done, token = await run_in_threadpool(door.enroll, body.secret, body.file_id, body.described)
+                done, token = await run_in_threadpool(door.enroll, body.secret, body.file_id, body.described, body.jwt)
             return _reply(EnrollReply(subscription=done.subscription, group=done.group, token=token, again=done.again))
         except SparksyncError as e:
             status = _status(e)
             if status == 401:
                 return problem(401, "enrollment refused", "the enrollment secret is unknown, used up, expired or "
-                               "revoked; ask the operator for a new one")
+                               "revoked, or the token was not accepted; ask the operator for a new one")
             if status >= 500:
                 log.warning("%s %s: %s", request.method, request.url.path, redact(e.message))
             response = problem(status, e.code, redact(e.message))

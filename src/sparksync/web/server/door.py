@@ -65,6 +65,7 @@ from sparksync.web.protocol import (
     UploadReply,
     Verdict,
 )
+from sparksync.web.server.issuers import issuer_of, issuers
 from sparksync.web.server.ledger import Ledger, session_row
 from sparksync.web.server.partitioned import device_snapshot
 
@@ -103,6 +104,7 @@ class Door:
         self._devices = {s.name: s for s in topology.subscriptions if s.transport == "web"}
         self._groups = {g.name: g for g in topology.device_groups}
         self._enrolled: dict[tuple, SubscriptionConfig] = {}
+        self._issuers = issuers(topology)        # the identity providers groups trust, their keys read now
         self._round_lock = threading.Lock()
         self._snapshot_lock = threading.Lock()
         self._local = threading.local()
@@ -173,15 +175,29 @@ class Door:
             s = self._enrolled[key] = self._groups[enrolled[0]].device(name, enrolled[1], enrolled[2])
         return s
 
-    def enroll(self, secret: str, file_id: str, described: str | None) -> tuple[Enrolled, str]:
-        """A device joins the device group of ``secret`` (``enrollment.redeem``): (its own web subscription, its
-        token), made in one transaction."""
+    def enroll(self, secret: str | None, file_id: str, described: str | None,
+               jwt: str | None = None) -> tuple[Enrolled, str]:
+        """A device joins a device group (``enrollment.redeem``) with the group's ``secret``, or with a ``jwt`` of
+        the identity provider its group trusts (verified here: ``issuers.py``; ``enrollment.redeem_claims``): (its
+        own web subscription, its token), made in one transaction."""
+        if (secret is None) == (jwt is None):
+            raise ProtocolError("enroll: give the group's secret or a JWT, one of them", obj="enroll")
+        claims = None
+        if jwt is not None:
+            issuer = issuer_of(self._issuers, jwt)
+            claims = (issuer.group, issuer.verify(jwt))
         with self.publisher() as pub:
-            return with_retries(functools.partial(self._enroll, pub, secret, file_id, described), connections=[pub])
+            return with_retries(functools.partial(self._enroll, pub, secret, claims, file_id, described),
+                                connections=[pub])
 
-    def _enroll(self, pub: Replica, secret: str, file_id: str, described: str | None) -> tuple[Enrolled, str]:
+    def _enroll(self, pub: Replica, secret: str | None, claims: tuple | None, file_id: str,
+                described: str | None) -> tuple[Enrolled, str]:
         with pub.transaction():
-            outcome = enrollment.redeem(pub, self._groups, self._devices.keys(), secret, file_id, described)
+            if claims is not None:
+                outcome: Enrolled | enrollment.Refused = enrollment.redeem_claims(
+                    pub, claims[0], self._devices.keys(), claims[1], file_id, described)
+            else:
+                outcome = enrollment.redeem(pub, self._groups, self._devices.keys(), secret, file_id, described)
             if isinstance(outcome, Enrolled):
                 token = tokens.issue(pub, outcome.subscription, rotate=outcome.again)
         if not isinstance(outcome, Enrolled):

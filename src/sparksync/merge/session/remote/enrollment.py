@@ -23,13 +23,16 @@ import hashlib
 import hmac
 import re
 import secrets
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from sparksync.config import DeviceGroupConfig
 from sparksync.dialects.replica import Replica
-from sparksync.errors import ConfigurationError, EnrollmentRefused, NotInitialized
+from sparksync.errors import ConfigurationError, EnrollmentRefused, NoSuchPartition, NotInitialized
+from sparksync.merge.partitions.evaluation import Partition, partition_values, partitions
+from sparksync.merge.partitions.scheme import scheme_of
+from sparksync.merge.tracking.articles import published_articles
 from sparksync.metadata import store
 from sparksync.metadata.records import PublicationRow, SubscriptionRow, SubscriptionStatus
 from sparksync.metadata.schema import WEB
@@ -231,10 +234,58 @@ def _redeem(pub: Replica, groups: Mapping[str, DeviceGroupConfig], configured: S
         return Enrolled(mine[0]["subscription"], group.name, again=True)
     if kept.refusal(now) is not None:
         return None
+    prow = _publication(pub, group)
+    return _register(pub, group, prow, configured, kept.host_name, kept.login, kept.partition_id, kept.secret_id,
+                     file_id, described, now, lambda: used(pub, row, now))
+
+
+def redeem_claims(pub: Replica, group: DeviceGroupConfig, configured: Set[str], claims: dict[str, Any],
+                  file_id: str, described: str | None) -> Enrolled:
+    """A device of a group that trusts an identity provider, its token verified (``web/server/issuers.py``):
+    named by its ``sub`` and device claim, in the partition its claims choose (``DeviceGroupConfig.partition_of``),
+    which must exist (``NoSuchPartition`` otherwise: made by the operator, so a snapshot holds it). The same claims
+    from the same file are the same device; from another file (a wiped device), a new one. Inside the caller's
+    transaction, which issues the token."""
+    assert group.jwt is not None
+    now = store.utcnow()
+    pub.execute(f"UPDATE {pub.meta('MSmerge_replica')} SET max_nickname = max_nickname WHERE id = 1")
+    who = f"jwt:{claims['sub']}:{claims[group.jwt.device_claim]}"[:500]
+    mine = [r for r in store.select_rows(pub, DEVICES, {"secret_id": who, "file_id": file_id}) if r["state"] == ENROLLED]
+    if mine:
+        return Enrolled(mine[0]["subscription"], group.name, again=True)
+    try:
+        host_name, login = group.partition_of(claims)
+    except KeyError as e:
+        raise NoSuchPartition(f"device group {group.name}: the token has no claim {e.args[0]!r}, which its partition "
+                              "is made of", obj=group.name) from None
+    prow = _publication(pub, group)
+    articles = published_articles(pub, prow.pubid)
+    scheme = scheme_of(articles)
+    pid = None
+    if scheme.filtered:
+        values = partition_values(scheme, host_name, login, f"device group {group.name}")
+        found = [p for p in partitions(pub, prow.pubid) if p.params == values]
+        if not found:
+            raise NoSuchPartition(f"device group {group.name}: no partition {Partition(0, host_name, login).describe()} "
+                                  "at the publisher; the operator makes it (the publication's partitions, or "
+                                  "'sparksync enroll-token --host-name'), then a snapshot", obj=group.name)
+        pid = found[0].partition_id
+    return _register(pub, group, prow, configured, host_name, login, pid, who, file_id, described, now, lambda: None)
+
+
+def _publication(pub: Replica, group: DeviceGroupConfig) -> PublicationRow:
     prow = store.select_one(pub, PublicationRow, {"name": group.publication})
     if prow is None:
         raise NotInitialized(f"device group {group.name}: publication {group.publication} is not set up at the "
                              "publisher; run 'sparksync setup'", obj=group.name)
+    return prow
+
+
+def _register(pub: Replica, group: DeviceGroupConfig, prow: PublicationRow, configured: Set[str],
+              host_name: str | None, login: str | None, partition_id: int | None, secret_id: str, file_id: str,
+              described: str | None, now: dt.datetime, spent: Callable[[], None]) -> Enrolled:
+    """The device's own web subscription registered (a replica nickname never given before) and recorded in
+    ``MSweb_devices``; ``spent`` counts it against its secret."""
     name = f"{group.name}-{secrets.token_hex(4)}"
     while name in configured or store.select_one(pub, SubscriptionRow, {"pubid": prow.pubid, "name": name}):
         name = f"{group.name}-{secrets.token_hex(4)}"
@@ -242,13 +293,13 @@ def _redeem(pub: Replica, groups: Mapping[str, DeviceGroupConfig], configured: S
     store.note_nickname(pub, nick)
     store.insert(pub, SubscriptionRow.for_subscriber(
         subid=store.new_guid(), pubid=prow.pubid, name=name, replica_id=store.new_guid(), replnickname=nick,
-        database_label=f"web:{name}", subscriber_type=2, priority=0.0, host_name=kept.host_name, login=kept.login,
-        partition_id=kept.partition_id, status=SubscriptionStatus.CREATED, created_at=now))
+        database_label=f"web:{name}", subscriber_type=2, priority=0.0, host_name=host_name, login=login,
+        partition_id=partition_id, status=SubscriptionStatus.CREATED, created_at=now))
     store.insert_row(pub, DEVICES, {
-        "subscription": name, "group_name": group.name, "host_name": kept.host_name, "login": kept.login,
-        "secret_id": kept.secret_id, "file_id": file_id, "described": (described or "")[:500] or None,
+        "subscription": name, "group_name": group.name, "host_name": host_name, "login": login,
+        "secret_id": secret_id, "file_id": file_id, "described": (described or "")[:500] or None,
         "state": ENROLLED, "enrolled_at": now, "changed_at": None})
-    used(pub, row, now)
+    spent()
     return Enrolled(name, group.name, again=False)
 
 
