@@ -7,28 +7,19 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from sparksync.config import DeviceGroupConfig, Topology
+from sparksync.config import Topology
 from sparksync.dialects import connect
-from sparksync.dialects.replica import Replica
-from sparksync.errors import ConfigurationError, NotInitialized, SparksyncError
+from sparksync.errors import ConfigurationError, SparksyncError
 from sparksync.merge.partitions.evaluation import ensure_partitions, partition_values
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.session.remote import enrollment
 from sparksync.merge.session.remote.enrollment import EnrollmentSecret
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.metadata import store
-from sparksync.metadata.records import PartitionOptions, PublicationRow, Role, SubscriptionRow
+from sparksync.metadata.records import PartitionOptions, Role, SubscriptionRow
 from sparksync.progress import Reporter, silent
 from sparksync.snapshot.manifest import current_snapshot
 from sparksync.web import tokens
-
-
-def _publication(pub: Replica, group: DeviceGroupConfig) -> PublicationRow:
-    prow = store.select_one(pub, PublicationRow, {"name": group.publication})
-    if prow is None:
-        raise NotInitialized(f"device group {group.name}: publication {group.publication} is not set up at the "
-                             "publisher; run 'sparksync setup'", obj=group.name)
-    return prow
 
 
 def make_secret(topology: Topology, group: str, *, host_name: str | None = None, login: str | None = None,
@@ -46,7 +37,7 @@ def make_secret(topology: Topology, group: str, *, host_name: str | None = None,
         store.require_metadata(pub)
         with pub.transaction():
             tokens.install(pub)
-            prow = _publication(pub, g)
+            prow = enrollment.publication_of(pub, g)
             articles = published_articles(pub, prow.pubid)
             scheme = scheme_of(articles)
             pid = None

@@ -234,7 +234,7 @@ def _redeem(pub: Replica, groups: Mapping[str, DeviceGroupConfig], configured: S
         return Enrolled(mine[0]["subscription"], group.name, again=True)
     if kept.refusal(now) is not None:
         return None
-    prow = _publication(pub, group)
+    prow = publication_of(pub, group)
     return _register(pub, group, prow, configured, kept.host_name, kept.login, kept.partition_id, kept.secret_id,
                      file_id, described, now, lambda: used(pub, row, now))
 
@@ -258,7 +258,7 @@ def redeem_claims(pub: Replica, group: DeviceGroupConfig, configured: Set[str], 
     except KeyError as e:
         raise NoSuchPartition(f"device group {group.name}: the token has no claim {e.args[0]!r}, which its partition "
                               "is made of", obj=group.name) from None
-    prow = _publication(pub, group)
+    prow = publication_of(pub, group)
     articles = published_articles(pub, prow.pubid)
     scheme = scheme_of(articles)
     pid = None
@@ -273,7 +273,8 @@ def redeem_claims(pub: Replica, group: DeviceGroupConfig, configured: Set[str], 
     return _register(pub, group, prow, configured, host_name, login, pid, who, file_id, described, now, lambda: None)
 
 
-def _publication(pub: Replica, group: DeviceGroupConfig) -> PublicationRow:
+def publication_of(pub: Replica, group: DeviceGroupConfig) -> PublicationRow:
+    """The row of the group's publication at the publisher (``NotInitialized`` before ``setup``)."""
     prow = store.select_one(pub, PublicationRow, {"name": group.publication})
     if prow is None:
         raise NotInitialized(f"device group {group.name}: publication {group.publication} is not set up at the "
