@@ -14,7 +14,7 @@ from sparksync.errors import ConfigurationError, SparksyncError
 from sparksync.merge.session.remote.enrollment import DEVICES, ENROLLED, REMOVED, REVOKED, aware, installed
 from sparksync.merge.snapshot.initialize import drop_registration
 from sparksync.metadata import store
-from sparksync.metadata.records import PublicationRow, SubscriptionRow
+from sparksync.metadata.records import SubscriptionRow
 from sparksync.progress import Reporter, silent
 from sparksync.web import tokens
 
@@ -30,16 +30,14 @@ def enrolled(pub: Replica, topology: Topology) -> list[SubscriptionConfig]:
     return [groups[g].device(name, host, login) for name, g, host, login in rows if g in groups]
 
 
-def with_fleet(topology: Topology, pub: Replica | None = None) -> Topology:
+def with_fleet(topology: Topology) -> Topology:
     """``topology`` with the enrolled devices' web subscriptions (``Topology.with_devices``); as it is when it has
     no device group, or the publisher cannot be read (what reads it next says why)."""
     if not topology.device_groups or topology.enrolled:
         return topology
     try:
-        if pub is not None:
+        with connect(topology.publisher_url, topology.publisher.name) as pub:
             return topology.with_devices(enrolled(pub, topology))
-        with connect(topology.publisher_url, topology.publisher.name) as opened:
-            return topology.with_devices(enrolled(opened, topology))
     except SparksyncError:
         return topology
 
@@ -72,9 +70,10 @@ def _end(topology: Topology, name: str, state: str) -> dict:
     with connect(topology.publisher_url, topology.publisher.name) as pub, pub.transaction():
         row = _row(pub, name)
         tokens.revoke(pub, name)
-        if row["state"] != REMOVED:
-            store.update_rows(pub, DEVICES, {"state": state, "changed_at": store.utcnow()}, {"subscription": name})
-        return {**row, "state": state if row["state"] != REMOVED else REMOVED}
+        if row["state"] == REMOVED:                # removed stays removed (a revoke after it changes nothing)
+            return row
+        store.update_rows(pub, DEVICES, {"state": state, "changed_at": store.utcnow()}, {"subscription": name})
+        return {**row, "state": state}
 
 
 def forget(pub: Replica, topology: Topology, now: dt.datetime, dry_run: bool = False,
@@ -86,7 +85,7 @@ def forget(pub: Replica, topology: Topology, now: dt.datetime, dry_run: bool = F
         return []
     groups = {g.name: g for g in topology.device_groups}
     retention = {p.name: p.retention for p in topology.publications}
-    regs = {(r.name): r for r in store.select(pub, SubscriptionRow, {}) if str(r.database_label).startswith("web:")}
+    regs = {r.name: r for r in store.select(pub, SubscriptionRow, {}) if str(r.database_label).startswith("web:")}
     gone: list[tuple[str, str]] = []
     for d in rows(pub):
         r = regs.get(d["subscription"])
@@ -102,11 +101,10 @@ def forget(pub: Replica, topology: Topology, now: dt.datetime, dry_run: bool = F
             gone.append((d["subscription"], f"no sync for more than {days} day(s)"))
     if dry_run or not gone:
         return [name for name, _ in gone]
-    pubids = {p.name: p.pubid for p in store.select(pub, PublicationRow, {})}
     with pub.transaction():
         for name, _ in gone:
             r = regs.get(name)
-            if r is not None and r.pubid in pubids.values():
+            if r is not None:
                 drop_registration(pub, r.pubid, r)
             tokens.revoke(pub, name)
             for table in ("MSweb_holders", "MSweb_strays", DEVICES):

@@ -10,7 +10,7 @@ from typing import Any
 from sparksync.config import Topology
 from sparksync.dialects import connect
 from sparksync.errors import ConfigurationError
-from sparksync.fleet.registry import rows, with_fleet
+from sparksync.fleet.registry import rows
 from sparksync.merge.session.remote.enrollment import ENROLLED, iso
 from sparksync.metadata import store
 from sparksync.monitor.rollup import ORDER, Cadence, subscription_state
@@ -44,7 +44,7 @@ def devices(topology: Topology, status: dict[str, Any], group: str | None = None
             now: dt.datetime | None = None) -> list[EnrolledDevice]:
     """The enrolled devices (of ``group``; in ``state``: a roll-up state, ``late`` for performance critical,
     ``diverged``, ``revoked`` or ``removed``), each with the state the monitor gives it, read from ``status``'s
-    document of ``with_fleet(topology)``."""
+    document (which lists the enrolled devices: ``fleet/registry.with_fleet``)."""
     if group is not None:
         topology.device_group(group)            # an unknown group: its own error
     now = now or store.utcnow()
@@ -57,12 +57,13 @@ def devices(topology: Topology, status: dict[str, Any], group: str | None = None
     for d in found:
         g = groups.get(d["group_name"])
         e = entries.get(d["subscription"])
-        if d["state"] != ENROLLED or e is None or g is None:
-            st, why = (d["state"], f"{d['state']} at {iso(d['changed_at'])}") if d["state"] != ENROLLED else \
-                ("unserved", f"device group {d['group_name']} is not configured")
+        if d["state"] != ENROLLED:
+            st, why = d["state"], f"{d['state']} at {iso(d['changed_at'])}"
+        elif e is None or g is None:
+            st, why = "unserved", f"device group {d['group_name']} is not configured"
         else:
             rolled = subscription_state(e, pubs.get(g.publication), topology.alerts, False, now,
-                                        Cadence.device(g.device(d["subscription"], None, None).sync_interval_s))
+                                        Cadence.device(float(e["sync_interval_s"])))
             st, why = rolled["state"], rolled["why"]
         out.append(EnrolledDevice(d["subscription"], d["group_name"], g.publication if g else "", d["host_name"],
                                   d["login"], iso(d["enrolled_at"]), d["described"], st, why,
@@ -83,12 +84,11 @@ def _in_state(d: EnrolledDevice, state: str) -> bool:
 
 def listing(topology: Topology, group: str | None = None, state: str | None = None,
             search: str | None = None) -> list[EnrolledDevice]:
-    """``devices`` over the publisher as it is now (``with_fleet``, ``gather_status``); ``search``: the devices whose
-    name, partition or file's place holds it (case-insensitive)."""
+    """``devices`` over the publisher as it is now (``gather_status``); ``search``: the devices whose name, partition
+    or file's place holds it (case-insensitive)."""
     if state is not None and state not in STATES:
         raise ConfigurationError(f"state {state[:40]!r}: one of {', '.join(STATES)}", obj="state")
-    fleet = with_fleet(topology)
-    found = devices(fleet, gather_status(fleet), group, state)
+    found = devices(topology, gather_status(topology), group, state)
     if search:
         needle = search.lower()
         found = [d for d in found if any(needle in (v or "").lower() for v in (d.name, d.host_name, d.login,

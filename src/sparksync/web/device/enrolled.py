@@ -11,6 +11,7 @@ never heard the end of) gives its credential to the new file."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sparksync import failpoints
 from sparksync.dialects import connect
@@ -52,11 +53,8 @@ def kept(device: Replica) -> Credential | None:
 
 def of_file(url: str) -> Credential | None:
     """``kept`` of the database at ``url`` (None when there is no such file yet)."""
-    if url.startswith("sqlite:///"):
-        from pathlib import Path
-
-        if not Path(url.removeprefix("sqlite:///")).is_file():
-            return None
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
+        return None
     with connect(url, "device") as device:
         return kept(device)
 
@@ -85,11 +83,12 @@ def enroll(server: str, database: str, secret: str, ca_file: str | None = None,
             report(f"{have.subscription}: this file enrolled already (device group {have.group}); it syncs with its "
                    "own credential")
             return have
-        if store.table_set_version(device, WEB) is not None and \
-                store.select_rows(device, "MSweb_device", {"id": 1}):
-            bound = store.select_rows(device, "MSweb_device", {"id": 1})[0]["subscription"]
-            raise ConfigurationError(f"{file_of(database)} is subscription {bound}'s file: an enrollment makes a new "
-                                     "device, with a file of its own (give --database a new path)", obj="enroll")
+        bound = store.select_rows(device, "MSweb_device", {"id": 1}) \
+            if store.table_set_version(device, WEB) is not None else []
+        if bound:
+            raise ConfigurationError(f"{file_of(database)} is subscription {bound[0]['subscription']}'s file: an "
+                                     "enrollment makes a new device, with a file of its own (give --database a new "
+                                     "path)", obj="enroll")
         me = identity.identity(device)
         with ServerClient(server, "", ca_file) as client:
             try:

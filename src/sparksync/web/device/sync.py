@@ -205,9 +205,15 @@ def _set_aside(options: DeviceOptions, dialect, report: Reporter) -> None:
     where = dialect.set_aside(options.database, "replaced")
     report(f"{options.subscription}: the file holds data of an initialization the publisher does not count on: it "
            f"is set aside as {where} (nothing in it is lost or sent) and a new file is initialized from the snapshot")
-    with connect(options.database, options.subscription) as device:
+    _replaces(options.database, options.subscription, where, credential)
+
+
+def _replaces(url: str, subscription: str, where: str, credential: enrolled.Credential | None) -> None:
+    """The new file at ``url`` says which file it replaced (set aside as ``where``), and keeps the enrolled device's
+    credential that file held."""
+    with connect(url, subscription) as device:
         identity.replaced(device, where)
-        if credential is not None:                 # an enrolled device's credential goes with it
+        if credential is not None:
             enrolled.keep(device, credential)
 
 
@@ -319,10 +325,7 @@ def _reinitialize(options: DeviceOptions, summary: MergeSummary, report: Reporte
     credential = enrolled.carried(url)
     where = dialect.set_aside(url, "replaced")
     report(f"{options.subscription}: the file is set aside as {where}; a new one is initialized from the snapshot")
-    with connect(url, options.subscription) as device:
-        identity.replaced(device, where)
-        if credential is not None:                 # an enrolled device's credential goes with it
-            enrolled.keep(device, credential)
+    _replaces(url, options.subscription, where, credential)
 
 
 # -- the file and its subscription ------------------------------------------------------------------
