@@ -23,7 +23,8 @@ device does (``hello``, the download request, the ack when something came, ``don
 * enrolled devices (``--enrolled``): the fleet is a device group instead of configured subscriptions; one
   enrollment secret per partition (made, then one snapshot), every device enrolls at the door (``POST
   /v1/enroll``, 16 at a time): enrollments per second and door CPU per enrollment; then the figures above with
-  enrolled devices, and the monitor's page and ``/api/devices`` (its first page) timed with them all.
+  enrolled devices, and the monitor's page and ``/api/devices`` (its first page) timed with them all; then a
+  burst: as many new devices enroll at once (96 requests in flight) while the fleet keeps syncing.
 
 Targets (issue 22): an idle sync <= 20 ms of server CPU; >= 50 syncs/s with 1,000 devices; <= 3x the raw
 row size on the wire; CPU per device falling as devices per partition grow. Issue 38, with 10,000 devices
@@ -41,6 +42,7 @@ import argparse
 import os
 import ssl
 import subprocess
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -317,10 +319,62 @@ def run(devices: int, partitions: int, two_doors: bool = True, validations: bool
                     out["fan"][k] = spent / (3 * k) * 1000
                 if enrolled:
                     out["monitor"] = _monitor(monitor_url(cfg))
+                    out["burst"] = _burst(url, per_partition, fleet, server.pid)
                 if two_doors:
                     out["two doors"] = _second_door(folder, pub, fan if enrolled else names, fleet, pool, server,
                                                     enrolled)
     return out
+
+
+def rss_mb(pid: int) -> float:
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+
+def _burst(url: str, secrets: dict[str, str], fleet: list[Device], pid: int, at_once: int = 96) -> dict:
+    """As many new devices as the fleet enroll at once (``at_once`` requests in flight: more than the door works on
+    and queues, so some are told 429 and try again) while the enrolled fleet keeps syncing (4 at a time): the
+    fleet's idle syncs/s and failures during the burst, the door's resident memory before and at its end."""
+    keys = list(secrets.values())
+    rss0, stop, seen = rss_mb(pid), threading.Event(), {"synced": 0, "failed": 0}
+
+    def syncing(devices: list[Device]) -> None:
+        i = 0
+        while not stop.is_set():
+            try:
+                devices[i % len(devices)].sync()
+                seen["synced"] += 1
+            except Exception:  # noqa: BLE001 - counted: what the burst must not cause
+                seen["failed"] += 1
+            i += 1
+
+    def one(k: int) -> tuple[int, int]:
+        """(enrolled: 1, refused with 429 first: how many times)"""
+        turned_away = 0
+        with httpx.Client(base_url=url, timeout=120, verify=_TLS) as c:
+            while True:
+                r = c.post("/v1/enroll", json={"secret": keys[k % len(keys)], "file_id": uuid.uuid4().hex})
+                if r.status_code != 429:
+                    r.raise_for_status()
+                    return 1, turned_away
+                turned_away += 1
+                time.sleep(float(r.headers.get("retry-after", "1")))
+
+    syncers = [threading.Thread(target=syncing, args=(fleet[i::4],)) for i in range(4)]
+    t0 = time.perf_counter()
+    for t in syncers:
+        t.start()
+    try:
+        with ThreadPoolExecutor(at_once) as pool:
+            got = list(pool.map(one, range(len(fleet))))
+    finally:
+        stop.set()
+        for t in syncers:
+            t.join()
+    seconds = time.perf_counter() - t0
+    return {"enrollments": sum(n for n, _ in got), "turned away": sum(t for _, t in got),
+            "enrollments/s": sum(n for n, _ in got) / seconds, "syncs/s": seen["synced"] / seconds,
+            "failed syncs": seen["failed"], "rss before MB": rss0, "rss after MB": rss_mb(pid)}
 
 
 def _monitor(url: str) -> dict:
@@ -383,6 +437,14 @@ def main() -> None:
                        r["monitor"]["page s"], r["monitor"]["devices s"]]],
                      "Enrollment: one secret per partition, every device enrolls at the door (16 at a time); the "
                      "monitor with every device enrolled (target: the page in under a second)")
+        b = r["burst"]
+        result.table(["new devices", "enrollments/s", "told 429 first", "enrolled fleet idle syncs/s during it",
+                      "failed syncs", "door RSS before MB", "door RSS after MB"],
+                     [[b["enrollments"], b["enrollments/s"], b["turned away"], b["syncs/s"], b["failed syncs"],
+                       b["rss before MB"], b["rss after MB"]]],
+                     "A burst: as many new devices as the fleet enroll at once (96 requests in flight, more than the "
+                     "door works on and queues: the rest are told 429 and try again) while the enrolled fleet keeps "
+                     "syncing (target: no failed sync, memory bounded)")
     result.table(["devices", "partitions", "floor (healthz) ms CPU", "idle sync ms CPU", "idle / floor",
                   "idle syncs/s", "sync with changes ms CPU", "changed rows", "bytes on the wire / row",
                   "wire / raw"],

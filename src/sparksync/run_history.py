@@ -92,13 +92,35 @@ def _run(agent: str, publication: str, subscription: str | None, start: Any, end
             "message": None if message is None else redact(str(message)), **extra}
 
 
+def runs_of(topology: Topology, subscription: str, limit: int = 10) -> list[dict[str, Any]]:
+    """One subscription's last ``limit`` merge runs, newest first (the monitor's search for a device)."""
+    with connect(topology.publisher_url, topology.publisher.name) as pub:
+        if store.metadata_version(pub) is None:
+            return []
+        return _sessions(pub, limit, subscription)
+
+
 def _merge_runs(pub: Replica, limit: int) -> list[dict[str, Any]]:
+    out = _sessions(pub, limit)
+    names = _names(pub)
+    for (pubid, start, end, secs, status, snapshot_id, msg) in pub.query(
+            f"SELECT pubid, start_time, end_time, seconds, status, snapshot_id, message "
+            f"FROM {pub.meta('MSsnapshot_history')} ORDER BY start_time DESC LIMIT {int(limit)}"):
+        out.append(_run("snapshot agent", names.get(str(pubid), str(pubid)), None, start, end, secs, status, msg,
+                        snapshot_id=snapshot_id))
+    return out
+
+
+def _sessions(pub: Replica, limit: int, subscription: str | None = None) -> list[dict[str, Any]]:
+    """The last ``limit`` merge sessions (of ``subscription``), newest first, each with its articles' rows."""
     names = _names(pub)
     out = []
+    where, params = ("", []) if subscription is None else (f" WHERE subscription = {pub.p}", [subscription])
     sessions = pub.query(
         f"SELECT session_id, subscription, pubid, start_time, end_time, duration, status, upload_inserts, upload_updates, "
         f"upload_deletes, upload_conflicts, download_inserts, download_updates, download_deletes, download_conflicts, "
-        f"retries, failed, message FROM {pub.meta('MSmerge_sessions')} ORDER BY start_time DESC LIMIT {int(limit)}")
+        f"retries, failed, message FROM {pub.meta('MSmerge_sessions')}{where} ORDER BY start_time DESC "
+        f"LIMIT {int(limit)}", params)
     keys = [(str(r[0]), r[1]) for r in sessions]
     articles = _articles(pub, keys)
     for (sid, sub, pubid, start, end, secs, status, ui, uu, ud, uc, di, du, dd, dc, retries, failed, msg) in sessions:
@@ -107,11 +129,6 @@ def _merge_runs(pub: Replica, limit: int) -> list[dict[str, Any]]:
                         download={"inserts": di, "updates": du, "deletes": dd, "conflicts": dc},
                         rows=ui + uu + ud + di + du + dd, conflicts=uc + dc, retries=retries, failed=failed,
                         articles=articles.get((str(sid), sub), [])))
-    for (pubid, start, end, secs, status, snapshot_id, msg) in pub.query(
-            f"SELECT pubid, start_time, end_time, seconds, status, snapshot_id, message "
-            f"FROM {pub.meta('MSsnapshot_history')} ORDER BY start_time DESC LIMIT {int(limit)}"):
-        out.append(_run("snapshot agent", names.get(str(pubid), str(pubid)), None, start, end, secs, status, msg,
-                        snapshot_id=snapshot_id))
     return out
 
 

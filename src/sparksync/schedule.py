@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 CONTINUOUS_IDLE = 5.0        # seconds a continuous agent waits after a run that found nothing
 
@@ -60,6 +61,7 @@ class Schedule:
         return croniter(self.text, t).get_next(dt.datetime)
 
 
+@lru_cache(maxsize=256)
 def parse_interval(text: str) -> float:
     """A duration in seconds from its text (``"90s"``, ``"15m"``, ``"4h"``, ``"1d"``); ValueError saying the form."""
     m = _INTERVAL.fullmatch(" ".join(str(text).split()))

@@ -108,6 +108,11 @@ class AlertsConfig(_Model):
                                          "'throughput'")
     stuck_minutes: float | None = Field(default=None, gt=0, description="a backlog above zero that has not shrunk for this "
                                         "long fires 'stuck'")
+    devices_offline_percent: float | None = Field(default=None, gt=0, le=100, description="a device group whose "
+                                                  "enrolled devices have this share (in %) or more offline for "
+                                                  "devices_offline_minutes fires 'offline'")
+    devices_offline_minutes: float = Field(default=120.0, gt=0, description="how long a device has not synced before "
+                                           "'offline' counts it")
     webhook: str | None = Field(default=None, description="URL each fired and resolved alert is POSTed to (JSON)")
     interval_s: float = Field(default=10.0, ge=0.2, le=3600, description="with a webhook, seconds between two "
                               "evaluations of the alerts (without one: whenever the page or /metrics is read)")

@@ -92,3 +92,38 @@ def test_the_page_follows_a_subscription_into_error_and_back(browser, service, s
     assert (tmp_path / "monitor.png").stat().st_size > 10_000
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors
+
+
+def test_a_search_finds_an_enrolled_device_and_the_refresh_keeps_it(browser, service, service_demo):
+    """The demo's till is enrolled into device group Tills: the page counts it in its group and partition, never as a
+    row of its own; typed into the search box, its name finds it, with its last syncs, and the page's refreshes keep
+    showing it (the script asks for the same search)."""
+    import sqlite3
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with sqlite3.connect(service_demo / "hq.db") as hq:
+        (till,), = hq.execute("SELECT subscription FROM MSweb_devices").fetchall()
+
+    def js(script: str, *args):
+        return browser.execute_script(script, *args)
+
+    wait = WebDriverWait(browser, 60, poll_frequency=0.2)
+    browser.get(service.monitor + "/?refresh=1")
+    wait.until(lambda d: js("return document.querySelector('tr[data-group=\"Tills\"]') !== null"))
+    assert not js("return document.querySelector('tr[data-device=\"' + arguments[0] + '\"]') !== null", till)
+    box = browser.find_element(By.CSS_SELECTOR, "#search input[name=q]")
+    box.send_keys(till[-6:])
+    box.submit()
+    found = "var r = document.querySelector('tr[data-device=\"' + arguments[0] + '\"]'); return r ? r.textContent : null;"
+    wait.until(lambda d: js(found, till))
+    assert "Tills" in js(found, till)
+    assert js("return document.querySelector('tr[data-runs-of=\"' + arguments[0] + '\"]') !== null", till)
+    before = js("return document.getElementById('monitor').getAttribute('data-refreshed')")
+    wait.until(lambda d: js("return document.getElementById('monitor').getAttribute('data-refreshed')") not in
+               (None, before))
+    assert js(found, till), "the refreshed page lost the search"
+    assert js("return document.querySelector('#search input[name=q]').value") == till[-6:]
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors

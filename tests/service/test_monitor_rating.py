@@ -116,12 +116,17 @@ def test_a_healthy_round_of_the_demo_shows_no_red(service_demo):
     assert rollup["publications"]["Territories"]["state"] == "idle"
     assert not Evaluator(ALERTS).evaluate(status, rollup, [], dt.datetime.now(dt.UTC))
 
-    # the page says the same: no red state, the till offline since its last sync
-    html = page.render(build_view(demo.topology, NoAgents(), None), ALERTS.latency_s, "main")
+    # the page says the same: no red state, the till (enrolled into group Tills) offline since its last sync, counted
+    # in its group and partition; a search for it finds it, with its last syncs
+    html = page.render(build_view(demo.topology, NoAgents(), None, demo.till), ALERTS.latency_s, "main")
     shown = dict(re.findall(r'data-(?:publication|subscription)="([\w-]+)" data-state="([^"]+)"', html))
     assert set(shown) == {"Sales", "Territories", "Reports", "Store1", "Store2", "Store3", "Northwest", "Canada",
-                          demo.till, "Reporting"}
-    assert not {n: s for n, s in shown.items() if s in RED} and shown[demo.till] == "offline", shown
+                          "Reporting"}
+    assert not {n: s for n, s in shown.items() if s in RED}, shown
     assert "s-error" not in html and "s-performance-critical" not in html
+    assert re.search(r'<tr data-group="Tills" data-state="offline" data-devices="1">', html), html
+    assert re.search(r'<tr data-group="Tills" data-partition="[^"]+" data-state="offline" data-devices="1">', html), html
     device = re.search(rf'<tr data-device="{demo.till}" data-state="offline">.*?</tr>', html, re.S)
     assert device is not None and "offline</span> since" in device.group(0) and ">15m<" in device.group(0), html
+    runs = re.search(rf'<tr class="runs" data-runs-of="{demo.till}">.*?</table>', html, re.S)
+    assert runs is not None and 'data-status="succeeded"' in runs.group(0), html

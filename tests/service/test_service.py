@@ -100,7 +100,11 @@ def test_metrics_agree_with_status(quiet, service_demo):
 
     subs = status["subscriptions"] + status["transactional"]["subscriptions"]
     assert len(subs) == 7
+    (device,) = [s for s in subs if s.get("group")]           # the demo's till, enrolled into Tills
+    subs.remove(device)
     for s in status["subscriptions"]:
+        if s is device:
+            continue
         k = {"publication": s["publication"], "subscription": s["name"]}
         assert value("sparksync_pending_changes", direction="download", **k) == s["pending_download"]
         if s.get("pending_upload") is not None:
@@ -118,14 +122,26 @@ def test_metrics_agree_with_status(quiet, service_demo):
                   for lbl in [dict(lbls)] if lbl["subscription"] == s["name"]}
         assert sum(states.values()) == 1 and states[rolled[s["name"]]["state"]] == 1, (s["name"], states)
         assert rolled[s["name"]]["state"] in ("idle", "performance critical", "offline"), rolled[s["name"]]
+    # an enrolled device has no series of its own: it is counted in its group and partition
+    where = {"publication": "Territories", "group": "Tills", "partition": device["host_name"]}
+    assert not [n for (n, lbls) in samples if dict(lbls).get("subscription") == device["name"]]
+    counted = {dict(lbls)["status"]: v for (n, lbls), v in samples.items() if n == "sparksync_devices"}
+    assert sum(counted.values()) == 1 and counted[rolled[device["name"]]["state"]] == 1, counted
+    assert value("sparksync_devices_pending_changes", **where) == device["pending_download"]
+    assert value("sparksync_devices_failed_changes", **where) == device["failed_upload"]
     # the counters are the history tables' sums, read independently here
     hq = service_demo / "hq.db"
     (till,), = sql(hq, "SELECT subscription FROM MSweb_devices")       # the demo's till enrolled into Tills
     for name in ("Store1", "Store2", "Canada", till):
-        up, down, conflicts = sql(hq, "SELECT sum(upload_inserts + upload_updates + upload_deletes), "
-                                      "sum(download_inserts + download_updates + download_deletes), "
-                                      "sum(upload_conflicts + download_conflicts) FROM MSmerge_sessions "
-                                      "WHERE subscription = ?", (name,))[0]
+        up, down, conflicts, runs = sql(hq, "SELECT sum(upload_inserts + upload_updates + upload_deletes), "
+                                            "sum(download_inserts + download_updates + download_deletes), "
+                                            "sum(upload_conflicts + download_conflicts), count(*) FROM MSmerge_sessions "
+                                            "WHERE subscription = ?", (name,))[0]
+        if name == till:
+            assert value("sparksync_devices_rows_moved_total", **where, direction="upload") == up
+            assert value("sparksync_devices_rows_moved_total", **where, direction="download") == down
+            assert value("sparksync_devices_syncs_total", **where, outcome="all") == runs > 0
+            continue
         pub = "Sales" if name.startswith("Store") else "Territories"
         assert value("sparksync_rows_moved_total", publication=pub, subscription=name, direction="upload") == up
         assert value("sparksync_rows_moved_total", publication=pub, subscription=name, direction="download") == down
@@ -305,7 +321,7 @@ def test_an_alert_reaches_the_webhook_and_resolves(service, service_demo, hook):
         firing = wait_until(lambda: hook.events("error", "Store3"), "the error alert of Store3 at the webhook")
         assert firing[0]["status"] == "firing" and "Store3" in firing[0]["message"] and firing[0]["since"]
         assert hook.attempts > len(hook.bodies)        # the first POST was answered 500: it was sent again
-        metric = 'sparksync_alert_firing{alert="error",publication="Sales",subscription="Store3"} 1.0'
+        metric = 'sparksync_alert_firing{alert="error",group="",publication="Sales",subscription="Store3"} 1.0'
         wait_until(lambda: metric in service.get("/metrics").text, "the alert in /metrics")
         page = service.get("/").text
         assert 'data-alert="error"' in page and 'data-subscription="Store3" data-state="error"' in page

@@ -384,3 +384,50 @@ def test_a_failed_spark_start_is_the_answer_of_the_rounds_that_waited_for_it():
         t.join(30)
     assert len(errors) == 2 and errors[0] is errors[1] and calls == [0]
     assert shared.get() == "session" and calls == [0, 1]
+
+
+def test_a_device_groups_devices_fire_one_alert_per_rule_and_roll_up_per_partition():
+    """1,000 enrolled tills: 120 offline for 3 hours, 7 in error, the rest healthy. The alerts are one ``error`` and
+    one ``offline`` of the group (12% offline for 2 h or more), never one per till; the roll-up counts them per
+    group and partition, the worst first; a till configured by hand still alerts on its own."""
+    from sparksync.monitor.fleet import Fleet
+
+    tills = []
+    for i in range(1000):
+        kw: dict = {"group": "Tills", "host_name": f"store-{i % 50}", "sync_interval_s": 900.0}
+        if i < 120:
+            kw["last_sync"] = ago(hours=3)
+        elif i < 127:
+            kw.update(status="stopped", last_error="disk full")
+        tills.append(device(f"till-{i}", **kw))
+    st = status_of(*tills, device("till-by-hand", status="stopped", last_error="boom"))
+    config = AlertsConfig(devices_offline_percent=10)
+    rollup = roll_up(st, config, set(), T0)
+    alerts = Evaluator(config).evaluate(st, rollup, [], T0)
+    by = {(a.name, a.group, a.subscription): a for a in alerts}
+    assert set(by) == {("error", "Tills", None), ("offline", "Tills", None), ("error", None, "till-by-hand")}, by
+    assert "7 of 1,000 device(s) in error" in by["error", "Tills", None].message
+    assert "disk full" in by["error", "Tills", None].message
+    assert by["offline", "Tills", None].message.startswith("12% of Tills offline for 2 h or more (120 of 1,000")
+    assert len({a.key for a in alerts}) == len(alerts)
+    # below the threshold: no offline alert
+    assert not [a for a in Evaluator(AlertsConfig(devices_offline_percent=15)).evaluate(st, rollup, [], T0)
+                if a.name == "offline"]
+    fleet = Fleet.of(st["subscriptions"], rollup["subscriptions"])
+    tally = fleet.groups["Tills"]
+    assert tally.devices == 1000 and tally.states == {"offline": 120, "error": 7, "idle": 873}
+    assert tally.worst == "error" and tally.why.startswith("till-120: ")
+    worst = fleet.worst_partitions(3)
+    assert [t.worst for _, _, t in worst] == ["error"] * 3 and len(fleet.partitions) == 50
+    assert sum(t.devices for t in fleet.partitions.values()) == 1000
+
+
+def test_an_enrolled_device_expires_by_its_groups_retention():
+    """A device group that keeps its devices 3 days in a publication that keeps subscriptions 10: a till quiet for 5
+    hours is offline, not expiring soon (2.8 days of 3 are left); one quiet for 2.5 days is expiring soon."""
+    def till(hours: float) -> dict:
+        last = T0 - dt.timedelta(hours=hours)
+        return device(f"till-{hours}", group="Tills", retention=3, last_sync=last.isoformat(),
+                      expires_at=(last + dt.timedelta(days=3)).isoformat())
+    rolled = roll_up(status_of(till(5), till(60)), AlertsConfig(), set(), T0)["subscriptions"]
+    assert rolled["till-5"]["state"] == "offline" and rolled["till-60"]["state"] == "expiring soon", rolled

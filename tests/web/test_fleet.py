@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -17,6 +18,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from prometheus_client.parser import text_string_to_metric_families
 
 from sparksync.dialects import connect
 from sparksync.merge.session.remote.enrollment import LOCKOUT
@@ -330,6 +332,33 @@ def test_status_and_devices_agree_and_a_revoked_device_is_refused_then_dropped(f
         for bad in ({"page": "0"}, {"page_size": "5000"}, {"state": "bogus"}, {"group": "Nope"}):
             r = c.get("/api/devices", params=bad)
             assert r.status_code == 400 and "Traceback" not in r.text, (bad, r.text)
+        # the page and /metrics count them per group and partition (never a row or a series each), as listed
+        per_partition: dict[tuple[str, str], dict[str, int]] = {}
+        for d in every["devices"]:
+            counted = per_partition.setdefault((d["group"], d["host_name"]), {})
+            counted[d["state"]] = counted.get(d["state"], 0) + 1
+        page = c.get("/").text
+        shown = {(g, p): int(n) for g, p, n in re.findall(
+            r'<tr data-group="([^"]+)" data-partition="([^"]+)" data-state="[^"]+" data-devices="(\d+)">', page)}
+        assert shown == {k: sum(v.values()) for k, v in per_partition.items()}, (shown, per_partition)
+        tills = sum(sum(v.values()) for (g, _), v in per_partition.items() if g == "Tills")
+        assert re.search(rf'data-group="Tills" data-state="[^"]+" data-devices="{tills}"', page), page
+        assert f'data-device="{w.names["n1"]}"' not in page
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for f in text_string_to_metric_families(c.get("/metrics").text) for s in f.samples}
+        assert not [k for k in samples if dict(k[1]).get("subscription") in by_name]
+        for (group, partition), states in per_partition.items():
+            for state in ("idle", "offline", "error"):
+                key = ("sparksync_devices", tuple(sorted({"publication": "Shop", "group": group, "partition": partition,
+                                                          "status": state}.items())))
+                assert samples[key] == states.get(state, 0), (key, states)
+        # a search finds one device, with its last syncs
+        found = c.get("/", params={"q": w.names["s1"][-8:]}).text
+        row = re.search(rf'<tr data-device="{w.names["s1"]}" data-state="idle">.*?</tr>', found, re.S)
+        assert row is not None and "south" in row.group(0), found
+        runs = re.search(rf'data-runs-of="{w.names["s1"]}">.*?</table>', found, re.S)
+        assert runs is not None and runs.group(0).count('data-status="succeeded"') >= 1, found
+        assert c.get("/", params={"q": "x" * 300}).status_code == 400
     # revoked: refused at its next request
     _ok(cli(["devices", "-c", str(w.config), "--revoke", w.names["s1"]]))
     refused = _sync(w, "s1")

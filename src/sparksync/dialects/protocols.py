@@ -50,6 +50,8 @@ class Capabilities:
     float_holds_nan: bool = True           # a float column keeps NaN (SQLite stores NULL instead)
     takes_server_text: bool = False        # COPY reads a value in the text form a PostgreSQL publisher's log
                                            # holds it in (the transactional apply stages it unparsed)
+    lateral_joins: bool = False            # a subquery per row of a join (LATERAL): one index probe reads a row
+                                           # whole (SQLite: correlated subqueries, cheap in process)
 
 
 @runtime_checkable

@@ -6,6 +6,7 @@ hand: ``with_fleet`` gives a topology that holds their web subscriptions (``stat
 from __future__ import annotations
 
 import datetime as dt
+import threading
 
 from sparksync.config import SubscriptionConfig, Topology
 from sparksync.dialects import connect
@@ -30,16 +31,42 @@ def enrolled(pub: Replica, topology: Topology) -> list[SubscriptionConfig]:
     return [groups[g].device(name, host, login) for name, g, host, login in rows if g in groups]
 
 
+_made: dict[int, tuple[Topology, tuple, Topology]] = {}      # id(topology) -> (it, the registry's mark, with fleet)
+_made_lock = threading.Lock()
+
+
 def with_fleet(topology: Topology) -> Topology:
     """``topology`` with the enrolled devices' web subscriptions (``Topology.with_devices``); as it is when it has
-    no device group, or the publisher cannot be read (what reads it next says why)."""
+    no device group, or the publisher cannot be read (what reads it next says why). Made again only when the
+    registry changed since the last call for the same ``topology`` (a device enrolled, revoked, removed or
+    forgotten), so that the monitor's every read of 10,000 devices does not build 10,000 subscriptions again."""
     if not topology.device_groups or topology.enrolled:
         return topology
     try:
         with connect(topology.publisher_url, topology.publisher.name) as pub:
-            return topology.with_devices(enrolled(pub, topology))
+            mark = _mark(pub)
+            with _made_lock:
+                seen = _made.get(id(topology))
+            if seen is not None and seen[0] is topology and seen[1] == mark:
+                return seen[2]
+            made = topology.with_devices(enrolled(pub, topology))
+            with _made_lock:
+                if len(_made) >= 8:               # a few configurations read in one process (tests, one serve)
+                    _made.clear()
+                _made[id(topology)] = (topology, mark, made)
+            return made
     except SparksyncError:
         return topology
+
+
+def _mark(pub: Replica) -> tuple:
+    """What changes whenever the set of enrolled devices does: how many rows, how many enrolled, the newest
+    enrollment and the newest change of state."""
+    if not installed(pub):
+        return ()
+    row = pub.query_one(f"SELECT count(*), sum(CASE WHEN state = {pub.p} THEN 1 ELSE 0 END), max(enrolled_at), "
+                        f"max(changed_at) FROM {pub.meta(DEVICES)}", [ENROLLED])
+    return tuple(str(v) for v in row) if row else ()
 
 
 def rows(pub: Replica, group: str | None = None) -> list[dict]:

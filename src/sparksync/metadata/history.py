@@ -42,6 +42,53 @@ def agent_state(replica: Replica, table: str, where: str, params: Sequence[Any],
     return out
 
 
+def session_states(replica: Replica, pubid: str) -> dict[str, dict[str, Any]]:
+    """``agent_state`` of ``MSmerge_sessions`` for every subscription registered in the publication, by name, in
+    one query whatever their number (``status`` of a fleet: the history holds every sync of every device, so each
+    subscription's last run and last success are found through its index, never by reading its history); a
+    subscription whose last run failed is read alone (how many runs failed since when)."""
+    ok = ("succeeded",)
+    t, subs, u, p = (replica.meta("MSmerge_sessions"), replica.meta("sysmergesubscriptions"),
+                     replica.dialect.uuid_param(), replica.p)
+    good = "coalesce({}status, 'succeeded') = 'succeeded'"
+    own = "x.pubid = r.pubid AND x.subscription = r.name"
+    newest: dict[str, tuple] = {}
+    if replica.dialect.capabilities.lateral_joins:      # one probe a subscription: its last two runs, read whole
+        tied: set[str] = set()
+        for name, status, start, end in replica.query(
+                f"SELECT r.name, l.status, l.start_time, l.end_time FROM {subs} r CROSS JOIN LATERAL (SELECT x.status, "
+                f"x.start_time, x.end_time FROM {t} x WHERE {own} ORDER BY x.start_time DESC LIMIT 2) l "
+                f"WHERE r.pubid = {u}", [pubid]):
+            seen = newest.get(name)
+            if seen is None:
+                newest[name] = (status, end, end, start)
+            elif seen[3] == start:
+                tied.add(name)                          # two runs started at once: which is last is agent_state's
+        for name in tied:
+            newest[name] = ("failed", None, None, None)
+    else:
+        rows = replica.query(
+            f"SELECT n.name, l.status, l.end_time, k.end_time FROM (SELECT r.name, "
+            f"(SELECT max(x.start_time) FROM {t} x WHERE {own}) AS last_start, "
+            f"(SELECT x.start_time FROM {t} x WHERE {own} AND {good.format('x.')} ORDER BY x.start_time DESC LIMIT 1) "
+            f"AS ok_start FROM {subs} r WHERE r.pubid = {u}) n "
+            f"JOIN {t} l ON l.pubid = {u} AND l.subscription = n.name AND l.start_time = n.last_start "
+            f"LEFT JOIN {t} k ON k.pubid = {u} AND k.subscription = n.name AND k.start_time = n.ok_start "
+            f"AND {good.format('k.')}", [pubid, pubid, pubid])
+        for name, status, end, ok_end in rows:        # runs that started at the same time: the last to end
+            seen = newest.get(name)
+            if seen is None or (end is not None and (seen[1] is None or end > seen[1])) or \
+                    (end == seen[1] and ok_end is not None and (seen[2] is None or ok_end > seen[2])):
+                newest[name] = (status, end, ok_end, None)
+    out: dict[str, dict[str, Any]] = {}
+    for name, (status, end, ok_end, _) in newest.items():
+        if (status or ok[0]) not in ok:               # failed (or tied): read alone
+            out[name] = agent_state(replica, "MSmerge_sessions", f"pubid = {u} AND subscription = {p}", [pubid, name], ok)
+            continue
+        out[name] = {"last_run": {"status": "succeeded", "time": iso(end)}, "last_success": iso(ok_end)}
+    return out
+
+
 def iso(t: Any) -> str | None:
     return None if t is None else t.isoformat() if hasattr(t, "isoformat") else str(t)
 

@@ -143,7 +143,7 @@ class Record:
             for c in cls.meta().columns:
                 target = field_class(hints[c.name])
                 if isinstance(target, type) and issubclass(target, enum.Enum):
-                    out.append((c.name, target))
+                    out.append((c.name, _member_of(target)))
                 elif c.type.kind in _INT_KINDS:
                     out.append((c.name, int))
                 elif c.type.kind in _FLOAT_KINDS:
@@ -156,14 +156,23 @@ class Record:
 
     @classmethod
     def from_values(cls, values: Sequence[Any]) -> Self:
-        """A row from the values of its columns in table order, as ``store`` reads them."""
+        """A row from the values of its columns in table order, as ``store`` reads them (a value already of its
+        field's class is taken as it is: reading 10,000 registrations converts only what needs it)."""
+        converters = cls._converters()
+        if len(values) != len(converters):
+            raise ValueError(f"{cls.TABLE}: {len(values)} values for {len(converters)} columns")
         out = {}
-        for (name, conv), v in zip(cls._converters(), values, strict=True):
+        for (name, conv), v in zip(converters, values):
+            if conv is None or v is None or type(v) is conv:
+                out[name] = v
+                continue
             try:
-                out[name] = v if conv is None or v is None else conv(v)
+                out[name] = conv(v)
             except (TypeError, ValueError):
                 raise UnknownCode(cls.TABLE, name, v) from None
-        return cls(**out)
+        row = object.__new__(cls)            # every field given, none computed: the frozen dataclass's __init__
+        row.__dict__.update(out)             # would set them one by one through object.__setattr__
+        return row
 
     def values(self) -> list[Any]:
         """The row's values in table order."""
@@ -171,6 +180,16 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(zip(self.columns(), self.values()))
+
+
+def _member_of(cls: type[enum.Enum]) -> Any:
+    """``cls(value)``, a dictionary's lookup for the values it has (a row of metadata holds four codes)."""
+    members = dict(cls._value2member_map_)
+
+    def member(value: Any) -> Any:
+        found = members.get(value)
+        return found if found is not None else cls(value)
+    return member
 
 
 class UnknownCode(ValueError):

@@ -180,7 +180,8 @@ TABLES = TABLES + (
          C("download_deletes", INT, False), C("download_conflicts", INT, False), C("retries", INT, False),
          C("failed", INT, False), C("message", TEXT)),
         ("session_id", "subscription"),
-        (MetaIndex("MSmerge_sessions_time", ("pubid", "subscription", "start_time")),),
+        (MetaIndex("MSmerge_sessions_time", ("pubid", "subscription", "start_time")),
+         MetaIndex("MSmerge_sessions_start", ("start_time",))),     # the history's newest runs, of 10,000 devices
     ),
     MetaTable(
         "MSmerge_validations",

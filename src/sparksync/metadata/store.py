@@ -199,7 +199,11 @@ def to_param(replica: Replica, kind: Kind, value: Any) -> Any:
     return value
 
 
-def _from_db(kind: Kind, value: Any) -> Any:
+_CONVERTED = (Kind.JSON, Kind.UUID, Kind.TIMESTAMPTZ)      # the kinds ``from_db`` changes
+
+
+def from_db(kind: Kind, value: Any) -> Any:
+    """A value read from a metadata column of ``kind`` as the records hold it."""
     if value is None:
         return None
     if kind is Kind.JSON:
@@ -275,7 +279,7 @@ def _select(replica: Replica, table: str, where: Mapping[str, Any] | None,
 def select_rows(replica: Replica, table: str, where: dict[str, Any] | None = None,
                 order_by: Sequence[str] = ()) -> list[dict[str, Any]]:
     cols, ks, rows = _select(replica, table, where, order_by)
-    return [{c: _from_db(k, v) for c, k, v in zip(cols, ks, r)} for r in rows]
+    return [{c: from_db(k, v) for c, k, v in zip(cols, ks, r)} for r in rows]
 
 
 # -- typed rows (metadata/records.py) ------------------------------------------------------------------
@@ -287,8 +291,15 @@ def select(replica: Replica, cls: type[R], where: Mapping[str, Any] | None = Non
            order_by: Sequence[str] = ()) -> list[R]:
     """The rows of ``cls``'s table matching ``where`` (column -> value; None: IS NULL)."""
     _, ks, rows = _select(replica, cls.TABLE, where, order_by)
+    converted = [i for i, k in enumerate(ks) if k in _CONVERTED]     # the others are read as they are
     try:
-        return [cls.from_values([_from_db(k, v) for k, v in zip(ks, r)]) for r in rows]
+        out = []
+        for r in rows:
+            values = list(r)
+            for i in converted:
+                values[i] = from_db(ks[i], values[i])
+            out.append(cls.from_values(values))
+        return out
     except UnknownCode as e:
         raise ReplicaDamaged(f"{replica.label}: its replication metadata was changed outside sparksync: {e}",
                              obj=replica.label) from None
@@ -313,7 +324,7 @@ def select_joined(replica: Replica, first: type[R], second: type[S], on: str, wh
     if not rows:
         return None
     ks = list(k1.values()) + list(k2.values())
-    values = [_from_db(k, v) for k, v in zip(ks, rows[0])]
+    values = [from_db(k, v) for k, v in zip(ks, rows[0])]
     try:
         return first.from_values(values[:len(k1)]), second.from_values(values[len(k1):])
     except UnknownCode as e:

@@ -2,10 +2,12 @@
 endpoint's: devices' tokens open nothing here.
 
     GET /               the page (``?refresh=N``: every N seconds, default 5; ``?part=main``: the part its
-                        script refreshes)
+                        script refreshes; ``?q=``: the enrolled devices found, with their last runs)
     GET /api/status     the document of ``sparksync status --json``
     GET /api/conflicts  the document of ``sparksync conflicts --json`` (``?publication=``, ``?article=``)
     GET /api/history    the document of ``sparksync history --json`` (``?limit=``)
+    GET /api/devices    the enrolled devices, paged, as ``sparksync devices --json`` (``?group=``, ``?state=``, ``?q=``,
+                        ``?page=``, ``?page_size=``)
     GET /metrics        Prometheus text
     GET /healthz        200 while the agents' loop is alive, else 503 (no token)
 
@@ -102,8 +104,12 @@ def make_monitor_app(topology: Topology, agents: Agents, watch: Watch | None, to
         refresh = request.query_params.get("refresh", str(page.REFRESH_S))
         if not refresh.isdigit() or not 1 <= int(refresh) <= 3600:
             raise ConfigurationError(f"refresh={refresh[:20]!r}: seconds between refreshes, 1 to 3600", obj="refresh")
+        search = request.query_params.get("q", "").strip()
+        if len(search) > 200:
+            raise ConfigurationError("q: a device's name, partition, login or file, at most 200 characters", obj="q")
         try:
-            html = page.render(build_view(topology, agents, watch), topology.alerts.latency_s, part, int(refresh))
+            html = page.render(build_view(topology, agents, watch, search or None), topology.alerts.latency_s, part,
+                               int(refresh))
         except Exception as e:  # noqa: BLE001 - the page says what it cannot read, and keeps refreshing
             error = recover(e)
             if error is None:

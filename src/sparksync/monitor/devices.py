@@ -41,10 +41,11 @@ class EnrolledDevice:
 
 
 def devices(topology: Topology, status: dict[str, Any], group: str | None = None, state: str | None = None,
-            now: dt.datetime | None = None) -> list[EnrolledDevice]:
+            now: dt.datetime | None = None, search: str | None = None) -> list[EnrolledDevice]:
     """The enrolled devices (of ``group``; in ``state``: a roll-up state, ``late`` for performance critical,
-    ``diverged``, ``revoked`` or ``removed``), each with the state the monitor gives it, read from ``status``'s
-    document (which lists the enrolled devices: ``fleet/registry.with_fleet``)."""
+    ``diverged``, ``revoked`` or ``removed``; ``search``: whose name, partition or file's place holds it,
+    case-insensitive), each with the state the monitor gives it, read from ``status``'s document (which lists the
+    enrolled devices: ``fleet/registry.with_fleet``)."""
     if group is not None:
         topology.device_group(group)            # an unknown group: its own error
     now = now or store.utcnow()
@@ -70,6 +71,9 @@ def devices(topology: Topology, status: dict[str, Any], group: str | None = None
                                   e.get("status") if e else None, e.get("last_sync") if e else None))
     if state is not None:
         out = [x for x in out if _in_state(x, state)]
+    if search:
+        needle = search.lower()
+        out = [d for d in out if any(needle in (v or "").lower() for v in (d.name, d.host_name, d.login, d.described))]
     rank = {s: i for i, s in enumerate(ORDER)}
     return sorted(out, key=lambda d: (rank.get(d.state, -1), d.name))    # revoked, removed, unserved, then worst
 
@@ -88,12 +92,7 @@ def listing(topology: Topology, group: str | None = None, state: str | None = No
     or file's place holds it (case-insensitive)."""
     if state is not None and state not in STATES:
         raise ConfigurationError(f"state {state[:40]!r}: one of {', '.join(STATES)}", obj="state")
-    found = devices(topology, gather_status(topology), group, state)
-    if search:
-        needle = search.lower()
-        found = [d for d in found if any(needle in (v or "").lower() for v in (d.name, d.host_name, d.login,
-                                                                                  d.described))]
-    return found
+    return devices(topology, gather_status(topology), group, state, search=search)
 
 
 def page_of(found: list[EnrolledDevice], page: int, size: int) -> dict[str, Any]:

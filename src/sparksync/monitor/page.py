@@ -65,7 +65,8 @@ def render(view: dict[str, Any], latency_s: float | None, part: str | None = Non
     """The whole page, or (``part="main"``) only what the page's script puts in place of its main part;
     ``refresh``: seconds between two refreshes."""
     context = {"v": view, "chart": latency_svg(view["latency"]), "threshold": f"{latency_s or DEFAULT_LATENCY_S:g}",
-               "refresh_s": refresh, "refresh_ms": refresh * 1000, "warnings": ATTENTION}
+               "refresh_s": refresh, "refresh_ms": refresh * 1000, "warnings": ATTENTION,
+               "q": (view.get("found") or {}).get("q")}
     return _env.get_template("main.html" if part == "main" else "page.html").render(body="main.html", **context)
 
 

@@ -174,7 +174,7 @@ def subscription_state(entry: dict[str, Any], publication: dict[str, Any] | None
     expires_in = _until(entry["expires_at"], now) if entry.get("expires_at") else None
     status = entry.get("status", "")
     failed = int(entry.get("failed_upload") or 0) + int(entry.get("failed_download") or 0)
-    retention = _retention_s(publication)
+    retention = _retention_s(entry if entry.get("retention") is not None else publication)   # a device group's own
     fraction = alerts.expiry_fraction or DEFAULT_EXPIRY_FRACTION
     why = ""
     strays = entry.get("other_files") or []

@@ -47,6 +47,7 @@ class PostgresDialect(PostgresDriver, PostgresNaming, PostgresCatalog, PostgresD
         paramstyle="%s",
         sql=SqlFlavor("postgres", typed_booleans=True),
         joins_in_bulk=True,
+        lateral_joins=True,
         text_holds_nul=False,
         takes_server_text=True,
     )

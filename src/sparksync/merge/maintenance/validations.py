@@ -19,6 +19,7 @@ from typing import Any
 from sparksync.dialects.replica import Replica
 from sparksync.merge.maintenance.digest import Digest
 from sparksync.metadata import store
+from sparksync.metadata.schema import TABLES_BY_NAME
 
 PASSED, FAILED, INCONCLUSIVE = "passed", "failed", "inconclusive"
 KEPT = 20                       # the newest validations kept per subscription
@@ -89,8 +90,27 @@ def last(pub: Replica, pubid: str, subscription: str, conclusive: bool = False) 
             if not conclusive or r["result"] != INCONCLUSIVE]
     if not rows:
         return None
-    r = max(rows, key=lambda x: x["validated_at"])
+    return _validation(max(rows, key=lambda x: x["validated_at"]))
+
+
+def _validation(r: dict[str, Any]) -> Validation:
     articles = r["articles"]
     return Validation(r["subscription"], str(r["pubid"]), r["result"], r["how"],
                       json.loads(articles) if isinstance(articles, str) else (articles or {}), r["message"] or "",
                       float(r["seconds"] or 0), r["validated_at"])
+
+
+def latest(pub: Replica, pubid: str) -> dict[str, Validation]:
+    """Every subscription's newest validation in the publication (by name), in one query whatever their number
+    (``status`` of a fleet): ``last`` of each."""
+    if not pub.dialect.metadata_table_exists(pub, "MSmerge_validations"):
+        return {}
+    t, subs, u = pub.meta("MSmerge_validations"), pub.meta("sysmergesubscriptions"), pub.dialect.uuid_param()
+    kinds = {c.name: c.type.kind for c in TABLES_BY_NAME["MSmerge_validations"].columns}
+    cols = list(kinds)
+    rows = pub.query(f"SELECT {', '.join('v.' + pub.dialect.quote(c) for c in cols)} FROM (SELECT r.name, (SELECT "
+                     f"max(w.validated_at) FROM {t} w WHERE w.subscription = r.name AND w.pubid = r.pubid) AS at "
+                     f"FROM {subs} r WHERE r.pubid = {u}) n JOIN {t} v ON v.subscription = n.name AND v.pubid = {u} "
+                     "AND v.validated_at = n.at", [pubid, pubid])
+    return {r["subscription"]: _validation(r) for r in
+            ({c: store.from_db(kinds[c], v) for c, v in zip(cols, row)} for row in rows)}

@@ -24,6 +24,7 @@ so one statement evaluates every partition at once.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sparksync import failpoints
@@ -453,14 +454,17 @@ def evaluate(replica: Replica, pubid: str, scheme: PartitionScheme, articles: li
 
 
 def describe_partitions(replica: Replica, pubid: str, articles: list[ArticleRow], scheme: PartitionScheme,
-                        counts_known: bool = True) -> list[dict]:
+                        counts_known: bool = True, registered: Iterable[SubscriptionRow] | None = None) -> list[dict]:
     """Each partition of a publication: its parameters, its subscriptions, and how many rows of each
     filtered article it holds (current mappings: as of the last evaluation; None for an article
     evaluated at sync time, which has no mappings: every one with SetupBelongs, ``counts_known`` False,
-    and those with partition_options = 3)."""
+    and those with partition_options = 3). ``registered``: the publication's registrations when the caller
+    has read them (read here otherwise)."""
     subs: dict[int, list[str]] = {}
-    for s in store.select(replica, SubscriptionRow, {"pubid": pubid, "role": Role.SUBSCRIBER}):
-        if s.partition_id is not None:
+    if registered is None:
+        registered = store.select(replica, SubscriptionRow, {"pubid": pubid, "role": Role.SUBSCRIBER})
+    for s in registered:
+        if s.role is Role.SUBSCRIBER and s.partition_id is not None:
             subs.setdefault(s.partition_id, []).append(s.name)
     counts: dict[tuple[int, int], int] = {}
     at_sync = evaluated_at_sync(articles, scheme, counts_known)

@@ -51,16 +51,22 @@ def pending_download(pub: Replica, arts: list[ArticleRow], scheme, registered: S
     filtered ones only what concerns its partition (by their mappings, with precomputed partitions;
     ``scheme`` None: every change, as SetupBelongs evaluates them at the sync; so for articles with
     partition_options = 3, which have no mappings); and the lowest generation holding one."""
-    at_sync = evaluated_at_sync(arts, scheme, True) if scheme is not None else frozenset()
-    filtered = {a.nickname for a in arts if scheme is not None and scheme.articles[a.name].filtered
-                and a.nickname not in at_sync}
-    whole = [a.nickname for a in arts if a.nickname not in filtered]
+    whole, filtered = split(arts, scheme)
     n, lowest = count_after(pub, whole, registered.sentgen, exclude_received_from=registered.replnickname)
     if filtered and registered.partition_id is not None:
-        m, g = count_for_partition(pub, sorted(filtered), registered.sentgen, registered.partition_id,
+        m, g = count_for_partition(pub, filtered, registered.sentgen, registered.partition_id,
                                     registered.replnickname)
         n, lowest = n + m, lower(lowest, g)
     return n, lowest
+
+
+def split(arts: list[ArticleRow], scheme) -> tuple[list[int], list[int]]:
+    """The articles' nicknames as ``pending_download`` counts them: (every change counted, only a partition's
+    counted by its mappings)."""
+    at_sync = evaluated_at_sync(arts, scheme, True) if scheme is not None else frozenset()
+    filtered = {a.nickname for a in arts if scheme is not None and scheme.articles[a.name].filtered
+                and a.nickname not in at_sync}
+    return [a.nickname for a in arts if a.nickname not in filtered], sorted(filtered)
 
 
 def count_for_partition(replica: Replica, nicknames: list[int], after: int | None, partition_id: int,

@@ -190,7 +190,7 @@ def generation_rows(replica: Replica, after: int, upto: int) -> list[dict]:
     out = []
     for r in rows:
         d = dict(zip(cols, r))
-        d["nicknames"] = store._from_db(store.Kind.JSON, d["nicknames"])
+        d["nicknames"] = store.from_db(store.Kind.JSON, d["nicknames"])
         out.append(d)
     return out
 

@@ -84,11 +84,36 @@ def count(replica: Replica, nicknames: Sequence[int], after: int | None = None, 
                 f"AND cm.rowguid = x.rowguid AND cm.partition_id = {int(partition_id)}")
     n = int(replica.scalar(f"SELECT count(*) FROM (SELECT DISTINCT tablenick, rowguid FROM {m(LOG)} "
                            f"WHERE tablenick IN ({nick_list})) AS x{join}{where}", params) or 0)
-    if partition_id is None:
-        for ctx in _articles(replica)[1]:          # rows inserted without a rowguid (SQLite) get it at the flush
-            if ctx["tablenick"] in wanted:
-                n += int(replica.scalar(f"SELECT count(*) FROM {ctx['table']} WHERE {ctx['rowguid']} IS NULL") or 0)
+    return n + (unkeyed(replica, wanted) if partition_id is None else 0)
+
+
+def unkeyed(replica: Replica, nicknames: set[int]) -> int:
+    """Rows of these articles inserted without a rowguid (SQLite), which get one at the flush."""
+    n = 0
+    for ctx in _articles(replica)[1]:
+        if ctx["tablenick"] in nicknames:
+            n += int(replica.scalar(f"SELECT count(*) FROM {ctx['table']} WHERE {ctx['rowguid']} IS NULL") or 0)
     return n
+
+
+def logged(replica: Replica, nicknames: Sequence[int]) -> list[tuple[int, Any, int | None, int | None]]:
+    """Read-only, for ``status`` of many subscriptions at once (``backlogs.py``): the rows of these articles in
+    the log, each as (tablenick, rowguid, partition it is mapped to or None, the highest generation the tracking
+    metadata gives it or None), a row for each partition it is mapped to. ``count`` of any watermark and
+    partition is a count over these."""
+    replica.tracking_flushed = True
+    if not has_log(replica) or not nicknames:
+        return []
+    m = replica.dialect.metadata_table_sql
+    nick_list = ", ".join(str(int(n)) for n in nicknames)
+    newest = ", ".join(f"(SELECT max(c.generation) FROM {m(t)} c WHERE c.tablenick = x.tablenick AND "
+                       "c.rowguid = x.rowguid)" for t in ("MSmerge_contents", "MSmerge_tombstone"))
+    rows = replica.query(f"SELECT x.tablenick, x.rowguid, cm.partition_id, {newest} FROM (SELECT DISTINCT tablenick, "
+                         f"rowguid FROM {m(LOG)} WHERE tablenick IN ({nick_list})) AS x LEFT JOIN "
+                         f"{m('MSmerge_current_partition_mappings')} cm ON cm.tablenick = x.tablenick "
+                         "AND cm.rowguid = x.rowguid")
+    return [(int(t), g, None if pid is None else int(pid),
+             max((int(v) for v in (c, d) if v is not None), default=None)) for t, g, pid, c, d in rows]
 
 
 def discard(replica: Replica) -> None:

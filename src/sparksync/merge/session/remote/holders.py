@@ -248,9 +248,9 @@ def _stray(pub: Replica, subscription: str, file_id: str, described: str | None,
                                        "attempts": 1})
 
 
-def strays(pub: Replica, subscription: str) -> list[dict[str, Any]]:
-    """The files refused as ``subscription``'s, newest first (``status``)."""
+def strays(pub: Replica, subscription: str | None = None) -> list[dict[str, Any]]:
+    """The files refused as ``subscription``'s (None: as any subscription's), newest first (``status``)."""
     if not pub.dialect.metadata_table_exists(pub, STRAYS):
         return []
-    rows = store.select_rows(pub, STRAYS, {"subscription": subscription})
+    rows = store.select_rows(pub, STRAYS, {"subscription": subscription} if subscription is not None else None)
     return sorted(rows, key=lambda r: str(r["last_seen"]), reverse=True)

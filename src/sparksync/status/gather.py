@@ -1,4 +1,5 @@
-"""``status``: publications, articles and nicknames, subscriptions and their watermarks."""
+"""``status``: publications, articles and nicknames, subscriptions and their watermarks (the web subscriptions':
+``web.py``)."""
 
 from __future__ import annotations
 
@@ -7,81 +8,30 @@ from typing import Any
 
 from sparksync.config import Topology
 from sparksync.dialects import connect
-from sparksync.dialects.replica import Replica, redact_url
+from sparksync.dialects.replica import redact_url
 from sparksync.errors import ReplicaDamaged, SparksyncError
 from sparksync.fleet.registry import with_fleet
-from sparksync.merge.conflicts.model import REFUSED
-from sparksync.merge.maintenance import validations
 from sparksync.merge.maintenance.expiration import expiry
 from sparksync.merge.maintenance.integrity import check_identity, check_not_behind, replica_problems
 from sparksync.merge.partitions.evaluation import describe_partitions
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.session.backlog import count_after, pending_download
-from sparksync.merge.session.remote import holders
-from sparksync.merge.tracking.generations import enumeration_bound, waiting_writers
+from sparksync.merge.tracking.generations import enumeration_bound
 from sparksync.metadata import store
 from sparksync.metadata.history import age_seconds, agent_state, iso
-from sparksync.metadata.records import ArticleRow, GenStatus, PublicationRow, Role, SubscriptionRow
+from sparksync.metadata.records import ArticleRow, PublicationRow, Role, SubscriptionRow
 from sparksync.names import TableName
+from sparksync.status.readings import (
+    expires_at,
+    failed_count,
+    generation_time,
+    in_open,
+    refused_claims,
+    validation,
+    waiting,
+)
+from sparksync.status.web import web_entries
 from sparksync.transactional.status.publications import gather
-
-
-def _generation_time(replica: Replica, generation: int | None) -> Any:
-    """About when the changes of ``generation`` were made: when it was closed, or for the open
-    generation, when it was opened (it has been collecting changes since); for an open generation
-    of an older version, when the one before it closed."""
-    if generation is None:
-        return None
-    gh, p = replica.meta("MSmerge_genhistory"), replica.p
-    return replica.scalar(f"SELECT coalesce((SELECT coldate FROM {gh} WHERE generation = {p}), "
-                          f"(SELECT max(coldate) FROM {gh} WHERE generation < {p}))", [int(generation), int(generation)])
-
-
-def _in_open(lowest: int | None, open_generation: int | None) -> bool:
-    """The oldest waiting change is in the open generation: its time is when that generation was opened, and
-    the change came later (the monitor's rating reads this)."""
-    return lowest is not None and lowest == open_generation
-
-
-def _expires_at(retention_days: int | None, r: SubscriptionRow) -> str | None:
-    """When the subscription expires if it does not merge before (its publication's retention after its
-    last merge, or its creation); None: retention 0, it never expires."""
-    last = r.last_sync_date or r.created_at
-    if not retention_days or last is None:
-        return None
-    last = last if last.tzinfo is not None else last.replace(tzinfo=dt.UTC)
-    return iso(last + dt.timedelta(days=retention_days))
-
-
-def _failed_count(replica: Replica, source_nick: int | None) -> int:
-    """Changes from ``source_nick`` that failed here and wait to be tried again."""
-    if source_nick is None:
-        return 0
-    return int(replica.scalar(f"SELECT count(*) FROM {replica.meta('MSmerge_failed_changes')} "
-                              f"WHERE source_nickname = {int(source_nick)}") or 0)
-
-
-def _refused_claims(pub: Replica, source_nick: int | None) -> list[str]:
-    """A replica's changes the publisher refused for what they claim (a lineage out of range or beyond
-    what the publisher had, a version far above the row's history): its database was edited or damaged.
-    One line saying so, or none."""
-    if source_nick is None:
-        return []
-    rows = pub.query(f"SELECT count(*), min(reason) FROM {pub.meta('MSmerge_failed_changes')} "
-                     f"WHERE source_nickname = {int(source_nick)} AND reason LIKE {pub.p}", [f"{REFUSED}%"])
-    n, example = rows[0] if rows else (0, None)
-    if not n:
-        return []
-    return [f"the publisher refused {n} of its change(s) for what they claim ({str(example)[:300]}): its database "
-            "was edited or is damaged, and those rows stay as the publisher has them"]
-
-
-def _waiting(replica: Replica) -> list[str]:
-    """Closed generations that cannot be sent yet, and the open transactions they wait for."""
-    gh = replica.meta("MSmerge_genhistory")
-    unsettled = [int(g) for (g,) in replica.query(
-        f"SELECT generation FROM {gh} WHERE genstatus > {GenStatus.OPEN:d} AND settled = 0 ORDER BY generation")]
-    return [w.describe() for w in waiting_writers(replica, unsettled)]
 
 
 def gather_status(topology: Topology) -> dict[str, Any]:
@@ -161,9 +111,9 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
         out["publisher"].update({
             "state": "published", "replica_nickname": pub_nick,
             "open_generation": pub.dialect.current_open_generation(pub), "enumeration_bound": enumeration_bound(pub)})
-        waiting = _waiting(pub)
-        if waiting:
-            out["publisher"]["waiting"] = waiting
+        blocked = waiting(pub)
+        if blocked:
+            out["publisher"]["waiting"] = blocked
         pub_rows = {r.name: r for r in store.select(pub, PublicationRow)}
         for pcfg in topology.publications_of_kind("merge"):
             prow = pub_rows.get(pcfg.name)
@@ -187,7 +137,9 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                                     ("succeeded",))
             scheme = scheme_of(arts)
             precomputed = prow.precomputed
-            filtered = ({"partitions": describe_partitions(pub, prow.pubid, arts, scheme, precomputed)}
+            sub_rows = {r.name: r for r in store.select(pub, SubscriptionRow, {"pubid": prow.pubid})}
+            filtered = ({"partitions": describe_partitions(pub, prow.pubid, arts, scheme, precomputed,
+                                                           sub_rows.values())}
                         if scheme.filtered else {})
             out["publications"].append({
                 "name": pcfg.name, "pubid": prow.pubid, "kind": prow.kind,
@@ -200,7 +152,6 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                 "cleanup_generation": prow.cleanup_generation,
                 **filtered})
             nicks = [a.nickname for a in arts]
-            sub_rows = {r.name: r for r in store.select(pub, SubscriptionRow, {"pubid": prow.pubid})}
             for s in topology.subscriptions_of(pcfg.name):
                 r = sub_rows.get(s.name)
                 entry: dict[str, Any] = {
@@ -221,13 +172,13 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                                    [prow.pubid, s.name], ("succeeded",))
                 pending, lowest = pending_download(pub, arts, scheme if precomputed else None, r)
                 entry.update({"status": "stopped" if "stopped_since" in runs else "active",
-                              "last_sync": iso(r.last_sync_date), "expires_at": _expires_at(prow.retention, r),
+                              "last_sync": iso(r.last_sync_date), "expires_at": expires_at(prow.retention, r),
                               "nickname": r.replnickname, "partition_id": r.partition_id,
                               "publisher_sentgen": r.sentgen, "publisher_recgen": r.recgen,
                               "pending_download": pending,
-                              "oldest_pending_download": iso(_generation_time(pub, lowest)),
-                              "download_in_open_generation": _in_open(lowest, out["publisher"]["open_generation"]),
-                              "failed_upload": _failed_count(pub, r.replnickname), **runs})
+                              "oldest_pending_download": iso(generation_time(pub, lowest)),
+                              "download_in_open_generation": in_open(lowest, out["publisher"]["open_generation"]),
+                              "failed_upload": failed_count(pub, r.replnickname), **runs})
                 try:
                     with connect(topology.subscriber_url(s), s.name) as sub:
                         store.require_metadata(sub)
@@ -241,15 +192,15 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                         up, lowest = count_after(sub, nicks, entry.get("subscriber_sentgen"),
                                                   exclude_received_from=pub_nick)
                         entry["pending_upload"] = up
-                        entry["oldest_pending_upload"] = iso(_generation_time(sub, lowest))
-                        entry["upload_in_open_generation"] = _in_open(lowest, entry["open_generation"])
-                        entry["failed_download"] = _failed_count(sub, pub_nick)
-                        waiting = _waiting(sub)
-                        if waiting:
-                            entry["waiting"] = waiting
+                        entry["oldest_pending_upload"] = iso(generation_time(sub, lowest))
+                        entry["upload_in_open_generation"] = in_open(lowest, entry["open_generation"])
+                        entry["failed_download"] = failed_count(sub, pub_nick)
+                        blocked = waiting(sub)
+                        if blocked:
+                            entry["waiting"] = blocked
                         damaged = replica_problems(sub, prow.pubid) + [
                             f"{line}; run 'sparksync reinit --subscription {s.name} --upload-first'"
-                            for line in _refused_claims(pub, r.replnickname)]
+                            for line in refused_claims(pub, r.replnickname)]
                         if damaged:
                             entry["status"] = "damaged"
                             entry["problems"] = damaged
@@ -259,87 +210,9 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                 except SparksyncError as e:
                     entry["status"] = "unreachable"
                     entry["error"] = e.message
-                _validation(pub, prow.pubid, entry, f"'sparksync validate --checksum -s {s.name}' lists the rows that "
+                validation(pub, prow.pubid, entry, f"'sparksync validate --checksum -s {s.name}' lists the rows that "
                             f"differ and '--repair' mends them (or 'sparksync reinit -s {s.name}')")
                 out["subscriptions"].append(entry)
-            for s in topology.web_subscriptions_of(pcfg.name):
-                out["subscriptions"].append(_web_subscription(pub, s, sub_rows.get(s.name), prow, arts,
-                                                              scheme if precomputed else None))
+            out["subscriptions"] += web_entries(pub, topology, topology.web_subscriptions_of(pcfg.name), sub_rows, prow,
+                                                arts, scheme if precomputed else None)
     return out
-
-
-def _initialization_failed(pub, prow, name: str, entry: dict[str, Any]) -> None:
-    """A registration waiting for its device's file whose last sync failed (a way out that failed halfway: the
-    file set aside by ``sync --reinitialize``, then its initialization refused): stopped, with the command that
-    completes it, never a quiet "waiting"."""
-    runs = agent_state(pub, "MSmerge_sessions", f"pubid = {pub.dialect.uuid_param()} AND subscription = {pub.p}",
-                       [prow.pubid, name], ("succeeded",))
-    if "last_error" not in runs:
-        return
-    error = runs["last_error"]
-    way = (f"the operator runs 'sparksync snapshot --publication {prow.name}', then the device's 'sparksync sync' "
-           "initializes its file" if "sparksync snapshot" in error else
-           "the device's next 'sparksync sync' initializes its file")
-    entry.update({"status": "stopped", **runs, "problems": [
-        f"its device's file is not initialized: its last sync ({runs['last_error_time']}) failed: {error}; {way}"]})
-
-
-def _web_subscription(pub, s, r: SubscriptionRow | None, prow, arts, scheme) -> dict[str, Any]:
-    """A web subscription as the publisher knows it (its database is on the device: what is pending there
-    is the device's to say, at its next sync)."""
-    entry: dict[str, Any] = {"name": s.name, "publication": prow.name, "transport": "web", "database": None,
-                             "subscriber_type": s.subscriber_type, "priority": s.effective_priority,
-                             "host_name": s.host_name, **({"login": s.login} if s.login is not None else {}),
-                             "sync_interval_s": s.sync_interval_s, **({"group": s.group} if s.group else {})}
-    others = holders.strays(pub, s.name)
-    if others:
-        entry["other_files"] = [{"file_id": f["file_id"], "described": f["described"], "reason": f["reason"],
-                                 "attempts": f["attempts"], "unsent": f["unsent"], "last_seen": iso(f["last_seen"])}
-                                for f in others]
-    if r is None or not r.active:
-        entry["status"] = "not initialized" if r is None else "waiting for its device's first sync"
-        if r is not None:
-            _initialization_failed(pub, prow, s.name, entry)
-        return entry
-    expired = expiry(prow.retention, r, store.utcnow())
-    if expired is not None:
-        entry.update({"status": "expired", "problems": [expired]})
-        return entry
-    pending, lowest = pending_download(pub, arts, scheme, r)
-    runs = agent_state(pub, "MSmerge_sessions", f"pubid = {pub.dialect.uuid_param()} AND subscription = {pub.p}",
-                       [prow.pubid, s.name], ("succeeded",))
-    entry.update({"status": "stopped" if "stopped_since" in runs else "active", **runs,
-                  "nickname": r.replnickname, "partition_id": r.partition_id,
-                  "publisher_sentgen": r.sentgen, "publisher_recgen": r.recgen,
-                  "last_sync": iso(r.last_sync_date), "expires_at": _expires_at(prow.retention, r),
-                  "pending_download": pending,
-                  "oldest_pending_download": iso(_generation_time(pub, lowest)),
-                  "download_in_open_generation": _in_open(lowest, pub.dialect.current_open_generation(pub)),
-                  "failed_upload": _failed_count(pub, r.replnickname)})
-    refused = _refused_claims(pub, r.replnickname)
-    if refused:
-        entry.update({"status": "damaged", "problems": [f"{refused[0]}; initialize a new file on the device "
-                                                        "('sparksync sync --reinitialize --upload-first')"]})
-    _validation(pub, prow.pubid, entry, "the device's next sync validates it again; 'sparksync sync --reinitialize "
-                "--upload-first' on the device starts a new file")
-    return entry
-
-
-def _validation(pub: Replica, pubid: str, entry: dict[str, Any], way_out: str) -> None:
-    """The subscription's last validation and its age; a subscription whose last conclusive validation failed
-    has diverged from its partition (unless something worse is already said of it)."""
-    newest = validations.last(pub, pubid, entry["name"])
-    if newest is None:
-        return
-    entry["validation"] = newest.to_dict()
-    conclusive = newest if newest.result != validations.INCONCLUSIVE else validations.last(pub, pubid, entry["name"], True)
-    entry["diverged"] = conclusive is not None and conclusive.result == validations.FAILED
-    if conclusive is None or not entry["diverged"]:
-        return
-    said = f"its validation of {iso(conclusive.validated_at)} ({conclusive.how}) failed: {conclusive.message}; {way_out}"
-    if entry.get("status") == "active":
-        entry["status"] = "diverged"
-        entry["problems"] = [said]
-    else:                      # stopped, damaged, ...: what is worse is its state, and its divergence is said too
-        entry["problems"] = [*(entry.get("problems") or [entry.get("last_error") or entry.get("message") or
-                                                          entry.get("status", "")]), said]
