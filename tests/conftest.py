@@ -15,6 +15,13 @@ import pytest
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# The suite's JVMs (each test process's Spark, and those of the commands and services the tests start) live seconds
+# to minutes: they compile with C1 only and collect garbage on one thread. Their second-tier compiler and parallel
+# collector cost a Spark session a third more CPU than they save, on a suite that keeps both cores busy
+# (README, "Development"). Nothing they run differs.
+JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", JVM_OPTS)
+os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", JVM_OPTS)        # the cluster tests' master and workers
 # Failpoints reach the Spark Python workers through the environment they inherit (see failpoints.py).
 FAILPOINTS_FILE = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"sparksync-failpoints-{os.getpid()}")
 os.environ["SPARKSYNC_FAILPOINTS"] = FAILPOINTS_FILE

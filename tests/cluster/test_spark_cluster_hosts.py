@@ -111,6 +111,7 @@ def world(tmp_path_factory):
                       "conf": {"spark.archives": f"{folder / 'env.tar.gz'}#sparksync_env",
                                "spark.pyspark.python": "./sparksync_env/bin/python",
                                "spark.cores.max": "2", "spark.executor.cores": "1", "spark.executor.memory": "512m",
+                               "spark.executor.extraJavaOptions": os.environ.get("SPARK_SUBMIT_OPTS", ""),
                                "spark.executorEnv.SPARKSYNC_FAILPOINTS": str(points),
                                **{f"spark.executorEnv.{k}": f"${{{k}}}" for k in CREDENTIALS}}},
             "publisher": {"name": "HQ", "database": f"sqlite:///{driver / 'hq.db'}",
