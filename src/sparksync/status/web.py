@@ -64,6 +64,9 @@ def web_entries(pub: Replica, topology: Topology, subs: list[SubscriptionConfig]
     open_generation = fleet.backlogs.open_generation
     made = generation_times(pub)
     now = store.utcnow()
+    # days without a sync after which a device expires: its device group's retention where it sets one (cleanup
+    # forgets the device then: fleet/registry.forget), else its publication's
+    kept = {g.name: g.retention for g in topology.device_groups if g.retention is not None}
     out = []
     for s in subs:
         r = registered.get(s.name)
@@ -82,7 +85,7 @@ def web_entries(pub: Replica, topology: Topology, subs: list[SubscriptionConfig]
             if r is not None:
                 _initialization_failed(prow, fleet.runs.get(s.name, {}), entry)
             continue
-        retention = _retention(topology, s, prow)
+        retention = kept.get(s.group or "", prow.retention)
         expired = expiry(retention, r, now)
         if expired is not None:
             entry.update({"status": "expired", "problems": [expired]})
@@ -104,16 +107,6 @@ def web_entries(pub: Replica, topology: Topology, subs: list[SubscriptionConfig]
         validation(pub, prow.pubid, entry, "the device's next sync validates it again; 'sparksync sync --reinitialize "
                    "--upload-first' on the device starts a new file", fleet.validations.get(s.name))
     return out
-
-
-def _retention(topology: Topology, s: SubscriptionConfig, prow: PublicationRow) -> int | None:
-    """Days without a sync after which the subscription expires: its device group's retention where it sets one
-    (cleanup forgets the device then: ``fleet/registry.forget``), else its publication's."""
-    if s.group is not None:
-        group = next((g for g in topology.device_groups if g.name == s.group), None)
-        if group is not None and group.retention is not None:
-            return group.retention
-    return prow.retention
 
 
 def _initialization_failed(prow: PublicationRow, runs: dict[str, Any], entry: dict[str, Any]) -> None:
