@@ -53,19 +53,14 @@ def session_states(replica: Replica, pubid: str) -> dict[str, dict[str, Any]]:
     good = "coalesce({}status, 'succeeded') = 'succeeded'"
     own = "x.pubid = r.pubid AND x.subscription = r.name"
     newest: dict[str, tuple] = {}
-    if replica.dialect.capabilities.lateral_joins:      # one probe a subscription: its last two runs, read whole
-        tied: set[str] = set()
-        for name, status, start, end in replica.query(
-                f"SELECT r.name, l.status, l.start_time, l.end_time FROM {subs} r CROSS JOIN LATERAL (SELECT x.status, "
-                f"x.start_time, x.end_time FROM {t} x WHERE {own} ORDER BY x.start_time DESC LIMIT 2) l "
-                f"WHERE r.pubid = {u}", [pubid]):
-            seen = newest.get(name)
-            if seen is None:
-                newest[name] = (status, end, end, start)
-            elif seen[3] == start:
-                tied.add(name)                          # two runs started at once: which is last is agent_state's
-        for name in tied:
-            newest[name] = ("failed", None, None, None)
+    if replica.dialect.capabilities.lateral_joins:      # one probe a subscription: its last run, and its ties
+        for name, status, end, started in replica.query(
+                f"SELECT r.name, l.status, l.end_time, (SELECT count(*) FROM {t} y WHERE y.pubid = r.pubid AND "
+                f"y.subscription = r.name AND y.start_time = l.start_time) FROM {subs} r CROSS JOIN LATERAL "
+                f"(SELECT x.status, x.start_time, x.end_time FROM {t} x WHERE {own} ORDER BY x.start_time DESC "
+                f"LIMIT 1) l WHERE r.pubid = {u}", [pubid]):
+            # two runs started at once: which is last is agent_state's
+            newest[name] = (status, end, end, None) if started == 1 else ("failed", None, None, None)
     else:
         rows = replica.query(
             f"SELECT n.name, l.status, l.end_time, k.end_time FROM (SELECT r.name, "
@@ -85,12 +80,18 @@ def session_states(replica: Replica, pubid: str) -> dict[str, dict[str, Any]]:
         if (status or ok[0]) not in ok:               # failed (or tied): read alone
             out[name] = agent_state(replica, "MSmerge_sessions", f"pubid = {u} AND subscription = {p}", [pubid, name], ok)
             continue
-        out[name] = {"last_run": {"status": "succeeded", "time": iso(end)}, "last_success": iso(ok_end)}
+        ended = iso(end)
+        out[name] = {"last_run": {"status": "succeeded", "time": ended},
+                     "last_success": ended if ok_end is end else iso(ok_end)}
     return out
 
 
 def iso(t: Any) -> str | None:
-    return None if t is None else t.isoformat() if hasattr(t, "isoformat") else str(t)
+    if t is None:
+        return None
+    if type(t) is dt.datetime:          # most of them (status reads 10,000 devices' times)
+        return t.isoformat()
+    return t.isoformat() if hasattr(t, "isoformat") else str(t)
 
 
 def age_seconds(t: Any, now: dt.datetime) -> float | None:

@@ -31,6 +31,7 @@ latency_s``, default 30 s, SQL Server's default latency warning): below 25 % exc
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +64,13 @@ class Cadence:
 
     @classmethod
     def device(cls, seconds: float) -> Cadence:
-        return cls((Schedule(f"every {seconds:g}s", "every", seconds),), (), seconds)
+        return _device_cadence(seconds)
+
+
+@functools.lru_cache(maxsize=256)
+def _device_cadence(seconds: float) -> Cadence:
+    """A web device's cadence, made once per interval (a fleet's devices share a few)."""
+    return Cadence((Schedule(f"every {seconds:g}s", "every", seconds),), (), seconds)
 
 
 def cadences_of(topology: Topology) -> dict[str, Cadence]:
@@ -102,7 +109,10 @@ def worst(states: list[str]) -> str:
 
 def rating(late: float, threshold: float) -> str:
     share = late / threshold
-    return next((name for bound, name in BANDS if share < bound), "critical")
+    for bound, name in BANDS:
+        if share < bound:
+            return name
+    return "critical"
 
 
 def latency_of(entry: dict[str, Any], publication: dict[str, Any] | None) -> float:

@@ -102,10 +102,10 @@ def build_view(topology: Topology, agents: Agents, watch: Watch | None, search: 
     now = dt.datetime.now(dt.UTC)
     status = gather_status(topology)
     history = gather_history(topology)
-    if watch is not None:
-        watch.observe(status, history["runs"], now)
     running = agents.running()
     rollup = roll_up(status, topology.alerts, running, now, watch.cadences if watch else cadences_of(topology))
+    if watch is not None:
+        watch.observe(status, history["runs"], now, rollup)
     per_day = _conflicts_per_day(topology, now)
     loop = agents.snapshot()
     tx = status.get("transactional") or {}

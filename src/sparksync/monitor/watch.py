@@ -101,11 +101,14 @@ class Watch:
             return
         self.observe(status, history, now)
 
-    def observe(self, status: dict[str, Any], history: list[dict[str, Any]], now: dt.datetime | None = None) -> None:
-        """Evaluate the alerts on a state already read (the page's, a scrape's): the webhook told of what changed."""
+    def observe(self, status: dict[str, Any], history: list[dict[str, Any]], now: dt.datetime | None = None,
+                rollup: dict[str, dict[str, dict[str, Any]]] | None = None) -> None:
+        """Evaluate the alerts on a state already read (the page's, a scrape's): the webhook told of what changed;
+        ``rollup``: the state's roll-up when the caller made it already (``roll_up`` with this watch's cadences)."""
         now = now or self.clock()
         with self._lock:
-            rollup = roll_up(status, self.topology.alerts, self.agents.running(), now, self.cadences)
+            if rollup is None:
+                rollup = roll_up(status, self.topology.alerts, self.agents.running(), now, self.cadences)
             alerts = self.evaluator.evaluate(status, rollup, history, now)
         self._record(alerts, now, None)
 

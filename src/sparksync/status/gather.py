@@ -62,11 +62,15 @@ def _entries(st: dict[str, Any]) -> list[tuple[str, dict]]:
         [("subscription", e) for e in st["subscriptions"] + tx.get("subscriptions", [])]
 
 
+_OLDEST = ("oldest_pending_download", "oldest_pending_upload", "oldest_pending", "oldest_unread")   # the timestamps aged
+
+
 def _add_ages(st: dict[str, Any], now: dt.datetime) -> None:
     """Beside every ``oldest_*`` timestamp, its age in seconds (``oldest_*_age``); a last validation's too."""
     for _, e in _entries(st):
-        for k in [k for k in e if k.startswith("oldest_")]:
-            e[f"{k}_age"] = age_seconds(e[k], now)
+        for k in _OLDEST:
+            if k in e:
+                e[f"{k}_age"] = age_seconds(e[k], now)
         if isinstance(e.get("validation"), dict):
             e["validation_age"] = age_seconds(e["validation"]["at"], now)
 

@@ -19,7 +19,7 @@ from typing import Any
 from sparksync.dialects.replica import Replica
 from sparksync.merge.maintenance.digest import Digest
 from sparksync.metadata import store
-from sparksync.metadata.schema import TABLES_BY_NAME
+from sparksync.types import Kind
 
 PASSED, FAILED, INCONCLUSIVE = "passed", "failed", "inconclusive"
 KEPT = 20                       # the newest validations kept per subscription
@@ -94,10 +94,13 @@ def last(pub: Replica, pubid: str, subscription: str, conclusive: bool = False) 
 
 
 def _validation(r: dict[str, Any]) -> Validation:
-    articles = r["articles"]
-    return Validation(r["subscription"], str(r["pubid"]), r["result"], r["how"],
-                      json.loads(articles) if isinstance(articles, str) else (articles or {}), r["message"] or "",
-                      float(r["seconds"] or 0), r["validated_at"])
+    return Validation(r["subscription"], str(r["pubid"]), r["result"], r["how"], _articles(r["articles"]),
+                      r["message"] or "", float(r["seconds"] or 0), r["validated_at"])
+
+
+def _articles(value: Any) -> dict[str, list]:
+    """A validation's articles as read (a JSON text held as a JSON string: read again)."""
+    return json.loads(value) if isinstance(value, str) else (value or {})
 
 
 def latest(pub: Replica, pubid: str) -> dict[str, Validation]:
@@ -106,11 +109,17 @@ def latest(pub: Replica, pubid: str) -> dict[str, Validation]:
     if not pub.dialect.metadata_table_exists(pub, "MSmerge_validations"):
         return {}
     t, subs, u = pub.meta("MSmerge_validations"), pub.meta("sysmergesubscriptions"), pub.dialect.uuid_param()
-    kinds = {c.name: c.type.kind for c in TABLES_BY_NAME["MSmerge_validations"].columns}
-    cols = list(kinds)
-    rows = pub.query(f"SELECT {', '.join('v.' + pub.dialect.quote(c) for c in cols)} FROM (SELECT r.name, (SELECT "
-                     f"max(w.validated_at) FROM {t} w WHERE w.subscription = r.name AND w.pubid = r.pubid) AS at "
-                     f"FROM {subs} r WHERE r.pubid = {u}) n JOIN {t} v ON v.subscription = n.name AND v.pubid = {u} "
-                     "AND v.validated_at = n.at", [pubid, pubid])
-    return {r["subscription"]: _validation(r) for r in
-            ({c: store.from_db(kinds[c], v) for c, v in zip(cols, row)} for row in rows)}
+    read = ", ".join("v." + pub.dialect.quote(c) for c in
+                     ("subscription", "result", "how", "articles", "message", "seconds", "validated_at"))
+    if pub.dialect.capabilities.lateral_joins:       # one probe of the key's index a subscription
+        rows = pub.query(f"SELECT {read} FROM {subs} r CROSS JOIN LATERAL (SELECT * FROM {t} w WHERE w.subscription "
+                         f"= r.name AND w.pubid = r.pubid ORDER BY w.validated_at DESC LIMIT 1) v WHERE r.pubid = {u}",
+                         [pubid])
+    else:
+        rows = pub.query(f"SELECT {read} FROM (SELECT r.name, (SELECT max(w.validated_at) FROM {t} w WHERE "
+                         f"w.subscription = r.name AND w.pubid = r.pubid) AS at FROM {subs} r WHERE r.pubid = {u}) n "
+                         f"JOIN {t} v ON v.subscription = n.name AND v.pubid = {u} AND v.validated_at = n.at",
+                         [pubid, pubid])
+    return {name: Validation(name, pubid, result, how, _articles(store.from_db(Kind.JSON, articles)), message or "",
+                             float(seconds or 0), store.from_db(Kind.TIMESTAMPTZ, at))
+            for name, result, how, articles, message, seconds, at in rows}

@@ -48,6 +48,8 @@ class Generations:
     def after(self, watermark: int, skip: frozenset[int] = frozenset()) -> tuple[int, int | None]:
         gens, suffix = self._index()
         i = bisect_right(gens, watermark)
+        if not skip:                          # most devices: nothing of theirs above their watermark
+            return suffix[i], (gens[i] if suffix[i] else None)
         n = suffix[i] - sum(self.counts.get(g, 0) for g in skip if g > watermark)
         lowest = next((g for g in gens[i:] if g not in skip), None) if n else None
         return n, lowest
