@@ -152,6 +152,18 @@ def test_a_second_file_synced_as_the_till_is_refused_and_the_tills_unsent_sale_a
     assert 101 in _sales(w.pub_url)
     assert _outbox(w.device("Till"))[101] == "applied"
     assert not list(w.folder.glob("till.db.replaced-*"))
+    # the operator dealt with the second file: forgetting it clears status, the roll-up and the alert
+    assert "Till" in {e["name"] for e in _status(w)[1]["subscriptions"] if e.get("other_files")}
+    p = cli(["devices", "-c", str(w.config), "--forget-strays", "Till"])
+    assert p.returncode == 0 and "tll.db" in p.stderr and "a new file" in p.stderr, p.stderr
+    entry = _entry(w, "Till")
+    assert "other_files" not in entry and not any("does not hold it" in x for x in _status(w)[1]["problems"]), entry
+    status, now = gather_status(w.topology), dt.datetime.now(dt.UTC)
+    assert roll_up(status, AlertsConfig(), set(), now, cadences_of(w.topology))["subscriptions"]["Till"]["state"] != "error"
+    p = cli(["devices", "-c", str(w.config), "--forget-strays", "Till"])
+    assert p.returncode == 0 and "no refused file" in p.stderr, p.stderr
+    p = cli(["devices", "-c", str(w.config), "--forget-strays", "Ti'll"])
+    assert p.returncode != 0 and "Ti'll" in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
 def test_a_cloned_till_is_refused_at_its_first_sync_and_the_original_keeps_syncing(world, tmp_path):

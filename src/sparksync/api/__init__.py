@@ -10,7 +10,8 @@ one of these, and prints). docs/python-api.md shows it with examples the test su
   the topology's ``[spark]`` when it first needs one (never before: a small merge runs in this process).
   ``Publisher`` is the same as one object.
 - A fleet (``fleet.py``): ``enroll_token`` / ``enroll_tokens`` / ``revoke_enroll_token`` (a device group's
-  enrollment secrets), ``devices`` / ``revoke_device`` / ``remove_device`` (the devices enrolled into groups).
+  enrollment secrets), ``devices`` / ``revoke_device`` / ``remove_device`` (the devices enrolled into groups),
+  ``forget_strays`` (a web subscription's refused files, once dealt with).
 - The device's side (``device.py``): ``Device``, a device database bound to its server and subscription (or
   enrolled into a device group: ``enroll``): ``sync()`` returns the sync's summary; ``start()`` / ``stop()`` sync it
   in the background of an application, every ``interval`` seconds, with backoff after a failure and a callback per
@@ -29,6 +30,7 @@ from sparksync.api.fleet import (
     devices,
     enroll_token,
     enroll_tokens,
+    forget_strays,
     remove_device,
     revoke_device,
     revoke_enroll_token,
@@ -61,8 +63,8 @@ from sparksync.api.publisher import (
 )
 
 __all__ = ["Device", "KeySource", "Progress", "Publisher", "cleanup", "cluster_pack", "conflicts", "database_url",
-           "device_page", "devices", "distribute", "enroll_token", "enroll_tokens", "failed_changes", "history",
-           "key_from_env", "key_from_file", "load", "logreader", "merge", "partitions", "reinit",
-           "remove_device", "repair", "resolve_conflict", "revoke_device", "revoke_enroll_token",
-           "revoke_token", "schema_change", "serve", "serving", "setup", "snapshot", "status", "token",
-           "tracer_token", "tracer_tokens", "validate"]
+           "device_page", "devices", "distribute", "enroll_token", "enroll_tokens", "failed_changes", "forget_strays",
+           "history", "key_from_env", "key_from_file", "load", "logreader", "merge", "partitions", "reinit",
+           "remove_device", "repair", "resolve_conflict", "revoke_device", "revoke_enroll_token", "revoke_token",
+           "schema_change", "serve", "serving", "setup", "snapshot", "status", "token", "tracer_token", "tracer_tokens",
+           "validate"]

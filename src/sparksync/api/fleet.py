@@ -77,6 +77,15 @@ def remove_device(topology: Topology, name: str) -> dict[str, Any]:
     return remove(topology, name)
 
 
+def forget_strays(topology: Topology, name: str) -> list[dict[str, Any]]:
+    """``sparksync devices --forget-strays NAME``: the files refused as web subscription ``name``'s (a copy of its file,
+    a second file) forgotten once dealt with: ``status`` and the monitor stop naming them. Returns what was recorded
+    of them (file_id, described, reason, unsent, attempts, first_seen, last_seen)."""
+    from sparksync.fleet.registry import forget_strays as forget
+
+    return forget(topology, name)
+
+
 def device_page(found: list[EnrolledDevice], page: int = 1, page_size: int = 100) -> dict[str, Any]:
     """One page of ``devices``' list (``page`` from 1) as ``sparksync devices --json`` and the monitor's
     ``/api/devices`` print it: ``{total, page, page_size, states, devices}``, ``states`` counting every state among

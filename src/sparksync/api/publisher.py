@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sparksync.api.common import Progress, _said, _spark, load
-from sparksync.api.fleet import devices, enroll_token, remove_device, revoke_device
+from sparksync.api.fleet import devices, enroll_token, forget_strays, remove_device, revoke_device
 from sparksync.config import Topology
 from sparksync.dialects import connect
 from sparksync.errors import ConfigurationError, NotInitialized, SparksyncError
@@ -350,6 +350,9 @@ class Publisher:
 
     def remove_device(self, name: str) -> dict[str, Any]:
         return remove_device(self.topology, name)
+
+    def forget_strays(self, name: str) -> list[dict[str, Any]]:
+        return forget_strays(self.topology, name)
 
     def serve(self, *, operator_token: str | None = None) -> None:
         return serve(self.topology, operator_token=operator_token, spark=self._spark, progress=self.progress)

@@ -91,11 +91,24 @@ def devices_command(
                                                "its metadata goes at the next cleanup.")] = None,
     remove: Annotated[str | None, typer.Option("--remove", help="Remove this device: refused from now on, its "
                                                "registration dropped at the next cleanup.")] = None,
+    forget_strays: Annotated[str | None, typer.Option(
+        "--forget-strays", help="Forget the files refused as this web subscription's (a copy of its file, a second "
+        "file) once they are dealt with: status and the monitor stop naming them.")] = None,
 ) -> None:
     """The devices enrolled into device groups, each with the state the monitor gives it, worst first (paged)."""
     topology = load(config)
-    if revoke and remove:
-        raise typer.BadParameter("--revoke or --remove, not both", param_hint="--revoke")
+    if sum(x is not None for x in (revoke, remove, forget_strays)) > 1:
+        raise typer.BadParameter("--revoke, --remove or --forget-strays, one of them", param_hint="--revoke")
+    if forget_strays is not None:
+        gone = api.forget_strays(topology, forget_strays)
+        for f in gone:
+            err_console.print(f"{forget_strays}: forgot the refused file {f['described'] or f['file_id']} ({f['reason']}; "
+                              f"{f['attempts']} attempt(s), last at {f['last_seen']}"
+                              + (f"; {f['unsent']} change(s) of its own unsent" if f["unsent"] else "") + ")",
+                              highlight=False)
+        if not gone:
+            err_console.print(f"{forget_strays}: no refused file is recorded", highlight=False)
+        return
     if revoke or remove:
         done = api.revoke_device(topology, revoke) if revoke else api.remove_device(topology, str(remove))
         err_console.print(f"{done['subscription']}: {done['state']} (refused from its next request; its metadata "

@@ -1,7 +1,8 @@
 """The devices enrolled into device groups, as every operation reads them beside the subscriptions configured by
 hand: ``with_fleet`` gives a topology that holds their web subscriptions (``status``, ``validate``, the monitor),
 ``rows`` their records (``monitor/devices.py`` lists them with their state), ``revoke`` and ``remove`` end one
-(refused at its next request; its metadata dropped at the next cleanup: ``forget``)."""
+(refused at its next request; its metadata dropped at the next cleanup: ``forget``); ``forget_strays`` clears a
+subscription's refused files once they are dealt with."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from sparksync.config import SubscriptionConfig, Topology
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ConfigurationError, SparksyncError
+from sparksync.merge.session.remote import holders
 from sparksync.merge.session.remote.enrollment import DEVICES, ENROLLED, REMOVED, REVOKED, aware, installed
 from sparksync.merge.snapshot.initialize import drop_registration
 from sparksync.metadata import store
+from sparksync.metadata.history import iso
 from sparksync.metadata.records import SubscriptionRow
 from sparksync.progress import Reporter, silent
 from sparksync.web import tokens
@@ -101,6 +104,17 @@ def _end(topology: Topology, name: str, state: str) -> dict:
             return row
         store.update_rows(pub, DEVICES, {"state": state, "changed_at": store.utcnow()}, {"subscription": name})
         return {**row, "state": state}
+
+
+def forget_strays(topology: Topology, name: str) -> list[dict]:
+    """The files refused as web subscription ``name``'s (configured or enrolled) forgotten once the operator dealt
+    with them (``holders.forget``): what was recorded of them, each time as ISO text."""
+    if name not in {s.name for s in with_fleet(topology).subscriptions if s.transport == "web"}:
+        raise ConfigurationError(f"no web subscription or enrolled device named {name!r} ('sparksync status' and "
+                                 "'sparksync devices' list them)", obj=name)
+    with connect(topology.publisher_url, topology.publisher.name) as pub:
+        return [{**f, "first_seen": iso(f["first_seen"]), "last_seen": iso(f["last_seen"])}
+                for f in holders.forget(pub, name)]
 
 
 def forget(pub: Replica, topology: Topology, now: dt.datetime, dry_run: bool = False,

@@ -86,7 +86,8 @@ def _problems(st: dict[str, Any]) -> list[str]:
             where = f["described"] or f["file_id"]
             out.append(f"subscription {e['name']}: a file that does not hold it tried to sync ({where}, "
                        f"{f['attempts']} time(s), last at {f['last_seen']}): {f['reason']}; refused, its changes stay "
-                       "in it (docs/web-sync.md, 'Which file holds a subscription')")
+                       "in it (docs/web-sync.md, 'Which file holds a subscription'); once it is dealt with, "
+                       f"'sparksync devices --forget-strays {e['name']}'")
         state = e.get("state") if kind == "publication" else e.get("status")
         if state not in BAD_STATES:
             continue

@@ -254,3 +254,15 @@ def strays(pub: Replica, subscription: str | None = None) -> list[dict[str, Any]
         return []
     rows = store.select_rows(pub, STRAYS, {"subscription": subscription} if subscription is not None else None)
     return sorted(rows, key=lambda r: str(r["last_seen"]), reverse=True)
+
+
+def forget(pub: Replica, subscription: str) -> list[dict[str, Any]]:
+    """The files refused as ``subscription``'s forgotten (the operator dealt with them: the copy wiped, or given a
+    subscription of its own): ``status`` stops naming them. Returns what was recorded of them. A forgotten file
+    that syncs again is refused again, and recorded again."""
+    if not pub.dialect.metadata_table_exists(pub, STRAYS):
+        return []
+    with pub.transaction():
+        found = strays(pub, subscription)
+        store.delete_rows(pub, STRAYS, {"subscription": subscription})
+    return found
