@@ -298,7 +298,12 @@ def _to_timestamptz(v):
     return ts.astimezone(dt.UTC)
 
 
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").fullmatch
+
+
 def _to_uuid(v):
+    if type(v) is str and _CANONICAL_UUID(v):      # already as str(uuid.UUID(v)) writes it (SQLite's rowguids)
+        return v
     if isinstance(v, uuid.UUID):
         return str(v)
     if isinstance(v, (bytes, bytearray)) and len(v) == 16:

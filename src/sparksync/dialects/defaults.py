@@ -89,7 +89,7 @@ class DdlDefaults:
     def render_column_type(self: Dialect, table: TableInfo, column: Column) -> str:
         return self.render_type(column.type)
 
-    def render_create_table(self: Dialect, table: TableInfo, rowguid: str | None) -> list[str]:
+    def render_create_table(self: Dialect, table: TableInfo, rowguid: str | None, index: bool = True) -> list[str]:
         cols = []
         for c in table.columns:
             spec = f"{self.quote(c.name)} {self.render_column_type(table, c)}"
@@ -109,7 +109,7 @@ class DdlDefaults:
         if name.schema is not None and self.capabilities.supports_schemas:
             stmts.append(f"CREATE SCHEMA IF NOT EXISTS {self.quote(name.schema)}")
         stmts.append(f"CREATE TABLE {self.table_sql(table.name)} (\n  " + ",\n  ".join(cols) + "\n)")
-        if rowguid is not None:
+        if rowguid is not None and index:
             stmts.append(self.render_rowguid_index(table.name, rowguid))
         return stmts
 
@@ -137,6 +137,8 @@ class DataMovementDefaults:
     def bulk_load(self: Dialect, replica: Replica, table: TableName, columns: Sequence[str], types: Sequence[SqlType],
                   rows: Iterable[Sequence[Any]]) -> int:
         convs = self.db_converters(types)
+        if all(c is None for c in convs):           # the driver takes every value as it is
+            return self.load_rows(replica, self.table_sql(table), columns, rows)
         return self.load_rows(replica, self.table_sql(table), columns,
                               (tuple(v if (v is None or c is None) else c(v) for v, c in zip(r, convs)) for r in rows))
 

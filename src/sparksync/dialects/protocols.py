@@ -160,8 +160,10 @@ class Ddl(Protocol):
     def render_column_type(self, table: TableInfo, column: Column) -> str:
         """The type of one column in a subscriber's CREATE TABLE."""
 
-    def render_create_table(self, table: TableInfo, rowguid: str | None) -> list[str]:
-        """CREATE TABLE for a subscriber's copy of an article (types mapped, PK, FKs)."""
+    def render_create_table(self, table: TableInfo, rowguid: str | None, index: bool = True) -> list[str]:
+        """CREATE TABLE for a subscriber's copy of an article (types mapped, PK, FKs), and the rowguid's unique index
+        unless ``index`` is False (a snapshot's load makes it after the rows are in: one sort, not an insert into the
+        index per row)."""
 
     def render_rowguid_index(self, table: TableName, rowguid: str) -> str: ...
 

@@ -328,10 +328,8 @@ def _load_articles(sub: Replica, files: SnapshotFiles, manifest: SnapshotManifes
     kept = pre_create(sub, [(a.name, names[a.name], infos[a.name]) for a in arts], pre_creation_cmd)
     for a in arts:
         if a.name not in kept:
-            for stmt in d.render_create_table(infos[a.name], a.rowguid_column):
+            for stmt in d.render_create_table(infos[a.name], a.rowguid_column, index=False):
                 sub.execute(stmt)
-        else:
-            sub.execute(d.render_rowguid_index(names[a.name], a.rowguid_column))
     where = f"snapshot {manifest.snapshot_id} of publication {manifest.publication}"
     refused: dict[int, list[dict]] = {}
     total = 0
@@ -343,6 +341,7 @@ def _load_articles(sub: Replica, files: SnapshotFiles, manifest: SnapshotManifes
         total += loaded.rows
         if loaded.refused:
             refused[a.nickname] = loaded.refused
+        sub.execute(d.render_rowguid_index(names[a.name], a.rowguid_column))   # once the rows are in: one sort
     skip = {str(r["keyvalue"]) for rows in refused.values() for r in rows}
     n_lineage = _load_lineage(sub, files, manifest, generation, skip, {a.nickname for a in arts})
     for a in arts:
