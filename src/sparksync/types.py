@@ -341,6 +341,11 @@ _CONVERTERS = {
 }
 
 
+# the kinds whose values of these Python types the converters return unchanged (a column of only those is not converted)
+_AS_IS = {Kind.SMALLINT: {int, type(None)}, Kind.INTEGER: {int, type(None)}, Kind.BIGINT: {int, type(None)},
+          Kind.DOUBLE: {float, type(None)}, Kind.TEXT: {str, type(None)}, Kind.BOOLEAN: {bool, type(None)}}
+
+
 def arrow_converter(t: SqlType):
     """A function turning a driver value (from either dialect) into the Python value Arrow expects."""
     conv = _CONVERTERS[t.kind](t)
@@ -362,7 +367,10 @@ def rows_to_record_batch(rows, columns: list[tuple[str, SqlType]], schema: pa.Sc
     arrays = []
     for i, ((name, t), conv) in enumerate(zip(columns, convs)):
         try:
-            values = [conv(r[i]) for r in rows]
+            values = [r[i] for r in rows]
+            exact = _AS_IS.get(t.kind)
+            if exact is None or not set(map(type, values)) <= exact:    # else every value is its own canonical form
+                values = [conv(v) for v in values]
             arrays.append(pa.array(values, type=schema.field(i).type))
         except (ValueError_, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
             raise ValueError_(f"{where}, {_bad_row(rows, i, conv, columns, key)}column {name} ({t}): {e}") from None
