@@ -134,9 +134,8 @@ def _may_be_unstorable(d, t) -> bool:
 
 def _unstorable_rows(columns: list[list], checks) -> set[int]:
     """Positions of the rows of a batch (its columns as Python values) that may hold an unstorable value: a NaN in
-    a float column, a NUL in a text one (in a JSON one, its escape too). Plain Python over the values the load
-    converts anyway: a device's sync is a process of its own, and Arrow's compute functions would import pandas
-    into it (a sixth of a 200,000-row first sync)."""
+    a float column, a NUL in a text one (in a JSON one, its escape too), found in the Python values the load
+    reads anyway."""
     out: set[int] = set()
     for i, c in checks:
         if c.type.kind in (Kind.REAL, Kind.DOUBLE):
