@@ -23,44 +23,60 @@ The functions raise the typed errors of ``sparksync.errors``; they never print, 
 
 from __future__ import annotations
 
-from sparksync.api.common import Progress, load
-from sparksync.api.device import Device, KeySource, database_url, key_from_env, key_from_file
-from sparksync.api.fleet import (
-    device_page,
-    devices,
-    enroll_token,
-    enroll_tokens,
-    forget_strays,
-    remove_device,
-    revoke_device,
-    revoke_enroll_token,
-)
-from sparksync.api.publisher import (
-    Publisher,
-    cleanup,
-    cluster_pack,
-    conflicts,
-    distribute,
-    failed_changes,
-    history,
-    logreader,
-    merge,
-    partitions,
-    reinit,
-    repair,
-    resolve_conflict,
-    revoke_token,
-    schema_change,
-    serve,
-    serving,
-    setup,
-    snapshot,
-    status,
-    token,
-    tracer_token,
-    tracer_tokens,
-    validate,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sparksync.api.common import Progress, load
+    from sparksync.api.device import Device, KeySource, database_url, key_from_env, key_from_file
+    from sparksync.api.fleet import (
+        device_page,
+        devices,
+        enroll_token,
+        enroll_tokens,
+        forget_strays,
+        remove_device,
+        revoke_device,
+        revoke_enroll_token,
+    )
+    from sparksync.api.publisher import (
+        Publisher,
+        cleanup,
+        cluster_pack,
+        conflicts,
+        distribute,
+        failed_changes,
+        history,
+        logreader,
+        merge,
+        partitions,
+        reinit,
+        repair,
+        resolve_conflict,
+        revoke_token,
+        schema_change,
+        serve,
+        serving,
+        setup,
+        snapshot,
+        status,
+        token,
+        tracer_token,
+        tracer_tokens,
+        validate,
+    )
+
+# each name's module: loaded on the name's first use, so that a command (a device's sync) imports its own stage
+# and not every other
+_HOMES = {name: f"sparksync.api.{module}" for module, names in (
+    ("common", "Progress load"),
+    ("device", "Device KeySource database_url key_from_env key_from_file"),
+    ("fleet", "device_page devices enroll_token enroll_tokens forget_strays remove_device revoke_device "
+              "revoke_enroll_token"),
+    ("publisher", "Publisher cleanup cluster_pack conflicts distribute failed_changes history logreader merge "
+                  "partitions reinit repair resolve_conflict revoke_token schema_change serve serving setup "
+                  "snapshot status token tracer_token tracer_tokens validate"),
+) for name in names.split()}
 
 __all__ = ["Device", "KeySource", "Progress", "Publisher", "cleanup", "cluster_pack", "conflicts", "database_url",
            "device_page", "devices", "distribute", "enroll_token", "enroll_tokens", "failed_changes", "forget_strays",
@@ -68,3 +84,16 @@ __all__ = ["Device", "KeySource", "Progress", "Publisher", "cleanup", "cluster_p
            "remove_device", "repair", "resolve_conflict", "revoke_device", "revoke_enroll_token", "revoke_token",
            "schema_change", "serve", "serving", "setup", "snapshot", "status", "token", "tracer_token", "tracer_tokens",
            "validate"]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'sparksync.api' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value            # found here from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from sparksync.cli.common import console, handle_errors, reporter
-from sparksync.cli.demo_scenario import run_demo
 
 
 @handle_errors
@@ -17,6 +16,8 @@ def demo_command(
         "sparksync-demo"),
 ) -> None:
     """Build a demo topology on SQLite files (a publisher, three stores) and show it working."""
+    from sparksync.cli.demo_scenario import run_demo  # the demo's modules: only when it runs
+
     result = run_demo(directory, console, reporter)
     if not result.ok:
         raise typer.Exit(1)
