@@ -108,7 +108,7 @@ def _end(topology: Topology, name: str, state: str) -> dict:
 
 def forget_strays(topology: Topology, name: str) -> list[dict]:
     """The files refused as web subscription ``name``'s (configured or enrolled) forgotten once the operator dealt
-    with them (``holders.forget``): what was recorded of them, each time as ISO text."""
+    with them (``holders.forget``): what was recorded of them, its times as ISO text."""
     if name not in {s.name for s in with_fleet(topology).subscriptions if s.transport == "web"}:
         raise ConfigurationError(f"no web subscription or enrolled device named {name!r} ('sparksync status' and "
                                  "'sparksync devices' list them)", obj=name)
