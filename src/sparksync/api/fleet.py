@@ -81,9 +81,9 @@ def forget_strays(topology: Topology, name: str) -> list[dict[str, Any]]:
     """``sparksync devices --forget-strays NAME``: the files refused as web subscription ``name``'s (a copy of its file,
     a second file) forgotten once dealt with: ``status`` and the monitor stop naming them. Returns what was recorded
     of them (file_id, described, reason, unsent, attempts, first_seen, last_seen)."""
-    from sparksync.fleet.registry import forget_strays as forget
+    from sparksync.fleet import registry
 
-    return forget(topology, name)
+    return registry.forget_strays(topology, name)
 
 
 def device_page(found: list[EnrolledDevice], page: int = 1, page_size: int = 100) -> dict[str, Any]:

@@ -52,7 +52,7 @@ def session_states(replica: Replica, pubid: str) -> dict[str, dict[str, Any]]:
                      replica.dialect.uuid_param(), replica.p)
     good = "coalesce({}status, 'succeeded') = 'succeeded'"
     own = "x.pubid = r.pubid AND x.subscription = r.name"
-    newest: dict[str, tuple] = {}
+    newest: dict[str, tuple] = {}                      # name -> (last run's status, its end, last success's end)
     if replica.dialect.capabilities.lateral_joins:      # one probe a subscription: its last run, and its ties
         for name, status, end, started in replica.query(
                 f"SELECT r.name, l.status, l.end_time, (SELECT count(*) FROM {t} y WHERE y.pubid = r.pubid AND "
@@ -60,7 +60,7 @@ def session_states(replica: Replica, pubid: str) -> dict[str, dict[str, Any]]:
                 f"(SELECT x.status, x.start_time, x.end_time FROM {t} x WHERE {own} ORDER BY x.start_time DESC "
                 f"LIMIT 1) l WHERE r.pubid = {u}", [pubid]):
             # two runs started at once: which is last is agent_state's
-            newest[name] = (status, end, end, None) if started == 1 else ("failed", None, None, None)
+            newest[name] = (status, end, end) if started == 1 else ("failed", None, None)
     else:
         rows = replica.query(
             f"SELECT n.name, l.status, l.end_time, k.end_time FROM (SELECT r.name, "
@@ -74,9 +74,9 @@ def session_states(replica: Replica, pubid: str) -> dict[str, dict[str, Any]]:
             seen = newest.get(name)
             if seen is None or (end is not None and (seen[1] is None or end > seen[1])) or \
                     (end == seen[1] and ok_end is not None and (seen[2] is None or ok_end > seen[2])):
-                newest[name] = (status, end, ok_end, None)
+                newest[name] = (status, end, ok_end)
     out: dict[str, dict[str, Any]] = {}
-    for name, (status, end, ok_end, _) in newest.items():
+    for name, (status, end, ok_end) in newest.items():
         if (status or ok[0]) not in ok:               # failed (or tied): read alone
             out[name] = agent_state(replica, "MSmerge_sessions", f"pubid = {u} AND subscription = {p}", [pubid, name], ok)
             continue

@@ -199,7 +199,7 @@ def to_param(replica: Replica, kind: Kind, value: Any) -> Any:
     return value
 
 
-CONVERTED = (Kind.JSON, Kind.UUID, Kind.TIMESTAMPTZ)      # the kinds ``from_db`` changes
+_CONVERTED = (Kind.JSON, Kind.UUID, Kind.TIMESTAMPTZ)      # the kinds ``from_db`` changes
 
 
 def from_db(kind: Kind, value: Any) -> Any:
@@ -291,7 +291,7 @@ def select(replica: Replica, cls: type[R], where: Mapping[str, Any] | None = Non
            order_by: Sequence[str] = ()) -> list[R]:
     """The rows of ``cls``'s table matching ``where`` (column -> value; None: IS NULL)."""
     _, ks, rows = _select(replica, cls.TABLE, where, order_by)
-    converted = [i for i, k in enumerate(ks) if k in CONVERTED]     # the others are read as they are
+    converted = [i for i, k in enumerate(ks) if k in _CONVERTED]     # the others are read as they are
     try:
         out = []
         for r in rows:
