@@ -24,6 +24,7 @@ from sparksync.merge.session.plan import ApplyContext, Route, route_table
 from sparksync.merge.session.stream import BatchResult, apply_stream
 from sparksync.result_rows import result_arrow_schema
 from sparksync.spark.reads import ReadPartition, read_partition
+from sparksync.spark.tasks import in_one_task
 
 _SORT = ("apply_group", "source_order", "generation", "tablenick", "rowguid")
 ONE_TASK_CHANGES = 2_000_000    # the most changes one task reads and holds for its one destination
@@ -69,8 +70,5 @@ def applied_rows(reads: list[ReadPartition], routes: list[Route], ctx: ApplyCont
 def apply_in_one_task(spark, reads: list[ReadPartition], routes: list[Route], ctx: ApplyContext,
                       groups: dict[str, int]) -> list[BatchResult]:
     """Apply one direction with one destination in one Spark task that reads its own changes."""
-    def task(_):
-        return applied_rows(reads, routes, ctx, groups)
-
-    rows = spark.sparkContext.parallelize([0], 1).mapPartitions(task).collect()
+    rows = in_one_task(spark, lambda: applied_rows(reads, routes, ctx, groups))
     return [BatchResult.from_row(r) for r in rows]
