@@ -20,7 +20,7 @@ from results import Result
 
 from sparksync.dialects import connect
 from sparksync.merge.publish.publication import apply_publication, plan_publication
-from sparksync.merge.tracking import pending
+from sparksync.merge.tracking import capture, pending
 from sparksync.metadata import store
 from sparksync.topology import parse_topology
 
@@ -67,13 +67,16 @@ def workload(r, table: str, n: int, after=None) -> dict[str, float]:
     return out
 
 
-def run(kind: str, url: str, n: int) -> dict[str, tuple[float, float]]:
+def run(kind: str, url: str, n: int, mode: str = "triggers") -> dict[str, tuple[float, float]]:
+    """``mode``: how the tracked table's changes are captured (``[publisher] change_capture``): "triggers", or
+    on PostgreSQL "log" (read from the write-ahead log by the flush: the writer pays no trigger)."""
     with connect(url) as r:
         for t in ("plain", "tracked"):
             r.execute(DDL[kind].format(t=t))
         topo = parse_topology({"publisher": {"name": "B", "database": url},
                                "publications": [{"name": "P", "articles": [{"table": "tracked"}]}]}, Path("."))
         plan = plan_publication(r, topo.publications[0])
+        capture.prepare(r, mode)
         with r.transaction():
             store.install_metadata(r)
             apply_publication(r, topo, plan)
@@ -94,21 +97,24 @@ def run(kind: str, url: str, n: int) -> dict[str, tuple[float, float]]:
     return out
 
 
-def on_both(run, rows: int, pg_admin: str) -> dict[str, dict[str, tuple[float, float]]]:
-    """``run(kind, url, rows)`` on a new SQLite file and a new PostgreSQL database (dropped after)."""
+def on_both(run, rows: int, pg_admin: str, pg_modes: dict[str, dict] | None = None
+            ) -> dict[str, dict[str, tuple[float, float]]]:
+    """``run(kind, url, rows)`` on a new SQLite file and a new PostgreSQL database (dropped after); ``pg_modes``:
+    PostgreSQL runs by their label, each with these keywords of ``run`` (default: one, "PostgreSQL")."""
     import psycopg
 
     out = {}
     with TemporaryDirectory() as d:
         out["SQLite"] = run("sqlite", f"sqlite:///{Path(d) / 'bench.db'}", rows)
-    name = f"sparksync_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg_admin, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
-    try:
-        out["PostgreSQL"] = run("postgresql", pg_admin.rsplit("/", 1)[0] + "/" + name, rows)
-    finally:
+    for label, kw in (pg_modes or {"PostgreSQL": {}}).items():
+        name = f"sparksync_bench_{uuid.uuid4().hex[:8]}"
         with psycopg.connect(pg_admin, autocommit=True) as c:
-            c.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+            c.execute(f'CREATE DATABASE "{name}"')
+        try:
+            out[label] = run("postgresql", pg_admin.rsplit("/", 1)[0] + "/" + name, rows, **kw)
+        finally:
+            with psycopg.connect(pg_admin, autocommit=True) as c:
+                c.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
     return out
 
 
@@ -136,14 +142,17 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=50_000)
     ap.add_argument("--pg", default=os.environ.get("SPARKSYNC_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres"))
     args = ap.parse_args()
-    out = on_both(run, args.rows, args.pg)
+    out = on_both(run, args.rows, args.pg, {"PostgreSQL, triggers": {"mode": "triggers"},
+                                            "PostgreSQL, log": {"mode": "log"}})
     result = Result("tracking_overhead", "What change tracking costs", "bench/tracking_overhead.py")
     result.table(["database", "operation", "plain rows/s", "tracked rows/s", "tracked / plain", "flush rows/s",
                   "tracked + flush / plain"],
                  [[db, op, p, t, t / p, f, tot / p] for db, ops in out.items() for op, (p, t, f, tot) in ops.items()],
                  f"{args.rows:,} rows; the same DML on an untracked and a published (tracked) table. The triggers "
-                 "log which rows changed; the flush (timed after each operation, as the merge agent runs it before "
-                 "it reads) writes their merge metadata: its rows/s, and DML + flush against the untracked DML")
+                 "log which rows changed (PostgreSQL, log: no trigger, the server's write-ahead log holds them); "
+                 "the flush (timed after each operation, as the merge agent runs it before it reads) writes their "
+                 "merge metadata, reading the log's changes first where the changes are captured from it: its "
+                 "rows/s, and DML + flush against the untracked DML")
     ops = list(next(iter(out.values())))
     result.bars("tracking_overhead.png", "Tracked DML as a fraction of untracked DML", ops,
                 {**{f"{db} DML": [t / p for p, t, _, _ in res.values()] for db, res in out.items()},

@@ -12,63 +12,25 @@ import string
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sparksync import storage
+from sparksync.config_fields import Model as _Model
+from sparksync.config_fields import check_interval as _check_interval
+from sparksync.config_fields import check_name as _check_name
+from sparksync.config_fields import check_schedule as _check_schedule
+from sparksync.config_fields import check_url as _check_url
+from sparksync.config_fields import expand_env
 from sparksync.errors import ConfigurationError, InvalidNameError
-from sparksync.names import TableName, check_identifier
+from sparksync.names import TableName
 from sparksync.redaction import register_url
-from sparksync.schedule import parse_interval, parse_schedule
+from sparksync.schedule import parse_interval
 from sparksync.serve_config import AlertsConfig, ServerConfig
 
 DEFAULT_CONFIG = "sparksync.toml"
 DEFAULT_VALIDATE_SCHEDULE = "every 1h"   # a merge publication's subscriptions validated by serve this often
 PUBLISHER_PRIORITY = 100.0
 DEFAULT_SYNC_INTERVAL = "15m"       # how often a web device is expected to sync, unless its sync_interval says
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _check_name(v: str, what: str) -> str:
-    try:
-        return check_identifier(v, what)
-    except InvalidNameError as e:
-        raise ValueError(e.message) from None
-
-
-_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def expand_env(text: str) -> str:
-    """Replace ``${VAR}`` with the environment variable (so passwords can stay out of the file)."""
-
-    def sub(m: re.Match) -> str:
-        if m.group(1) not in os.environ:
-            raise ValueError(f"environment variable {m.group(1)} is not set")
-        return os.environ[m.group(1)]
-
-    return _ENV.sub(sub, text)
-
-
-def _check_schedule(v: str | None) -> str | None:
-    return v if v is None else parse_schedule(v).text
-
-
-def _check_interval(v: str | None) -> str | None:
-    if v is not None:
-        parse_interval(v)
-    return v
-
-
-def _check_url(v: str) -> str:
-    scheme = v.split(":", 1)[0].lower()
-    if scheme not in ("sqlite", "postgresql", "postgres"):
-        raise ValueError("must start with sqlite:/// or postgresql://")
-    if scheme == "sqlite" and not v.startswith("sqlite:///"):
-        raise ValueError("a SQLite URL looks like sqlite:///path/to/file.db (relative to the config file)")
-    return v
 
 
 class SparkConfig(_Model):
@@ -117,6 +79,11 @@ class PublisherConfig(_Model):
     name: str
     database: str
     snapshot_dir: str = "snapshots"
+    change_capture: Literal["auto", "log", "triggers"] = Field(
+        "auto", description="how merge change tracking learns of the application's writes at a PostgreSQL publisher: "
+        "'log' (read from the server's write-ahead log through a logical replication slot: no trigger on any write; "
+        "needs wal_level = logical and a free replication slot), 'triggers' (statement triggers append to a log "
+        "table), 'auto' (log where the server allows it, else triggers). SQLite databases use triggers")
 
     _n = field_validator("name")(lambda cls, v: _check_name(v, "publisher name"))
     _u = field_validator("database")(lambda cls, v: _check_url(v))
@@ -276,6 +243,9 @@ class SubscriptionConfig(_Model):
     host_name: str | None = Field(None, description="what HOST_NAME() is for this subscription")
     login: str | None = Field(None, description="what SUSER_SNAME() is for this subscription")
     pre_creation_cmd: Literal["drop", "delete", "none"] = "drop"
+    change_capture: Literal["auto", "log", "triggers"] = Field(
+        "triggers", description="a PostgreSQL merge subscriber: its changes read from its write-ahead log or by "
+        "triggers (as the publisher's change_capture; default triggers)")
     # transactional subscriptions (the distribution agent)
     commit_batch_size: int = Field(1000, ge=1, le=100_000, description="transactions per commit at the subscriber")
     commit_batch_threshold: int = Field(10_000, ge=1, le=1_000_000, description="commands per commit")
@@ -350,7 +320,7 @@ MERGE_ARTICLE_KEYS = {"column_tracking", "rowguid_column", "resolver", "resolver
 TRANSACTIONAL_ARTICLE_KEYS = {"ins_cmd", "upd_cmd", "del_cmd", "columns"}
 MERGE_PUBLICATION_KEYS = {"generation_leveling_threshold", "retention", "conflict_logging", "use_partition_groups",
                           "partitions", "validate_schedule"}
-MERGE_SUBSCRIPTION_KEYS = {"subscriber_type", "priority", "host_name", "login"}
+MERGE_SUBSCRIPTION_KEYS = {"subscriber_type", "priority", "host_name", "login", "change_capture"}
 TRANSACTIONAL_SUBSCRIPTION_KEYS = {"commit_batch_size", "commit_batch_threshold", "subscription_streams",
                                    "subscription_streams_threshold", "skip_errors"}
 

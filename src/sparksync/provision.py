@@ -31,6 +31,7 @@ from sparksync.merge.snapshot.initialize import (
     register_subscriptions,
 )
 from sparksync.merge.snapshot.writer import write_snapshot
+from sparksync.merge.tracking import capture
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.metadata import store
 from sparksync.metadata.records import (
@@ -214,9 +215,11 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
             results = []
             partitions: dict[str, dict[str, int]] = {}
             before = store.metadata_version(pub)
+            mode = capture.prepare(pub, topology.publisher.change_capture) if plans else "triggers"
             if plans or before is not None:
                 with pub.transaction():
                     store.install_metadata(pub)
+                    capture.settle(pub, mode)
                     for i, p in enumerate(merge_pubs):
                         # planned again on the database as the publications before it left it: a table
                         # in two publications is published once (one rowguid, one set of triggers)

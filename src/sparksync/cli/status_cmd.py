@@ -45,6 +45,8 @@ def status_command(
     console.print(f"[bold]Publisher[/] {p['name']} ({p['database']}): {p.get('state')}"
                   + (f", replica nickname {p['replica_nickname']}, open generation {p['open_generation']}"
                      if p.get("state") == "published" else ""), highlight=False)
+    if p.get("change_capture"):
+        console.print(f"  change capture: {describe_capture(p['change_capture'])}", highlight=False)
     for line in p.get("waiting", []):
         console.print(f"  [yellow]waiting:[/] {line}", highlight=False)
     for pub in st["publications"]:
@@ -150,3 +152,12 @@ def _print_transactional(tx: dict) -> None:
     console.print(t)
     for s in tx["subscriptions"]:
         _print_stopped(s["name"], "distribution agent", s)
+
+
+def describe_capture(c: dict) -> str:
+    """``triggers``, or ``log (slot NAME, 1.2 MB of write-ahead log retained)``."""
+    if c.get("mode") != "log":
+        return str(c.get("mode"))
+    kept = c.get("retained_wal_bytes")
+    return f"log (slot {c.get('slot')}, " + ("slot missing" if kept is None else f"{kept / 1e6:,.1f} MB of "
+                                             "write-ahead log retained") + ")"

@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from sparksync.errors import ConfigurationError
 from sparksync.names import TableName, quote_ident
 from sparksync.types import Kind, SqlType
 
@@ -183,6 +184,35 @@ class MergeStagingDefaults:
 class MergeHooksDefaults:
     def generation_writers(self, replica: Replica, generation: int) -> list[dict]:
         return []
+
+    def captures_from_log(self, replica: Replica) -> bool:
+        return False
+
+    def log_capture_possible(self, replica: Replica) -> bool:
+        return False
+
+    def capture_state(self, replica: Replica) -> dict:
+        return {"mode": "triggers"}
+
+    def skip_log(self, replica: Replica) -> None:
+        return None
+
+    def peek_log(self, replica: Replica, articles: Sequence[dict]) -> list[tuple]:
+        return []
+
+    def prepare_log_capture(self, replica: Replica) -> None:
+        raise ConfigurationError(f"{replica.label}: change_capture = 'log' reads a PostgreSQL server's write-ahead "
+                                 f"log; {self.capabilities.product} databases are tracked by triggers "
+                                 "(change_capture = 'triggers')", obj=replica.label)
+
+    def drop_log_capture(self, replica: Replica) -> None:
+        return None
+
+    def capture_from_log(self, replica: Replica, ctx: dict) -> None:
+        raise NotImplementedError("this database's changes are tracked by triggers")
+
+    def stop_capture_from_log(self, replica: Replica, ctx: dict) -> None:
+        raise NotImplementedError("this database's changes are tracked by triggers")
 
 
 class TransactionalDefaults:

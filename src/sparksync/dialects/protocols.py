@@ -330,8 +330,36 @@ class MergeHooks(Protocol[R_contra]):
         """What is wrong with the tracking triggers of one article (``ctx``: ``trigger_context``): each
         missing, disabled or altered trigger (compared with what ``render_merge_triggers`` installs)."""
 
+    def captures_from_log(self, replica: R_contra) -> bool:
+        """This database's merge changes are read from the server's log, not logged by triggers (PostgreSQL,
+        ``change_capture = "log"``: ``dialects/postgres/log_capture.py``)."""
+
+    def peek_log(self, replica: R_contra, articles: Sequence[dict]) -> list[tuple]:
+        """Read-only: the entries (tablenick, rowguid, op, cols) the next flush will read from the server's log."""
+
+    def skip_log(self, replica: R_contra) -> None:
+        """Inside the transaction that throws the tracking metadata away: nothing the log holds now is recorded."""
+
+    def capture_state(self, replica: R_contra) -> dict:
+        """How changes are captured here (``merge.tracking.capture.state``)."""
+
+    def log_capture_possible(self, replica: R_contra) -> bool:
+        """The server lets this database's changes be read from its log (``change_capture = "auto"``)."""
+
+    def prepare_log_capture(self, replica: R_contra) -> None:
+        """Outside any transaction: what reading the log needs (a ConfigurationError where it cannot)."""
+
+    def drop_log_capture(self, replica: R_contra) -> None:
+        """Inside a transaction: the log no longer read (its slot dropped); nothing where there is none."""
+
+    def capture_from_log(self, replica: R_contra, ctx: dict) -> None:
+        """Inside setup's transaction: one article's changes read from the log (and no trigger of it left)."""
+
+    def stop_capture_from_log(self, replica: R_contra, ctx: dict) -> None:
+        """Inside a transaction: the article's changes no longer read from the log (``ctx``: its ``table_name``)."""
+
     def begin_agent_writes(self, replica: R_contra) -> None:
-        """Inside a transaction: make the tracking triggers ignore this transaction's DML."""
+        """Inside a transaction: make change tracking ignore this transaction's DML until ``end_agent_writes``."""
 
     def end_agent_writes(self, replica: R_contra) -> None: ...
 

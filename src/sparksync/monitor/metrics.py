@@ -78,6 +78,15 @@ class SparksyncCollector(Collector):
                 lag.add_metric([p["name"], "", "publisher_to_distributor"], float(p.get("oldest_unread_age") or 0.0))
         yield from (pending, failed, lag)
 
+        wal = GaugeMetricFamily("sparksync_change_capture_retained_wal_bytes", "Write-ahead log a replica's change "
+                                "capture slot keeps its PostgreSQL server from recycling (change_capture = log)",
+                                labels=["replica"])
+        for name, c in [(status["publisher"]["name"], status["publisher"].get("change_capture"))] + [
+                (s["name"], s.get("change_capture")) for s in merge_subs]:
+            if isinstance(c, dict) and c.get("mode") == "log" and c.get("retained_wal_bytes") is not None:
+                wal.add_metric([name], float(c["retained_wal_bytes"]))
+        yield wal
+
         valid = GaugeMetricFamily("sparksync_validation_failed", "1 while the subscription's last conclusive "
                                   "validation failed (it does not hold its partition), 0 after one passed", labels=PS)
         valid_age = GaugeMetricFamily("sparksync_validation_age_seconds", "Seconds since the subscription's last "

@@ -16,6 +16,7 @@ from sparksync.merge.maintenance.integrity import check_identity, check_not_behi
 from sparksync.merge.partitions.evaluation import describe_partitions
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.session.backlog import count_after, pending_download
+from sparksync.merge.tracking import capture
 from sparksync.merge.tracking.generations import enumeration_bound
 from sparksync.metadata import store
 from sparksync.metadata.history import age_seconds, agent_state, iso
@@ -115,7 +116,8 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
         pub_nick = ident.nickname if ident else None     # None: damaged, reported by replica_problems
         out["publisher"].update({
             "state": "published", "replica_nickname": pub_nick,
-            "open_generation": pub.dialect.current_open_generation(pub), "enumeration_bound": enumeration_bound(pub)})
+            "open_generation": pub.dialect.current_open_generation(pub), "enumeration_bound": enumeration_bound(pub),
+            "change_capture": capture.state(pub)})
         blocked = waiting(pub)
         if blocked:
             out["publisher"]["waiting"] = blocked
@@ -200,6 +202,7 @@ def _merge_status(topology: Topology) -> dict[str, Any]:
                         entry["oldest_pending_upload"] = iso(generation_time(sub, lowest))
                         entry["upload_in_open_generation"] = in_open(lowest, entry["open_generation"])
                         entry["failed_download"] = failed_count(sub, pub_nick)
+                        entry["change_capture"] = capture.state(sub)
                         blocked = waiting(sub)
                         if blocked:
                             entry["waiting"] = blocked

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from sparksync.dialects.defaults import MergeHooksDefaults
+from sparksync.dialects.postgres import log_capture
 from sparksync.dialects.postgres.catalog import table_oid
 from sparksync.dialects.postgres.naming import METADATA_SCHEMA
 from sparksync.dialects.protocols import Dialect
@@ -62,7 +63,50 @@ class PostgresMergeHooks(MergeHooksDefaults):
             "SELECT tgname FROM pg_catalog.pg_trigger WHERE tgrelid = %s AND NOT tgisinternal "
             "AND tgname LIKE 'MSmerge\\_%%' ORDER BY tgname", (oid,))]
 
+    def captures_from_log(self, replica: Replica) -> bool:
+        return log_capture.capture_of(replica) is not None
+
+    def skip_log(self, replica: Replica) -> None:
+        log_capture.record_now(replica)
+
+    def capture_state(self, replica: Replica) -> dict:
+        found = log_capture.capture_of(replica)
+        if found is None:
+            return {"mode": "triggers"}
+        return {"mode": "log", "slot": found["slot"], "retained_wal_bytes": log_capture.retained_bytes(replica)}
+
+    def log_capture_possible(self, replica: Replica) -> bool:
+        return log_capture.possible(replica)
+
+    def prepare_log_capture(self, replica: Replica) -> None:
+        log_capture.prepare(replica)
+
+    def drop_log_capture(self, replica: Replica) -> None:
+        log_capture.drop(replica)
+
+    def capture_from_log(self: Dialect, replica: Replica, ctx: dict) -> None:
+        """The article's changes read from the log: published to the slot, its triggers (if any) gone."""
+        self.drop_merge_triggers(replica, ctx["table_name"], ctx["artid"])
+        log_capture.publish_table(replica, ctx["table_name"])
+
+    def stop_capture_from_log(self, replica: Replica, ctx: dict) -> None:
+        log_capture.unpublish_table(replica, ctx["table_name"])
+
+    def begin_agent_writes(self, replica: Replica) -> None:
+        replica.execute("SELECT set_config('sparksync.applying', 'on', true)")
+        if log_capture.capture_of(replica) is not None:
+            log_capture.begin_agent_writes(replica)
+
+    def end_agent_writes(self, replica: Replica) -> None:
+        replica.execute("SELECT set_config('sparksync.applying', 'off', true)")
+        if log_capture.capture_of(replica) is not None:
+            log_capture.end_agent_writes(replica)
+
     def tracking_problems(self: Dialect, replica: Replica, ctx: dict) -> list[str]:
+        if log_capture.capture_of(replica) is not None:
+            stray = self.list_merge_triggers(replica, ctx["table_name"])
+            return log_capture.published(replica, ctx["table_name"]) + [
+                f"tracking trigger {t} on {ctx['table']} is left from trigger tracking" for t in stray]
         functions, triggers = {}, []
         for stmt in self.render_merge_triggers(ctx):
             m = re.match(r'CREATE OR REPLACE FUNCTION "[^"]+"\."([^"]+)"\(\)', stmt)
@@ -92,12 +136,6 @@ class PostgresMergeHooks(MergeHooksDefaults):
             elif " ".join(bodies[fn].split()) != " ".join(body.split()):
                 problems.append(f"tracking function {METADATA_SCHEMA}.{fn} was altered")
         return problems
-
-    def begin_agent_writes(self, replica: Replica) -> None:
-        replica.execute("SELECT set_config('sparksync.applying', 'on', true)")
-
-    def end_agent_writes(self, replica: Replica) -> None:
-        replica.execute("SELECT set_config('sparksync.applying', 'off', true)")
 
     def current_open_generation(self: Dialect, replica: Replica) -> int | None:
         return replica.scalar(f"SELECT last_value FROM {self.quote(METADATA_SCHEMA)}.open_generation")

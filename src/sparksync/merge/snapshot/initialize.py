@@ -20,7 +20,7 @@ from sparksync.dialects.model import ForeignKey, TableInfo, from_table_dict, tab
 from sparksync.dialects.replica import Replica, redact_url
 from sparksync.errors import SchemaDrift, SchemaError
 from sparksync.merge.conflicts.model import ConflictType
-from sparksync.merge.tracking import pending
+from sparksync.merge.tracking import capture, pending
 from sparksync.merge.tracking.articles import install_tracking, remove_tracking
 from sparksync.merge.tracking.generations import next_generation
 from sparksync.merge.tracking.open_generation import ensure_open_generation
@@ -67,6 +67,7 @@ class SubscriberInit:
     # the replica ids the publisher knows: a database whose replica is not one of them belonged to a
     # subscription that was dropped, and is taken over with a fresh identity
     known_replicas: tuple[str, ...] = ()
+    change_capture: str = "triggers"    # PostgreSQL: the subscriber's changes read from its log or by triggers
 
 
 def destination_name(replica: Replica, article: ArticleSnapshot) -> TableName:
@@ -125,7 +126,8 @@ def register_subscriptions(pub: Replica, topology: Topology, manifest: SnapshotM
                 subscription=s.name, publication=s.publication, url=url, label=s.name, subid=subid, replica_id=rid,
                 replnickname=nick, priority=s.effective_priority, subscriber_type=s.subscriber_type_code,
                 host_name=s.host_name, pre_creation_cmd=s.pre_creation_cmd, publisher_name=topology.publisher.name,
-                snapshot_dir=snap_dir.location, login=s.login, partition_id=partitions.get(s.name)))
+                snapshot_dir=snap_dir.location, login=s.login, partition_id=partitions.get(s.name),
+                change_capture=s.change_capture))
         known = tuple(sorted({r.replica_id for r in store.select(pub, SubscriptionRow)}))
     return [replace(spec, known_replicas=known) for spec in specs]
 
@@ -286,9 +288,13 @@ def _initialize(sub: Replica, spec: SubscriberInit, files: SnapshotFiles,
     arts = sorted(manifest.articles, key=lambda a: a.nickname)
     names = {a.name: destination_name(sub, a) for a in arts}
     check_distinct_tables(sub.label, names)
+    mode = capture.prepare(sub, spec.change_capture)
     with sub.transaction():
         store.install_metadata(sub)
+        capture.settle(sub, mode)
         pending.flush(sub)
+        if sub.dialect.captures_from_log(sub):
+            sub.dialect.begin_agent_writes(sub)     # the snapshot's rows are not the subscriber's changes
         ident = store.set_replica_identity(sub, nickname=spec.replnickname, name=spec.subscription,
                                            role=Role.SUBSCRIBER, replica_id=spec.replica_id)
         baseline = int(sub.scalar(f"SELECT coalesce(max(generation), 0) FROM {sub.meta('MSmerge_genhistory')}") or 0) + 1

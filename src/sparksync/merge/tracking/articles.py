@@ -28,6 +28,9 @@ def install_tracking(replica: Replica, article: TrackedArticle, replica_nickname
     ctx = trigger_context(replica, article, replica_nickname)
     if not d.tracking_problems(replica, ctx):
         return
+    if d.captures_from_log(replica):      # PostgreSQL, change_capture = "log": no trigger, the server's log
+        d.capture_from_log(replica, ctx)
+        return
     for stmt in d.render_merge_triggers(ctx):
         replica.execute(stmt)
 
@@ -35,6 +38,8 @@ def install_tracking(replica: Replica, article: TrackedArticle, replica_nickname
 def remove_tracking(replica: Replica, article: TrackedArticle) -> None:
     d: MergeHooks = replica.dialect
     d.drop_merge_triggers(replica, article.table, article.trigger_id)
+    if d.captures_from_log(replica):
+        d.stop_capture_from_log(replica, {"table_name": article.table})
 
 
 @contextlib.contextmanager

@@ -82,9 +82,21 @@ def count(replica: Replica, nicknames: Sequence[int], after: int | None = None, 
     if partition_id is not None:
         join = (f" JOIN {m('MSmerge_current_partition_mappings')} cm ON cm.tablenick = x.tablenick "
                 f"AND cm.rowguid = x.rowguid AND cm.partition_id = {int(partition_id)}")
-    n = int(replica.scalar(f"SELECT count(*) FROM (SELECT DISTINCT tablenick, rowguid FROM {m(LOG)} "
-                           f"WHERE tablenick IN ({nick_list})) AS x{join}{where}", params) or 0)
+    source, source_params = _logged_source(replica)
+    n = int(replica.scalar(f"SELECT count(*) FROM (SELECT DISTINCT tablenick, rowguid FROM {source} "
+                           f"WHERE tablenick IN ({nick_list})) AS x{join}{where}", source_params + params) or 0)
     return n + (unkeyed(replica, wanted) if partition_id is None else 0)
+
+
+def _logged_source(replica: Replica) -> tuple[str, list]:
+    """What the next flush will read, as a table expression (tablenick, rowguid) and its parameters: the tracking
+    log, or (a database whose changes are read from the server's log) the entries peeked from it."""
+    d = replica.dialect
+    if not d.captures_from_log(replica):
+        return d.metadata_table_sql(LOG), []
+    entries = d.peek_log(replica, _articles(replica)[1])
+    return ("(SELECT * FROM unnest(%s::integer[], %s::uuid[]) AS e(tablenick, rowguid)) AS logged",
+            [[e[0] for e in entries], [e[1] for e in entries]])
 
 
 def unkeyed(replica: Replica, nicknames: set[int]) -> int:
@@ -108,10 +120,11 @@ def logged(replica: Replica, nicknames: Sequence[int]) -> list[tuple[int, Any, i
     nick_list = ", ".join(str(int(n)) for n in nicknames)
     newest = ", ".join(f"(SELECT max(c.generation) FROM {m(t)} c WHERE c.tablenick = x.tablenick AND "
                        "c.rowguid = x.rowguid)" for t in ("MSmerge_contents", "MSmerge_tombstone"))
+    source, source_params = _logged_source(replica)
     rows = replica.query(f"SELECT x.tablenick, x.rowguid, cm.partition_id, {newest} FROM (SELECT DISTINCT tablenick, "
-                         f"rowguid FROM {m(LOG)} WHERE tablenick IN ({nick_list})) AS x LEFT JOIN "
+                         f"rowguid FROM {source} WHERE tablenick IN ({nick_list})) AS x LEFT JOIN "
                          f"{m('MSmerge_current_partition_mappings')} cm ON cm.tablenick = x.tablenick "
-                         "AND cm.rowguid = x.rowguid")
+                         "AND cm.rowguid = x.rowguid", source_params)
     return [(int(t), g, None if pid is None else int(pid),
              max((int(v) for v in (c, d) if v is not None), default=None)) for t, g, pid, c, d in rows]
 
@@ -121,6 +134,8 @@ def discard(replica: Replica) -> None:
     reinitialized): nothing in it is recorded. Inside the transaction that deletes the metadata."""
     if has_log(replica):
         replica.execute(f"DELETE FROM {replica.dialect.metadata_table_sql(LOG)}")
+    if replica.dialect.captures_from_log(replica):
+        replica.dialect.skip_log(replica)
     replica.tracking_flushed = True
 
 

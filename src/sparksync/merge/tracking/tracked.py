@@ -51,6 +51,7 @@ def trigger_context(replica: Replica, article: TrackedArticle, replica_nickname:
         "tablenick": int(article.nickname),
         "replnick": int(replica_nickname),
         "rowguid": d.quote(article.rowguid_column),
+        "rowguid_name": article.rowguid_column,
         "pk": list(article.info.primary_key),
         "columns": columns,
         "column_tracking": article.column_tracking,
