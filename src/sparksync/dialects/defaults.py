@@ -182,6 +182,8 @@ class MergeStagingDefaults:
 
 
 class MergeHooksDefaults:
+    capabilities: Capabilities
+
     def generation_writers(self, replica: Replica, generation: int) -> list[dict]:
         return []
 
@@ -199,6 +201,9 @@ class MergeHooksDefaults:
 
     def peek_log(self, replica: Replica, articles: Sequence[dict]) -> list[tuple]:
         return []
+
+    def log_mark(self, replica: Replica) -> int:
+        return 0
 
     def prepare_log_capture(self, replica: Replica) -> None:
         raise ConfigurationError(f"{replica.label}: change_capture = 'log' reads a PostgreSQL server's write-ahead "

@@ -343,6 +343,10 @@ class MergeHooks(Protocol[R_contra]):
     def capture_state(self, replica: R_contra) -> dict:
         """How changes are captured here (``merge.tracking.capture.state``)."""
 
+    def log_mark(self, replica: R_contra) -> int:
+        """Outside any transaction: 0 when the server's log holds no change left to read, else a value that
+        differs from one call to the next while changes wait (a web door's mark)."""
+
     def log_capture_possible(self, replica: R_contra) -> bool:
         """The server lets this database's changes be read from its log (``change_capture = "auto"``)."""
 

@@ -40,6 +40,7 @@ CAPTURE = "MSmerge_capture"               # the slot, its PostgreSQL publication
 PUBLICATION = "sparksync_merge"           # the PostgreSQL publication of the database's merge articles
 AGENT_PREFIX = "sparksync.merge.agent"    # the messages framing the agent's own writes
 FETCH = 5_000
+QUIET_BYTES = 1 << 20                     # log a door's mark lets pass without an article's change before recording it
 BUSY_WAIT = 10.0                          # seconds a reader asks again for a slot another backend is decoding
 _I, _U, _D, _B, _C, _M, _R, _OLD, _NEW = (ord(c) for c in "IUDBCMRON")
 _U32 = struct.Struct("!I")
@@ -52,7 +53,7 @@ def slot_name(database: str) -> str:
 def capture_of(replica: Replica) -> dict | None:
     """This database's log capture (slot, position), or None: its merge articles are tracked by triggers.
     Known once asked on a connection (setup changes it only through :func:`prepare`)."""
-    known = getattr(replica, "log_capture", False)
+    known = replica.log_capture
     if known is not False:
         return known
     d = replica.dialect
@@ -205,8 +206,12 @@ def read(replica: Replica, articles: Sequence[dict], advance: bool = True) -> tu
                              "or invalidated by max_slot_wal_keep_size): the changes made since it was lost are not "
                              "known; reinitialize this replica's subscriptions ('sparksync reinit'), then run "
                              "'sparksync setup' to make the slot again", obj=replica.label)
-    if advance and confirmed > po.lsn_int(row[0]):
-        replica.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, po.lsn_text(confirmed)))
+    behind = advance and confirmed > po.lsn_int(row[0])
+    # Up to the end of the flushed log as it is now: the peek processes every record that starts before it, so
+    # every transaction whose commit does is returned, and the position can be recorded there even when none of
+    # them changed an article (the next read starts past the log that held nothing, the application's other
+    # tables or the agent's history).
+    upto = po.lsn_int(replica.scalar("SELECT pg_current_wal_flush_lsn()::text"))
     by_table = {(a["table_name"].schema or "public", a["table_name"].name): a for a in articles}
     # The slot is busy only while one backend decodes it: flushes take turns (the flush lock), status does not
     # (it never waits for a flush left open), so a reader that finds it busy asks again, under a savepoint.
@@ -214,7 +219,9 @@ def read(replica: Replica, articles: Sequence[dict], advance: bool = True) -> tu
     while True:
         replica.execute("SAVEPOINT sparksync_peek")
         try:
-            out = _decode(replica, slot, confirmed, by_table)
+            if behind:
+                replica.raw.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, po.lsn_text(confirmed)))
+            out = _decode(replica, slot, confirmed, upto, by_table)
         except Exception as exc:  # noqa: BLE001 - the driver's error, translated (a busy or broken slot, a lost server)
             busy = "is active for PID" in str(exc)
             if not busy or time.monotonic() > deadline:
@@ -226,13 +233,13 @@ def read(replica: Replica, articles: Sequence[dict], advance: bool = True) -> tu
         return out
 
 
-def _decode(replica: Replica, slot: str, confirmed: int, by_table: dict) -> tuple[list[tuple], int]:
+def _decode(replica: Replica, slot: str, confirmed: int, upto: int, by_table: dict) -> tuple[list[tuple], int]:
     relations: dict[int, _Article | None] = {}
     entries: list[tuple] = []
-    last = confirmed
+    last = max(confirmed, upto)
     with replica.raw.cursor(name="sparksync_merge_capture") as cur:
-        cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version', '1', "
-                    "'publication_names', %s, 'messages', 'true')", (slot, PUBLICATION))
+        cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, 'proto_version', '1', "
+                    "'publication_names', %s, 'messages', 'true')", (slot, po.lsn_text(upto), PUBLICATION))
         skip_txn = agent = False
         txn: list[tuple] = []
         while True:
@@ -264,6 +271,47 @@ def _decode(replica: Replica, slot: str, confirmed: int, by_table: dict) -> tupl
                     if m.prefix == AGENT_PREFIX:
                         agent = m.content == b"on"
     return entries, last
+
+
+def unread(replica: Replica, lock_class: int) -> int:
+    """A web door's mark (``merge/tracking/activity.py``): 0 when no change of an article committed before now is
+    left to read, else the end of the log now (so two marks differ while changes wait). Outside any transaction.
+    Where nothing waits and the log moved on by ``QUIET_BYTES`` (the door's own writes), the position is recorded
+    there and the slot moved to it, so that the next peek decodes little; a flush in flight (the flush lock
+    ``lock_class`` held) is a change to read."""
+    found = capture_of(replica)
+    assert found is not None
+    slot = found["slot"]
+    with replica.transaction():
+        upto = po.lsn_int(replica.scalar("SELECT pg_current_wal_flush_lsn()::text"))
+        if not replica.scalar("SELECT pg_try_advisory_xact_lock(%s, %s)", (lock_class, 0)):
+            return upto
+        confirmed = int(replica.scalar(f"SELECT confirmed FROM {replica.dialect.metadata_table_sql(CAPTURE)} "
+                                       "WHERE slot = %s", (slot,)))
+        if upto <= confirmed:
+            return 0
+        row = replica.query_one("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                                (slot,))
+        if row is None:
+            return upto                  # the flush says what is wrong
+        try:
+            replica.execute("SAVEPOINT sparksync_mark")
+            if confirmed > po.lsn_int(row[0]):
+                replica.raw.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, po.lsn_text(confirmed)))
+            waiting = replica.raw.execute(
+                "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, 1, 'proto_version', '1', "
+                "'publication_names', %s)", (slot, po.lsn_text(upto), PUBLICATION)).fetchone()[0]
+            replica.execute("RELEASE SAVEPOINT sparksync_mark")
+        except Exception as exc:  # noqa: BLE001 - a slot another reader decodes now (status): changes to read
+            if "is active for PID" not in str(exc):
+                raise replica.dialect.translate_error(exc, f"{replica.label}: read replication slot {slot}") from exc
+            replica.execute("ROLLBACK TO SAVEPOINT sparksync_mark")
+            return upto
+        if waiting:
+            return upto
+        if upto - confirmed >= QUIET_BYTES:
+            record(replica, upto)
+    return 0
 
 
 def record(replica: Replica, position: int) -> None:
@@ -330,13 +378,12 @@ def _change(data: bytes, art: _Article, out: list) -> None:
             out.append((art.nick, g, 2, None))
         return
     _, _, old, key, new = po.read_change(data)
-    kind = chr(kind)
-    if kind == "I":
+    if kind == _I:
         g = new[art.guid] if new else None
         if g is not None:
             out.append((art.nick, g.decode(), 1, None))
         return
-    if kind == "D":
+    if kind == _D:
         row = old or key
         g = row[art.guid] if row and art.guid < len(row) else None
         if g is not None:

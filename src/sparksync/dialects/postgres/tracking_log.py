@@ -34,7 +34,7 @@ class TrackingLog:
         replica.execute(f"CREATE TEMP TABLE IF NOT EXISTS {FLUSHING} (tablenick integer, rowguid uuid, op smallint, "
                         "cols text) ON COMMIT DELETE ROWS")
         if log_capture.capture_of(replica) is not None:
-            return self._claim_from_log(replica, articles, only is not None or wait)
+            return _claim_from_log(replica, articles, only is not None or wait)
         pending = self.metadata_table_sql("MSmerge_pending")
         if only is None and wait:
             replica.scalar("SELECT pg_advisory_xact_lock(%s, %s)", (FLUSH_LOCK_CLASS, 0))
@@ -57,32 +57,15 @@ class TrackingLog:
             replica.execute(f"ANALYZE {FLUSHING}")
         return FLUSHING, [int(x) for (x,) in replica.query(f"SELECT DISTINCT tablenick FROM {FLUSHING}")], n
 
-    def _claim_from_log(self, replica: Replica, articles: Sequence[dict], wait: bool):
-        # One reader of the slot at a time (the flush lock): an apply's flush of its rows reads every change
-        # committed before it (the log has no per-row claim) and waits for a flush that reads now.
-        if wait:
-            replica.scalar("SELECT pg_advisory_xact_lock(%s, %s)", (FLUSH_LOCK_CLASS, 0))
-        elif not replica.scalar("SELECT pg_try_advisory_xact_lock(%s, %s)", (FLUSH_LOCK_CLASS, 0)):
-            return FLUSHING, [], 0
-        entries, position = log_capture.read(replica, articles)
-        log_capture.record(replica, position)
-        if entries:
-            log_capture.copy_entries(replica, FLUSHING, entries)
-        # what triggers logged before the database moved to the log (setup switches in one transaction)
-        cur = replica.execute(f"WITH claimed AS (DELETE FROM {self.metadata_table_sql('MSmerge_pending')} RETURNING "
-                              f"tablenick, rowguid, op, cols) INSERT INTO {FLUSHING} SELECT * FROM claimed")
-        n = len(entries) + max(getattr(cur, "rowcount", 0), 0)
-        if not n:
-            return FLUSHING, [], 0
-        if n > 1000:
-            replica.execute(f"ANALYZE {FLUSHING}")
-        return FLUSHING, [int(x) for (x,) in replica.query(f"SELECT DISTINCT tablenick FROM {FLUSHING}")], n
-
     def peek_log(self, replica: Replica, articles: Sequence[dict]) -> list[tuple]:
         """Read-only (``status``): the entries the log holds past the recorded position. Takes no lock: a flush
         in flight, even one left open, never blocks it."""
         with replica.transaction():
             return log_capture.read(replica, articles, advance=False)[0]
+
+    def log_mark(self, replica: Replica) -> int:
+        """A web door's mark of the server's log (``log_capture.unread``)."""
+        return log_capture.unread(replica, FLUSH_LOCK_CLASS)
 
     def release_pending(self, replica: Replica, source: str) -> None:
         replica.execute(f"DELETE FROM {source}")
@@ -90,3 +73,24 @@ class TrackingLog:
     def flush_generation(self: Dialect, replica: Replica) -> int | None:
         return int(replica.scalar(f"SELECT {self.quote(METADATA_SCHEMA)}.writer_generation()"))
 
+
+def _claim_from_log(replica: Replica, articles: Sequence[dict], wait: bool):
+    # One reader of the slot at a time (the flush lock): an apply's flush of its rows reads every change
+    # committed before it (the log has no per-row claim) and waits for a flush that reads now.
+    if wait:
+        replica.scalar("SELECT pg_advisory_xact_lock(%s, %s)", (FLUSH_LOCK_CLASS, 0))
+    elif not replica.scalar("SELECT pg_try_advisory_xact_lock(%s, %s)", (FLUSH_LOCK_CLASS, 0)):
+        return FLUSHING, [], 0
+    entries, position = log_capture.read(replica, articles)
+    log_capture.record(replica, position)
+    if entries:
+        log_capture.copy_entries(replica, FLUSHING, entries)
+    # what triggers logged before the database moved to the log (setup switches in one transaction)
+    cur = replica.execute(f"WITH claimed AS (DELETE FROM {replica.dialect.metadata_table_sql('MSmerge_pending')} RETURNING "
+                          f"tablenick, rowguid, op, cols) INSERT INTO {FLUSHING} SELECT * FROM claimed")
+    n = len(entries) + max(getattr(cur, "rowcount", 0), 0)
+    if not n:
+        return FLUSHING, [], 0
+    if n > 1000:
+        replica.execute(f"ANALYZE {FLUSHING}")
+    return FLUSHING, [int(x) for (x,) in replica.query(f"SELECT DISTINCT tablenick FROM {FLUSHING}")], n

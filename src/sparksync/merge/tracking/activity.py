@@ -2,14 +2,15 @@
 nothing to do is known without doing it.
 
 A round (``web/server/door.py``) flushes the tracking log, closes the open generation if it holds changes,
-settles closed generations, evaluates partitions up to them and extends the partition feed up to the
-evaluated bound. Each of those starts from something this mark reads: an entry in the log
-(``MSmerge_pending``), a row of an article inserted without a rowguid (the flush gives it one), a change
-stamped with the open generation, a closed generation not yet settled, the highest generation (a closed
-one, or one received from a replica's upload, or another door's or agent's round), and the publication's
-evaluation watermark and schema version. Two equal marks taken one after the other mean that nothing was
-committed, flushed, closed, settled or evaluated in between: a round that completed after the first one
-left nothing for a round after the second.
+settles closed generations, evaluates partitions up to them and extends the partition feed up to the evaluated
+bound. Each of those starts from something this mark reads: an entry in the log (``MSmerge_pending``), a row
+of an article inserted without a rowguid (the flush gives it one), a change stamped with the open generation,
+a closed generation not yet settled, the highest generation (a closed one, or one received from a replica's
+upload, or another door's or agent's round), and the publication's evaluation watermark and schema version;
+where the changes are read from PostgreSQL's log, whether it holds a change of an article not read yet
+(``dialects/postgres/log_capture.unread``). Two equal marks taken one after the other mean that nothing was
+committed, flushed, closed, settled or evaluated in between: a round that completed after the first one left
+nothing for a round after the second.
 """
 
 from __future__ import annotations
@@ -30,11 +31,14 @@ class Probe:
     publication: str
     sql: str
     params: tuple
+    log: bool = False           # the changes are read from the server's log (PostgreSQL): its mark too
 
     def read(self, replica: Replica) -> tuple:
-        """The mark now (one round trip). It reads the log too, so ``replica`` may read tracking metadata."""
+        """The mark now (one round trip; two where changes are read from the server's log). It reads the log too,
+        so ``replica`` may read tracking metadata."""
         row = replica.query(self.sql, list(self.params))
-        return tuple(row[0]) if row else ()
+        mark = tuple(row[0]) if row else ()
+        return mark + (replica.dialect.log_mark(replica),) if self.log else mark
 
 
 def probe(replica: Replica, publication: str) -> Probe | None:
@@ -70,4 +74,4 @@ def probe(replica: Replica, publication: str) -> Probe | None:
                      "LIMIT 1) AS x)")
     # the count of articles: one added or dropped changes the probe itself
     parts.append(f"(SELECT count(*) FROM {m('sysmergearticles')})")
-    return Probe(publication, "SELECT " + ", ".join(parts), tuple(params))
+    return Probe(publication, "SELECT " + ", ".join(parts), tuple(params), d.captures_from_log(replica))
