@@ -5,6 +5,11 @@ that loses nothing. The application writes through psycopg, not through sparksyn
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import psycopg
 import pytest
 from typer.testing import CliRunner
@@ -189,3 +194,40 @@ def test_a_postgresql_subscriber_reads_its_own_changes_from_its_log(spark, dbs, 
         assert c.execute('SELECT "v" FROM "Item" WHERE "id" = 3').fetchone()[0] == "from P"
     again = agent.run(MergeOptions())                  # what the agent wrote at G is not read back as G's changes
     assert again.ok and again.subscriptions[0].total("upload").updates == 0
+
+
+def test_an_installation_tracked_by_triggers_moves_to_the_log_with_what_its_triggers_logged(
+        spark, dbs, tmp_path, pg_admin_url):
+    t = Topo(spark, dbs, tmp_path, "postgresql", "sqlite", tables=["Item"], with_fk=False)
+    data = {**t.data, "publisher": {**t.data["publisher"], "change_capture": "triggers"}}
+    setup(parse_topology(data, tmp_path), lambda: spark)          # as an earlier release left it
+    assert slot_of(t) is None and len(triggers(t)) == 3
+    app(t, 'UPDATE "Item" SET "v" = \'logged by a trigger\' WHERE "id" = 9')
+    setup(t.topology, lambda: spark)                               # change_capture "auto": the log
+    assert slot_of(t) is not None and triggers(t) == []
+    app(t, 'UPDATE "Item" SET "v" = \'read from the log\' WHERE "id" = 10')
+    assert logged(t) >= 1                   # (setup may have recorded the trigger's entry already)
+    assert t.merge().ok
+    assert t.everywhere("Item", 9) == {"logged by a trigger"} and t.everywhere("Item", 10) == {"read from the log"}
+    assert sorted(contents_lineage(t, 9).values()) == [1] and sorted(contents_lineage(t, 10).values()) == [1]
+
+
+@pytest.mark.parametrize("point", ["tracking.flush", "tracking.flushed"])
+def test_an_agent_killed_in_its_flush_records_each_change_once(topo, failpoints, point, tmp_path):
+    """kill -9 of ``sparksync merge`` with the metadata written and not committed (``tracking.flush``), and right
+    after the commit, before the slot moved past what it recorded (``tracking.flushed``): the next merge brings
+    each change once, with one version."""
+    t = topo
+    app(t, 'UPDATE "Item" SET "v" = \'killed\' WHERE "id" = 11', 'DELETE FROM "Item" WHERE "id" = 12',
+        'INSERT INTO "Item" ("id", "v", "n") VALUES (111, \'new\', 0)')
+    cfg = write_config(tmp_path, t.data)
+    failpoints(f"{point} P !kill")
+    run = subprocess.run([str(Path(sys.executable).with_name("sparksync")), "merge", "-c", str(cfg)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == -signal.SIGKILL, (run.returncode, run.stderr[-2000:])
+    failpoints()
+    assert t.merge().ok
+    assert t.everywhere("Item", 11) == {"killed"} and t.everywhere("Item", 111) == {"new"}
+    assert not any(t.exists(s, "Item", 12) for s in ("P", "S1", "S2", "S3", "S4"))
+    assert sorted(contents_lineage(t, 11).values()) == [1] and sorted(contents_lineage(t, 111).values()) == [1]
+    assert logged(t) == 0

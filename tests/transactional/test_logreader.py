@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from sparksync.dialects import connect
+from sparksync.dialects.postgres.pgoutput import lsn_int
 from sparksync.metadata import store
-from sparksync.transactional.capture.pgoutput import lsn_int
 from sparksync.transactional.delivery.subscriber import Command
 from sparksync.transactional.distribution import database as dst
 from sparksync.transactional.distribution.logreader import run_logreader

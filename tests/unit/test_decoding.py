@@ -11,7 +11,7 @@ import struct
 
 import pytest
 
-from sparksync.transactional.capture import pgoutput as po
+from sparksync.dialects.postgres import pgoutput as po
 from sparksync.transactional.capture.logical import _Chunk
 from sparksync.transactional.capture.shapes import ShapeDef
 from sparksync.transactional.delivery.bulk_text import NULL, _escape, _fields

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparksync.transactional.capture import pgoutput as po
+from sparksync.dialects.postgres import pgoutput as po
 from sparksync.transactional.capture import seen_by_snapshot
 from sparksync.transactional.capture.logical import server_problems, slot_name
 from sparksync.transactional.delivery.deliver import route

@@ -30,7 +30,7 @@ import struct
 import time
 from collections.abc import Sequence
 
-import sparksync.transactional.capture.pgoutput as po
+import sparksync.dialects.postgres.pgoutput as po
 from sparksync.dialects.postgres.naming import METADATA_SCHEMA
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ReplicaDamaged

@@ -42,7 +42,9 @@ def flush(replica: Replica, wait: bool = False) -> int:
         replica.tracking_flushed = True
         return 0
     with replica.transaction():
-        return _flush(replica, None, wait)
+        n = _flush(replica, None, wait)
+    failpoints.hit("tracking.flushed", replica.label)       # tests: committed (a slot not moved on yet)
+    return n
 
 
 def flush_rows(replica: Replica, tablenick: int, rowguids_sql: str, params: Sequence[Any] = ()) -> int:
@@ -95,7 +97,9 @@ def _logged_source(replica: Replica) -> tuple[str, list]:
     if not d.captures_from_log(replica):
         return d.metadata_table_sql(LOG), []
     entries = d.peek_log(replica, _articles(replica)[1])
-    return ("(SELECT * FROM unnest(%s::integer[], %s::uuid[]) AS e(tablenick, rowguid)) AS logged",
+    # and what triggers logged before the database moved to the log, until a flush records it
+    return (f"(SELECT tablenick, rowguid FROM {d.metadata_table_sql(LOG)} UNION ALL "
+            "SELECT * FROM unnest(%s::integer[], %s::uuid[]) AS e(tablenick, rowguid)) AS logged",
             [[e[0] for e in entries], [e[1] for e in entries]])
 
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, NoReturn
 
-import sparksync.transactional.capture.pgoutput as po
+import sparksync.dialects.postgres.pgoutput as po
 from sparksync.dialects.model import TableInfo, from_table_dict
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ConfigurationError, SchemaError, SparksyncError

@@ -33,10 +33,10 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
+from sparksync.dialects.postgres import pgoutput as po
 from sparksync.dialects.replica import Replica
 from sparksync.errors import RowNotFound
 from sparksync.ordering import dri_order
-from sparksync.transactional.capture import pgoutput as po
 from sparksync.transactional.delivery.decoding import Shape
 from sparksync.transactional.delivery.subscriber import ArticleTarget, Command
 

@@ -20,9 +20,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sparksync.dialects.model import from_table_dict
+from sparksync.dialects.postgres import pgoutput as po
 from sparksync.errors import SchemaError
 from sparksync.rows import VERBATIM_KINDS, RowCodec
-from sparksync.transactional.capture import pgoutput as po
 from sparksync.transactional.capture.shapes import CHUNK_LENGTH, OPERATIONS, NoBeforeImage, ShapeDef
 from sparksync.transactional.delivery.subscriber import Command
 from sparksync.types import Kind, SqlType
