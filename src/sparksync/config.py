@@ -80,10 +80,10 @@ class PublisherConfig(_Model):
     database: str
     snapshot_dir: str = "snapshots"
     change_capture: Literal["auto", "log", "triggers"] = Field(
-        "auto", description="how merge change tracking learns of the application's writes at a PostgreSQL publisher: "
+        "triggers", description="how merge change tracking learns of the application's writes at a PostgreSQL publisher: "
         "'log' (read from the server's write-ahead log through a logical replication slot: no trigger on any write; "
         "needs wal_level = logical and a free replication slot), 'triggers' (statement triggers append to a log "
-        "table), 'auto' (log where the server allows it, else triggers). SQLite databases use triggers")
+        "table; the default), 'auto' (log where the server allows it, else triggers). SQLite databases use triggers")
 
     _n = field_validator("name")(lambda cls, v: _check_name(v, "publisher name"))
     _u = field_validator("database")(lambda cls, v: _check_url(v))

@@ -47,7 +47,8 @@ def world(request, spark, tmp_path_factory, pg_admin_url):
     with databases(tmp_path_factory.mktemp(f"conc-{request.param}"), pg_admin_url) as dbs:
         yield Cluster(spark, dbs, request.param,
                       {"S": "sqlite", "G": "postgresql"}, ddl,
-                      [{"table": "TR"}, {"table": "TC", "column_tracking": True}])
+                      [{"table": "TR"}, {"table": "TC", "column_tracking": True}],
+                      publisher={"change_capture": "auto"})      # PostgreSQL: its changes read from its log
 
 
 class Holder:

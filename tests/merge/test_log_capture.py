@@ -1,5 +1,5 @@
-"""A PostgreSQL publisher whose merge changes are read from its write-ahead log (``change_capture``, default
-``auto``: ``dialects/postgres/log_capture.py``): no trigger on the application's writes, every committed write
+"""A PostgreSQL publisher whose merge changes are read from its write-ahead log (``change_capture = "auto"`` or
+``"log"``: ``dialects/postgres/log_capture.py``): no trigger on the application's writes, every committed write
 captured once, the agent's own writes never read back, a lost slot a named error, and a way back to triggers
 that loses nothing. The application writes through psycopg, not through sparksync."""
 
@@ -34,11 +34,12 @@ from tests.support.config import write_config
 from tests.support.merge_topology import Topo
 
 pytestmark = pytest.mark.spark
+LOG = {"change_capture": "auto"}          # PostgreSQL with wal_level = logical: the log
 
 
 @pytest.fixture
 def topo(spark, dbs, tmp_path, pg_admin_url):
-    return Topo(spark, dbs, tmp_path, "postgresql", "sqlite", tables=["Item"], with_fk=False)
+    return Topo(spark, dbs, tmp_path, "postgresql", "sqlite", tables=["Item"], with_fk=False, publisher=LOG)
 
 
 def app(t: Topo, *statements: str) -> None:
@@ -147,6 +148,10 @@ def test_a_lost_slot_stops_the_publisher_by_name_with_the_way_out(topo):
     with connect(t.pub_url) as r, pytest.raises(Exception) as e:
         pending.flush(r)
     assert slot in str(e.value) and "reinit" in str(e.value) and "setup" in str(e.value)
+    st = gather_status(t.topology)                         # status says it too, and is not ok
+    (pub,) = st["publications"]
+    assert not st["ok"] and any(slot in p and "reinit" in p for p in pub["problems"]), pub
+    assert st["publisher"]["change_capture"]["retained_wal_bytes"] is None
 
 
 def test_setup_back_to_triggers_records_what_the_log_held(topo, tmp_path, spark):
@@ -198,12 +203,11 @@ def test_a_postgresql_subscriber_reads_its_own_changes_from_its_log(spark, dbs, 
 
 def test_an_installation_tracked_by_triggers_moves_to_the_log_with_what_its_triggers_logged(
         spark, dbs, tmp_path, pg_admin_url):
-    t = Topo(spark, dbs, tmp_path, "postgresql", "sqlite", tables=["Item"], with_fk=False)
-    data = {**t.data, "publisher": {**t.data["publisher"], "change_capture": "triggers"}}
-    setup(parse_topology(data, tmp_path), lambda: spark)          # as an earlier release left it
+    t = Topo(spark, dbs, tmp_path, "postgresql", "sqlite", tables=["Item"], with_fk=False)   # triggers, the default
     assert slot_of(t) is None and len(triggers(t)) == 3
     app(t, 'UPDATE "Item" SET "v" = \'logged by a trigger\' WHERE "id" = 9')
-    setup(t.topology, lambda: spark)                               # change_capture "auto": the log
+    data = {**t.data, "publisher": {**t.data["publisher"], **LOG}}
+    setup(parse_topology(data, tmp_path), lambda: spark)
     assert slot_of(t) is not None and triggers(t) == []
     app(t, 'UPDATE "Item" SET "v" = \'read from the log\' WHERE "id" = 10')
     assert logged(t) >= 1                   # (setup may have recorded the trigger's entry already)

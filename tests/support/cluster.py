@@ -22,7 +22,7 @@ class Cluster:
     ``subs``: name -> database kind (or a dict of subscription keys with ``kind``)."""
 
     def __init__(self, spark, dbs: Databases, pub_kind: str, subs: dict, ddl, articles: list[dict],
-                 publication: dict | None = None):
+                 publication: dict | None = None, publisher: dict | None = None):
         self.spark, self.tmp = spark, dbs.folder
         tmp = self.tmp
         self.kinds = {"P": pub_kind}
@@ -38,7 +38,7 @@ class Cluster:
             self.urls[name] = dbs.url(kind, name.lower())
             sub_entries.append({"name": name, "publication": "Pub", "database": self.urls[name], **spec})
         self.data = {
-            "publisher": {"name": "P", "database": self.urls["P"], "snapshot_dir": str(tmp / "snap")},
+            "publisher": {"name": "P", "database": self.urls["P"], "snapshot_dir": str(tmp / "snap"), **(publisher or {})},
             "publications": [{"name": "Pub", **(publication or {}), "articles": articles}],
             "subscriptions": sub_entries,
         }

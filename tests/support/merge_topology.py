@@ -56,10 +56,11 @@ FK_DDL = {
 
 class Topo:
     """Publisher ``P`` (``pub_kind``) with 20 rows in each of ``tables``, subscribers S1-S4 (``sub_kind``),
-    set up; ``tmp_path`` holds the snapshots; ``publication``: more keys of the publication."""
+    set up; ``tmp_path`` holds the snapshots; ``publication``, ``publisher``: more keys of each."""
 
     def __init__(self, spark, dbs: Databases, tmp_path: Path, pub_kind: str, sub_kind: str, logging: str = "publisher",
-                 tables: list[str] | None = None, with_fk: bool = True, publication: dict | None = None):
+                 tables: list[str] | None = None, with_fk: bool = True, publication: dict | None = None,
+                 publisher: dict | None = None):
         self.spark = spark
         self.pub_url = dbs.url(pub_kind, "pub")
         tables = tables or list(TABLES)
@@ -72,7 +73,8 @@ class Topo:
                 r.execute(stmt)
         self.sub_urls = {n: dbs.url(sub_kind, n.lower()) for n, _, _ in SUBS}
         self.data = {
-            "publisher": {"name": "P", "database": self.pub_url, "snapshot_dir": str(tmp_path / "snap")},
+            "publisher": {"name": "P", "database": self.pub_url, "snapshot_dir": str(tmp_path / "snap"),
+                          **(publisher or {})},
             "publications": [{"name": "Pub", "conflict_logging": logging, **(publication or {}), "articles":
                               [{"table": t, **TABLES[t]} for t in tables]
                               + ([{"table": "Child"}, {"table": "Parent"}] if with_fk else [])}],

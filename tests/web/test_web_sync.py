@@ -59,7 +59,8 @@ def world(spark, tmp_path_factory, pg_admin_url):
         pub = dbs.url("postgresql", "webpub")
         _publisher(pub)
         data = {
-            "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap")},
+            # change_capture auto: the publisher's changes read from its log (the door's mark asks the slot)
+            "publisher": {"name": "HQ", "database": pub, "snapshot_dir": str(tmp / "snap"), "change_capture": "auto"},
             # round_ahead_s 0: the checks' in-process doors share the publisher with this serve (rounds ahead would
             # race theirs); tests/web/test_two_doors.py runs serve's rounds ahead
             "server": {"max_request_mb": 1, "round_ahead_s": 0},

@@ -205,6 +205,9 @@ class MergeHooksDefaults:
     def log_mark(self, replica: Replica) -> int:
         return 0
 
+    def capture_problems(self, replica: Replica) -> list[str]:
+        return []
+
     def prepare_log_capture(self, replica: Replica) -> None:
         raise ConfigurationError(f"{replica.label}: change_capture = 'log' reads a PostgreSQL server's write-ahead "
                                  f"log; {self.capabilities.product} databases are tracked by triggers "

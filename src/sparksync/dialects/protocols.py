@@ -343,6 +343,9 @@ class MergeHooks(Protocol[R_contra]):
     def capture_state(self, replica: R_contra) -> dict:
         """How changes are captured here (``merge.tracking.capture.state``)."""
 
+    def capture_problems(self, replica: R_contra) -> list[str]:
+        """What keeps the change capture of this database from working (a lost slot), as messages; empty: none."""
+
     def log_mark(self, replica: R_contra) -> int:
         """Outside any transaction: 0 when the server's log holds no change left to read, else a value that
         differs from one call to the next while changes wait (a web door's mark)."""

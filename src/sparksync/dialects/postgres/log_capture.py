@@ -190,6 +190,21 @@ class _Article:
         self.last = last                 # the rowguid is the relation's last column (as setup adds it)
 
 
+def problems(replica: Replica) -> list[str]:
+    """The slot lost (``status``, ``validate``): the same words as the flush's error."""
+    found = capture_of(replica)
+    if found is None or replica.scalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s",
+                                       (found["slot"],)):
+        return []
+    return [_lost(found["slot"])]
+
+
+def _lost(slot: str) -> str:
+    return (f"the replication slot {slot} of its change capture is gone (dropped, or invalidated by "
+            "max_slot_wal_keep_size): the changes made since it was lost are not known; reinitialize this "
+            "replica's subscriptions ('sparksync reinit'), then run 'sparksync setup' to make the slot again")
+
+
 def read(replica: Replica, articles: Sequence[dict], advance: bool = True) -> tuple[list[tuple], int]:
     """Inside the caller's transaction, holding the flush lock: the entries of every transaction committed
     since the recorded position (tablenick, rowguid, op 1/2/3, changed columns of a column-tracked update),
@@ -202,10 +217,7 @@ def read(replica: Replica, articles: Sequence[dict], advance: bool = True) -> tu
                                    "WHERE slot = %s", (slot,)))
     row = replica.query_one("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,))
     if row is None:
-        raise ReplicaDamaged(f"{replica.label}: the replication slot {slot} of its change capture is gone (dropped, "
-                             "or invalidated by max_slot_wal_keep_size): the changes made since it was lost are not "
-                             "known; reinitialize this replica's subscriptions ('sparksync reinit'), then run "
-                             "'sparksync setup' to make the slot again", obj=replica.label)
+        raise ReplicaDamaged(f"{replica.label}: {_lost(slot)}", obj=replica.label)
     behind = advance and confirmed > po.lsn_int(row[0])
     # Up to the end of the flushed log as it is now: the peek processes every record that starts before it, so
     # every transaction whose commit does is returned, and the position can be recorded there even when none of

@@ -66,6 +66,9 @@ class PostgresMergeHooks(MergeHooksDefaults):
     def captures_from_log(self, replica: Replica) -> bool:
         return log_capture.capture_of(replica) is not None
 
+    def capture_problems(self, replica: Replica) -> list[str]:
+        return log_capture.problems(replica)
+
     def skip_log(self, replica: Replica) -> None:
         log_capture.record_now(replica)
 

@@ -59,7 +59,10 @@ class TrackingLog:
 
     def peek_log(self, replica: Replica, articles: Sequence[dict]) -> list[tuple]:
         """Read-only (``status``): the entries the log holds past the recorded position. Takes no lock: a flush
-        in flight, even one left open, never blocks it."""
+        in flight, even one left open, never blocks it. A lost slot has nothing to say (``capture_problems`` says
+        it is lost)."""
+        if log_capture.problems(replica):
+            return []
         with replica.transaction():
             return log_capture.read(replica, articles, advance=False)[0]
 

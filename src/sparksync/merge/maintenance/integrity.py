@@ -34,6 +34,7 @@ def replica_problems(replica: Replica, pubid: str) -> list[str]:
     if not articles:
         problems.append("its publication metadata (sysmergearticles) is missing")
     problems += shared_nicknames(replica, articles)
+    problems += replica.dialect.capture_problems(replica)
     for a in articles:
         art = tracked_article(a)
         info = replica.reflect(art.table)
