@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import sparksync.dialects.postgres.pgoutput as po
 from sparksync.dialects.postgres.naming import METADATA_SCHEMA
 from sparksync.dialects.replica import Replica
-from sparksync.errors import ReplicaDamaged
+from sparksync.errors import ConfigurationError, ReplicaDamaged
 from sparksync.names import TableName
 
 CAPTURE = "MSmerge_capture"               # the slot, its PostgreSQL publication and the position read up to
@@ -84,8 +84,6 @@ def prepare(replica: Replica) -> dict:
     d = replica.dialect
     level = replica.scalar("SHOW wal_level")
     if level != "logical":
-        from sparksync.errors import ConfigurationError
-
         raise ConfigurationError(
             f"{replica.label}: change_capture = 'log' reads the server's log by logical decoding, which needs "
             f"wal_level = logical (it is '{level}'): set it and restart PostgreSQL, or use change_capture = "
@@ -98,8 +96,6 @@ def prepare(replica: Replica) -> dict:
     if not replica.scalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (slot,)):
         free = replica.scalar("SELECT current_setting('max_replication_slots')::int - count(*) FROM pg_replication_slots")
         if int(free) < 1:
-            from sparksync.errors import ConfigurationError
-
             raise ConfigurationError(f"{replica.label}: no free replication slot for its change capture (raise "
                                      "max_replication_slots and restart PostgreSQL, or use change_capture = "
                                      "'triggers')", obj=replica.label)
@@ -123,18 +119,20 @@ def publish_table(replica: Replica, table: TableName) -> None:
     if not replica.scalar("SELECT count(*) FROM pg_publication WHERE pubname = %s", (PUBLICATION,)):
         raise ReplicaDamaged(f"{replica.label}: the PostgreSQL publication {PUBLICATION} of its change capture is gone; "
                              "run 'sparksync setup'", obj=replica.label)
-    if not replica.scalar("SELECT count(*) FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid "
-                            "WHERE p.pubname = %s AND r.prrelid = %s::regclass", (PUBLICATION, t)):
+    if not _in_publication(replica, t):
         replica.execute(f"ALTER PUBLICATION {d.quote(PUBLICATION)} ADD TABLE {t}")
 
 
 def unpublish_table(replica: Replica, table: TableName) -> None:
     d = replica.dialect
     t = d.table_sql(table)
-    if replica.scalar("SELECT to_regclass(%s) IS NOT NULL", (t,)) and replica.scalar(
-            "SELECT count(*) FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid "
-            "WHERE p.pubname = %s AND r.prrelid = %s::regclass", (PUBLICATION, t)):
+    if replica.scalar("SELECT to_regclass(%s) IS NOT NULL", (t,)) and _in_publication(replica, t):
         replica.execute(f"ALTER PUBLICATION {d.quote(PUBLICATION)} DROP TABLE {t}")
+
+
+def _in_publication(replica: Replica, table_sql: str) -> bool:
+    return bool(replica.scalar("SELECT count(*) FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid "
+                               "WHERE p.pubname = %s AND r.prrelid = %s::regclass", (PUBLICATION, table_sql)))
 
 
 def published(replica: Replica, table: TableName) -> list[str]:
@@ -143,8 +141,7 @@ def published(replica: Replica, table: TableName) -> list[str]:
     problems = []
     if replica.scalar("SELECT relreplident FROM pg_class WHERE oid = %s::regclass", (t,)) != "f":
         problems.append(f"REPLICA IDENTITY of {t} is not FULL")
-    if not replica.scalar("SELECT count(*) FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid "
-                          "WHERE p.pubname = %s AND r.prrelid = %s::regclass", (PUBLICATION, t)):
+    if not _in_publication(replica, t):
         problems.append(f"{t} is not in the PostgreSQL publication {PUBLICATION}")
     return problems
 
@@ -389,12 +386,7 @@ def _change(data: bytes, art: _Article, out: list) -> None:
         if g is not None:
             out.append((art.nick, g, 2, None))
         return
-    _, _, old, key, new = po.read_change(data)
-    if kind == _I:
-        g = new[art.guid] if new else None
-        if g is not None:
-            out.append((art.nick, g.decode(), 1, None))
-        return
+    _, _, old, key, new = po.read_change(data)       # an update needing its columns, or a delete by key only
     if kind == _D:
         row = old or key
         g = row[art.guid] if row and art.guid < len(row) else None
