@@ -42,7 +42,14 @@ from sparksync.merge.session.remote.feed import Feed
 from sparksync.merge.session.remote.frames import read_changes, write_changes
 from sparksync.merge.session.remote.publisher import Probe, PublisherHalf, ReceivedUpload
 from sparksync.merge.session.remote.recovery import recover_file, recoveries
-from sparksync.merge.session.remote.validated import FAILED, Validation, validate_device, validation_due
+from sparksync.merge.session.remote.validated import (
+    FAILED,
+    Validation,
+    partition_params,
+    publisher_digests,
+    validate_device,
+    validation_due,
+)
 from sparksync.metadata import store
 from sparksync.metadata.records import FailedChangeRow, PublicationRow, SubscriptionRow, SubscriptionStatus
 from sparksync.progress import Reporter, silent
@@ -68,6 +75,7 @@ from sparksync.web.protocol import (
 from sparksync.web.server.issuers import issuer_of, issuers
 from sparksync.web.server.ledger import Ledger, session_row
 from sparksync.web.server.partitioned import device_snapshot
+from sparksync.web.server.read_ahead import ReadAhead
 
 QUIET_FOR = 1.0     # seconds a door's rounds may be skipped on an unchanged tracking mark (``Door.round``)
 
@@ -108,6 +116,11 @@ class Door:
         self._round_lock = threading.Lock()
         self._snapshot_lock = threading.Lock()
         self._local = threading.local()
+        self._read_ahead = ReadAhead()
+
+    def close(self) -> None:
+        """The door stops: the reads ahead not started are dropped."""
+        self._read_ahead.close()
 
     def served_publications(self) -> list[PublicationConfig]:
         """The merge publications this door serves devices of, configured or enrolled into a device group (their
@@ -247,9 +260,23 @@ class Door:
             # [old nickname, sentgen, recgen] of the files recovered to this nickname
             "recoveries": recoveries(pub, device.name, reg.replnickname),
             "max_request_bytes": self.max_request,
-            "validate": validation_due(pub, device.publication, prow.pubid, device.name),  # digests with done
+            "validate": self._validation_due(pub, device, prow, reg),  # digests with done
             "file": standing,
         })
+
+    def _validation_due(self, pub: Replica, device: Device, prow: PublicationRow, reg: SubscriptionRow) -> bool:
+        """Whether the device is asked for its digests; if so, the publisher's of its partition are read meanwhile
+        (``read_ahead.py``)."""
+        if not validation_due(pub, device.publication, prow.pubid, device.name):
+            return False
+        params = partition_params(pub, prow.pubid, reg)
+        self._read_ahead.start(device.name, (prow.pubid, reg.partition_id),
+                               functools.partial(self._partition_digests, prow.pubid, params))
+        return True
+
+    def _partition_digests(self, pubid: str, params: dict | None) -> dict:
+        with self.publisher() as pub:
+            return publisher_digests(pub, self.topology.publisher_url, pubid, params)
 
     # -- the first sync ---------------------------------------------------------------------------
     def snapshot(self, device: Device) -> tuple[storage.Folder, dict]:
@@ -336,6 +363,7 @@ class Door:
         digest = hashlib.sha256(body).hexdigest()
         rows, meta = read_changes(body, what, self.max_request)
         upload = ReceivedUpload(device.name, lo, hi, rows, digest, what, meta)
+        self._read_ahead.drop(device.name)
         with self.publisher() as pub:
             reply = with_retries(functools.partial(self.half.apply_upload, pub, device.publication, upload),
                                  connections=[pub])
@@ -458,8 +486,9 @@ class Door:
         (``validated.py``)."""
         with self.publisher() as pub:
             prow, reg = self._registration(pub, device)
+            early = self._read_ahead.take(device.name, (prow.pubid, reg.partition_id))
             v = validate_device(pub, self.topology.publisher_url, prow, reg, said.pending,
-                                {k: list(x) for k, x in said.articles.items()}, said.error)
+                                {k: list(x) for k, x in said.articles.items()}, said.error, early)
         if v.result == FAILED:
             self.report(f"{device.name}: its validation failed: {v.message}")
         return v

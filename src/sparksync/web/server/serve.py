@@ -41,6 +41,7 @@ class Endpoint:
     listener: Listener
     feed: Feed
     ahead: RoundsAhead
+    door: Door
 
     def start(self, name: str) -> None:
         self.listener.start(name)
@@ -51,6 +52,7 @@ class Endpoint:
         self.ahead.stop()
         self.listener.stop(timeout)
         self.feed.stop()
+        self.door.close()
 
 
 def device_endpoint(topology: Topology, report: Reporter, spark: Callable[[], Any] | None) -> Endpoint:
@@ -73,7 +75,7 @@ def device_endpoint(topology: Topology, report: Reporter, spark: Callable[[], An
     listener = Listener(app, server.host, server.port, "server.listen",
                         topology.resolve_path(server.tls_cert) if server.tls_cert else None,
                         topology.resolve_path(server.tls_key) if server.tls_key else None)
-    return Endpoint(listener, feed, RoundsAhead(door, report, server.round_ahead_s))
+    return Endpoint(listener, feed, RoundsAhead(door, report, server.round_ahead_s), door)
 
 
 def url_of(topology: Topology) -> str:

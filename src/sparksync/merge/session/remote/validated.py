@@ -15,14 +15,15 @@ from sparksync.config import PublicationConfig
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ValueUnreadable
 from sparksync.merge.maintenance import validations
-from sparksync.merge.maintenance.digest import partition_digests
+from sparksync.merge.maintenance.digest import Digest, partition_digests
 from sparksync.merge.maintenance.validations import FAILED, Validation
 from sparksync.merge.partitions.evaluation import partitions
 from sparksync.merge.session.backlog import unsettled
 from sparksync.metadata.records import PublicationRow, SubscriptionRow
 from sparksync.schedule import parse_schedule
 
-__all__ = ["FAILED", "Validation", "validate_device", "validation_due"]
+__all__ = ["FAILED", "Digest", "Validation", "partition_params", "publisher_digests", "validate_device",
+           "validation_due"]
 
 
 def validation_due(pub: Replica, publication: PublicationConfig, pubid: str, name: str) -> bool:
@@ -37,12 +38,29 @@ def validation_due(pub: Replica, publication: PublicationConfig, pubid: str, nam
     return parse_schedule(publication.validate_schedule).next_run(at, False) <= dt.datetime.now(dt.UTC)
 
 
+def publisher_digests(pub: Replica, url: str, pubid: str, params: dict[str, str | None] | None) -> dict[str, Digest]:
+    """The publisher's digests of the partition of ``params`` (``partition_params``; None: every row)."""
+    return partition_digests(pub, url, pubid, params)
+
+
+def partition_params(pub: Replica, pubid: str, reg: SubscriptionRow) -> dict[str, str | None] | None:
+    """The parameters of the subscription's partition (None: it has none, it gets every row)."""
+    if reg.partition_id is None:
+        return None
+    part = next((p for p in partitions(pub, pubid) if p.partition_id == reg.partition_id), None)
+    return part.params if part is not None else None
+
+
 def validate_device(pub: Replica, url: str, prow: PublicationRow, reg: SubscriptionRow, pending: bool,
-                    said: dict[str, list], error: str | None = None) -> Validation:
+                    said: dict[str, list], error: str | None = None,
+                    read_ahead: dict[str, Digest] | None = None) -> Validation:
     """The device's digests (``said``: article -> [rows, checksum], as the door checked them) against the
     publisher's (``url``: its database) of the device's partition; recorded. ``pending``: the device said
     changes were pending there (it sent no digests); ``error``: why the device could not compute them (a failed
-    validation, as is one whose publisher's rows cannot be digested)."""
+    validation, as is one whose publisher's rows cannot be digested). ``read_ahead``: the publisher's digests of
+    the partition read earlier in the device's sync (``web/server/read_ahead.py``): where they match the device's
+    and nothing stands between the two now, the validation passed (the device holds what the publisher held then,
+    and no change of the publisher's since is missing from it); otherwise the publisher's rows are read now."""
     t0 = time.monotonic()
     v = Validation(reg.name, prow.pubid, validations.INCONCLUSIVE, "sync")
     if error is not None:
@@ -51,21 +69,22 @@ def validate_device(pub: Replica, url: str, prow: PublicationRow, reg: Subscript
         v.message = "changes were pending at the device"
     else:
         before = unsettled(pub, prow.pubid, reg)
-        params = None
-        if reg.partition_id is not None:
-            part = next((p for p in partitions(pub, prow.pubid) if p.partition_id == reg.partition_id), None)
-            params = part.params if part is not None else None
-        try:
-            expected = partition_digests(pub, url, prow.pubid, params) if not before else {}
-        except ValueUnreadable as e:
-            expected, v.result, v.message = {}, FAILED, f"the publisher's rows could not be digested: {e.message}"
-        after = before or unsettled(pub, prow.pubid, reg)
-        if v.result == FAILED:
-            pass
-        elif after:
-            v.message = f"{after} change(s) were pending at the publisher for it"
+        early = validations.compare(reg.name, prow.pubid, "sync", read_ahead, said) if read_ahead else None
+        if not before and early is not None and early.result == validations.PASSED:
+            v = early
         else:
-            v = validations.compare(reg.name, prow.pubid, "sync", expected, said)
+            try:
+                expected = partition_digests(pub, url, prow.pubid, partition_params(pub, prow.pubid, reg)) \
+                    if not before else {}
+            except ValueUnreadable as e:
+                expected, v.result, v.message = {}, FAILED, f"the publisher's rows could not be digested: {e.message}"
+            after = before or unsettled(pub, prow.pubid, reg)
+            if v.result == FAILED:
+                pass
+            elif after:
+                v.message = f"{after} change(s) were pending at the publisher for it"
+            else:
+                v = validations.compare(reg.name, prow.pubid, "sync", expected, said)
     v.seconds = time.monotonic() - t0
     validations.record(pub, v)
     return v
