@@ -23,14 +23,14 @@ demo: bytecode
 	$(VENV)/bin/sparksync demo --dir demo-run
 
 # The gates first (ruff, mypy, the import layers: seconds), then the whole suite in two processes (pytest-xdist;
-# a module and its topology stay in one process), the slowest tests listed at the end; last, the tests that run on a
-# Spark standalone cluster of their own (test-cluster).
+# a module and its topology stay in one process), the slowest tests listed at the end; beside it, the tests that
+# run on a Spark standalone cluster of their own (test-cluster: JVMs that mostly wait), printed after it
+# (scripts/run-suite).
 test: lint bytecode
 	scripts/ensure-services
-	$(VENV)/bin/python -m pytest -n 2 --dist loadscope --durations=12
-	$(VENV)/bin/python -m pytest -m cluster tests/cluster --durations=5
+	scripts/run-suite
 
-# The Spark standalone cluster's tests alone (the last step of `make test`): a master, two workers with their own
+# The Spark standalone cluster's tests alone (run beside the suite by `make test`): a master, two workers with their own
 # working directories, the executors' Python shipped by `sparksync cluster-pack`; setup, a merge with a worker
 # killed under it, a validation. ~2 min.
 test-cluster: bytecode

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "benchmarks"
 ORDER = ["tracking_overhead", "tracking_floor", "merge_throughput", "transactional_vs_pg_logical", "tracer_latency",
          "partitions", "cleanup", "web_sync", "web_sync_enrolled", "device_sync", "device_download", "small_rounds",
-         "service_rounds", "scale"]
+         "service_rounds", "scale", "rows_scale"]
 
 
 @dataclass
@@ -49,6 +49,16 @@ class Result:
             self.charts.append(file)
         self.chart_data.append(spec)
 
+    def lines(self, file: str, title: str, xs: Sequence[float], series: dict[str, Sequence[float | None]],
+              xlabel: str, ylabel: str, log_x: bool = True) -> None:
+        """A line chart: one line per series over ``xs`` (a missing point: None)."""
+        spec = {"kind": "lines", "file": file, "title": title, "xs": [float(x) for x in xs],
+                "series": {k: [None if v is None else float(v) for v in vs] for k, vs in series.items()},
+                "xlabel": xlabel, "ylabel": ylabel, "log_x": log_x}
+        if draw(spec):
+            self.charts.append(file)
+        self.chart_data.append(spec)
+
     def save(self) -> Path:
         """Write docs/benchmarks/<name>.json (assembled into docs/benchmarks.md) and print the tables."""
         self.machine = machine()
@@ -65,8 +75,8 @@ class Result:
 
 
 def draw(spec: dict) -> bool:
-    """Draw one grouped bar chart into docs/benchmarks/; without matplotlib (the ``bench`` extra), say so and
-    draw nothing (the tables are kept; ``make bench`` installs it)."""
+    """Draw one chart (grouped bars, or lines: ``spec["kind"]``) into docs/benchmarks/; without matplotlib (the
+    ``bench`` extra), say so and draw nothing (the tables are kept; ``make bench`` installs it)."""
     try:
         import matplotlib
     except ImportError:
@@ -76,6 +86,15 @@ def draw(spec: dict) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if spec.get("kind") == "lines":
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for label, values in spec["series"].items():
+            points = [(x, v) for x, v in zip(spec["xs"], values) if v is not None]
+            ax.plot([x for x, _ in points], [v for _, v in points], marker="o", label=label)
+        if spec.get("log_x"):
+            ax.set_xscale("log")
+        ax.set_xlabel(spec["xlabel"])
+        return _finish(fig, ax, spec)
     groups, series = spec["groups"], spec["series"]
     fig, ax = plt.subplots(figsize=(max(8.0, 1.2 * len(groups)), 5))
     width = 0.8 / max(len(series), 1)
@@ -86,6 +105,12 @@ def draw(spec: dict) -> bool:
         ax.axhline(spec["line"], color="black", linestyle="--", linewidth=1, label=spec.get("line_label") or None)
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels([textwrap.fill(g, 24) for g in groups], rotation=30, ha="right", fontsize=8)
+    return _finish(fig, ax, spec)
+
+
+def _finish(fig, ax, spec: dict) -> bool:
+    import matplotlib.pyplot as plt
+
     ax.set_ylabel(spec["ylabel"])
     ax.set_title(spec["title"])
     ax.legend(fontsize=8)

@@ -8,7 +8,8 @@ validation with checksums. The snapshot is written by the executors into an obje
 its credentials given to the executors through ``[spark] conf``, never in the workers' environment). The SQLite files
 are on this one machine's disk, which the "hosts" share as they would share a network file system.
 
-Its own target (``make test-cluster``, run by CI after the suite): the archive and the cluster take a minute."""
+Its own target (``make test-cluster``; ``make test`` runs it beside the suite): the archive and the cluster take a
+minute."""
 
 from __future__ import annotations
 

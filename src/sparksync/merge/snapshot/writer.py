@@ -47,6 +47,15 @@ from sparksync.spark.reads import ReadPlan
 PARTITION_COLUMN = "sparksync_partition"
 
 
+def _read_order(d, info, rowguid_column: str) -> tuple[str, str | None]:
+    """The column an article is read in the order of, and its placeholder (None: a rowguid's): a one-column primary
+    key, so that a subscriber that loads the snapshot appends its rows in key order; else the rowguid."""
+    if len(info.primary_key) == 1:
+        (column,) = info.key_columns
+        return d.quote(column.name), d.typed_param(column.type)
+    return d.quote(rowguid_column), None
+
+
 def _write_partitioned(spark, frozen: Replica, url: str, sid: str | None, scheme: PartitionScheme, a: ArticleRow, info,
                        pubid: str, sdir: storage.Folder, rel: str, what: str, report: Reporter) -> dict[str, dict]:
     """A filtered article: its rows of every partition of the publication, read in one pass (the filters
@@ -66,8 +75,9 @@ def _write_partitioned(spark, frozen: Replica, url: str, sid: str | None, scheme
     cols = [[c.name, c.type.to_dict()] for c in info.columns] + [[PARTITION_COLUMN, INT.to_dict()]]
     select = ("SELECT " + ("" if joined.unique else "DISTINCT ") + ", ".join(f"m.{d.quote(c.name)}" for c in info.columns)
               + ", pg.partition_id")
-    parts, total = read_partitions(frozen, url, sid, table_sql, select, f"m.{d.quote(a.rowguid_column)}", cols,
-                                   what, where, args, key=list(info.primary_key))
+    order_col, order_param = _read_order(d, info, a.rowguid_column)
+    parts, total = read_partitions(frozen, url, sid, table_sql, select, f"m.{order_col}", cols, what, where, args,
+                                   order_param=order_param, key=list(info.primary_key))
     report(f"{what}: {total} row(s) in {len(ids)} partition(s)")
     written = write_parquet(spark, ReadPlan(parts), sdir.child(rel), a.rowguid_column, PARTITION_COLUMN) if total \
         else {}
@@ -164,10 +174,10 @@ def _write(spark, topology: Topology, pub: Replica, publication: str, prow: Publ
                                                      f"snapshot {publication}/{a.name}", report)
                     total = 0
                 else:
-                    parts, total = read_partitions(frozen, url, sid, d.table_sql(info.name), select,
-                                                   d.quote(a.rowguid_column), cols, label,
-                                                   f" WHERE {d.quote(a.rowguid_column)} IS NOT NULL",
-                                                   key=list(info.primary_key))
+                    order_col, order_param = _read_order(d, info, a.rowguid_column)
+                    parts, total = read_partitions(frozen, url, sid, d.table_sql(info.name), select, order_col, cols,
+                                                   label, f" WHERE {d.quote(a.rowguid_column)} IS NOT NULL",
+                                                   order_param=order_param, key=list(info.primary_key))
                     report(f"snapshot {publication}: {a.name} ({total} rows, {len(parts)} partition(s))")
                     files, digest = write_parquet(spark, ReadPlan(parts), sdir.child(rel), a.rowguid_column).get(
                         "", Written()).seal(total, f"snapshot {publication}/{a.name}")
