@@ -62,6 +62,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/small_rounds.py
 	$(VENV)/bin/python bench/service_rounds.py
 	$(VENV)/bin/python bench/scale.py
+	$(VENV)/bin/python bench/rows_scale.py
 	$(VENV)/bin/python bench/results.py
 
 clean:
