@@ -36,13 +36,14 @@ def read_partitions(frozen: Replica, url: str, sid: str | None, table_sql: str, 
     d = frozen.dialect
     total = int(frozen.scalar(f"SELECT count(*) FROM {table_sql}{where}", params) or 0)
     base = f"{select} FROM {table_sql}"
-    order = f" ORDER BY {order_col}"
+    order_by = f"ORDER BY {order_col}"
     if total <= SPLIT_ROWS:
-        return [ReadPartition(url, base + where + order, list(params), columns, sid, label, key=list(key or []))], total
+        whole = ReadPartition(url, f"{base}{where} {order_by}", list(params), columns, sid, label, key=list(key or []))
+        return [whole], total
     n = -(-total // SPLIT_ROWS)
     # every bound in one pass over the order (not one OFFSET scan per bound: quadratic in the rows)
     bounds = [b for (b,) in frozen.query(
-        f"SELECT b FROM (SELECT {order_col} AS b, row_number() OVER ({order.strip()}) AS rn FROM {table_sql}{where}) "
+        f"SELECT b FROM (SELECT {order_col} AS b, row_number() OVER ({order_by}) AS rn FROM {table_sql}{where}) "
         f"AS ranked WHERE rn > 1 AND (rn - 1) % {SPLIT_ROWS} = 0 ORDER BY rn", params)][:n - 1]
     if order_param is None:
         bounds = [str(b) for b in bounds]
@@ -58,7 +59,7 @@ def read_partitions(frozen: Replica, url: str, sid: str | None, table_sql: str, 
         if i < n - 1:
             conds.append(f"{order_col} < {u}")
             ps.append(bounds[i])
-        parts.append(ReadPartition(url, base + where + conj + " AND ".join(conds) + order, ps, columns, sid,
+        parts.append(ReadPartition(url, f"{base}{where}{conj}{' AND '.join(conds)} {order_by}", ps, columns, sid,
                                    f"{label} part {i + 1}/{n}", key=list(key or [])))
     return parts, total
 

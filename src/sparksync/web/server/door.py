@@ -269,14 +269,14 @@ class Door:
         (``read_ahead.py``)."""
         if not validation_due(pub, device.publication, prow.pubid, device.name):
             return False
-        params = partition_params(pub, prow.pubid, reg)
         self._read_ahead.start(device.name, (prow.pubid, reg.partition_id),
-                               functools.partial(self._partition_digests, prow.pubid, params))
+                               functools.partial(self._partition_digests, prow.pubid, reg))
         return True
 
-    def _partition_digests(self, pubid: str, params: dict | None) -> dict:
+    def _partition_digests(self, pubid: str, reg: SubscriptionRow) -> dict:
+        """On the read-ahead thread: the publisher's digests of ``reg``'s partition."""
         with self.publisher() as pub:
-            return publisher_digests(pub, self.topology.publisher_url, pubid, params)
+            return publisher_digests(pub, self.topology.publisher_url, pubid, partition_params(pub, pubid, reg))
 
     # -- the first sync ---------------------------------------------------------------------------
     def snapshot(self, device: Device) -> tuple[storage.Folder, dict]:

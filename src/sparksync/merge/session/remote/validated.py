@@ -74,7 +74,7 @@ def validate_device(pub: Replica, url: str, prow: PublicationRow, reg: Subscript
             v = early
         else:
             try:
-                expected = partition_digests(pub, url, prow.pubid, partition_params(pub, prow.pubid, reg)) \
+                expected = publisher_digests(pub, url, prow.pubid, partition_params(pub, prow.pubid, reg)) \
                     if not before else {}
             except ValueUnreadable as e:
                 expected, v.result, v.message = {}, FAILED, f"the publisher's rows could not be digested: {e.message}"
