@@ -16,7 +16,8 @@ from sparksync.dialects import connect
 from sparksync.errors import ValueRejected
 from sparksync.merge.apply.staging import Staging
 from sparksync.merge.session.changes import OP_REMOVE, REMOVE_GENERATION
-from sparksync.merge.session.remote.frames import change_schema
+from sparksync.merge.session.remote.frames import change_schema, write_changes
+from sparksync.merge.session.remote.spooled import Download
 from sparksync.merge.session.remote.subscriber import RemotePublisher, apply_download
 from sparksync.merge.session.summary import SubscriptionSession
 from sparksync.merge.tracking import pending
@@ -76,7 +77,8 @@ def test_a_batchs_notices_name_exactly_the_rows_it_changed(kind, dbs, monkeypatc
             subscriber_type=2, host_name=None, login=None, partition_id=None, recgen=1, sentgen=1, schema_version=0,
             schema_changes=(), failed=())
         session, told = SubscriptionSession("Dev", "Pub"), []
-        done = apply_download(r, url, publisher, [(table, meta)], str(uuid.uuid4()), session, lambda _: None,
+        done = apply_download(r, url, publisher, Download.of_bytes(write_changes(table, meta)), str(uuid.uuid4()),
+                              session, lambda _: None,
                               told.append)
         assert done == 2 and refusals == (["delete", "upsert"] if falls_back else [])
         keys = {k: i for k, i in r.query('SELECT "rowguid", "id" FROM "T"')}

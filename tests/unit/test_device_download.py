@@ -14,7 +14,8 @@ from sparksync.merge.session.changes import RETRY_GENERATION
 from sparksync.merge.session.remote import frames
 from sparksync.merge.session.remote.frames import change_schema, read_frames, wire_schema, write_changes
 from sparksync.merge.session.remote.notices import batch_guids
-from sparksync.merge.session.remote.subscriber import _last_appearances
+from sparksync.merge.session.remote.spooled import Download
+from sparksync.merge.session.remote.subscriber import _batch_of_rows, _by_batch
 
 G1, G2, G3 = "0190a5b1-0000-7000-8000-000000000001", "0190a5b1-0000-7000-8000-000000000002", \
     "0190a5b1-0000-7000-8000-000000000003"
@@ -59,32 +60,72 @@ def _wire(rows: list[tuple[str | None, str | None, bool | None, int | None]]) ->
 @pytest.mark.parametrize("row", [(G1, '{"id":1}', True, 0), (G1, None, True, 0), (None, '{"g":"\\u0001"}', True, 0)])
 def test_a_row_that_says_its_rowguid_is_in_its_values_and_has_no_place_for_it_is_refused(row):
     with pytest.raises(ProtocolError, match="says its rowguid is in its values"):
-        frames._from_wire(_wire([(G2, '{"g":"\\u0001"}', True, 0), row]), {}, "download")
+        frames.from_wire(_wire([(G2, '{"g":"\\u0001"}', True, 0), row]), {}, "download")
 
 
 def test_an_unknown_operation_is_named_after_the_rows_are_checked():
     with pytest.raises(ProtocolError, match="unknown operation 9"):
-        frames._from_wire(_wire([(G1, None, None, 1), (G2, None, False, 9), (G3, None, False, None)]), {}, "download")
+        frames.from_wire(_wire([(G1, None, None, 1), (G2, None, False, 9), (G3, None, False, None)]), {}, "download")
     with pytest.raises(ProtocolError, match="unknown operation None"):
-        frames._from_wire(_wire([(G1, None, None, None)]), {}, "download")
+        frames.from_wire(_wire([(G1, None, None, None)]), {}, "download")
     with pytest.raises(ProtocolError, match="says its rowguid"):
-        frames._from_wire(_wire([(G1, None, None, 9), (G2, '{"id":1}', True, 0)]), {}, "download")
+        frames.from_wire(_wire([(G1, None, None, 9), (G2, '{"id":1}', True, 0)]), {}, "download")
+
+
+def _download(*tables: pa.Table, where: dict[int, int]) -> Download:
+    """A download of a frame of each of ``tables``, its generations in the batches ``where`` says (as the door
+    writes it: the first frame's metadata counts the frames)."""
+    meta = {"frames": len(tables), "where": {str(g): k for g, k in where.items()}}
+    return Download.of_bytes(b"".join(write_changes(t, meta if i == 0 else {}) for i, t in enumerate(tables)))
+
+
+def _batches(download: Download, order: list[int]) -> dict[int, list[tuple[str, int]]]:
+    seqs = _batch_of_rows(download, download.metadata)
+    return {seq: list(zip(t.column("rowguid").to_pylist(), t.column("generation").to_pylist()))
+            for seq, t in _by_batch(download, seqs, order)}
 
 
 def test_rows_in_several_frames_are_applied_at_their_last_appearance_and_sent_again_ones_all():
     device = _changes((10, G3, RETRY_GENERATION, "upsert", '{"id":3}'))
     first = _changes((10, G1, 2, "upsert", '{"id":1}'), (10, G2, 2, "upsert", '{"id":2}'))
     second = _changes((10, G2, 3, "upsert", '{"id":20}'), (10, G3, 3, "upsert", '{"id":30}'))
-    got = _last_appearances([device, first, second])
-    assert list(zip(got.column("rowguid").to_pylist(), got.column("generation").to_pylist())) == [
-        (G3, RETRY_GENERATION), (G1, 2), (G2, 3), (G3, 3)]
+    got = _batches(_download(device, first, second, where={RETRY_GENERATION: 0, 2: 0, 3: 1}), [0, 1])
+    assert got == {0: [(G3, RETRY_GENERATION), (G1, 2)], 1: [(G2, 3), (G3, 3)]}
 
 
 def test_rows_that_each_appear_once_are_the_frames_rows_as_they_are():
     empty, segment = _changes(), _changes((10, G2, 2, "upsert", "{}"), (20, G1, 2, "delete", None))
-    assert _last_appearances([empty, segment]).equals(pa.concat_tables([empty, segment]))
+    assert _batches(_download(empty, segment, where={2: 0}), [0]) == {0: [(G2, 2), (G1, 2)]}
     same_guid = _changes((10, G1, 2, "upsert", "{}"), (20, G1, 2, "upsert", "{}"))     # two articles' rows
-    assert _last_appearances([empty, same_guid]).num_rows == 2
+    assert _batches(_download(empty, same_guid, where={2: 0}), [0]) == {0: [(G1, 2), (G1, 2)]}
+    assert _batches(_download(empty, where={}), [0]) == {0: []}     # a batch of no rows still comes (its watermark)
+
+
+def test_a_batch_is_given_as_soon_as_its_last_row_is_read_not_after_the_whole_download(monkeypatch):
+    monkeypatch.setattr(frames, "FRAME_ROWS", 10)
+    rows = _changes(*[(10, f"0190a5b1-0000-7000-8000-{i:012d}", 2 + i // 25, "upsert", f'{{"id":{i}}}')
+                      for i in range(100)])                 # generations 2..5, 25 rows each; record batches of 10
+    download = _download(rows, where={2: 0, 3: 1, 4: 2, 5: 3})
+    read = []
+    reading = download.read
+    monkeypatch.setattr(download, "read", lambda columns=None: ((i, read.append(t.num_rows) or t)
+                                                                for i, t in reading(columns)))
+    seqs = _batch_of_rows(download, download.metadata)
+    read.clear()
+    given = [(seq, t.num_rows, sum(read)) for seq, t in _by_batch(download, seqs, [0, 1, 2, 3])]
+    assert given == [(0, 25, 30), (1, 25, 50), (2, 25, 80), (3, 25, 100)]
+
+
+def test_a_frame_that_unpacks_to_more_than_it_says_or_is_cut_is_refused():
+    body = write_changes(_changes((10, G1, 2, "upsert", '{"id":1}')), {"frames": 1})
+    size, packed = frames.HEADER.unpack(body[len(frames.MAGIC):len(frames.MAGIC) + frames.HEADER.size])
+    said_less = frames.MAGIC + frames.HEADER.pack(size - 40, packed) + body[len(frames.MAGIC) + frames.HEADER.size:]
+    with pytest.raises(ProtocolError, match="unpacks to more than its header says"):
+        list(Download.of_bytes(said_less).read())
+    with pytest.raises(ProtocolError, match="truncated"):
+        Download.of_bytes(body[:-5])
+    with pytest.raises(ProtocolError, match="does not start"):
+        Download.of_bytes(b"not frames at all")
 
 
 @pytest.mark.parametrize("guids", [[G1.upper(), G2, G3.upper()], ["Ä-ROW", G2, "İ"], [G1, None, G3]],

@@ -36,6 +36,9 @@ class DirectionStats(ArticleStats):
             setattr(self, f.name, getattr(self, f.name) + getattr(s, f.name))
 
 
+CHANGED_LISTED = 10_000      # the rows a device's download changed that its summary lists
+
+
 @dataclass
 class SubscriptionSession:
     subscription: str
@@ -45,9 +48,18 @@ class SubscriptionSession:
     problems: list[ErrorInfo] = field(default_factory=list)            # what went wrong, as data
     seconds: float = 0.0
     batches: dict[str, int] = field(default_factory=dict)               # direction -> batches applied
-    # a web device: the rows its download changed, [article, inserted|updated|deleted, rowguid, key] each
+    # a web device: the rows its download changed, [article, inserted|updated|deleted, rowguid, key] each: the
+    # first CHANGED_LISTED (what the application's callbacks are given is every one), the others counted
     changed: list[list[Any]] = field(default_factory=list)
+    changed_more: int = 0
     notes: list[str] = field(default_factory=list)       # what business logic handlers logged (``ctx.log``)
+
+    def note_changed(self, rows: list[list[Any]]) -> None:
+        """Rows a download batch changed: listed while fewer than ``CHANGED_LISTED`` are, counted after (a download
+        of millions of rows keeps a list of its changes in no one's memory)."""
+        room = max(CHANGED_LISTED - len(self.changed), 0)
+        self.changed += rows[:room]
+        self.changed_more += max(len(rows) - room, 0)
 
     def fail(self, message: str, error: ErrorInfo | SparksyncError | None = None) -> None:
         """Record a problem: ``message`` for the user, with the code and object of ``error``."""
@@ -96,6 +108,7 @@ class MergeSummary:
                 "upload": {a: vars(v) for a, v in s.upload.items()},
                 "download": {a: vars(v) for a, v in s.download.items()},
                 **({"changed": s.changed} if s.changed else {}),
+                **({"changed_more": s.changed_more} if s.changed_more else {}),
                 **({"notes": s.notes} if s.notes else {}),
             } for s in self.subscriptions],
             "conflicts": self.conflicts,

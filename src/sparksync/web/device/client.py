@@ -19,7 +19,7 @@ import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -186,6 +186,24 @@ class ServerClient:
     def changes(self, path: str, **kw) -> bytes:
         response = self.request("POST", path, headers={"Accept": MEDIA_ARROW}, **kw)
         return response.content
+
+    def changes_into(self, path: str, fh: BinaryIO, **kw) -> None:
+        """The frames of changes the server answers written to ``fh`` as they arrive (from its start, again for
+        each attempt): a download of millions of changes is never whole in memory."""
+
+        def attempt() -> httpx.Response:
+            fh.seek(0)
+            fh.truncate()
+            with self.http.stream("POST", path, headers={"Accept": MEDIA_ARROW}, **kw) as response:
+                if response.status_code == 200:
+                    for chunk in response.iter_bytes():
+                        fh.write(chunk)
+                    fh.flush()
+                else:
+                    response.read()
+            return response
+
+        self._attempts(path, attempt)
 
     def download_file(self, path: str, target: DownloadTarget) -> None:
         """A snapshot file, resumed where a cut connection stopped it (HTTP Range)."""

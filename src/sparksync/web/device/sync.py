@@ -32,9 +32,10 @@ from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ConfigurationError, ConnectionFailed, Diverged, OtherFile, SparksyncError
 from sparksync.merge.session.remote import identity, notices, outbox
-from sparksync.merge.session.remote.frames import read_frames, write_changes
+from sparksync.merge.session.remote.frames import write_changes
 from sparksync.merge.session.remote.notices import Listener
 from sparksync.merge.session.remote.restored import file_state, restored
+from sparksync.merge.session.remote.spooled import Download
 from sparksync.merge.session.remote.subscriber import (
     RemotePublisher,
     apply_download,
@@ -433,11 +434,11 @@ def _download(client: ServerClient, device: Replica, options: DeviceOptions, pub
               session: SubscriptionSession, summary: MergeSummary, report: Reporter) -> None:
     """The publisher's changes for the device in one request, applied; the door told how far."""
     after, failed = download_request(device, publisher, MAX_RETRIES)
-    frames = read_frames(client.changes(DOWNLOAD.path, json=DownloadRequest(
-        after=after, batch=options.generations_per_batch, failed=failed, keyset=True).model_dump(mode="json")),
-        "download")
-    with fewer_collections():           # tens of thousands of rows' short-lived objects (allocation.py)
-        done = apply_download(device, options.database, publisher, frames, summary.session_id, session, report,
-                              options.on_change)
+    with tempfile.TemporaryFile(prefix="sparksync-download-") as fh:      # gone with the process, however it ends
+        client.changes_into(DOWNLOAD.path, fh, json=DownloadRequest(
+            after=after, batch=options.generations_per_batch, failed=failed, keyset=True).model_dump(mode="json"))
+        with fewer_collections():           # tens of thousands of rows' short-lived objects (allocation.py)
+            done = apply_download(device, options.database, publisher, Download(fh, "download"), summary.session_id,
+                                  session, report, options.on_change)
     if done is not None:
         client.send(ACK, AckReply, AckRequest(hi=done))

@@ -32,6 +32,7 @@ MAGIC = b"SSW2"              # a frame of changes: this, its payload's size and 
 HEADER = struct.Struct("<QQ")  # then the zstd-compressed payload: metadata length (4 bytes), metadata, stream
 META = struct.Struct("<I")
 MAX_STREAM = 1 << 30         # the largest stream a body may unpack to, all its frames (a small body cannot claim more)
+FRAME_ROWS = 65_536          # the most rows of one record batch of a frame: what a reader holds at once (spooled.py)
 
 
 def change_schema():
@@ -70,7 +71,7 @@ def write_changes(table, metadata: dict[str, Any] | None = None) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, wire_schema()) as w:
         if table is not None and table.num_rows:
-            w.write_table(_to_wire(table))
+            w.write_table(_to_wire(table), max_chunksize=FRAME_ROWS)
     stream = sink.getvalue().to_pybytes()
     head = _schema_message()
     assert stream.startswith(head)             # what the receiver puts back
@@ -165,10 +166,10 @@ def _read_frame(packed, size: int, what: str) -> tuple[Any, dict]:
     except ValueError:
         raise ProtocolError(f"{what}: its metadata is not JSON", obj=what) from None
     meta = meta if isinstance(meta, dict) else {}
-    return _from_wire(table, meta, what), meta
+    return from_wire(table, meta, what), meta
 
 
-def _from_wire(table, meta: dict, what: str):
+def from_wire(table, meta: dict, what: str):
     """A frame's wire rows as change rows: each row's rowguid put back where its values had it, each operation
     named, the sender's name and nickname from the metadata. Column by column, in Arrow: tens of thousands of
     rows make no Python object each."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,7 @@ from sparksync.merge.session.plan import BatchInfo
 from sparksync.merge.session.remote import notices, outbox
 from sparksync.merge.session.remote.frames import change_schema
 from sparksync.merge.session.remote.restored import FileState, file_state, interrupted, restamp
+from sparksync.merge.session.remote.spooled import Download
 from sparksync.merge.session.summary import DirectionStats, SubscriptionSession
 from sparksync.merge.snapshot.initialize import SubscriberInit, initialize_subscriber
 from sparksync.merge.tracking.articles import published_articles
@@ -335,75 +336,149 @@ def _key(key: Any) -> tuple[int, str] | None:
     return int(key[0]), key[1]
 
 
-def _last_appearances(tables: list) -> Any:
-    """The download's rows: this device's frame, then the partition feed's segments, oldest first. A
-    segment holds each row as the publisher had it when the segment was written: a row changed again, or
-    that left the partition, later is in a later segment too, and only its last appearance is applied
-    (what a read of every generation at once would give: the row's newest version, or its removal). The
-    changes sent again (failed here before) are kept as they are. Rows that all have rowguids of their own
-    (a device that synced after each round: its own frame empty, one segment) are every one a last
-    appearance: counted, not grouped."""
+def _positions(n: int) -> Any:
+    """0, 1, ... n - 1 (int64), made in Arrow."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-    if len(tables) == 1 or not table.num_rows:
-        return table
-    if pc.count_distinct(table.column("rowguid")).as_py() == table.num_rows:
-        return table
-    at = pa.array(range(table.num_rows), pa.int64())
-    again = pc.equal(table.column("generation"), RETRY_GENERATION)
-    rest = table.select(["tablenick", "rowguid"]).append_column("at", at).filter(pc.invert(again))
+    return pc.subtract(pc.cumulative_sum(pc.fill_null(pa.nulls(n, pa.int64()), 1)), 1)
+
+
+def _last_appearances(keys, parts: int) -> Any:
+    """Which of the download's rows (``keys``: their tablenick, rowguid and generation, in order; ``parts``: how many
+    of its frames have rows) are applied: this
+    device's frame, then the partition feed's segments, oldest first. A segment holds each row as the publisher
+    had it when the segment was written: a row changed again, or that left the partition, later is in a later
+    segment too, and only its last appearance is applied (what a read of every generation at once would give:
+    the row's newest version, or its removal). The changes sent again (failed here before) are kept as they are.
+    None: every row (one frame; or rows that all have rowguids of their own: a device that synced after each
+    round, its own frame empty, one segment: counted, not grouped)."""
+    import pyarrow.compute as pc
+
+    if parts == 1 or not keys.num_rows:
+        return None
+    if pc.count_distinct(keys.column("rowguid")).as_py() == keys.num_rows:
+        return None
+    at = _positions(keys.num_rows)
+    again = pc.equal(keys.column("generation"), RETRY_GENERATION)
+    rest = keys.select(["tablenick", "rowguid"]).append_column("at", at).filter(pc.invert(again))
     last = rest.group_by(["tablenick", "rowguid"], use_threads=False).aggregate([("at", "max")]).column("at_max")
-    return table.filter(pc.or_(again, pc.is_in(at, value_set=last)))
+    return pc.or_(again, pc.is_in(at, value_set=last))
 
 
-def apply_download(device: Replica, url: str, publisher: RemotePublisher, frames: list[tuple[Any, dict]],
+def _batch_of_rows(download: Download, meta: dict) -> Any:
+    """Each row's batch (int32, in the download's order; -1: applied nowhere), read from the download's keys
+    alone: by its generation and, for a generation cut by key, its key range; a row that is not its last
+    appearance in none (``_last_appearances``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    where = {int(g): int(k) for g, k in meta.get("where", {}).items()}
+    ranges = meta.get("ranges", [])
+    for r in ranges:
+        if not (isinstance(r, list) and len(r) == 4 and isinstance(r[0], int) and isinstance(r[3], int)):
+            raise ProtocolError(f"download: a key range is not [generation, after, upto, batch]: {r!r}", obj="ranges")
+    gens, seqs = pa.array(list(where), pa.int64()), pa.array(list(where.values()), pa.int32())
+    found, parts = [], set()
+    for part, keys in download.read(["tablenick", "rowguid", "generation"]):
+        these = pc.fill_null(pc.take(seqs, pc.index_in(keys.column("generation"), value_set=gens)), -1)
+        for g, after, upto, seq in ranges:
+            # a generation bigger than a batch, cut by key: its rows whose (tablenick, rowguid) is in (after, upto]
+            mask = pc.equal(keys.column("generation"), int(g))
+            in_range = key_range_mask(keys, _key(after), _key(upto))
+            these = pc.if_else(mask if in_range is None else pc.and_(mask, in_range), pa.scalar(int(seq), pa.int32()),
+                               these)
+        found.append(these)
+        if keys.num_rows:
+            parts.add(part)
+    batch_of = pa.chunked_array(found, pa.int32()).combine_chunks()
+    last = None
+    if len(parts) > 1:                          # rows of several frames: the keys read again, to be grouped
+        last = _last_appearances(_keys(download), len(parts))
+        pa.default_memory_pool().release_unused()     # what the keys took, back to the system before the rows are read
+    if last is None:
+        return batch_of
+    batch_of = pc.if_else(last, batch_of, pa.scalar(-1, pa.int32()))
+    return batch_of.combine_chunks() if isinstance(batch_of, pa.ChunkedArray) else batch_of
+
+
+def _keys(download: Download) -> Any:
+    """The download's (tablenick, rowguid, generation), every row's, copied out of what was read: a column read is
+    a slice of its record batch's body, every column of it (held, the download would be in memory again)."""
+    import pyarrow as pa
+
+    kept = [pa.table({c: pa.concat_arrays([keys.column(c).combine_chunks(), pa.array([], keys.column(c).type)])
+                      for c in keys.column_names}) for _, keys in download.read(["tablenick", "rowguid", "generation"])]
+    return pa.concat_tables(kept)
+
+
+def _by_batch(download: Download, seqs, order: list[int]) -> Iterator[tuple[int, Any]]:
+    """(seq, its rows) of each batch of ``order``, in that order, read again from ``download``: a batch as soon as
+    the last of its rows (``seqs``) has been read and the batches before it were given, so what is held at once
+    is the batches read and not given yet, not the download."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ends: dict[int, int] = {}
+    if len(seqs):
+        last = pa.table({"seq": seqs, "at": _positions(len(seqs))}).group_by(
+            "seq", use_threads=False).aggregate([("at", "max")])
+        ends = dict(zip(last.column("seq").to_pylist(), last.column("at_max").to_pylist()))
+    wanted = frozenset(order)
+    pending: dict[int, list] = {}
+    i = read = 0
+    empty = change_schema().empty_table()
+    for _, table in download.read():
+        these = seqs.slice(read, table.num_rows)
+        read += table.num_rows
+        for seq in pc.unique(these).to_pylist():
+            if seq in wanted:
+                pending.setdefault(seq, []).append(table.filter(pc.equal(these, seq)))
+        while i < len(order) and ends.get(order[i], -1) < read:
+            got = pending.pop(order[i], [])
+            yield order[i], pa.concat_tables(got) if got else empty
+            i += 1
+    if read != len(seqs):
+        raise ProtocolError(f"download: {read} row(s) read again of {len(seqs)}", obj="download")
+    for seq in order[i:]:
+        got = pending.pop(seq, [])
+        yield seq, pa.concat_tables(got) if got else empty
+
+
+def apply_download(device: Replica, url: str, publisher: RemotePublisher, download: Download,
                    session_id: str, session: SubscriptionSession, report: Reporter,
                    listener: notices.Listener | None = None) -> int | None:
-    """The download's ``frames`` (change rows, metadata; ``frames.read_frames``) applied here batch by batch
-    (``merge.session.context.subscriber_half``), each batch's rows by their generation and, for a generation
-    cut by key, their key range; what each did counted in ``session``, the rows it changed listed there and
-    given to ``listener`` once it committed (``notices.py``). Returns the last generation applied (None: no
-    batch)."""
-    import pyarrow as pa
+    """The ``download`` (its frames, read back a record batch at a time: ``spooled.py``) applied here batch by
+    batch (``merge.session.context.subscriber_half``), each batch's rows by their generation and, for a generation
+    cut by key, their key range, each batch as soon as its rows are read; what each did counted in ``session``,
+    the rows it changed listed there (``SubscriptionSession.note_changed``) and given to ``listener`` once it committed
+    (``notices.py``). Returns the last generation applied (None: no batch)."""
     import pyarrow.compute as pc
 
     pubid, nick, name = publisher.pubid, publisher.nickname, publisher.subscription
-    meta = frames[0][1]
-    if meta.get("frames", 1) != len(frames):
-        raise ProtocolError(f"download: {len(frames)} frame(s) arrived of {meta.get('frames')}", obj=name)
-    table = _last_appearances([t for t, _ in frames])
+    meta = download.metadata
+    if meta.get("frames", 1) != len(download):
+        raise ProtocolError(f"download: {len(download)} frame(s) arrived of {meta.get('frames')}", obj=name)
     batches = [BatchInfo(publisher.publisher, publisher.publisher_nickname, int(b["seq"]), int(b["lo"]), int(b["hi"]),
                          [int(n) for n in b["nicknames"]], retry=bool(b.get("retry")),
                          ends_within=int(b.get("ends_within") or 0)) for b in meta.get("batches", [])]
-    where = {int(g): int(k) for g, k in meta.get("where", {}).items()}
-    report(f"download {name}: generations ({meta.get('start')}, {meta.get('bound')}], {table.num_rows} change(s) in "
-           f"{len(batches)} batch(es)")
+    seqs = _batch_of_rows(download, meta)
+    report(f"download {name}: generations ({meta.get('start')}, {meta.get('bound')}], "
+           f"{pc.sum(pc.greater_equal(seqs, 0)).as_py() or 0} change(s) in {len(batches)} batch(es)")
     if not batches:
         return None
     half = subscriber_half(device, url, name, nick, pubid, publisher.publication, publisher.publisher, batches,
                            session_id, publisher.partition_id)
-    # each row's batch, by its generation (a generation of no batch: -1, applied nowhere), computed in Arrow
-    seqs = pc.fill_null(pc.take(pa.array(list(where.values()), pa.int32()), pc.index_in(
-        table.column("generation"), value_set=pa.array(list(where), pa.int64()))), -1) if table.num_rows else None
-    for r in meta.get("ranges", []) if seqs is not None else []:
-        # a generation bigger than a batch, cut by key: its rows whose (tablenick, rowguid) is in (after, upto]
-        if not (isinstance(r, list) and len(r) == 4 and isinstance(r[0], int) and isinstance(r[3], int)):
-            raise ProtocolError(f"download: a key range is not [generation, after, upto, batch]: {r!r}", obj="ranges")
-        g, after, upto, seq = r
-        mask = pc.equal(table.column("generation"), int(g))
-        in_range = key_range_mask(table, _key(after), _key(upto))
-        seqs = pc.if_else(mask if in_range is None else pc.and_(mask, in_range), pa.scalar(int(seq), pa.int32()), seqs)
     done = None
     tracked = {n: a.article for n, a in half.articles.items()}
     keep = listener is not None and notices.listening(device)
     names = {a.nickname: a.name for a in published_articles(device, pubid)}      # as the outbox names them
-    for b in batches:
-        rows = table.filter(pc.equal(seqs, b.seq)) if seqs is not None else table
+    by_seq = {b.seq: b for b in batches}
+    for seq, rows in _by_batch(download, seqs, [b.seq for b in batches]):
+        b = by_seq[seq]
         watch = notices.Watch(device, tracked, names, rows, session_id, b.seq, keep)
         outcome = half.apply(b, rows, watch.record, watch.planned)
-        session.changed += watch.changes
+        session.note_changed(watch.changes)
         failpoints.hit("device.after_download_batch", name)
         if keep:
             notices.deliver(device, listener)            # type: ignore[arg-type]
