@@ -519,7 +519,13 @@ def test_a_change_to_a_row_that_left_the_partition_meanwhile_is_refused_in_the_o
     the partitions. The rename is refused (the row is not the device's any more): the outbox says so with why, the
     publisher's row keeps HQ's version, and the row leaves the device."""
     shell(world.pub_url, 'INSERT INTO "Store" ("id", "region", "name") VALUES (7790, \'north\', \'moving\');\n')
-    _ok(world.sync("TillN"))
+    # a sync while serve's merge agent (Branch) holds the publication gets what that agent closed: the row may come
+    # with the next one (web-sync.md, the door's rounds)
+    for _ in range(5):
+        _ok(world.sync("TillN"))
+        if 7790 in _rows(world.device_url("TillN"), "Store"):
+            break
+    assert 7790 in _rows(world.device_url("TillN"), "Store"), "HQ's new north store did not reach TillN"
     shell(world.device_url("TillN"), "UPDATE Store SET name = 'renamed offline' WHERE id = 7790;\n")
     shell(world.pub_url, 'UPDATE "Store" SET "region" = \'south\' WHERE "id" = 7790;\n')
     _ok(world.sync("TillS"))                                  # a round: the move is evaluated
