@@ -168,13 +168,17 @@ class ServerClient:
 
     def send(self, route: Route, reply: type[M], body: BaseModel | None = None, **params: Any) -> M:
         """A request of the protocol (``web/protocol.py``): ``body`` as its JSON (or ``content``), the reply read
-        as ``reply``; ``params``: the route's path parameters. A reply that is not the model is a typed error."""
+        as ``reply``; ``params``: the route's path parameters (and ``timeout``, an ``httpx.Timeout`` of this request).
+        A reply that is not the model is a typed error."""
         content = params.pop("content", None)
         headers = params.pop("headers", None)
+        timeout = params.pop("timeout", None)
         kw: dict[str, Any] = {"content": content} if content is not None else \
             {"json": body.model_dump(mode="json", by_alias=True)} if body is not None else {}
         if headers:
             kw["headers"] = headers
+        if timeout is not None:
+            kw["timeout"] = timeout
         path = route.url(**params)
         data = self.request(route.method, path, **kw).json()
         try:

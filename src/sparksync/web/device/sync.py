@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 from pydantic import BaseModel
 
 from sparksync import failpoints
@@ -91,6 +92,7 @@ from sparksync.web.protocol import (
 
 M = TypeVar("M", bound=BaseModel)
 PER_BATCH = 100                   # generations per upload request and per download batch
+VALIDATION_WAIT = 1800.0          # seconds a done with digests waits for the door's answer (its read of the partition)
 
 
 @dataclass(frozen=True)
@@ -255,8 +257,11 @@ def _sync_file(client: ServerClient, device: Replica, options: DeviceOptions, he
     validation = _digests(device, url, publisher, report) if hello.validate_ else None
     session.seconds = summary.seconds = time.perf_counter() - t0
     up, down = session.total("upload"), session.total("download")
+    # with digests, the door answers once it has its own of the partition: a read of every row of it, minutes for
+    # tens of millions of rows (a connection lost meanwhile sends it again, which waits for the same read)
     said = client.send(DONE, DoneReply, DoneRequest(
-        seconds=session.seconds, errors=session.errors, upload=_counts(up), download=_counts(down), validation=validation))
+        seconds=session.seconds, errors=session.errors, upload=_counts(up), download=_counts(down), validation=validation),
+        timeout=httpx.Timeout(client.http.timeout.connect, read=VALIDATION_WAIT) if validation is not None else None)
     verdict = said.validation
     if verdict is not None and verdict.result == "failed":
         message = (f"{options.subscription}: the publisher's validation of this file failed: {verdict.message}; run "

@@ -46,12 +46,14 @@ class ReadAhead:
         self._lock = threading.Lock()
 
     def start(self, device: str, partition: Partition, read: Callable[[], dict[str, Digest]]) -> None:
-        """Start ``read`` of ``partition`` for ``device``, unless the same sync started one (a device says ``hello``
-        again after it initialized its file)."""
+        """Start ``read`` of ``partition`` for ``device``, unless one of it is kept that is still under way (the
+        same sync says ``hello`` again after it initialized its file: a read of a large partition started at its
+        first ``hello`` is not queued behind by another) or ended less than ``SAME_SYNC`` seconds ago."""
         now = time.monotonic()
         with self._lock:
             kept = self._reads.get(device)
-            if kept is not None and kept.partition == partition and now - kept.started < SAME_SYNC:
+            if kept is not None and kept.partition == partition and now - kept.started < FRESH_FOR \
+                    and (not kept.future.done() or now - kept.started < SAME_SYNC):
                 return
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="sparksync-read-ahead")
@@ -72,16 +74,22 @@ class ReadAhead:
     def take(self, device: str, partition: Partition) -> dict[str, Digest] | None:
         """The device's read of ``partition``, waiting for it if it is under way; None: none was started, it had not
         started yet (dropped), is of another partition or stale, or failed (the caller reads, and says why if that
-        fails again)."""
+        fails again). The read stays kept until it has ended: a ``done`` sent again (its first attempt's connection
+        lost while it waited) waits for the same read instead of starting its own."""
         with self._lock:
-            kept = self._reads.pop(device, None)
-        if kept is None or kept.partition != partition or time.monotonic() - kept.started >= FRESH_FOR \
-                or kept.future.cancel():
-            return None
+            kept = self._reads.get(device)
+            if kept is None or kept.partition != partition or time.monotonic() - kept.started >= FRESH_FOR \
+                    or kept.future.cancel():
+                self._reads.pop(device, None)
+                return None
         try:
             return kept.future.result()
         except Exception:          # noqa: BLE001 -- read again by the caller, whose failure is reported
             return None
+        finally:
+            with self._lock:
+                if self._reads.get(device) is kept:
+                    del self._reads[device]
 
     def close(self) -> None:
         """The door stops: reads not started are dropped."""
