@@ -153,3 +153,17 @@ def test_the_sqlite_staging_table_is_loaded_many_rows_per_statement(tmp_path, mo
         assert r.query("SELECT a, b, c FROM staged ORDER BY rowid") == rows
     per = merge_staging.ROWS_PER_INSERT if limit is None else limit // 3
     assert max(statements) == 3 * per and len(statements) == -(-len(rows) // per)
+
+
+def test_a_frame_written_in_an_order_reads_back_in_it_through_either_reader(monkeypatch):
+    monkeypatch.setattr(frames, "FRAME_ROWS", 4)                   # several record batches
+    rows = _changes(*[(10, f"0190a5b1-0000-7000-8000-{i:012d}", 2 + i % 3, "upsert", f'{{"id":{i}}}')
+                      for i in range(10)])
+    order = pa.array([9, 0, 5, 3, 8, 1, 7, 2, 6, 4], pa.int64())
+    body = write_changes(rows, {"frames": 1}, order)
+    expected = rows.take(order).column("rowguid").to_pylist()
+    [(whole, meta)] = read_frames(body, "download")
+    assert meta == {"frames": 1} and whole.column("rowguid").to_pylist() == expected
+    read = [t for _, t in Download.of_bytes(body).read()]
+    assert [t.num_rows for t in read] == [4, 4, 2]
+    assert [g for t in read for g in t.column("rowguid").to_pylist()] == expected

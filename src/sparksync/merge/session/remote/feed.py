@@ -333,10 +333,16 @@ def write_item(item: FeedItem) -> Iterator:
         return
     folder = Folder(item.folder)
     out = []
-    for pid in pc.unique(table.column("partition_id")).to_pylist() if table.num_rows else []:
-        rows = table.filter(pc.equal(table.column("partition_id"), pid)).sort_by(
-            [("generation", "ascending"), ("tablenick", "ascending"), ("rowguid", "ascending")])
-        data = write_changes(rows, {"segment": [item.lo, item.hi], "partition": int(pid)})
+    pids = pc.unique(table.column("partition_id")).to_pylist() if table.num_rows else []
+    table = table.combine_chunks()      # one copy, the read's batches freed: a take from many chunks combines them again
+    pa.default_memory_pool().release_unused()
+    for pid in pids:
+        rows = table if len(pids) == 1 else table.filter(pc.equal(table.column("partition_id"), pid))
+        # in the order a device applies them (its batches' rows together: what it holds at once, spooled.py), taken
+        # by index as the frame is written: no sorted copy of the round's rows
+        order = pc.sort_indices(rows, [("generation", "ascending"), ("tablenick", "ascending"),
+                                       ("rowguid", "ascending")])
+        data = write_changes(rows, {"segment": [item.lo, item.hi], "partition": int(pid)}, order)
         path = f"{item.lo}-{item.hi}/p{int(pid)}.ssw"
         folder.write(path, data)
         out.append({"partition_id": int(pid), "path": path, "rows": rows.num_rows, "bytes": len(data)})

@@ -49,6 +49,7 @@ WIRE_COLUMNS = (("tablenick", "int32"), ("rowguid", "string"), ("generation", "i
 OP_CODES = {"upsert": 0, "delete": 1, OP_UNREADABLE: 2, OP_REMOVE: 3}
 _OPS_BY_CODE = {v: k for k, v in OP_CODES.items()}
 _OP_NAMES = [_OPS_BY_CODE[i] for i in range(len(OP_CODES))]     # by code: the codes are 0, 1, ...
+_END = b"\xff\xff\xff\xff\x00\x00\x00\x00"      # an Arrow IPC stream's end-of-stream marker
 _MARK = '"\\u0001"'        # where the rowguid stood in a row's JSON (JSON text of the string "\x01")
 
 
@@ -64,23 +65,28 @@ def _schema_message() -> bytes:
     return wire_schema().serialize().to_pybytes()
 
 
-def write_changes(table, metadata: dict[str, Any] | None = None) -> bytes:
-    """Change rows (``change_schema``; None: none) and ``metadata`` as the bytes of one frame."""
+def write_changes(table, metadata: dict[str, Any] | None = None, order=None) -> bytes:
+    """Change rows (``change_schema``; None: none) and ``metadata`` as the bytes of one frame; ``order``: the rows'
+    order (indices into ``table``). The rows go to the wire ``FRAME_ROWS`` at a time, each record batch compressed
+    as it is made (one zstd frame over the metadata and the stream: its framing compresses too, a third smaller than
+    compressing each buffer when a sync carries tens of rows), so what a frame of a million rows holds at once is
+    its compressed bytes and one record batch, never a sorted copy of its rows or their whole stream unpacked."""
     import pyarrow as pa
 
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, wire_schema()) as w:
-        if table is not None and table.num_rows:
-            w.write_table(_to_wire(table), max_chunksize=FRAME_ROWS)
-    stream = sink.getvalue().to_pybytes()
-    head = _schema_message()
-    assert stream.startswith(head)             # what the receiver puts back
+    out = pa.BufferOutputStream()
+    packed = pa.CompressedOutputStream(out, "zstd")
     meta = json.dumps(metadata or {}, separators=(",", ":")).encode()
-    payload = META.pack(len(meta)) + meta + stream[len(head):]
-    # one zstd frame over the metadata and the stream (its framing compresses too: a third smaller than
-    # compressing each buffer when a sync carries tens of rows)
-    packed = pa.compress(payload, codec="zstd", asbytes=True)
-    return MAGIC + HEADER.pack(len(payload), len(packed)) + packed
+    packed.write(META.pack(len(meta)) + meta)
+    # the stream without its schema message (both ends know it): its record batches' messages, then its end
+    for start in range(0, table.num_rows if table is not None else 0, FRAME_ROWS):
+        rows = table.slice(start, FRAME_ROWS) if order is None else table.take(order.slice(start, FRAME_ROWS))
+        for batch in _to_wire(rows).to_batches(max_chunksize=FRAME_ROWS):
+            packed.write(batch.serialize())
+    packed.write(_END)
+    size = packed.tell()
+    packed.close()
+    data = out.getvalue()
+    return MAGIC + HEADER.pack(size, data.size) + data.to_pybytes()
 
 
 def _to_wire(table):
