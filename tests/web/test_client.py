@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sparksync.errors import TlsError
+from sparksync.errors import ConfigurationError, TlsError
 from sparksync.web.device.client import RETRIES, RETRY_AFTER_MAX, ServerClient, retry_after
 from tests.support.web import EXE, free_port
 
@@ -280,3 +280,24 @@ def test_the_trusted_authorities_are_loaded_once_a_process(monkeypatch):
     finally:
         client._trusted.cache_clear()
     assert len(loaded) == 1
+
+
+def test_a_download_that_cannot_be_written_to_disk_is_one_clear_error_naming_the_folder(tmp_path):
+    class Full:
+        """A temporary file on a full disk."""
+
+        def seek(self, *a): return 0
+
+        def truncate(self, *a): return 0
+
+        def flush(self): pass
+
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+    frames = (200, {"Content-Type": "application/vnd.apache.arrow.stream"}, b"SSW2" + b"\0" * 64)
+    with Stub([frames]) as stub, ServerClient(f"http://{stub.address}", TOKEN, retries=2) as client:
+        with pytest.raises(ConfigurationError, match="No space left on device") as e:
+            client.changes_into("/v1/sync/download", Full(), json={})
+    assert "TMPDIR" in e.value.message and TOKEN not in e.value.message
+    assert len(stub.requests) == 1, "a full disk is not retried"

@@ -16,6 +16,7 @@ import re
 import socket
 import ssl
 import stat
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -200,9 +201,15 @@ class ServerClient:
             fh.truncate()
             with self.http.stream("POST", path, headers={"Accept": MEDIA_ARROW}, **kw) as response:
                 if response.status_code == 200:
-                    for chunk in response.iter_bytes():
-                        fh.write(chunk)
-                    fh.flush()
+                    try:
+                        for chunk in response.iter_bytes():
+                            fh.write(chunk)
+                        fh.flush()
+                    except OSError as e:            # the disk full: nothing applied yet, the next sync asks again
+                        where = tempfile.gettempdir()
+                        raise ConfigurationError(f"{self.server}{path}: the download could not be written to a "
+                                                 f"temporary file in {where} ({e.strerror or e}); free space there, "
+                                                 "or set TMPDIR to a folder that has it", obj=where) from None
                 else:
                     response.read()
             return response
