@@ -188,10 +188,6 @@ class ServerClient:
             raise ProtocolError(f"{self.server}{path}: the server's reply is not a {reply.__name__} "
                                 f"({' '.join(str(e).split())[:200]})", obj=self.server) from None
 
-    def changes(self, path: str, **kw) -> bytes:
-        response = self.request("POST", path, headers={"Accept": MEDIA_ARROW}, **kw)
-        return response.content
-
     def changes_into(self, path: str, fh: BinaryIO, **kw) -> None:
         """The frames of changes the server answers written to ``fh`` as they arrive (from its start, again for
         each attempt): a download of millions of changes is never whole in memory."""

@@ -165,14 +165,23 @@ def _read_frame(packed, size: int, what: str) -> tuple[Any, dict]:
         table = reader.read_all()
         table.validate(full=True)            # offsets, UTF-8: a forged buffer is refused here, not later
     except (pa.ArrowException, OSError, ValueError) as e:     # UnicodeDecodeError is a ValueError
-        raise ProtocolError(f"{what}: not an Arrow stream of changes ({' '.join(str(e).split())[:200]})",
-                            obj=what) from None
+        raise not_arrow(what, e) from None
+    meta = metadata_of(raw, what)
+    return from_wire(table, meta, what), meta
+
+
+def not_arrow(what: str, e: Exception) -> ProtocolError:
+    """The error of a frame whose payload is not the Arrow stream of change rows it says (``e``: why)."""
+    return ProtocolError(f"{what}: not an Arrow stream of changes ({' '.join(str(e).split())[:200]})", obj=what)
+
+
+def metadata_of(raw: bytes, what: str) -> dict:
+    """A frame's metadata from its JSON text (none, or JSON that is not an object: {})."""
     try:
         meta = json.loads(raw) if raw else {}
     except ValueError:
         raise ProtocolError(f"{what}: its metadata is not JSON", obj=what) from None
-    meta = meta if isinstance(meta, dict) else {}
-    return from_wire(table, meta, what), meta
+    return meta if isinstance(meta, dict) else {}
 
 
 def from_wire(table, meta: dict, what: str):

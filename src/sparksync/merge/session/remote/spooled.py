@@ -15,12 +15,20 @@ goes past it; a single record batch is refused when it says it is larger than ``
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from sparksync.errors import ProtocolError, RequestTooLarge
-from sparksync.merge.session.remote.frames import HEADER, MAGIC, MAX_STREAM, META, from_wire, wire_schema
+from sparksync.merge.session.remote.frames import (
+    HEADER,
+    MAGIC,
+    MAX_STREAM,
+    META,
+    from_wire,
+    metadata_of,
+    not_arrow,
+    wire_schema,
+)
 
 
 class _Region(io.RawIOBase):
@@ -112,13 +120,8 @@ class Download:
             (n,) = META.unpack(stream.read(META.size).to_pybytes())
             raw = stream.read(n).to_pybytes()
         except (pa.ArrowException, OSError, ValueError) as e:
-            raise ProtocolError(f"{self.what}: not an Arrow stream of changes ({' '.join(str(e).split())[:200]})",
-                                obj=self.what) from None
-        try:
-            meta = json.loads(raw) if raw else {}
-        except ValueError:
-            raise ProtocolError(f"{self.what}: its metadata is not JSON", obj=self.what) from None
-        return stream, meta if isinstance(meta, dict) else {}
+            raise not_arrow(self.what, e) from None
+        return stream, metadata_of(raw, self.what)
 
     def read(self, columns: list[str] | None = None) -> Iterator[tuple[int, Any]]:
         """Every frame's rows in order, a record batch at a time, (the frame's index, the rows): as change rows
@@ -143,5 +146,4 @@ class Download:
                     table.validate(full=True)         # offsets, UTF-8: a forged buffer is refused here, not later
                     yield i, table if columns is not None else from_wire(table, meta, self.what)
             except (pa.ArrowException, OSError, ValueError) as e:     # UnicodeDecodeError is a ValueError
-                raise ProtocolError(f"{self.what}: not an Arrow stream of changes ({' '.join(str(e).split())[:200]})",
-                                    obj=self.what) from None
+                raise not_arrow(self.what, e) from None
