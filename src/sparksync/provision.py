@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from sparksync import failpoints, locks
 from sparksync.config import Topology
 from sparksync.dialects import connect
+from sparksync.dialects.replica import Replica
 from sparksync.errors import ConfigurationError, SchemaDrift, SparksyncError
 from sparksync.fleet.registry import rows as fleet_rows
 from sparksync.merge.apply.handling import check_handlers
@@ -121,14 +122,17 @@ def _check_initialized_subscribers(pub, topology: Topology) -> None:
         raise SchemaDrift("subscriber schema drift; nothing was changed:\n" + "\n".join(f"  - {x}" for x in problems))
 
 
-def _upgrade_subscribers(topology: Topology, report: Reporter) -> None:
-    """Bring subscribers initialized by an older sparksync to this metadata version."""
+def _upgrade_subscribers(topology: Topology, report: Reporter, pub: Replica) -> None:
+    """Bring subscribers initialized by an older sparksync to this metadata version (``pub``: the publisher, whose
+    articles say which rowguid columns publishing added)."""
     for s in topology.direct_subscriptions:
         with connect(topology.subscriber_url(s), s.name) as sub:
             if store.upgrade_metadata(sub):
                 report(f"subscription {s.name}: replication metadata upgraded")
-                if upgrade_tracking(sub):
-                    report(f"subscription {s.name}: change tracking upgraded")
+                added = {r.artid for r in store.select(pub, ArticleRow) if r.rowguid_added} \
+                    if store.metadata_version(pub) is not None else set()
+                for what in upgrade_tracking(sub, added):
+                    report(f"subscription {s.name}: change tracking upgraded: {what}")
 
 
 def _check_shared_tables(topology: Topology, plans) -> None:
@@ -228,9 +232,10 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
                         if p.name in values:
                             partitions[p.name] = _make_partitions(pub, results[-1]["pubid"], plans[i],
                                                                   values[p.name], report)
-            if before is not None and before < store.MERGE.version and upgrade_tracking(pub):
-                report(f"publisher {topology.publisher.name}: change tracking upgraded")
-            _upgrade_subscribers(topology, report)
+            if before is not None and before < store.MERGE.version:
+                for what in upgrade_tracking(pub):
+                    report(f"publisher {topology.publisher.name}: change tracking upgraded: {what}")
+            _upgrade_subscribers(topology, report, pub)
             _repair_tracking(pub, topology, report)
             state = {"spark": None}
 

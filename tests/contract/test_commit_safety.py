@@ -18,7 +18,7 @@ import pytest
 from sparksync.dialects import connect
 from sparksync.merge.tracking import pending
 from sparksync.merge.tracking.generations import enumeration_bound, make_generation
-from tests.support.publishing import make_tables, publish
+from tests.support.publishing import make_tables, publish, rows_of
 
 
 def enumerate_window(r, after: int, upto: int) -> list[str]:
@@ -59,7 +59,8 @@ def test_transaction_in_flight_across_make_generation_is_enumerated_later(pg_pub
         assert g_app in res2.closed and res2.unsettled == []
         bound2 = enumeration_bound(agent)
         seen += enumerate_window(agent, bound, bound2)
-        expected = [str(g) for (g,) in agent.query('SELECT rowguid FROM "Parent" WHERE id IN (1, 2, 3)')]
+        parents = rows_of(agent, "Parent")
+        expected = [str(g) for (g,) in agent.query(f"SELECT rowguid FROM {parents} AS t WHERE id IN (1, 2, 3)")]
         assert sorted(seen) == sorted(expected)
 
 
@@ -79,7 +80,8 @@ def test_enumeration_waits_while_a_flush_holds_generation(pg_pub):
         make_generation(agent, 1)
         bound = enumeration_bound(agent)
         assert bound >= g
-        assert enumerate_window(agent, 0, bound) == [str(agent.scalar('SELECT rowguid FROM "Parent" WHERE id = 10'))]
+        parents = rows_of(agent, "Parent")
+        assert enumerate_window(agent, 0, bound) == [str(agent.scalar(f"SELECT rowguid FROM {parents} AS t WHERE id = 10"))]
 
 
 def test_an_application_transaction_in_flight_does_not_hold_enumeration(pg_pub):
@@ -138,7 +140,7 @@ def test_concurrent_writers_every_change_enumerated_exactly_once(pg_pub):
         bound = enumeration_bound(agent)
         seen += enumerate_window(agent, last, bound)
         assert not errors
-        all_rows = [str(g) for (g,) in agent.query('SELECT rowguid FROM "Parent" WHERE id >= 1000')]
+        all_rows = [str(g) for (g,) in agent.query(f'SELECT rowguid FROM {rows_of(agent, "Parent")} AS t WHERE id >= 1000')]
         assert len(all_rows) > 200 and rounds > 3
         assert len(seen) == len(set(seen)), "a change was enumerated twice"
         assert sorted(seen) == sorted(all_rows), "a committed change was never enumerated"

@@ -24,7 +24,7 @@ from sparksync.merge.tracking import pending
 from sparksync.merge.tracking.articles import agent_writes, published_articles, write_row_with_lineage
 from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.rows import RowCodec
-from tests.support.publishing import publish
+from tests.support.publishing import publish, rows_of
 
 HQ = 2                           # the download's source; the device is replica 1 (its own changes: entries of 1)
 
@@ -81,7 +81,7 @@ def test_a_batchs_notices_name_exactly_the_rows_it_changed(kind, dbs, monkeypatc
                               session, lambda _: None,
                               told.append)
         assert done == 2 and refusals == (["delete", "upsert"] if falls_back else [])
-        keys = {k: i for k, i in r.query('SELECT "rowguid", "id" FROM "T"')}
+        keys = {k: i for k, i in r.query(f'SELECT "rowguid", "id" FROM {rows_of(r, "T")} AS t')}
     expected = sorted([["updated", 1], ["inserted", 20], ["deleted", 2], ["twice", 4], ["removed", 5],
                        ["moved", 70]], key=lambda x: g[x[0]])
     operations = {"inserted": "inserted", "deleted": "deleted", "removed": "deleted"}

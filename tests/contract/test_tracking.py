@@ -24,7 +24,7 @@ from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.schema import SCHEMA_VERSION
 from sparksync.names import TableName
-from tests.support.publishing import contents, make_tables, publish, rowguid_of, tombstones
+from tests.support.publishing import contents, make_tables, publish, rowguid_of, rowguids, tombstones
 
 ARTICLES = [{"table": "Child"}, {"table": "Parent", "column_tracking": True}]
 
@@ -44,8 +44,10 @@ def test_publish_adds_rowguid_metadata_and_triggers(published, kind):
     with connect(url) as r:
         assert store.metadata_version(r) == SCHEMA_VERSION
         parent = r.reflect(r.dialect.resolve_name(TableName.parse("Parent")))
-        assert parent.column("rowguid") is not None
-        guids = [g for (g,) in r.query('SELECT "rowguid" FROM "Parent"')]
+        # PostgreSQL: a rowguid column added to the table; SQLite: kept beside it, keyed by the primary key (the
+        # application's table stays its own)
+        assert (parent.column("rowguid") is None) == (kind == "sqlite")
+        guids = rowguids(r, "Parent")
         assert len(guids) == 2 and all(g is not None for g in guids) and len(set(map(str, guids))) == 2
         # time-ordered GUIDs in the UUIDv7 layout
         assert all(str(g)[14] == "7" for g in guids)
@@ -55,7 +57,7 @@ def test_publish_adds_rowguid_metadata_and_triggers(published, kind):
         assert keys["Parent"] < keys["Child"]
         for table in ("Parent", "Child"):
             trig = r.dialect.list_merge_triggers(r, r.dialect.resolve_name(TableName.parse(table)))
-            assert len(trig) == 3
+            assert len(trig) == (4 if kind == "sqlite" else 3)     # SQLite: a changed key takes its rowguid along
         # existing rows are not changes: nothing tracked yet
         assert contents(r) == [] and tombstones(r) == []
         arts = published_articles(r, res["pubid"])
@@ -71,7 +73,7 @@ def test_publish_is_idempotent(published):
     assert again["nicknames"] == res["nicknames"]
     with connect(url) as r:
         assert len(store.select_rows(r, "sysmergearticles")) == 2
-        assert len([g for (g,) in r.query('SELECT "rowguid" FROM "Parent"')]) == 2
+        assert len(rowguids(r, "Parent")) == 2
 
 
 def test_insert_update_delete_are_tracked(published):
@@ -291,7 +293,8 @@ def test_older_metadata_is_refused_until_setup_upgrades_it(kind, dbs):
                                ("MSmerge_articlehistory", ("removed",)),
                                ("MSmerge_conflicts_info", ("resolution", "resolved_at")),
                                ("MSmerge_replica", ("max_nickname",)),
-                               ("sysmergepublications", ("cleanup_generation", "schema_version"))):  # v5
+                               ("sysmergepublications", ("cleanup_generation", "schema_version")),   # v5
+                               ("sysmergearticles", ("rowguid_keyed",))):                             # v10
             for column in columns:
                 r.execute(f"ALTER TABLE {r.meta(table)} DROP COLUMN {column}")
         for table in ("MSmerge_partition_groups", "MSmerge_current_partition_mappings",
@@ -356,8 +359,7 @@ def test_a_flush_that_dies_midway_leaves_the_log_whole_for_the_next(published, f
         with pytest.raises(InjectedFault):
             pending.flush(r)
     with connect(url) as r:
-        logged = r.scalar(f"SELECT count(*) FROM {r.dialect.metadata_table_sql('MSmerge_pending')}")
-        assert logged == (1 if url.startswith("sqlite") else 2)     # (SQLite: the new Child row needs none)
+        assert pending.count(r, [pnick, cnick]) == 2                  # read-only: both still to be flushed
         assert pending.flush(r) == 2
         assert [c["lineage"] for c in contents(r, pnick)] == [{"1": 1}]
         assert [c["lineage"] for c in contents(r, cnick)] == [{"1": 1}]

@@ -34,6 +34,7 @@ from sparksync.validation.subscriptions import validate
 from tests.support.cluster import Cluster
 from tests.support.config import write_config
 from tests.support.databases import databases
+from tests.support.publishing import rows_of
 
 pytestmark = pytest.mark.spark
 
@@ -71,7 +72,7 @@ def lineage(world, who: str, id_: int) -> dict:
     """The row's lineage ({} for a row never changed since it was published: no contents row)."""
     with connect(world.urls[who]) as r:
         pending.flush(r)
-        guid = r.scalar('SELECT "rowguid" FROM "T" WHERE "id" = ' + r.p, [id_])
+        guid = r.scalar(f'SELECT "rowguid" FROM {rows_of(r, "T")} AS t WHERE "id" = ' + r.p, [id_])
         raw = r.scalar(f"SELECT lineage FROM {r.meta('MSmerge_contents')} WHERE rowguid = {r.dialect.uuid_param()}",
                        [str(guid)])
     value = json.loads(raw) if isinstance(raw, str) else raw

@@ -6,7 +6,7 @@ import pytest
 
 from sparksync.dialects import connect
 from sparksync.dialects.model import from_table_dict
-from sparksync.merge.tracking import pending
+from sparksync.merge.tracking import identity, pending
 from sparksync.merge.tracking.generations import enumeration_bound
 from sparksync.metadata import store
 from sparksync.names import TableName
@@ -30,7 +30,7 @@ def normalized_rows(r, table: TableName, info) -> dict[str, tuple]:
     rg = cols.index("rowguid")
     q = ", ".join(r.dialect.quote(c) for c in cols)
     out = {}
-    for row in r.query(f"SELECT {q} FROM {r.table_sql(table)}"):
+    for row in r.query(f"SELECT {q} FROM {identity.rows_of_table(r, table)} AS t"):
         vals = tuple(conv(v) for conv, v in zip(convs, row))
         out[str(vals[rg])] = vals
     return out

@@ -13,8 +13,10 @@ import pytest
 from sparksync.dialects import connect
 from sparksync.errors import MetadataVersionError
 from sparksync.metadata import store
+from sparksync.names import TableName
 from sparksync.provision import setup
 from tests.support.merge_topology import Topo
+from tests.support.publishing import rows_of
 from tests.support.upgrade import downgrade
 
 pytestmark = pytest.mark.spark
@@ -29,6 +31,7 @@ def test_a_topology_of_the_previous_release_upgrades_and_loses_no_change(spark, 
           'INSERT INTO "Item" ("id", "v", "n") VALUES (100, \'P-new\', 1)')
     t.sql("S1", 'UPDATE "Item" SET "v" = \'S1-old\' WHERE "id" = 3', 'DELETE FROM "Item" WHERE "id" = 4',
           'INSERT INTO "Item" ("id", "v", "n") VALUES (200, \'S1-new\', 1)')
+    before = {who: _rowguids(t.url(who), 'SELECT "id", "rowguid" FROM "Item"') for who in ("P", "S1", "S2", "S3", "S4")}
     with connect(t.pub_url) as r:       # the old triggers wrote the metadata themselves; there is no log
         assert not r.dialect.metadata_table_exists(r, "MSmerge_pending")
     with pytest.raises(MetadataVersionError, match="setup"):
@@ -42,6 +45,12 @@ def test_a_topology_of_the_previous_release_upgrades_and_loses_no_change(spark, 
         with connect(t.url(who)) as r:
             assert store.metadata_version(r) == store.MERGE.version
             assert r.dialect.metadata_table_exists(r, "MSmerge_pending")
+            # SQLite: the rowguid column publishing added left the table for its place beside it, every row
+            # keeping its rowguid (the application's table is its own again)
+            kept = r.reflect(r.dialect.resolve_name(TableName(None, "Item"))).column("rowguid") is not None
+            assert kept == (r.dialect.capabilities.name != "sqlite"), who
+            after = {int(k): str(g).lower() for k, g in r.query(f'SELECT "id", "rowguid" FROM {rows_of(r, "Item")} AS t')}
+            assert after == before[who], who
     # and the new triggers record what changes after the upgrade
     t.sql("P", 'UPDATE "Item" SET "v" = \'P-after\' WHERE "id" = 5')
     t.sql("S1", 'UPDATE "Item" SET "v" = \'S1-after\' WHERE "id" = 6', 'DELETE FROM "Item" WHERE "id" = 7')
@@ -54,3 +63,8 @@ def test_a_topology_of_the_previous_release_upgrades_and_loses_no_change(spark, 
         assert t.value(who, "Item", 5) == "P-after" and t.value(who, "Item", 6) == "S1-after", who
         assert not any(t.exists(who, "Item", i) for i in (2, 4, 7)), who
     t.assert_converged()
+
+
+def _rowguids(url: str, sql: str) -> dict:
+    with connect(url) as r:
+        return {int(k): str(g).lower() for k, g in r.query(sql)}

@@ -15,6 +15,7 @@ from sparksync.metadata import store
 from sparksync.provision import setup
 from sparksync.topology import parse_topology
 from tests.support.databases import databases
+from tests.support.publishing import rows_of
 
 HANDLER = "tests.support.handlers:Tickets"
 WHO = ("P", "S1", "S2")
@@ -67,7 +68,7 @@ class World:
 
     def rowguid(self, who: str, id_: int) -> str:
         with connect(self.urls[who]) as r:
-            return str(r.scalar(f'SELECT "rowguid" FROM "Ticket" WHERE "id" = {r.p}', [id_]))
+            return str(r.scalar(f'SELECT "rowguid" FROM {rows_of(r, "Ticket")} AS t WHERE "id" = {r.p}', [id_]))
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])

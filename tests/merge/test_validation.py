@@ -14,13 +14,17 @@ from sparksync.dialects import connect
 from sparksync.errors import ConfigurationError
 from sparksync.merge.session.agent import MergeAgent
 from sparksync.merge.session.summary import MergeOptions
-from sparksync.merge.tracking.articles import agent_writes
+from sparksync.merge.tracking.articles import agent_writes, upsert_by_rowguid
+from sparksync.merge.tracking.tracked import tracked_article
+from sparksync.metadata import store
+from sparksync.metadata.records import ArticleRow
 from sparksync.provision import setup
 from sparksync.validation.repair import repair
 from sparksync.validation.report import RepairRefused
 from sparksync.validation.subscriptions import validate
 from tests.support.databases import databases
 from tests.support.filtered import Scenario, build
+from tests.support.publishing import rows_of
 
 PAIRS = {
     "sqlite_publisher": ("sqlite", {"StoreN": "postgresql", "StoreS": "sqlite", "StoreN2": "sqlite"}),
@@ -57,12 +61,12 @@ def world(request, spark, tmp_path_factory):
         # leak) and a changed name; StoreS gets an order total changed
         guid11 = None
         with connect(pub_url) as p:
-            guid11 = str(p.scalar('SELECT "rowguid" FROM "Customer" WHERE "CustomerID" = 11'))
+            guid11 = str(p.scalar(f'SELECT "rowguid" FROM {rows_of(p, "Customer")} AS t WHERE "CustomerID" = 11'))
         untracked(urls["StoreN"], 'DELETE FROM "Orders" WHERE "OrderID" = 100',
                   'UPDATE "Customer" SET "Name" = \'damaged\' WHERE "CustomerID" = 12')
         with connect(urls["StoreN"]) as r, r.transaction(), agent_writes(r):
-            r.execute(f'INSERT INTO "Customer" ("CustomerID", "SalesPersonID", "Name", "rowguid") '
-                      f"VALUES (11, 2, 'c11', {r.dialect.uuid_param()})", [guid11])
+            customer = next(tracked_article(a) for a in store.select(r, ArticleRow) if a.source_table == "Customer")
+            upsert_by_rowguid(r, customer, {"CustomerID": 11, "SalesPersonID": 2, "Name": "c11", "rowguid": guid11})
         untracked(urls["StoreS"], 'UPDATE "Orders" SET "Total" = 999 WHERE "OrderID" = 102')
         w["damaged_counts"] = validate(topology, lambda: spark)
         w["damaged"] = validate(topology, lambda: spark, checksum=True)

@@ -10,6 +10,7 @@ from sparksync.dialects import connect
 from sparksync.dialects.model import from_table_dict
 from sparksync.merge.session.agent import MergeAgent
 from sparksync.merge.session.summary import MergeOptions
+from sparksync.merge.tracking import identity
 from sparksync.metadata import store
 from sparksync.names import TableName
 from sparksync.provision import setup
@@ -121,7 +122,8 @@ class Topo:
                 cols = [c.name for c in info.columns]
                 convs = [arrow_converter(c.type) for c in info.columns]
                 rows = {}
-                for row in r.query(f"SELECT {', '.join(r.dialect.quote(c) for c in cols)} FROM {r.table_sql(name)}"):
+                rows_sql = identity.rows_of_table(r, name)      # with their rowguids (SQLite's: beside the table)
+                for row in r.query(f"SELECT {', '.join(r.dialect.quote(c) for c in cols)} FROM {rows_sql} AS t"):
                     vals = tuple(c(x) for c, x in zip(convs, row))
                     rows[vals[0]] = vals
                 out[a.table] = rows

@@ -6,6 +6,7 @@ regenerate them with ``SPARKSYNC_UPDATE_GOLDEN=1 pytest tests/unit/test_trigger_
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -331,3 +332,93 @@ def test_sqlite_triggers_without_column_tracking_and_with_agent_writes():
         assert [c[2:] for c in _contents(replica, "column_tracking_off")] == [(5, {"7": 2}, None)]
     finally:
         replica.close()
+
+
+# -- SQLite, rowguids kept beside the table (merge/tracking/identity.py) ---------------------------
+
+KEYED = ["column_tracking_on", "composite_pk"]
+
+
+def keyed_article(case: str) -> TrackedArticle:
+    return dataclasses.replace(article("sqlite", case), keyed=True)
+
+
+def render_keyed(case: str) -> tuple[list[str], list[str]]:
+    dialect = DIALECTS["sqlite"]
+    ctx = trigger_context(SimpleNamespace(dialect=dialect), keyed_article(case), REPLICA_NICKNAME)
+    return dialect.render_merge_triggers(ctx), dialect.render_flush({**ctx, "source": '"claimed"'})
+
+
+@pytest.mark.parametrize("case", KEYED)
+def test_rendered_keyed_triggers_and_flush_match_golden(case):
+    triggers, flush = render_keyed(case)
+    for text, path in ((as_text(triggers), GOLDEN_DIR / "sqlite" / f"keyed_{case}.sql"),
+                       (as_text(flush), GOLDEN_DIR / "sqlite" / f"keyed_{case}.flush.sql")):
+        if UPDATE:
+            path.write_text(text, encoding="utf-8")
+        assert path.is_file(), f"missing golden file {path}; create it with SPARKSYNC_UPDATE_GOLDEN=1"
+        assert text == path.read_text(encoding="utf-8"), (f"{path} differs from the rendered SQL; if the change "
+                                                          "is intended, regenerate with SPARKSYNC_UPDATE_GOLDEN=1")
+
+
+@pytest.mark.parametrize("case", KEYED)
+def test_keyed_names_only_appear_quoted(case):
+    art = keyed_article(case)
+    names = {art.table.name, *(c.name for c in art.info.columns if c.name != ROWGUID), art.ids_table, art.log_table,
+             "MSmerge_contents", "MSmerge_tombstone", "MSmerge_replica"}
+    lowered = {n.lower() for n in names}
+    seen: set[str] = set()
+    triggers, flush = render_keyed(case)
+    for stmt in triggers + flush:
+        for tok in sqlglot.tokenize(stmt, read="sqlite"):
+            if tok.token_type == TokenType.IDENTIFIER:
+                seen.add(tok.text)
+            elif tok.token_type == TokenType.VAR:
+                assert tok.text.lower() not in lowered, f"unquoted identifier {tok.text!r} in:\n{stmt}"
+    assert names <= seen, names - seen
+
+
+def test_keyed_triggers_run_on_a_composite_key_with_spaces_in_its_names():
+    """The keyed triggers and flush on "Order Line" ("OrderID", "Line No"), in memory: an insert gets a rowguid at
+    the flush, a changed key keeps it, a delete moves it into a tombstone, the agent's writes are not logged."""
+    from sparksync.merge.tracking import identity
+    from sparksync.metadata import store
+
+    dialect = DIALECTS["sqlite"]
+    art = keyed_article("composite_pk")
+    r = dialect.connect("sqlite://")
+    try:
+        for table in store.MERGE.tables:
+            for stmt in store.render_metadata_ddl(r, table):
+                r.execute(stmt)
+        r.execute('INSERT INTO "MSmerge_replica" (id, replica_id, replnickname, name, role, applying) '
+                  "VALUES (1, 'r', 7, 'me', 'publisher', 0)")
+        for stmt in [*dialect.render_create_table(art.table_info, None), *identity.ids_ddl(dialect, art),
+                     *render_keyed("composite_pk")[0]]:
+            r.execute(stmt)
+        ctx = trigger_context(r, art, 7)
+
+        def flushed() -> list:
+            with r.transaction():
+                source, nicks, _ = dialect.claim_pending(r, [ctx])
+                for stmt in dialect.render_flush({**ctx, "source": source}) if nicks else []:
+                    r.execute(stmt.replace("__GEN__", "5"))
+                dialect.release_pending(r, source)
+            return r.query(f'SELECT "OrderID", "Line No", "{ROWGUID}" FROM {r.meta(art.ids_table)} ORDER BY 1, 2')
+
+        r.execute('INSERT INTO "Order Line" ("OrderID", "Line No", "Qty") VALUES (1, 1, 2), (1, 2, 3)')
+        (a, g1), (b, g2) = [((o, n), g) for o, n, g in flushed()]
+        assert (a, b) == ((1, 1), (1, 2)) and g1 < g2 and g1[14] == "7"
+        r.execute('UPDATE "Order Line" SET "Line No" = 9 WHERE "Line No" = 2')
+        assert flushed() == [(1, 1, g1), (1, 9, g2)]
+        r.execute('DELETE FROM "Order Line" WHERE "Line No" = 1')
+        assert flushed() == [(1, 9, g2)]
+        tomb = r.query('SELECT rowguid, lineage FROM "MSmerge_tombstone"')
+        assert [(g, json.loads(lin)) for g, lin in tomb] == [(g1, {"7": 2})]
+        contents = dict(r.query('SELECT rowguid, lineage FROM "MSmerge_contents"'))
+        assert {g: json.loads(lin) for g, lin in contents.items()} == {g2: {"7": 2}}
+        r.execute('UPDATE "MSmerge_replica" SET applying = 1')        # the agent's own writes: not logged
+        r.execute('UPDATE "Order Line" SET "Qty" = 5')
+        assert r.query(f"SELECT * FROM {r.meta(art.log_table)}") == []
+    finally:
+        r.close()

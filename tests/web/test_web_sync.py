@@ -30,6 +30,7 @@ from sparksync.web.device.sync import DeviceOptions, sync
 from sparksync.web.protocol import PROTOCOL
 from tests.support.clients import shell
 from tests.support.databases import databases
+from tests.support.publishing import insert_with_rowguid_sql, rows_of
 from tests.support.upgrade import downgrade
 from tests.support.web import WebWorld, file_headers, upload_body, wire_frames
 
@@ -115,7 +116,7 @@ def test_the_first_sync_loads_the_devices_partition_and_nothing_else(world):
         _ok(world.sync(name))
         assert _holds(world, world.device_url(name)) == _partition(world, REGIONS[name])
     with connect(world.device_url("TillN")) as dev, connect(world.pub_url) as pub:
-        south = {str(g) for (g,) in pub.query('SELECT rowguid FROM "Store" WHERE region = \'south\'')}
+        south = {str(g) for (g,) in pub.query(f'SELECT rowguid FROM {rows_of(pub, "Store")} AS t WHERE region = \'south\'')}
         pending.flush(dev)
         known = {str(g) for (g,) in dev.query(f"SELECT rowguid FROM {dev.meta('MSmerge_contents')}")}
         assert not south & known, "the device learned the lineage of another partition's rows"
@@ -526,11 +527,13 @@ def test_the_same_upload_again_gets_its_answer_and_another_body_is_refused(world
 
 def test_a_change_to_a_row_of_another_partition_is_refused_and_logged(world):
     with connect(world.pub_url) as pub:
-        south = str(pub.scalar('SELECT rowguid FROM "Store" WHERE "region" = \'south\' ORDER BY "id" LIMIT 1'))
+        south = str(pub.scalar(f'SELECT rowguid FROM {rows_of(pub, "Store")} AS t WHERE "region" = \'south\' '
+                               'ORDER BY "id" LIMIT 1'))
         before = _rows(world.pub_url, "Store")
     # the device forges it: a row of the south under a rowguid it never received
-    shell(world.device_url("TillN"), f"INSERT INTO Store (id, region, name, rowguid) VALUES (999, 'north', 'forged', "
-                                     f"'{south}');\n")
+    with connect(world.device_url("TillN")) as dev:
+        forged = insert_with_rowguid_sql(dev, "Store", {"id": 999, "region": "north", "name": "forged"}, south)
+    shell(world.device_url("TillN"), forged)
     p = world.sync("TillN")
     _ok(p)
     assert _rows(world.pub_url, "Store") == before, "a row of another partition was changed by a device"
@@ -572,7 +575,7 @@ def test_a_change_that_failed_at_the_device_is_sent_again_once_its_obstacle_is_g
 def test_a_lineage_claiming_versions_the_publisher_never_had_is_refused(world):
     with connect(world.pub_url) as pub:
         reg = store.select_rows(pub, "sysmergesubscriptions", {"name": "TillN"})[0]
-        guid = str(pub.scalar('SELECT rowguid FROM "Item" WHERE "id" = 9'))
+        guid = str(pub.scalar(f'SELECT rowguid FROM {rows_of(pub, "Item")} AS t WHERE "id" = 9'))
         nick = next(a["nickname"] for a in store.select_rows(pub, "sysmergearticles") if a["source_table"] == "Item")
     lo = int(reg["recgen"])
     forged = {"source": "", "source_nick": 0, "tablenick": nick, "rowguid": guid, "generation": lo + 1, "op": "upsert",

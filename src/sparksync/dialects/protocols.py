@@ -50,6 +50,8 @@ class Capabilities:
     float_holds_nan: bool = True           # a float column keeps NaN (SQLite stores NULL instead)
     takes_server_text: bool = False        # COPY reads a value in the text form a PostgreSQL publisher's log
                                            # holds it in (the transactional apply stages it unparsed)
+    keyed_rowguids: bool = False           # a rowguid publishing adds is kept beside the table, keyed by its
+                                           # primary key, not a column of it (merge/tracking/identity.py)
     lateral_joins: bool = False            # a subquery per row of a join (LATERAL): one index probe reads a row
                                            # whole (SQLite: correlated subqueries, cheap in process)
 
@@ -289,6 +291,10 @@ class MergeHooks(Protocol[R_contra]):
 
     def new_rowguid_sql(self) -> str:
         """A SQL expression producing a new time-ordered GUID (UUIDv7 layout)."""
+
+    def ordered_rowguids_sql(self, order_by: str) -> tuple[str, str]:
+        """New rowguids for the rows of one statement, ascending in the order of ``order_by`` where the database
+        can: (a CTE named ``g``, the expression), for ``WITH {cte} SELECT ..., {expression} FROM ..., g``."""
 
     def install_support_objects(self, replica: R_contra) -> None:
         """Functions, sequences or schemas the metadata and triggers need (idempotent)."""

@@ -48,6 +48,7 @@ class Replica:
         self.tracking_flushed = False    # set by merge.tracking.pending.flush (see TRACKING_TABLES)
         self.has_tracking_log: bool | None = None     # known once asked (merge.tracking.pending.has_log)
         self.notes_inserts: bool | None = None        # a web device's file (merge.tracking.pending.INSERTS)
+        self.metadata_current: bool = False           # every metadata set here is this release's (metadata.store)
         self.flushed_in: int | None = None            # the transaction (serial) that last flushed
         self.log_capture: Any = False                 # PostgreSQL: its log capture, once asked (log_capture.capture_of)
         self._tx_serial = 0

@@ -257,6 +257,7 @@ class ArticleRow(Record, table="sysmergearticles"):
     filter_clause: str | None = None
     join_filters: list[dict[str, Any]] | None = None
     partition_options: PartitionOptions | None = None
+    rowguid_keyed: int | None = None
 
     @property
     def non_overlapping(self) -> bool:

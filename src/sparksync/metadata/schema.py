@@ -33,7 +33,8 @@ from sparksync.metadata.web_tables import DEVICE, WEB
 # 7: MSmerge_pending (lean change tracking: the triggers log which rows changed, a flush writes the metadata)
 # 8: MSmerge_validations (each subscription's validations: on a schedule, at a device's sync, on demand)
 # 9: MSmerge_applied_batches (what a session's batches applied, read back by a task that Spark runs again)
-SCHEMA_VERSION = 9
+# 10: sysmergearticles.rowguid_keyed (a SQLite table's rowguids kept beside it, keyed by its primary key)
+SCHEMA_VERSION = 10
 
 TABLES: tuple[MetaTable, ...] = (
     MetaTable(
@@ -89,7 +90,9 @@ TABLES: tuple[MetaTable, ...] = (
          C("filter_clause", TEXT, True, "row filter (static or parameterized), as configured"),
          C("join_filters", JSON, True, "join filters: [{parent, clause, unique_key}]"),
          C("partition_options", SMALL, True, "0 overlapping; 1 overlapping, out-of-partition subscriber changes "
-           "refused; 2 non-overlapping; 3 non-overlapping, one subscription per partition")),
+           "refused; 2 non-overlapping; 3 non-overlapping, one subscription per partition"),
+         C("rowguid_keyed", SMALL, True, "1: the rowguid is not a column of the table but kept beside it, in "
+           "MSmerge_ids_<artid> keyed by the table's primary key (SQLite); 0 or NULL: a column of the table")),
         ("pubid", "artid"),
         (MetaIndex("sysmergearticles_nick", ("pubid", "nickname"), True),),
     ),

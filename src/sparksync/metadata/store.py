@@ -114,6 +114,7 @@ MIGRATIONS: dict[str, dict[int, Any]] = {
         7: lambda replica: None,            # MSmerge_pending: a new table (the triggers: merge.tracking.upgrade)
         8: lambda replica: None,            # MSmerge_validations: a new table
         9: lambda replica: None,            # MSmerge_applied_batches: a new table
+        10: _add_column("sysmergearticles", "rowguid_keyed"),
     },
     WEB.name: {
         2: lambda replica: None,            # MSweb_recoveries: a new table
@@ -272,8 +273,23 @@ def _select(replica: Replica, table: str, where: Mapping[str, Any] | None,
     cols = list(kinds)
     w, wp = _where(replica, table, where or {})
     order = (" ORDER BY " + ", ".join(d.quote(c) for c in order_by)) if order_by else ""
-    rows = replica.query(f"SELECT {', '.join(d.quote(c) for c in cols)} FROM {replica.meta(table)}{w}{order}", wp)
+    missing = _not_yet_there(replica, table)
+    select = ", ".join("NULL" if c in missing else d.quote(c) for c in cols)
+    rows = replica.query(f"SELECT {select} FROM {replica.meta(table)}{w}{order}", wp)
     return cols, [kinds[c] for c in cols], rows
+
+
+def _not_yet_there(replica: Replica, table: str) -> set[str]:
+    """Columns of ``table`` that its metadata of an earlier release does not have yet (read as NULL, so that what
+    plans an upgrade can read it): none once every set installed here is this release's."""
+    if replica.metadata_current:
+        return set()
+    installed = installed_versions(replica)
+    if all(installed.get(ts.version_id, ts.version) >= ts.version for ts in TABLE_SETS):
+        replica.metadata_current = True
+        return set()
+    info = replica.reflect(replica.dialect.metadata_table_name(table))
+    return set() if info is None else {c.name for c in TABLES_BY_NAME[table].columns} - set(info.column_names)
 
 
 def select_rows(replica: Replica, table: str, where: dict[str, Any] | None = None,

@@ -95,10 +95,12 @@ class Loaded:
 
 
 def load_parquet(replica: Replica, files: SnapshotFiles, folder: str, name: TableName, info: TableInfo,
-                 key_column: str | None = None) -> Loaded:
+                 key_column: str | None = None, ids: TableName | None = None) -> Loaded:
     """Bulk load one article's snapshot (``folder``'s Parquet files in ``files``) into its table. Rows holding a value
     this database cannot store exactly (``ValueChecks.unstorable``: NUL in PostgreSQL text, NaN in SQLite)
-    are not loaded but returned, each with its key, column and reason."""
+    are not loaded but returned, each with its key, column and reason. ``ids``: the article is keyed (its rowguid,
+    ``key_column``, kept beside the table): each row's primary key and rowguid go to this identity table, the rest
+    to the table (``merge/tracking/identity.py``)."""
     loaded = Loaded()
     digest = KeyDigest()
     cols = [c.name for c in info.columns]
@@ -106,11 +108,12 @@ def load_parquet(replica: Replica, files: SnapshotFiles, folder: str, name: Tabl
     d = replica.dialect
     checks = [(i, c) for i, c in enumerate(info.columns) if _may_be_unstorable(d, c.type)]
 
-    def rows():
+    def batches():
         for batch in parquet_batches(files, folder, cols):
             columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
             digest.add(columns[key_at])
             suspects = _unstorable_rows(columns, checks) if checks else ()
+            out = []
             for r, values in enumerate(zip(*columns)):
                 if r in suspects:
                     why = next(((c.name, reason) for (i, c) in checks
@@ -120,9 +123,22 @@ def load_parquet(replica: Replica, files: SnapshotFiles, folder: str, name: Tabl
                                                "keyvalue": values[key_at], "column": why[0], "reason": why[1],
                                                "value": summarize_value(values[cols.index(why[0])])})
                         continue
-                yield values
+                out.append(values)
+            yield out
 
-    loaded.rows = d.bulk_load(replica, name, cols, [c.type for c in info.columns], rows())
+    if ids is None:
+        loaded.rows = d.bulk_load(replica, name, cols, [c.type for c in info.columns],
+                                  (values for batch in batches() for values in batch))
+    else:
+        # the table's columns, and (primary key, rowguid) beside it: both loaded a batch at a time
+        mine = [i for i in range(len(cols)) if i != key_at]
+        keyed = [cols.index(k) for k in info.primary_key] + [key_at]
+        types = [c.type for c in info.columns]
+        for batch in batches():
+            loaded.rows += d.bulk_load(replica, name, [cols[i] for i in mine], [types[i] for i in mine],
+                                       [tuple(v[i] for i in mine) for v in batch])
+            d.bulk_load(replica, ids, [cols[i] for i in keyed], [types[i] for i in keyed],
+                        [tuple(v[i] for i in keyed) for v in batch])
     loaded.digest = digest.hexdigest()
     return loaded
 

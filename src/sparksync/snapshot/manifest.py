@@ -44,6 +44,7 @@ class ArticleSnapshot:
     rows: int = 0
     files: list[dict] | None = None          # [{name, bytes, sha256, rows}] of the article's Parquet files
     key_digest: str | None = None            # KeyDigest of the rowguids written
+    rowguid_added: bool = False              # the publisher added the rowguid column (not the application's own)
     # a filtered article (filtered merge publication): its rows per partition, each like the above:
     # partition id (text) -> {"path", "rows", "files", "key_digest"}; ``path`` then holds no data itself
     partitions: dict[str, dict] | None = None

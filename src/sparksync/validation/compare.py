@@ -13,7 +13,9 @@ from sparksync.dialects import connect
 from sparksync.dialects.model import from_table_dict
 from sparksync.dialects.replica import Replica
 from sparksync.filters import parse_filter
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking.articles import published_articles
+from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import PublicationRow
 from sparksync.names import TableName
@@ -30,15 +32,17 @@ class Difference:
     changed: int          # same rowguid, other values
 
 
-def _rows(replica: Replica, table: TableName, columns, key: str | list[str], where: str = "") -> dict:
-    """Rows by key (a column, or several), every value normalized through its logical type."""
+def _rows(replica: Replica, table: TableName | str, columns, key: str | list[str], where: str = "") -> dict:
+    """Rows by key (a column, or several), every value normalized through its logical type (``table``: a table, or
+    a relation's SQL)."""
     d = replica.dialect
     convs = [arrow_converter(c.type) for c in columns]
     floats = [c.type.kind in (Kind.REAL, Kind.DOUBLE, Kind.DECIMAL) for c in columns]
     names = [c.name for c in columns]
     keys = [names.index(k) for k in ([key] if isinstance(key, str) else key)]
     out = {}
-    for row in replica.query(f"SELECT {', '.join(d.quote(n) for n in names)} FROM {d.table_sql(table)}{where}"):
+    relation = table if isinstance(table, str) else d.table_sql(table)
+    for row in replica.query(f"SELECT {', '.join(d.quote(n) for n in names)} FROM {relation} AS x{where}"):
         vals = tuple(float(f"{float(v):.15g}") if (v is not None and fl) else v
                      for v, fl in zip((c(x) for c, x in zip(convs, row)), floats))
         out[str(vals[keys[0]]) if len(keys) == 1 else tuple(str(vals[i]) for i in keys)] = vals
@@ -62,14 +66,14 @@ def compare_replicas(topology: Topology, publication: str) -> tuple[list[Differe
         base = {}
         for a in articles:
             info = from_table_dict(a.table_schema)
-            base[a.name] = _rows(pub, TableName(a.source_schema, a.source_table), info.columns,
-                                    a.rowguid_column)
+            base[a.name] = _rows(pub, identity.rows_sql(pub.dialect, tracked_article(a)), info.columns,
+                                 a.rowguid_column)
             total += len(base[a.name])
     for s in topology.subscriptions_of(publication):
         with connect(topology.subscriber_url(s), s.name) as sub:
             for a in published_articles(sub, prow.pubid):
                 info = from_table_dict(a.table_schema)
-                mine = _rows(sub, TableName(a.source_schema, a.source_table), info.columns, a.rowguid_column)
+                mine = _rows(sub, identity.rows_sql(sub.dialect, tracked_article(a)), info.columns, a.rowguid_column)
                 diff = _difference(s.name, a.name, base.get(a.name, {}), mine)
                 if diff is not None:
                     diffs.append(diff)

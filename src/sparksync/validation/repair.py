@@ -14,6 +14,7 @@ from sparksync.config import Topology
 from sparksync.dialects import connect
 from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.errors import CHANGE_REJECTED, ConfigurationError, ReplicaDamaged
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking.articles import agent_writes, forget_rows, published_articles, write_row_with_lineage
 from sparksync.merge.tracking.generations import new_generation
@@ -183,7 +184,7 @@ def _publisher_rows(pub: Replica, art: TrackedArticle, rowguids: list[str],
     for chunk in in_chunks(rowguids):
         found = pub.query(
             f"SELECT {', '.join('t.' + d.quote(c.name) for c in cols)}, c.lineage, c.colv "
-            f"FROM {d.table_sql(art.table)} t LEFT JOIN {pub.meta('MSmerge_contents')} c "
+            f"FROM {identity.rows_sql(d, art)} t LEFT JOIN {pub.meta('MSmerge_contents')} c "
             f"ON c.tablenick = {int(art.nickname)} AND c.rowguid = t.{rg} "
             f"WHERE t.{rg} IN ({', '.join([d.uuid_param()] * len(chunk))})", chunk)
         failpoints.hit("repair.publisher_read", subscription)
@@ -212,7 +213,7 @@ def _local_state(sub: Replica, art: TrackedArticle, rowguids: list[str], since: 
     this subscriber) that is not a generation received from the publisher: a change made here that
     the next merge uploads (what ``status`` counts as pending_upload)."""
     d, p = sub.dialect, sub.p
-    t, rg = d.table_sql(art.table), d.quote(art.rowguid_column)
+    t, rg = identity.rows_sql(d, art), d.quote(art.rowguid_column)
     nick = int(art.nickname)
     gh = sub.meta("MSmerge_genhistory")
     present: set[str] = set()

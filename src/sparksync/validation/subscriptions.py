@@ -41,6 +41,7 @@ from sparksync.filters import parse_filter
 from sparksync.merge.maintenance import validations
 from sparksync.merge.partitions.evaluation import partitions as partitions_of
 from sparksync.merge.partitions.scheme import PartitionScheme, scheme_of
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking import pending as pending_log
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.tracked import TrackedArticle, tracked_article
@@ -72,7 +73,7 @@ class _Target:
     result: SubscriptionValidation
     url: str
     params: dict[str, str | None] | None         # None: every row (unfiltered publication)
-    tables: dict[str, TableName] = field(default_factory=dict)
+    tables: dict[str, TableName | str] = field(default_factory=dict)     # a table, or a relation's SQL
 
 
 @dataclass
@@ -184,7 +185,9 @@ def _merge_checks(topology: Topology, pub: Replica, name: str, subs: list,
             with connect(url, s.name) as sub:
                 store.require_metadata(sub)
                 pending_log.flush(sub)        # rows inserted here a moment ago have their rowguids
-                tables = {a.name: tracked_article(a).table for a in published_articles(sub, pubid)}
+                # each article's rows with their rowguids, as this replica keeps them
+                tables: dict[str, TableName | str] = {a.name: identity.rows_sql(sub.dialect, tracked_article(a))
+                                                      for a in published_articles(sub, pubid)}
         except SparksyncError as e:
             res.error = e.message
             continue
@@ -271,8 +274,8 @@ def _publisher_sql(pub: Replica, scheme: PartitionScheme, art: TrackedArticle, n
     d = pub.dialect
     cols = [c.name for c in art.info.columns]
     if params is not None and scheme.articles[name].filtered:
-        return scheme.members_sql(d, name, cols, params)
-    return f"SELECT {', '.join(d.quote(c) for c in cols)} FROM {d.table_sql(art.table)}"
+        return scheme.members_sql(d, name, cols, params, identity.rows_sql(d, art))
+    return f"SELECT {', '.join(d.quote(c) for c in cols)} FROM {identity.rows_sql(d, art)}"
 
 
 def _counts(pub: Replica, checks: list[_Check]) -> None:
@@ -288,12 +291,17 @@ def _counts(pub: Replica, checks: list[_Check]) -> None:
                 expected[(j, key)] = int(pub.scalar(f"SELECT count(*) FROM ({c.publisher_sql(t)}) AS x") or 0)
         try:
             with connect(t.url, t.result.subscription) as sub:
-                found = [int(sub.scalar(f"SELECT count(*) FROM {sub.dialect.table_sql(t.tables[c.article])}") or 0)
+                found = [int(sub.scalar(f"SELECT count(*) FROM {_relation(sub.dialect, t.tables[c.article])} AS x")
+                             or 0)
                          for _, c in mine]
         except SparksyncError as e:
             t.result.error = e.message
             continue
         t.result.articles += [ArticleValidation(c.article, expected[(j, key)], n) for (j, c), n in zip(mine, found)]
+
+
+def _relation(d, table: TableName | str) -> str:
+    return table if isinstance(table, str) else d.table_sql(table)
 
 
 def _side_reads(topology: Topology, j: int, c: _Check, side_of: dict[int, int]) -> tuple[list[SideRead], list]:
@@ -312,8 +320,8 @@ def _side_reads(topology: Topology, j: int, c: _Check, side_of: dict[int, int]) 
         d = dialect_for_url(t.url)
         select = ", ".join(d.quote(x.name) for x in c.columns)
         side = side_of[id(t)]
-        reads.append(SideRead(j, side, c.article, t.url, f"SELECT {select} FROM {d.table_sql(t.tables[c.article])}",
-                              t.result.subscription, cols, c.primary_key, c.identity))
+        sql = f"SELECT {select} FROM {_relation(d, t.tables[c.article])} AS x"
+        reads.append(SideRead(j, side, c.article, t.url, sql, t.result.subscription, cols, c.primary_key, c.identity))
         pairs.append((side, pub_side[key]))
     return reads, pairs
 

@@ -27,6 +27,9 @@ class PostgresMergeHooks(MergeHooksDefaults):
     def new_rowguid_sql(self: Dialect) -> str:
         return f"{self.quote(METADATA_SCHEMA)}.uuid7()"
 
+    def ordered_rowguids_sql(self: Dialect, order_by: str) -> tuple[str, str]:
+        return "g AS (SELECT 1 AS one)", self.new_rowguid_sql()      # uuid7() ascends as it is called
+
     def install_support_objects(self, replica: Replica) -> None:
         for stmt in render_statements("postgres/templates/support.sql",
                                       {"schema": METADATA_SCHEMA, "lock_class": LOCK_CLASS}):

@@ -46,4 +46,5 @@ class SQLiteDialect(SQLiteDriver, SQLiteNaming, SQLiteCatalog, SQLiteDdl, SQLite
         paramstyle="?",
         sql=SqlFlavor("sqlite"),
         float_holds_nan=False,
+        keyed_rowguids=True,
     )

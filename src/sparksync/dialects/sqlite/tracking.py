@@ -19,6 +19,13 @@ from sparksync.names import TableName
 # A UUIDv7-layout GUID: 48 bits of Unix milliseconds, version 7, variant 10xx, random rest.
 _MS = "printf('%012x', CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER))"
 NEW_ROWS = "temp.sparksync_new_rows"    # the flush's rows inserted without a rowguid, by rowid
+# The random head of the rowguids one statement makes in order (a keyed flush, publishing a table): the first
+# four groups, time and random as NEW_GUID_SQL's; the last group is a random base plus a count, so they ascend.
+GUID_PREFIX_SQL = (
+    "lower(substr(" + _MS + ", 1, 8) || '-' || substr(" + _MS + ", 9, 4) || '-7' || "
+    "substr(hex(randomblob(2)), 2, 3) || '-' || substr('89ab', 1 + (abs(random()) % 4), 1) || "
+    "substr(hex(randomblob(2)), 2, 3) || '-')"
+)
 NEW_GUID_SQL = (
     "lower(substr(" + _MS + ", 1, 8) || '-' || substr(" + _MS + ", 9, 4) || '-7' || "
     "substr(hex(randomblob(2)), 2, 3) || '-' || substr('89ab', 1 + (abs(random()) % 4), 1) || "
@@ -27,7 +34,10 @@ NEW_GUID_SQL = (
 
 
 def _trigger_names(artid: str) -> list[str]:
-    return [f"MSmerge_{op}_{artid}" for op in ("ins", "upd", "del")]
+    return [f"MSmerge_{op}_{artid}" for op in ("ins", "upd", "del", "key")]
+
+
+
 
 
 class SQLiteMergeHooks(MergeHooksDefaults):
@@ -35,6 +45,11 @@ class SQLiteMergeHooks(MergeHooksDefaults):
 
     def new_rowguid_sql(self) -> str:
         return NEW_GUID_SQL
+
+    def ordered_rowguids_sql(self, order_by: str) -> tuple[str, str]:
+        # one random head and base per statement (the CTE is evaluated once), then a count in ``order_by``
+        return (f"g AS MATERIALIZED (SELECT {GUID_PREFIX_SQL} AS pre, abs(random()) % 140737488355328 AS b)",
+                f"g.pre || printf('%012x', g.b + row_number() OVER (ORDER BY {order_by}))")
 
     def install_support_objects(self, replica: Replica) -> None:
         return None
@@ -52,9 +67,14 @@ class SQLiteMergeHooks(MergeHooksDefaults):
         replica.execute(f"UPDATE {t} SET {c} = {NEW_GUID_SQL} WHERE {c} IS NULL")
 
     def render_merge_triggers(self, ctx: dict) -> list[str]:
+        if ctx["keyed"]:
+            return render_statements("sqlite/templates/merge_triggers_keyed.sql", ctx)
         return render_statements("sqlite/templates/merge_triggers.sql", ctx)
 
     def render_flush(self, ctx: dict) -> list[str]:
+        if ctx["keyed"]:
+            return render_statements("sqlite/templates/merge_flush_keyed.sql",
+                                     {"inserts": None, **ctx, "guid_prefix": GUID_PREFIX_SQL})
         return render_statements("sqlite/templates/merge_flush.sql", {"inserts": None, **ctx, "new_rows": NEW_ROWS})
 
     def claim_pending(self: Dialect, replica: Replica, articles: Sequence[dict],
@@ -68,6 +88,12 @@ class SQLiteMergeHooks(MergeHooksDefaults):
                         "PRIMARY KEY (tablenick, rid))")
         nicks, n = set(), 0
         for ctx in articles:
+            if ctx["keyed"]:                # its own log, by key (emptied by its flush)
+                k = int(replica.scalar(f"SELECT count(*) FROM {ctx['log']}") or 0)
+                if k:
+                    nicks.add(int(ctx["tablenick"]))
+                    n += k
+                continue
             rg = ctx["rowguid"]
             cur = replica.execute(f"INSERT INTO {NEW_ROWS} (tablenick, rid) SELECT {int(ctx['tablenick'])}, rowid "
                                   f"FROM {ctx['table']} WHERE {rg} IS NULL")
@@ -105,6 +131,10 @@ class SQLiteMergeHooks(MergeHooksDefaults):
         have = dict(replica.query("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name IN ("
                                   + ", ".join("?" * len(expected)) + ")", list(expected)))
         problems = []
+        if ctx["keyed"]:
+            for table, what in ((ctx["ids_name"], "rowguids"), (ctx["log_name"], "tracking log")):
+                if not self.metadata_table_exists(replica, table):
+                    problems.append(f"the {what} of {ctx['table']} ({table}) is missing")
         for name, stmt in expected.items():
             if name not in have:
                 problems.append(f"tracking trigger {name} on {ctx['table']} is missing")

@@ -52,6 +52,7 @@ from sparksync.merge.partitions.evaluation import partitions
 from sparksync.merge.partitions.scheme import scheme_of
 from sparksync.merge.session.changes import ArticleChanges, Change
 from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking.articles import (
     agent_writes,
@@ -244,7 +245,7 @@ class _BatchApplier:
             out = []
             for chunk in in_chunks(guids):
                 out += [str(g) for (g,) in replica.query(
-                    f"SELECT m.{d.quote(art.rowguid_column)} FROM {d.table_sql(art.table)} AS m "
+                    f"SELECT m.{d.quote(art.rowguid_column)} FROM {identity.rows_sql(d, art)} AS m "
                     f"WHERE m.{d.quote(art.rowguid_column)} IN ({', '.join([d.uuid_param()] * len(chunk))}) "
                     f"AND NOT ({cond})", chunk)]
             cc = self.changes[nick]
@@ -428,7 +429,7 @@ class _BatchApplier:
         at every merge), logged as a failed-change conflict the first time it fails."""
         replica, ctx, batch, f = self.replica, self.ctx, self.batch, w.failure
         if op is None:
-            present = replica.scalar(f"SELECT count(*) FROM {replica.dialect.table_sql(w.art.table)} WHERE "
+            present = replica.scalar(f"SELECT count(*) FROM {identity.rows_sql(replica.dialect, w.art)} WHERE "
                                      f"{replica.dialect.quote(w.art.rowguid_column)} = {replica.dialect.uuid_param()}",
                                      [w.rowguid])
             op = "delete" if w.op == "delete" else ("update" if present else "insert")

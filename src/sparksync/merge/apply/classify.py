@@ -19,6 +19,7 @@ from sparksync.merge.conflicts.model import REFUSED, ConflictType, Failure
 from sparksync.merge.conflicts.resolvers import ResolverFailed
 from sparksync.merge.session.changes import COMPENSATING_COLV, OP_REMOVE, OP_UNREADABLE, ArticleChanges, Change
 from sparksync.merge.session.plan import ApplyContext, BatchInfo, DestinationInfo
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking.pending import flush_rows
 from sparksync.merge.tracking.tracked import TrackedArticle
@@ -42,7 +43,7 @@ def prefetch(replica: Replica, article: TrackedArticle, rowguids: list[str]) -> 
                 f"WHERE tablenick = {int(article.nickname)} AND rowguid IN ({inlist})", chunk):
             tombs[str(g)] = lin.parse(l_)
         for (g,) in replica.query(
-                f"SELECT {d.quote(article.rowguid_column)} FROM {d.table_sql(article.table)} "
+                f"SELECT {d.quote(article.rowguid_column)} FROM {identity.rows_sql(d, article)} AS t "
                 f"WHERE {d.quote(article.rowguid_column)} IN ({inlist})", chunk):
             present.add(str(g))
     return contents, tombs, present
@@ -508,7 +509,7 @@ def load_rows(replica: Replica, article: TrackedArticle, rowguids: list[str], ch
         part = [str(g) for g in rowguids[start:start + chunk]]
         marks = ", ".join([d.uuid_param()] * len(part))
         for guid, *values in replica.query(f"SELECT {d.quote(article.rowguid_column)}, {select} FROM "
-                                           f"{d.table_sql(article.table)} WHERE {d.quote(article.rowguid_column)} "
+                                           f"{identity.rows_sql(d, article)} WHERE {d.quote(article.rowguid_column)} "
                                            f"IN ({marks})", part):
             out[str(guid).lower()] = {c.name: f(v) for c, f, v in zip(cols, convert, values)}
     return out

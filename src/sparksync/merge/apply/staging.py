@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 from sparksync.dialects.model import Column
 from sparksync.dialects.replica import Replica, in_chunks
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking.tracked import TrackedArticle
 from sparksync.rows import RowCodec
@@ -221,7 +222,7 @@ class Staging:
         d, r, s = self.d, self.replica, self.table(art.nickname)
         values = "".join(f", s.c{i}" for i in range(len(self.columns(art))))
         nick = int(art.nickname)
-        t, rg = d.table_sql(art.table), d.quote(art.rowguid_column)
+        t, rg = identity.rows_sql(d, art), d.quote(art.rowguid_column)    # a row's presence, and its key
         local = _local_sql(d)
         forged = None
         if forged_from is not None:
@@ -245,7 +246,7 @@ class Staging:
         d, r, s = self.d, self.replica, self.table(art.nickname)
         values = "".join(f", s.c{i}" for i in range(len(self.columns(art))))
         nick = int(art.nickname)
-        t, rg = d.table_sql(art.table), d.quote(art.rowguid_column)
+        t, rg = identity.rows_sql(d, art), d.quote(art.rowguid_column)    # a row's presence, and its key
         empty = d.empty_lineage_sql()
 
         def entries(lineage: str, where: str = "") -> str:
@@ -296,7 +297,7 @@ class Staging:
 
         guids = f"SELECT rowguid FROM {s} WHERE {mine()}"
         if op == "delete":
-            r.execute(f"DELETE FROM {t} WHERE {rg} IN ({guids})")
+            identity.delete_rows(r, art, guids)
             r.execute(f"DELETE FROM {contents} WHERE tablenick = {nick} AND rowguid IN ({guids})")
             r.execute(
                 f"INSERT INTO {tomb} (tablenick, rowguid, type, lineage, generation) "
@@ -308,7 +309,12 @@ class Staging:
             # Primary key columns are set only where they change: setting a key to its own value still
             # rewrites the key's index entry (on SQLite, the whole row of a rowid table).
             pk = set(art.info.primary_key)
-            update = f" FROM {s} s WHERE {t}.{rg} = s.rowguid AND {mine('s.')} AND s.present > 0"
+            if art.keyed:       # the row found by its key, through the identity table
+                ids = r.meta(art.ids_table)
+                update = (f" FROM {s} s JOIN {ids} i ON i.{rg} = s.rowguid WHERE {identity.key_match(d, art, t, 'i')} "
+                          f"AND {mine('s.')} AND s.present > 0")
+            else:
+                update = f" FROM {s} s WHERE {t}.{rg} = s.rowguid AND {mine('s.')} AND s.present > 0"
             rest = [(c, e) for c, e in cols if c not in pk]
             keys = [(c, e) for c, e in cols if c in pk]
             if rest and (staged is None or staged.updates):
@@ -316,10 +322,21 @@ class Staging:
             if keys and (staged is None or staged.moved):      # where the classification found the key moved
                 r.execute(f"UPDATE {t} SET " + ", ".join(f"{d.quote(c)} = {e}" for c, e in keys) + update
                           + " AND s.present = 2")
+                if art.keyed:   # and its rowguid follows it
+                    r.execute(f"UPDATE {ids} SET " + ", ".join(f"{d.quote(c)} = {e}" for c, e in keys)
+                              + f" FROM {s} s WHERE {ids}.{rg} = s.rowguid AND {mine('s.')} AND s.present = 2")
             if staged is None or staged.inserts:
-                names = ", ".join([rg] + [d.quote(c) for c, _ in cols])
-                r.execute(f"INSERT INTO {t} ({names}) SELECT " + ", ".join(["s.rowguid"] + [e for _, e in cols])
-                          + f" FROM {s} s WHERE {mine('s.')} AND s.present = 0")
+                new = f" FROM {s} s WHERE {mine('s.')} AND s.present = 0"
+                if art.keyed:
+                    r.execute(f"INSERT INTO {t} ({', '.join(d.quote(c) for c, _ in cols)}) SELECT "
+                              + ", ".join(e for _, e in cols) + new)
+                    by_name = dict(cols)
+                    identity.insert_ids(r, art, "SELECT " + ", ".join(by_name[k] for k in art.info.primary_key)
+                                        + ", s.rowguid" + new)
+                else:
+                    names = ", ".join([rg] + [d.quote(c) for c, _ in cols])
+                    r.execute(f"INSERT INTO {t} ({names}) SELECT " + ", ".join(["s.rowguid"] + [e for _, e in cols])
+                              + new)
             r.execute(
                 f"INSERT INTO {contents} (tablenick, rowguid, generation, lineage, colv) "
                 f"SELECT {nick}, rowguid, {p}, lineage, colv FROM {s} WHERE {mine()} "

@@ -21,7 +21,9 @@ from sparksync.dialects.replica import Replica
 from sparksync.errors import ConfigurationError
 from sparksync.merge.conflicts.model import ConflictType
 from sparksync.merge.conflicts.view import list_conflicts
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking.articles import published_articles, upsert_by_rowguid
+from sparksync.merge.tracking.pending import flush
 from sparksync.merge.tracking.tracked import TrackedArticle, tracked_article
 from sparksync.metadata import store
 from sparksync.rows import row_key
@@ -98,11 +100,17 @@ def _article(pub: Replica, c: dict) -> TrackedArticle:
 def _write(pub: Replica, art: TrackedArticle, row: dict[str, Any]) -> str:
     """The losing row, written by the application's path (tracked): an update, or an insert when the
     row is gone (it lost to a delete)."""
-    return upsert_by_rowguid(pub, art, row)
+    written = upsert_by_rowguid(pub, art, row)
+    if written == "insert" and art.keyed:
+        # back under its rowguid (kept beside the table): the flush bumps its tombstone's lineage, which then goes
+        flush(pub)
+        pub.execute(f"DELETE FROM {pub.meta('MSmerge_tombstone')} WHERE tablenick = {int(art.nickname)} "
+                    f"AND rowguid = {pub.dialect.uuid_param()}", [str(row[art.rowguid_column])])
+    return written
 
 
 def _delete(pub: Replica, art: TrackedArticle, rowguid: str) -> str:
     d = pub.dialect
-    cur = pub.execute(f"DELETE FROM {d.table_sql(art.table)} WHERE {d.quote(art.rowguid_column)} = {d.uuid_param()}",
+    cur = pub.execute(f"DELETE FROM {d.table_sql(art.table)} WHERE {identity.rows_of(d, art, d.uuid_param())}",
                       [rowguid])
     return "delete" if getattr(cur, "rowcount", 0) > 0 else "nothing"

@@ -37,7 +37,7 @@ from sparksync.dialects.replica import Replica
 from sparksync.errors import ConfigurationError, SparksyncError
 from sparksync.merge.conflicts.model import conflict_table_name
 from sparksync.merge.maintenance.expiration import expiry
-from sparksync.merge.tracking import pending
+from sparksync.merge.tracking import identity, pending
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import enumeration_bound
 from sparksync.merge.tracking.tracked import tracked_article
@@ -216,7 +216,8 @@ def _orphan_contents(replica: Replica, pubs: dict[str, PublicationRow], dry_run:
                 continue
             seen.add(art.nickname)
             q = replica.dialect.quote
-            where = (f"tablenick = {p} AND generation <= {p} AND NOT EXISTS (SELECT 1 FROM {replica.table_sql(art.table)} t "
+            rows = identity.guids_sql(replica.dialect, art)      # a row here has its rowguid there
+            where = (f"tablenick = {p} AND generation <= {p} AND NOT EXISTS (SELECT 1 FROM {rows} t "
                      f"WHERE t.{q(art.rowguid_column)} = {contents}.rowguid)")
             _delete(replica, contents, where, [art.nickname, result.horizon], dry_run, result, "MSmerge_contents")
 

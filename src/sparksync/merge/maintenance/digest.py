@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ValueUnreadable
 from sparksync.merge.partitions.scheme import scheme_of
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.rows import encode
@@ -62,7 +63,7 @@ def replica_digests(replica: Replica, url: str, pubid: str) -> dict[str, Digest]
     for a in published_articles(replica, pubid):
         art = tracked_article(a)
         d = replica.dialect
-        sql = f"SELECT {', '.join(d.quote(c.name) for c in art.info.columns)} FROM {d.table_sql(art.table)}"
+        sql = f"SELECT {', '.join(d.quote(c.name) for c in art.info.columns)} FROM {identity.rows_sql(d, art)}"
         out[a.name] = _digest(url, replica.label, sql, art)
     return out
 
@@ -76,8 +77,8 @@ def partition_digests(pub: Replica, url: str, pubid: str, params: dict[str, str 
         art = tracked_article(a)
         cols = [c.name for c in art.info.columns]
         if params is not None and scheme.articles[a.name].filtered:
-            sql = scheme.members_sql(pub.dialect, a.name, cols, params)
+            sql = scheme.members_sql(pub.dialect, a.name, cols, params, identity.rows_sql(pub.dialect, art))
         else:
-            sql = f"SELECT {', '.join(pub.dialect.quote(c) for c in cols)} FROM {pub.dialect.table_sql(art.table)}"
+            sql = f"SELECT {', '.join(pub.dialect.quote(c) for c in cols)} FROM {identity.rows_sql(pub.dialect, art)}"
         out[a.name] = _digest(url, pub.label, sql, art)
     return out

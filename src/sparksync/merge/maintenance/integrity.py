@@ -11,6 +11,7 @@ from __future__ import annotations
 from sparksync.dialects.model import table_drift
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ReplicaBehind, ReplicaDamaged, SparksyncError
+from sparksync.merge.tracking import identity, pending
 from sparksync.merge.tracking.articles import install_tracking, published_articles
 from sparksync.merge.tracking.tracked import tracked_article, trigger_context
 from sparksync.metadata import store
@@ -37,7 +38,7 @@ def replica_problems(replica: Replica, pubid: str) -> list[str]:
     problems += replica.dialect.capture_problems(replica)
     for a in articles:
         art = tracked_article(a)
-        info = replica.reflect(art.table)
+        info = identity.reflect(replica, art)
         if info is None:
             problems.append(f"table {art.table} is missing")
             continue
@@ -141,12 +142,30 @@ def repair_tracking(replica: Replica, pubid: str) -> list[str]:
     return repaired
 
 
-def upgrade_tracking(replica: Replica) -> list[str]:
+def upgrade_tracking(replica: Replica, added: set[str] | None = None) -> list[str]:
     """Re-create the tracking triggers of every merge article at this replica after its metadata was
     upgraded (``store.upgrade_metadata``): a release's triggers are the ones it installs. A release
     before the tracking log wrote the metadata in its triggers, so nothing it recorded is pending
-    anywhere but in that metadata: nothing is lost. Returns the articles whose triggers changed."""
-    out = []
+    anywhere but in that metadata: nothing is lost. Where the database keeps rowguids beside the tables,
+    an article whose rowguid column publishing added (``added``: at a subscriber, the artids the publisher
+    added one to) moves it there, each row keeping its rowguid (``identity.key_rowguids``), after a flush of
+    what the old triggers logged. Returns the articles whose tracking changed."""
+    out: list[str] = []
+    if store.metadata_version(replica) is None:
+        return out
+    if replica.dialect.capabilities.keyed_rowguids:
+        with replica.transaction():
+            pending.flush(replica)
+            done: set[str] = set()
+            for row in store.select(replica, ArticleRow, order_by=("nickname",)):
+                mine = row.rowguid_added if added is None else row.artid in added
+                if not mine or row.rowguid_keyed or row.artid in done or replica.reflect(tracked_article(row).table) \
+                        is None:
+                    continue
+                done.add(row.artid)
+                why = identity.key_rowguids(replica, tracked_article(row))
+                out.append(f"{row.name} (rowguids kept beside the table)" if why is None else
+                           f"{row.name} keeps its rowguid column ({why})")
     for prow in store.select(replica, PublicationRow):
         out += repair_tracking(replica, prow.pubid)
     return out

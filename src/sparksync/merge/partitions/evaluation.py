@@ -33,6 +33,7 @@ from sparksync.errors import ConfigurationError
 from sparksync.filters import partition_column
 from sparksync.merge.partitions.scheme import PartitionScheme
 from sparksync.merge.session.changes import ALL_PARTITIONS
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking.generations import enumeration_bound, new_generation
 from sparksync.merge.tracking.pending import flush
 from sparksync.merge.tracking.tracked import tracked_article
@@ -178,7 +179,7 @@ def ensure_partitions(replica: Replica, pubid: str, scheme: PartitionScheme, art
         replica.execute(
             f"INSERT INTO {replica.meta('MSmerge_current_partition_mappings')} (tablenick, rowguid, partition_id) "
             f"SELECT {'' if joined.unique else 'DISTINCT '}{int(art.nickname)}, m.{d.quote(art.rowguid_column)}, "
-            f"{PARTITION_ALIAS}.partition_id FROM {d.table_sql(art.table)} AS m {joined.joins} "
+            f"{PARTITION_ALIAS}.partition_id FROM {identity.rows_sql(d, art)} AS m {joined.joins} "
             f"WHERE {PARTITION_ALIAS}.partition_id IN ({ids})")
         if a.non_overlapping:
             check_non_overlapping(replica, scheme, a)
@@ -290,8 +291,8 @@ class _Evaluator:
             if not self.scheme.articles[link.parent].filtered:
                 continue
             clause = link.filter.render(d.capabilities.sql, "ch", "par")
-            moved = (f"SELECT ch.{d.quote(child.rowguid_column)} AS g FROM {d.table_sql(child.table)} AS ch "
-                     f"JOIN {d.table_sql(parent.table)} AS par ON {clause} "
+            moved = (f"SELECT ch.{d.quote(child.rowguid_column)} AS g FROM {identity.rows_sql(d, child)} AS ch "
+                     f"JOIN {identity.rows_sql(d, parent)} AS par ON {clause} "
                      f"JOIN {self.scratch} AS s ON s.tablenick = {int(parent.nickname)} "
                      f"AND s.rowguid = par.{d.quote(parent.rowguid_column)}")
             if not self.r.scalar(f"SELECT count(*) FROM ({moved}) AS x"):
@@ -340,7 +341,7 @@ class _Evaluator:
         joined = self.scheme.with_partitions(self.d, name, "m", self.groups, PARTITION_ALIAS, _as_columns())
         entered = (f"SELECT {'' if joined.unique else 'DISTINCT '}{nick} AS tablenick, c.rowguid, "
                    f"{PARTITION_ALIAS}.partition_id FROM {self.contents} c "
-                   f"JOIN {self.d.table_sql(art.table)} AS m ON m.{self.d.quote(art.rowguid_column)} = c.rowguid "
+                   f"JOIN {identity.rows_sql(self.d, art)} AS m ON m.{self.d.quote(art.rowguid_column)} = c.rowguid "
                    f"{joined.joins} WHERE {PARTITION_ALIAS}.pubid = {self.d.uuid_param()} "
                    f"AND c.tablenick = {nick} AND {self.in_range('c.generation')} "
                    f"AND NOT EXISTS (SELECT 1 FROM {cur} cm WHERE cm.tablenick = c.tablenick "
@@ -391,7 +392,7 @@ def check_non_overlapping(replica: Replica, scheme: PartitionScheme, a: ArticleR
     else:
         joined = scheme.with_partitions(d, a.name, "m", groups, PARTITION_ALIAS, _as_columns())
         rg = f"m.{d.quote(art.rowguid_column)}"
-        members = (f"SELECT DISTINCT {rg} AS g, {PARTITION_ALIAS}.partition_id FROM {d.table_sql(art.table)} AS m "
+        members = (f"SELECT DISTINCT {rg} AS g, {PARTITION_ALIAS}.partition_id FROM {identity.rows_sql(d, art)} AS m "
                    f"{joined.joins} WHERE {PARTITION_ALIAS}.pubid = {d.uuid_param()}"
                    + (f" AND {rg} IN ({rowguids_sql})" if rowguids_sql else ""))
     params = [] if mapped else [a.pubid]
@@ -409,7 +410,7 @@ def check_non_overlapping(replica: Replica, scheme: PartitionScheme, a: ArticleR
         pids = sorted(int(p) for (p,) in replica.query(f"SELECT x.partition_id FROM ({members}) AS x WHERE x.g = "
                                                        f"{d.uuid_param()}", [*params, guid]))
         key = replica.query_one(f"SELECT {', '.join(d.quote(k) for k in art.info.primary_key)} FROM "
-                                f"{d.table_sql(art.table)} WHERE {d.quote(art.rowguid_column)} = {d.uuid_param()}",
+                                f"{identity.rows_sql(d, art)} WHERE {d.quote(art.rowguid_column)} = {d.uuid_param()}",
                                 [guid])
         where = ", ".join(f"{k}={v}" for k, v in zip(art.info.primary_key, key or ())) or str(guid)
         found.append(f"row {where} is in partitions " + " and ".join(f"{p} ({names.get(p, '?')})" for p in pids))
@@ -424,7 +425,7 @@ def member_sql(replica: Replica, scheme: PartitionScheme, a: ArticleRow, rowguid
     to the partition ``partition_sql`` (both SQL expressions of the enclosing query)."""
     d, art = replica.dialect, tracked_article(a)
     cond = scheme.condition(d, a.name, "m", _as_columns())
-    return (f"EXISTS (SELECT 1 FROM {d.table_sql(art.table)} AS m JOIN {replica.meta('MSmerge_partition_groups')} "
+    return (f"EXISTS (SELECT 1 FROM {identity.rows_sql(d, art)} AS m JOIN {replica.meta('MSmerge_partition_groups')} "
             f"AS {PARTITION_ALIAS} ON {PARTITION_ALIAS}.partition_id = {partition_sql} "
             f"WHERE m.{d.quote(art.rowguid_column)} = {rowguid_sql} AND {cond})")
 

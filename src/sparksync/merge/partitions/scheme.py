@@ -148,12 +148,13 @@ class PartitionScheme:
         return Chain(f"JOIN {groups} AS {pg} ON {self.condition(dialect, name, alias, params)}", "", True)
 
     def members_sql(self, dialect: Dialect, name: str, columns: Iterable[str],
-                    params: Params) -> str:
-        """A query of ``columns`` of the rows of article ``name`` in the partition of ``params``."""
+                    params: Params, rows: str | None = None) -> str:
+        """A query of ``columns`` of the rows of article ``name`` in the partition of ``params`` (``rows``: the
+        relation its rows are read from, with their rowguids: ``identity.rows_sql``; else its table)."""
         a = self.articles[name]
         cond = self.condition(dialect, name, "m", params)
         select = ", ".join(f"m.{dialect.quote(c)}" for c in columns)
-        return f"SELECT {select} FROM {dialect.table_sql(a.table)} AS m" + (f" WHERE {cond}" if cond else "")
+        return f"SELECT {select} FROM {rows or dialect.table_sql(a.table)} AS m" + (f" WHERE {cond}" if cond else "")
 
 
 def filtered_article(key: str, table: TableName, info: TableInfo, filter_clause: str | None,

@@ -24,6 +24,7 @@ from sparksync.filters import partition_column
 from sparksync.merge.partitions.evaluation import PARTITION_ALIAS, SETTINGS, member_sql
 from sparksync.merge.partitions.scheme import PartitionScheme
 from sparksync.merge.session.changes import OP_REMOVE, REALIGN_GENERATION, REMOVE_GENERATION, change_read
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata.records import ArticleRow
 from sparksync.spark.reads import ReadPartition
@@ -53,9 +54,9 @@ def descendants_of_changes(replica: Replica, scheme: PartitionScheme, by_name: d
         for depth, (_, link) in enumerate(path, start=1):
             parent = tracked_article(by_name[link.parent])
             alias = f"x{depth}"
-            joins.append(f"JOIN {d.table_sql(parent.table)} AS {alias} ON {link.filter.render(sql, here, alias)}")
+            joins.append(f"JOIN {identity.rows_sql(d, parent)} AS {alias} ON {link.filter.render(sql, here, alias)}")
             here, top = alias, parent
-        selects.append(f"SELECT x0.{d.quote(first.rowguid_column)} AS g FROM {d.table_sql(first.table)} AS x0 "
+        selects.append(f"SELECT x0.{d.quote(first.rowguid_column)} AS g FROM {identity.rows_sql(d, first)} AS x0 "
                        + " ".join(joins) + f" JOIN {contents} ca ON ca.tablenick = {int(top.nickname)} "
                        f"AND ca.rowguid = {here}.{d.quote(top.rowguid_column)} "
                        f"WHERE ca.generation > {int(lo)} AND ca.generation <= {int(hi)}")
@@ -77,14 +78,14 @@ def belongs_reads(url: str, label: str, replica: Replica, scheme: PartitionSchem
     base = {**base, "op": "upsert", "partitioned": True}
     out = [change_read(
         url, f"SELECT {distinct}c.generation, c.rowguid, c.lineage, c.colv, {PARTITION_ALIAS}.partition_id, {select} "
-        f"FROM {contents} c JOIN {d.table_sql(art.table)} AS m ON {rg} = c.rowguid {joined.joins} "
+        f"FROM {contents} c JOIN {identity.rows_sql(d, art)} AS m ON {rg} = c.rowguid {joined.joins} "
         f"WHERE c.tablenick = {int(art.nickname)} AND c.generation > {int(lo)} AND c.generation <= {int(hi)} "
         f"AND {PARTITION_ALIAS}.partition_id IN ({ids})", [], cols, f"{label}/{a.name} belongs", base)]
     below = descendants_of_changes(replica, scheme, by_name, a.name, lo, hi)
     if below is not None:
         out.append(change_read(
             url, f"SELECT {distinct}0, {rg}, coalesce(c.lineage, {d.json_literal('{}')}), c.colv, "
-            f"{PARTITION_ALIAS}.partition_id, {select} FROM {d.table_sql(art.table)} AS m "
+            f"{PARTITION_ALIAS}.partition_id, {select} FROM {identity.rows_sql(d, art)} AS m "
             f"LEFT JOIN {contents} c ON c.tablenick = {int(art.nickname)} AND c.rowguid = {rg} {joined.joins} "
             f"WHERE {rg} IN ({below}) AND {PARTITION_ALIAS}.partition_id IN ({ids})", [], cols,
             f"{label}/{a.name} realigned", {**base, "generation": REALIGN_GENERATION}))

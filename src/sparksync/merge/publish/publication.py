@@ -18,8 +18,9 @@ from sparksync.merge.partitions.scheme import PartitionScheme, filtered_article
 from sparksync.merge.publish import processing_order as art
 from sparksync.merge.publish.schema_changes import change_command, check_added_values, describe, drifted, plan_changes
 from sparksync.merge.publish.schema_changes import record as record_schema_changes
-from sparksync.merge.tracking import pending
+from sparksync.merge.tracking import identity, pending
 from sparksync.merge.tracking.articles import install_tracking, remove_tracking
+from sparksync.merge.tracking.identity import with_rowguid
 from sparksync.merge.tracking.open_generation import ensure_open_generation
 from sparksync.merge.tracking.tracked import TrackedArticle, tracked_article
 from sparksync.metadata import store
@@ -53,6 +54,7 @@ class ArticlePlan:
     join_filters: list[dict] = field(default_factory=list)   # [{parent (article key), clause, unique_key}]
     partition_options: int = 0
     schema_changes: list[dict] = field(default_factory=list)  # columns added or dropped since it was published
+    keyed: bool = False           # the rowguid kept beside the table, not added to it (merge/tracking/identity.py)
 
     @property
     def join_parents(self) -> list[str]:
@@ -126,8 +128,11 @@ def plan_publication(replica: Replica, pub: PublicationConfig, declared: dict[st
                                   "articles cannot have generated columns (every replica writes every column): make "
                                   "it a plain column, or compute it in a view", obj=str(name))
             key = str(name)
-            rg, action = _choose_rowguid(replica, info, a.rowguid_column, where)
             existing = existing_articles.get(key)
+            if existing is not None and existing.rowguid_keyed:     # the table as published: with its rowguid
+                info = with_rowguid(info, existing.rowguid_column, from_table_dict(existing.table_schema))
+            rg, action = _choose_rowguid(replica, info, a.rowguid_column, where)
+            keyed = action == "add" and d.capabilities.keyed_rowguids
             changes: list[dict] = []
             if existing is not None:
                 published = from_table_dict(existing.table_schema)
@@ -139,7 +144,7 @@ def plan_publication(replica: Replica, pub: PublicationConfig, declared: dict[st
                     changes = plan_changes(published, info, existing, siblings, d, where, pub.name,
                                            (declared or {}).get(key, []))
                     check_added_values(replica, name, changes, where, change_command(pub.name, key))
-                rg, action = existing.rowguid_column, "keep"
+                rg, action, keyed = existing.rowguid_column, "keep", bool(existing.rowguid_keyed)
                 if bool(existing.column_tracking) != a.column_tracking:
                     same = plan.existing is not None and existing.pubid == plan.existing.pubid
                     raise SchemaError(f"{where}: column_tracking cannot change after publishing "
@@ -152,7 +157,7 @@ def plan_publication(replica: Replica, pub: PublicationConfig, declared: dict[st
                                  info.primary_key, info.foreign_keys, info.unique_columns | {rg})
             infos[key] = info
             plan.articles.append(ArticlePlan(key, name, info, rg, action, a.column_tracking, [], existing,
-                                             schema_changes=changes))
+                                             schema_changes=changes, keyed=keyed))
         except (SchemaError, InvalidNameError) as e:
             problems.append(e.message)
     if not problems:
@@ -270,14 +275,19 @@ def apply_publication(replica: Replica, topology: Topology, plan: PublicationPla
     created: list[str] = []
     schema_changes: list[str] = []
     for a in plan.articles:
-        if a.rowguid_action == "add":
+        same_pub = a.existing is not None and a.existing.pubid == pubid
+        artid = a.existing.artid if a.existing is not None else store.new_guid()
+        tracked = TrackedArticle(artid, a.name, nicknames[a.key], a.rowguid_column, a.column_tracking, a.info,
+                                 a.keyed)
+        if a.keyed:
+            if a.rowguid_action == "add":
+                identity.keep_rowguids(replica, tracked)
+        elif a.rowguid_action == "add":
             d.add_rowguid_column(replica, a.name, a.rowguid_column)
         elif a.rowguid_action == "adopt":
             d.adopt_rowguid_column(replica, a.name, a.rowguid_column)
-        if not d.index_exists(replica, a.name.schema, d.rowguid_index_name(a.name, a.rowguid_column)):
+        if not a.keyed and not d.index_exists(replica, a.name.schema, d.rowguid_index_name(a.name, a.rowguid_column)):
             replica.execute(d.render_rowguid_index(a.name, a.rowguid_column))
-        same_pub = a.existing is not None and a.existing.pubid == pubid
-        artid = a.existing.artid if a.existing is not None else store.new_guid()
         row = ArticleRow(
             pubid=pubid, artid=artid, name=a.key, source_schema=a.name.schema, source_table=a.name.name,
             nickname=nicknames[a.key], column_tracking=int(a.column_tracking),
@@ -287,7 +297,7 @@ def apply_publication(replica: Replica, topology: Topology, plan: PublicationPla
             related_nicknames=sorted(nicknames[k] for k in related[a.key]),
             table_schema=to_table_dict(a.info), status=ArticleStatus.ACTIVE,
             filter_clause=a.filter_clause, join_filters=a.join_filters or None,
-            partition_options=PartitionOptions(a.partition_options),
+            partition_options=PartitionOptions(a.partition_options), rowguid_keyed=int(a.keyed),
         )
         if same_pub:
             key = {"pubid": pubid, "artid": artid}
@@ -299,8 +309,7 @@ def apply_publication(replica: Replica, topology: Topology, plan: PublicationPla
         else:
             store.insert(replica, row)
             created.append(a.key)
-        install_tracking(replica, TrackedArticle(artid, a.name, nicknames[a.key], a.rowguid_column,
-                                                 a.column_tracking, a.info), ident.nickname)
+        install_tracking(replica, tracked, ident.nickname)
     gone = [r for r in store.select(replica, ArticleRow, {"pubid": pubid})
             if str(TableName(r.source_schema, r.source_table)) not in set(keys)]
     removed = remove_articles(replica, pubid, gone)
@@ -319,6 +328,8 @@ def remove_articles(replica: Replica, pubid: str, rows: list[ArticleRow]) -> lis
         if store.select(replica, ArticleRow, {"source_schema": r.source_schema, "source_table": r.source_table}):
             continue
         remove_tracking(replica, tracked_article(r))
+        if r.rowguid_keyed:
+            identity.drop_rowguids(replica, tracked_article(r))
         for table in ("MSmerge_contents", "MSmerge_tombstone", "MSmerge_current_partition_mappings",
                       "MSmerge_past_partition_mappings", "MSmerge_failed_changes"):
             replica.execute(f"DELETE FROM {replica.meta(table)} WHERE tablenick = {r.nickname}")

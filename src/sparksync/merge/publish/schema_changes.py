@@ -31,6 +31,7 @@ from sparksync.dialects.replica import Replica
 from sparksync.errors import SchemaDrift
 from sparksync.filters import parse_filter
 from sparksync.merge.conflicts.model import conflict_table_name
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking.articles import install_tracking, remove_tracking
 from sparksync.merge.tracking.pending import flush as flush_log
 from sparksync.merge.tracking.tracked import TrackedArticle, tracked_article
@@ -262,7 +263,7 @@ def replay(sub: Replica, pubid: str, publication: str, changes: list[dict], nick
             _alter_conflict_table(sub, publication, art, ch)
             _forget_column_versions(sub, art, ch)
             _outbox_follows(sub, art, ch)
-            new = TrackedArticle(art.artid, art.table, art.nickname, art.rowguid_column, art.column_tracking, info)
+            new = replace(art, info=info)
             store.update(sub, ArticleRow, {"table_schema": to_table_dict(info)}, {"pubid": pubid, "artid": ch["artid"]})
             install_tracking(sub, new, nickname)
             failpoints.hit("schema_change.replayed", sub.label)     # tests: replayed, not yet committed
@@ -367,7 +368,7 @@ def publisher_drift(publisher: Replica, articles: list[ArticleRow], publication:
     out = []
     for row in articles:
         art = tracked_article(row)
-        current = publisher.reflect(art.table)
+        current = identity.reflect(publisher, art)
         drift = ["the table was dropped"] if current is None else drifted(art.info, current, row)
         if not drift:
             continue

@@ -21,6 +21,7 @@ from sparksync.merge.session.changes import (
     change_read,
 )
 from sparksync.merge.session.plan import BatchInfo
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import generation_rows
 from sparksync.merge.tracking.tracked import tracked_article
@@ -247,7 +248,7 @@ def change_reads(replica_url: str, label: str, replica: Replica, articles: list[
             out.append(change_read(
                 replica_url,
                 f"SELECT c.generation, c.rowguid, c.lineage, c.colv{part_col}, {select} FROM {contents} c "
-                f"JOIN {d.table_sql(art.table)} t ON t.{rg} = c.rowguid {mapped}"
+                f"JOIN {identity.rows_sql(d, art)} t ON t.{rg} = c.rowguid {mapped}"
                 f"WHERE c.tablenick = {int(art.nickname)} AND c.generation > {p} AND c.generation <= {p}",
                 [a_lo, a_hi], cols, f"{label}/{a.name} changes", {**base, "op": "upsert"}))
         deletes = counts(tomb, art.nickname)
@@ -395,7 +396,7 @@ def _retry_partitions(source: Replica, source_url: str, label: str, art, guids: 
     return [
         change_read(
             source_url, f"SELECT c.generation, c.rowguid, c.lineage, c.colv, {select} "
-            f"FROM {source.meta('MSmerge_contents')} c JOIN {d.table_sql(art.table)} t ON t.{rg} = c.rowguid "
+            f"FROM {source.meta('MSmerge_contents')} c JOIN {identity.rows_sql(d, art)} t ON t.{rg} = c.rowguid "
             f"WHERE c.tablenick = {nick} AND c.rowguid IN ({inlist}) AND c.generation <= {p}"
             + (f" AND {member}" if member else ""),
             [*guids, start], cols, f"{label}/{art.table} retries", {**base, "op": "upsert"}),

@@ -20,11 +20,11 @@ from sparksync.dialects.model import ForeignKey, TableInfo, from_table_dict, tab
 from sparksync.dialects.replica import Replica, redact_url
 from sparksync.errors import SchemaDrift, SchemaError
 from sparksync.merge.conflicts.model import ConflictType
-from sparksync.merge.tracking import capture, pending
+from sparksync.merge.tracking import capture, identity, pending
 from sparksync.merge.tracking.articles import install_tracking, remove_tracking
 from sparksync.merge.tracking.generations import next_generation
 from sparksync.merge.tracking.open_generation import ensure_open_generation
-from sparksync.merge.tracking.tracked import TrackedArticle, tracked_article
+from sparksync.merge.tracking.tracked import TrackedArticle, ids_table, tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import (
     ArticleRow,
@@ -146,6 +146,8 @@ def check_subscriber_tables(replica: Replica, manifest: SnapshotManifest, held: 
             problems.append(f"table {name} is missing")
             continue
         expected = from_table_dict(held[str(a.artid)] if held is not None else a.table_schema)
+        if keyed_here(replica, a, name):     # its rowguid is kept beside it
+            info = identity.with_rowguid(info, a.rowguid_column, expected)
         problems += [f"table {name}: {p}" for p in table_drift(expected, info)]
     if problems:
         raise SchemaDrift(f"{replica.label}: subscriber tables drifted from publication {manifest.publication}: "
@@ -191,8 +193,10 @@ def _drop_lineage_of_absent_rows(sub: Replica, table: TableName, a: ArticleSnaps
     the lineage of the rows it holds. Returns how many were dropped."""
     d = sub.dialect
     contents = sub.meta("MSmerge_contents")
+    art = TrackedArticle(a.artid, table, a.nickname, a.rowguid_column, a.column_tracking,
+                         from_table_dict(a.table_schema), keyed_here(sub, a, table))
     cur = sub.execute(f"DELETE FROM {contents} WHERE tablenick = {int(a.nickname)} AND NOT EXISTS (SELECT 1 FROM "
-                      f"{d.table_sql(table)} t WHERE t.{d.quote(a.rowguid_column)} = {contents}.rowguid)")
+                      f"{identity.guids_sql(d, art)} t WHERE t.{d.quote(a.rowguid_column)} = {contents}.rowguid)")
     return max(getattr(cur, "rowcount", 0), 0)
 
 
@@ -275,9 +279,10 @@ def _forget_dropped_replica(sub: Replica, ident) -> None:
     of its own (keeping the old one would make it skip the generations the old replica had sent)."""
 
     with sub.transaction():
+        pending.discard(sub)            # its log goes with its metadata: nothing of it is recorded
         for a in store.select(sub, ArticleRow):
             remove_tracking(sub, tracked_article(a))
-        pending.discard(sub)            # its log goes with its metadata: nothing of it is recorded
+            identity.drop_rowguids(sub, tracked_article(a))
         for table in MERGE.tables:
             if table.name != store.VERSION_TABLE:
                 sub.execute(f"DELETE FROM {sub.meta(table.name)}")
@@ -331,23 +336,39 @@ def _load_articles(sub: Replica, files: SnapshotFiles, manifest: SnapshotManifes
     Returns (rows loaded, rows refused, the tables as created)."""
     d = sub.dialect
     infos = {a.name: destination_info(sub, a, names) for a in arts}
-    kept = pre_create(sub, [(a.name, names[a.name], infos[a.name]) for a in arts], pre_creation_cmd)
+    kept = pre_create(sub, [(a.name, names[a.name], _as_here(sub, a, names[a.name], infos[a.name])) for a in arts],
+                      pre_creation_cmd)
+    keyed = {a.name: _tracked(a, names, infos) for a in arts if keeps_apart(sub, a)
+             and (a.name not in kept or not _has_column(sub, names[a.name], a.rowguid_column))}
     for a in arts:
         if a.name not in kept:
-            for stmt in d.render_create_table(infos[a.name], a.rowguid_column, index=False):
+            if a.name in keyed:         # the rowguid beside the table (merge/tracking/identity.py)
+                stmts = [*d.render_create_table(keyed[a.name].table_info, None),
+                         *identity.ids_ddl(d, keyed[a.name], index=False)]
+            else:
+                stmts = d.render_create_table(infos[a.name], a.rowguid_column, index=False)
+            for stmt in stmts:
                 sub.execute(stmt)
+        elif a.name in keyed:
+            for stmt in identity.ids_ddl(d, keyed[a.name], index=False):
+                sub.execute(stmt)
+        if a.name in keyed:             # rowguids of rows an earlier replica of this file held: not these
+            sub.execute(f"DELETE FROM {sub.meta(keyed[a.name].ids_table)}")
     where = f"snapshot {manifest.snapshot_id} of publication {manifest.publication}"
     refused: dict[int, list[dict]] = {}
     total = 0
     for a in arts:
         path, rows, _, key_digest = a.data(partition_id)
-        loaded = load_parquet(sub, files, path, names[a.name], infos[a.name], a.rowguid_column)
+        ids = d.metadata_table_name(keyed[a.name].ids_table) if a.name in keyed else None
+        loaded = load_parquet(sub, files, path, names[a.name], infos[a.name], a.rowguid_column, ids)
         loaded.check(rows, key_digest, f"{where}, article {a.name}"
                      + (f", partition {partition_id}" if a.partitions is not None else ""))
         total += loaded.rows
         if loaded.refused:
             refused[a.nickname] = loaded.refused
-        sub.execute(d.render_rowguid_index(names[a.name], a.rowguid_column))   # once the rows are in: one sort
+        # once the rows are in: one sort
+        sub.execute(identity.ids_index_ddl(d, keyed[a.name]) if a.name in keyed
+                    else d.render_rowguid_index(names[a.name], a.rowguid_column))
     skip = {str(r["keyvalue"]) for rows in refused.values() for r in rows}
     n_lineage = _load_lineage(sub, files, manifest, generation, skip, {a.nickname for a in arts})
     for a in arts:
@@ -372,9 +393,38 @@ def _publish_articles(sub: Replica, manifest: SnapshotManifest, arts: list[Artic
             rowguid_column=a.rowguid_column, rowguid_added=0, processing_group=a.processing_group,
             dri_related=int(a.dri_related), related_nicknames=a.related_nicknames,
             table_schema={**a.table_schema, "schema": names[a.name].schema, "name": names[a.name].name},
-            status=ArticleStatus.ACTIVE))
-        install_tracking(sub, TrackedArticle(a.artid, names[a.name], a.nickname, a.rowguid_column,
-                                             a.column_tracking, infos[a.name]), nickname)
+            status=ArticleStatus.ACTIVE, rowguid_keyed=int(keyed_here(sub, a, names[a.name]))))
+        install_tracking(sub, replace(_tracked(a, names, infos), keyed=keyed_here(sub, a, names[a.name])), nickname)
+
+
+def _as_here(sub: Replica, a: ArticleSnapshot, name: TableName, info: TableInfo) -> TableInfo:
+    """The table an existing one is checked against (``pre_create``): without the rowguid column where the table
+    does not have it and this subscriber keeps it beside the table."""
+    here = sub.reflect(name) if keeps_apart(sub, a) else None
+    if here is None or here.column(a.rowguid_column) is not None:
+        return info
+    return replace(info, columns=tuple(c for c in info.columns if c.name != a.rowguid_column),
+                   unique_columns=info.unique_columns - {a.rowguid_column})
+
+
+def _has_column(sub: Replica, name: TableName, column: str) -> bool:
+    info = sub.reflect(name)
+    return info is not None and info.column(column) is not None
+
+
+def keeps_apart(sub: Replica, a: ArticleSnapshot) -> bool:
+    """Does this subscriber keep the article's rowguid beside its table (``identity.py``)? Where the database does
+    and the publisher added the column (a GUID column of the application's own stays a column everywhere)."""
+    return sub.dialect.capabilities.keyed_rowguids and a.rowguid_added
+
+
+def keyed_here(sub: Replica, a: ArticleSnapshot, table: TableName) -> bool:
+    """The article's rowguid is kept beside its table here: its identity table exists."""
+    return keeps_apart(sub, a) and sub.dialect.metadata_table_exists(sub, ids_table(a.artid))
+
+
+def _tracked(a: ArticleSnapshot, names: dict[str, TableName], infos: dict[str, TableInfo]) -> TrackedArticle:
+    return TrackedArticle(a.artid, names[a.name], a.nickname, a.rowguid_column, a.column_tracking, infos[a.name], True)
 
 
 @dataclass

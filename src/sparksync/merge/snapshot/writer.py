@@ -25,8 +25,10 @@ from sparksync.errors import ErrorInfo, NotInitialized, SchemaDrift
 from sparksync.filters import partition_column
 from sparksync.merge.partitions.scheme import PartitionScheme, scheme_of
 from sparksync.merge.publish.publication import plan_publication
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import enumeration_bound, make_generation
+from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, PublicationRow
 from sparksync.metadata.schema import GUID, INT, JSON
@@ -65,7 +67,7 @@ def _write_partitioned(spark, frozen: Replica, url: str, sid: str | None, scheme
     groups = d.metadata_table_sql("MSmerge_partition_groups")
     params = {k: partition_column("pg", k) for k in ("host_name", "login")}
     joined = scheme.with_partitions(d, a.name, "m", groups, "pg", params)
-    table_sql = f"{d.table_sql(info.name)} AS m {joined.joins}"
+    table_sql = f"{identity.rows_sql(d, tracked_article(a))} AS m {joined.joins}"
     where, args = f" WHERE pg.pubid = {d.uuid_param()} AND m.{d.quote(a.rowguid_column)} IS NOT NULL", (pubid,)
     counts = {int(p): int(n) for p, n in frozen.query(
         f"SELECT pg.partition_id, count(DISTINCT m.{d.quote(a.rowguid_column)}) FROM {table_sql}{where} "
@@ -175,7 +177,8 @@ def _write(spark, topology: Topology, pub: Replica, publication: str, prow: Publ
                     total = 0
                 else:
                     order_col, order_param = _read_order(d, info, a.rowguid_column)
-                    parts, total = read_partitions(frozen, url, sid, d.table_sql(info.name), select, order_col, cols,
+                    parts, total = read_partitions(frozen, url, sid, identity.rows_sql(d, tracked_article(a)), select,
+                                                   order_col, cols,
                                                    label, f" WHERE {d.quote(a.rowguid_column)} IS NOT NULL",
                                                    order_param=order_param, key=list(info.primary_key))
                     report(f"snapshot {publication}: {a.name} ({total} rows, {len(parts)} partition(s))")
@@ -187,7 +190,7 @@ def _write(spark, topology: Topology, pub: Replica, publication: str, prow: Publ
                     column_tracking=bool(a.column_tracking), processing_group=a.processing_group,
                     dri_related=bool(a.dri_related), related_nicknames=list(a.related_nicknames or []),
                     table_schema=a.table_schema, path=rel, rows=total, files=files, key_digest=digest,
-                    partitions=partitioned))
+                    partitions=partitioned, rowguid_added=bool(a.rowguid_added)))
             nicks = [a.nickname for a in articles]
             cols = [["tablenick", INT.to_dict()], ["rowguid", GUID.to_dict()], ["lineage", JSON.to_dict()],
                     ["colv", JSON.to_dict()]]

@@ -70,8 +70,11 @@ def probe(replica: Replica, publication: str) -> Probe | None:
         if table in seen:
             continue
         seen.add(table)
-        parts.append(f"(SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {d.quote(article.rowguid_column)} IS NULL "
-                     "LIMIT 1) AS x)")
+        if article.keyed:               # its own log: a row inserted is an entry there
+            parts.append(f"(SELECT count(*) FROM (SELECT 1 FROM {m(article.log_table)} LIMIT 1) AS x)")
+        else:
+            parts.append(f"(SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {d.quote(article.rowguid_column)} "
+                         "IS NULL LIMIT 1) AS x)")
     # the count of articles: one added or dropped changes the probe itself
     parts.append(f"(SELECT count(*) FROM {m('sysmergearticles')})")
     return Probe(publication, "SELECT " + ", ".join(parts), tuple(params), d.captures_from_log(replica))

@@ -14,7 +14,7 @@ from typing import Any
 from sparksync.dialects.protocols import MergeHooks
 from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.errors import SparksyncError
-from sparksync.merge.tracking import pending
+from sparksync.merge.tracking import identity, pending
 from sparksync.merge.tracking.tracked import TrackedArticle, trigger_context
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow
@@ -82,7 +82,7 @@ def upsert_by_rowguid(replica: Replica, article: TrackedArticle, row: Mapping[st
     """Update the row that has ``row``'s rowguid to ``row``'s values (the article's columns it names), or
     insert it when there is none: ``"update"`` or ``"insert"``. Tracked or not is the caller's
     (inside :func:`agent_writes`, or as an application's write). A primary key that belongs to another
-    rowguid raises ConstraintViolation."""
+    rowguid raises ConstraintViolation. A keyed article's identity follows (``identity.py``)."""
     d = replica.dialect
     rg = article.rowguid_column
     guid = str(row[rg])
@@ -92,13 +92,24 @@ def upsert_by_rowguid(replica: Replica, article: TrackedArticle, row: Mapping[st
     val = {c: row[c] if row[c] is None or convs[c] is None else convs[c](row[c]) for c in names}
     t, u = d.table_sql(article.table), d.uuid_param()
     others = [c for c in names if c != rg]
+    keys = list(article.info.primary_key)
     if others:
         cur = replica.execute(f"UPDATE {t} SET " + ", ".join(f"{d.quote(c)} = {replica.p}" for c in others)
-                              + f" WHERE {d.quote(rg)} = {u}", [val[c] for c in others] + [guid])
+                              + f" WHERE {identity.rows_of(d, article, u)}", [val[c] for c in others] + [guid])
         if getattr(cur, "rowcount", 0) > 0:
+            if article.keyed and any(k in others for k in keys):     # the key may have changed: its rowguid follows
+                replica.execute(f"UPDATE {d.metadata_table_sql(article.ids_table)} SET "
+                                + ", ".join(f"{d.quote(k)} = {replica.p}" for k in keys if k in others)
+                                + f" WHERE {d.quote(rg)} = {u}", [val[k] for k in keys if k in others] + [guid])
             return "update"
-    elif replica.scalar(f"SELECT count(*) FROM {t} WHERE {d.quote(rg)} = {u}", [guid]):
+    elif replica.scalar(f"SELECT count(*) FROM {identity.guids_sql(d, article)} WHERE {d.quote(rg)} = {u}", [guid]):
         return "update"                      # no column besides the rowguid: nothing to set
+    if article.keyed:
+        replica.execute(f"INSERT INTO {t} (" + ", ".join(d.quote(c) for c in others) + ") VALUES ("
+                        + ", ".join([replica.p] * len(others)) + ")", [val[c] for c in others])
+        identity.insert_ids(replica, article, "VALUES (" + ", ".join([replica.p] * len(keys)) + f", {u})",
+                            [val.get(k) for k in keys] + [guid])
+        return "insert"
     replica.execute(f"INSERT INTO {t} (" + ", ".join(d.quote(c) for c in [rg, *others]) + ") VALUES ("
                     + ", ".join([u] + [replica.p] * len(others)) + ")", [guid] + [val[c] for c in others])
     return "insert"
@@ -111,9 +122,7 @@ def forget_rows(replica: Replica, article: TrackedArticle, rowguids: Sequence[st
     d, n = replica.dialect, 0
     for chunk in in_chunks(list(rowguids)):
         inlist = ", ".join([d.uuid_param()] * len(chunk))
-        cur = replica.execute(f"DELETE FROM {d.table_sql(article.table)} WHERE {d.quote(article.rowguid_column)} "
-                              f"IN ({inlist})", chunk)
-        n += max(getattr(cur, "rowcount", 0), 0)
+        n += identity.delete_rows(replica, article, inlist, chunk)
         for table in ("MSmerge_contents", "MSmerge_tombstone", "MSmerge_failed_changes"):
             replica.execute(f"DELETE FROM {replica.meta(table)} WHERE tablenick = {int(article.nickname)} "
                             f"AND rowguid IN ({inlist})", chunk)
@@ -124,14 +133,12 @@ def forget_rows(replica: Replica, article: TrackedArticle, rowguids: Sequence[st
 def delete_row_with_lineage(replica: Replica, article: TrackedArticle, rowguid: str,
                             lineage: Mapping[Any, int], generation: int, tombstone_type: int = 1) -> bool:
     """Delete one row by rowguid and record its tombstone with the given lineage. Inside agent_writes."""
-    d = replica.dialect
-    cur = replica.execute(f"DELETE FROM {d.table_sql(article.table)} WHERE {d.quote(article.rowguid_column)} = {replica.p}",
-                          [str(rowguid)])
+    n = identity.delete_rows(replica, article, replica.dialect.uuid_param(), [str(rowguid)])
     lin = {str(k): int(v) for k, v in lineage.items()}
     _upsert_metadata(replica, "MSmerge_tombstone", {"tablenick": article.nickname, "rowguid": str(rowguid)},
                      {"type": tombstone_type, "lineage": lin, "generation": generation})
     store.delete_rows(replica, "MSmerge_contents", {"tablenick": article.nickname, "rowguid": str(rowguid)})
-    return getattr(cur, "rowcount", 0) > 0
+    return n > 0
 
 
 def published_articles(replica: Replica, pubid: str) -> list[ArticleRow]:

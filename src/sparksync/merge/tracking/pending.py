@@ -92,10 +92,15 @@ def count(replica: Replica, nicknames: Sequence[int], after: int | None = None, 
 
 def _logged_source(replica: Replica) -> tuple[str, list]:
     """What the next flush will read, as a table expression (tablenick, rowguid) and its parameters: the tracking
-    log, or (a database whose changes are read from the server's log) the entries peeked from it."""
+    log (and keyed articles' logs: the rows in them that have a rowguid), or (a database whose changes are read
+    from the server's log) the entries peeked from it."""
     d = replica.dialect
     if not d.captures_from_log(replica):
-        return d.metadata_table_sql(LOG), []
+        keyed = [_keyed_logged(ctx) for ctx in _articles(replica)[1] if ctx["keyed"]]
+        if not keyed:
+            return d.metadata_table_sql(LOG), []
+        return ("(SELECT tablenick, rowguid FROM " + d.metadata_table_sql(LOG) + " UNION ALL "
+                + " UNION ALL ".join(keyed) + ") AS logged"), []
     entries = d.peek_log(replica, _articles(replica)[1])
     # and what triggers logged before the database moved to the log, until a flush records it
     return (f"(SELECT tablenick, rowguid FROM {d.metadata_table_sql(LOG)} UNION ALL "
@@ -103,11 +108,29 @@ def _logged_source(replica: Replica) -> tuple[str, list]:
             [[e[0] for e in entries], [e[1] for e in entries]])
 
 
+def _keyed_logged(ctx: dict) -> str:
+    """A keyed article's logged rows that have a rowguid (tablenick, rowguid): a delete's, or its row's now."""
+    match = " AND ".join(f"i.{k['name']} = l.{k['k']}" for k in ctx["keys"])
+    return (f"SELECT {ctx['tablenick']} AS tablenick, coalesce(l.rowguid, i.{ctx['rowguid']}) AS rowguid "
+            f"FROM {ctx['log']} AS l LEFT JOIN {ctx['ids']} AS i ON l.op <> 3 AND {match} "
+            f"WHERE coalesce(l.rowguid, i.{ctx['rowguid']}) IS NOT NULL")
+
+
 def unkeyed(replica: Replica, nicknames: set[int]) -> int:
     """Rows of these articles inserted without a rowguid (SQLite), which get one at the flush."""
     n = 0
     for ctx in _articles(replica)[1]:
-        if ctx["tablenick"] in nicknames:
+        if ctx["tablenick"] not in nicknames:
+            continue
+        if ctx["keyed"]:
+            keys = ", ".join(k["k"] for k in ctx["keys"])
+            n += int(replica.scalar(
+                f"SELECT count(*) FROM (SELECT DISTINCT {keys} FROM {ctx['log']} WHERE op <> 3) AS p "
+                f"WHERE NOT EXISTS (SELECT 1 FROM {ctx['ids']} AS i WHERE "
+                + " AND ".join(f"i.{k['name']} = p.{k['k']}" for k in ctx["keys"]) + ") "
+                f"AND EXISTS (SELECT 1 FROM {ctx['table']} AS t WHERE "
+                + " AND ".join(f"t.{k['name']} = p.{k['k']}" for k in ctx["keys"]) + ")") or 0)
+        else:
             n += int(replica.scalar(f"SELECT count(*) FROM {ctx['table']} WHERE {ctx['rowguid']} IS NULL") or 0)
     return n
 
@@ -138,6 +161,9 @@ def discard(replica: Replica) -> None:
     reinitialized): nothing in it is recorded. Inside the transaction that deletes the metadata."""
     if has_log(replica):
         replica.execute(f"DELETE FROM {replica.dialect.metadata_table_sql(LOG)}")
+        for ctx in _articles(replica)[1]:
+            if ctx["keyed"]:
+                replica.execute(f"DELETE FROM {ctx['log']}")
     if replica.dialect.captures_from_log(replica):
         replica.dialect.skip_log(replica)
     replica.tracking_flushed = True

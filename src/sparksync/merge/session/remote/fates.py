@@ -26,6 +26,7 @@ from typing import Any, Literal
 from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.merge.apply.staging import MISFIT
 from sparksync.merge.conflicts.model import REFUSED, ConflictRecord, ConflictType
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking.tracked import TrackedArticle
 from sparksync.metadata import store
 from sparksync.metadata.records import FailedChangeRow
@@ -63,7 +64,7 @@ def winner_rows(pub: Replica, articles: dict[int, TrackedArticle],
         for chunk in in_chunks(guids):
             inlist = ", ".join([d.uuid_param()] * len(chunk))
             for r in pub.query(f"SELECT {', '.join('t.' + d.quote(c.name) for c in cols)}, c.lineage FROM "
-                               f"{d.table_sql(art.table)} t LEFT JOIN {pub.meta('MSmerge_contents')} c ON c.tablenick = "
+                               f"{identity.rows_sql(d, art)} t LEFT JOIN {pub.meta('MSmerge_contents')} c ON c.tablenick = "
                                f"{int(nick)} AND c.rowguid = t.{rg} WHERE t.{rg} IN ({inlist})", chunk):
                 out[(nick, str(r[at]).lower())] = (_json_row(codec, [c.name for c in cols], r[:len(cols)]),
                                                    _lineage(r[len(cols)]))

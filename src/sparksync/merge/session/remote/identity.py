@@ -85,7 +85,10 @@ def propose(device: Replica) -> FileIdentity:
 
 def unsent(device: Replica) -> int | None:
     """The file's own changes not yet sent to its publisher (after what it recorded as uploaded), for a file that
-    holds a subscription's data; None otherwise."""
+    holds a subscription's data; None otherwise (and for a file of an earlier release, counted once this sync has
+    upgraded it)."""
+    if (store.metadata_version(device) or 0) < store.MERGE.version:
+        return None
     partner = store.select_one(device, SubscriptionRow, {"role": Role.PUBLISHER})
     if partner is None:
         return None

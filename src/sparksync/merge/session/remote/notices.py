@@ -25,6 +25,7 @@ from operator import itemgetter
 from typing import Any, Literal
 
 from sparksync.dialects.replica import Replica, in_chunks
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking.tracked import TrackedArticle
 from sparksync.metadata import store
 from sparksync.metadata.schema import DEVICE
@@ -87,7 +88,7 @@ def read(device: Replica, articles: dict[int, TrackedArticle], guids: dict[int, 
         for chunk in in_chunks(wanted):
             for r in device.query(
                     f"SELECT t.{rg}, {', '.join('t.' + d.quote(c.name) for c in cols)}, c.lineage FROM "
-                    f"{d.table_sql(art.table)} t LEFT JOIN {device.meta('MSmerge_contents')} c ON c.tablenick = "
+                    f"{identity.rows_sql(d, art)} t LEFT JOIN {device.meta('MSmerge_contents')} c ON c.tablenick = "
                     f"{int(nick)} AND c.rowguid = t.{rg} WHERE t.{rg} IN ({', '.join([d.uuid_param()] * len(chunk))})",
                     chunk):
                 key = {c.name: codec.json_value(i, v) for i, (c, v) in enumerate(zip(cols, r[1:-1]))}
@@ -262,7 +263,7 @@ def staged_rows(device: Replica, art: TrackedArticle, staging: Any, classified: 
     table = staging.rows_table(art.nickname)
     deleted = {str(r[0]).lower(): (r[1], r[2:]) for r in device.query(
         "SELECT s.rowguid, s.verdict, " + ", ".join(f"t.{d.quote(c.name)}" for c in cols)
-        + f" FROM {table} s JOIN {d.table_sql(art.table)} t ON t.{rg} = s.rowguid WHERE s.op = 'delete'")}
+        + f" FROM {table} s JOIN {identity.rows_sql(d, art)} t ON t.{rg} = s.rowguid WHERE s.op = 'delete'")}
     unique = set(guids)
     repeated = {g for g, k in Counter(guids).items() if k > 1} if len(unique) < len(guids) else set()
     out = Staged(codec, [c.name for c in cols], table, [staged_cols[c.name] for c in cols], deleted, repeated,

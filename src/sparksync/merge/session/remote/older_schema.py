@@ -21,6 +21,7 @@ from sqlglot import exp
 
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ProtocolError
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata.records import ArticleRow
 from sparksync.rows import RowCodec
@@ -112,7 +113,7 @@ def _added_values(pub: Replica, rows: Any, by_nick: dict[int, ArticleRow], per_a
         for start in range(0, len(wanted), 500):
             part = wanted[start:start + 500]
             marks = ", ".join([d.uuid_param()] * len(part))
-            for guid, *values in pub.query(f"SELECT {d.quote(t.rowguid_column)}, {cols} FROM {d.table_sql(t.table)} "
+            for guid, *values in pub.query(f"SELECT {d.quote(t.rowguid_column)}, {cols} FROM {identity.rows_sql(d, t)} "
                                            f"WHERE {d.quote(t.rowguid_column)} IN ({marks})", part):
                 out[(nick, str(guid))] = json.loads(codec.encode(values))
     return out

@@ -32,6 +32,7 @@ from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.errors import ConfigurationError
 from sparksync.merge.session.changes import RETRY_GENERATION
 from sparksync.merge.session.remote.notices import read as read_rows
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking import lineage as lin
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import GenStatus
@@ -419,9 +420,9 @@ def _write_mine(device: Replica, art: TrackedArticle, e: dict) -> None:
     if any(local.get(n, 0) < v for n, v in winner.items()):
         raise ConfigurationError(f"change {e['change_id']}: the winning version has not been downloaded yet; sync, "
                                  "then keep yours", obj=str(e["change_id"]))
-    table = d.table_sql(art.table)
+    table, this_row = d.table_sql(art.table), identity.rows_of(d, art, d.uuid_param())
     if e["operation"] == "delete":
-        device.execute(f"DELETE FROM {table} WHERE {rg} = {d.uuid_param()}", [guid])
+        device.execute(f"DELETE FROM {table} WHERE {this_row}", [guid])
         return
     codec = RowCodec([(c.name, c.type) for c in art.info.columns])
     mine = codec.decode(e["mine"]) if e["mine"] else None
@@ -433,15 +434,21 @@ def _write_mine(device: Replica, art: TrackedArticle, e: dict) -> None:
         v, conv = mine.get(c), convs.get(c)
         return v if v is None or conv is None else conv(v)
 
-    exists = device.query_one(f"SELECT 1 FROM {table} WHERE {rg} = {d.uuid_param()}", [guid])
-    if exists is None:                   # the winner deleted it: the row again
-        names = [c.name for c in art.info.columns]
+    exists = device.query_one(f"SELECT 1 FROM {identity.guids_sql(d, art)} WHERE {rg} = {d.uuid_param()}", [guid])
+    if exists is None:                   # the winner deleted it: the row again, under its rowguid
+        names = [c.name for c in (art.table_info.columns)]
         device.execute(f"INSERT INTO {table} ({', '.join(d.quote(c) for c in names)}) VALUES "
                        f"({', '.join([device.p] * len(names))})", [param(c) for c in names])
+        if art.keyed:                    # its rowguid kept, and its tombstone's lineage bumped by the flush
+            identity.insert_ids(device, art, "VALUES (" + ", ".join([device.p] * len(art.info.primary_key))
+                                + f", {d.uuid_param()})", [param(k) for k in art.info.primary_key] + [guid])
+            flush(device)
+            device.execute(f"DELETE FROM {device.meta('MSmerge_tombstone')} WHERE tablenick = {int(art.nickname)} "
+                           f"AND rowguid = {d.uuid_param()}", [guid])
         return
-    keyed = set(art.info.primary_key) | {art.rowguid_column}
+    fixed = set(art.info.primary_key) | {art.rowguid_column}
     cols = [c for c in (e["columns"] if art.column_tracking and e["columns"] else [c.name for c in art.info.columns])
-            if c not in keyed]
+            if c not in fixed]
     if cols:
-        device.execute(f"UPDATE {table} SET {', '.join(f'{d.quote(c)} = {device.p}' for c in cols)} WHERE {rg} = "
-                       f"{d.uuid_param()}", [*[param(c) for c in cols], guid])
+        device.execute(f"UPDATE {table} SET {', '.join(f'{d.quote(c)} = {device.p}' for c in cols)} WHERE "
+                       f"{this_row}", [*[param(c) for c in cols], guid])

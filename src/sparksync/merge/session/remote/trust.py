@@ -22,6 +22,7 @@ from sparksync.dialects.replica import Replica, in_chunks
 from sparksync.merge.conflicts.model import ConflictRecord, failed_type, log_conflict
 from sparksync.merge.partitions.evaluation import partitions
 from sparksync.merge.partitions.scheme import PartitionScheme
+from sparksync.merge.tracking import identity
 from sparksync.merge.tracking.pending import flush_rows
 from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata.records import ArticleRow
@@ -78,7 +79,7 @@ def membership(pub: Replica, a: ArticleRow, cond: str, rowguids: list[str]) -> t
     art = tracked_article(a)
     rg = d.quote(art.rowguid_column)
     present, inside = set(), set()
-    for g, member in pub.query(f"SELECT m.{rg}, CASE WHEN {cond} THEN 1 ELSE 0 END FROM {d.table_sql(art.table)} AS m "
+    for g, member in pub.query(f"SELECT m.{rg}, CASE WHEN {cond} THEN 1 ELSE 0 END FROM {identity.rows_sql(d, art)} AS m "
                                f"WHERE m.{rg} IN ({', '.join([d.uuid_param()] * len(rowguids))})", rowguids):
         present.add(str(g).lower())
         if member:
