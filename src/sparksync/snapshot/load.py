@@ -5,7 +5,7 @@ Spark task per subscription."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,36 +109,39 @@ def load_parquet(replica: Replica, files: SnapshotFiles, folder: str, name: Tabl
     checks = [(i, c) for i, c in enumerate(info.columns) if _may_be_unstorable(d, c.type)]
 
     def batches():
+        """Each batch's columns (Python values), and the positions of its rows this database cannot store."""
         for batch in parquet_batches(files, folder, cols):
             columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
             digest.add(columns[key_at])
-            suspects = _unstorable_rows(columns, checks) if checks else ()
-            out = []
-            for r, values in enumerate(zip(*columns)):
-                if r in suspects:
-                    why = next(((c.name, reason) for (i, c) in checks
-                                if (reason := d.unstorable(c.type, values[i]))), None)
-                    if why is not None:
-                        loaded.refused.append({"key": row_key(cols, info.primary_key, values),
-                                               "keyvalue": values[key_at], "column": why[0], "reason": why[1],
-                                               "value": summarize_value(values[cols.index(why[0])])})
-                        continue
-                out.append(values)
-            yield out
+            refused = set()
+            for r in (_unstorable_rows(columns, checks) if checks else ()):
+                values = [c[r] for c in columns]
+                why = next(((c.name, reason) for (i, c) in checks if (reason := d.unstorable(c.type, values[i]))), None)
+                if why is not None:
+                    loaded.refused.append({"key": row_key(cols, info.primary_key, values), "keyvalue": values[key_at],
+                                           "column": why[0], "reason": why[1],
+                                           "value": summarize_value(values[cols.index(why[0])])})
+                    refused.add(r)
+            yield columns, refused
 
+    def rows(columns: list[list], refused: set[int], at: Sequence[int]) -> Iterable[tuple]:
+        picked = zip(*(columns[i] for i in at))
+        return picked if not refused else (row for r, row in enumerate(picked) if r not in refused)
+
+    types = [c.type for c in info.columns]
     if ids is None:
-        loaded.rows = d.bulk_load(replica, name, cols, [c.type for c in info.columns],
-                                  (values for batch in batches() for values in batch))
+        every = range(len(cols))
+        loaded.rows = d.bulk_load(replica, name, cols, types,
+                                  (row for columns, refused in batches() for row in rows(columns, refused, every)))
     else:
         # the table's columns, and (primary key, rowguid) beside it: both loaded a batch at a time
         mine = [i for i in range(len(cols)) if i != key_at]
         keyed = [cols.index(k) for k in info.primary_key] + [key_at]
-        types = [c.type for c in info.columns]
-        for batch in batches():
+        for columns, refused in batches():
             loaded.rows += d.bulk_load(replica, name, [cols[i] for i in mine], [types[i] for i in mine],
-                                       [tuple(v[i] for i in mine) for v in batch])
+                                       rows(columns, refused, mine))
             d.bulk_load(replica, ids, [cols[i] for i in keyed], [types[i] for i in keyed],
-                        [tuple(v[i] for i in keyed) for v in batch])
+                        rows(columns, refused, keyed))
     loaded.digest = digest.hexdigest()
     return loaded
 

@@ -1,6 +1,6 @@
 INSERT INTO "MSmerge_tombstone" (tablenick, rowguid, type, lineage, generation)
 SELECT 30, p.rowguid, 1, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN '{"7":1}' ELSE json_set(coalesce(c.lineage, ts.lineage), '$."7"', coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1) END, __GEN__
-  FROM (SELECT DISTINCT rowguid FROM "MSmerge_log_0F9B2C1E12344ABC8DEF000000000001" WHERE op = 3 AND rowguid IS NOT NULL) AS p
+  FROM (SELECT rowguid FROM "MSmerge_log_0F9B2C1E12344ABC8DEF000000000001" WHERE op = 3 AND rowguid IS NOT NULL) AS p
   LEFT JOIN "MSmerge_contents" AS c ON c.tablenick = 30 AND c.rowguid = p.rowguid
   LEFT JOIN "MSmerge_tombstone" AS ts ON ts.tablenick = 30 AND ts.rowguid = p.rowguid
  WHERE true
@@ -10,14 +10,20 @@ ON CONFLICT (tablenick, rowguid) DO UPDATE SET
 DELETE FROM "MSmerge_contents" WHERE tablenick = 30
    AND rowguid IN (SELECT rowguid FROM "MSmerge_log_0F9B2C1E12344ABC8DEF000000000001" WHERE op = 3 AND rowguid IS NOT NULL)
 -- statement
-INSERT INTO "MSmerge_contents" (tablenick, rowguid, generation, lineage, colv)
-SELECT 30, i."row_guid", __GEN__, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN '{"7":1}' ELSE json_set(coalesce(c.lineage, ts.lineage), '$."7"', coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1) END,       CASE WHEN p.ins = 1 THEN json_object('CustomerID', json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END), 'Full Name', json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END), 'Notes', json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END)) ELSE json_patch(coalesce(c.colv, '{}'), json_object('CustomerID', CASE WHEN p.m1 = '1' THEN json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END) ELSE json(json_extract(coalesce(c.colv, '{}'), '$."CustomerID"')) END, 'Full Name', CASE WHEN p.m2 = '1' THEN json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END) ELSE json(json_extract(coalesce(c.colv, '{}'), '$."Full Name"')) END, 'Notes', CASE WHEN p.m3 = '1' THEN json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END) ELSE json(json_extract(coalesce(c.colv, '{}'), '$."Notes"')) END)) END
-  FROM (SELECT k0, max(op = 1) AS ins, max(substr(cols, 1, 1)) AS m1, max(substr(cols, 2, 1)) AS m2, max(substr(cols, 3, 1)) AS m3
+DROP TABLE IF EXISTS temp.sparksync_changed
+-- statement
+CREATE TEMP TABLE sparksync_changed AS
+SELECT p.k0, p.ins, p.n, p.m1, p.m2, p.m3, i."row_guid" AS rowguid
+  FROM (SELECT k0, max(op = 1) AS ins, min(rowid) AS n, max(substr(cols, 1, 1)) AS m1, max(substr(cols, 2, 1)) AS m2, max(substr(cols, 3, 1)) AS m3
           FROM "MSmerge_log_0F9B2C1E12344ABC8DEF000000000001" WHERE op <> 3 GROUP BY k0) AS p
-  JOIN "MSmerge_ids_0F9B2C1E12344ABC8DEF000000000001" AS i ON i."CustomerID" = p.k0
-  LEFT JOIN "MSmerge_contents" AS c ON c.tablenick = 30 AND c.rowguid = i."row_guid"
-  LEFT JOIN "MSmerge_tombstone" AS ts ON ts.tablenick = 30 AND ts.rowguid = i."row_guid"
- WHERE true
+  LEFT JOIN "MSmerge_ids_0F9B2C1E12344ABC8DEF000000000001" AS i ON i."CustomerID" = p.k0
+-- statement
+INSERT INTO "MSmerge_contents" (tablenick, rowguid, generation, lineage, colv)
+SELECT 30, p.rowguid, __GEN__, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN '{"7":1}' ELSE json_set(coalesce(c.lineage, ts.lineage), '$."7"', coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1) END,       CASE WHEN p.ins = 1 THEN json_object('CustomerID', json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END), 'Full Name', json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END), 'Notes', json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END)) ELSE json_patch(coalesce(c.colv, '{}'), json_object('CustomerID', CASE WHEN p.m1 = '1' THEN json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END) ELSE json(json_extract(coalesce(c.colv, '{}'), '$."CustomerID"')) END, 'Full Name', CASE WHEN p.m2 = '1' THEN json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END) ELSE json(json_extract(coalesce(c.colv, '{}'), '$."Full Name"')) END, 'Notes', CASE WHEN p.m3 = '1' THEN json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END) ELSE json(json_extract(coalesce(c.colv, '{}'), '$."Notes"')) END)) END
+  FROM temp.sparksync_changed AS p
+  LEFT JOIN "MSmerge_contents" AS c ON c.tablenick = 30 AND c.rowguid = p.rowguid
+  LEFT JOIN "MSmerge_tombstone" AS ts ON ts.tablenick = 30 AND ts.rowguid = p.rowguid
+ WHERE p.rowguid IS NOT NULL
 ON CONFLICT (tablenick, rowguid) DO UPDATE SET
   generation = excluded.generation, lineage = excluded.lineage, colv = excluded.colv
 -- statement
@@ -25,10 +31,9 @@ DROP TABLE IF EXISTS temp.sparksync_fresh
 -- statement
 CREATE TEMP TABLE sparksync_fresh AS
 WITH g AS MATERIALIZED (SELECT lower(substr(printf('%012x', CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)), 1, 8) || '-' || substr(printf('%012x', CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)), 9, 4) || '-7' || substr(hex(randomblob(2)), 2, 3) || '-' || substr('89ab', 1 + (abs(random()) % 4), 1) || substr(hex(randomblob(2)), 2, 3) || '-') AS pre, abs(random()) % 140737488355328 AS b)
-SELECT p.k0, g.pre || printf('%012x', g.b + row_number() OVER (ORDER BY p.k0)) AS rowguid
-  FROM (SELECT DISTINCT k0 FROM "MSmerge_log_0F9B2C1E12344ABC8DEF000000000001" WHERE op <> 3) AS p, g
- WHERE NOT EXISTS (SELECT 1 FROM "MSmerge_ids_0F9B2C1E12344ABC8DEF000000000001" AS i WHERE i."CustomerID" = p.k0)
-   AND EXISTS (SELECT 1 FROM "Customer" AS t WHERE t."CustomerID" = p.k0)
+SELECT p.k0, g.pre || printf('%012x', g.b + p.n) AS rowguid
+  FROM temp.sparksync_changed AS p, g
+ WHERE p.rowguid IS NULL AND EXISTS (SELECT 1 FROM "Customer" AS t WHERE t."CustomerID" = p.k0)
 -- statement
 INSERT INTO "MSmerge_ids_0F9B2C1E12344ABC8DEF000000000001" ("CustomerID", "row_guid") SELECT k0, rowguid FROM temp.sparksync_fresh ORDER BY rowguid
 -- statement
@@ -37,5 +42,7 @@ SELECT 30, rowguid, __GEN__, '{"7":1}', json_object('CustomerID', json_array(7, 
   FROM temp.sparksync_fresh ORDER BY rowguid
 -- statement
 DROP TABLE temp.sparksync_fresh
+-- statement
+DROP TABLE temp.sparksync_changed
 -- statement
 DELETE FROM "MSmerge_log_0F9B2C1E12344ABC8DEF000000000001"

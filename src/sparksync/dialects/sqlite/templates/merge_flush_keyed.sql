@@ -3,8 +3,8 @@
     with a rowguid that changed gets one lineage bump in MSmerge_contents (a row inserted over it, every
     column at the new version; else the columns its entries name); a row without one (inserted since the
     last flush, or inserted again under a key whose row was deleted) gets a new rowguid in {{ ids }} and the
-    first version of every column. New rowguids ascend in key order (one random prefix and base per flush,
-    then a count): the identity and contents indexes take them as appends. __GEN__ is the generation the
+    first version of every column. New rowguids ascend in the log's order (one random head and base per
+    flush, plus the row's first place in the log): the identity and contents indexes take them as appends. __GEN__ is the generation the
     changes go to. lineage and colv: merge_flush_lineage.sql. -#}
 {% from "sqlite/templates/merge_flush_lineage.sql" import first_lineage, bump_once, base, colv_all, colv_first, colv_changed with context %}
 {% set knames %}{% for k in keys %}{{ k.k }}{{ ", " if not loop.last }}{% endfor %}{% endset %}
@@ -12,9 +12,10 @@
 {% for k in keys %}{{ a }}.{{ k.name }} = {{ b }}.{{ k.k }}{{ " AND " if not loop.last }}{% endfor %}
 {%- endmacro %}
 {% set fresh = "temp.sparksync_fresh" %}
+{% set changed = "temp.sparksync_changed" %}
 INSERT INTO {{ tombstone }} (tablenick, rowguid, type, lineage, generation)
 SELECT {{ tablenick }}, p.rowguid, 1, {{ bump_once(base) }}, __GEN__
-  FROM (SELECT DISTINCT rowguid FROM {{ log }} WHERE op = 3 AND rowguid IS NOT NULL) AS p
+  FROM (SELECT rowguid FROM {{ log }} WHERE op = 3 AND rowguid IS NOT NULL) AS p
   LEFT JOIN {{ contents }} AS c ON c.tablenick = {{ tablenick }} AND c.rowguid = p.rowguid
   LEFT JOIN {{ tombstone }} AS ts ON ts.tablenick = {{ tablenick }} AND ts.rowguid = p.rowguid
  WHERE true
@@ -24,19 +25,27 @@ ON CONFLICT (tablenick, rowguid) DO UPDATE SET
 DELETE FROM {{ contents }} WHERE tablenick = {{ tablenick }}
    AND rowguid IN (SELECT rowguid FROM {{ log }} WHERE op = 3 AND rowguid IS NOT NULL)
 -- statement
+DROP TABLE IF EXISTS {{ changed }}
+-- statement
+{#- each row logged as inserted or updated, once: its rowguid (NULL: it has none yet), whether it was inserted,
+    which columns changed, and its first entry's place in the log (a new row's rowguid is counted from it) -#}
+CREATE TEMP TABLE sparksync_changed AS
+SELECT {% for k in keys %}p.{{ k.k }}, {% endfor %}p.ins, p.n{% if column_tracking %}{% for c in columns %}, p.m{{ c.pos }}{% endfor %}{% endif %}, i.{{ rowguid }} AS rowguid
+  FROM (SELECT {{ knames }}, max(op = 1) AS ins, min(rowid) AS n{% if column_tracking %}{% for c in columns %}, max(substr(cols, {{ c.pos }}, 1)) AS m{{ c.pos }}{% endfor %}{% endif %}
+
+          FROM {{ log }} WHERE op <> 3 GROUP BY {{ knames }}) AS p
+  LEFT JOIN {{ ids }} AS i ON {{ same_key("i", "p") }}
+-- statement
 INSERT INTO {{ contents }} (tablenick, rowguid, generation, lineage, colv)
-SELECT {{ tablenick }}, i.{{ rowguid }}, __GEN__, {{ bump_once(base) }},
+SELECT {{ tablenick }}, p.rowguid, __GEN__, {{ bump_once(base) }},
 {%- if column_tracking %}
        CASE WHEN p.ins = 1 THEN {{ colv_all() }} ELSE {{ colv_changed() }} END
 {%- else %} NULL{% endif %}
 
-  FROM (SELECT {{ knames }}, max(op = 1) AS ins{% if column_tracking %}{% for c in columns %}, max(substr(cols, {{ c.pos }}, 1)) AS m{{ c.pos }}{% endfor %}{% endif %}
-
-          FROM {{ log }} WHERE op <> 3 GROUP BY {{ knames }}) AS p
-  JOIN {{ ids }} AS i ON {{ same_key("i", "p") }}
-  LEFT JOIN {{ contents }} AS c ON c.tablenick = {{ tablenick }} AND c.rowguid = i.{{ rowguid }}
-  LEFT JOIN {{ tombstone }} AS ts ON ts.tablenick = {{ tablenick }} AND ts.rowguid = i.{{ rowguid }}
- WHERE true
+  FROM {{ changed }} AS p
+  LEFT JOIN {{ contents }} AS c ON c.tablenick = {{ tablenick }} AND c.rowguid = p.rowguid
+  LEFT JOIN {{ tombstone }} AS ts ON ts.tablenick = {{ tablenick }} AND ts.rowguid = p.rowguid
+ WHERE p.rowguid IS NOT NULL
 ON CONFLICT (tablenick, rowguid) DO UPDATE SET
   generation = excluded.generation, lineage = excluded.lineage, colv = excluded.colv
 -- statement
@@ -44,10 +53,9 @@ DROP TABLE IF EXISTS {{ fresh }}
 -- statement
 CREATE TEMP TABLE sparksync_fresh AS
 WITH g AS MATERIALIZED (SELECT {{ guid_prefix }} AS pre, abs(random()) % 140737488355328 AS b)
-SELECT {% for k in keys %}p.{{ k.k }}, {% endfor %}g.pre || printf('%012x', g.b + row_number() OVER (ORDER BY {% for k in keys %}p.{{ k.k }}{{ ", " if not loop.last }}{% endfor %})) AS rowguid
-  FROM (SELECT DISTINCT {{ knames }} FROM {{ log }} WHERE op <> 3) AS p, g
- WHERE NOT EXISTS (SELECT 1 FROM {{ ids }} AS i WHERE {{ same_key("i", "p") }})
-   AND EXISTS (SELECT 1 FROM {{ table }} AS t WHERE {{ same_key("t", "p") }})
+SELECT {% for k in keys %}p.{{ k.k }}, {% endfor %}g.pre || printf('%012x', g.b + p.n) AS rowguid
+  FROM {{ changed }} AS p, g
+ WHERE p.rowguid IS NULL AND EXISTS (SELECT 1 FROM {{ table }} AS t WHERE {{ same_key("t", "p") }})
 -- statement
 INSERT INTO {{ ids }} ({% for k in keys %}{{ k.name }}, {% endfor %}{{ rowguid }}) SELECT {{ knames }}, rowguid FROM {{ fresh }} ORDER BY rowguid
 {%- if inserts %}
@@ -62,5 +70,7 @@ SELECT {{ tablenick }}, rowguid, __GEN__, {{ first_lineage }}, {% if column_trac
   FROM {{ fresh }} ORDER BY rowguid
 -- statement
 DROP TABLE {{ fresh }}
+-- statement
+DROP TABLE {{ changed }}
 -- statement
 DELETE FROM {{ log }}
