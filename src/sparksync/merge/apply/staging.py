@@ -222,7 +222,8 @@ class Staging:
         d, r, s = self.d, self.replica, self.table(art.nickname)
         values = "".join(f", s.c{i}" for i in range(len(self.columns(art))))
         nick = int(art.nickname)
-        t, rg = identity.rows_sql(d, art), d.quote(art.rowguid_column)    # a row's presence, and its key
+        # the row with this rowguid here, if any (its key's first column is never NULL)
+        row, absent = identity.join_rows(d, art, "t", "s.rowguid", left=True), f"t.{d.quote(art.info.primary_key[0])}"
         local = _local_sql(d)
         forged = None
         if forged_from is not None:
@@ -233,9 +234,9 @@ class Staging:
                                forged)
         return (
             f"SELECT z.*, {verdict} AS verdict FROM (SELECT s.rowguid, s.op, s.lineage, s.colv{values}, "
-            f"CASE WHEN t.{rg} IS NULL THEN 0 WHEN {moved} THEN 2 ELSE 1 END AS present, "
+            f"CASE WHEN {absent} IS NULL THEN 0 WHEN {moved} THEN 2 ELSE 1 END AS present, "
             f"c.lineage AS clin, x.lineage AS tlin FROM {s} s "
-            f"LEFT JOIN {t} t ON t.{rg} = s.rowguid "
+            f"{row} "
             f"LEFT JOIN {r.meta('MSmerge_contents')} c ON c.tablenick = {nick} AND c.rowguid = s.rowguid "
             f"LEFT JOIN {r.meta('MSmerge_tombstone')} x ON x.tablenick = {nick} AND x.rowguid = s.rowguid) z")
 
@@ -246,7 +247,8 @@ class Staging:
         d, r, s = self.d, self.replica, self.table(art.nickname)
         values = "".join(f", s.c{i}" for i in range(len(self.columns(art))))
         nick = int(art.nickname)
-        t, rg = identity.rows_sql(d, art), d.quote(art.rowguid_column)    # a row's presence, and its key
+        # the row with this rowguid here, if any (its key's first column is never NULL)
+        row, absent = identity.join_rows(d, art, "t", "s.rowguid", left=True), f"t.{d.quote(art.info.primary_key[0])}"
         empty = d.empty_lineage_sql()
 
         def entries(lineage: str, where: str = "") -> str:
@@ -263,9 +265,9 @@ class Staging:
                       f"{d.lineage_advance_sql('l.lineage', 'l.known', forged_from, lin.MAX_ADVANCE)})")
         return (
             f"WITH z AS (SELECT s.rowguid, s.op, s.lineage, s.colv{values}, "
-            f"CASE WHEN t.{rg} IS NULL THEN 0 WHEN {moved} THEN 2 ELSE 1 END AS present, "
+            f"CASE WHEN {absent} IS NULL THEN 0 WHEN {moved} THEN 2 ELSE 1 END AS present, "
             f"c.lineage AS clin, x.lineage AS tlin FROM {s} s "
-            f"LEFT JOIN {t} t ON t.{rg} = s.rowguid "
+            f"{row} "
             f"LEFT JOIN {r.meta('MSmerge_contents')} c ON c.tablenick = {nick} AND c.rowguid = s.rowguid "
             f"LEFT JOIN {r.meta('MSmerge_tombstone')} x ON x.tablenick = {nick} AND x.rowguid = s.rowguid), "
             f"l AS (SELECT z.*, {_local_sql(d)} AS local, coalesce(clin, tlin, {empty}) AS known FROM z), "

@@ -341,7 +341,7 @@ class _Evaluator:
         joined = self.scheme.with_partitions(self.d, name, "m", self.groups, PARTITION_ALIAS, _as_columns())
         entered = (f"SELECT {'' if joined.unique else 'DISTINCT '}{nick} AS tablenick, c.rowguid, "
                    f"{PARTITION_ALIAS}.partition_id FROM {self.contents} c "
-                   f"JOIN {identity.rows_sql(self.d, art)} AS m ON m.{self.d.quote(art.rowguid_column)} = c.rowguid "
+                   f"{identity.join_rows(self.d, art, 'm', 'c.rowguid')} "
                    f"{joined.joins} WHERE {PARTITION_ALIAS}.pubid = {self.d.uuid_param()} "
                    f"AND c.tablenick = {nick} AND {self.in_range('c.generation')} "
                    f"AND NOT EXISTS (SELECT 1 FROM {cur} cm WHERE cm.tablenick = c.tablenick "

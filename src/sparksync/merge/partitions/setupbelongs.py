@@ -77,8 +77,9 @@ def belongs_reads(url: str, label: str, replica: Replica, scheme: PartitionSchem
     rg = f"m.{d.quote(art.rowguid_column)}"
     base = {**base, "op": "upsert", "partitioned": True}
     out = [change_read(
-        url, f"SELECT {distinct}c.generation, c.rowguid, c.lineage, c.colv, {PARTITION_ALIAS}.partition_id, {select} "
-        f"FROM {contents} c JOIN {identity.rows_sql(d, art)} AS m ON {rg} = c.rowguid {joined.joins} "
+        url, f"SELECT {distinct}c.generation, c.rowguid, c.lineage, c.colv, {PARTITION_ALIAS}.partition_id, "
+        + ", ".join(identity.column_sql(d, art, "m", c.name) for c in art.info.columns)
+        + f" FROM {contents} c {identity.join_rows(d, art, 'm', 'c.rowguid')} {joined.joins} "
         f"WHERE c.tablenick = {int(art.nickname)} AND c.generation > {int(lo)} AND c.generation <= {int(hi)} "
         f"AND {PARTITION_ALIAS}.partition_id IN ({ids})", [], cols, f"{label}/{a.name} belongs", base)]
     below = descendants_of_changes(replica, scheme, by_name, a.name, lo, hi)

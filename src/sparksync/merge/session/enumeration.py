@@ -216,8 +216,7 @@ def change_reads(replica_url: str, label: str, replica: Replica, articles: list[
     for a in articles:
         art = tracked_article(a)
         cols = [[c.name, c.type.to_dict()] for c in art.info.columns]
-        rg = d.quote(art.rowguid_column)
-        select = ", ".join(f"t.{d.quote(c.name)}" for c in art.info.columns)
+        select = ", ".join(identity.column_sql(d, art, "t", c.name) for c in art.info.columns)
         base = {"source": source, "source_nick": source_nick, "tablenick": art.nickname,
                 "key": list(art.info.primary_key)}
         filtered = partitions is not None and art.nickname in partitions.filtered
@@ -248,7 +247,7 @@ def change_reads(replica_url: str, label: str, replica: Replica, articles: list[
             out.append(change_read(
                 replica_url,
                 f"SELECT c.generation, c.rowguid, c.lineage, c.colv{part_col}, {select} FROM {contents} c "
-                f"JOIN {identity.rows_sql(d, art)} t ON t.{rg} = c.rowguid {mapped}"
+                f"{identity.join_rows(d, art, 't', 'c.rowguid')} {mapped}"
                 f"WHERE c.tablenick = {int(art.nickname)} AND c.generation > {p} AND c.generation <= {p}",
                 [a_lo, a_hi], cols, f"{label}/{a.name} changes", {**base, "op": "upsert"}))
         deletes = counts(tomb, art.nickname)
@@ -391,12 +390,11 @@ def _retry_partitions(source: Replica, source_url: str, label: str, art, guids: 
     nick = int(art.nickname)
     inlist = ", ".join([d.uuid_param()] * len(guids))
     cols = [[c.name, c.type.to_dict()] for c in art.info.columns]
-    rg = d.quote(art.rowguid_column)
-    select = ", ".join(f"t.{d.quote(c.name)}" for c in art.info.columns)
+    select = ", ".join(identity.column_sql(d, art, "t", c.name) for c in art.info.columns)
     return [
         change_read(
             source_url, f"SELECT c.generation, c.rowguid, c.lineage, c.colv, {select} "
-            f"FROM {source.meta('MSmerge_contents')} c JOIN {identity.rows_sql(d, art)} t ON t.{rg} = c.rowguid "
+            f"FROM {source.meta('MSmerge_contents')} c {identity.join_rows(d, art, 't', 'c.rowguid')} "
             f"WHERE c.tablenick = {nick} AND c.rowguid IN ({inlist}) AND c.generation <= {p}"
             + (f" AND {member}" if member else ""),
             [*guids, start], cols, f"{label}/{art.table} retries", {**base, "op": "upsert"}),

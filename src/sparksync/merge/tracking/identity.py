@@ -94,7 +94,8 @@ def ids_ddl(d, art: TrackedArticle, info: TableInfo | None = None, index: bool =
     info = info or art.table_info
     by_name = {c.name: c for c in info.columns}
     cols = [f"{d.quote(k)} {d.render_column_type(info, by_name[k])} NOT NULL" for k in info.primary_key]
-    cols.append(f"{d.quote(art.rowguid_column)} TEXT NOT NULL")
+    # declared as every rowguid column of the metadata is: a rowguid compares with theirs through its index
+    cols.append(f"{d.quote(art.rowguid_column)} {d.render_type(SqlType(Kind.UUID))} NOT NULL")
     keys = ", ".join(d.quote(k) for k in info.primary_key)
     rowid = len(info.primary_key) == 1 and d.render_column_type(info, by_name[info.primary_key[0]]) == "INTEGER"
     out = [f"CREATE TABLE IF NOT EXISTS {d.metadata_table_sql(art.ids_table)} ({', '.join(cols)}, "
@@ -195,3 +196,24 @@ def key_rowguids(replica: Replica, art: TrackedArticle) -> str | None:
     for row in store.select(replica, ArticleRow, {"artid": art.artid}):
         store.update(replica, ArticleRow, {"rowguid_keyed": 1}, {"pubid": row.pubid, "artid": art.artid})
     return None
+
+
+def join_rows(d, art: TrackedArticle, alias: str, rowguid: str, left: bool = False) -> str:
+    """Joins that find, for each row of the relation before them, the article's row (alias ``alias``) whose
+    rowguid is the SQL expression ``rowguid`` (``left``: or none). Where the rowguid is kept beside the table the
+    identity table comes first (``{alias}_id``) and the join order is fixed (SQLite's ``CROSS JOIN``): a planner
+    without statistics would otherwise scan the identity table for every read. Its columns: :func:`column_sql`."""
+    t, rg = d.table_sql(art.table), d.quote(art.rowguid_column)
+    if not art.keyed:
+        return f"{'LEFT JOIN' if left else 'JOIN'} {t} AS {alias} ON {alias}.{rg} = {rowguid}"
+    join = "LEFT JOIN" if left else "CROSS JOIN"
+    ids = f"{alias}_id"
+    return (f"{join} {d.metadata_table_sql(art.ids_table)} AS {ids} ON {ids}.{rg} = {rowguid} "
+            f"{join} {t} AS {alias} ON {key_match(d, art, alias, ids)}")
+
+
+def column_sql(d, art: TrackedArticle, alias: str, name: str) -> str:
+    """Column ``name`` of the article's row joined by :func:`join_rows` as ``alias`` (its rowguid included)."""
+    if art.keyed and name == art.rowguid_column:
+        return f"{alias}_id.{d.quote(name)}"
+    return f"{alias}.{d.quote(name)}"

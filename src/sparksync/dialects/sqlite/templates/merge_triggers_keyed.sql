@@ -12,7 +12,7 @@
 {% set knames %}{% for k in keys %}{{ k.k }}{{ ", " if not loop.last }}{% endfor %}{% endset %}
 {#- the log: op (1 insert, 2 update, 3 delete), the row's key (k0, k1, ...: declared as the table's), the
     rowguid a delete took away, an update's changed columns; no index, so a write pays one append -#}
-CREATE TABLE IF NOT EXISTS {{ log }} (op INTEGER NOT NULL, {% for k in keys %}{{ k.k }} {{ k.type }}, {% endfor %}rowguid TEXT, cols TEXT)
+CREATE TABLE IF NOT EXISTS {{ log }} (op INTEGER NOT NULL, {% for k in keys %}{{ k.k }} {{ k.type }}, {% endfor %}rowguid UUID, cols TEXT)
 -- statement
 DROP TRIGGER IF EXISTS {{ ("MSmerge_ins_" ~ artid) | q }}
 -- statement

@@ -259,11 +259,10 @@ def staged_rows(device: Replica, art: TrackedArticle, staging: Any, classified: 
     cols = [c for c in art.info.columns if c.name in pk]
     staged_cols = {c.name: f"c{i}" for i, c in enumerate(staging.columns(art))}
     codec = RowCodec([(c.name, c.type) for c in cols])
-    rg = d.quote(art.rowguid_column)
     table = staging.rows_table(art.nickname)
     deleted = {str(r[0]).lower(): (r[1], r[2:]) for r in device.query(
         "SELECT s.rowguid, s.verdict, " + ", ".join(f"t.{d.quote(c.name)}" for c in cols)
-        + f" FROM {table} s JOIN {identity.rows_sql(d, art)} t ON t.{rg} = s.rowguid WHERE s.op = 'delete'")}
+        + f" FROM {table} s {identity.join_rows(d, art, 't', 's.rowguid')} WHERE s.op = 'delete'")}
     unique = set(guids)
     repeated = {g for g, k in Counter(guids).items() if k > 1} if len(unique) < len(guids) else set()
     out = Staged(codec, [c.name for c in cols], table, [staged_cols[c.name] for c in cols], deleted, repeated,
