@@ -68,3 +68,24 @@ def test_a_topology_of_the_previous_release_upgrades_and_loses_no_change(spark, 
 def _rowguids(url: str, sql: str) -> dict:
     with connect(url) as r:
         return {int(k): str(g).lower() for k, g in r.query(sql)}
+
+
+def test_a_rowguid_column_a_view_of_the_application_uses_stays_and_setup_says_why(spark, dbs, tmp_path):
+    """SQLite cannot drop a column a view reads: that article keeps its rowguid column (nothing of it changed),
+    `setup` names it and why, and it replicates as before."""
+    t = Topo(spark, dbs, tmp_path, "sqlite", "sqlite", tables=["Item"], with_fk=False)
+    for who in ("P", "S1", "S2", "S3", "S4"):
+        downgrade(t.url(who))
+    t.sql("P", 'CREATE VIEW "ItemGuids" AS SELECT "id", "rowguid" FROM "Item"')
+    before = _rowguids(t.pub_url, 'SELECT "id", "rowguid" FROM "ItemGuids"')
+    lines: list[str] = []
+    setup(t.topology, lambda: spark, lines.append)
+    said = [x for x in lines if "publisher" in x and "keeps its rowguid column" in x]
+    assert said and "ItemGuids" in said[0], lines
+    assert _rowguids(t.pub_url, 'SELECT "id", "rowguid" FROM "ItemGuids"') == before
+    t.sql("P", 'UPDATE "Item" SET "v" = \'after\' WHERE "id" = 5', 'INSERT INTO "Item" ("id", "v", "n") VALUES (300, \'new\', 1)')
+    summary = t.merge()
+    assert summary.ok, summary
+    assert all(t.value(who, "Item", 5) == "after" and t.value(who, "Item", 300) == "new"
+               for who in ("P", "S1", "S2", "S3", "S4"))
+    t.assert_converged()

@@ -292,6 +292,9 @@ class MergeHooks(Protocol[R_contra]):
     def new_rowguid_sql(self) -> str:
         """A SQL expression producing a new time-ordered GUID (UUIDv7 layout)."""
 
+    def column_users(self, replica: R_contra, table: TableName, column: str) -> list[str]:
+        """The application's objects (views, triggers, indexes) that use ``column`` of ``table``, named."""
+
     def ordered_rowguids_sql(self, order_by: str) -> tuple[str, str]:
         """New rowguids for the rows of one statement, ascending in the order of ``order_by`` where the database
         can: (a CTE named ``g``, the expression), for ``WITH {cte} SELECT ..., {expression} FROM ..., g``."""

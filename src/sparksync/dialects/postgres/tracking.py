@@ -27,6 +27,9 @@ class PostgresMergeHooks(MergeHooksDefaults):
     def new_rowguid_sql(self: Dialect) -> str:
         return f"{self.quote(METADATA_SCHEMA)}.uuid7()"
 
+    def column_users(self: Dialect, replica: Replica, table: TableName, column: str) -> list[str]:
+        return []       # a rowguid column is never moved out of a PostgreSQL table
+
     def ordered_rowguids_sql(self: Dialect, order_by: str) -> tuple[str, str]:
         return "g AS (SELECT 1 AS one)", self.new_rowguid_sql()      # uuid7() ascends as it is called
 

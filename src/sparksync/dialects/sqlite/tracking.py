@@ -112,6 +112,15 @@ class SQLiteMergeHooks(MergeHooksDefaults):
     def flush_generation(self: Dialect, replica: Replica) -> int | None:
         return self.current_open_generation(replica)
 
+    def column_users(self: Dialect, replica: Replica, table: TableName, column: str) -> list[str]:
+        # a view anywhere, or a trigger or an index of the table, whose SQL names the column (a mention is taken
+        # for a use); sparksync's own objects are not the application's
+        real = (real_name(replica, self.resolve_name(table)) or table.name).lower()
+        return [f"{kind} {name}" for kind, name, owner in replica.query(
+            "SELECT type, name, lower(tbl_name) FROM sqlite_master WHERE type IN ('view', 'trigger', 'index') "
+            "AND sql IS NOT NULL AND name NOT LIKE 'MSmerge%' AND instr(lower(sql), lower(?)) > 0 ORDER BY name",
+            (column,)) if kind == "view" or owner == real]
+
     def drop_merge_triggers(self: Dialect, replica: Replica, table: TableName, artid: str) -> None:
         for name in _trigger_names(artid):
             replica.execute(f"DROP TRIGGER IF EXISTS {self.quote(name)}")

@@ -175,6 +175,9 @@ def key_rowguids(replica: Replica, art: TrackedArticle) -> str | None:
     (nothing of it is a change). Returns None when done, else why the article keeps its column (a view or an index
     of the application's own on it): nothing of it changed then."""
     d = replica.dialect
+    users = d.column_users(replica, art.table, art.rowguid_column)
+    if users:          # (SQLite drops a column a view reads, and the view then reads a string where it was)
+        return f"{', '.join(users)} of the application uses it"
     keyed = replace(art, keyed=True)
     rg, t = d.quote(art.rowguid_column), d.table_sql(art.table)
     replica.execute("SAVEPOINT sparksync_key_rowguids")
