@@ -83,7 +83,8 @@ def test_a_rowguid_column_a_view_of_the_application_uses_stays_and_setup_says_wh
     said = [x for x in lines if "publisher" in x and "keeps its rowguid column" in x]
     assert said and "ItemGuids" in said[0], lines
     assert _rowguids(t.pub_url, 'SELECT "id", "rowguid" FROM "ItemGuids"') == before
-    t.sql("P", 'UPDATE "Item" SET "v" = \'after\' WHERE "id" = 5', 'INSERT INTO "Item" ("id", "v", "n") VALUES (300, \'new\', 1)')
+    t.sql("P", 'UPDATE "Item" SET "v" = \'after\' WHERE "id" = 5',
+          'INSERT INTO "Item" ("id", "v", "n") VALUES (300, \'new\', 1)')
     summary = t.merge()
     assert summary.ok, summary
     assert all(t.value(who, "Item", 5) == "after" and t.value(who, "Item", 300) == "new"
