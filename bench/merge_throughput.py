@@ -1,7 +1,9 @@
 """Merge throughput: one publisher, N subscribers, changes at the publisher and at every subscriber.
 
 Measured in one run, side by side with the physical limit here: the raw bulk upsert rate of the
-same rows into a plain SQLite table (executemany of INSERT ... ON CONFLICT DO UPDATE, one transaction).
+same rows into a plain SQLite table (executemany of INSERT ... ON CONFLICT DO UPDATE, one transaction),
+and with --pg into a plain PostgreSQL table (COPY into a temporary table, then one INSERT ... SELECT ...
+ON CONFLICT DO UPDATE: the faster of the plain ways here), the limit of an upload to a PostgreSQL publisher.
 
     .venv/bin/python bench/merge_throughput.py [--subscribers 10] [--publisher-changes 100000]
         [--subscriber-changes 10000] [--pg]      # --pg: the publisher is a PostgreSQL database
@@ -57,6 +59,38 @@ def raw_upsert_rate(rows: int, workdir: Path, repeats: int = 3) -> float:
         c.execute("COMMIT")
         best = max(best, rows / (time.perf_counter() - t0))
         c.close()
+    return best
+
+
+def raw_pg_upsert_rate(rows: int, pg_url: str, repeats: int = 3) -> float:
+    """``raw_upsert_rate`` into PostgreSQL: the rows COPYed into a temporary table, then one INSERT ... SELECT ...
+    ON CONFLICT DO UPDATE into a plain table holding their previous version (with a rowguid column and its
+    index, as a published table has), one transaction. Best of ``repeats``."""
+    import psycopg
+
+    best = 0.0
+    with psycopg.connect(pg_url, autocommit=True) as c:
+        for _ in range(repeats):
+            c.execute("DROP TABLE IF EXISTS sparksync_bench_raw")
+            c.execute('CREATE TABLE sparksync_bench_raw ("id" integer PRIMARY KEY, "name" text, "qty" integer, '
+                      '"price" numeric(10,2), "rowguid" uuid NOT NULL DEFAULT gen_random_uuid())')
+            c.execute('CREATE UNIQUE INDEX ON sparksync_bench_raw ("rowguid")')
+            c.execute('INSERT INTO sparksync_bench_raw ("id", "name", "qty", "price") '
+                      "SELECT g, 'n' || g, 0, 1 FROM generate_series(0, %s) g", (rows - 1,))
+            c.execute("VACUUM ANALYZE sparksync_bench_raw")
+            data = [(i, f"n{i}", 1, 1) for i in range(rows)]
+            t0 = time.perf_counter()
+            with c.transaction():
+                c.execute('CREATE TEMP TABLE sparksync_bench_st ("id" integer, "name" text, "qty" integer, '
+                          '"price" numeric(10,2)) ON COMMIT DROP')
+                with c.cursor().copy('COPY sparksync_bench_st FROM STDIN') as cp:
+                    for row in data:
+                        cp.write_row(row)
+                c.execute('INSERT INTO sparksync_bench_raw ("id", "name", "qty", "price") SELECT * FROM sparksync_bench_st '
+                          'ON CONFLICT ("id") DO UPDATE SET "name" = excluded."name", "qty" = excluded."qty", '
+                          '"price" = excluded."price"')
+            best = max(best, rows / (time.perf_counter() - t0))
+        c.execute("DROP TABLE sparksync_bench_raw")
     return best
 
 
@@ -163,6 +197,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         raw = raw_upsert_rate(a.publisher_changes, Path(d))
     print(f"raw bulk upsert into a plain SQLite table: {raw:,.0f} rows/s")
+    raw_pg = {n: raw_pg_upsert_rate(n, a.pg_url) for n in (a.subscriber_changes, a.subscriber_changes * a.subscribers)} \
+        if a.pg else {}
+    for n, rate in raw_pg.items():
+        print(f"raw bulk upsert of {n:,} rows into a plain PostgreSQL table: {rate:,.0f} rows/s")
+
+    def at_destination(pg: str | None, phase: str, n: int) -> float:
+        """The raw rate where ``phase`` writes with ``n`` subscribers: they are SQLite; the publisher ``pg`` or SQLite."""
+        return raw_pg[a.subscriber_changes * n] if pg and phase == "upload" else raw
+
     configs = [("SQLite publisher", None)] + ([("PostgreSQL publisher", a.pg_url)] if a.pg else [])
     result = Result("merge_throughput", "Merge throughput", "bench/merge_throughput.py" + (" --pg" if a.pg else ""))
     chart: dict[str, list[float]] = {}
@@ -171,7 +214,7 @@ def main() -> None:
         one = run(1, a.publisher_changes, a.subscriber_changes, pg, spark)
         many = run(a.subscribers, a.publisher_changes, a.subscriber_changes, pg, spark)
         print(f"\n{publisher}")
-        print(f"  {'phase':<54}{'rows':>10}{'seconds':>10}{'rows/s':>12}{'vs raw':>8}")
+        print(f"  {'phase':<54}{'rows':>10}{'seconds':>10}{'rows/s':>12}{'vs raw':>8}{'vs raw at destination':>22}")
         labels = {"download": "publisher changes -> every subscriber", "upload": "subscriber changes -> publisher",
                   "spread": "uploaded changes -> the other subscribers"}
         for n, res in ((1, one), (a.subscribers, many)):
@@ -180,12 +223,13 @@ def main() -> None:
                 if not rows:
                     continue
                 print(f"  {f'{labels[phase]}, {n} sub(s)':<54}{rows:>10,}{secs:>10.2f}{rows / secs:>12,.0f}"
-                      f"{rows / secs / raw:>8.2f}")
+                      f"{rows / secs / raw:>8.2f}{rows / secs / at_destination(pg, phase, n):>8.2f}")
         for n, res in ((1, one), (a.subscribers, many)):
             for phase, label in (("download", "download apply stage, per subscriber"),
                                  ("upload", "upload apply stage, at the publisher")):
                 rate = res[f"{phase}_apply_rate"]
-                print(f"  {f'{label}, {n} sub(s)':<54}{'':>20}{rate:>12,.0f}{rate / raw:>8.2f}")
+                print(f"  {f'{label}, {n} sub(s)':<54}{'':>20}{rate:>12,.0f}{rate / raw:>8.2f}"
+                      f"{rate / at_destination(pg, phase, n):>8.2f}")
         if a.handler:
             handled = run(1, a.publisher_changes, a.subscriber_changes, pg, spark, handler=True)
             for phase, label in (("download", "download apply stage"), ("upload", "upload apply stage")):
@@ -204,14 +248,18 @@ def main() -> None:
             for phase in ("download", "upload", "spread"):
                 rows, secs = res[f"{phase}_rows"], res[f"{phase}_s"]
                 if rows:
-                    rows_out.append([f"{labels[phase]}, {n} sub(s)", rows, secs, rows / secs, rows / secs / raw])
+                    rows_out.append([f"{labels[phase]}, {n} sub(s)", rows, secs, rows / secs, rows / secs / raw,
+                                     rows / secs / at_destination(pg, phase, n)])
         for n, res in ((1, one), (a.subscribers, many)):
             for phase, what in (("download", "download apply stage, per subscriber"),
                                 ("upload", "upload apply stage, at the publisher")):
                 rate = res[f"{phase}_apply_rate"]
-                rows_out.append([f"{what}, {n} sub(s)", "", "", rate, rate / raw])
-        result.table(["phase", "rows", "seconds", "rows/s", "vs raw"], rows_out,
-                     f"{publisher}; raw bulk upsert into a plain SQLite table: {raw:,.0f} rows/s")
+                rows_out.append([f"{what}, {n} sub(s)", "", "", rate, rate / raw, rate / at_destination(pg, phase, n)])
+        into_pg = "".join(f"; of {n:,} rows into a plain PostgreSQL table {r:,.0f} rows/s" for n, r in raw_pg.items()) \
+            if pg else ""
+        result.table(["phase", "rows", "seconds", "rows/s", "vs raw", "vs raw at destination"], rows_out,
+                     f"{publisher}; raw bulk upsert into a plain SQLite table: {raw:,.0f} rows/s{into_pg} "
+                     "(vs raw at destination: against the raw upsert into the database the phase writes to)")
         result.notes += [f"{publisher}: end-to-end time, {a.subscribers} subscribers vs 1: {ratio:.2f}x (target <= 6x); "
                          f"warm round moving one row to {a.subscribers} subscribers: {many['one_row_s']:.2f} s "
                          "(target <= 1 s)."]

@@ -148,7 +148,7 @@ def test_the_sqlite_staging_table_is_loaded_many_rows_per_statement(tmp_path, mo
         monkeypatch.setattr(r, "execute", lambda sql, params=(): statements.append(len(params)) or execute(sql, params))
         monkeypatch.setattr(r, "executemany", lambda sql, rows_: statements.extend(len(p) for p in rows_)
                             or executemany(sql, rows_))
-        r.dialect.load_staging(r, "staged", ["a", "b", "c"], rows)
+        r.dialect.load_staging(r, "staged", ["a", "b", "c"], [list(column) for column in zip(*rows)])
         monkeypatch.undo()
         assert r.query("SELECT a, b, c FROM staged ORDER BY rowid") == rows
     per = merge_staging.ROWS_PER_INSERT if limit is None else limit // 3

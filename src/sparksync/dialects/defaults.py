@@ -169,10 +169,10 @@ class DataMovementDefaults:
 class MergeStagingDefaults:
     capabilities: Capabilities
 
-    def load_staging(self, replica: Replica, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    def load_staging(self, replica: Replica, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
         p = self.capabilities.paramstyle
         replica.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join([p] * len(columns))})",
-                            rows)
+                            list(zip(*values)))
 
     def distinct_sql(self, a: str, b: str) -> str:
         return f"{a} IS DISTINCT FROM {b}"

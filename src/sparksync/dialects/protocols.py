@@ -44,8 +44,6 @@ class Capabilities:
     concurrent_writers: bool               # several write transactions at once: generations must settle
     paramstyle: str                        # the placeholder the driver expects: "?" or "%s"
     sql: SqlFlavor                         # how filters are written here (sqlglot's name of its SQL, booleans)
-    joins_in_bulk: bool = False            # joining a staged batch to a table beats a lookup per row
-                                           # (hash joins); SQLite's nested loops prefer correlated lookups
     text_holds_nul: bool = True            # text (and json) values may contain U+0000 (PostgreSQL: no)
     float_holds_nan: bool = True           # a float column keeps NaN (SQLite stores NULL instead)
     takes_server_text: bool = False        # COPY reads a value in the text form a PostgreSQL publisher's log
@@ -252,10 +250,11 @@ class MergeStaging(Protocol[R_contra]):
         lineage, colv, present, clin, tlin, verdict, then ``c0``, ``c1``, ... typed as the article's columns
         ``columns`` of the table ``source`` (SQL) are, so a staged value is stored as the table stores it."""
 
-    def load_staging(self, replica: R_contra, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        """Insert typed rows into ``columns`` of the staging table (rowguid, op, lineage, colv as the changes
-        carry them, then ``c0``, ``c1``, ... as the row-at-a-time apply binds the values); a value the
-        staging table refuses raises ConstraintViolation / ValueRejected."""
+    def load_staging(self, replica: R_contra, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
+        """Insert typed rows, given column by column (``values[i]`` the values of ``columns[i]``, every list as
+        long), into the staging table (rowguid, op, lineage, colv as the changes carry them, then ``c0``,
+        ``c1``, ... as the row-at-a-time apply binds the values); a value the staging table refuses raises
+        ConstraintViolation / ValueRejected."""
 
     def create_staging_from(self, replica: R_contra, table: str, select: str) -> None:
         """(Re)create the temporary table ``table`` holding the rows of ``select``, for the batch's transaction."""
@@ -278,6 +277,9 @@ class MergeStaging(Protocol[R_contra]):
 
     def lineage_without_sql(self, lineage: str, nickname: int) -> str:
         """A lineage SQL expression without the entry of ``nickname``."""
+
+    def lineage_entry_sql(self, lineage: str, nickname: int) -> str:
+        """An integer SQL expression: the entry of ``nickname`` in lineage ``lineage`` (0 when it has none)."""
 
     def lineage_advance_sql(self, lineage: str, known: str, nickname: int, advance: int) -> str:
         """A boolean SQL expression: the entry of ``nickname`` in lineage ``lineage`` is more than

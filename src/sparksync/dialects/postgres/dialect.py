@@ -46,7 +46,6 @@ class PostgresDialect(PostgresDriver, PostgresNaming, PostgresCatalog, PostgresD
         concurrent_writers=True,
         paramstyle="%s",
         sql=SqlFlavor("postgres", typed_booleans=True),
-        joins_in_bulk=True,
         lateral_joins=True,
         text_holds_nul=False,
         takes_server_text=True,

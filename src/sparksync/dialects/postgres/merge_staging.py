@@ -30,8 +30,8 @@ class PostgresMergeStaging(MergeStagingDefaults):
         replica.execute(f"DROP TABLE IF EXISTS pg_temp.{table}")
         replica.execute(f"CREATE TEMP TABLE {table} ON COMMIT DROP AS {select}")
 
-    def load_staging(self: Dialect, replica: Replica, table: str, columns, rows) -> None:
-        load_staging(replica, table, columns, rows, 4,
+    def load_staging(self: Dialect, replica: Replica, table: str, columns, values) -> None:
+        load_staging(replica, table, columns, list(zip(*values)), 4,
                      lambda exc: self.translate_error(exc, f"{replica.label}: stage changes"))
 
     def empty_lineage_sql(self) -> str:
@@ -41,8 +41,11 @@ class PostgresMergeStaging(MergeStagingDefaults):
         return (f"NOT EXISTS (SELECT 1 FROM jsonb_each_text({b}) e "
                 f"WHERE coalesce(({a} ->> e.key)::bigint, 0) < e.value::bigint)")
 
+    def lineage_entry_sql(self, lineage: str, nickname: int) -> str:
+        return f"coalesce(({lineage} ->> '{int(nickname)}')::bigint, 0)"
+
     def lineage_advance_sql(self, lineage: str, known: str, nickname: int, advance: int) -> str:
-        return (f"coalesce(({lineage} ->> '{int(nickname)}')::bigint, 0) > "
+        return (f"{self.lineage_entry_sql(lineage, nickname)} > "
                 f"coalesce((SELECT max(value::bigint) FROM jsonb_each_text({known})), 0) + {int(advance)}")
 
     def json_without_key_sql(self, expr: str, key: str) -> str:

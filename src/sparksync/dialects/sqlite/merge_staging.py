@@ -4,7 +4,6 @@ functions)."""
 
 from __future__ import annotations
 
-import itertools
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -33,19 +32,27 @@ class SQLiteMergeStaging(MergeStagingDefaults):
             f"CAST(NULL AS TEXT) AS clin, CAST(NULL AS TEXT) AS tlin, CAST(NULL AS TEXT) AS verdict{typed} "
             f"FROM {source} t WHERE 0")
 
-    def load_staging(self, replica: Replica, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    def load_staging(self, replica: Replica, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
         """``ROWS_PER_INSERT`` rows per statement (a multi-row VALUES): a statement per row costs its own
-        step and reset, more than binding the row's values does; a third of the load's time."""
-        per = max(1, min(ROWS_PER_INSERT, _parameters(replica) // max(1, len(columns))))
+        step and reset, more than binding the row's values does; a third of the load's time. Each
+        statement's parameters are laid out from the columns by slice assignment, no tuple per row."""
+        k = len(columns)
+        n = len(values[0]) if values else 0
+        per = max(1, min(ROWS_PER_INSERT, _parameters(replica) // max(1, k)))
         head = f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
-        one = "(" + ", ".join(["?"] * len(columns)) + ")"
-        whole = len(rows) - len(rows) % per
+        one = "(" + ", ".join(["?"] * k) + ")"
+
+        def parameters(lo: int, hi: int) -> list[Any]:
+            flat: list[Any] = [None] * ((hi - lo) * k)
+            for j, column in enumerate(values):
+                flat[j::k] = column[lo:hi]
+            return flat
+
+        whole = n - n % per
         if whole:
-            replica.executemany(head + ", ".join([one] * per),
-                                [list(itertools.chain.from_iterable(rows[i:i + per])) for i in range(0, whole, per)])
-        if whole < len(rows):
-            replica.execute(head + ", ".join([one] * (len(rows) - whole)),
-                            list(itertools.chain.from_iterable(rows[whole:])))
+            replica.executemany(head + ", ".join([one] * per), [parameters(i, i + per) for i in range(0, whole, per)])
+        if whole < n:
+            replica.execute(head + ", ".join([one] * (n - whole)), parameters(whole, n))
 
     def create_staging_from(self, replica: Replica, table: str, select: str) -> None:
         replica.execute(f"DROP TABLE IF EXISTS temp.{table}")
@@ -58,8 +65,11 @@ class SQLiteMergeStaging(MergeStagingDefaults):
         return (f"NOT EXISTS (SELECT 1 FROM json_each({b}) e "
                 f"WHERE coalesce(json_extract({a}, '$.\"' || e.key || '\"'), 0) < e.value)")
 
+    def lineage_entry_sql(self, lineage: str, nickname: int) -> str:
+        return f"coalesce(json_extract({lineage}, '$.\"{int(nickname)}\"'), 0)"
+
     def lineage_advance_sql(self, lineage: str, known: str, nickname: int, advance: int) -> str:
-        return (f"coalesce(json_extract({lineage}, '$.\"{int(nickname)}\"'), 0) > "
+        return (f"{self.lineage_entry_sql(lineage, nickname)} > "
                 f"coalesce((SELECT max(value) FROM json_each({known})), 0) + {int(advance)}")
 
     def json_without_key_sql(self, expr: str, key: str) -> str:

@@ -231,7 +231,8 @@ def _plan_article(replica: Replica, ctx: ApplyContext, dest: DestinationInfo, ba
                 # after the lock, before the classification: a local change committed before the lock is in
                 # the metadata the verdicts are made from (a conflict, not an overwrite); none can commit after
                 flush_rows(replica, art.nickname, staging.rowguids_sql(art.nickname))
-            staged = staging.classify(art, forged_from=batch.source_nick if check_forged else None)
+            staged = staging.classify(art, forged_from=batch.source_nick if check_forged else None,
+                                     source=batch.source_nick)
             replica.execute("RELEASE SAVEPOINT sparksync_plan")
         except Misfits as e:
             # values their columns' declared types do not admit (found before anything was loaded): those
