@@ -1,7 +1,9 @@
 """Transactional replication against PostgreSQL's built-in logical replication, in the same run.
 
-Two copies of one table (``item``: id, v, s) on the local server: one replicated by PostgreSQL
-(``CREATE PUBLICATION`` / ``CREATE SUBSCRIPTION`` between two databases), one by sparksync (log
+Copies of one table (``item``: id, v, s) on the local server: two replicated by PostgreSQL
+(``CREATE PUBLICATION`` / ``CREATE SUBSCRIPTION`` between two databases; one subscription with the defaults,
+one with ``streaming = on, binary = true``: a big transaction applied as it is decoded, values sent in
+binary), one by sparksync (log
 reader + distribution agent, a PostgreSQL subscriber, a SQLite distribution database). Each workload
 runs at both publishers while replication is paused (the subscription disabled; the agents not
 running), then the clock starts at the last commit: PostgreSQL's subscription is enabled, sparksync
@@ -85,7 +87,7 @@ def workload(u: str, kind: str, n: int, marker: int) -> None:
 
 
 class Builtin:
-    def __init__(self, admin: str, rows: int, tag: str):
+    def __init__(self, admin: str, rows: int, tag: str, options: str = ""):
         self.pub = make_db(admin, f"bench_pgpub_{tag}", rows)
         self.sub = make_db(admin, f"bench_pgsub_{tag}", 0)
         self.slot = f"bench_pgsub_{tag}"
@@ -94,29 +96,29 @@ class Builtin:
             c.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
         conninfo = f"host=127.0.0.1 port=5432 user=postgres dbname=bench_pgpub_{tag}"
         with psycopg.connect(self.sub, autocommit=True) as c:
-            c.execute(f"CREATE SUBSCRIPTION bench CONNECTION '{conninfo}' PUBLICATION bench "
-                      f"WITH (create_slot = false, slot_name = '{self.slot}')")
+            c.execute(f"CREATE SUBSCRIPTION {self.slot} CONNECTION '{conninfo}' PUBLICATION bench "
+                      f"WITH (create_slot = false, slot_name = '{self.slot}'{', ' + options if options else ''})")
             while c.execute("SELECT count(*) FROM pg_subscription_rel WHERE srsubstate <> 'r'").fetchone()[0]:
                 time.sleep(0.1)
 
     def run(self, kind: str, n: int, marker: int) -> float:
         with psycopg.connect(self.sub, autocommit=True) as c:
-            c.execute("ALTER SUBSCRIPTION bench DISABLE")
-            while c.execute("SELECT count(*) FROM pg_stat_subscription WHERE subname = 'bench' AND pid IS NOT NULL"
-                            ).fetchone()[0]:
+            c.execute(f"ALTER SUBSCRIPTION {self.slot} DISABLE")
+            while c.execute("SELECT count(*) FROM pg_stat_subscription WHERE subname = %s AND pid IS NOT NULL",
+                            (self.slot,)).fetchone()[0]:
                 time.sleep(0.05)       # the apply worker has stopped: nothing is applied during the workload
         workload(self.pub, kind, n, marker)
         t0 = time.perf_counter()
         with psycopg.connect(self.sub, autocommit=True) as c:
-            c.execute("ALTER SUBSCRIPTION bench ENABLE")
+            c.execute(f"ALTER SUBSCRIPTION {self.slot} ENABLE")
         wait_for(self.sub, marker)
         return time.perf_counter() - t0
 
     def drop(self, admin: str) -> None:
         with psycopg.connect(self.sub, autocommit=True) as c:
-            c.execute("ALTER SUBSCRIPTION bench DISABLE")
-            c.execute("ALTER SUBSCRIPTION bench SET (slot_name = NONE)")
-            c.execute("DROP SUBSCRIPTION bench")
+            c.execute(f"ALTER SUBSCRIPTION {self.slot} DISABLE")
+            c.execute(f"ALTER SUBSCRIPTION {self.slot} SET (slot_name = NONE)")
+            c.execute(f"DROP SUBSCRIPTION {self.slot}")
 
 
 class Sparksync:
@@ -195,12 +197,17 @@ def main() -> None:
     a = ap.parse_args()
     tag = uuid.uuid4().hex[:8]
     spark = spark_session(os.environ.get("SPARK_MASTER", "local[*]"))
-    created = []
+    created: list[str] = []
+    subscribed: list[Builtin] = []
     with tempfile.TemporaryDirectory() as d:
         try:
             rows = max(a.rows, a.transactions)
-            builtin = Builtin(a.pg_url, rows, tag)
             created += [f"bench_pgpub_{tag}", f"bench_pgsub_{tag}"]
+            builtin = Builtin(a.pg_url, rows, tag)
+            subscribed.append(builtin)
+            created += [f"bench_pgpub_{tag}s", f"bench_pgsub_{tag}s"]
+            streaming = Builtin(a.pg_url, rows, f"{tag}s", "streaming = on, binary = true")
+            subscribed.append(streaming)
             ours = Sparksync(a.pg_url, rows, tag, Path(d), a.streams, spark)
             created += [f"bench_sspub_{tag}", f"bench_sssub1_{tag}", f"bench_sssubn_{tag}", f"bench_sssubp_{tag}"]
             results = []
@@ -209,43 +216,48 @@ def main() -> None:
                                             ("(b) one UPDATE of every row", "update", 0, rows)):
                 marker = -(len(results) + 1)
                 pg = builtin.run(kind, n, marker)
+                pgs = streaming.run(kind, n, marker)
                 ss = ours.run(kind, n, marker)
                 ss["pipe"] = ours.pipeline(kind, n, marker - 100, a.read_batch)
-                results.append((label, changes, pg, ss))
+                results.append((label, changes, pg, pgs, ss))
             systems = (("one", "sparksync, 1 stream"), ("many", f"sparksync, {a.streams} streams"),
                        ("pipe", "sparksync pipelined, 1 stream"))
+            head = (f"  {'workload':<32}{'changes':>10}{'system':>38}{'seconds':>10}{'changes/s':>12}{'vs PG':>8}"
+                    f"{'vs PG streaming':>17}")
             print(f"\ncatch-up time from the last commit at the publisher to fully applied at the subscriber "
                   f"(sparksync: log reader + distribution agent; streams > 1: {a.streams})")
-            print(f"  {'workload':<32}{'changes':>10}{'system':>28}{'seconds':>10}{'changes/s':>12}{'vs PG':>8}")
-            for label, changes, pg, ss in results:
-                print(f"  {label:<32}{changes:>10,}{'PostgreSQL logical':>28}{pg:>10.2f}{changes / pg:>12,.0f}{1:>8.2f}")
-                for name, what in systems:
-                    print(f"  {'':<32}{'':>10}{what:>28}{ss[name]:>10.2f}{changes / ss[name]:>12,.0f}"
-                          f"{pg / ss[name]:>8.2f}")
-                print(f"  {'':<32}{'':>10}{'(of which log reader)':>28}{ss['logreader']:>10.2f}")
-            print("  target: sparksync with 1 stream >= 0.5x of PostgreSQL's rate")
+            print(head)
+            rows_out: list[list[object]] = []
+            for label, changes, pg, pgs, ss in results:
+                lines = [(label, changes, "PostgreSQL logical", pg),
+                         ("", "", "PostgreSQL logical, streaming + binary", pgs)]
+                lines += [("", "", what, ss[name]) for name, what in systems]
+                for first, count, what, secs in lines:
+                    rows_out.append([first, count, what, secs, changes / secs, pg / secs, pgs / secs])
+                    print(f"  {first:<32}{count if count == '' else f'{count:,}':>10}{what:>38}{secs:>10.2f}"
+                          f"{changes / secs:>12,.0f}{pg / secs:>8.2f}{pgs / secs:>17.2f}")
+                rows_out.append(["", "", "(of which log reader)", ss["logreader"], "", "", ""])
+                print(f"  {'':<32}{'':>10}{'(of which log reader)':>38}{ss['logreader']:>10.2f}")
+            print("  target (issue 50): sparksync with 1 stream >= 1.0x of PostgreSQL's rate")
             result = Result("transactional_vs_pg_logical", "Transactional replication vs PostgreSQL logical replication",
                             "bench/transactional_vs_pg_logical.py")
-            rows_out: list[list[object]] = []
-            for label, changes, pg, ss in results:
-                rows_out.append([label, changes, "PostgreSQL logical", pg, changes / pg, 1.0])
-                for name, what in systems:
-                    rows_out.append(["", "", what, ss[name], changes / ss[name], pg / ss[name]])
-                rows_out.append(["", "", "(of which log reader)", ss["logreader"], "", ""])
-            result.table(["workload", "changes", "system", "seconds", "changes/s", "vs PG"], rows_out,
+            result.table(["workload", "changes", "system", "seconds", "changes/s", "vs PG", "vs PG streaming"], rows_out,
                          "catch-up time from the last commit at the publisher to fully applied at the subscriber "
                          "(sparksync: log reader, then distribution agent; pipelined: both at once, the log reader in "
-                         f"batches of {a.read_batch:,} changes); target: 1 stream >= 0.5x PostgreSQL's rate")
+                         f"batches of {a.read_batch:,} changes; PostgreSQL streaming: a subscription with streaming = on, "
+                         "binary = true); target (issue 50): 1 stream >= 1.0x PostgreSQL's rate")
             result.bars("transactional_vs_pg_logical.png", "Catch-up rate as a fraction of PostgreSQL's",
                         [label for label, *_ in results],
-                        {"sparksync, 1 stream": [pg / ss["one"] for _, _, pg, ss in results],
-                         f"sparksync, {a.streams} streams": [pg / ss["many"] for _, _, pg, ss in results],
-                         "sparksync pipelined": [pg / ss["pipe"] for _, _, pg, ss in results]},
-                        "vs PostgreSQL logical replication", line=0.5, line_label="target 0.5x")
+                        {"sparksync, 1 stream": [pg / ss["one"] for _, _, pg, _, ss in results],
+                         f"sparksync, {a.streams} streams": [pg / ss["many"] for _, _, pg, _, ss in results],
+                         "sparksync pipelined": [pg / ss["pipe"] for _, _, pg, _, ss in results],
+                         "PostgreSQL, streaming + binary": [pg / pgs for _, _, pg, pgs, _ in results]},
+                        "vs PostgreSQL logical replication", line=1.0, line_label="target 1.0x")
             result.save()
         finally:
-            with contextlib.suppress(Exception):
-                builtin.drop(a.pg_url)
+            for b in subscribed:
+                with contextlib.suppress(Exception):
+                    b.drop(a.pg_url)
             with psycopg.connect(a.pg_url, autocommit=True) as c:
                 for db in created:
                     c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s",

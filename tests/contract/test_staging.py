@@ -314,8 +314,10 @@ def test_an_apply_told_the_classifications_counts_writes_what_it_writes_without_
             told, untold = (_state(r, arts[name]) for name in ("Told", "Untold"))
             assert told == untold
             if n == 3:                          # plain updates: no insert, no key moved, no tombstone removed
-                # (rowguids kept beside the table: the key's and the insert's statements there too)
-                assert len(ran["Told"]) == 2 and len(ran["Untold"]) == (7 if arts["Untold"].keyed else 5), ran
+                # (rowguids kept beside the table: the key's and the insert's statements there too; contents found
+                # by rowid: an update of those found and an insert of the others, for one upsert)
+                untold = (7 if arts["Untold"].keyed else 5) + (1 if r.dialect.capabilities.stable_rowids else 0)
+                assert len(ran["Told"]) == 2 and len(ran["Untold"]) == untold, ran
         assert {(g, i, text) for g, i, text, _ in told[0]} == {(guids[0], 0, "updated again"), (guids[1], 11, "moved"),
                                                               (guids[2], 2, "updated"), (guids[3], 3, "back"),
                                                               (guids[4], 4, "new")}

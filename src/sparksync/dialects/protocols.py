@@ -52,6 +52,8 @@ class Capabilities:
                                            # primary key, not a column of it (merge/tracking/identity.py)
     lateral_joins: bool = False            # a subquery per row of a join (LATERAL): one index probe reads a row
                                            # whole (SQLite: correlated subqueries, cheap in process)
+    stable_rowids: bool = False            # a row's rowid, read in a transaction, finds it again in that transaction
+                                           # (SQLite): the apply writes metadata rows it looked up by rowid
 
 
 @runtime_checkable

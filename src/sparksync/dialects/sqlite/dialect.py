@@ -47,4 +47,5 @@ class SQLiteDialect(SQLiteDriver, SQLiteNaming, SQLiteCatalog, SQLiteDdl, SQLite
         sql=SqlFlavor("sqlite"),
         float_holds_nan=False,
         keyed_rowguids=True,
+        stable_rowids=True,
     )

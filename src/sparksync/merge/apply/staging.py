@@ -94,6 +94,7 @@ class StagedArticle:
     deletes: int = 0                      # verdict apply, op delete
     moved: int = 0                        # of the updates, those whose primary key changes (present 2)
     revived: int = 0                      # verdict apply, op upsert, deleted here before (a tombstone)
+    contented: int = 0                    # verdict apply, op upsert, with a contents row here (found by rowid)
     skipped: int = 0
     slow: dict[str, LocalMeta] = field(default_factory=dict)   # rowguid -> local metadata
 
@@ -190,8 +191,9 @@ class Staging:
         d.create_staging_from(r, judged, self._judged_sql(art, forged_from, source, moved))
         self.judged[nick] = s = judged
         out = StagedArticle()
-        for op, present, verdict_, revived, n in r.query(
-                f"SELECT op, present, verdict, tlin IS NOT NULL, count(*) FROM {s} GROUP BY 1, 2, 3, 4"):
+        contented = "crow IS NOT NULL" if d.capabilities.stable_rowids else "clin IS NOT NULL"
+        for op, present, verdict_, revived, has_contents, n in r.query(
+                f"SELECT op, present, verdict, tlin IS NOT NULL, {contented}, count(*) FROM {s} GROUP BY 1, 2, 3, 4, 5"):
             out.rows += n
             if verdict_ == "skip":
                 out.skipped += n
@@ -205,6 +207,7 @@ class Staging:
                 else:
                     out.inserts += n
                 out.revived += n if revived else 0
+                out.contented += n if has_contents else 0
         if out.rows == out.inserts + out.updates + out.deletes + out.skipped:
             return out                        # no row has another verdict: none is slow
         for g, present, clin, ccolv, tlin in r.query(
@@ -237,7 +240,7 @@ class Staging:
         return (
             f"SELECT z.*, {verdict} AS verdict FROM (SELECT s.rowguid, s.op, s.lineage, s.colv{values}, "
             f"CASE WHEN {absent} IS NULL THEN 0 WHEN {moved} THEN 2 ELSE 1 END AS present, "
-            f"c.lineage AS clin, x.lineage AS tlin FROM {s} s "
+            f"c.lineage AS clin, x.lineage AS tlin{', c.rowid AS crow' if d.capabilities.stable_rowids else ''} FROM {s} s "
             f"{row} "
             f"LEFT JOIN {r.meta('MSmerge_contents')} c ON c.tablenick = {nick} AND c.rowguid = s.rowguid "
             f"LEFT JOIN {r.meta('MSmerge_tombstone')} x ON x.tablenick = {nick} AND x.rowguid = s.rowguid) z")
@@ -302,11 +305,21 @@ class Staging:
                     names = ", ".join([rg] + [d.quote(c) for c, _ in cols])
                     r.execute(f"INSERT INTO {t} ({names}) SELECT " + ", ".join(["s.rowguid"] + [e for _, e in cols])
                               + new)
-            r.execute(
-                f"INSERT INTO {contents} (tablenick, rowguid, generation, lineage, colv) "
-                f"SELECT {nick}, rowguid, {p}, lineage, colv FROM {s} WHERE {mine()} "
-                f"ON CONFLICT (tablenick, rowguid) DO UPDATE SET generation = excluded.generation, "
-                f"lineage = excluded.lineage, colv = excluded.colv", [generation])
+            if d.capabilities.stable_rowids:
+                # the contents rows the classification found, by rowid (one integer probe, no upsert); the others new
+                if staged is None or staged.contented:
+                    r.execute(f"UPDATE {contents} SET generation = {p}, lineage = s.lineage, colv = s.colv FROM {s} s "
+                              f"WHERE {contents}.rowid = s.crow AND {mine('s.')}", [generation])
+                if staged is None or staged.contented < staged.inserts + staged.updates:
+                    r.execute(f"INSERT INTO {contents} (tablenick, rowguid, generation, lineage, colv) "
+                              f"SELECT {nick}, rowguid, {p}, lineage, colv FROM {s} WHERE {mine()} AND crow IS NULL",
+                              [generation])
+            else:
+                r.execute(
+                    f"INSERT INTO {contents} (tablenick, rowguid, generation, lineage, colv) "
+                    f"SELECT {nick}, rowguid, {p}, lineage, colv FROM {s} WHERE {mine()} "
+                    f"ON CONFLICT (tablenick, rowguid) DO UPDATE SET generation = excluded.generation, "
+                    f"lineage = excluded.lineage, colv = excluded.colv", [generation])
             if staged is None or staged.revived:
                 r.execute(f"DELETE FROM {tomb} WHERE tablenick = {nick} AND rowguid IN ({guids} AND tlin IS NOT NULL)")
         if clear_failed:
