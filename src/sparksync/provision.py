@@ -124,15 +124,20 @@ def _check_initialized_subscribers(pub, topology: Topology) -> None:
 
 def _upgrade_subscribers(topology: Topology, report: Reporter, pub: Replica) -> None:
     """Bring subscribers initialized by an older sparksync to this metadata version (``pub``: the publisher, whose
-    articles say which rowguid columns publishing added)."""
+    articles say which rowguid columns publishing added). The metadata and the change tracking are upgraded in one
+    transaction: a setup killed in between leaves the earlier release's state whole, and the next one upgrades it
+    (metadata upgraded alone would not be upgraded again)."""
     for s in topology.direct_subscriptions:
         with connect(topology.subscriber_url(s), s.name) as sub:
-            if store.upgrade_metadata(sub):
-                report(f"subscription {s.name}: replication metadata upgraded")
+            with sub.transaction():
+                if not store.upgrade_metadata(sub):
+                    continue
                 added = {r.artid for r in store.select(pub, ArticleRow) if r.rowguid_added} \
                     if store.metadata_version(pub) is not None else set()
-                for what in upgrade_tracking(sub, added):
-                    report(f"subscription {s.name}: change tracking upgraded: {what}")
+                upgraded = upgrade_tracking(sub, added)
+            report(f"subscription {s.name}: replication metadata upgraded")
+            for what in upgraded:
+                report(f"subscription {s.name}: change tracking upgraded: {what}")
 
 
 def _check_shared_tables(topology: Topology, plans) -> None:
@@ -220,6 +225,7 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
             partitions: dict[str, dict[str, int]] = {}
             before = store.metadata_version(pub)
             mode = capture.prepare(pub, topology.publisher.change_capture) if plans else "triggers"
+            upgraded: list[str] = []
             if plans or before is not None:
                 with pub.transaction():
                     store.install_metadata(pub)
@@ -232,9 +238,12 @@ def setup(topology: Topology, spark_factory, report: Reporter = silent) -> Setup
                         if p.name in values:
                             partitions[p.name] = _make_partitions(pub, results[-1]["pubid"], plans[i],
                                                                   values[p.name], report)
-            if before is not None and before < store.MERGE.version:
-                for what in upgrade_tracking(pub):
-                    report(f"publisher {topology.publisher.name}: change tracking upgraded: {what}")
+                    if before is not None and before < store.MERGE.version:
+                        # in the metadata's transaction: a setup killed before it commits leaves the earlier
+                        # release's state whole, and the next one upgrades it
+                        upgraded = upgrade_tracking(pub)
+            for what in upgraded:
+                report(f"publisher {topology.publisher.name}: change tracking upgraded: {what}")
             _upgrade_subscribers(topology, report, pub)
             _repair_tracking(pub, topology, report)
             state = {"spark": None}

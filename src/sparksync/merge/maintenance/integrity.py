@@ -8,6 +8,7 @@ damaged replica (loudly, naming what is wrong) and goes on with the others.
 
 from __future__ import annotations
 
+from sparksync import failpoints
 from sparksync.dialects.model import table_drift
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ReplicaBehind, ReplicaDamaged, SparksyncError
@@ -168,4 +169,5 @@ def upgrade_tracking(replica: Replica, added: set[str] | None = None) -> list[st
                            f"{row.name} keeps its rowguid column ({why})")
     for prow in store.select(replica, PublicationRow):
         out += repair_tracking(replica, prow.pubid)
+    failpoints.hit("upgrade.before_commit", replica.label)     # (the caller's transaction, if it holds one)
     return out

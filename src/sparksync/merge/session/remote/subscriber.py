@@ -180,8 +180,10 @@ def initialize_from_snapshot(device: Replica, url: str, publisher: RemotePublish
 
 
 def upgrade(device: Replica) -> bool:
-    """The file's metadata upgraded to this release, and then its change tracking; True when it was."""
-    return bool(store.upgrade_metadata(device) and upgrade_tracking(device))
+    """The file's metadata upgraded to this release, and then its change tracking, in one transaction (a sync
+    killed in between leaves the earlier release's file whole); True when it was."""
+    with device.transaction():
+        return bool(store.upgrade_metadata(device) and upgrade_tracking(device))
 
 
 def finish_recovery(device: Replica, state: FileState, publisher: RemotePublisher, report: Reporter) -> bool:
