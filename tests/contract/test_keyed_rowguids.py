@@ -7,13 +7,20 @@ composite key change nothing; INSERT OR REPLACE over a row keeps its rowguid."""
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 
 import pytest
 
 from sparksync.dialects import connect
+from sparksync.merge.session.remote.subscriber import unkeyed, upgrade
 from sparksync.merge.tracking import pending
+from sparksync.merge.tracking.articles import install_tracking
+from sparksync.merge.tracking.tracked import tracked_article
+from sparksync.metadata import store
+from sparksync.metadata.records import ArticleRow
 from sparksync.names import TableName
 from tests.support.publishing import contents, make_tables, publish, rowguid_of, rowguids, rows_of, tombstones
+from tests.support.upgrade import unkey
 
 ARTICLES = [{"table": "Parent"}, {"table": "Child"}]
 
@@ -153,3 +160,33 @@ def test_a_composite_key_and_a_table_without_rowid_are_tracked(dbs, ddl):
         now = dict(((a, b), g) for a, b, g in r.query(f'SELECT "a", "b", "rowguid" FROM {rows_of(r, "Pair")} AS t'))
         assert now == {(1, "x"): guid[(1, "x")], (5, "x"): guid[(2, "x")]}
         assert tombstones(r, nick) == []          # inserted and deleted between two flushes: never a row anywhere
+
+
+def test_a_file_of_this_release_with_its_rowguid_columns_moves_them_beside_the_tables_when_told(published):
+    """A device file whose metadata an earlier build upgraded without keying its rowguids (it could not know which
+    columns the publisher added): told by the door's hello which ones were, its next sync moves them beside the
+    tables, every row keeping its rowguid, once; told nothing, nothing moves."""
+    url, _ = published
+    with connect(url) as r, r.transaction():
+        pending.flush(r)
+        nickname = store.replica_identity(r).nickname
+        for row in store.select(r, ArticleRow):
+            art = tracked_article(row)
+            unkey(r, art)
+            store.update(r, ArticleRow, {"rowguid_keyed": 0}, {"pubid": row.pubid, "artid": row.artid})
+            install_tracking(r, replace(art, keyed=False), nickname)
+        r.execute('INSERT INTO "Parent" ("id", "name") VALUES (3, \'three\')')     # tracked with the column
+    with connect(url) as r:
+        pending.flush(r)
+        before = {int(i): str(g) for i, g in r.query('SELECT "id", "rowguid" FROM "Parent"')}
+        assert len(before) == 3 and all(before.values())
+        assert unkeyed(r, ()) == [] and not upgrade(r, ())
+        added = {row.artid for row in store.select(r, ArticleRow)}
+        assert sorted(unkeyed(r, added)) == ["Child", "Parent"]
+        assert upgrade(r, added)
+        assert unkeyed(r, added) == [] and not upgrade(r, added)          # once
+        assert r.reflect(r.dialect.resolve_name(TableName.parse("Parent"))).column("rowguid") is None
+        assert {int(i): str(g) for i, g in r.query(f'SELECT "id", "rowguid" FROM {rows_of(r, "Parent")} AS t')} == before
+        r.execute('INSERT INTO "Parent" ("id", "name") VALUES (4, \'four\')')   # and the keyed tracking records it
+        pending.flush(r)
+        assert rowguid_of(r, "Parent", 4) not in before.values()

@@ -25,6 +25,7 @@ from sparksync.merge.session.remote.frames import HEADER, MAGIC, META, change_sc
 from sparksync.merge.tracking import pending
 from sparksync.metadata import store
 from sparksync.metadata.records import Role, SubscriptionRow
+from sparksync.names import TableName
 from sparksync.web import tokens
 from sparksync.web.device.sync import DeviceOptions, sync
 from sparksync.web.protocol import PROTOCOL
@@ -714,6 +715,8 @@ def test_a_device_of_the_previous_release_upgrades_on_its_next_sync_and_loses_no
     downgrade(world.device_url("TillN"))       # its file as the release before the tracking log left it
     shell(world.device_url("TillN"), "UPDATE Item SET v = 'old release' WHERE id = 3;\n"
                                      "INSERT INTO Item (id, v, n) VALUES (103, 'old insert', 1);\n")
+    with connect(world.device_url("TillN")) as dev:
+        before = {int(i): str(g).lower() for i, g in dev.query('SELECT "id", "rowguid" FROM "Item" WHERE "id" <> 103')}
     p = world.sync("TillN")
     _ok(p)
     assert "change tracking upgraded" in p.stdout + p.stderr
@@ -721,6 +724,11 @@ def test_a_device_of_the_previous_release_upgrades_on_its_next_sync_and_loses_no
     assert items[3][1] == "old release" and items[103][1] == "old insert"
     with connect(world.device_url("TillN")) as dev:
         assert store.metadata_version(dev) == store.MERGE.version
+        # the rowguid column the publisher added left the device's table for its place beside it (the door's hello
+        # names those articles), every row keeping its rowguid: the application's table is its own again
+        assert dev.reflect(dev.dialect.resolve_name(TableName(None, "Item"))).column("rowguid") is None
+        after = {int(i): str(g).lower() for i, g in dev.query(f'SELECT "id", "rowguid" FROM {rows_of(dev, "Item")} AS t')}
+        assert {i: after[i] for i in before} == before and 103 in after
     shell(world.device_url("TillN"), "UPDATE Item SET v = 'new release' WHERE id = 4;\n")
     _ok(world.sync("TillN"))
     assert _rows(world.pub_url, "Item")[4][1] == "new release"

@@ -88,6 +88,8 @@ class Hello(_Message):
     sentgen: int | None = Field(description="the publisher's changes the device acknowledged, up to this generation")
     schema_version: int
     schema_changes: list[dict[str, Any]] = Field(description="the publication's schema changes, to replay")
+    rowguids_added: list[str] = Field(default_factory=list, description="artids of the articles whose rowguid column "
+                                      "publishing added: the device keeps their rowguids beside its tables")
     failed: list[tuple[int, str]] = Field(description="[article nickname, rowguid] of the device's changes that "
                                                       "failed at the publisher: sent again")
     recoveries: list[tuple[int, int, int]] = Field(default_factory=list, description="[old nickname, sentgen, "

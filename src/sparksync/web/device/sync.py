@@ -239,7 +239,7 @@ def _sync_file(client: ServerClient, device: Replica, options: DeviceOptions, he
         else:
             return False
         publisher = _publisher(client.send(HELLO, Hello))
-    if upgrade(device):
+    if upgrade(device, publisher.rowguids_added):
         report(f"{options.subscription}: change tracking upgraded")
     publisher = _recover_if_restored(client, device, publisher, report, options)
     outbox.install(device)
@@ -281,7 +281,7 @@ def _publisher(hello: Hello) -> RemotePublisher:
         subscriber_type=hello.subscriber_type, host_name=hello.host_name, login=hello.login,
         partition_id=hello.partition_id, recgen=hello.recgen, sentgen=hello.sentgen,
         schema_version=hello.schema_version, schema_changes=tuple(hello.schema_changes), failed=tuple(hello.failed),
-        recoveries=tuple(hello.recoveries))
+        recoveries=tuple(hello.recoveries), rowguids_added=tuple(hello.rowguids_added))
 
 
 def _counts(st: DirectionStats) -> Counts:

@@ -256,6 +256,7 @@ class Door:
             "host_name": reg.host_name, "login": reg.login, "partition_id": reg.partition_id,
             "recgen": reg.recgen, "sentgen": reg.sentgen, "schema_version": prow.schema_version or 0,
             "schema_changes": self.half.schema_changes(pub, prow.pubid),
+            "rowguids_added": self.half.rowguids_added(pub, prow.pubid),
             "failed": self.half.failed_changes(pub, reg.replnickname),   # failed here: the device sends them again
             # [old nickname, sentgen, recgen] of the files recovered to this nickname
             "recoveries": recoveries(pub, device.name, reg.replnickname),

@@ -117,6 +117,11 @@ class PublisherHalf:
         """The publication's schema changes, in order, as JSON values (the subscriber replays those it lacks)."""
         return json.loads(json.dumps(pending(pub, pubid, 0), default=str))
 
+    def rowguids_added(self, pub: Replica, pubid: str) -> list[str]:
+        """The artids of the publication's articles whose rowguid column publishing added: a device keeps their
+        rowguids beside its tables (``identity.py``), one of an earlier release moves them there."""
+        return [a.artid for a in store.select(pub, ArticleRow, {"pubid": pubid}) if a.rowguid_added]
+
     def failed_changes(self, pub: Replica, nickname: int) -> list[list]:
         """[tablenick, rowguid] of the changes of replica ``nickname`` that failed at the publisher (at most
         ``max_retries``): the subscriber sends them again."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,7 @@ from sparksync.merge.session.summary import DirectionStats, SubscriptionSession
 from sparksync.merge.snapshot.initialize import SubscriberInit, initialize_subscriber
 from sparksync.merge.tracking.articles import published_articles
 from sparksync.merge.tracking.generations import enumeration_bound, generation_rows, make_generation
+from sparksync.merge.tracking.tracked import tracked_article
 from sparksync.metadata import store
 from sparksync.metadata.records import ArticleRow, FailedChangeRow, Role, SubscriptionRow
 from sparksync.metadata.schema import DEVICE, WEB
@@ -83,6 +84,7 @@ class RemotePublisher:
     schema_changes: Sequence[dict[str, Any]]            # the publication's schema changes, to replay
     failed: Sequence[tuple[int, str]]                   # the subscriber's changes that failed at the publisher
     recoveries: Sequence[tuple[int, int, int]] = ()     # [old nickname, sentgen, recgen] recovered to this nickname
+    rowguids_added: Sequence[str] = ()                  # artids whose rowguid column publishing added
 
 
 # -- the file and its subscription ------------------------------------------------------------------
@@ -179,11 +181,33 @@ def initialize_from_snapshot(device: Replica, url: str, publisher: RemotePublish
     return Initialized(result.baseline_generation, int(snap_gen), result.rows)
 
 
-def upgrade(device: Replica) -> bool:
+def upgrade(device: Replica, added: Collection[str] = ()) -> bool:
     """The file's metadata upgraded to this release, and then its change tracking, in one transaction (a sync
-    killed in between leaves the earlier release's file whole); True when it was."""
+    killed in between leaves the earlier release's file whole); ``added``: the artids whose rowguid column
+    publishing added (the door's ``hello``): those of them still in their table move beside it, each row keeping its
+    rowguid (``identity.key_rowguids``; a file upgraded by a release that did not know them). True when it did."""
     with device.transaction():
-        return bool(store.upgrade_metadata(device) and upgrade_tracking(device))
+        upgraded = store.upgrade_metadata(device)
+        if upgraded or unkeyed(device, added):
+            return bool(upgrade_tracking(device, set(added))) or upgraded
+    return False
+
+
+def unkeyed(device: Replica, added: Collection[str]) -> list[str]:
+    """The articles of ``added`` whose rowguid is still a column of their table here, and could leave it (no view,
+    trigger or index of the application's own uses it: ``identity.key_rowguids`` refuses those, and says why)."""
+    if not added or not device.dialect.capabilities.keyed_rowguids or store.metadata_version(device) is None:
+        return []
+    out = []
+    for row in store.select(device, ArticleRow):
+        if row.artid not in added or row.rowguid_keyed:
+            continue
+        art = tracked_article(row)
+        info = device.reflect(art.table)
+        if info is not None and info.column(art.rowguid_column) is not None \
+                and not device.dialect.column_users(device, art.table, art.rowguid_column):
+            out.append(row.name)
+    return out
 
 
 def finish_recovery(device: Replica, state: FileState, publisher: RemotePublisher, report: Reporter) -> bool:
