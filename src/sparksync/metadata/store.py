@@ -172,10 +172,15 @@ def require_metadata(replica: Replica) -> None:
     require_table_set(replica, MERGE)
 
 
+def outdated(replica: Replica) -> list:
+    """The table sets installed here at a version older than this release's (``upgrade_metadata`` migrates them)."""
+    installed = installed_versions(replica)
+    return [ts for ts in TABLE_SETS if installed.get(ts.version_id, ts.version) < ts.version]
+
+
 def upgrade_metadata(replica: Replica) -> bool:
     """Migrate older metadata (every set installed here) in place, one transaction. True when it did."""
-    installed = installed_versions(replica)
-    old = [ts for ts in TABLE_SETS if installed.get(ts.version_id, ts.version) < ts.version]
+    old = outdated(replica)
     if not old:
         return False
     with replica.transaction():

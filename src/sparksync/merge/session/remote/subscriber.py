@@ -185,12 +185,13 @@ def upgrade(device: Replica, added: Collection[str] = ()) -> bool:
     """The file's metadata upgraded to this release, and then its change tracking, in one transaction (a sync
     killed in between leaves the earlier release's file whole); ``added``: the artids whose rowguid column
     publishing added (the door's ``hello``): those of them still in their table move beside it, each row keeping its
-    rowguid (``identity.key_rowguids``; a file upgraded by a release that did not know them). True when it did."""
+    rowguid (``identity.key_rowguids``; a file upgraded by a release that did not know them). True when its change
+    tracking changed."""
+    if not store.outdated(device) and not unkeyed(device, added):
+        return False                     # (no write transaction for nothing)
     with device.transaction():
-        upgraded = store.upgrade_metadata(device)
-        if upgraded or unkeyed(device, added):
-            return bool(upgrade_tracking(device, set(added))) or upgraded
-    return False
+        store.upgrade_metadata(device)
+        return bool(upgrade_tracking(device, set(added)))
 
 
 def unkeyed(device: Replica, added: Collection[str]) -> list[str]:
