@@ -13,19 +13,22 @@ DELETE FROM "MSmerge_contents" WHERE tablenick = 40
 DROP TABLE IF EXISTS temp.sparksync_changed
 -- statement
 CREATE TEMP TABLE sparksync_changed AS
-SELECT p.k0, p.k1, p.ins, p.n, p.m1, p.m2, p.m3, i."row_guid" AS rowguid
+SELECT p.k0, p.k1, p.ins, p.n, p.m1, p.m2, p.m3, i."row_guid" AS rowguid,
+       c.rowid AS crow, CASE WHEN c.rowid IS NULL AND i."row_guid" IS NOT NULL THEN (SELECT ts.lineage FROM "MSmerge_tombstone" AS ts WHERE ts.tablenick = 40 AND ts.rowguid = i."row_guid") END AS tlin
   FROM (SELECT k0, k1, max(op = 1) AS ins, min(rowid) AS n, max(substr(cols, 1, 1)) AS m1, max(substr(cols, 2, 1)) AS m2, max(substr(cols, 3, 1)) AS m3
           FROM "MSmerge_log_0F9B2C1E12344ABC8DEF000000000001" WHERE op <> 3 GROUP BY k0, k1) AS p
   LEFT JOIN "MSmerge_ids_0F9B2C1E12344ABC8DEF000000000001" AS i ON i."OrderID" = p.k0 AND i."Line No" = p.k1
+  LEFT JOIN "MSmerge_contents" AS c ON c.tablenick = 40 AND c.rowguid = i."row_guid"
+-- statement
+UPDATE "MSmerge_contents" AS c SET generation = __GEN__, lineage = CASE WHEN c.lineage IS NULL THEN '{"7":1}' ELSE json_set(c.lineage, '$."7"', coalesce((SELECT max(value) FROM json_each(c.lineage)), 0) + 1) END,
+       colv = CASE WHEN p.ins = 1 THEN json_object('OrderID', json_array(7, CASE WHEN c.lineage IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(c.lineage)), 0) + 1 END), 'Line No', json_array(7, CASE WHEN c.lineage IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(c.lineage)), 0) + 1 END), 'Qty', json_array(7, CASE WHEN c.lineage IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(c.lineage)), 0) + 1 END)) ELSE json_patch(coalesce(c.colv, '{}'), json_object('OrderID', CASE WHEN p.m1 = '1' THEN json_array(7, CASE WHEN c.lineage IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(c.lineage)), 0) + 1 END) ELSE json(json_extract(coalesce(c.colv, '{}'), '$."OrderID"')) END, 'Line No', CASE WHEN p.m2 = '1' THEN json_array(7, CASE WHEN c.lineage IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(c.lineage)), 0) + 1 END) ELSE json(json_extract(coalesce(c.colv, '{}'), '$."Line No"')) END, 'Qty', CASE WHEN p.m3 = '1' THEN json_array(7, CASE WHEN c.lineage IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(c.lineage)), 0) + 1 END) ELSE json(json_extract(coalesce(c.colv, '{}'), '$."Qty"')) END)) END
+  FROM temp.sparksync_changed AS p
+ WHERE c.rowid = p.crow
 -- statement
 INSERT INTO "MSmerge_contents" (tablenick, rowguid, generation, lineage, colv)
-SELECT 40, p.rowguid, __GEN__, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN '{"7":1}' ELSE json_set(coalesce(c.lineage, ts.lineage), '$."7"', coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1) END,       CASE WHEN p.ins = 1 THEN json_object('OrderID', json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END), 'Line No', json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END), 'Qty', json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END)) ELSE json_patch(coalesce(c.colv, '{}'), json_object('OrderID', CASE WHEN p.m1 = '1' THEN json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END) ELSE json(json_extract(coalesce(c.colv, '{}'), '$."OrderID"')) END, 'Line No', CASE WHEN p.m2 = '1' THEN json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END) ELSE json(json_extract(coalesce(c.colv, '{}'), '$."Line No"')) END, 'Qty', CASE WHEN p.m3 = '1' THEN json_array(7, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1 END) ELSE json(json_extract(coalesce(c.colv, '{}'), '$."Qty"')) END)) END
+SELECT 40, p.rowguid, __GEN__, CASE WHEN p.tlin IS NULL THEN '{"7":1}' ELSE json_set(p.tlin, '$."7"', coalesce((SELECT max(value) FROM json_each(p.tlin)), 0) + 1) END,       CASE WHEN p.ins = 1 THEN json_object('OrderID', json_array(7, CASE WHEN p.tlin IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(p.tlin)), 0) + 1 END), 'Line No', json_array(7, CASE WHEN p.tlin IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(p.tlin)), 0) + 1 END), 'Qty', json_array(7, CASE WHEN p.tlin IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(p.tlin)), 0) + 1 END)) ELSE json_patch(coalesce(NULL, '{}'), json_object('OrderID', CASE WHEN p.m1 = '1' THEN json_array(7, CASE WHEN p.tlin IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(p.tlin)), 0) + 1 END) ELSE json(json_extract(coalesce(NULL, '{}'), '$."OrderID"')) END, 'Line No', CASE WHEN p.m2 = '1' THEN json_array(7, CASE WHEN p.tlin IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(p.tlin)), 0) + 1 END) ELSE json(json_extract(coalesce(NULL, '{}'), '$."Line No"')) END, 'Qty', CASE WHEN p.m3 = '1' THEN json_array(7, CASE WHEN p.tlin IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each(p.tlin)), 0) + 1 END) ELSE json(json_extract(coalesce(NULL, '{}'), '$."Qty"')) END)) END
   FROM temp.sparksync_changed AS p
-  LEFT JOIN "MSmerge_contents" AS c ON c.tablenick = 40 AND c.rowguid = p.rowguid
-  LEFT JOIN "MSmerge_tombstone" AS ts ON ts.tablenick = 40 AND ts.rowguid = p.rowguid
- WHERE p.rowguid IS NOT NULL
-ON CONFLICT (tablenick, rowguid) DO UPDATE SET
-  generation = excluded.generation, lineage = excluded.lineage, colv = excluded.colv
+ WHERE p.rowguid IS NOT NULL AND p.crow IS NULL
 -- statement
 DROP TABLE IF EXISTS temp.sparksync_fresh
 -- statement

@@ -9,13 +9,14 @@ CASE WHEN {{ x }} IS NULL THEN {{ first_lineage }} ELSE json_set({{ x }}, '$."{{
 CASE WHEN {{ x }} IS NULL THEN 1 ELSE coalesce((SELECT max(value) FROM json_each({{ x }})), 0) + 1 END
 {%- endmacro %}
 {% set base = "coalesce(c.lineage, ts.lineage)" %}
+{#- the lineage a row with contents has (``c``, the contents row), and one without (its tombstone's, if any) -#}
 {% set version = next_once(base) %}
-{% macro colv_all() -%}
-{% for chunk in columns | batch(50) %}{{ "json_patch(" if not loop.first }}{% endfor %}{% for chunk in columns | batch(50) %}{{ ", " if not loop.first }}json_object({% for c in chunk %}{{ c.name | lit }}, json_array({{ replnick }}, {{ version }}){{ ", " if not loop.last }}{% endfor %}){{ ")" if not loop.first }}{% endfor %}
+{% macro colv_all(v=version) -%}
+{% for chunk in columns | batch(50) %}{{ "json_patch(" if not loop.first }}{% endfor %}{% for chunk in columns | batch(50) %}{{ ", " if not loop.first }}json_object({% for c in chunk %}{{ c.name | lit }}, json_array({{ replnick }}, {{ v }}){{ ", " if not loop.last }}{% endfor %}){{ ")" if not loop.first }}{% endfor %}
 {%- endmacro %}
 {% macro colv_first() -%}
 {% for chunk in columns | batch(50) %}{{ "json_patch(" if not loop.first }}{% endfor %}{% for chunk in columns | batch(50) %}{{ ", " if not loop.first }}json_object({% for c in chunk %}{{ c.name | lit }}, json_array({{ replnick }}, 1){{ ", " if not loop.last }}{% endfor %}){{ ")" if not loop.first }}{% endfor %}
 {%- endmacro %}
-{% macro colv_changed() -%}
-{% for chunk in columns | batch(50) %}json_patch({% endfor %}coalesce(c.colv, '{}'){% for chunk in columns | batch(50) %}, json_object({% for c in chunk %}{{ c.name | lit }}, CASE WHEN p.m{{ c.pos }} = '1' THEN json_array({{ replnick }}, {{ version }}) ELSE json(json_extract(coalesce(c.colv, '{}'), '$."{{ c.name }}"')) END{{ ", " if not loop.last }}{% endfor %})){% endfor %}
+{% macro colv_changed(v=version, colv="c.colv") -%}
+{% for chunk in columns | batch(50) %}json_patch({% endfor %}coalesce({{ colv }}, '{}'){% for chunk in columns | batch(50) %}, json_object({% for c in chunk %}{{ c.name | lit }}, CASE WHEN p.m{{ c.pos }} = '1' THEN json_array({{ replnick }}, {{ v }}) ELSE json(json_extract(coalesce({{ colv }}, '{}'), '$."{{ c.name }}"')) END{{ ", " if not loop.last }}{% endfor %})){% endfor %}
 {%- endmacro %}
