@@ -1,14 +1,21 @@
-INSERT INTO "MSmerge_tombstone" (tablenick, rowguid, type, lineage, generation)
-SELECT 30, p.rowguid, 1, CASE WHEN coalesce(c.lineage, ts.lineage) IS NULL THEN '{"7":1}' ELSE json_set(coalesce(c.lineage, ts.lineage), '$."7"', coalesce((SELECT max(value) FROM json_each(coalesce(c.lineage, ts.lineage))), 0) + 1) END, __GEN__
+DROP TABLE IF EXISTS temp.sparksync_gone
+-- statement
+CREATE TEMP TABLE sparksync_gone AS
+SELECT p.rowguid, c.rowid AS crow, coalesce(c.lineage, ts.lineage) AS base
   FROM (SELECT rowguid FROM "MSmerge_log_0F9B2C1E12344ABC8DEF000000000001" WHERE op = 3 AND rowguid IS NOT NULL) AS p
   LEFT JOIN "MSmerge_contents" AS c ON c.tablenick = 30 AND c.rowguid = p.rowguid
   LEFT JOIN "MSmerge_tombstone" AS ts ON ts.tablenick = 30 AND ts.rowguid = p.rowguid
+-- statement
+INSERT INTO "MSmerge_tombstone" (tablenick, rowguid, type, lineage, generation)
+SELECT 30, p.rowguid, 1, CASE WHEN p.base IS NULL THEN '{"7":1}' ELSE json_set(p.base, '$."7"', coalesce((SELECT max(value) FROM json_each(p.base)), 0) + 1) END, __GEN__
+  FROM temp.sparksync_gone AS p
  WHERE true
 ON CONFLICT (tablenick, rowguid) DO UPDATE SET
   type = 1, lineage = excluded.lineage, generation = excluded.generation
 -- statement
-DELETE FROM "MSmerge_contents" WHERE tablenick = 30
-   AND rowguid IN (SELECT rowguid FROM "MSmerge_log_0F9B2C1E12344ABC8DEF000000000001" WHERE op = 3 AND rowguid IS NOT NULL)
+DELETE FROM "MSmerge_contents" WHERE rowid IN (SELECT crow FROM temp.sparksync_gone WHERE crow IS NOT NULL)
+-- statement
+DROP TABLE temp.sparksync_gone
 -- statement
 DROP TABLE IF EXISTS temp.sparksync_changed
 -- statement

@@ -13,17 +13,26 @@
 {%- endmacro %}
 {% set fresh = "temp.sparksync_fresh" %}
 {% set changed = "temp.sparksync_changed" %}
-INSERT INTO {{ tombstone }} (tablenick, rowguid, type, lineage, generation)
-SELECT {{ tablenick }}, p.rowguid, 1, {{ bump_once(base) }}, __GEN__
+{% set gone = "temp.sparksync_gone" %}
+DROP TABLE IF EXISTS {{ gone }}
+-- statement
+{#- each rowguid a delete took away: its contents row's rowid (NULL: none) and the lineage it had, looked up once -#}
+CREATE TEMP TABLE sparksync_gone AS
+SELECT p.rowguid, c.rowid AS crow, {{ base }} AS base
   FROM (SELECT rowguid FROM {{ log }} WHERE op = 3 AND rowguid IS NOT NULL) AS p
   LEFT JOIN {{ contents }} AS c ON c.tablenick = {{ tablenick }} AND c.rowguid = p.rowguid
   LEFT JOIN {{ tombstone }} AS ts ON ts.tablenick = {{ tablenick }} AND ts.rowguid = p.rowguid
+-- statement
+INSERT INTO {{ tombstone }} (tablenick, rowguid, type, lineage, generation)
+SELECT {{ tablenick }}, p.rowguid, 1, {{ bump_once("p.base") }}, __GEN__
+  FROM {{ gone }} AS p
  WHERE true
 ON CONFLICT (tablenick, rowguid) DO UPDATE SET
   type = 1, lineage = excluded.lineage, generation = excluded.generation
 -- statement
-DELETE FROM {{ contents }} WHERE tablenick = {{ tablenick }}
-   AND rowguid IN (SELECT rowguid FROM {{ log }} WHERE op = 3 AND rowguid IS NOT NULL)
+DELETE FROM {{ contents }} WHERE rowid IN (SELECT crow FROM {{ gone }} WHERE crow IS NOT NULL)
+-- statement
+DROP TABLE {{ gone }}
 -- statement
 DROP TABLE IF EXISTS {{ changed }}
 -- statement
