@@ -191,9 +191,9 @@ class Staging:
         d.create_staging_from(r, judged, self._judged_sql(art, forged_from, source, moved))
         self.judged[nick] = s = judged
         out = StagedArticle()
-        contented = "crow IS NOT NULL" if d.capabilities.stable_rowids else "clin IS NOT NULL"
-        for op, present, verdict_, revived, has_contents, n in r.query(
-                f"SELECT op, present, verdict, tlin IS NOT NULL, {contented}, count(*) FROM {s} GROUP BY 1, 2, 3, 4, 5"):
+        for op, present, verdict_, revived, has_contents, n in r.query(     # (a contents row's lineage is NOT NULL)
+                f"SELECT op, present, verdict, tlin IS NOT NULL, clin IS NOT NULL, count(*) FROM {s} "
+                "GROUP BY 1, 2, 3, 4, 5"):
             out.rows += n
             if verdict_ == "skip":
                 out.skipped += n

@@ -8,6 +8,8 @@ damaged replica (loudly, naming what is wrong) and goes on with the others.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from sparksync import failpoints
 from sparksync.dialects.model import table_drift
 from sparksync.dialects.replica import Replica
@@ -143,7 +145,19 @@ def repair_tracking(replica: Replica, pubid: str) -> list[str]:
     return repaired
 
 
-def upgrade_tracking(replica: Replica, added: set[str] | None = None) -> list[str]:
+def rowguid_columns(replica: Replica, added: Collection[str] | None = None) -> list[ArticleRow]:
+    """The articles (one row per artid) whose rowguid publishing added is still a column of their table here, to be
+    kept beside it (``identity.key_rowguids``): ``added`` the artids the publisher added one to (at a subscriber;
+    None: the articles' own ``rowguid_added``)."""
+    out: dict[str, ArticleRow] = {}
+    for row in store.select(replica, ArticleRow, order_by=("nickname",)):
+        mine = row.rowguid_added if added is None else row.artid in added
+        if mine and not row.rowguid_keyed and row.artid not in out and replica.reflect(tracked_article(row).table):
+            out[row.artid] = row
+    return list(out.values())
+
+
+def upgrade_tracking(replica: Replica, added: Collection[str] | None = None) -> list[str]:
     """Re-create the tracking triggers of every merge article at this replica after its metadata was
     upgraded (``store.upgrade_metadata``): a release's triggers are the ones it installs. A release
     before the tracking log wrote the metadata in its triggers, so nothing it recorded is pending
@@ -157,13 +171,7 @@ def upgrade_tracking(replica: Replica, added: set[str] | None = None) -> list[st
     if replica.dialect.capabilities.keyed_rowguids:
         with replica.transaction():
             pending.flush(replica)
-            done: set[str] = set()
-            for row in store.select(replica, ArticleRow, order_by=("nickname",)):
-                mine = row.rowguid_added if added is None else row.artid in added
-                if not mine or row.rowguid_keyed or row.artid in done or replica.reflect(tracked_article(row).table) \
-                        is None:
-                    continue
-                done.add(row.artid)
+            for row in rowguid_columns(replica, added):
                 why = identity.key_rowguids(replica, tracked_article(row))
                 out.append(f"{row.name} (rowguids kept beside the table)" if why is None else
                            f"{row.name} keeps its rowguid column ({why})")

@@ -29,7 +29,7 @@ from sparksync import failpoints
 from sparksync.dialects.replica import Replica, redact_url
 from sparksync.errors import ConfigurationError, ProtocolError, ReplayBlocked, ReplicaBehind, SparksyncError
 from sparksync.merge.maintenance.digest import replica_digests
-from sparksync.merge.maintenance.integrity import upgrade_tracking
+from sparksync.merge.maintenance.integrity import rowguid_columns, upgrade_tracking
 from sparksync.merge.publish.fitting import not_admitted
 from sparksync.merge.publish.schema_changes import replay, schema_version
 from sparksync.merge.session.backlog import unsent
@@ -191,7 +191,7 @@ def upgrade(device: Replica, added: Collection[str] = ()) -> bool:
         return False                     # (no write transaction for nothing)
     with device.transaction():
         store.upgrade_metadata(device)
-        return bool(upgrade_tracking(device, set(added)))
+        return bool(upgrade_tracking(device, added))
 
 
 def unkeyed(device: Replica, added: Collection[str]) -> list[str]:
@@ -200,9 +200,7 @@ def unkeyed(device: Replica, added: Collection[str]) -> list[str]:
     if not added or not device.dialect.capabilities.keyed_rowguids or store.metadata_version(device) is None:
         return []
     out = []
-    for row in store.select(device, ArticleRow):
-        if row.artid not in added or row.rowguid_keyed:
-            continue
+    for row in rowguid_columns(device, added):
         art = tracked_article(row)
         info = device.reflect(art.table)
         if info is not None and info.column(art.rowguid_column) is not None \
