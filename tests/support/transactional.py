@@ -58,6 +58,7 @@ class TxTopology:
     publisher_kind: str
     publisher_url: str
     subscriber_urls: dict[str, str]
+    data: dict | None = None        # the configuration it was parsed from (for the tests through the CLI)
 
     def sub_table(self, name: str) -> str:
         pg = self.subscriber_urls[name].startswith("postgresql") and self.publisher_kind == "postgresql"
@@ -92,14 +93,14 @@ def build(dbs: Databases, tmp_path: Path, publisher: str, subscribers: dict[str,
     sub_urls = {name: dbs.url(kind, f"txsub_{name}") for name, kind in subscribers.items()}
     dist_url = dbs.url(distributor, "txdist")
     arts = articles if articles is not None else [{"table": vendor_article(publisher), **(article or {})}]
-    topo = parse_topology({
+    data = {
         "distributor": {"database": dist_url},
         "publisher": {"name": "HQ", "database": pub_url, "snapshot_dir": str(tmp_path / "snapshots")},
         "publications": [{"name": "Purchasing", "kind": "transactional", "articles": arts}],
         "subscriptions": [{"name": n, "publication": "Purchasing", "database": u, **(subscription or {}).get(n, {})}
                           for n, u in sub_urls.items()],
-    }, tmp_path)
-    return TxTopology(topo, publisher, pub_url, sub_urls)
+    }
+    return TxTopology(parse_topology(data, tmp_path), publisher, pub_url, sub_urls, data)
 
 
 def setup_topology(tx: TxTopology, spark, report=lambda m: None):

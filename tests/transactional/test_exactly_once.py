@@ -4,10 +4,18 @@ would fail, an update counted twice would show)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
+from sparksync.dialects import connect
 from sparksync.transactional.delivery.agent import DistributeOptions, DistributionAgent
+from sparksync.transactional.distribution import database as dst
 from sparksync.transactional.distribution.logreader import run_logreader
+from tests.support.config import write_config
 from tests.support.transactional import build, setup_topology, stored_commands, vendor_rows, vendor_table
 
 pytestmark = pytest.mark.spark
@@ -51,6 +59,39 @@ def test_log_reader_crash_stores_each_transaction_once(spark, dbs, tmp_path, pg_
     assert run_logreader(tx.topology)[0].transactions == 0          # nothing is read twice
     assert DistributionAgent(tx.topology, spark).run().ok
     assert tx.subscriber_rows("S") == tx.publisher_rows()
+
+
+@pytest.mark.parametrize("point", ["logreader.before_commit", "logreader.before_confirm"])
+def test_a_log_reader_killed_while_it_streams_the_slot(spark, dbs, tmp_path, pg_admin_url, point):
+    """kill -9 of ``sparksync logreader`` while its walsender streams the slot (a read batch of 5 changes:
+    more is on its way): the next run, started at once, gets the slot back from the dying stream, stores
+    every transaction once, and the slot ends confirmed past the last one."""
+    tx = build(dbs, tmp_path, "postgresql", {"S": "sqlite"})
+    setup_topology(tx, spark)
+    _workload(tx, "postgresql")
+    fp = tmp_path / "failpoints"
+    fp.write_text(f"{point} Purchasing !kill\n", encoding="utf-8")
+    exe = Path(sys.executable).with_name("sparksync")
+    killed = subprocess.run([str(exe), "logreader", "-c", str(write_config(tmp_path, tx.data)), "--read-batch", "5"],
+                            capture_output=True, text=True, env={**os.environ, "SPARKSYNC_FAILPOINTS": str(fp)},
+                            timeout=120)
+    assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
+    stored = _stored(tx)
+    assert stored == (0 if point == "logreader.before_commit" else 6)      # the first batch: 6 inserts
+    run = run_logreader(tx.topology)[0]
+    assert _stored(tx) == WORKLOAD_COMMANDS and run.commands == WORKLOAD_COMMANDS - stored
+    with connect(tx.topology.distributor_url) as d, connect(tx.publisher_url) as r:
+        p = dst.require_publication(d, "Purchasing")
+        assert r.query_one("SELECT active, pg_wal_lsn_diff(confirmed_flush_lsn, %s::pg_lsn) >= 0 FROM "
+                           "pg_replication_slots WHERE slot_name = %s",
+                           (_lsn(p.logreader_seqno), p.slot)) == (False, True)     # released, confirmed
+    assert run_logreader(tx.topology)[0].transactions == 0
+    assert DistributionAgent(tx.topology, spark).run().ok
+    assert tx.subscriber_rows("S") == tx.publisher_rows()
+
+
+def _lsn(n: int) -> str:
+    return f"{n >> 32:X}/{n & 0xFFFFFFFF:X}"
 
 
 @pytest.mark.parametrize("point", ["distribute.before_commit S:1", "distribute.after_commit S:1",

@@ -126,3 +126,28 @@ def test_a_distribution_database_of_the_previous_release_upgrades_on_setup(spark
     assert tx.publisher_rows(where=' WHERE "VendorID" <= 2')[:2] == [(1, "old", 2), (2, "new", 3)]
     with connect(tx.topology.distributor_url) as d:
         assert store.select_rows(d, "MSrepl_shapes")
+
+
+def test_a_slot_streamed_by_another_reader_is_a_named_error(spark, dbs, tmp_path, pg_admin_url, monkeypatch):
+    """A second reader of the slot (the agent lock bypassed) waits for it a moment, then stops with a message
+    naming the slot; nothing is stored, and the slot is read once it is free."""
+    from sparksync.dialects.postgres import replication_stream
+    from sparksync.errors import SparksyncError
+
+    tx = build(dbs, tmp_path, "postgresql", {"S": "sqlite"})
+    setup_topology(tx, spark)
+    tx.publish(f'UPDATE {vendor_table("postgresql")} SET "Name" = \'held\' WHERE "VendorID" = 1')
+    with connect(tx.topology.distributor_url) as d:
+        slot = dst.require_publication(d, "Purchasing").slot
+    monkeypatch.setattr(replication_stream, "SLOT_BUSY_WAIT", 0.5)
+    holder = replication_stream.ReplicationStream(tx.publisher_url, "HQ", slot, {"proto_version": "1",
+                                                  "publication_names": '"sparksync_Purchasing"'}, {})
+    holder.open()
+    try:
+        with pytest.raises(SparksyncError, match=f"cannot stream replication slot {slot}: .*active"):
+            run_logreader(tx.topology)
+    finally:
+        holder.close()
+    assert _commands(tx) == []
+    assert run_logreader(tx.topology)[0].commands == 1
+    assert replicate(tx, spark).ok and tx.subscriber_rows("S") == tx.publisher_rows()

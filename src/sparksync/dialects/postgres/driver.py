@@ -32,9 +32,9 @@ _TRANSIENT_STATES = {"40001", "40P01", "55P03", "57014", "53300", "08000", "0800
 _CONSTRAINTS = {"23505": "unique", "23503": "foreign_key", "23502": "not_null", "23514": "check"}
 
 
-def open_connection(url: str) -> Any:
-    """A psycopg connection to ``url`` in autocommit mode; ConnectionFailed (the password out of its
-    message) when the server cannot be reached or refuses it."""
+def open_connection(url: str, **params: Any) -> Any:
+    """A psycopg connection to ``url`` (with libpq ``params`` over the URL's) in autocommit mode;
+    ConnectionFailed (the password out of its message) when the server cannot be reached or refuses it."""
     import psycopg
 
     password = url_password(url)
@@ -45,7 +45,7 @@ def open_connection(url: str) -> Any:
                                "write it as %40 in the URL, or keep it out of the URL (${VAR}, PGPASSWORD or "
                                "~/.pgpass)", obj=redact_url(url))
     try:
-        return psycopg.connect(url, autocommit=True, connect_timeout=10)
+        return psycopg.connect(url, autocommit=True, connect_timeout=10, **params)
     except psycopg.Error as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConnectionFailed(

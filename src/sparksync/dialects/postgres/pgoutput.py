@@ -1,7 +1,8 @@
 """PostgreSQL's ``pgoutput`` logical replication messages (protocol version 1), parsed.
 
-The log reader reads a replication slot with ``pg_logical_slot_peek_binary_changes(...)``: one
-message per row, in commit order, only committed transactions, each framed by Begin and Commit.
+The log reader streams a replication slot (``replication_stream.py``; the merge capture peeks at its
+own with ``pg_logical_slot_peek_binary_changes(...)``): one message per row, in commit order, only
+committed transactions, each framed by Begin and Commit.
 Formats: https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html
 Column values arrive in PostgreSQL's text format; :func:`value_loader` turns them into Python
 values with psycopg's own loaders, chosen by the column's type OID from the Relation message.

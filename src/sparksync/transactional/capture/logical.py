@@ -6,10 +6,13 @@ delete) and a logical replication slot. Articles get ``REPLICA IDENTITY FULL``, 
 and delete carries the row's before image (SCALL's changed columns, XCALL's before image, the
 original key). The server needs ``wal_level = logical``.
 
-Reading peeks at the slot (``pg_logical_slot_peek_binary_changes``), which returns only committed
-transactions, in commit order, framed by Begin/Commit; ``confirm`` advances the slot past what was
-stored, so the server can recycle that part of its log. A transaction that was stored but not
-confirmed (a crash in between) is read again and skipped by its position (the commit LSN).
+Reading streams the slot over a replication connection (``dialects/postgres/replication_stream.py``:
+the walsender decodes while the log reader stores), which sends only committed transactions, in
+commit order, framed by Begin/Commit. A run first commits a marker into the log (:meth:`horizon`):
+it reads up to that marker and stops, in batches of whole transactions; ``confirm`` tells the server
+(a standby status update) that everything up to the last stored commit may be recycled. A
+transaction that was stored but not confirmed (a crash in between) is read again and skipped by its
+position (the commit LSN).
 
 Row changes are not decoded here: consecutive changes of one transaction and one relation are stored
 as one ``rows`` command holding the server's messages (each behind its length), with the shape that
@@ -20,7 +23,6 @@ its relation (which article, which shape) and one tag byte (is the before image 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import re
@@ -32,9 +34,11 @@ from typing import Any, NoReturn
 
 import sparksync.dialects.postgres.pgoutput as po
 from sparksync.dialects.model import TableInfo, from_table_dict
+from sparksync.dialects.postgres.replication_stream import ReplicationStream
 from sparksync.dialects.replica import Replica
 from sparksync.errors import ConfigurationError, SchemaError, SparksyncError
 from sparksync.filters import RowFilter
+from sparksync.metadata import store
 from sparksync.metadata.records import DistArticleRow
 from sparksync.names import TableName
 from sparksync.progress import Reporter
@@ -50,9 +54,13 @@ from sparksync.transactional.capture.shapes import (
 
 TRACER_PREFIX = "sparksync.tracer"
 DDL_PREFIX = "sparksync.ddl"
+HORIZON_PREFIX = "sparksync.horizon"
 MARKER_PREFIXES = {"token": TRACER_PREFIX, "ddl": DDL_PREFIX}
-FETCH = 2_000
-DECODING_WORK_MEM = "256MB"     # per log reader session, while it reads (a peek decodes in the reading backend)
+# The walsender's session: values are stored in the text form it writes them in, and read by psycopg's
+# loaders and by COPY at PostgreSQL subscribers; a transaction bigger than logical_decoding_work_mem
+# (64MB by default, ~500,000 narrow rows) is spilled to disk and read back: the log reader may use more.
+STREAM_SETTINGS = {"datestyle": "ISO", "intervalstyle": "postgres", "extra_float_digits": "3", "bytea_output": "hex",
+                   "logical_decoding_work_mem": "256MB"}
 XIP_WAIT_SECONDS = 600          # how long a snapshot waits for transactions that were running when it began
 
 
@@ -207,6 +215,12 @@ class LogicalCapture:
         self.relations: dict[int, _Relation | str] = {}   # relation id -> its shape, or the name of a non-article
         self._pending_end: int | None = None
         self.needed_by = needed_by
+        self._marker: str | None = None
+        self.caught_up = False          # the last batch read the horizon's marker: the run is done
+        self._stream = ReplicationStream(replica.url, replica.label, publication.slot, {
+            "proto_version": "1", "messages": "true",
+            "publication_names": replica.dialect.quote(publication.pg_publication)},   # an identifier list
+            STREAM_SETTINGS)
         changed = not_full_identity(replica, [a.table for a in self.by_table.values()])
         if changed:
             raise SchemaError(f"publication {publication.name}: REPLICA IDENTITY of {', '.join(changed)} is no longer "
@@ -214,97 +228,92 @@ class LogicalCapture:
                               f"{identity_advice(publication.name)}", obj=publication.name)
 
     def read_batch(self, after: int | None) -> Iterator[Any]:
-        r = self.replica
-        if not slot_exists(r, self.publication.slot):
-            raise SchemaError(f"publication {self.publication.name}: replication slot {self.publication.slot} is "
-                              f"missing at {r.label}; run 'sparksync setup' (subscriptions must be reinitialized)")
+        """The next whole transactions after ``after`` from the slot's stream: at least ``read_batch``
+        changes, or up to the horizon (:meth:`horizon`; posted now if it was not): ``caught_up`` then."""
+        if self._marker is None:
+            self.horizon()
         self._pending_end = None
-        self.relations = {}    # each peek is a new decoding session: relations are sent again
-        raw = r.raw
+        stream = self._stream
+        if not stream.is_open:
+            r = self.replica
+            if not slot_exists(r, self.publication.slot):
+                raise SchemaError(f"publication {self.publication.name}: replication slot {self.publication.slot} "
+                                  f"is missing at {r.label}; run 'sparksync setup' (subscriptions must be "
+                                  "reinitialized)")
+            stream.open()
+            self.relations = {}    # a new stream is a new decoding session: relations are sent again
         ended = False
         try:
-            raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            # decoding runs in this backend: a transaction bigger than logical_decoding_work_mem (64MB by
-            # default, ~500,000 narrow rows) is spilled to disk and read back; this session may use more
-            raw.execute(f"SET LOCAL logical_decoding_work_mem = '{DECODING_WORK_MEM}'")
-            # the values are stored in the text form this session writes them in, and read by psycopg's
-            # loaders and by COPY at PostgreSQL subscribers: the forms a walsender uses
-            raw.execute("SET LOCAL datestyle = 'ISO'; SET LOCAL intervalstyle = 'postgres'; "
-                        "SET LOCAL extra_float_digits = 3; SET LOCAL bytea_output = 'hex'")
-            with raw.cursor(name="sparksync_logreader") as cur:
-                cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', "
-                            "'publication_names', %s, 'messages', 'true')",
-                            (self.publication.slot, self.read_batch_changes,
-                             r.dialect.quote(self.publication.pg_publication)))   # an identifier list: quoted
-                yield from self._events(cur, after)
-            raw.execute("COMMIT")
+            yield from self._events(stream.messages(), after)
             ended = True
-        except SparksyncError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise r.dialect.translate_error(exc, f"{r.label}: read slot {self.publication.slot}") from exc
         finally:
             if not ended:
-                # a failure, or a consumer that stopped early (GeneratorExit): no transaction left
-                # open, and nothing to confirm (what was read may not be stored)
+                # a failure, or a consumer that stopped early (GeneratorExit): the stream is cut where it
+                # is, and nothing is confirmed (what was read may not be stored)
                 self._pending_end = None
-                with contextlib.suppress(Exception):
-                    raw.execute("ROLLBACK")
+                stream.abort()
 
-    def _events(self, cur, after: int | None) -> Iterator[Any]:
+    def close(self, clean: bool = True) -> None:
+        """End the stream (the slot is released at the confirmed position); not ``clean``: cut it."""
+        if clean:
+            self._stream.close()
+        else:
+            self._stream.abort()
+
+    def _events(self, messages: Iterator[bytes], after: int | None) -> Iterator[Any]:
         skip = False
         xid = None
         final_lsn = 0
         open_txn = False
         chunk = _Chunk()
-        while True:
-            rows = cur.fetchmany(FETCH)
-            if not rows:
-                break
-            for (data,) in rows:
-                first = data[0]
-                if first in (_UPDATE, _INSERT, _DELETE):     # the common case, fast: stored undecoded
-                    if not skip:
-                        rel = self.relations.get(struct.unpack_from("!I", data, 1)[0])
-                        if not isinstance(rel, _Relation):
-                            self._unknown(rel)
-                        missing = before_image_missing(data) if first != _INSERT else None
-                        if missing is not None:
-                            self._without_before_image(NoBeforeImage(missing, rel.table), final_lsn, xid)
-                            continue             # passed over: every subscription's snapshot holds it
-                        if chunk.rel is not rel or chunk.full():
-                            yield from chunk.take(xid)
-                            chunk.rel = rel
-                        chunk.add(data)
-                    continue
-                yield from chunk.take(xid)
-                if first == _BEGIN and len(data) >= po.BEGIN_LENGTH:      # a transaction each: also fast
-                    final_lsn, micros, xid = po.BEGIN.unpack_from(data, 1)
-                    skip = after is not None and final_lsn <= after
-                    if not skip:
-                        open_txn = True
-                        yield Begin(final_lsn, str(xid), po.PG_EPOCH + timedelta(microseconds=micros))
-                    continue
-                if first == _COMMIT and len(data) >= po.COMMIT_LENGTH:
-                    self._pending_end = po.COMMIT.unpack_from(data, 2)[1]
-                    if not skip:
-                        open_txn = False
-                        yield End()
-                    continue
-                m = po.parse(data)
-                if isinstance(m, po.Relation):
-                    art = self.by_table.get((m.namespace, m.name))
-                    if art is None:
-                        self.relations[m.relid] = f"{m.namespace}.{m.name}"
-                    else:
-                        yield from self._relation(m.relid, art, bytes(data))
-                elif skip:
-                    continue
+        changes = 0
+        limit = self.read_batch_changes
+        for data in messages:
+            first = data[0]
+            if first in (_UPDATE, _INSERT, _DELETE):     # the common case, fast: stored undecoded
+                if not skip:
+                    rel = self.relations.get(struct.unpack_from("!I", data, 1)[0])
+                    if not isinstance(rel, _Relation):
+                        self._unknown(rel)
+                    missing = before_image_missing(data) if first != _INSERT else None
+                    if missing is not None:
+                        self._without_before_image(NoBeforeImage(missing, rel.table), final_lsn, xid)
+                        continue             # passed over: every subscription's snapshot holds it
+                    if chunk.rel is not rel or chunk.full():
+                        yield from chunk.take(xid)
+                        chunk.rel = rel
+                    chunk.add(data)
+                    changes += 1
+                continue
+            yield from chunk.take(xid)
+            if first == _BEGIN and len(data) >= po.BEGIN_LENGTH:      # a transaction each: also fast
+                final_lsn, micros, xid = po.BEGIN.unpack_from(data, 1)
+                skip = after is not None and final_lsn <= after
+                if not skip:
+                    open_txn = True
+                    yield Begin(final_lsn, str(xid), po.PG_EPOCH + timedelta(microseconds=micros))
+                continue
+            if first == _COMMIT and len(data) >= po.COMMIT_LENGTH:
+                self._pending_end = po.COMMIT.unpack_from(data, 2)[1]
+                if not skip:
+                    open_txn = False
+                    yield End()
+                if changes >= limit or self.caught_up:
+                    return              # a batch ends between transactions
+                continue
+            m = po.parse(data)
+            if isinstance(m, po.Relation):
+                art = self.by_table.get((m.namespace, m.name))
+                if art is None:
+                    self.relations[m.relid] = f"{m.namespace}.{m.name}"
                 else:
-                    yield from self._commands(m, xid)
-        yield from chunk.take(xid)
-        if open_txn:   # the slot always returns whole transactions; anything else is a server bug
-            raise SparksyncError(f"{self.replica.label}: slot {self.publication.slot} returned an unfinished transaction")
+                    yield from self._relation(m.relid, art, bytes(data))
+            elif skip:
+                continue
+            else:
+                yield from self._commands(m, xid)
+        if open_txn:   # (the stream is endless: it ended in a transaction only by a failure, raised there)
+            raise SparksyncError(f"{self.replica.label}: slot {self.publication.slot} ended inside a transaction")
 
     def _relation(self, relid: int, art: _Article, message: bytes) -> Iterator[ShapeDef]:
         """A relation that is an article: its changes are stored with this shape (yielded to be stored)."""
@@ -324,7 +333,9 @@ class LogicalCapture:
             content = json.loads(m.content.decode("utf-8")) if m.content else {}
             if content.get("publication") != self.publication.name:
                 return
-            if m.prefix == TRACER_PREFIX:
+            if m.prefix == HORIZON_PREFIX:
+                self.caught_up = self.caught_up or content.get("marker") == self._marker
+            elif m.prefix == TRACER_PREFIX:
                 yield StoredCommand(0, "token", xid, json.dumps(content), None)
             elif m.prefix == DDL_PREFIX:
                 # later changes of the article are decoded with its new columns: a new shape
@@ -355,15 +366,19 @@ class LogicalCapture:
                           "through their root", obj=self.publication.name)
 
     def horizon(self) -> int:
-        """The end of the server's log now: a run that started here stops once it gets there."""
-        return current_lsn(self.replica)
+        """Where a run that starts now stops: a marker committed into the log now (every transaction
+        committed before it is read before it: ``caught_up`` once it is read). Returns its position."""
+        self._marker = store.new_guid()
+        self.caught_up = False
+        content = json.dumps({"publication": self.publication.name, "marker": self._marker})
+        return po.lsn_int(self.replica.scalar("SELECT pg_logical_emit_message(true, %s, %s)::text",
+                                              (HORIZON_PREFIX, content)))
 
     def confirm(self) -> bool:
-        """Advance the slot past the last transaction read (stored or skipped). False: nothing was read."""
+        """Move the slot past the last transaction read (stored or skipped). False: nothing was read."""
         if self._pending_end is None:
             return False
-        self.replica.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
-                             (self.publication.slot, po.lsn_text(self._pending_end)))
+        self._stream.confirm(self._pending_end)
         self._pending_end = None
         return True
 

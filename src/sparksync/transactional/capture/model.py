@@ -52,12 +52,19 @@ class Capture(Protocol):
         """The next batch: whole transactions committed after position ``after``, in commit order
         (nothing when there is nothing new)."""
 
+    caught_up: bool     # the last batch reached the horizon: a run ends after it
+
     def horizon(self) -> int:
-        """The publisher's current end of log, in positions comparable with xact_seqno."""
+        """Fix where this run ends: what is committed at the publisher now (a position comparable
+        with xact_seqno)."""
 
     def confirm(self) -> bool:
         """The last batch is stored at the distributor: the publisher may forget it. False when the
-        last batch read nothing (the reader has caught up)."""
+        last batch read nothing."""
+
+    def close(self, clean: bool = True) -> None:
+        """The run is over: release what reading holds at the publisher (``clean``: it ended well; else
+        cut short, confirming nothing more)."""
 
 
 class CaptureMethod(Protocol):

@@ -112,10 +112,13 @@ class TriggerCapture:
         self.publication = publication
         self.articles = {a.article_id: _Article(a.article_id, a.table_schema) for a in articles}
         self._read_to: int | None = None
+        self._horizon = 0
+        self.caught_up = False
 
     def read_batch(self, after: int | None) -> Iterator[Any]:
         r, log, pub = self.replica, self.replica.meta("MSrepl_log"), self.publication.name
         self._read_to = None
+        self.caught_up = True            # unless a batch below the horizon is read
         if not store.table_set_version(r, PUBLISHER_LOG):
             return
         start = int(after or 0)
@@ -146,13 +149,19 @@ class TriggerCapture:
                                         old_hash if before_json is not None else new_hash)
             yield End()
             self._read_to = int(hi)
+            self.caught_up = self._read_to >= self._horizon
         finally:
             r.execute("COMMIT")
 
     def horizon(self) -> int:
         if not store.table_set_version(self.replica, PUBLISHER_LOG):
             return 0
-        return int(self.replica.scalar(f"SELECT coalesce(max(seq), 0) FROM {self.replica.meta('MSrepl_log')}") or 0)
+        self._horizon = int(self.replica.scalar(f"SELECT coalesce(max(seq), 0) FROM {self.replica.meta('MSrepl_log')}")
+                            or 0)
+        return self._horizon
+
+    def close(self, clean: bool = True) -> None:
+        """Nothing is held between batches (each reads in a transaction of its own)."""
 
     def confirm(self) -> bool:
         """Trim what was stored from the log. False: nothing was read."""

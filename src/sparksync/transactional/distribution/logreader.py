@@ -67,7 +67,6 @@ def read_publication(topology: Topology, name: str, read_batch: int = READ_BATCH
 
 
 def _read(pub, dist, p: dst.Publication, run: LogReaderRun, read_batch: int, report: Reporter) -> None:
-    name = p.name
     subs = [s for s in dst.subscriptions(dist, p.publication_id) if s.status is not DistSubscriptionStatus.INACTIVE]
 
     def needed_by(xact_seqno: int, origin: int | None) -> list[str]:
@@ -75,8 +74,20 @@ def _read(pub, dist, p: dst.Publication, run: LogReaderRun, read_batch: int, rep
         return [s.subscription for s in subs if not seen_by_snapshot(s.sync_point, xact_seqno, origin)]
 
     capture = capture_method(pub).reader(pub, p, [a for a in p.articles if a.active], read_batch, needed_by)
+    try:
+        _batches(capture, dist, p, run, report)
+    except BaseException:
+        capture.close(clean=False)      # what was stored is confirmed already
+        raise
+    capture.close()
+
+
+def _batches(capture, dist, p: dst.Publication, run: LogReaderRun, report: Reporter) -> None:
+    """Batch after batch, each stored in one distribution transaction and then confirmed, until the
+    capture has caught up with the horizon it took when the run began."""
+    name = p.name
     after = p.logreader_seqno
-    horizon = capture.horizon()      # one run reads what was committed when it started, and stops
+    capture.horizon()      # one run reads what was committed when it started, and stops
     while True:
         with dist.transaction():
             writer = dst.TransactionWriter(dist, p.publication_id)
@@ -115,7 +126,8 @@ def _read(pub, dist, p: dst.Publication, run: LogReaderRun, read_batch: int, rep
             after = writer.last
             report(f"logreader {name}: {writer.transactions:,} transaction(s), {writer.commands:,} "
                    f"command(s) stored (xact_seqno up to {writer.last})")
-        if not capture.confirm() or (after is not None and after >= horizon):
+        capture.confirm()
+        if capture.caught_up:
             break
 
 
