@@ -26,6 +26,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from sparksync.errors import ConfigurationError
+from sparksync.sql_flavor import SqlFlavor
 from sparksync.types import Kind
 
 _STATEMENTS = (exp.Select, exp.Subquery, exp.Query, exp.Insert, exp.Update, exp.Delete, exp.Drop, exp.Create,
@@ -39,15 +40,6 @@ PARAMETER_FUNCTIONS = {"HOST_NAME": "host_name", "SUSER_SNAME": "login"}
 
 class FilterError(ConfigurationError):
     code = "filter"
-
-
-@dataclass(frozen=True)
-class SqlFlavor:
-    """What rendering a filter needs to know of the database it runs on (a dialect's capability
-    ``Capabilities.sql``): this module never asks which database it is."""
-
-    sqlglot: str                    # sqlglot's name of the database's SQL ("postgres", "sqlite")
-    typed_booleans: bool = False    # a boolean column has a boolean type: it compares with TRUE/FALSE, not 0/1
 
 
 def _parameter(node: exp.Expr) -> str | None:

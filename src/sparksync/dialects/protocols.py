@@ -24,8 +24,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from sparksync.dialects.agent_locks import AgentLock
 from sparksync.dialects.model import Column, TableInfo
 from sparksync.errors import SparksyncError
-from sparksync.filters import SqlFlavor
 from sparksync.names import TableName
+from sparksync.sql_flavor import SqlFlavor
 from sparksync.types import Kind, SqlType
 
 R = TypeVar("R")

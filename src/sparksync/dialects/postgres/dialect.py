@@ -31,7 +31,7 @@ from sparksync.dialects.postgres.tracking import PostgresMergeHooks
 from sparksync.dialects.postgres.tracking_log import TrackingLog
 from sparksync.dialects.postgres.transactional import PostgresStagedRows, PostgresTransactionalHooks
 from sparksync.dialects.protocols import Capabilities
-from sparksync.filters import SqlFlavor
+from sparksync.sql_flavor import SqlFlavor
 
 
 class PostgresDialect(PostgresDriver, PostgresNaming, PostgresCatalog, PostgresDdl, PostgresDataMovement,

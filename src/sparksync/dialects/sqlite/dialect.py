@@ -30,7 +30,7 @@ from sparksync.dialects.sqlite.movement import SQLiteDataMovement
 from sparksync.dialects.sqlite.naming import SQLiteNaming
 from sparksync.dialects.sqlite.tracking import SQLiteMergeHooks
 from sparksync.dialects.sqlite.transactional import SQLiteStagedRows, SQLiteTransactionalHooks
-from sparksync.filters import SqlFlavor
+from sparksync.sql_flavor import SqlFlavor
 
 
 class SQLiteDialect(SQLiteDriver, SQLiteNaming, SQLiteCatalog, SQLiteDdl, SQLiteDataMovement, SQLiteStagedRows,
