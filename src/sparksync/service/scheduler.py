@@ -8,6 +8,10 @@ the agents make is in their history tables, failed ones with their error (``MSme
 ``MSlogreader_history``, ``MSdistribution_history``); the loop keeps each worker's last run, next run and
 a run in flight for the monitor, and the failures that left no row (a publisher that cannot be reached).
 
+A transactional publication's log reader wakes its distribution agent after each batch it stored: a
+subscription on the ``continuous`` schedule gets the batch at once, while the log reader reads on, not after
+the distribution agent's idle wait (subscriptions on a timed schedule keep their times).
+
 Stopping (SIGTERM): no run starts any more; the runs in flight finish their batch and are waited for up
 to a grace period; what is still running after it is cut off with the process: its open transaction rolls
 back, and the next start resumes from the watermarks (the agents' exactly-once rules).
@@ -111,6 +115,8 @@ class WorkerState:
     failed: int = 0
     skipped: int = 0
     history: list[RunRecord] = field(default_factory=list)     # the last few, newest last
+    woken: bool = False                 # new work arrived during the run in flight (``Scheduler.wake``)
+    alarm: threading.Event = field(default_factory=threading.Event)    # set: look at the clock now
 
     def to_dict(self) -> dict[str, Any]:
         w = self.worker
@@ -155,6 +161,8 @@ class Scheduler:
         """Start no run any more; wait up to ``grace`` seconds for the runs in flight. The workers still
         running after it (their names)."""
         self._stop.set()
+        for st in self.states:
+            st.alarm.set()
         deadline = time.monotonic() + grace
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -182,21 +190,42 @@ class Scheduler:
                     out |= {(st.worker.publication, s) for s in subs}
         return out
 
+    def wake(self, agent: str, publication: str) -> None:
+        """New work for ``agent`` of ``publication`` (its log reader stored transactions for the distribution
+        agent): its continuous groups run now, as a continuous agent does after a run that found work, not after
+        their idle wait; groups on a timed schedule keep their times."""
+        now = utcnow()
+        with self._lock:
+            for st in self.states:
+                if st.worker.agent != agent or st.worker.publication != publication:
+                    continue
+                for i, g in enumerate(st.worker.groups):
+                    if g.schedule.kind == "continuous":
+                        st.next_due[i] = min(st.next_due[i], now)
+                st.woken = True          # (a run in flight: its continuous groups run again right after it)
+                st.alarm.set()
+
     # -- one worker -----------------------------------------------------------------------------
+    def _pause(self, st: WorkerState, seconds: float) -> None:
+        """Until ``seconds`` have passed, the service stops, or the worker is woken."""
+        st.alarm.wait(seconds)
+        st.alarm.clear()
+
     def _loop(self, st: WorkerState) -> None:
         groups = st.worker.groups
         while not self._stop.is_set():
             now = utcnow()
             if not self.leading():                 # another serve runs the agents: look again in a beat
-                self._stop.wait(BEAT)
+                self._pause(st, BEAT)
                 continue
             due = [i for i, t in enumerate(st.next_due) if t <= now]
             if not due:
-                self._stop.wait(min(BEAT, max(0.0, (min(st.next_due) - now).total_seconds())))
+                self._pause(st, min(BEAT, max(0.0, (min(st.next_due) - now).total_seconds())))
                 continue
             subs = tuple(s for i in due for s in groups[i].subscriptions)
             with self._lock:
                 st.running_since = now
+                st.woken = False
             rec = self._run(st.worker, subs, now)
             with self._lock:
                 st.running_since = None
@@ -207,6 +236,10 @@ class Scheduler:
                 st.history = [*st.history, rec][-self.keep:]
                 for i in due:
                     st.next_due[i] = groups[i].schedule.next_run(now, rec.found_work)
+                if st.woken:                 # work arrived while it ran: its continuous groups go on at once
+                    for i, g in enumerate(groups):
+                        if g.schedule.kind == "continuous":
+                            st.next_due[i] = min(st.next_due[i], now)
 
     def _run(self, w: Worker, subs: tuple[str, ...], start: dt.datetime) -> RunRecord:
         t0 = time.perf_counter()
@@ -244,7 +277,9 @@ class Scheduler:
             errors = [e for s in summary.subscriptions for e in s.errors]
             return rows, "; ".join(errors) or None
         if w.agent == LOGREADER:
-            run = read_publication(self.topology, w.publication, READ_BATCH, said)
+            # read and apply at once: each stored batch wakes the distribution agent (its continuous groups)
+            run = read_publication(self.topology, w.publication, READ_BATCH, said,
+                                   stored=lambda: self.wake(DISTRIBUTE, w.publication))
             return run.commands, None
         if w.agent == DISTRIBUTE:
             dist = self._agents.setdefault(w.name, DistributionAgent(self.topology, self._spark, said))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparksync import failpoints, locks
@@ -46,7 +47,10 @@ class LogReaderRun:
 
 
 def read_publication(topology: Topology, name: str, read_batch: int = READ_BATCH,
-                     report: Reporter = silent) -> LogReaderRun:
+                     report: Reporter = silent, stored: Callable[[], None] | None = None) -> LogReaderRun:
+    """One log reader run of publication ``name``: what was committed at the publisher when it began, stored at
+    the distributor in batches of whole transactions; ``stored`` is called after each batch that stored some
+    (``serve`` wakes the distribution agent with it: delivery starts while the log reader goes on)."""
     run = LogReaderRun(name)
     t0 = time.perf_counter()
     started = store.utcnow()
@@ -56,7 +60,7 @@ def read_publication(topology: Topology, name: str, read_batch: int = READ_BATCH
         dst.require(dist)
         p = dst.require_publication(dist, name)
         try:
-            _read(pub, dist, p, run, read_batch, report)
+            _read(pub, dist, p, run, read_batch, report, stored)
         except Exception as e:
             run.seconds = time.perf_counter() - t0
             _history(dist, p.publication_id, run, started, e)
@@ -66,7 +70,8 @@ def read_publication(topology: Topology, name: str, read_batch: int = READ_BATCH
     return run
 
 
-def _read(pub, dist, p: dst.Publication, run: LogReaderRun, read_batch: int, report: Reporter) -> None:
+def _read(pub, dist, p: dst.Publication, run: LogReaderRun, read_batch: int, report: Reporter,
+          stored: Callable[[], None] | None) -> None:
     subs = [s for s in dst.subscriptions(dist, p.publication_id) if s.status is not DistSubscriptionStatus.INACTIVE]
 
     def needed_by(xact_seqno: int, origin: int | None) -> list[str]:
@@ -75,14 +80,15 @@ def _read(pub, dist, p: dst.Publication, run: LogReaderRun, read_batch: int, rep
 
     capture = capture_method(pub).reader(pub, p, [a for a in p.articles if a.active], read_batch, needed_by)
     try:
-        _batches(capture, dist, p, run, report)
+        _batches(capture, dist, p, run, report, stored)
     except BaseException:
         capture.close(clean=False)      # what was stored is confirmed already
         raise
     capture.close()
 
 
-def _batches(capture, dist, p: dst.Publication, run: LogReaderRun, report: Reporter) -> None:
+def _batches(capture, dist, p: dst.Publication, run: LogReaderRun, report: Reporter,
+             stored: Callable[[], None] | None) -> None:
     """Batch after batch, each stored in one distribution transaction and then confirmed, until the
     capture has caught up with the horizon it took when the run began."""
     name = p.name
@@ -126,6 +132,8 @@ def _batches(capture, dist, p: dst.Publication, run: LogReaderRun, report: Repor
             after = writer.last
             report(f"logreader {name}: {writer.transactions:,} transaction(s), {writer.commands:,} "
                    f"command(s) stored (xact_seqno up to {writer.last})")
+            if stored is not None:
+                stored()
         capture.confirm()
         if capture.caught_up:
             break
