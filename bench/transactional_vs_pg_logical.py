@@ -14,7 +14,8 @@ time; rates and ratios are taken from it.
 sparksync is measured two ways: one pass after the other (log reader, then distribution agent; with
 1 stream and with ``--streams``), and as a pipeline, the way continuous agents run: the workload
 runs again, then the log reader (read batches of ``--read-batch`` changes) and distribution agent
-rounds run at the same time, so delivery starts with the first stored batch.
+rounds run at the same time, each stored batch waking a round (as ``serve`` does), so delivery starts with
+the first stored batch.
 
     .venv/bin/python bench/transactional_vs_pg_logical.py [--transactions 50000] [--rows 500000] [--streams 4]
 
@@ -40,7 +41,7 @@ from sparksync.provision import setup
 from sparksync.spark.session import spark_session
 from sparksync.topology import parse_topology
 from sparksync.transactional.delivery.agent import DistributeOptions, DistributionAgent
-from sparksync.transactional.distribution.logreader import run_logreader
+from sparksync.transactional.distribution.logreader import read_publication, run_logreader
 
 TABLE = "CREATE TABLE item (id integer PRIMARY KEY, v integer NOT NULL, s text NOT NULL)"
 WORKER = """CREATE OR REPLACE PROCEDURE one_row_transactions(n integer) LANGUAGE plpgsql AS $$
@@ -165,19 +166,22 @@ class Sparksync:
         return out
 
     def pipeline(self, kind: str, n: int, marker: int, read_batch: int) -> float:
-        """The workload again; then the log reader (in batches) and distribution rounds overlap."""
+        """The workload again; then the log reader (in batches) and distribution rounds overlap, as in
+        ``sparksync serve``: each batch the log reader stores wakes a distribution round."""
         workload(self.pub, kind, n, marker)
+        stored = threading.Event()
         t0 = time.perf_counter()
-        reader = threading.Thread(target=run_logreader, args=(self.topology, None, read_batch))
+        reader = threading.Thread(target=read_publication, args=(self.topology, "Bench", read_batch),
+                                  kwargs={"stored": stored.set})
         reader.start()
         with psycopg.connect(self.subs["pipe"], autocommit=True) as c:
             def arrived() -> bool:
                 return c.execute("SELECT count(*) FROM item WHERE id = %s", (marker,)).fetchone()[0] > 0
             while not arrived():
+                stored.wait(1.0)
+                stored.clear()
                 summary = self.agent.run(DistributeOptions(["pipe"]))
                 assert summary.ok, summary.to_dict()
-                if not summary.subscriptions[0].transactions and not arrived():
-                    time.sleep(0.01)        # nothing stored yet: poll again
             took = time.perf_counter() - t0
         reader.join()
         self._catch_up(["one", "many"])
