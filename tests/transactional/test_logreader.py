@@ -151,3 +151,35 @@ def test_a_slot_streamed_by_another_reader_is_a_named_error(spark, dbs, tmp_path
     assert _commands(tx) == []
     assert run_logreader(tx.topology)[0].commands == 1
     assert replicate(tx, spark).ok and tx.subscriber_rows("S") == tx.publisher_rows()
+
+
+def test_the_log_a_slot_holds_is_in_status_the_monitor_and_metrics(spark, dbs, tmp_path, pg_admin_url):
+    """What the log reader has not stored yet keeps the publisher's write-ahead log: status, the monitor's
+    publications table and /metrics say how much, and it falls once the log reader has run."""
+    from sparksync.monitor import page
+    from sparksync.monitor.metrics import SparksyncCollector
+    from sparksync.monitor.view import build_view
+    from sparksync.monitor.watch import NoAgents
+    from sparksync.status.gather import gather_status
+
+    tx = build(dbs, tmp_path, "postgresql", {"S": "sqlite"})
+    setup_topology(tx, spark)
+    run_logreader(tx.topology)
+    t = vendor_table("postgresql")
+    tx.publish(*[f'UPDATE {t} SET "Name" = \'held {i}\' WHERE "VendorID" = {i}' for i in range(1, 11)])
+
+    def held() -> tuple[int, int]:
+        (pub,) = gather_status(tx.topology)["transactional"]["publications"]
+        samples = [s for f in SparksyncCollector(tx.topology, NoAgents(), None).collect() for s in f.samples
+                   if s.name == "sparksync_logreader_retained_wal_bytes"]
+        assert [s.labels["publication"] for s in samples] == ["Purchasing"]
+        return int(pub["slot_lag_bytes"]), int(samples[0].value)
+
+    before, metric = held()
+    assert before > 0 and metric >= before
+    html = page.render(build_view(tx.topology, NoAgents(), None), None, "main")
+    row = html.split('data-publication="Purchasing"')[1].split("</tr>")[0]
+    assert '<td class="n slot">' in row and " bytes</td>" in row
+    run_logreader(tx.topology)
+    after, _ = held()
+    assert after < before

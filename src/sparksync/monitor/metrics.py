@@ -86,6 +86,13 @@ class SparksyncCollector(Collector):
             if isinstance(c, dict) and c.get("mode") == "log" and c.get("retained_wal_bytes") is not None:
                 wal.add_metric([name], float(c["retained_wal_bytes"]))
         yield wal
+        held = GaugeMetricFamily("sparksync_logreader_retained_wal_bytes", "Write-ahead log a transactional "
+                                 "publication's replication slot keeps its PostgreSQL publisher from recycling: what "
+                                 "the log reader has not stored yet", labels=["publication"])
+        for p in tx.get("publications", []):
+            if p.get("slot_lag_bytes") is not None:
+                held.add_metric([p["name"]], float(p["slot_lag_bytes"]))
+        yield held
 
         valid = GaugeMetricFamily("sparksync_validation_failed", "1 while the subscription's last conclusive "
                                   "validation failed (it does not hold its partition), 0 after one passed", labels=PS)
