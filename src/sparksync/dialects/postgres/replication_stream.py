@@ -33,7 +33,7 @@ STATUS = struct.Struct("!cQQQqB")         # 'r', written, flushed, applied, time
 _W, _K = ord("w"), ord("k")
 SLOT_BUSY_STATE = "55006"                 # object_in_use: the slot is still held by an ending walsender
 SLOT_BUSY_WAIT = 15.0                     # seconds a start waits for a slot released by a reader that died
-STATUS_INTERVAL = 10.0                    # seconds between unrequested status updates while messages flow
+STATUS_INTERVAL = 10.0                    # seconds of waiting for the server before telling it we are here
 
 
 def _now_micros() -> int:
@@ -50,7 +50,6 @@ class ReplicationStream:
         self.options, self.settings = options, settings
         self.confirmed = 0             # the position sent as written and flushed (0: none yet)
         self._conn: Any = None
-        self._last_status = 0.0
 
     # -- life ------------------------------------------------------------------------------------
     def open(self) -> None:
@@ -73,7 +72,6 @@ class ReplicationStream:
             raise SparksyncError(f"{self.label}: cannot stream replication slot {self.slot}: {message}",
                                  obj=self.slot)
         self._conn = conn
-        self._last_status = time.monotonic()
 
     def _connect(self) -> Any:
         from psycopg.conninfo import conninfo_to_dict
@@ -95,8 +93,9 @@ class ReplicationStream:
         pg = conn.pgconn
         try:
             self._status(pg, reply=False)
-            pg.put_copy_end()
-            pg.flush()
+            while pg.put_copy_end() == 0:
+                _flush(pg)
+            _flush(pg)
             while True:             # the rest of the stream, then the end of START_REPLICATION
                 n, _ = pg.get_copy_data(0)
                 if n < 0:
@@ -141,7 +140,7 @@ class ReplicationStream:
                                  obj=self.slot)
 
     def _wait(self, pg: Any) -> None:
-        pg.flush()
+        _flush(pg)
         while True:
             ready, _, _ = select.select([pg.socket], [], [], STATUS_INTERVAL)
             if ready:
@@ -159,9 +158,19 @@ class ReplicationStream:
 
     def _status(self, pg: Any, reply: bool) -> None:
         at = self.confirmed
-        pg.put_copy_data(STATUS.pack(b"r", at, at, at, _now_micros(), 1 if reply else 0))
-        pg.flush()
-        self._last_status = time.monotonic()
+        message = STATUS.pack(b"r", at, at, at, _now_micros(), 1 if reply else 0)
+        while pg.put_copy_data(message) == 0:      # (the connection is non-blocking: its buffer may be full)
+            _flush(pg)
+        _flush(pg)
+
+
+def _flush(pg: Any) -> None:
+    """Send what libpq holds for the server, waiting for the socket as long as it takes; what the server sends
+    meanwhile is taken into libpq's buffer (the server reads our messages even while it waits to write)."""
+    while pg.flush() == 1:
+        readable, _, _ = select.select([pg.socket], [pg.socket], [], STATUS_INTERVAL)
+        if readable:
+            pg.consume_input()
 
 
 def _literal(value: str) -> str:
