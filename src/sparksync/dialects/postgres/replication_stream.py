@@ -135,8 +135,7 @@ class ReplicationStream:
             if n == 0:                                  # nothing buffered: wait for the socket
                 self._wait(pg)
                 continue
-            raise SparksyncError(f"{self.label}: the stream of replication slot {self.slot} ended: "
-                                 f"{(pg.error_message or b'').decode(errors='replace').strip() or 'connection closed'}",
+            raise SparksyncError(f"{self.label}: the stream of replication slot {self.slot} ended: {_why(pg)}",
                                  obj=self.slot)
 
     def _wait(self, pg: Any) -> None:
@@ -171,6 +170,16 @@ def _flush(pg: Any) -> None:
         readable, _, _ = select.select([pg.socket], [pg.socket], [], STATUS_INTERVAL)
         if readable:
             pg.consume_input()
+
+
+def _why(pg: Any) -> str:
+    """The server's reason for ending the stream (its error), or the connection's."""
+    reasons = []
+    with contextlib.suppress(Exception):
+        while (res := pg.get_result()) is not None:
+            reasons.append((res.error_message or b"").decode(errors="replace").strip())
+    reasons.append((pg.error_message or b"").decode(errors="replace").strip())
+    return next((r for r in reasons if r), "the connection was closed")
 
 
 def _literal(value: str) -> str:
