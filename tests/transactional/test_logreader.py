@@ -183,3 +183,29 @@ def test_the_log_a_slot_holds_is_in_status_the_monitor_and_metrics(spark, dbs, t
     run_logreader(tx.topology)
     after, _ = held()
     assert after < before
+
+
+def test_a_stream_the_server_ends_is_a_named_error_and_the_next_run_reads_it_all(spark, dbs, tmp_path, pg_admin_url):
+    """The walsender terminated while the log reader streams (a server restart, an administrator): the run
+    stops saying the server's reason and stores nothing of the batch; the next run reads it all, once."""
+    from sparksync.errors import SparksyncError
+    from sparksync.transactional.capture import capture_method
+
+    tx = build(dbs, tmp_path, "postgresql", {"S": "sqlite"}, seed_ids=range(1, 40_001))
+    setup_topology(tx, spark)
+    tx.publish(f'UPDATE {vendor_table("postgresql")} SET "CreditRating" = 5')       # 40,000 changes, ~8 MB
+    with connect(tx.topology.distributor_url) as d, connect(tx.publisher_url) as pub:
+        p = dst.require_publication(d, "Purchasing")
+        reader = capture_method(pub).reader(pub, p, [a for a in p.articles if a.active], 100_000)
+        events = reader.read_batch(p.logreader_seqno)
+        next(events)                                              # the stream is open, the transaction begun
+        pid = pub.scalar("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (p.slot,))
+        assert pub.scalar("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(SparksyncError, match=f"stream of replication slot {p.slot} ended: .*terminating"):
+            for _ in events:
+                pass
+        assert not reader.confirm()
+    assert _commands(tx) == []
+    run = run_logreader(tx.topology)[0]
+    assert run.transactions == 1 and run.commands == 40_000
+    assert replicate(tx, spark).ok and tx.subscriber_rows("S") == tx.publisher_rows()
