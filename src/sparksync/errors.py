@@ -352,3 +352,10 @@ class ServerBusy(Transient, SparksyncError):
     def __init__(self, message: str, retry_after: float = 1.0, *, obj: str | None = None):
         super().__init__(message, obj=obj)
         self.retry_after = retry_after
+
+
+class CaptureBusy(Transient, SparksyncError):
+    """A PostgreSQL replica's change capture slot stayed busy (other backends decoding it) for longer than a reader
+    waits for it: nothing was done; try again (the web door answers 503, which a device retries)."""
+
+    code = "capture_busy"

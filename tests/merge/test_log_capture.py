@@ -154,6 +154,33 @@ def test_a_lost_slot_stops_the_publisher_by_name_with_the_way_out(topo):
     assert st["publisher"]["change_capture"]["retained_wal_bytes"] is None
 
 
+def test_a_slot_other_readers_keep_busy_is_a_transient_error_and_nothing_is_lost(topo, monkeypatch):
+    """A capture slot another backend keeps decoding past the wait (a status peek, a reader outside sparksync):
+    the read-only peek and the flush stop with CaptureBusy (transient: the door answers 503, which a device
+    retries; the CLI exits 75) and record nothing; once it is free the flush records the change."""
+    from sparksync.dialects.postgres.replication_stream import ReplicationStream
+    from sparksync.errors import CaptureBusy
+
+    t = topo
+    slot = slot_of(t)
+    app(t, 'UPDATE "Item" SET "v" = \'busy\' WHERE "id" = 5')
+    monkeypatch.setattr(log_capture, "BUSY_WAIT", 0.3)
+    monkeypatch.setattr(log_capture, "FLUSH_BUSY_WAIT", 0.6)
+    holder = ReplicationStream(t.pub_url, "P", slot, {"proto_version": "1", "publication_names": log_capture.PUBLICATION},
+                               {})
+    holder.open()                       # the slot is active for the holder's walsender until it ends
+    try:
+        with pytest.raises(CaptureBusy, match=f"slot {slot} of its change capture was being read") as e:
+            logged(t)
+        assert e.value.transient
+        with connect(t.pub_url) as r, pytest.raises(CaptureBusy):
+            pending.flush(r)
+    finally:
+        holder.close()
+    assert logged(t) == 1
+    assert t.merge().ok and t.everywhere("Item", 5) == {"busy"}
+
+
 def test_setup_back_to_triggers_records_what_the_log_held(topo, tmp_path, spark):
     t = topo
     slot = slot_of(t)

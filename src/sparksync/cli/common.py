@@ -79,10 +79,12 @@ def load(config: Path) -> Topology:
 
 # Exit codes by error code: the configuration and the command line are the user's to fix (2, like a
 # usage error); everything else that stops a command is 1. Interrupted: 130.
-# A lock held by another command past --lock-timeout, or a sync server busy at every attempt: 75 (EX_TEMPFAIL),
+# A lock held by another command past --lock-timeout, a sync server busy at every attempt, or a change capture
+# slot other readers kept busy: 75 (EX_TEMPFAIL),
 # nothing was done; try later. A server's certificate not verified, or a URL of the wrong scheme: 2 (--ca-file,
 # --server).
-EXIT_CODES = {"config": 2, "invalid_name": 2, "encryption_key": 2, "tls": 2, "busy": 75, "server_busy": 75}
+EXIT_CODES = {"config": 2, "invalid_name": 2, "encryption_key": 2, "tls": 2, "busy": 75, "server_busy": 75,
+              "capture_busy": 75}
 
 
 def exit_code(error: SparksyncError) -> int:

@@ -26,6 +26,7 @@ triggers' transaction-local setting marked.)
 from __future__ import annotations
 
 import hashlib
+import random
 import struct
 import time
 from collections.abc import Sequence
@@ -33,7 +34,7 @@ from collections.abc import Sequence
 import sparksync.dialects.postgres.pgoutput as po
 from sparksync.dialects.postgres.naming import METADATA_SCHEMA
 from sparksync.dialects.replica import Replica
-from sparksync.errors import ConfigurationError, ReplicaDamaged
+from sparksync.errors import CaptureBusy, ConfigurationError, ReplicaDamaged
 from sparksync.names import TableName
 
 CAPTURE = "MSmerge_capture"               # the slot, its PostgreSQL publication and the position read up to
@@ -41,7 +42,8 @@ PUBLICATION = "sparksync_merge"           # the PostgreSQL publication of the da
 AGENT_PREFIX = "sparksync.merge.agent"    # the messages framing the agent's own writes
 FETCH = 5_000
 QUIET_BYTES = 1 << 20                     # log a door's mark lets pass without an article's change before recording it
-BUSY_WAIT = 10.0                          # seconds a reader asks again for a slot another backend is decoding
+BUSY_WAIT = 10.0                          # seconds a read-only peek (status, a validation) asks again for a busy slot
+FLUSH_BUSY_WAIT = 120.0                   # the same for a flush: the writer, which must not fail for readers
 _I, _U, _D, _B, _C, _M, _R, _OLD, _NEW = (ord(c) for c in "IUDBCMRON")
 _U32 = struct.Struct("!I")
 
@@ -223,8 +225,10 @@ def read(replica: Replica, articles: Sequence[dict], advance: bool = True) -> tu
     upto = po.lsn_int(replica.scalar("SELECT pg_current_wal_flush_lsn()::text"))
     by_table = {(a["table_name"].schema or "public", a["table_name"].name): a for a in articles}
     # The slot is busy only while one backend decodes it: flushes take turns (the flush lock), status does not
-    # (it never waits for a flush left open), so a reader that finds it busy asks again, under a savepoint.
-    deadline = time.monotonic() + BUSY_WAIT
+    # (it never waits for a flush left open), so a reader that finds it busy asks again, under a savepoint. Many
+    # read-only peeks at once (status, the validations of many devices' syncs) must not starve the flush (a
+    # door's round, a merge): a flush asks again every 20 ms for up to FLUSH_BUSY_WAIT, a peek every 50-150 ms.
+    deadline = time.monotonic() + (FLUSH_BUSY_WAIT if advance else BUSY_WAIT)
     while True:
         replica.execute("SAVEPOINT sparksync_peek")
         try:
@@ -233,10 +237,14 @@ def read(replica: Replica, articles: Sequence[dict], advance: bool = True) -> tu
             out = _decode(replica, slot, confirmed, upto, by_table)
         except Exception as exc:  # noqa: BLE001 - the driver's error, translated (a busy or broken slot, a lost server)
             busy = "is active for PID" in str(exc)
-            if not busy or time.monotonic() > deadline:
+            if not busy:
                 raise replica.dialect.translate_error(exc, f"{replica.label}: read replication slot {slot}") from exc
+            if time.monotonic() > deadline:
+                raise CaptureBusy(f"{replica.label}: the replication slot {slot} of its change capture was being read "
+                                  f"by other backends for {FLUSH_BUSY_WAIT if advance else BUSY_WAIT:g} s; nothing "
+                                  "was done, try again", obj=replica.label) from None
             replica.execute("ROLLBACK TO SAVEPOINT sparksync_peek")
-            time.sleep(0.02)
+            time.sleep(0.02 if advance else random.uniform(0.05, 0.15))
             continue
         replica.execute("RELEASE SAVEPOINT sparksync_peek")
         return out
