@@ -33,6 +33,7 @@ STATUS = struct.Struct("!cQQQqB")         # 'r', written, flushed, applied, time
 _W, _K = ord("w"), ord("k")
 SLOT_BUSY_STATE = "55006"                 # object_in_use: the slot is still held by an ending walsender
 SLOT_BUSY_WAIT = 15.0                     # seconds a start waits for a slot released by a reader that died
+CLOSE_WAIT = 10.0                         # seconds ending a stream waits for the server before cutting it
 STATUS_INTERVAL = 10.0                    # seconds of waiting for the server before telling it we are here
 
 
@@ -91,17 +92,30 @@ class ReplicationStream:
         if conn is None:
             return
         pg = conn.pgconn
+        deadline = time.monotonic() + CLOSE_WAIT
         try:
             self._status(pg, reply=False)
             while pg.put_copy_end() == 0:
                 _flush(pg)
             _flush(pg)
-            while True:             # the rest of the stream, then the end of START_REPLICATION
-                n, _ = pg.get_copy_data(0)
-                if n < 0:
-                    break
-            while pg.get_result() is not None:
-                pass
+            # the rest of the stream, then the end of START_REPLICATION: read without blocking, for CLOSE_WAIT at
+            # most (a server that does not answer is cut off; the slot is released with the connection)
+            while time.monotonic() < deadline:
+                n, _ = pg.get_copy_data(1)
+                if n > 0:
+                    continue
+                if n == 0:
+                    if select.select([pg.socket], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                        pg.consume_input()
+                    continue
+                while time.monotonic() < deadline:
+                    pg.consume_input()
+                    if pg.is_busy():
+                        select.select([pg.socket], [], [], max(0.0, deadline - time.monotonic()))
+                        continue
+                    if pg.get_result() is None:
+                        break
+                break
         except Exception:  # noqa: BLE001 - a stream that cannot end cleanly is cut: the slot is released anyway
             pass
         finally:
