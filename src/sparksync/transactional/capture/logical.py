@@ -261,10 +261,10 @@ class LogicalCapture:
             self._stream.abort()
 
     def _events(self, messages: Iterator[bytes], after: int | None) -> Iterator[Any]:
+        """The batch's events from the stream (endless: it returns after a Commit, or raises)."""
         skip = False
         xid = None
         final_lsn = 0
-        open_txn = False
         chunk = _Chunk()
         changes = 0
         limit = self.read_batch_changes
@@ -290,13 +290,11 @@ class LogicalCapture:
                 final_lsn, micros, xid = po.BEGIN.unpack_from(data, 1)
                 skip = after is not None and final_lsn <= after
                 if not skip:
-                    open_txn = True
                     yield Begin(final_lsn, str(xid), po.PG_EPOCH + timedelta(microseconds=micros))
                 continue
             if first == _COMMIT and len(data) >= po.COMMIT_LENGTH:
                 self._pending_end = po.COMMIT.unpack_from(data, 2)[1]
                 if not skip:
-                    open_txn = False
                     yield End()
                 if changes >= limit or self.caught_up:
                     return              # a batch ends between transactions
@@ -312,8 +310,6 @@ class LogicalCapture:
                 continue
             else:
                 yield from self._commands(m, xid)
-        if open_txn:   # (the stream is endless: it ended in a transaction only by a failure, raised there)
-            raise SparksyncError(f"{self.replica.label}: slot {self.publication.slot} ended inside a transaction")
 
     def _relation(self, relid: int, art: _Article, message: bytes) -> Iterator[ShapeDef]:
         """A relation that is an article: its changes are stored with this shape (yielded to be stored)."""
